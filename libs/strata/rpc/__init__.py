@@ -1,0 +1,1 @@
+"""gRPC plumbing: generated stubs (v1/), server bootstrap, interceptors, channels."""

@@ -1,0 +1,52 @@
+from strata.rpc.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class HeartbeatRequest(_message.Message):
+    __slots__ = ("node", "models")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    node: _common_pb2.NodeInfo
+    models: _containers.RepeatedCompositeFieldContainer[_common_pb2.ModelInfo]
+    def __init__(self, node: _Optional[_Union[_common_pb2.NodeInfo, _Mapping]] = ..., models: _Optional[_Iterable[_Union[_common_pb2.ModelInfo, _Mapping]]] = ...) -> None: ...
+
+class HeartbeatResponse(_message.Message):
+    __slots__ = ("heartbeat_interval_ms",)
+    HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    heartbeat_interval_ms: int
+    def __init__(self, heartbeat_interval_ms: _Optional[int] = ...) -> None: ...
+
+class RouteRequest(_message.Message):
+    __slots__ = ("model", "tenant", "prompt_tokens_estimate")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_ESTIMATE_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    tenant: str
+    prompt_tokens_estimate: int
+    def __init__(self, model: _Optional[str] = ..., tenant: _Optional[str] = ..., prompt_tokens_estimate: _Optional[int] = ...) -> None: ...
+
+class RouteResponse(_message.Message):
+    __slots__ = ("node_id", "node_address", "replica_id")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    node_address: str
+    replica_id: str
+    def __init__(self, node_id: _Optional[str] = ..., node_address: _Optional[str] = ..., replica_id: _Optional[str] = ...) -> None: ...
+
+class ListNodesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListNodesResponse(_message.Message):
+    __slots__ = ("nodes",)
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    nodes: _containers.RepeatedCompositeFieldContainer[_common_pb2.NodeInfo]
+    def __init__(self, nodes: _Optional[_Iterable[_Union[_common_pb2.NodeInfo, _Mapping]]] = ...) -> None: ...

@@ -1,0 +1,51 @@
+from strata.rpc.v1 import common_pb2 as _common_pb2
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class WorkerGenerateRequest(_message.Message):
+    __slots__ = ("request_id", "tenant", "priority", "spec")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    tenant: str
+    priority: int
+    spec: _common_pb2.GenerationSpec
+    def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., priority: _Optional[int] = ..., spec: _Optional[_Union[_common_pb2.GenerationSpec, _Mapping]] = ...) -> None: ...
+
+class GetStatsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class WorkerStats(_message.Message):
+    __slots__ = ("model", "running_requests", "waiting_requests", "kv_blocks_total", "kv_blocks_free", "kv_blocks_cached", "prefix_hit_tokens", "tier_hit_tokens", "blocks_offloaded", "queued_tokens", "context_length", "memory_bytes")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    WAITING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    KV_BLOCKS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    KV_BLOCKS_FREE_FIELD_NUMBER: _ClassVar[int]
+    KV_BLOCKS_CACHED_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_HIT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TIER_HIT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    BLOCKS_OFFLOADED_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    running_requests: int
+    waiting_requests: int
+    kv_blocks_total: int
+    kv_blocks_free: int
+    kv_blocks_cached: int
+    prefix_hit_tokens: int
+    tier_hit_tokens: int
+    blocks_offloaded: int
+    queued_tokens: int
+    context_length: int
+    memory_bytes: int
+    def __init__(self, model: _Optional[str] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., kv_blocks_free: _Optional[int] = ..., kv_blocks_cached: _Optional[int] = ..., prefix_hit_tokens: _Optional[int] = ..., tier_hit_tokens: _Optional[int] = ..., blocks_offloaded: _Optional[int] = ..., queued_tokens: _Optional[int] = ..., context_length: _Optional[int] = ..., memory_bytes: _Optional[int] = ...) -> None: ...

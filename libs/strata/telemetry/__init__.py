@@ -1,0 +1,1 @@
+"""OpenTelemetry setup, span/attribute names, OTLP decoding."""

@@ -1,0 +1,42 @@
+"""Span and attribute names: the one definition that services emit and the evaluation queries.
+
+GenAI semantic conventions where they exist (`gen_ai.*`), `strata.*` for the rest.
+"""
+
+# Span names, one per hop of the request path.
+SPAN_GATEWAY_GENERATE = "strata.gateway.generate"
+SPAN_SCHEDULER_ROUTE = "strata.scheduler.route"
+SPAN_NODE_SUBMIT = "strata.node.submit"
+SPAN_NODE_QUEUE = "strata.node.queue"
+SPAN_WORKER_GENERATE = "strata.worker.generate"
+SPAN_WORKER_PREFILL = "strata.worker.prefill"
+SPAN_KV_LOAD = "strata.kv.load"
+SPAN_KV_OFFLOAD = "strata.kv.offload"
+SPAN_PLACEMENT_REPLAN = "strata.placement.replan"
+
+# GenAI semantic conventions.
+GEN_AI_SYSTEM = "gen_ai.system"
+GEN_AI_OPERATION = "gen_ai.operation.name"
+GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
+GEN_AI_REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
+GEN_AI_REQUEST_TEMPERATURE = "gen_ai.request.temperature"
+GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+GEN_AI_RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"
+GEN_AI_RESPONSE_ID = "gen_ai.response.id"
+
+# Strata attributes.
+TENANT = "strata.tenant"
+REQUEST_ID = "strata.request.id"
+NODE_ID = "strata.node.id"
+REPLICA_ID = "strata.replica.id"
+TTFT_MS = "strata.latency.ttft_ms"
+TPOT_MS = "strata.latency.tpot_ms"
+E2E_MS = "strata.latency.e2e_ms"
+QUEUE_MS = "strata.latency.queue_ms"
+CACHED_TOKENS = "strata.usage.cached_input_tokens"
+TIER_TOKENS = "strata.usage.tier_input_tokens"
+KV_BLOCKS = "strata.kv.blocks"
+ERROR_CODE = "strata.error.code"
+
+SYSTEM_NAME = "strata"

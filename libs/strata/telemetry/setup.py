@@ -1,0 +1,65 @@
+"""Tracing setup shared by every service: OTLP/gRPC export and W3C propagation over gRPC.
+
+The aio gRPC instrumentors open a server span for each incoming call and inject the caller's
+context into outgoing metadata, so one request keeps one trace id across processes.
+"""
+
+from __future__ import annotations
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+
+_HEALTH_PREFIXES = ("/grpc.health.v1.", "/grpc.reflection.")
+
+
+def init_tracing(service_name: str, otlp_endpoint: str | None,
+                 exporter: SpanExporter | None = None) -> TracerProvider:
+    """Install a global tracer provider for this process and instrument grpc.aio.
+
+    otlp_endpoint: host:port of an OTLP/gRPC receiver, or None/"" to export nowhere (spans still
+    propagate context). exporter: an explicit exporter (tests pass an in-memory one).
+    """
+    provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+    if exporter is None and otlp_endpoint:
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+        exporter = OTLPSpanExporter(endpoint=otlp_endpoint, insecure=True)
+    if exporter is not None:
+        # Bounded queue: a slow collector costs dropped spans (counted by the SDK), never latency.
+        provider.add_span_processor(BatchSpanProcessor(
+            exporter, max_queue_size=8192, schedule_delay_millis=500, max_export_batch_size=512))
+    trace.set_tracer_provider(provider)
+    instrument_grpc()
+    return provider
+
+
+_instrumented = False
+
+
+def instrument_grpc() -> None:
+    """Patch grpc.aio servers and channels created from now on (idempotent)."""
+    global _instrumented
+    if _instrumented:
+        return
+    from opentelemetry.instrumentation.grpc import (
+        GrpcAioInstrumentorClient,
+        GrpcAioInstrumentorServer,
+        filters,
+    )
+
+    not_health = filters.negate(filters.any_of(
+        *[filters.method_prefix(p.strip("/").rstrip(".")) for p in _HEALTH_PREFIXES]))
+    GrpcAioInstrumentorServer(filter_=not_health).instrument()
+    GrpcAioInstrumentorClient(filter_=not_health).instrument()
+    _instrumented = True
+
+
+def tracer(name: str) -> trace.Tracer:
+    return trace.get_tracer(name)
+
+
+def current_trace_id_hex() -> str:
+    ctx = trace.get_current_span().get_span_context()
+    return format(ctx.trace_id, "032x") if ctx.is_valid else ""
