@@ -1,0 +1,110 @@
+"""The device KV block pool: ids, refcounts, the prefix-cache map and the LRU free queue.
+
+A block is in exactly one of three states:
+
+    in use     ref_count > 0                  (not in the free queue)
+    cached     ref_count == 0, hash != None   (in the free queue AND in the hash map: reusable)
+    free       ref_count == 0, hash == None   (in the free queue only)
+
+Allocation pops the head of the free queue (least recently freed). Popping a cached block evicts
+it: its hash leaves the map and `on_evict(block_id, hash)` runs first, while the block still holds
+its data, so the engine can copy it to the KV tier store. Sequences free their blocks in reverse
+order, so a sequence's tail blocks are evicted before its head (the head is the shared prefix).
+This module holds no tensors and imports no torch.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class Block:
+    block_id: int
+    ref_count: int = 0
+    block_hash: int | None = None   # set once the block is full; final from then on
+
+
+EvictHook = Callable[[int, int], None]
+
+
+class BlockPool:
+    def __init__(self, num_blocks: int, block_size: int, on_evict: EvictHook | None = None):
+        if num_blocks <= 0 or block_size <= 0:
+            raise ValueError(f"num_blocks and block_size must be positive, got {num_blocks}, "
+                             f"{block_size}")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.blocks = [Block(i) for i in range(num_blocks)]
+        self._free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
+        self._cached: dict[int, int] = {}   # hash -> block id
+        self.on_evict = on_evict
+        self.evictions = 0
+
+    # -- queries -------------------------------------------------------------------------------
+    @property
+    def num_free(self) -> int:
+        """Blocks that an allocation may take (free or cached-but-unreferenced)."""
+        return len(self._free)
+
+    @property
+    def num_cached(self) -> int:
+        return sum(1 for b in self._free if self.blocks[b].block_hash is not None)
+
+    def lookup(self, block_hash: int) -> int | None:
+        return self._cached.get(block_hash)
+
+    # -- transitions ---------------------------------------------------------------------------
+    def allocate(self, n: int) -> list[int] | None:
+        """Take n blocks (ref_count 1 each) or None when fewer than n are available."""
+        if n > len(self._free):
+            return None
+        out = []
+        for _ in range(n):
+            block_id, _ = self._free.popitem(last=False)
+            block = self.blocks[block_id]
+            if block.block_hash is not None:
+                self._evict(block)
+            block.ref_count = 1
+            out.append(block_id)
+        return out
+
+    def acquire_cached(self, block_id: int) -> None:
+        """Take one more reference to a cached or in-use block (a prefix-cache hit)."""
+        block = self.blocks[block_id]
+        if block.ref_count == 0:
+            del self._free[block_id]
+        block.ref_count += 1
+
+    def commit(self, block_id: int, block_hash: int) -> int:
+        """Record that a full block holds the content named by block_hash.
+
+        Returns the block id that now stands for that hash: an existing cached block wins, so the
+        map never holds two copies of one block (the caller may then switch to it).
+        """
+        existing = self._cached.get(block_hash)
+        if existing is not None and existing != block_id:
+            return existing
+        self.blocks[block_id].block_hash = block_hash
+        self._cached[block_hash] = block_id
+        return block_id
+
+    def free(self, block_ids: Iterable[int]) -> None:
+        """Drop one reference from each block; give them back in reverse (tail evicted first)."""
+        for block_id in reversed(list(block_ids)):
+            block = self.blocks[block_id]
+            if block.ref_count <= 0:
+                raise RuntimeError(f"block {block_id} freed more often than it was taken")
+            block.ref_count -= 1
+            if block.ref_count == 0:
+                self._free[block_id] = None
+
+    def _evict(self, block: Block) -> None:
+        assert block.block_hash is not None
+        if self.on_evict is not None:
+            self.on_evict(block.block_id, block.block_hash)
+        del self._cached[block.block_hash]
+        block.block_hash = None
+        self.evictions += 1
