@@ -1,0 +1,1 @@
+"""Global scheduler (level 1): node registry kept alive by heartbeats, and request routing."""

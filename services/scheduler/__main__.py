@@ -1,0 +1,43 @@
+"""Run the global scheduler: python -m services.scheduler"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+
+from services.scheduler.config import SchedulerConfig
+from services.scheduler.servicer import SchedulerServicer
+from strata.policy.clock import WallClock
+from strata.policy.registry import NodeRegistry
+from strata.policy.routing import Router
+from strata.rpc.server import Registration, run, serve_until_signal, start_server
+from strata.rpc.v1 import scheduler_pb2, scheduler_pb2_grpc
+from strata.telemetry.setup import init_tracing
+
+log = logging.getLogger("services.scheduler")
+
+
+async def main() -> None:
+    cfg = SchedulerConfig.from_env()
+    init_tracing("scheduler", cfg.otlp_endpoint)
+    registry = NodeRegistry(clock=WallClock(), ttl_s=cfg.node_ttl_s)
+    # Unseeded on purpose: scheduler replicas must break ties differently, or they herd.
+    servicer = SchedulerServicer(registry, Router(rng=random.Random()), cfg.heartbeat_interval_s)
+    running = await start_server([Registration(
+        add=lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s),
+        service_name=scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].full_name)],
+        bind=cfg.bind)
+    stop = asyncio.Event()
+    expiry = asyncio.create_task(servicer.expire_until(stop, cfg.heartbeat_interval_s))
+    log.info("scheduler listening on %s", cfg.bind)
+
+    async def on_stop() -> None:
+        stop.set()
+        await expiry
+
+    await serve_until_signal(running, on_stop=on_stop)
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,56 @@
+"""Protobuf <-> registry dataclasses for the scheduler; protobuf stops here."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from strata.policy.registry import ModelInfo, NodeState, ReplicaPhase, ReplicaState
+from strata.rpc.v1 import common_pb2
+
+_PHASE_FROM_PB = {
+    common_pb2.REPLICA_STATE_UNSPECIFIED: ReplicaPhase.UNSPECIFIED,
+    common_pb2.REPLICA_STATE_LOADING: ReplicaPhase.LOADING,
+    common_pb2.REPLICA_STATE_READY: ReplicaPhase.READY,
+    common_pb2.REPLICA_STATE_DRAINING: ReplicaPhase.DRAINING,
+    common_pb2.REPLICA_STATE_FAILED: ReplicaPhase.FAILED,
+}
+_PHASE_TO_PB = {v: k for k, v in _PHASE_FROM_PB.items()}
+
+
+def replica_from_pb(r: common_pb2.ReplicaInfo) -> ReplicaState:
+    return ReplicaState(
+        model=r.model, replica_id=r.replica_id,
+        # A state added to the proto later reads as UNSPECIFIED, which routing never picks.
+        phase=_PHASE_FROM_PB.get(r.state, ReplicaPhase.UNSPECIFIED),
+        worker_address=r.worker_address, running_requests=r.running_requests,
+        waiting_requests=r.waiting_requests, queued_tokens=r.queued_tokens,
+        kv_blocks_total=r.kv_blocks_total, kv_blocks_free=r.kv_blocks_free)
+
+
+def replica_to_pb(r: ReplicaState) -> common_pb2.ReplicaInfo:
+    return common_pb2.ReplicaInfo(
+        model=r.model, replica_id=r.replica_id, state=_PHASE_TO_PB[r.phase],
+        worker_address=r.worker_address, running_requests=r.running_requests,
+        waiting_requests=r.waiting_requests, queued_tokens=r.queued_tokens,
+        kv_blocks_total=r.kv_blocks_total, kv_blocks_free=r.kv_blocks_free)
+
+
+def model_from_pb(m: common_pb2.ModelInfo) -> ModelInfo:
+    return ModelInfo(name=m.name, context_length=m.context_length, memory_bytes=m.memory_bytes)
+
+
+def model_to_pb(m: ModelInfo) -> common_pb2.ModelInfo:
+    return common_pb2.ModelInfo(name=m.name, context_length=m.context_length,
+                                memory_bytes=m.memory_bytes)
+
+
+def node_from_pb(node: common_pb2.NodeInfo, models: Iterable[common_pb2.ModelInfo]) -> NodeState:
+    return NodeState(node_id=node.node_id, address=node.address, memory_bytes=node.memory_bytes,
+                     device=node.device, replicas=tuple(replica_from_pb(r) for r in node.replicas),
+                     models=tuple(model_from_pb(m) for m in models))
+
+
+def node_to_pb(node: NodeState) -> common_pb2.NodeInfo:
+    return common_pb2.NodeInfo(node_id=node.node_id, address=node.address,
+                               memory_bytes=node.memory_bytes, device=node.device,
+                               replicas=[replica_to_pb(r) for r in node.replicas])

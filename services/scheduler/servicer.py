@@ -1,0 +1,109 @@
+"""Scheduler servicer: heartbeats into the NodeRegistry, Route through the Router, status codes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import grpc
+from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
+
+from services.scheduler import convert
+from strata.policy.registry import NodeRegistry
+from strata.policy.routing import MissKind, Router
+from strata.rpc.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
+from strata.telemetry import names
+
+log = logging.getLogger(__name__)
+
+
+class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
+    def __init__(self, registry: NodeRegistry, router: Router, heartbeat_interval_s: float,
+                 tracer: trace.Tracer | None = None) -> None:
+        self._registry = registry
+        self._router = router
+        self._interval_ms = round(heartbeat_interval_s * 1000)
+        self._tracer = tracer or trace.get_tracer(__name__)
+
+    async def Heartbeat(self, request: scheduler_pb2.HeartbeatRequest,
+                        context: grpc.aio.ServicerContext) -> scheduler_pb2.HeartbeatResponse:
+        problem = _heartbeat_problem(request)
+        if problem:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        node = request.node
+        if self._registry.get(node.node_id) is None:
+            log.info("node %s joined at %s (%d bytes, %s)", node.node_id, node.address,
+                     node.memory_bytes, node.device or "device unknown")
+        self._registry.heartbeat(convert.node_from_pb(node, request.models))
+        return scheduler_pb2.HeartbeatResponse(heartbeat_interval_ms=self._interval_ms)
+
+    async def Route(self, request: scheduler_pb2.RouteRequest,
+                    context: grpc.aio.ServicerContext) -> scheduler_pb2.RouteResponse:
+        if not request.model:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                "model is required: name one of the models from ListModels")
+        if request.prompt_tokens_estimate < 0:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"prompt_tokens_estimate must be >= 0, got "
+                                f"{request.prompt_tokens_estimate}")
+        with self._tracer.start_as_current_span(names.SPAN_SCHEDULER_ROUTE) as span:
+            span.set_attribute(names.TENANT, request.tenant)
+            span.set_attribute(names.GEN_AI_REQUEST_MODEL, request.model)
+            decision = self._router.route(request.model, request.tenant,
+                                          request.prompt_tokens_estimate, self._registry)
+            if decision is not None:
+                span.set_attribute(names.NODE_ID, decision.node_id)
+                span.set_attribute(names.REPLICA_ID, decision.replica_id)
+                return scheduler_pb2.RouteResponse(node_id=decision.node_id,
+                                                   node_address=decision.address,
+                                                   replica_id=decision.replica_id)
+            miss = self._router.explain_miss(request.model, self._registry)
+            code = (grpc.StatusCode.NOT_FOUND if miss.kind is MissKind.UNKNOWN_MODEL
+                    else grpc.StatusCode.UNAVAILABLE)
+            span.set_attribute(names.ERROR_CODE, code.name)
+            span.set_status(Status(StatusCode.ERROR, miss.message))
+        await context.abort(code, miss.message)
+
+    async def ListNodes(self, request: scheduler_pb2.ListNodesRequest,
+                        context: grpc.aio.ServicerContext) -> scheduler_pb2.ListNodesResponse:
+        return scheduler_pb2.ListNodesResponse(
+            nodes=[convert.node_to_pb(n) for n in self._registry.nodes()])
+
+    async def ListModels(self, request: common_pb2.ListModelsRequest,
+                         context: grpc.aio.ServicerContext) -> common_pb2.ListModelsResponse:
+        return common_pb2.ListModelsResponse(
+            models=[convert.model_to_pb(m) for m in self._registry.models()])
+
+    async def expire_until(self, stop: asyncio.Event, every_s: float) -> None:
+        """Drop silent nodes from memory every `every_s` until `stop` is set.
+
+        Routing already ignores silent nodes at read time; this only frees their entries and
+        logs the departure once.
+        """
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=every_s)
+            except TimeoutError:
+                for node_id in self._registry.expire():
+                    log.warning("node %s left: no heartbeat for over %.1fs", node_id,
+                                self._registry.ttl_s)
+
+
+def _heartbeat_problem(request: scheduler_pb2.HeartbeatRequest) -> str | None:
+    node = request.node
+    if not node.node_id:
+        return "node.node_id is required: set it to a name unique to this node manager"
+    if not node.address:
+        return (f"node.address is required for node {node.node_id}: set it to the host:port "
+                f"its node manager listens on")
+    if node.memory_bytes < 0:
+        return f"node.memory_bytes of node {node.node_id} must be >= 0, got {node.memory_bytes}"
+    for r in node.replicas:
+        if not r.model or not r.replica_id:
+            return (f"node {node.node_id} reports a replica without a model or replica_id "
+                    f"(model={r.model!r}, replica_id={r.replica_id!r}); every replica needs both")
+    for m in request.models:
+        if not m.name:
+            return f"node {node.node_id} advertises a model without a name"
+    return None

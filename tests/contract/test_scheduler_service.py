@@ -1,0 +1,155 @@
+"""Scheduler servicer in-process on port 0: heartbeats, routing choices, expiry, status codes, spans."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+
+import grpc
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from services.scheduler.servicer import SchedulerServicer
+from strata.policy.clock import ManualClock
+from strata.policy.registry import NodeRegistry
+from strata.policy.routing import Router
+from strata.rpc.server import Registration, channel, start_server
+from strata.rpc.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
+from strata.telemetry import names
+
+MODEL = "smollm2-135m-instruct"
+READY = common_pb2.REPLICA_STATE_READY
+
+
+@pytest.fixture
+async def env():
+    clock = ManualClock()
+    registry = NodeRegistry(clock=clock, ttl_s=2.0)
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    servicer = SchedulerServicer(registry, Router(rng=random.Random(0)), heartbeat_interval_s=0.5,
+                                 tracer=provider.get_tracer("test"))
+    running = await start_server([Registration(
+        add=lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s),
+        service_name=scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].full_name)])
+    ch = channel(running.address)
+    yield scheduler_pb2_grpc.SchedulerStub(ch), clock, exporter, servicer
+    await ch.close()
+    await running.stop(0)
+
+
+def heartbeat(node_id: str, queued: int = 0, running: int = 0,
+              state: int = READY) -> scheduler_pb2.HeartbeatRequest:
+    replica = common_pb2.ReplicaInfo(model=MODEL, replica_id=f"{node_id}-r0", state=state,
+                                     queued_tokens=queued, running_requests=running,
+                                     kv_blocks_total=64, kv_blocks_free=64)
+    return scheduler_pb2.HeartbeatRequest(
+        node=common_pb2.NodeInfo(node_id=node_id, address=f"{node_id}.local:50053",
+                                 memory_bytes=8_000_000_000, device="cpu", replicas=[replica]),
+        models=[common_pb2.ModelInfo(name=MODEL, context_length=8192, memory_bytes=800_000_000)])
+
+
+async def test_heartbeat_returns_interval_and_nodes_and_models_are_listed(env):
+    stub, *_ = env
+    reply = await stub.Heartbeat(heartbeat("n1"))
+    assert reply.heartbeat_interval_ms == 500
+    await stub.Heartbeat(heartbeat("n2"))
+    nodes = (await stub.ListNodes(scheduler_pb2.ListNodesRequest())).nodes
+    assert [(n.node_id, n.address, n.memory_bytes) for n in nodes] == [
+        ("n1", "n1.local:50053", 8_000_000_000), ("n2", "n2.local:50053", 8_000_000_000)]
+    assert [(r.replica_id, r.state) for r in nodes[0].replicas] == [("n1-r0", READY)]
+    models = (await stub.ListModels(common_pb2.ListModelsRequest())).models
+    assert [(m.name, m.context_length, m.memory_bytes) for m in models] == [
+        (MODEL, 8192, 800_000_000)]
+
+
+async def test_route_picks_less_loaded_node_and_records_span(env):
+    stub, _, exporter, _ = env
+    await stub.Heartbeat(heartbeat("n1", queued=900))
+    await stub.Heartbeat(heartbeat("n2", running=2))     # 2 * 128 = 256 tokens of work
+    reply = await stub.Route(scheduler_pb2.RouteRequest(model=MODEL, tenant="acme",
+                                                        prompt_tokens_estimate=40))
+    assert (reply.node_id, reply.node_address, reply.replica_id) == (
+        "n2", "n2.local:50053", "n2-r0")
+    (span,) = exporter.get_finished_spans()
+    assert span.name == names.SPAN_SCHEDULER_ROUTE
+    assert dict(span.attributes) == {names.TENANT: "acme", names.GEN_AI_REQUEST_MODEL: MODEL,
+                                     names.NODE_ID: "n2", names.REPLICA_ID: "n2-r0"}
+
+
+async def test_silent_node_leaves_routing_after_ttl(env, caplog):
+    stub, clock, _, servicer = env
+    await stub.Heartbeat(heartbeat("n1"))
+    await stub.Heartbeat(heartbeat("n2", queued=5000))
+    assert (await stub.Route(scheduler_pb2.RouteRequest(model=MODEL))).node_id == "n1"
+    clock.advance(1.5)
+    await stub.Heartbeat(heartbeat("n2", queued=5000))   # n1 stays silent
+    clock.advance(1.0)                                   # n1 silent 2.5 s > TTL 2 s
+    assert (await stub.Route(scheduler_pb2.RouteRequest(model=MODEL))).node_id == "n2"
+    nodes = (await stub.ListNodes(scheduler_pb2.ListNodesRequest())).nodes
+    assert [n.node_id for n in nodes] == ["n2"]
+    stop = asyncio.Event()
+    with caplog.at_level(logging.WARNING, logger="services.scheduler.servicer"):
+        task = asyncio.create_task(servicer.expire_until(stop, every_s=0.01))
+        await asyncio.sleep(0.05)
+        stop.set()
+        await task
+    assert [r.getMessage() for r in caplog.records] == ["node n1 left: no heartbeat for over 2.0s"]
+
+
+async def test_heartbeat_validation_messages(env):
+    stub, *_ = env
+    bad = heartbeat("n1")
+    bad.node.node_id = ""
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stub.Heartbeat(bad)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.value.details() == ("node.node_id is required: set it to a name unique to this "
+                                   "node manager")
+    bad = heartbeat("n1")
+    bad.node.address = ""
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stub.Heartbeat(bad)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.value.details() == ("node.address is required for node n1: set it to the "
+                                   "host:port its node manager listens on")
+
+
+async def test_route_errors_not_found_unavailable_invalid(env):
+    stub, _, exporter, _ = env
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stub.Route(scheduler_pb2.RouteRequest(model="", tenant="acme"))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.value.details() == "model is required: name one of the models from ListModels"
+
+    await stub.Heartbeat(heartbeat("n1", state=common_pb2.REPLICA_STATE_LOADING))
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stub.Route(scheduler_pb2.RouteRequest(model="llama-9000", tenant="acme"))
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    assert err.value.details() == (f"model 'llama-9000' is not served by this cluster; known "
+                                   f"models: {MODEL}")
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stub.Route(scheduler_pb2.RouteRequest(model=MODEL, tenant="acme"))
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert err.value.details() == (f"model '{MODEL}' has no ready replica right now (1 loading); "
+                                   f"retry in a few seconds")
+    spans = exporter.get_finished_spans()
+    assert [s.attributes[names.ERROR_CODE] for s in spans] == ["NOT_FOUND", "UNAVAILABLE"]
+
+
+def test_config_reads_env_and_rejects_ttl_not_above_interval(monkeypatch):
+    from services.scheduler.config import SchedulerConfig
+    from strata.envconfig import ConfigError
+
+    monkeypatch.setenv("STRATA_SCHEDULER_BIND", "0.0.0.0:6000")
+    monkeypatch.setenv("STRATA_NODE_TTL_S", "3")
+    cfg = SchedulerConfig.from_env()
+    assert (cfg.bind, cfg.node_ttl_s, cfg.heartbeat_interval_s) == ("0.0.0.0:6000", 3.0, 1.0)
+    monkeypatch.setenv("STRATA_NODE_TTL_S", "1")
+    with pytest.raises(ConfigError, match=r"STRATA_NODE_TTL_S \(1.0\) must exceed "
+                                          r"STRATA_HEARTBEAT_INTERVAL_S \(1.0\)"):
+        SchedulerConfig.from_env()
