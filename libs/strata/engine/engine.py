@@ -1,0 +1,235 @@
+"""The synchronous engine: admits requests, runs one batched step at a time, emits outputs.
+
+One step = schedule (scheduler.py) -> build the flattened batch -> model forward over the paged
+cache -> sample -> detokenize -> retire finished sequences. Evicted cached blocks go to the KV
+tier store when one is attached; prefix hits there are loaded back instead of recomputed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from strata.engine.attention import AttentionMetadata, SeqSlice
+from strata.engine.block_pool import BlockPool
+from strata.engine.detokenizer import Detokenizer
+from strata.engine.loaded import LoadedModel
+from strata.engine.model import build_model
+from strata.engine.sampler import SeqSampler
+from strata.engine.scheduler import ScheduledSeq, Scheduler
+from strata.engine.sequence import FinishReason, SamplingParams, Sequence
+from strata.engine.tier_link import TierLink
+from strata.kvtier.hashing import HashKeys
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    block_size: int = 16
+    kv_cache_bytes: int = 256 * 1024 * 1024
+    num_blocks: int = 0               # 0 = derive from kv_cache_bytes
+    max_batched_tokens: int = 512
+    max_seqs: int = 32
+    device: str = "cpu"
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        if self.block_size <= 0 or self.block_size & (self.block_size - 1):
+            raise ValueError(f"block_size must be a positive power of two, got {self.block_size}")
+        if self.max_batched_tokens < self.block_size:
+            raise ValueError(f"max_batched_tokens ({self.max_batched_tokens}) must be at least "
+                             f"block_size ({self.block_size})")
+        if self.dtype not in ("float32", "float16", "bfloat16"):
+            raise ValueError(f"dtype must be float32, float16 or bfloat16, got {self.dtype!r}")
+
+
+@dataclass(slots=True)
+class EngineRequest:
+    request_id: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    tenant: str = ""
+    prefix_public: bool = False
+    priority: int = 0
+
+
+@dataclass(slots=True)
+class RequestOutput:
+    request_id: str
+    text: str
+    token_ids: list[int]
+    finished: bool = False
+    finish_reason: FinishReason | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    tier_tokens: int = 0
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class EngineStats:
+    steps: int = 0
+    prefix_hit_tokens: int = 0
+    tier_hit_tokens: int = 0
+    last_step_tokens: int = 0
+    step_tokens_total: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+class LLMEngine:
+    def __init__(self, loaded: LoadedModel, config: EngineConfig, tier: TierLink | None = None):
+        self.loaded = loaded
+        self.config = config
+        self.model_name = loaded.config.name
+        self.tokenizer = loaded.tokenizer
+        self.device = torch.device(config.device)
+        self.dtype = getattr(torch, config.dtype)
+        cfg = loaded.config
+        self.model = build_model(cfg, loaded.weights, self.device, self.dtype)
+        per_block = cfg.kv_bytes_per_token(torch.finfo(self.dtype).bits // 8) * config.block_size
+        num_blocks = config.num_blocks or max(1, config.kv_cache_bytes // per_block)
+        self.kv = torch.zeros(cfg.num_layers, 2, num_blocks, config.block_size, cfg.num_kv_heads,
+                              cfg.head_dim, device=self.device, dtype=self.dtype)
+        self.tier = tier
+        if tier is not None:
+            tier.attach(self.kv)
+        self.pool = BlockPool(num_blocks, config.block_size,
+                              on_evict=tier.offload if tier is not None else None)
+        if tier is not None:
+            tier.pool = self.pool
+        self.scheduler = Scheduler(self.pool, config.max_batched_tokens, config.max_seqs,
+                                   tier=tier)
+        self.max_context = cfg.max_position_embeddings
+        self.stats = EngineStats()
+        self._samplers: dict[str, SeqSampler] = {}
+        self._detok: dict[str, Detokenizer] = {}
+        self._seqs: dict[str, Sequence] = {}
+
+    # -- requests ------------------------------------------------------------------------------
+    def validate(self, req: EngineRequest) -> None:
+        """Raise ValueError with a sentence the caller can act on."""
+        n = len(req.prompt_ids)
+        if n == 0:
+            raise ValueError("the prompt is empty after tokenization")
+        if req.params.max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {req.params.max_tokens}")
+        if n + req.params.max_tokens > self.max_context:
+            raise ValueError(f"prompt ({n} tokens) plus max_tokens ({req.params.max_tokens}) "
+                             f"exceeds the model's context of {self.max_context} tokens")
+        need = -(-(n + req.params.max_tokens) // self.config.block_size)
+        if need > self.pool.num_blocks:
+            raise ValueError(f"the request needs {need} KV blocks but this worker has "
+                             f"{self.pool.num_blocks}; shorten the prompt or max_tokens")
+        if req.request_id in self._seqs:
+            raise ValueError(f"request id {req.request_id!r} is already running")
+
+    def add_request(self, req: EngineRequest) -> None:
+        self.validate(req)
+        seq = Sequence(
+            request_id=req.request_id, token_ids=list(req.prompt_ids),
+            num_prompt=len(req.prompt_ids), params=req.params,
+            hash_keys=HashKeys.for_request(self.model_name, req.tenant, req.prefix_public),
+            priority=req.priority, arrival=time.monotonic())
+        self._seqs[req.request_id] = seq
+        self._samplers[req.request_id] = SeqSampler(req.params)
+        self._detok[req.request_id] = Detokenizer(self.tokenizer, req.params.stop)
+        self.scheduler.add(seq)
+
+    def abort(self, request_id: str) -> bool:
+        seq = self._seqs.get(request_id)
+        if seq is None:
+            return False
+        self.scheduler.finish(seq, FinishReason.ABORTED)
+        self._forget(request_id)
+        return True
+
+    def has_work(self) -> bool:
+        return self.scheduler.has_work()
+
+    @property
+    def num_running(self) -> int:
+        return len(self.scheduler.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.scheduler.waiting)
+
+    def queued_tokens(self) -> int:
+        return sum(s.num_pending for s in self.scheduler.waiting) + \
+            sum(s.num_pending for s in self.scheduler.running)
+
+    # -- one step ------------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        plan = self.scheduler.schedule()
+        if not plan.scheduled:
+            return []
+        logits = self._forward(plan.scheduled)
+        outputs: list[RequestOutput] = []
+        row = 0
+        for item in plan.scheduled:
+            self.scheduler.advance(item)
+            if item.sample:
+                outputs.append(self._sample(item.seq, logits[row]))
+                row += 1
+        self.stats.steps += 1
+        self.stats.last_step_tokens = plan.num_tokens
+        self.stats.step_tokens_total += plan.num_tokens
+        return outputs
+
+    def _forward(self, scheduled: list[ScheduledSeq]) -> torch.Tensor:
+        ids: list[int] = []
+        positions: list[int] = []
+        slices: list[SeqSlice] = []
+        logits_rows: list[int] = []
+        for item in scheduled:
+            seq, start = item.seq, len(ids)
+            first = seq.num_computed
+            ids.extend(seq.token_ids[first:first + item.num_new])
+            positions.extend(range(first, first + item.num_new))
+            slices.append(SeqSlice(start, item.num_new, first + item.num_new, seq.block_ids))
+            if item.sample:
+                logits_rows.append(start + item.num_new - 1)
+        dev = self.device
+        meta = AttentionMetadata.build(slices, self.config.block_size, dev)
+        return self.model(torch.tensor(ids, dtype=torch.int64, device=dev),
+                          torch.tensor(positions, dtype=torch.int64, device=dev), self.kv, meta,
+                          torch.tensor(logits_rows, dtype=torch.int64, device=dev))
+
+    def _sample(self, seq: Sequence, logits: torch.Tensor) -> RequestOutput:
+        rid = seq.request_id
+        token = self._samplers[rid].sample(logits, seq.token_ids)
+        seq.token_ids.append(token)
+        p = seq.params
+        detok = self._detok[rid]
+        reason = None
+        text = ""
+        if (token in self.tokenizer.eos_token_ids and not p.ignore_eos) or \
+                token in p.stop_token_ids:
+            reason = FinishReason.STOP
+        else:
+            text = detok.add(token)
+            if detok.stopped:
+                reason = FinishReason.STOP
+            elif seq.num_output >= p.max_tokens or len(seq.token_ids) >= self.max_context:
+                reason = FinishReason.LENGTH
+        if reason is not None:
+            text += detok.flush()
+            self.stats.prefix_hit_tokens += seq.num_cached_prompt
+            self.stats.tier_hit_tokens += seq.num_tier_prompt
+            self.scheduler.finish(seq, reason)
+            self._forget(rid)
+        return RequestOutput(
+            request_id=rid, text=text, token_ids=[token], finished=reason is not None,
+            finish_reason=reason, prompt_tokens=seq.num_prompt,
+            completion_tokens=seq.num_output, cached_tokens=seq.num_cached_prompt,
+            tier_tokens=seq.num_tier_prompt)
+
+    def _forget(self, request_id: str) -> None:
+        self._seqs.pop(request_id, None)
+        self._samplers.pop(request_id, None)
+        self._detok.pop(request_id, None)

@@ -1,0 +1,188 @@
+"""The batch scheduler: continuous batching with chunked prefill under a per-step token budget.
+
+Each step: running sequences first (decodes cost one token, unfinished prefills a chunk), in
+priority order, then waiting sequences while budget, sequence slots and blocks last. A waiting
+sequence first takes whatever prefix the device cache or the KV tier store already holds. When a
+running sequence needs a block and none is free, the lowest-priority, latest-arrived running
+sequence is preempted (its blocks freed, its tokens kept) and recomputed later; its full blocks
+stay cached, so recomputation usually hits the prefix cache. Imports no torch.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from strata.engine.block_pool import BlockPool
+from strata.engine.sequence import FinishReason, Sequence, Status
+from strata.kvtier.hashing import ROOT_HASH, block_hash, chain_hashes
+
+
+class TierLoader(Protocol):
+    def load(self, seq: Sequence, hashes: list[int]) -> int:
+        """Load the longest available prefix of `hashes` from the lower tiers into newly
+        allocated device blocks appended to seq.block_ids; return how many were loaded."""
+        ...
+
+
+@dataclass(slots=True)
+class ScheduledSeq:
+    seq: Sequence
+    num_new: int            # tokens computed for this sequence in this step
+    sample: bool            # the step completes the sequence's known tokens: sample one
+
+
+@dataclass(slots=True)
+class StepPlan:
+    scheduled: list[ScheduledSeq]
+    preempted: list[Sequence]
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(s.num_new for s in self.scheduled)
+
+
+class Scheduler:
+    def __init__(self, pool: BlockPool, max_batched_tokens: int, max_seqs: int,
+                 tier: TierLoader | None = None, clock: Callable[[], float] | None = None):
+        self.pool = pool
+        self.block_size = pool.block_size
+        self.max_batched_tokens = max_batched_tokens
+        self.max_seqs = max_seqs
+        self.tier = tier
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.preemptions = 0
+
+    # -- membership ----------------------------------------------------------------------------
+    def add(self, seq: Sequence) -> None:
+        seq.status = Status.WAITING
+        self.waiting.append(seq)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def find(self, request_id: str) -> Sequence | None:
+        for seq in self.running:
+            if seq.request_id == request_id:
+                return seq
+        for seq in self.waiting:
+            if seq.request_id == request_id:
+                return seq
+        return None
+
+    def finish(self, seq: Sequence, reason: FinishReason) -> None:
+        """Retire a sequence (finished or aborted) and give its blocks back."""
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        self.pool.free(seq.block_ids)
+        seq.block_ids = []
+        seq.status = Status.FINISHED
+        seq.finish_reason = reason
+
+    # -- one step ------------------------------------------------------------------------------
+    def schedule(self) -> StepPlan:
+        budget = self.max_batched_tokens
+        scheduled: list[ScheduledSeq] = []
+        preempted: list[Sequence] = []
+        self.running.sort(key=Sequence.sort_key)
+        i = 0
+        while i < len(self.running) and budget > 0:
+            seq = self.running[i]
+            n = min(seq.num_pending, budget)
+            if not self._ensure_blocks(seq, n, preempted):
+                continue  # seq itself was preempted; the list shrank under index i
+            scheduled.append(ScheduledSeq(seq, n, n == seq.num_pending))
+            budget -= n
+            i += 1
+        if not preempted:
+            self._admit(budget, scheduled)
+        return StepPlan(scheduled, preempted)
+
+    def _admit(self, budget: int, scheduled: list[ScheduledSeq]) -> None:
+        ordered = sorted(self.waiting, key=Sequence.sort_key)
+        for seq in ordered:
+            if budget <= 0 or len(self.running) >= self.max_seqs:
+                return
+            if seq.num_computed == 0 and not seq.block_ids:
+                self._take_cached_prefix(seq)
+            n = min(seq.num_pending, budget)
+            if not self._grow(seq, n):
+                self._release_prefix(seq)
+                return  # no memory: keep FIFO order within a priority, admit nothing more
+            self.waiting.remove(seq)
+            seq.status = Status.RUNNING
+            self.running.append(seq)
+            scheduled.append(ScheduledSeq(seq, n, n == seq.num_pending))
+            budget -= n
+
+    def _ensure_blocks(self, seq: Sequence, n: int, preempted: list[Sequence]) -> bool:
+        while not self._grow(seq, n):
+            victim = max(self.running, key=Sequence.sort_key)
+            self._preempt(victim)
+            preempted.append(victim)
+            if victim is seq:
+                return False
+        return True
+
+    def _grow(self, seq: Sequence, n: int) -> bool:
+        need = -(-(seq.num_computed + n) // self.block_size) - len(seq.block_ids)
+        if need <= 0:
+            return True
+        blocks = self.pool.allocate(need)
+        if blocks is None:
+            return False
+        seq.block_ids.extend(blocks)
+        return True
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.running.remove(seq)
+        self.pool.free(seq.block_ids)
+        seq.block_ids, seq.block_hashes, seq.num_computed = [], [], 0
+        seq.status = Status.WAITING
+        seq.num_preemptions += 1
+        self.preemptions += 1
+        self.waiting.appendleft(seq)
+
+    def _take_cached_prefix(self, seq: Sequence) -> None:
+        # The last token is always recomputed: its logits are needed to sample the next one.
+        hashes = chain_hashes(seq.token_ids[:len(seq.token_ids) - 1], self.block_size,
+                              seq.hash_keys)
+        hit = 0
+        for h in hashes:
+            block_id = self.pool.lookup(h)
+            if block_id is None:
+                break
+            self.pool.acquire_cached(block_id)
+            seq.block_ids.append(block_id)
+            hit += 1
+        seq.block_hashes = hashes[:hit]
+        loaded = self.tier.load(seq, hashes[hit:]) if self.tier and hit < len(hashes) else 0
+        seq.block_hashes = hashes[:hit + loaded]
+        seq.num_computed = (hit + loaded) * self.block_size
+        if seq.num_preemptions == 0:
+            seq.num_cached_prompt = hit * self.block_size
+            seq.num_tier_prompt = loaded * self.block_size
+
+    def _release_prefix(self, seq: Sequence) -> None:
+        """Undo _take_cached_prefix for a sequence that could not be admitted after all."""
+        self.pool.free(seq.block_ids)
+        seq.block_ids, seq.block_hashes, seq.num_computed = [], [], 0
+
+    # -- after the model ran -------------------------------------------------------------------
+    def advance(self, item: ScheduledSeq) -> None:
+        """Mark a step's tokens computed and publish newly filled blocks to the prefix cache."""
+        seq = item.seq
+        seq.num_computed += item.num_new
+        full = seq.num_computed // self.block_size
+        parent = seq.block_hashes[-1] if seq.block_hashes else ROOT_HASH
+        for idx in range(len(seq.block_hashes), full):
+            start = idx * self.block_size
+            parent = block_hash(parent, seq.token_ids[start:start + self.block_size],
+                                seq.hash_keys)
+            seq.block_hashes.append(parent)
+            self.pool.commit(seq.block_ids[idx], parent)

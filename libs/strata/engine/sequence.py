@@ -1,0 +1,69 @@
+"""A request inside the engine: its tokens, its blocks, how far its KV is computed."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from strata.kvtier.hashing import HashKeys
+
+
+@dataclass(slots=True, frozen=True)
+class SamplingParams:
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    repetition_penalty: float = 1.0
+    max_tokens: int = 16
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class FinishReason(enum.Enum):
+    STOP = "stop"
+    LENGTH = "length"
+    ABORTED = "aborted"
+
+
+@dataclass(slots=True)
+class Sequence:
+    request_id: str
+    token_ids: list[int]            # prompt followed by generated tokens
+    num_prompt: int
+    params: SamplingParams
+    hash_keys: HashKeys
+    priority: int = 0
+    arrival: float = 0.0
+    block_ids: list[int] = field(default_factory=list)
+    block_hashes: list[int] = field(default_factory=list)   # of the leading full, computed blocks
+    num_computed: int = 0           # tokens whose K/V are in the cache
+    num_cached_prompt: int = 0      # prompt tokens served from the device prefix cache
+    num_tier_prompt: int = 0        # prompt tokens loaded back from the KV tier store
+    status: Status = Status.WAITING
+    finish_reason: FinishReason | None = None
+    num_preemptions: int = 0
+
+    @property
+    def num_output(self) -> int:
+        return len(self.token_ids) - self.num_prompt
+
+    @property
+    def output_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt:]
+
+    @property
+    def num_pending(self) -> int:
+        """Tokens whose K/V still have to be computed before the next token can be sampled."""
+        return len(self.token_ids) - self.num_computed
+
+    def sort_key(self) -> tuple[int, float]:
+        """Scheduling order: higher priority first, then earlier arrival."""
+        return (-self.priority, self.arrival)

@@ -1,0 +1,56 @@
+"""Connects the engine's device pool to the KV tier store: offload on eviction, load on a hit."""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+import torch
+
+from strata.engine.block_pool import BlockPool
+from strata.engine.sequence import Sequence
+from strata.kvtier import codec
+from strata.kvtier.client import TierClient
+
+log = logging.getLogger(__name__)
+
+
+class TierLink:
+    def __init__(self, client: TierClient):
+        self.client = client
+        self.kv: torch.Tensor | None = None
+        self.pool: BlockPool | None = None
+        self.layout = ""
+
+    def attach(self, kv: torch.Tensor) -> None:
+        self.kv = kv
+        layers, two, _, block_size, heads, dim = kv.shape
+        self.layout = codec.layout_of((layers, two, block_size, heads, dim), kv.dtype)
+
+    def offload(self, block_id: int, block_hash: int) -> None:
+        """BlockPool eviction hook: runs while the block still holds its data."""
+        assert self.kv is not None
+        data, layout = codec.encode(self.kv[:, :, block_id])
+        self.client.put_async(block_hash, data, layout)
+
+    def load(self, seq: Sequence, hashes: list[int]) -> int:
+        assert self.kv is not None and self.pool is not None
+        try:
+            if self.client.lookup(hashes) == 0:
+                return 0
+            fetched = self.client.get(hashes)
+        except grpc.RpcError as err:
+            # The tier is a cache: when it is unreachable the prefix is recomputed.
+            log.warning("kv tier lookup failed (%s): recomputing %d blocks", err.code(),
+                        len(hashes))
+            return 0
+        if not fetched:
+            return 0
+        ids = self.pool.allocate(len(fetched))
+        if ids is None:
+            return 0
+        for block_id, blk in zip(ids, fetched):
+            self.kv[:, :, block_id].copy_(codec.decode(blk.data, blk.layout, self.layout))
+            self.pool.commit(block_id, blk.block_hash)
+        seq.block_ids.extend(ids)
+        return len(ids)

@@ -1,0 +1,42 @@
+"""Tiny random models for engine tests (fast on 2 cores)."""
+
+import torch
+
+from strata.engine.byte_tokenizer import ByteTokenizer
+from strata.engine.config import ModelConfig
+from strata.engine.engine import EngineConfig, LLMEngine
+from strata.engine.loaded import LoadedModel
+from strata.engine.model import LlamaModel
+
+
+def tiny_loaded(seed: int = 0, vocab: int = 300) -> LoadedModel:
+    cfg = ModelConfig(name="tiny", vocab_size=vocab, hidden_size=64, intermediate_size=128,
+                      num_layers=2, num_heads=4, num_kv_heads=2, max_position_embeddings=512,
+                      tie_word_embeddings=True)
+    gen = torch.Generator().manual_seed(seed)
+    model = LlamaModel(cfg)
+    weights = {}
+    for name, param in model._hf_names().items():
+        if name.endswith("layernorm.weight") or name == "model.norm.weight":
+            weights[name] = torch.ones(param.shape)
+        else:
+            weights[name] = torch.randn(param.shape, generator=gen) * 0.2
+    return LoadedModel(cfg, weights, ByteTokenizer(vocab))
+
+
+def tiny_engine(num_blocks=64, block_size=4, max_batched_tokens=64, max_seqs=8, tier=None,
+                seed=0) -> LLMEngine:
+    torch.set_num_threads(1)
+    return LLMEngine(tiny_loaded(seed), EngineConfig(
+        block_size=block_size, num_blocks=num_blocks, max_batched_tokens=max_batched_tokens,
+        max_seqs=max_seqs), tier=tier)
+
+
+def run_to_end(engine: LLMEngine, max_steps: int = 10_000) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for _ in range(max_steps):
+        if not engine.has_work():
+            return out
+        for o in engine.step():
+            out.setdefault(o.request_id, []).extend(o.token_ids)
+    raise AssertionError("engine did not finish")

@@ -1,0 +1,64 @@
+"""Block pool: exact ids, exact eviction order, refcounts (a tiny pool, as vLLM's tests do)."""
+
+import pytest
+
+from strata.engine.block_pool import BlockPool
+from strata.kvtier.hashing import HashKeys, block_hash, chain_hashes
+
+
+def test_allocate_free_and_evict_in_lru_order_tail_first():
+    evicted = []
+    pool = BlockPool(num_blocks=6, block_size=4, on_evict=lambda b, h: evicted.append((b, h)))
+    a = pool.allocate(3)
+    assert a == [0, 1, 2]
+    for i, b in enumerate(a):
+        pool.commit(b, 100 + i)
+    pool.free(a)                       # reversed: 2 then 1 then 0 join the queue's tail
+    assert pool.num_free == 6 and pool.num_cached == 3
+    b = pool.allocate(4)               # never-used blocks 3,4,5 first, then the oldest cached: 2
+    assert b == [3, 4, 5, 2]
+    assert evicted == [(2, 102)]
+    assert pool.lookup(102) is None and pool.lookup(100) == 0
+    assert pool.allocate(3) is None    # only 0 and 1 remain
+
+
+def test_cache_hit_takes_a_reference_and_leaves_the_free_queue():
+    pool = BlockPool(num_blocks=2, block_size=4)
+    [blk] = pool.allocate(1)
+    pool.commit(blk, 7)
+    pool.free([blk])
+    assert pool.num_free == 2
+    pool.acquire_cached(pool.lookup(7))
+    assert pool.num_free == 1
+    pool.acquire_cached(blk)           # a second sequence shares it
+    pool.free([blk])
+    assert pool.num_free == 1          # still held once
+    pool.free([blk])
+    assert pool.num_free == 2
+    with pytest.raises(RuntimeError):
+        pool.free([blk])
+
+
+def test_commit_keeps_one_copy_per_hash():
+    pool = BlockPool(num_blocks=4, block_size=4)
+    x, y = pool.allocate(2)
+    assert pool.commit(x, 5) == x
+    assert pool.commit(y, 5) == x      # the existing block stands for the hash
+    assert pool.blocks[y].block_hash is None
+
+
+def test_hash_chain_depends_on_parent_tokens_and_keys():
+    keys = HashKeys.for_request("m", "tenant-a", prefix_public=False)
+    toks = list(range(12))
+    hs = chain_hashes(toks, 4, keys)
+    assert len(hs) == 3
+    assert hs[1] == block_hash(hs[0], toks[4:8], keys)
+    assert chain_hashes(toks[:11], 4, keys) == hs[:2]           # partial block not hashed
+    other_tenant = HashKeys.for_request("m", "tenant-b", prefix_public=False)
+    assert chain_hashes(toks, 4, other_tenant)[0] != hs[0]
+    public_a = HashKeys.for_request("m", "tenant-a", prefix_public=True)
+    public_b = HashKeys.for_request("m", "tenant-b", prefix_public=True)
+    assert chain_hashes(toks, 4, public_a) == chain_hashes(toks, 4, public_b)
+    # fixed seed: the value is the same in every process and on every node
+    assert block_hash(0, [1, 2, 3, 4], HashKeys("m", "public")) == \
+        block_hash(0, [1, 2, 3, 4], HashKeys("m", "public"))
