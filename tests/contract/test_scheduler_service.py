@@ -145,6 +145,7 @@ def test_config_reads_env_and_rejects_ttl_not_above_interval(monkeypatch):
     from services.scheduler.config import SchedulerConfig
     from strata.envconfig import ConfigError
 
+    monkeypatch.delenv("STRATA_HEARTBEAT_INTERVAL_S", raising=False)
     monkeypatch.setenv("STRATA_SCHEDULER_BIND", "0.0.0.0:6000")
     monkeypatch.setenv("STRATA_NODE_TTL_S", "3")
     cfg = SchedulerConfig.from_env()
