@@ -29,7 +29,8 @@ DEFAULT_PORTS = {
 }
 # envconfig helpers that read settings without the name appearing in config.py.
 # db_url() builds its SQLite default from data_dir() eagerly, so it reads both.
-IMPLIED_BY_HELPER = {"data_dir": {"STRATA_DATA_DIR"}, "db_url": {"STRATA_DB_URL", "STRATA_DATA_DIR"}}
+IMPLIED_BY_HELPER = {"data_dir": {"STRATA_DATA_DIR"},
+                     "db_url": {"STRATA_DB_URL", "STRATA_DATA_DIR"}}
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,145 @@
+"""The `strata` command line: generate (streaming), models, report, trace.
+
+    strata generate --model smollm2-135m-instruct --chat "What is the capital of France?"
+    strata report --tenant demo
+    strata trace 0af7651916cd43dd8448eb211c80319c
+
+Addresses come from STRATA_GATEWAY_ADDR / STRATA_METRICS_ADDR (or --gateway / --metrics), the key
+from STRATA_API_KEY or the demo key file. A gRPC error prints "error: CODE: details" and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import sys
+
+import grpc
+
+from strata import defaults
+from strata.client.format import format_models, format_report, format_summary, format_trace
+from strata.client.metrics import AsyncMetricsClient
+from strata.client.sdk import DEFAULT_MAX_TOKENS, AsyncClient
+from strata.client.settings import MissingApiKey
+
+EXIT_ERROR = 2
+DEFAULT_TIMEOUT_S = 300.0
+_TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+class _UsageError(ValueError):
+    """An argument the server would refuse anyway, caught before connecting."""
+
+
+async def _generate(args: argparse.Namespace) -> int:
+    text = sys.stdin.read() if args.prompt == "-" else args.prompt
+    prompt, messages = (None, [("user", text)]) if args.chat else (text, None)
+    out = sys.stdout
+    last = None
+    trace_id = ""
+    at_line_start = True
+    async with AsyncClient(args.gateway) as client:
+        try:
+            async for chunk in client.generate(
+                    args.model, prompt, messages, max_tokens=args.max_tokens,
+                    temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+                    seed=args.seed, stop=args.stop, timeout=args.timeout):
+                if chunk.text:
+                    out.write(chunk.text)
+                    out.flush()
+                    at_line_start = chunk.text.endswith("\n")
+                trace_id = chunk.trace_id or trace_id
+                last = chunk
+        finally:
+            # The error or the summary goes to stderr; keep the shell prompt off the text's line.
+            if not at_line_start:
+                out.write("\n")
+                out.flush()
+    if last is None:
+        print("error: the gateway ended the stream without sending any chunk", file=sys.stderr)
+        return EXIT_ERROR
+    print(format_summary(last.usage, last.finish_reason, trace_id), file=sys.stderr)
+    return 0
+
+
+async def _models(args: argparse.Namespace) -> int:
+    async with AsyncClient(args.gateway) as client:
+        models = await client.list_models()
+    print(format_models(models))
+    return 0
+
+
+async def _report(args: argparse.Namespace) -> int:
+    async with AsyncMetricsClient(args.metrics) as client:
+        report = await client.report(tenant=args.tenant)
+    print(format_report(report))
+    return 0
+
+
+async def _trace(args: argparse.Namespace) -> int:
+    trace_id = args.trace_id.lower()
+    if not _TRACE_ID.match(trace_id):
+        raise _UsageError(f"a trace id is 32 hex characters, got {args.trace_id!r}")
+    async with AsyncMetricsClient(args.metrics) as client:
+        trace = await client.trace(trace_id)
+    if not trace.spans:
+        print(f"error: no spans recorded for trace {trace_id} (spans arrive in batches about "
+              f"a second apart; try again shortly)", file=sys.stderr)
+        return 1
+    print(format_trace(trace))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="strata", description="Strata tenant command line.")
+    parser.add_argument("--gateway", help="gateway host:port (default: STRATA_GATEWAY_ADDR or "
+                                          f"{defaults.GATEWAY_ADDR})")
+    parser.add_argument("--metrics", help="metrics host:port (default: STRATA_METRICS_ADDR or "
+                                          f"{defaults.METRICS_ADDR})")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    gen = sub.add_parser("generate", help="stream a completion to stdout")
+    gen.add_argument("--model", default=defaults.DEFAULT_MODEL,
+                     help=f"model name (default {defaults.DEFAULT_MODEL})")
+    gen.add_argument("--chat", action="store_true",
+                     help="send PROMPT as one user message through the model's chat template")
+    gen.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
+    gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    gen.add_argument("--top-p", type=float, default=0.0, help="0 = disabled")
+    gen.add_argument("--top-k", type=int, default=0, help="0 = disabled")
+    gen.add_argument("--seed", type=int, help="makes sampling reproducible")
+    gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    gen.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
+                     help=f"deadline in seconds (default {DEFAULT_TIMEOUT_S:.0f})")
+    gen.add_argument("prompt", help="the prompt text, or - to read it from stdin")
+    gen.set_defaults(handler=_generate)
+
+    sub.add_parser("models", help="list the models the gateway serves").set_defaults(
+        handler=_models)
+
+    rep = sub.add_parser("report", help="per-tenant request counts and latency percentiles")
+    rep.add_argument("--tenant", default="", help="one tenant (default: all)")
+    rep.set_defaults(handler=_report)
+
+    tr = sub.add_parser("trace", help="show one request's spans as a tree")
+    tr.add_argument("trace_id", help="32 hex characters, as printed by `strata generate`")
+    tr.set_defaults(handler=_trace)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return asyncio.run(args.handler(args))
+    except grpc.RpcError as err:
+        print(f"error: {err.code().name}: {err.details()}", file=sys.stderr)
+    except (MissingApiKey, _UsageError) as err:
+        print(f"error: {err}", file=sys.stderr)
+    except KeyboardInterrupt:
+        return 130
+    return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

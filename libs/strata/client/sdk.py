@@ -1,0 +1,141 @@
+"""Tenant SDK: stream generations from the gateway and list its models, async or sync.
+
+    async with AsyncClient() as client:
+        async for chunk in client.generate("smollm2-135m-instruct", prompt="Hello"):
+            print(chunk.text, end="")
+
+Both clients send `authorization: Bearer <key>` on every call and return the gateway's
+GenerateResponse chunks as they arrive; the last one carries finish_reason, usage and trace_id.
+Errors surface as grpc.RpcError with the gateway's status code and sentence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+
+import grpc
+
+from strata.client import settings
+from strata.rpc.server import CHANNEL_OPTIONS
+from strata.rpc.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+
+DEFAULT_MAX_TOKENS = 256
+LIST_MODELS_TIMEOUT_S = 10.0
+
+Message = common_pb2.ChatMessage | tuple[str, str] | Mapping[str, str]
+
+
+def build_request(model: str, prompt: str | None = None,
+                  messages: Sequence[Message] | None = None, *,
+                  max_tokens: int = DEFAULT_MAX_TOKENS, temperature: float = 0.0,
+                  top_p: float = 0.0, top_k: int = 0, seed: int | None = None,
+                  stop: Sequence[str] = (), prefix_public: bool = False,
+                  ) -> gateway_pb2.GenerateRequest:
+    """The GenerateRequest for these arguments. Value ranges are the gateway's to check."""
+    if (prompt is None) == (messages is None):
+        raise ValueError("give exactly one of prompt (plain text) or messages (chat turns)")
+    sampling = common_pb2.SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k)
+    if seed is not None:
+        sampling.seed = seed
+    request = gateway_pb2.GenerateRequest(model=model, sampling=sampling, max_tokens=max_tokens,
+                                          stop=list(stop), prefix_public=prefix_public)
+    if prompt is not None:
+        request.prompt = prompt
+    else:
+        request.messages.extend(_chat_message(m) for m in messages)
+    return request
+
+
+def _chat_message(message: Message) -> common_pb2.ChatMessage:
+    if isinstance(message, common_pb2.ChatMessage):
+        return message
+    if isinstance(message, tuple):
+        role, content = message
+        return common_pb2.ChatMessage(role=role, content=content)
+    return common_pb2.ChatMessage(role=message["role"], content=message["content"])
+
+
+def _metadata(api_key: str) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {api_key}"),)
+
+
+class AsyncClient:
+    """grpc.aio client of the public Gateway API. Create it inside the event loop that uses it."""
+
+    def __init__(self, address: str | None = None, api_key: str | None = None) -> None:
+        self.address = settings.gateway_address(address)
+        self._metadata = _metadata(settings.api_key(api_key))
+        self._channel = grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
+        self._stub = gateway_pb2_grpc.GatewayStub(self._channel)
+
+    async def generate(self, model: str, prompt: str | None = None,
+                       messages: Sequence[Message] | None = None, *,
+                       max_tokens: int = DEFAULT_MAX_TOKENS, temperature: float = 0.0,
+                       top_p: float = 0.0, top_k: int = 0, seed: int | None = None,
+                       stop: Sequence[str] = (), prefix_public: bool = False,
+                       timeout: float | None = None) -> AsyncIterator[gateway_pb2.GenerateResponse]:
+        request = build_request(model, prompt, messages, max_tokens=max_tokens,
+                                temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
+                                stop=stop, prefix_public=prefix_public)
+        call = self._stub.Generate(request, metadata=self._metadata, timeout=timeout)
+        try:
+            async for chunk in call:
+                yield chunk
+        finally:
+            # A caller that stops reading early frees the server's slot instead of letting the
+            # generation run to max_tokens; after a normal end this does nothing.
+            call.cancel()
+
+    async def list_models(self, timeout: float = LIST_MODELS_TIMEOUT_S,
+                          ) -> list[common_pb2.ModelInfo]:
+        reply = await self._stub.ListModels(common_pb2.ListModelsRequest(),
+                                            metadata=self._metadata, timeout=timeout)
+        return list(reply.models)
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class Client:
+    """Blocking counterpart of AsyncClient (same arguments, plain iterators), for scripts."""
+
+    def __init__(self, address: str | None = None, api_key: str | None = None) -> None:
+        self.address = settings.gateway_address(address)
+        self._metadata = _metadata(settings.api_key(api_key))
+        self._channel = grpc.insecure_channel(self.address, options=CHANNEL_OPTIONS)
+        self._stub = gateway_pb2_grpc.GatewayStub(self._channel)
+
+    def generate(self, model: str, prompt: str | None = None,
+                 messages: Sequence[Message] | None = None, *,
+                 max_tokens: int = DEFAULT_MAX_TOKENS, temperature: float = 0.0,
+                 top_p: float = 0.0, top_k: int = 0, seed: int | None = None,
+                 stop: Sequence[str] = (), prefix_public: bool = False,
+                 timeout: float | None = None) -> Iterator[gateway_pb2.GenerateResponse]:
+        request = build_request(model, prompt, messages, max_tokens=max_tokens,
+                                temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
+                                stop=stop, prefix_public=prefix_public)
+        call = self._stub.Generate(request, metadata=self._metadata, timeout=timeout)
+        try:
+            yield from call
+        finally:
+            call.cancel()
+
+    def list_models(self, timeout: float = LIST_MODELS_TIMEOUT_S) -> list[common_pb2.ModelInfo]:
+        reply = self._stub.ListModels(common_pb2.ListModelsRequest(),
+                                      metadata=self._metadata, timeout=timeout)
+        return list(reply.models)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
