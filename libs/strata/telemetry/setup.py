@@ -11,7 +11,9 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
-_HEALTH_PREFIXES = ("/grpc.health.v1.", "/grpc.reflection.")
+# Control-plane chatter that would bury requests in traces: health and reflection, and the
+# periodic heartbeat and stats polls (each node sends several a second).
+_UNTRACED_METHODS = ("Heartbeat", "GetStats", "ListNodes", "GetNodeStatus")
 
 
 def init_tracing(service_name: str, otlp_endpoint: str | None,
@@ -49,10 +51,11 @@ def instrument_grpc() -> None:
         filters,
     )
 
-    not_health = filters.negate(filters.any_of(
-        *[filters.method_prefix(p.strip("/").rstrip(".")) for p in _HEALTH_PREFIXES]))
-    GrpcAioInstrumentorServer(filter_=not_health).instrument()
-    GrpcAioInstrumentorClient(filter_=not_health).instrument()
+    traced = filters.negate(filters.any_of(
+        filters.health_check(), filters.service_prefix("grpc.reflection"),
+        *[filters.method_name(m) for m in _UNTRACED_METHODS]))
+    GrpcAioInstrumentorServer(filter_=traced).instrument()
+    GrpcAioInstrumentorClient(filter_=traced).instrument()
     _instrumented = True
 
 

@@ -1,0 +1,1 @@
+"""The gateway's library: request validation and API-key authentication."""

@@ -1,0 +1,54 @@
+"""Validation of public Generate requests: each failure is a sentence the caller can act on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MAX_TOKENS_LIMIT = 32768
+MAX_STOP_STRINGS = 8
+MAX_PROMPT_CHARS = 1_000_000
+
+
+@dataclass(slots=True)
+class GenerateParams:
+    model: str
+    prompt: str
+    messages: list[tuple[str, str]]
+    max_tokens: int
+    temperature: float
+    top_p: float
+    top_k: int
+    repetition_penalty: float
+    stop: list[str]
+
+
+def validate(p: GenerateParams) -> str | None:
+    """None when the request is acceptable, else what is wrong and how to fix it."""
+    if not p.model:
+        return "model is required; call ListModels to see what this deployment serves"
+    if bool(p.prompt) == bool(p.messages):
+        return "give exactly one of prompt or messages"
+    size = len(p.prompt) + sum(len(c) for _, c in p.messages)
+    if size > MAX_PROMPT_CHARS:
+        return f"the prompt is {size} characters; at most {MAX_PROMPT_CHARS} are accepted"
+    for i, (role, content) in enumerate(p.messages):
+        if role not in ("system", "user", "assistant", "tool"):
+            return f"messages[{i}].role must be system, user, assistant or tool, got {role!r}"
+        if not content:
+            return f"messages[{i}].content is empty"
+    if not 1 <= p.max_tokens <= MAX_TOKENS_LIMIT:
+        return f"max_tokens must be between 1 and {MAX_TOKENS_LIMIT}, got {p.max_tokens}"
+    if not 0 <= p.temperature <= 2:
+        return f"temperature must be between 0 and 2, got {p.temperature:g}"
+    if not 0 <= p.top_p <= 1:
+        return f"top_p must be between 0 and 1 (0 means disabled), got {p.top_p:g}"
+    if p.top_k < 0:
+        return f"top_k must be 0 (disabled) or positive, got {p.top_k}"
+    if p.repetition_penalty < 0:
+        return f"repetition_penalty must be positive (0 or 1 disables it), got " \
+               f"{p.repetition_penalty:g}"
+    if len(p.stop) > MAX_STOP_STRINGS:
+        return f"at most {MAX_STOP_STRINGS} stop strings, got {len(p.stop)}"
+    if any(not s for s in p.stop):
+        return "stop strings must not be empty"
+    return None

@@ -1,0 +1,162 @@
+"""Gateway gRPC servicer: the public per-tenant API.
+
+Generate: authenticate -> validate -> rate limit -> Route (scheduler) -> Submit (node manager) ->
+stream back. The request's latency figures are recorded on the gateway span, from which the
+metrics collector derives the request's row.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import grpc
+from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
+
+from strata.gateway.auth import Authenticator, bearer_key
+from strata.gateway.validation import GenerateParams, validate
+from strata.policy.ratelimit import TenantRateLimiter
+from strata.rpc.server import channel
+from strata.rpc.v1 import (common_pb2, gateway_pb2, gateway_pb2_grpc, node_pb2, node_pb2_grpc,
+                           scheduler_pb2, scheduler_pb2_grpc)
+from strata.telemetry import names
+from strata.telemetry.setup import current_trace_id_hex
+
+_tracer = trace.get_tracer("strata.gateway")
+_FINISH_NAMES = {v: k.removeprefix("FINISH_REASON_").lower()
+                 for k, v in common_pb2.FinishReason.items()}
+
+
+class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
+    def __init__(self, scheduler: scheduler_pb2_grpc.SchedulerStub, auth: Authenticator,
+                 limiter: TenantRateLimiter, request_timeout_s: float):
+        self.scheduler = scheduler
+        self.auth = auth
+        self.limiter = limiter
+        self.request_timeout_s = request_timeout_s
+        self._nodes: dict[str, node_pb2_grpc.NodeManagerStub] = {}
+
+    async def _tenant(self, context: grpc.aio.ServicerContext) -> str:
+        key = bearer_key(context.invocation_metadata())
+        if key is None:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                                "missing API key: send metadata 'authorization: Bearer <key>'")
+        tenant = await self.auth.tenant_for(key)
+        if tenant is None:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                                "unknown or revoked API key; ask your admin for a valid key")
+        return tenant
+
+    async def ListModels(self, request: common_pb2.ListModelsRequest,
+                         context: grpc.aio.ServicerContext) -> common_pb2.ListModelsResponse:
+        await self._tenant(context)
+        try:
+            return await self.scheduler.ListModels(common_pb2.ListModelsRequest(), timeout=5.0)
+        except grpc.aio.AioRpcError as err:
+            await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                f"the scheduler is unreachable ({err.code().name}); retry")
+
+    async def Generate(self, request: gateway_pb2.GenerateRequest,
+                       context: grpc.aio.ServicerContext):
+        tenant = await self._tenant(context)
+        params = _params(request)
+        problem = validate(params)
+        if problem is not None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        wait = self.limiter.try_acquire(tenant)
+        if wait > 0:
+            context.set_trailing_metadata((("retry-after-ms", str(int(wait * 1000) + 1)),))
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                f"tenant {tenant!r} is over its request rate; retry in "
+                                f"{wait * 1000:.0f} ms")
+        timeout = context.time_remaining() or self.request_timeout_s
+        request_id = uuid.uuid4().hex
+        with _tracer.start_as_current_span(names.SPAN_GATEWAY_GENERATE,
+                                           record_exception=False,
+                                           set_status_on_exception=False) as span:
+            span.set_attributes({
+                names.GEN_AI_SYSTEM: names.SYSTEM_NAME, names.GEN_AI_OPERATION: "chat"
+                if params.messages else "text_completion",
+                names.TENANT: tenant, names.REQUEST_ID: request_id,
+                names.GEN_AI_REQUEST_MODEL: params.model,
+                names.GEN_AI_REQUEST_MAX_TOKENS: params.max_tokens,
+                names.GEN_AI_REQUEST_TEMPERATURE: params.temperature})
+            trace_id = current_trace_id_hex()
+            timing = _Timing(time.perf_counter())
+            try:
+                route = await self.scheduler.Route(scheduler_pb2.RouteRequest(
+                    model=params.model, tenant=tenant,
+                    prompt_tokens_estimate=len(params.prompt) // 4), timeout=min(timeout, 5.0))
+                span.set_attribute(names.NODE_ID, route.node_id)
+                call = self._node(route.node_address).Submit(node_pb2.SubmitRequest(
+                    request_id=request_id, tenant=tenant, spec=_spec(request),
+                    replica_id=route.replica_id), timeout=timeout)
+                try:
+                    async for chunk in call:
+                        timing.chunk(len(chunk.token_ids))
+                        if chunk.finish_reason:
+                            _finish_attributes(span, chunk, timing)
+                        yield gateway_pb2.GenerateResponse(
+                            request_id=request_id, text=chunk.text, token_ids=chunk.token_ids,
+                            finish_reason=chunk.finish_reason, usage=chunk.usage,
+                            trace_id=trace_id)
+                finally:
+                    if not call.done():
+                        call.cancel()
+            except grpc.aio.AioRpcError as err:
+                span.set_attribute(names.ERROR_CODE, err.code().name)
+                span.set_status(Status(StatusCode.ERROR, err.details()))
+                await context.abort(err.code(), err.details() or err.code().name)
+            except BaseException:
+                # The caller cancelled (or the server stops): record it, then let it propagate.
+                if not span.attributes.get(names.GEN_AI_RESPONSE_FINISH_REASONS):
+                    span.set_attribute(names.ERROR_CODE, grpc.StatusCode.CANCELLED.name)
+                    span.set_attribute(names.GEN_AI_RESPONSE_FINISH_REASONS, ["aborted"])
+                raise
+
+    def _node(self, address: str) -> node_pb2_grpc.NodeManagerStub:
+        stub = self._nodes.get(address)
+        if stub is None:
+            stub = self._nodes[address] = node_pb2_grpc.NodeManagerStub(channel(address))
+        return stub
+
+
+class _Timing:
+    __slots__ = ("start", "first", "last", "tokens")
+
+    def __init__(self, start: float):
+        self.start, self.first, self.last, self.tokens = start, None, start, 0
+
+    def chunk(self, n_tokens: int) -> None:
+        now = time.perf_counter()
+        if n_tokens and self.first is None:
+            self.first = now
+        self.last = now
+        self.tokens += n_tokens
+
+
+def _finish_attributes(span: trace.Span, chunk: common_pb2.GenerationChunk, t: _Timing) -> None:
+    first = t.first if t.first is not None else t.last
+    ttft = (first - t.start) * 1000
+    tpot = (t.last - first) * 1000 / (t.tokens - 1) if t.tokens > 1 else 0.0
+    span.set_attributes({
+        names.TTFT_MS: ttft, names.TPOT_MS: tpot, names.E2E_MS: (t.last - t.start) * 1000,
+        names.GEN_AI_USAGE_INPUT_TOKENS: chunk.usage.prompt_tokens,
+        names.GEN_AI_USAGE_OUTPUT_TOKENS: chunk.usage.completion_tokens,
+        names.CACHED_TOKENS: chunk.usage.cached_prompt_tokens,
+        names.GEN_AI_RESPONSE_FINISH_REASONS: [_FINISH_NAMES[chunk.finish_reason]]})
+
+
+def _params(r: gateway_pb2.GenerateRequest) -> GenerateParams:
+    s = r.sampling
+    return GenerateParams(
+        model=r.model, prompt=r.prompt, messages=[(m.role, m.content) for m in r.messages],
+        max_tokens=r.max_tokens, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
+        repetition_penalty=s.repetition_penalty, stop=list(r.stop))
+
+
+def _spec(r: gateway_pb2.GenerateRequest) -> common_pb2.GenerationSpec:
+    return common_pb2.GenerationSpec(model=r.model, prompt=r.prompt, messages=r.messages,
+                                     sampling=r.sampling, max_tokens=r.max_tokens, stop=r.stop,
+                                     prefix_public=r.prefix_public)

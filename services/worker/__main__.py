@@ -1,0 +1,53 @@
+"""Run one decode worker (the node manager starts these): python -m services.worker"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import torch
+
+from services.worker.config import WorkerConfig
+from services.worker.servicer import WorkerServicer
+from strata.engine.async_engine import AsyncEngine
+from strata.engine.engine import LLMEngine
+from strata.engine.registry import load_model
+from strata.engine.tier_link import TierLink
+from strata.kvtier.client import TierClient
+from strata.rpc.server import Registration, run, serve_until_signal, start_server
+from strata.rpc.v1 import worker_pb2, worker_pb2_grpc
+from strata.telemetry.setup import init_tracing
+
+log = logging.getLogger("services.worker")
+
+
+async def main() -> None:
+    cfg = WorkerConfig.from_env()
+    torch.set_num_threads(cfg.torch_threads)
+    init_tracing("worker", cfg.otlp_endpoint)
+    started = time.perf_counter()
+    loaded = load_model(cfg.model)
+    tier = TierLink(TierClient(cfg.kvstore_addr)) if cfg.kvstore_addr else None
+    engine = AsyncEngine(LLMEngine(loaded, cfg.engine, tier=tier))
+    e = engine.engine
+    memory = sum(t.numel() * t.element_size() for t in e.model.state_dict().values()) + \
+        e.kv.numel() * e.kv.element_size()
+    log.info("loaded %s in %.1fs: %d KV blocks of %d tokens, %d torch threads", cfg.model,
+             time.perf_counter() - started, e.pool.num_blocks, cfg.engine.block_size,
+             cfg.torch_threads)
+    servicer = WorkerServicer(engine, memory)
+    running = await start_server([Registration(
+        add=lambda s: worker_pb2_grpc.add_WorkerServicer_to_server(servicer, s),
+        service_name=worker_pb2.DESCRIPTOR.services_by_name["Worker"].full_name)], bind=cfg.bind)
+    log.info("worker %s (%s) listening on %s", cfg.replica_id, cfg.model, cfg.bind)
+
+    async def on_stop() -> None:
+        engine.stop()
+        if tier is not None:
+            tier.client.close()
+
+    await serve_until_signal(running, on_stop=on_stop)
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,91 @@
+"""Worker gRPC servicer: protobuf <-> the async engine."""
+
+from __future__ import annotations
+
+from contextlib import aclosing
+
+import grpc
+from opentelemetry import trace
+
+from strata.engine.async_engine import AsyncEngine, EngineFailed
+from strata.engine.engine import EngineRequest, RequestOutput
+from strata.engine.prompt import prompt_ids
+from strata.engine.sequence import FinishReason, SamplingParams
+from strata.rpc.v1 import common_pb2, worker_pb2, worker_pb2_grpc
+from strata.telemetry import names
+
+_FINISH = {FinishReason.STOP: common_pb2.FINISH_REASON_STOP,
+           FinishReason.LENGTH: common_pb2.FINISH_REASON_LENGTH,
+           FinishReason.ABORTED: common_pb2.FINISH_REASON_ABORTED}
+
+_tracer = trace.get_tracer("strata.worker")
+
+
+class WorkerServicer(worker_pb2_grpc.WorkerServicer):
+    def __init__(self, engine: AsyncEngine, memory_bytes: int):
+        self.engine = engine
+        self.memory_bytes = memory_bytes
+
+    async def Generate(self, request: worker_pb2.WorkerGenerateRequest,
+                       context: grpc.aio.ServicerContext):
+        spec = request.spec
+        tok = self.engine.engine.tokenizer
+        try:
+            ids = prompt_ids(tok, spec.prompt, [(m.role, m.content) for m in spec.messages])
+            req = EngineRequest(
+                request_id=request.request_id or context.peer(), prompt_ids=ids,
+                params=sampling_from_pb(spec), tenant=request.tenant,
+                prefix_public=spec.prefix_public, priority=request.priority)
+        except ValueError as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        with _tracer.start_as_current_span(names.SPAN_WORKER_GENERATE) as span:
+            span.set_attribute(names.REQUEST_ID, req.request_id)
+            span.set_attribute(names.GEN_AI_REQUEST_MODEL, self.engine.engine.model_name)
+            span.set_attribute(names.GEN_AI_USAGE_INPUT_TOKENS, len(ids))
+            try:
+                # aclosing: a cancelled call aborts the request (and frees its blocks) at once
+                async with aclosing(self.engine.generate(req)) as stream:
+                    async for out in stream:
+                        if out.finished:
+                            span.set_attribute(names.GEN_AI_USAGE_OUTPUT_TOKENS,
+                                               out.completion_tokens)
+                            span.set_attribute(names.CACHED_TOKENS, out.cached_tokens)
+                            span.set_attribute(names.TIER_TOKENS, out.tier_tokens)
+                        yield chunk_to_pb(out)
+            except ValueError as err:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+            except EngineFailed as err:
+                await context.abort(grpc.StatusCode.INTERNAL, str(err))
+
+    async def GetStats(self, request: worker_pb2.GetStatsRequest,
+                       context: grpc.aio.ServicerContext) -> worker_pb2.WorkerStats:
+        e = self.engine.engine
+        snap = self.engine.snapshot()
+        tier = e.tier.client if e.tier is not None else None
+        return worker_pb2.WorkerStats(
+            model=e.model_name, running_requests=snap["running"],
+            waiting_requests=snap["waiting"], kv_blocks_total=snap["blocks_total"],
+            kv_blocks_free=snap["blocks_free"], kv_blocks_cached=snap["blocks_cached"],
+            prefix_hit_tokens=e.stats.prefix_hit_tokens, tier_hit_tokens=e.stats.tier_hit_tokens,
+            blocks_offloaded=tier.offloaded if tier else 0, queued_tokens=snap["queued_tokens"],
+            context_length=e.max_context, memory_bytes=self.memory_bytes)
+
+
+def sampling_from_pb(spec: common_pb2.GenerationSpec) -> SamplingParams:
+    s = spec.sampling
+    return SamplingParams(
+        temperature=s.temperature, top_p=s.top_p if s.top_p > 0 else 1.0, top_k=s.top_k,
+        seed=s.seed if s.HasField("seed") else None,
+        repetition_penalty=s.repetition_penalty if s.repetition_penalty > 0 else 1.0,
+        max_tokens=spec.max_tokens, stop=tuple(spec.stop))
+
+
+def chunk_to_pb(out: RequestOutput) -> common_pb2.GenerationChunk:
+    chunk = common_pb2.GenerationChunk(request_id=out.request_id, text=out.text,
+                                       token_ids=out.token_ids)
+    if out.finished:
+        chunk.finish_reason = _FINISH[out.finish_reason]
+        chunk.usage.CopyFrom(common_pb2.Usage(
+            prompt_tokens=out.prompt_tokens, completion_tokens=out.completion_tokens,
+            cached_prompt_tokens=out.cached_tokens + out.tier_tokens))
+    return chunk
