@@ -7,6 +7,7 @@ chunks, so the assertions are about what the client sends and prints.
 from __future__ import annotations
 
 import asyncio
+import io
 import sys
 
 import grpc
@@ -242,3 +243,9 @@ async def test_sync_client_streams_the_same_chunks(fakes):
 
     assert await asyncio.to_thread(collect) == [*PIECES, ""]
     assert [m.role for m in fakes[0].requests[0].messages] == ["user"]
+
+
+async def test_dash_reads_the_prompt_from_stdin(fakes, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdin", io.StringIO("a prompt\nover two lines\n"))
+    assert await run_cli(["generate", "-"]) == 0
+    assert fakes[0].requests[0].prompt == "a prompt\nover two lines\n"
