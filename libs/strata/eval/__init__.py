@@ -1,0 +1,1 @@
+"""Evaluation: metrics math (percentiles), trace readers, replay, layered reports."""

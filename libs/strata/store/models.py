@@ -1,0 +1,117 @@
+"""Table definitions (SQLAlchemy 2 declarative, typed columns).
+
+Times are integers since the Unix epoch (ms, or ns for spans as OTLP sends them) rather than
+DATETIME columns: SQLite and PostgreSQL then store and compare them identically. Text that
+arrives in spans has no length limit (plain VARCHAR): PostgreSQL enforces lengths and SQLite does
+not, and a long model name must not fail a batch on one backend only.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    sla_class: Mapped[str] = mapped_column(String(64))
+    created_unix_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class ApiKey(Base):
+    """An API key, stored only as the sha256 hex digest of its plaintext."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    key_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    created_unix_ms: Mapped[int] = mapped_column(BigInteger)
+    revoked: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class Run(Base):
+    """One evaluation run (a load replay, a benchmark): what was run, when, with which settings."""
+
+    __tablename__ = "runs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(256))
+    kind: Mapped[str] = mapped_column(String(64))
+    started_unix_ms: Mapped[int] = mapped_column(BigInteger)
+    finished_unix_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    params_json: Mapped[str] = mapped_column(Text, default="{}")
+
+
+class Span(Base):
+    __tablename__ = "spans"
+    __table_args__ = (Index("ix_spans_trace_span", "trace_id", "span_id", unique=True),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    trace_id: Mapped[str] = mapped_column(String(32))
+    span_id: Mapped[str] = mapped_column(String(16))
+    parent_span_id: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String, index=True)
+    service: Mapped[str] = mapped_column(String)
+    start_unix_nano: Mapped[int] = mapped_column(BigInteger)
+    end_unix_nano: Mapped[int] = mapped_column(BigInteger)
+    attributes_json: Mapped[str] = mapped_column(Text)
+    status_code: Mapped[int] = mapped_column(Integer)
+
+
+class Request(Base):
+    """One finished request, derived from the gateway's generate span."""
+
+    __tablename__ = "requests"
+    __table_args__ = (Index("ix_requests_tenant_start", "tenant", "start_unix_ms"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    request_id: Mapped[str] = mapped_column(String, unique=True)
+    trace_id: Mapped[str] = mapped_column(String(32))
+    tenant: Mapped[str] = mapped_column(String)
+    model: Mapped[str] = mapped_column(String)
+    start_unix_ms: Mapped[int] = mapped_column(BigInteger, index=True)
+    ttft_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    tpot_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    e2e_ms: Mapped[float] = mapped_column(Float)
+    queue_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger)
+    completion_tokens: Mapped[int] = mapped_column(BigInteger)
+    cached_tokens: Mapped[int] = mapped_column(BigInteger)
+    finish_reason: Mapped[str] = mapped_column(String)
+    error_code: Mapped[str] = mapped_column(String)    # "" when the request succeeded
+    status_code: Mapped[int] = mapped_column(Integer)  # OTLP span status: 0 unset, 1 ok, 2 error
+
+
+class NodeSample(Base):
+    """A node's utilization, memory and power at one instant; fields vary by hardware, so JSON."""
+
+    __tablename__ = "node_samples"
+    __table_args__ = (Index("ix_node_samples_node_ts", "node_id", "ts_unix_ms"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    node_id: Mapped[str] = mapped_column(String(128))
+    ts_unix_ms: Mapped[int] = mapped_column(BigInteger)
+    fields_json: Mapped[str] = mapped_column(Text)
+
+
+class Placement(Base):
+    """One replica of one model on one node, as decided by placement plan `version`."""
+
+    __tablename__ = "placements"
+    __table_args__ = (Index("ix_placements_version", "version"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    version: Mapped[int] = mapped_column(Integer)
+    model: Mapped[str] = mapped_column(String(256))
+    node_id: Mapped[str] = mapped_column(String(128))
+    replica_id: Mapped[str] = mapped_column(String(128))
+    reason: Mapped[str] = mapped_column(Text)
+    created_unix_ms: Mapped[int] = mapped_column(BigInteger)

@@ -1,0 +1,50 @@
+"""Run the metrics collector: python -m services.metrics"""
+
+from __future__ import annotations
+
+import os
+
+from strata.defaults import DEMO_KEY_FILE, DEMO_TENANT
+from strata.rpc.server import Registration, run, serve_until_signal, start_server
+from strata.rpc.v1 import metrics_pb2, metrics_pb2_grpc
+from strata.store.db import create_all, make_engine, session_factory
+from strata.store.spans import span_sink
+from strata.store.tenants import ensure_demo_tenant
+from strata.telemetry.receiver import OtlpReceiver
+from strata.telemetry.setup import init_tracing
+
+from services.metrics.config import MetricsConfig
+from services.metrics.servicer import MetricsServicer
+
+
+async def main() -> None:
+    cfg = MetricsConfig.from_env()
+    init_tracing("metrics", cfg.tracing_endpoint)
+    engine = make_engine(cfg.db_url)
+    await create_all(engine)
+    sessions = session_factory(engine)
+    async with sessions() as session:
+        key = await ensure_demo_tenant(session, os.path.join(cfg.data_dir, DEMO_KEY_FILE))
+    print(f"demo tenant '{DEMO_TENANT}' api key: {key}", flush=True)
+
+    receiver = OtlpReceiver(span_sink(sessions), capacity=cfg.queue_spans,
+                            batch_size=cfg.batch_spans)
+    await receiver.start(cfg.otlp_bind)
+    servicer = MetricsServicer(sessions, receiver)
+    running = await start_server([Registration(
+        add=lambda s: metrics_pb2_grpc.add_MetricsServicer_to_server(servicer, s),
+        service_name=metrics_pb2.DESCRIPTOR.services_by_name["Metrics"].full_name)],
+        bind=cfg.bind)
+    host, otlp_host = cfg.bind.rsplit(":", 1)[0], cfg.otlp_bind.rsplit(":", 1)[0]
+    print(f"metrics listening on {host}:{running.port} "
+          f"(OTLP receiver on {otlp_host}:{receiver.port})", flush=True)
+
+    async def on_stop() -> None:
+        await receiver.stop()
+        await engine.dispose()
+
+    await serve_until_signal(running, on_stop)
+
+
+if __name__ == "__main__":
+    run(main)
