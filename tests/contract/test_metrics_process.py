@@ -1,5 +1,6 @@
-"""The metrics collector as a process: creates the schema, prints the demo key (the same one on
-every start with the same data dir), serves reports, exits cleanly on SIGTERM."""
+"""The metrics collector as a process (on uvloop, as deployed): creates the schema, prints the
+demo key (the same one on every start with the same data dir), stores spans exported to it and
+reports them, exits cleanly on SIGTERM."""
 
 import os
 import re
@@ -9,15 +10,21 @@ import sys
 import threading
 from pathlib import Path
 
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
 from strata.rpc.server import channel
 from strata.rpc.v1 import metrics_pb2, metrics_pb2_grpc
 from strata.store.db import make_engine, session_factory
 from strata.store.tenants import authenticate
+from strata.telemetry import names
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def start(data_dir: str) -> tuple[subprocess.Popen, str, int]:
+def start(data_dir: str) -> tuple[subprocess.Popen, str, int, int]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("STRATA_")}
     env.update(STRATA_DATA_DIR=data_dir, STRATA_METRICS_BIND="127.0.0.1:0",
                STRATA_OTLP_BIND="127.0.0.1:0")
@@ -33,9 +40,9 @@ def start(data_dir: str) -> tuple[subprocess.Popen, str, int]:
         watchdog.cancel()
     key = re.fullmatch(r"demo tenant 'demo' api key: (sk-strata-\S+)\n", key_line)
     port = re.fullmatch(r"metrics listening on 127\.0\.0\.1:(\d+) "
-                        r"\(OTLP receiver on 127\.0\.0\.1:\d+\)\n", listen_line)
+                        r"\(OTLP receiver on 127\.0\.0\.1:(\d+)\)\n", listen_line)
     assert key and port, (key_line, listen_line)
-    return proc, key.group(1), int(port.group(1))
+    return proc, key.group(1), int(port.group(1)), int(port.group(2))
 
 
 def stop(proc: subprocess.Popen) -> int:
@@ -53,16 +60,33 @@ async def report(port: int) -> metrics_pb2.Report:
                                                                  timeout=10)
 
 
-async def test_demo_key_survives_restart_and_service_answers(tmp_path):
-    proc, first_key, port = start(str(tmp_path))
+def export_one_request(otlp_port: int) -> None:
+    provider = TracerProvider(resource=Resource.create({"service.name": "gateway"}))
+    provider.add_span_processor(BatchSpanProcessor(
+        OTLPSpanExporter(endpoint=f"127.0.0.1:{otlp_port}", insecure=True)))
+    span = provider.get_tracer("test").start_span(names.SPAN_GATEWAY_GENERATE, attributes={
+        names.TENANT: "acme", names.REQUEST_ID: "r1", names.E2E_MS: 42.0})
+    span.end()
+    assert provider.force_flush(timeout_millis=10_000) is True
+    provider.shutdown()
+
+
+async def test_demo_key_survives_restart_and_spans_are_stored(tmp_path):
+    proc, first_key, port, otlp_port = start(str(tmp_path))
     try:
         got = await report(port)
         assert (list(got.tenants), got.spans_received, got.spans_dropped) == ([], 0, 0)
+        export_one_request(otlp_port)
+        got = await report(port)
+        assert [(t.tenant, t.requests, t.e2e_ms.p50) for t in got.tenants] == [("acme", 1, 42.0)]
+        assert (got.spans_received, got.spans_dropped) == (1, 0)
     finally:
         assert stop(proc) == 0
-    proc, second_key, port = start(str(tmp_path))
+    proc, second_key, port, _ = start(str(tmp_path))
     try:
-        await report(port)
+        got = await report(port)   # rows persist; the counters are this process's
+        assert [(t.tenant, t.requests) for t in got.tenants] == [("acme", 1)]
+        assert got.spans_received == 0
     finally:
         assert stop(proc) == 0
     assert second_key == first_key

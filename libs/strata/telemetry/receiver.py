@@ -76,11 +76,6 @@ class OtlpReceiver:
 
     async def start(self, bind: str = "127.0.0.1:0") -> int:
         """Serve on bind and start the writer; returns the bound port."""
-        self._loop = asyncio.get_running_loop()
-        self._queue = asyncio.Queue(maxsize=self._capacity)
-        self._settled_changed = asyncio.Condition()
-        self._writer = asyncio.create_task(self._write_forever(), name="otlp-span-writer")
-        self._writer.add_done_callback(_report_writer_exit)
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=self._threads,
                                                         thread_name_prefix="otlp"),
                              options=SERVER_OPTIONS)
@@ -88,6 +83,11 @@ class OtlpReceiver:
         port = server.add_insecure_port(bind)
         if port == 0:
             raise RuntimeError(f"could not bind the OTLP receiver to {bind}: is the port in use?")
+        self._loop = asyncio.get_running_loop()
+        self._queue = asyncio.Queue(maxsize=self._capacity)
+        self._settled_changed = asyncio.Condition()
+        self._writer = asyncio.create_task(self._write_forever(), name="otlp-span-writer")
+        self._writer.add_done_callback(_report_writer_exit)
         server.start()
         self._server, self.port = server, port
         return port
