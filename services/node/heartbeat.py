@@ -22,13 +22,7 @@ async def heartbeat_loop(cfg: NodeConfig, replicas: ReplicaSet, stop: asyncio.Ev
     async with channel(cfg.scheduler_addr) as ch:
         stub = scheduler_pb2_grpc.SchedulerStub(ch)
         while not stop.is_set():
-            for r in list(replicas.replicas.values()):
-                if r.state is State.READY:
-                    try:
-                        await replicas.refresh(r)
-                    except grpc.aio.AioRpcError as err:
-                        log.warning("stats of replica %s unavailable: %s", r.replica_id,
-                                    err.code().name)
+            await replicas.refresh_ready()
             info = node_info(cfg, replicas)
             models = [common_pb2.ModelInfo(name=r.model, context_length=r.stats.context_length,
                                            memory_bytes=r.stats.memory_bytes)

@@ -72,6 +72,7 @@ class NodeManagerServicer(node_pb2_grpc.NodeManagerServicer):
 
     async def GetNodeStatus(self, request: node_pb2.GetNodeStatusRequest,
                             context: grpc.aio.ServicerContext) -> common_pb2.NodeInfo:
+        await self.replicas.refresh_ready()  # live figures, not the last heartbeat's
         return node_info(self.cfg, self.replicas)
 
 

@@ -14,6 +14,8 @@ import logging
 import socket
 from dataclasses import dataclass, field
 
+import grpc
+
 from strata.node.worker_process import WorkerProcess, WorkerStartError
 from strata.rpc.server import channel
 from strata.rpc.v1 import worker_pb2, worker_pb2_grpc
@@ -137,6 +139,16 @@ class ReplicaSet:
             queued_tokens=s.queued_tokens, blocks_total=s.kv_blocks_total,
             blocks_free=s.kv_blocks_free, context_length=s.context_length,
             memory_bytes=s.memory_bytes)
+
+    async def refresh_ready(self) -> None:
+        """Refresh every READY replica's stats; one that does not answer keeps its last ones."""
+        for r in list(self.replicas.values()):
+            if r.state is State.READY:
+                try:
+                    await self.refresh(r)
+                except grpc.aio.AioRpcError as err:
+                    log.warning("stats of replica %s unavailable: %s", r.replica_id,
+                                err.code().name)
 
     def reap_failed(self) -> list[Replica]:
         """Remove FAILED replicas (after they were reported once) and return them."""

@@ -1,0 +1,151 @@
+"""The compose stack as local processes: the same commands and environment as docker-compose.yml.
+
+Each strata service of the compose file is started with its `command` and `environment`, with
+three rewrites a single machine needs: every `host:port` of another service becomes a free
+loopback port, the OpenTelemetry Collector's address becomes the metrics service's OTLP receiver
+(no collector runs here, and it would only forward), and PostgreSQL becomes the URL the test
+passes (SQLite or a local PostgreSQL). Overrides (a dummy model, small KV pools) come last.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import yaml
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+ROOT = Path(__file__).resolve().parents[2]
+INFRA = {"postgres", "jaeger", "otel-collector"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class StackProcess:
+    name: str
+    command: list[str]
+    env: dict[str, str]
+    address: str
+    proc: subprocess.Popen | None = None
+    log_path: Path | None = None
+
+
+@dataclass
+class ComposeStack:
+    data_dir: Path
+    db_url: str
+    overrides: dict[str, dict[str, str]] = field(default_factory=dict)
+    processes: dict[str, StackProcess] = field(default_factory=dict)
+
+    def plan(self) -> list[StackProcess]:
+        compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+        ports: dict[str, int] = {}      # "service:port" -> loopback port
+        for name, svc in compose.items():
+            if name in INFRA:
+                continue
+            for key, value in svc["environment"].items():
+                if key.endswith("_BIND") and str(value).startswith("0.0.0.0:"):
+                    ports[f"{name}:{value.split(':')[1]}"] = _free_port()
+        otlp = next(p for k, p in ports.items() if k == "metrics:50057")
+
+        def rewrite(value: str) -> str:
+            value = re.sub(r"\botel-collector:4317\b", f"127.0.0.1:{otlp}", value)
+            return re.sub(r"\b([a-z-]+):(\d+)\b",
+                          lambda m: f"127.0.0.1:{ports[m.group(0)]}" if m.group(0) in ports
+                          else m.group(0), value)
+
+        order = _topological([n for n in compose if n not in INFRA], compose)
+        planned = []
+        for name in order:
+            svc = compose[name]
+            env = {}
+            for key, value in svc["environment"].items():
+                value = str(value)
+                if key.endswith("_BIND"):
+                    port = ports[name + ":" + value.split(":")[1]]
+                    value = f"127.0.0.1:{port}"
+                elif key == "STRATA_DB_URL":
+                    value = self.db_url
+                elif key == "STRATA_DATA_DIR":
+                    value = str(self.data_dir)
+                else:
+                    value = rewrite(value)
+                env[key] = value
+            env.update(self.overrides.get(name, {}))
+            bind = next(v for k, v in env.items() if k.endswith("_BIND") and k != "STRATA_OTLP_BIND")
+            planned.append(StackProcess(name, list(svc["command"]), env, bind))
+        return planned
+
+    def start(self, timeout_s: float = 120.0) -> None:
+        for p in self.plan():
+            p.log_path = self.data_dir / f"{p.name}.log"
+            log = open(p.log_path, "w")
+            p.proc = subprocess.Popen(
+                [sys.executable if p.command[0] == "python" else p.command[0], *p.command[1:]],
+                cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1", **p.env},
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            self.processes[p.name] = p
+            wait_serving(p, timeout_s)
+
+    def stop(self) -> None:
+        for p in reversed(list(self.processes.values())):
+            if p.proc is not None and p.proc.poll() is None:
+                p.proc.send_signal(signal.SIGTERM)
+                try:
+                    p.proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    p.proc.kill()
+                    p.proc.wait()
+
+    def addr(self, name: str) -> str:
+        return self.processes[name].address
+
+    def logs(self) -> str:
+        return "\n".join(f"==== {p.name}\n{p.log_path.read_text()[-3000:]}"
+                         for p in self.processes.values() if p.log_path)
+
+
+def wait_serving(p: StackProcess, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    with grpc.insecure_channel(p.address) as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        while time.monotonic() < deadline:
+            if p.proc.poll() is not None:
+                raise RuntimeError(f"{p.name} exited with {p.proc.returncode}:\n"
+                                   f"{p.log_path.read_text()[-3000:]}")
+            try:
+                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == \
+                        health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(0.2)
+    raise RuntimeError(f"{p.name} not serving on {p.address} after {timeout_s}s")
+
+
+def _topological(names: list[str], compose: dict) -> list[str]:
+    done: list[str] = []
+
+    def visit(n: str) -> None:
+        if n in done or n in INFRA:
+            return
+        for dep in compose[n].get("depends_on", {}):
+            visit(dep)
+        done.append(n)
+
+    for n in names:
+        visit(n)
+    return done
