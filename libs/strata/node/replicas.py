@@ -158,6 +158,8 @@ class ReplicaSet:
         return failed
 
     async def stop_all(self) -> None:
+        for r in self.replicas.values():
+            r.state = State.DRAINING  # an exit from here on is ours, not a failure
         await asyncio.gather(*(r.process.stop() for r in self.replicas.values()))
         for t in self._tasks:
             t.cancel()
