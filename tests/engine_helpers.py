@@ -40,3 +40,30 @@ def run_to_end(engine: LLMEngine, max_steps: int = 10_000) -> dict[str, list[int
         for o in engine.step():
             out.setdefault(o.request_id, []).extend(o.token_ids)
     raise AssertionError("engine did not finish")
+
+
+class LocalTierClient:
+    """The TierClient interface over an in-process HostTier (no gRPC), for engine unit tests."""
+
+    def __init__(self, capacity_bytes: int = 1 << 30):
+        from strata.kvtier.host_tier import HostTier
+
+        self.tier = HostTier(capacity_bytes)
+        self.offloaded = 0
+        self.gets = 0
+
+    def put_async(self, block_hash, data, layout):
+        from strata.kvtier.hashing import checksum
+        from strata.kvtier.host_tier import StoredBlock
+
+        self.tier.put(StoredBlock(block_hash, layout, data, checksum(data)))
+        self.offloaded += 1
+
+    def lookup(self, hashes):
+        return self.tier.prefix_len(hashes)
+
+    def get(self, hashes):
+        from strata.kvtier.client import FetchedBlock
+
+        self.gets += 1
+        return [FetchedBlock(b.block_hash, b.data, b.layout) for b in self.tier.get_prefix(hashes)]

@@ -100,7 +100,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                         yield gateway_pb2.GenerateResponse(
                             request_id=request_id, text=chunk.text, token_ids=chunk.token_ids,
                             finish_reason=chunk.finish_reason, usage=chunk.usage,
-                            trace_id=trace_id)
+                            trace_id=trace_id, logprobs=chunk.logprobs)
                 finally:
                     if not call.done():
                         call.cancel()
@@ -153,7 +153,9 @@ def _params(r: gateway_pb2.GenerateRequest) -> GenerateParams:
     return GenerateParams(
         model=r.model, prompt=r.prompt, messages=[(m.role, m.content) for m in r.messages],
         max_tokens=r.max_tokens, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
-        repetition_penalty=s.repetition_penalty, stop=list(r.stop))
+        repetition_penalty=s.repetition_penalty, stop=list(r.stop), min_p=s.min_p,
+        frequency_penalty=s.frequency_penalty, presence_penalty=s.presence_penalty,
+        logprobs=s.logprobs)
 
 
 def _spec(r: gateway_pb2.GenerateRequest) -> common_pb2.GenerationSpec:

@@ -51,7 +51,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
                                                out.completion_tokens)
                             span.set_attribute(names.CACHED_TOKENS, out.cached_tokens)
                             span.set_attribute(names.TIER_TOKENS, out.tier_tokens)
-                        yield chunk_to_pb(out)
+                        yield chunk_to_pb(out, tok)
             except ValueError as err:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
             except EngineFailed as err:
@@ -77,12 +77,19 @@ def sampling_from_pb(spec: common_pb2.GenerationSpec) -> SamplingParams:
         temperature=s.temperature, top_p=s.top_p if s.top_p > 0 else 1.0, top_k=s.top_k,
         seed=s.seed if s.HasField("seed") else None,
         repetition_penalty=s.repetition_penalty if s.repetition_penalty > 0 else 1.0,
-        max_tokens=spec.max_tokens, stop=tuple(spec.stop))
+        min_p=s.min_p, frequency_penalty=s.frequency_penalty, presence_penalty=s.presence_penalty,
+        logprobs=s.logprobs, max_tokens=spec.max_tokens, stop=tuple(spec.stop),
+        stop_token_ids=tuple(s.stop_token_ids), ignore_eos=s.ignore_eos)
 
 
-def chunk_to_pb(out: RequestOutput) -> common_pb2.GenerationChunk:
+def chunk_to_pb(out: RequestOutput, tokenizer) -> common_pb2.GenerationChunk:
     chunk = common_pb2.GenerationChunk(request_id=out.request_id, text=out.text,
                                        token_ids=out.token_ids)
+    for lp in out.logprobs or ():
+        chunk.logprobs.append(common_pb2.TokenLogprob(
+            token_id=lp.token_id, logprob=lp.logprob,
+            top=[common_pb2.TopLogprob(token_id=t, logprob=v, text=tokenizer.decode([t]))
+                 for t, v in lp.top]))
     if out.finished:
         chunk.finish_reason = _FINISH[out.finish_reason]
         chunk.usage.CopyFrom(common_pb2.Usage(

@@ -18,7 +18,8 @@ from strata.engine.block_pool import BlockPool
 from strata.engine.detokenizer import Detokenizer
 from strata.engine.loaded import LoadedModel
 from strata.engine.model import build_model
-from strata.engine.sampler import SeqSampler
+from strata.engine.costs import CostModel
+from strata.engine.sampler import Sampled, SeqSampler, sample_batch
 from strata.engine.scheduler import ScheduledSeq, Scheduler
 from strata.engine.sequence import FinishReason, SamplingParams, Sequence
 from strata.engine.tier_link import TierLink
@@ -68,7 +69,7 @@ class RequestOutput:
     completion_tokens: int = 0
     cached_tokens: int = 0
     tier_tokens: int = 0
-    error: str | None = None
+    logprobs: list[Sampled] | None = None
 
 
 @dataclass(slots=True)
@@ -104,6 +105,7 @@ class LLMEngine:
             tier.pool = self.pool
         self.scheduler = Scheduler(self.pool, config.max_batched_tokens, config.max_seqs,
                                    tier=tier)
+        self.costs = tier.costs if tier is not None else CostModel()
         self.max_context = cfg.max_position_embeddings
         self.stats = EngineStats()
         self._samplers: dict[str, SeqSampler] = {}
@@ -136,7 +138,7 @@ class LLMEngine:
             hash_keys=HashKeys.for_request(self.model_name, req.tenant, req.prefix_public),
             priority=req.priority, arrival=time.monotonic())
         self._seqs[req.request_id] = seq
-        self._samplers[req.request_id] = SeqSampler(req.params)
+        self._samplers[req.request_id] = SeqSampler(req.params, len(req.prompt_ids))
         self._detok[req.request_id] = Detokenizer(self.tokenizer, req.params.stop)
         self.scheduler.add(seq)
 
@@ -168,14 +170,15 @@ class LLMEngine:
         plan = self.scheduler.schedule()
         if not plan.scheduled:
             return []
+        started = time.perf_counter()
         logits = self._forward(plan.scheduled)
-        outputs: list[RequestOutput] = []
-        row = 0
         for item in plan.scheduled:
             self.scheduler.advance(item)
-            if item.sample:
-                outputs.append(self._sample(item.seq, logits[row]))
-                row += 1
+        sampling = [item.seq for item in plan.scheduled if item.sample]
+        picks = sample_batch(logits, [self._samplers[s.request_id] for s in sampling],
+                             [s.token_ids for s in sampling])
+        outputs = [self._append(seq, pick) for seq, pick in zip(sampling, picks)]
+        self.costs.observe_step(plan.num_tokens, time.perf_counter() - started)
         self.stats.steps += 1
         self.stats.last_step_tokens = plan.num_tokens
         self.stats.step_tokens_total += plan.num_tokens
@@ -200,9 +203,9 @@ class LLMEngine:
                           torch.tensor(positions, dtype=torch.int64, device=dev), self.kv, meta,
                           torch.tensor(logits_rows, dtype=torch.int64, device=dev))
 
-    def _sample(self, seq: Sequence, logits: torch.Tensor) -> RequestOutput:
+    def _append(self, seq: Sequence, pick: Sampled) -> RequestOutput:
         rid = seq.request_id
-        token = self._samplers[rid].sample(logits, seq.token_ids)
+        token = pick.token_id
         seq.token_ids.append(token)
         p = seq.params
         detok = self._detok[rid]
@@ -227,7 +230,8 @@ class LLMEngine:
             request_id=rid, text=text, token_ids=[token], finished=reason is not None,
             finish_reason=reason, prompt_tokens=seq.num_prompt,
             completion_tokens=seq.num_output, cached_tokens=seq.num_cached_prompt,
-            tier_tokens=seq.num_tier_prompt)
+            tier_tokens=seq.num_tier_prompt,
+            logprobs=[pick] if seq.params.logprobs else None)
 
     def _forget(self, request_id: str) -> None:
         self._seqs.pop(request_id, None)

@@ -4,8 +4,11 @@ Each step: running sequences first (decodes cost one token, unfinished prefills 
 priority order, then waiting sequences while budget, sequence slots and blocks last. A waiting
 sequence first takes whatever prefix the device cache or the KV tier store already holds. When a
 running sequence needs a block and none is free, the lowest-priority, latest-arrived running
-sequence is preempted (its blocks freed, its tokens kept) and recomputed later; its full blocks
-stay cached, so recomputation usually hits the prefix cache. Imports no torch.
+sequence is preempted: its blocks are freed but its full blocks keep their hashes, so they stay in
+the device prefix cache until memory pressure evicts them, and eviction writes them to the KV tier
+store (swap-out). On resumption the prefix comes back from the device cache, or from the tier when
+the engine's measured costs say loading beats recomputing (costs.py), and the rest is recomputed.
+Imports no torch.
 """
 
 from __future__ import annotations
@@ -89,16 +92,27 @@ class Scheduler:
         budget = self.max_batched_tokens
         scheduled: list[ScheduledSeq] = []
         preempted: list[Sequence] = []
-        self.running.sort(key=Sequence.sort_key)
+        # Decodes first: a long prompt's chunks must never take the budget from decoding tokens.
+        self.running.sort(key=lambda s: (s.num_pending > 1, s.sort_key()))
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
             n = min(seq.num_pending, budget)
-            if not self._ensure_blocks(seq, n, preempted):
-                continue  # seq itself was preempted; the list shrank under index i
-            scheduled.append(ScheduledSeq(seq, n, n == seq.num_pending))
-            budget -= n
-            i += 1
+            while not self._grow(seq, n):
+                victim = max(self.running, key=Sequence.sort_key)
+                if self.running.index(victim) < i:  # already scheduled this step: take it back
+                    i -= 1
+                    item = next(x for x in scheduled if x.seq is victim)
+                    scheduled.remove(item)
+                    budget += item.num_new
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is seq:
+                    break
+            else:
+                scheduled.append(ScheduledSeq(seq, n, n == seq.num_pending))
+                budget -= n
+                i += 1
         if not preempted:
             self._admit(budget, scheduled)
         return StepPlan(scheduled, preempted)
@@ -119,15 +133,6 @@ class Scheduler:
             self.running.append(seq)
             scheduled.append(ScheduledSeq(seq, n, n == seq.num_pending))
             budget -= n
-
-    def _ensure_blocks(self, seq: Sequence, n: int, preempted: list[Sequence]) -> bool:
-        while not self._grow(seq, n):
-            victim = max(self.running, key=Sequence.sort_key)
-            self._preempt(victim)
-            preempted.append(victim)
-            if victim is seq:
-                return False
-        return True
 
     def _grow(self, seq: Sequence, n: int) -> bool:
         need = -(-(seq.num_computed + n) // self.block_size) - len(seq.block_ids)

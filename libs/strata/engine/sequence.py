@@ -15,10 +15,21 @@ class SamplingParams:
     top_k: int = 0
     seed: int | None = None
     repetition_penalty: float = 1.0
+    min_p: float = 0.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    logprobs: int = 0              # top-n logprobs to return with each token (0 = none)
     max_tokens: int = 16
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
+
+    @property
+    def is_plain_greedy(self) -> bool:
+        """Greedy with nothing that needs per-row work: the batched argmax fast path."""
+        return (self.temperature <= 0 and self.repetition_penalty in (0.0, 1.0)
+                and not self.frequency_penalty and not self.presence_penalty
+                and not self.logprobs)
 
 
 class Status(enum.Enum):

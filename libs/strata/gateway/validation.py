@@ -7,6 +7,7 @@ from dataclasses import dataclass
 MAX_TOKENS_LIMIT = 32768
 MAX_STOP_STRINGS = 8
 MAX_PROMPT_CHARS = 1_000_000
+MAX_LOGPROBS = 20
 
 
 @dataclass(slots=True)
@@ -20,6 +21,10 @@ class GenerateParams:
     top_k: int
     repetition_penalty: float
     stop: list[str]
+    min_p: float = 0.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    logprobs: int = 0
 
 
 def validate(p: GenerateParams) -> str | None:
@@ -47,6 +52,14 @@ def validate(p: GenerateParams) -> str | None:
     if p.repetition_penalty < 0:
         return f"repetition_penalty must be positive (0 or 1 disables it), got " \
                f"{p.repetition_penalty:g}"
+    if not 0 <= p.min_p <= 1:
+        return f"min_p must be between 0 and 1 (0 means disabled), got {p.min_p:g}"
+    for name in ("frequency_penalty", "presence_penalty"):
+        value = getattr(p, name)
+        if not -2 <= value <= 2:
+            return f"{name} must be between -2 and 2, got {value:g}"
+    if not 0 <= p.logprobs <= MAX_LOGPROBS:
+        return f"logprobs must be between 0 and {MAX_LOGPROBS}, got {p.logprobs}"
     if len(p.stop) > MAX_STOP_STRINGS:
         return f"at most {MAX_STOP_STRINGS} stop strings, got {len(p.stop)}"
     if any(not s for s in p.stop):
