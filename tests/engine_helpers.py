@@ -14,13 +14,14 @@ def tiny_loaded(seed: int = 0, vocab: int = 300) -> LoadedModel:
                       num_layers=2, num_heads=4, num_kv_heads=2, max_position_embeddings=512,
                       tie_word_embeddings=True)
     gen = torch.Generator().manual_seed(seed)
-    model = LlamaModel(cfg)
+    with torch.device("meta"):
+        shapes = LlamaModel(cfg).hf_tensor_shapes()
     weights = {}
-    for name, param in model._hf_names().items():
+    for name, shape in shapes.items():
         if name.endswith("layernorm.weight") or name == "model.norm.weight":
-            weights[name] = torch.ones(param.shape)
+            weights[name] = torch.ones(shape)
         else:
-            weights[name] = torch.randn(param.shape, generator=gen) * 0.2
+            weights[name] = torch.randn(shape, generator=gen) * 0.2
     return LoadedModel(cfg, weights, ByteTokenizer(vocab))
 
 

@@ -29,6 +29,10 @@ DUMMY_CONFIGS: dict[str, ModelConfig] = {
     "dummy-small": ModelConfig(name="dummy-small", vocab_size=1024, hidden_size=256,
                                intermediate_size=704, num_layers=8, num_heads=8, num_kv_heads=4,
                                max_position_embeddings=4096, tie_word_embeddings=True, **_BASE),
+    # the engine benchmark's model (issue 3): the same shape is run by transformers and vLLM
+    "dummy-bench": ModelConfig(name="dummy-bench", vocab_size=32000, hidden_size=512,
+                               intermediate_size=1536, num_layers=8, num_heads=8, num_kv_heads=2,
+                               max_position_embeddings=4096, tie_word_embeddings=False, **_BASE),
     # TinyLlama-1.1B's shape (1.1e9 parameters, 4.4 GB in float32), for GPU benchmarks only
     "dummy-1b": ModelConfig(name="dummy-1b", vocab_size=32768, hidden_size=2048,
                             intermediate_size=5632, num_layers=22, num_heads=32, num_kv_heads=4,

@@ -23,18 +23,18 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 class DecoderLayer(nn.Module):
+    """q/k/v and gate/up projections are fused into one matrix each: fewer, larger matmuls."""
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         h, q, kv = cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
         self.cfg = cfg
+        self.q_size, self.kv_size = q, kv
         self.input_layernorm = nn.Parameter(torch.ones(h))
         self.post_attention_layernorm = nn.Parameter(torch.ones(h))
-        self.q_proj = nn.Linear(h, q, bias=cfg.attention_bias)
-        self.k_proj = nn.Linear(h, kv, bias=cfg.attention_bias)
-        self.v_proj = nn.Linear(h, kv, bias=cfg.attention_bias)
+        self.qkv_proj = nn.Linear(h, q + 2 * kv, bias=cfg.attention_bias)
         self.o_proj = nn.Linear(q, h, bias=False)
-        self.gate_proj = nn.Linear(h, cfg.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(h, cfg.intermediate_size, bias=False)
+        self.gate_up_proj = nn.Linear(h, 2 * cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, h, bias=False)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: torch.Tensor,
@@ -42,14 +42,15 @@ class DecoderLayer(nn.Module):
         cfg = self.cfg
         t = x.shape[0]
         h = rms_norm(x, self.input_layernorm, cfg.rms_norm_eps)
-        q = self.q_proj(h).view(t, cfg.num_heads, cfg.head_dim)
-        k = self.k_proj(h).view(t, cfg.num_kv_heads, cfg.head_dim)
-        v = self.v_proj(h).view(t, cfg.num_kv_heads, cfg.head_dim)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        q, k, v = self.qkv_proj(h).split((self.q_size, self.kv_size, self.kv_size), dim=-1)
+        q = apply_rotary(q.view(t, cfg.num_heads, cfg.head_dim), cos, sin)
+        k = apply_rotary(k.view(t, cfg.num_kv_heads, cfg.head_dim), cos, sin)
+        v = v.view(t, cfg.num_kv_heads, cfg.head_dim)
         attn = paged_attention(q, k, v, kv[0], kv[1], meta, cfg.head_dim ** -0.5)
         x = x + self.o_proj(attn.reshape(t, -1))
         h = rms_norm(x, self.post_attention_layernorm, cfg.rms_norm_eps)
-        return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+        gate, up = self.gate_up_proj(h).chunk(2, dim=-1)
+        return x + self.down_proj(F.silu(gate) * up)
 
 
 class LlamaModel(nn.Module):
@@ -81,36 +82,49 @@ class LlamaModel(nn.Module):
         return F.linear(x, head).float()
 
     def load_hf_weights(self, weights: dict[str, torch.Tensor]) -> None:
-        """Copy weights named as in HF LlamaForCausalLM; every parameter must be present."""
-        mapping = self._hf_names()
-        missing = sorted(set(mapping) - set(weights))
+        """Copy weights named as in HF LlamaForCausalLM; every tensor must be present."""
+        targets = self._hf_targets()
+        missing = sorted(set(targets) - set(weights))
         if missing:
             raise ValueError(f"checkpoint lacks {len(missing)} tensors, e.g. {missing[:3]}")
         with torch.no_grad():
-            for name, param in mapping.items():
+            for name, (param, start, rows) in targets.items():
                 src = weights[name]
-                if tuple(src.shape) != tuple(param.shape):
+                want = (rows, *param.shape[1:]) if rows else tuple(param.shape)
+                if tuple(src.shape) != want:
                     raise ValueError(f"{name}: checkpoint shape {tuple(src.shape)} does not match "
-                                     f"the config's {tuple(param.shape)}")
-                param.copy_(src.to(param.dtype))
+                                     f"the config's {want}")
+                dst = param[start:start + rows] if rows else param
+                dst.copy_(src.to(param.dtype))
 
-    def _hf_names(self) -> dict[str, torch.Tensor]:
-        names: dict[str, torch.Tensor] = {"model.embed_tokens.weight": self.embed_tokens.weight,
-                                          "model.norm.weight": self.norm}
+    def _hf_targets(self) -> dict[str, tuple[torch.Tensor, int, int]]:
+        """HF tensor name -> (our parameter, first row, rows); rows 0 = the whole parameter."""
+        out: dict[str, tuple[torch.Tensor, int, int]] = {
+            "model.embed_tokens.weight": (self.embed_tokens.weight, 0, 0),
+            "model.norm.weight": (self.norm, 0, 0)}
         if self.lm_head is not None:
-            names["lm_head.weight"] = self.lm_head.weight
+            out["lm_head.weight"] = (self.lm_head.weight, 0, 0)
+        cfg = self.cfg
+        q, kv, inter = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim, \
+            cfg.intermediate_size
         for i, layer in enumerate(self.layers):
             p = f"model.layers.{i}."
-            names[p + "input_layernorm.weight"] = layer.input_layernorm
-            names[p + "post_attention_layernorm.weight"] = layer.post_attention_layernorm
-            for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
-                names[p + f"self_attn.{proj}.weight"] = getattr(layer, proj).weight
-                bias = getattr(layer, proj).bias
-                if bias is not None:
-                    names[p + f"self_attn.{proj}.bias"] = bias
-            for proj in ("gate_proj", "up_proj", "down_proj"):
-                names[p + f"mlp.{proj}.weight"] = getattr(layer, proj).weight
-        return names
+            out[p + "input_layernorm.weight"] = (layer.input_layernorm, 0, 0)
+            out[p + "post_attention_layernorm.weight"] = (layer.post_attention_layernorm, 0, 0)
+            out[p + "self_attn.o_proj.weight"] = (layer.o_proj.weight, 0, 0)
+            for name, start, rows in (("q_proj", 0, q), ("k_proj", q, kv), ("v_proj", q + kv, kv)):
+                out[p + f"self_attn.{name}.weight"] = (layer.qkv_proj.weight, start, rows)
+                if layer.qkv_proj.bias is not None:
+                    out[p + f"self_attn.{name}.bias"] = (layer.qkv_proj.bias, start, rows)
+            out[p + "mlp.gate_proj.weight"] = (layer.gate_up_proj.weight, 0, inter)
+            out[p + "mlp.up_proj.weight"] = (layer.gate_up_proj.weight, inter, inter)
+            out[p + "mlp.down_proj.weight"] = (layer.down_proj.weight, 0, 0)
+        return out
+
+    def hf_tensor_shapes(self) -> dict[str, tuple[int, ...]]:
+        """The HF checkpoint's tensor names and shapes this model expects."""
+        return {name: ((rows, *param.shape[1:]) if rows else tuple(param.shape))
+                for name, (param, _, rows) in self._hf_targets().items()}
 
 
 def build_model(cfg: ModelConfig, weights: dict[str, torch.Tensor], device: torch.device,
