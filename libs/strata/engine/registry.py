@@ -39,4 +39,5 @@ def load_model(name_or_path: str) -> LoadedModel:
     if (Path(name_or_path) / "config.json").is_file():
         return load_hf_dir(name_or_path)
     raise ValueError(f"unknown model {name_or_path!r}; known models: "
-                     f"{', '.join(known_models())}, or a path to a .gguf file")
+                     f"{', '.join(known_models())}, a path to a .gguf file, or a Hugging Face "
+                     f"checkpoint folder")
