@@ -42,6 +42,7 @@ class BlockPool:
         self._cached: dict[int, int] = {}   # hash -> block id
         self.on_evict = on_evict
         self.evictions = 0
+        self._num_cached_free = 0  # blocks in the free queue that still hold a hash
 
     # -- queries -------------------------------------------------------------------------------
     @property
@@ -51,7 +52,8 @@ class BlockPool:
 
     @property
     def num_cached(self) -> int:
-        return sum(1 for b in self._free if self.blocks[b].block_hash is not None)
+        """Unreferenced blocks that still hold a reusable prefix (O(1))."""
+        return self._num_cached_free
 
     def lookup(self, block_hash: int) -> int | None:
         return self._cached.get(block_hash)
@@ -66,6 +68,7 @@ class BlockPool:
             block_id, _ = self._free.popitem(last=False)
             block = self.blocks[block_id]
             if block.block_hash is not None:
+                self._num_cached_free -= 1
                 self._evict(block)
             block.ref_count = 1
             out.append(block_id)
@@ -76,6 +79,7 @@ class BlockPool:
         block = self.blocks[block_id]
         if block.ref_count == 0:
             del self._free[block_id]
+            self._num_cached_free -= 1  # only cached blocks can be hit while unreferenced
         block.ref_count += 1
 
     def commit(self, block_id: int, block_hash: int) -> int:
@@ -100,6 +104,8 @@ class BlockPool:
             block.ref_count -= 1
             if block.ref_count == 0:
                 self._free[block_id] = None
+                if block.block_hash is not None:
+                    self._num_cached_free += 1
 
     def _evict(self, block: Block) -> None:
         assert block.block_hash is not None
