@@ -20,16 +20,21 @@ from strata.rpc.v1 import kvstore_pb2, kvstore_pb2_grpc
 from tests.engine_helpers import run_to_end, tiny_engine
 
 
-async def serve(capacity_bytes: int):
-    servicer = KVStoreServicer(HostTier(capacity_bytes))
+async def serve(tier: HostTier):
+    servicer = KVStoreServicer(tier)
     return await start_server([Registration(
         add=lambda s: kvstore_pb2_grpc.add_KVStoreServicer_to_server(servicer, s),
         service_name=kvstore_pb2.DESCRIPTOR.services_by_name["KVStore"].full_name)])
 
 
 @pytest.fixture
-async def store(request):
-    running = await serve(getattr(request, "param", 1 << 20))
+def tier(request) -> HostTier:
+    return HostTier(getattr(request, "param", 1 << 20))
+
+
+@pytest.fixture
+async def store(tier):
+    running = await serve(tier)
     ch = channel(running.address)
     yield kvstore_pb2_grpc.KVStoreStub(ch)
     await ch.close()
@@ -84,7 +89,7 @@ async def test_block_with_a_wrong_checksum_is_rejected(store):
     assert await stats(store) == (1, 4, 1 << 20, 0, 0, 0, 0)
 
 
-@pytest.mark.parametrize("store", [300], indirect=True)
+@pytest.mark.parametrize("tier", [300], indirect=True)
 async def test_lru_eviction_in_a_300_byte_store(store):
     assert await put(store, *(block(h, bytes([h]) * 100) for h in (1, 2, 3))) == (3, 0)
     await store.GetBlocks(kvstore_pb2.GetBlocksRequest(block_hashes=hashes(1)))  # 1 is now MRU
@@ -95,6 +100,17 @@ async def test_lru_eviction_in_a_300_byte_store(store):
     assert [await prefix(store, h) for h in (1, 3, 4, 5)] == [0, 0, 0, 1]
     assert await put(store, block(6, b"f" * 301)) == (0, 0)     # larger than the whole store
     assert await stats(store) == (1, 250, 300, 1, 0, 4, 0)
+
+
+async def test_a_block_corrupted_in_the_store_ends_the_prefix_and_is_dropped(store, tier):
+    assert await put(store, block(1, b"a" * 10), block(2, b"b" * 10), block(3, b"c" * 10)) == (
+        3, 0)
+    # Memory corruption behind the store's back: the checksum taken at put time no longer fits.
+    tier._blocks[2].data = b"B" * 10
+    reply = await store.GetBlocks(kvstore_pb2.GetBlocksRequest(block_hashes=hashes(1, 2, 3)))
+    assert [b.data for b in reply.blocks] == [b"a" * 10]
+    assert await prefix(store, 1, 2, 3) == 1
+    assert await stats(store) == (2, 20, 1 << 20, 1, 0, 0, 1)
 
 
 async def test_malformed_hashes_are_invalid_argument(store):
@@ -123,7 +139,7 @@ def request(rid: str, prompt: list[int]) -> EngineRequest:
 
 
 async def test_engine_offloads_evicted_blocks_and_loads_them_back_on_a_repeat():
-    running = await serve(1 << 20)
+    running = await serve(HostTier(1 << 20))
     ch = channel(running.address)
     stub = kvstore_pb2_grpc.KVStoreStub(ch)
     client = TierClient(running.address)

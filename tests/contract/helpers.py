@@ -1,0 +1,42 @@
+"""Shared contract-test helpers: the process-wide tracer provider and its in-memory exporter.
+
+Servicers that take a tracer (scheduler, placement) get a private provider per test. The gateway,
+node manager and worker trace through the global provider (`trace.get_tracer` at import), and
+OpenTelemetry lets a process set that provider once, so every test in the pytest process shares
+one provider here and clears its exporter before reading spans.
+"""
+
+from __future__ import annotations
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+_EXPORTER = InMemorySpanExporter()
+_installed = False
+
+
+def global_spans() -> InMemorySpanExporter:
+    """The exporter behind the global tracer provider, emptied; installs the provider once.
+
+    SimpleSpanProcessor exports each span as it ends, so a test reads it without flushing.
+    """
+    global _installed
+    if not _installed:
+        current = trace.get_tracer_provider()
+        if isinstance(current, TracerProvider):
+            # Something in this process installed an SDK provider first: listen to it instead.
+            current.add_span_processor(SimpleSpanProcessor(_EXPORTER))
+        else:
+            provider = TracerProvider(resource=Resource.create({"service.name": "contract"}))
+            provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
+            trace.set_tracer_provider(provider)
+        _installed = True
+    _EXPORTER.clear()
+    return _EXPORTER
+
+
+def spans_named(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
+    return [s for s in exporter.get_finished_spans() if s.name == name]
