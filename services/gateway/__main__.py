@@ -36,6 +36,7 @@ async def main() -> None:
     log.info("gateway listening on %s", cfg.bind)
 
     async def on_stop() -> None:
+        await servicer.close()
         await scheduler.close()
         await db.dispose()
 

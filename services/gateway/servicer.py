@@ -35,7 +35,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         self.auth = auth
         self.limiter = limiter
         self.request_timeout_s = request_timeout_s
-        self._nodes: dict[str, node_pb2_grpc.NodeManagerStub] = {}
+        self._nodes: dict[str, tuple[grpc.aio.Channel, node_pb2_grpc.NodeManagerStub]] = {}
 
     async def _tenant(self, context: grpc.aio.ServicerContext) -> str:
         key = bearer_key(context.invocation_metadata())
@@ -97,10 +97,13 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                         timing.chunk(len(chunk.token_ids))
                         if chunk.finish_reason:
                             _finish_attributes(span, chunk, timing)
-                        yield gateway_pb2.GenerateResponse(
+                        reply = gateway_pb2.GenerateResponse(
                             request_id=request_id, text=chunk.text, token_ids=chunk.token_ids,
-                            finish_reason=chunk.finish_reason, usage=chunk.usage,
-                            trace_id=trace_id, logprobs=chunk.logprobs)
+                            finish_reason=chunk.finish_reason, trace_id=trace_id,
+                            logprobs=chunk.logprobs)
+                        if chunk.HasField("usage"):  # the last chunk only, as downstream
+                            reply.usage.CopyFrom(chunk.usage)
+                        yield reply
                 finally:
                     if not call.done():
                         call.cancel()
@@ -116,10 +119,16 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                 raise
 
     def _node(self, address: str) -> node_pb2_grpc.NodeManagerStub:
-        stub = self._nodes.get(address)
-        if stub is None:
-            stub = self._nodes[address] = node_pb2_grpc.NodeManagerStub(channel(address))
-        return stub
+        entry = self._nodes.get(address)
+        if entry is None:
+            ch = channel(address)
+            entry = self._nodes[address] = (ch, node_pb2_grpc.NodeManagerStub(ch))
+        return entry[1]
+
+    async def close(self) -> None:
+        for ch, _ in self._nodes.values():
+            await ch.close()
+        self._nodes.clear()
 
 
 class _Timing:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from contextlib import aclosing
 
 import grpc
@@ -33,7 +34,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
         try:
             ids = prompt_ids(tok, spec.prompt, [(m.role, m.content) for m in spec.messages])
             req = EngineRequest(
-                request_id=request.request_id or context.peer(), prompt_ids=ids,
+                request_id=request.request_id or uuid.uuid4().hex, prompt_ids=ids,
                 params=sampling_from_pb(spec), tenant=request.tenant,
                 prefix_public=spec.prefix_public, priority=request.priority)
         except ValueError as err:

@@ -186,9 +186,6 @@ async def test_generate_span_carries_request_model_and_token_counts(worker):
 
 
 
-@pytest.mark.xfail(strict=True, reason="the worker uses context.peer() as the id of a request "
-                   "sent without request_id; two such calls on one channel share the peer, so "
-                   "the second is refused as 'already running'")
 async def test_concurrent_requests_without_an_id_on_one_channel_both_run(worker):
     stub, _ = worker
     first = stub.Generate(generate("", prompt="Hello, world", max_tokens=900))
