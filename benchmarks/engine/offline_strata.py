@@ -40,7 +40,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     prompts = runner_cli.load_prompts(args.prompts)
     config = EngineConfig(dtype=args.dtype, max_seqs=len(prompts.batch),
-                          max_batched_tokens=512, kv_cache_bytes=256 << 20)
+                          max_batched_tokens=2048, kv_cache_bytes=256 << 20)
     engine = LLMEngine(load_bench_model(), config)
     setup = (f"LLMEngine, continuous batching, max_seqs={config.max_seqs}, "
              f"max_batched_tokens={config.max_batched_tokens}, block_size={config.block_size}")

@@ -70,7 +70,8 @@ async def one_request(stub: worker_pb2_grpc.WorkerStub, record: RequestRecord, t
                       start: float) -> None:
     """Stream one generation into `record`; a cancellation leaves it marked "cancelled"."""
     spec = common_pb2.GenerationSpec(model=BENCH_MODEL, prompt=text,
-                                     max_tokens=record.max_tokens)
+                                     max_tokens=record.max_tokens,
+                                     sampling=common_pb2.SamplingParams(ignore_eos=True))
     sent = time.perf_counter()
     record.sent_at_s = sent - start
     record.status = "cancelled"
@@ -166,7 +167,7 @@ async def sweep(trace_path: str, cfg: SweepConfig, settings: WorkerSettings, log
             records.extend(recs)
         done = [r for r in records if r.status == "completed"]
         meta = {"worker_load_seconds": worker.load_seconds,
-                # the worker's API has no ignore_eos: say how many outputs an EOS cut short
+                # requests ignore EOS; this counts any that still stopped short
                 "completed": len(done),
                 "ran_to_length": sum(r.output_tokens == r.max_tokens for r in done), "trace": trace_path,
                 "trace_rows": len(pool), "mapping": cfg.mapping.describe(),

@@ -26,7 +26,7 @@ class WorkerSettings:
     dtype: str
     torch_threads: int
     kv_cache_bytes: int = 256 << 20
-    max_batched_tokens: int = 512
+    max_batched_tokens: int = 2048
     max_seqs: int = 64
 
     def env(self, bind: str) -> dict[str, str]:

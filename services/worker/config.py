@@ -28,7 +28,7 @@ class WorkerConfig:
                 block_size=env_int("STRATA_BLOCK_SIZE", 16, minimum=1),
                 kv_cache_bytes=env_int("STRATA_KV_CACHE_BYTES", 256 << 20, minimum=1),
                 num_blocks=env_int("STRATA_KV_BLOCKS", 0, minimum=0),
-                max_batched_tokens=env_int("STRATA_MAX_BATCHED_TOKENS", 512, minimum=1),
+                max_batched_tokens=env_int("STRATA_MAX_BATCHED_TOKENS", 2048, minimum=1),
                 max_seqs=env_int("STRATA_MAX_SEQS", 32, minimum=1),
                 device=env_str("STRATA_DEVICE", "cpu"),
                 dtype=env_str("STRATA_DTYPE", "float32"),

@@ -53,6 +53,8 @@ class ByteTokenizer:
         return ids
 
     def decode(self, ids: Sequence[int]) -> str:
+        if all(0 <= i < _FIRST_SPECIAL for i in ids):  # the common case, on the decode hot path
+            return bytes(ids).decode("utf-8", errors="replace")
         parts: list[str] = []
         pending = bytearray()
         for raw in ids:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from strata.engine.attention import AttentionMetadata, SeqSlice
+from strata.engine.attention import AttentionMetadata, SeqSlice, kv_cache_shape
 from strata.engine.block_pool import BlockPool
 from strata.engine.detokenizer import Detokenizer
 from strata.engine.loaded import LoadedModel
@@ -33,7 +33,7 @@ class EngineConfig:
     block_size: int = 16
     kv_cache_bytes: int = 256 * 1024 * 1024
     num_blocks: int = 0               # 0 = derive from kv_cache_bytes
-    max_batched_tokens: int = 512
+    max_batched_tokens: int = 2048
     max_seqs: int = 32
     device: str = "cpu"
     dtype: str = "float32"
@@ -94,8 +94,9 @@ class LLMEngine:
         self.model = build_model(cfg, loaded.weights, self.device, self.dtype)
         per_block = cfg.kv_bytes_per_token(torch.finfo(self.dtype).bits // 8) * config.block_size
         num_blocks = config.num_blocks or max(1, config.kv_cache_bytes // per_block)
-        self.kv = torch.zeros(cfg.num_layers, 2, num_blocks, config.block_size, cfg.num_kv_heads,
-                              cfg.head_dim, device=self.device, dtype=self.dtype)
+        self.kv = torch.zeros(kv_cache_shape(cfg.num_layers, cfg.num_kv_heads, num_blocks,
+                                             config.block_size, cfg.head_dim),
+                              device=self.device, dtype=self.dtype)
         self.tier = tier
         if tier is not None:
             tier.attach(self.kv)

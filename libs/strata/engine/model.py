@@ -42,15 +42,18 @@ class DecoderLayer(nn.Module):
         cfg = self.cfg
         t = x.shape[0]
         h = rms_norm(x, self.input_layernorm, cfg.rms_norm_eps)
-        q, k, v = self.qkv_proj(h).split((self.q_size, self.kv_size, self.kv_size), dim=-1)
-        q = apply_rotary(q.view(t, cfg.num_heads, cfg.head_dim), cos, sin)
-        k = apply_rotary(k.view(t, cfg.num_kv_heads, cfg.head_dim), cos, sin)
-        v = v.view(t, cfg.num_kv_heads, cfg.head_dim)
+        qkv = self.qkv_proj(h)
+        heads = cfg.num_heads + cfg.num_kv_heads
+        # q and k rotate together: one pass over [tokens, heads + kv_heads, head_dim]
+        qk = apply_rotary(qkv[:, :self.q_size + self.kv_size].view(t, heads, cfg.head_dim),
+                          cos, sin)
+        q, k = qk.split((cfg.num_heads, cfg.num_kv_heads), dim=1)
+        v = qkv[:, self.q_size + self.kv_size:].view(t, cfg.num_kv_heads, cfg.head_dim)
         attn = paged_attention(q, k, v, kv[0], kv[1], meta, cfg.head_dim ** -0.5)
         x = x + self.o_proj(attn.reshape(t, -1))
         h = rms_norm(x, self.post_attention_layernorm, cfg.rms_norm_eps)
         gate, up = self.gate_up_proj(h).chunk(2, dim=-1)
-        return x + self.down_proj(F.silu(gate) * up)
+        return x.add_(self.down_proj(F.silu(gate).mul_(up)))
 
 
 class LlamaModel(nn.Module):
@@ -79,7 +82,7 @@ class LlamaModel(nn.Module):
             x = layer(x, cos, sin, kv_cache[i], meta)
         x = rms_norm(x.index_select(0, logits_index), self.norm, self.cfg.rms_norm_eps)
         head = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(x, head).float()
+        return F.linear(x, head)  # in the model's dtype: the sampler converts rows it must
 
     def load_hf_weights(self, weights: dict[str, torch.Tensor]) -> None:
         """Copy weights named as in HF LlamaForCausalLM; every tensor must be present."""

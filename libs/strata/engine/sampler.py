@@ -84,6 +84,7 @@ def sample_batch(logits: torch.Tensor, samplers: list[SeqSampler],
                  histories: list[list[int]]) -> list[Sampled]:
     """One token per row of logits [B, vocab]."""
     if all(s.params.is_plain_greedy for s in samplers):
-        return [Sampled(t) for t in torch.argmax(logits, dim=-1).tolist()]
+        # fp32 argmax: faster on CPU than on bf16, and identical
+        return [Sampled(t) for t in torch.argmax(logits.float(), dim=-1).tolist()]
     cpu = logits.float().cpu()
     return [s.sample(cpu[i], h) for i, (s, h) in enumerate(zip(samplers, histories))]

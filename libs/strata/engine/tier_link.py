@@ -31,14 +31,14 @@ class TierLink:
 
     def attach(self, kv: torch.Tensor) -> None:
         self.kv = kv
-        layers, two, _, block_size, heads, dim = kv.shape
-        self.layout = codec.layout_of((layers, two, block_size, heads, dim), kv.dtype)
-        self.block_bytes = layers * two * block_size * heads * dim * kv.element_size()
+        layers, two, heads, _, block_size, dim = kv.shape
+        self.layout = codec.layout_of((layers, two, heads, block_size, dim), kv.dtype)
+        self.block_bytes = layers * two * heads * block_size * dim * kv.element_size()
 
     def offload(self, block_id: int, block_hash: int) -> None:
         """BlockPool eviction hook: runs while the block still holds its data."""
         assert self.kv is not None
-        data, layout = codec.encode(self.kv[:, :, block_id])
+        data, layout = codec.encode(self.kv[:, :, :, block_id])
         self.client.put_async(block_hash, data, layout)
 
     def load(self, seq: Sequence, hashes: list[int]) -> int:
@@ -61,7 +61,7 @@ class TierLink:
         if ids is None:
             return 0
         for block_id, blk in zip(ids, fetched):
-            self.kv[:, :, block_id].copy_(codec.decode(blk.data, blk.layout, self.layout))
+            self.kv[:, :, :, block_id].copy_(codec.decode(blk.data, blk.layout, self.layout))
             self.pool.commit(block_id, blk.block_hash)
         seq.block_ids.extend(ids)
         self.costs.observe_load(len(ids) * self.block_bytes, time.perf_counter() - started)
