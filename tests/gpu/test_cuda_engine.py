@@ -44,7 +44,7 @@ def test_cuda_half_precision_logits_stay_close_to_fp32(dtype):
         meta = AttentionMetadata.build([SeqSlice(0, len(PROMPT), len(PROMPT), [3, 1, 2])], 16,
                                        "cuda")
         out.append(e.model(ids, torch.arange(len(PROMPT), device="cuda"), e.kv, meta,
-                           torch.arange(len(PROMPT), device="cuda")))
+                           torch.arange(len(PROMPT), device="cuda")).float())
     cos = torch.nn.functional.cosine_similarity(out[0], out[1], dim=-1)
     assert cos.min() > 0.99
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from strata.engine.attention import AttentionMetadata, SeqSlice
+from strata.engine.attention import AttentionMetadata, SeqSlice, kv_cache_shape
 from strata.engine.config import ModelConfig
 from strata.engine.model import build_model
 
@@ -40,7 +40,8 @@ def _pair(overrides):
 
 
 def _kv(cfg, num_blocks, block_size):
-    return torch.zeros(cfg.num_layers, 2, num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim)
+    return torch.zeros(kv_cache_shape(cfg.num_layers, cfg.num_kv_heads, num_blocks, block_size,
+                                      cfg.head_dim))
 
 
 @pytest.mark.parametrize("name", CONFIGS)

@@ -1,6 +1,6 @@
 """Block payloads on the wire and in host tiers: one block's K and V for every layer.
 
-    payload = kv[:, :, block_id]  ->  [layers, 2 (k|v), block_size, kv_heads, head_dim]
+    payload = kv[:, :, :, block_id]  ->  [layers, 2 (k|v), kv_heads, block_size, head_dim]
 
 The layout string names dtype and shape so a receiver can check it matches its own pool before
 writing a block into it.
