@@ -183,8 +183,8 @@ def render(report: BenchReport) -> str:
                   f"rate, then {meta.get('drain_seconds'):g} s to finish before the rest is "
                   f"cancelled. Sizes drawn from `{meta.get('trace')}` "
                   f"({meta.get('trace_rows')} rows): {meta.get('mapping')}; fresh random "
-                  f"text at each rate, so no prefix-cache hits. The worker API has no "
-                  f"ignore_eos: {meta.get('ran_to_length')} of {meta.get('completed')} completed "
+                  f"text at each rate, so no prefix-cache hits. Requests ignore EOS: "
+                  f"{meta.get('ran_to_length')} of {meta.get('completed')} completed "
                   f"requests ran to their trace length. Percentiles over completed requests; "
                   f"achieved req/s and output tok/s (every streamed token) are over first send "
                   f"to last completion.", ""]

@@ -28,13 +28,15 @@ async def main() -> None:
     started = time.perf_counter()
     loaded = load_model(cfg.model)
     tier = TierLink(TierClient(cfg.kvstore_addr)) if cfg.kvstore_addr else None
-    engine = AsyncEngine(LLMEngine(loaded, cfg.engine, tier=tier))
+    llm = LLMEngine(loaded, cfg.engine, tier=tier)
+    warm = llm.warm_up()
+    engine = AsyncEngine(llm)
     e = engine.engine
     memory = sum(t.numel() * t.element_size() for t in e.model.state_dict().values()) + \
         e.kv.numel() * e.kv.element_size()
-    log.info("loaded %s in %.1fs: %d KV blocks of %d tokens, %d torch threads", cfg.model,
-             time.perf_counter() - started, e.pool.num_blocks, cfg.engine.block_size,
-             cfg.torch_threads)
+    log.info("loaded %s in %.1fs (warm-up %.1fs): %d KV blocks of %d tokens, %d torch threads",
+             cfg.model, time.perf_counter() - started, warm, e.pool.num_blocks,
+             cfg.engine.block_size, cfg.torch_threads)
     servicer = WorkerServicer(engine, memory)
     running = await start_server([Registration(
         add=lambda s: worker_pb2_grpc.add_WorkerServicer_to_server(servicer, s),

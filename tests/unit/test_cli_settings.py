@@ -82,3 +82,12 @@ def test_generate_arguments_parse_with_repeatable_stop_and_defaults() -> None:
             args.prompt) == (defaults.DEFAULT_MODEL, True, 8, 0.0, None, ["a", "b"], "hello")
     assert build_parser().parse_args(["report"]).tenant == ""
     assert build_parser().parse_args(["--metrics", "m:1", "trace", "ab"]).metrics == "m:1"
+
+
+def test_every_engine_sampling_option_reaches_the_request():
+    s = build_request("m", prompt="hi", min_p=0.05, repetition_penalty=1.1,
+                      frequency_penalty=0.5, presence_penalty=-0.5, logprobs=3,
+                      stop_token_ids=[7, 9], ignore_eos=True).sampling
+    assert (round(s.min_p, 6), round(s.repetition_penalty, 6), s.frequency_penalty,
+            s.presence_penalty, s.logprobs, list(s.stop_token_ids), s.ignore_eos) == \
+        (0.05, 1.1, 0.5, -0.5, 3, [7, 9], True)

@@ -29,12 +29,19 @@ def build_request(model: str, prompt: str | None = None,
                   messages: Sequence[Message] | None = None, *,
                   max_tokens: int = DEFAULT_MAX_TOKENS, temperature: float = 0.0,
                   top_p: float = 0.0, top_k: int = 0, seed: int | None = None,
-                  stop: Sequence[str] = (), prefix_public: bool = False,
+                  stop: Sequence[str] = (), prefix_public: bool = False, min_p: float = 0.0,
+                  repetition_penalty: float = 0.0, frequency_penalty: float = 0.0,
+                  presence_penalty: float = 0.0, logprobs: int = 0,
+                  stop_token_ids: Sequence[int] = (), ignore_eos: bool = False,
                   ) -> gateway_pb2.GenerateRequest:
     """The GenerateRequest for these arguments. Value ranges are the gateway's to check."""
     if (prompt is None) == (messages is None):
         raise ValueError("give exactly one of prompt (plain text) or messages (chat turns)")
-    sampling = common_pb2.SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k)
+    sampling = common_pb2.SamplingParams(
+        temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
+        repetition_penalty=repetition_penalty, frequency_penalty=frequency_penalty,
+        presence_penalty=presence_penalty, logprobs=logprobs, stop_token_ids=list(stop_token_ids),
+        ignore_eos=ignore_eos)
     if seed is not None:
         sampling.seed = seed
     request = gateway_pb2.GenerateRequest(model=model, sampling=sampling, max_tokens=max_tokens,
@@ -70,13 +77,10 @@ class AsyncClient:
 
     async def generate(self, model: str, prompt: str | None = None,
                        messages: Sequence[Message] | None = None, *,
-                       max_tokens: int = DEFAULT_MAX_TOKENS, temperature: float = 0.0,
-                       top_p: float = 0.0, top_k: int = 0, seed: int | None = None,
-                       stop: Sequence[str] = (), prefix_public: bool = False,
-                       timeout: float | None = None) -> AsyncIterator[gateway_pb2.GenerateResponse]:
-        request = build_request(model, prompt, messages, max_tokens=max_tokens,
-                                temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
-                                stop=stop, prefix_public=prefix_public)
+                       timeout: float | None = None,
+                       **options) -> AsyncIterator[gateway_pb2.GenerateResponse]:
+        """options: build_request's keyword arguments (max_tokens, temperature, seed, ...)."""
+        request = build_request(model, prompt, messages, **options)
         call = self._stub.Generate(request, metadata=self._metadata, timeout=timeout)
         try:
             async for chunk in call:
@@ -113,13 +117,10 @@ class Client:
 
     def generate(self, model: str, prompt: str | None = None,
                  messages: Sequence[Message] | None = None, *,
-                 max_tokens: int = DEFAULT_MAX_TOKENS, temperature: float = 0.0,
-                 top_p: float = 0.0, top_k: int = 0, seed: int | None = None,
-                 stop: Sequence[str] = (), prefix_public: bool = False,
-                 timeout: float | None = None) -> Iterator[gateway_pb2.GenerateResponse]:
-        request = build_request(model, prompt, messages, max_tokens=max_tokens,
-                                temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
-                                stop=stop, prefix_public=prefix_public)
+                 timeout: float | None = None,
+                 **options) -> Iterator[gateway_pb2.GenerateResponse]:
+        """options: build_request's keyword arguments (max_tokens, temperature, seed, ...)."""
+        request = build_request(model, prompt, messages, **options)
         call = self._stub.Generate(request, metadata=self._metadata, timeout=timeout)
         try:
             yield from call

@@ -113,6 +113,25 @@ class LLMEngine:
         self._detok: dict[str, Detokenizer] = {}
         self._seqs: dict[str, Sequence] = {}
 
+    def warm_up(self) -> float:
+        """Run the step shapes serving will see once, before serving: a full token budget of
+        prefill, then a full batch of decodes (vLLM's start-up profile run does the same), so
+        that the first requests do not pay for kernel selection on new matrix shapes (about a
+        millisecond per new shape, measured here). Returns the seconds it took."""
+        started = time.perf_counter()
+        budget = self.config.max_batched_tokens
+        seqs = max(1, min(self.config.max_seqs, self.pool.num_blocks // 4))
+        prompt = max(1, min(budget // seqs, 2 * self.config.block_size, self.max_context - 8))
+        gen = torch.Generator().manual_seed(0)
+        for i in range(seqs):
+            ids = torch.randint(0, self.loaded.config.vocab_size, (prompt,), generator=gen)
+            self.add_request(EngineRequest(f"__warmup-{i}", ids.tolist(), SamplingParams(
+                max_tokens=4, ignore_eos=True), tenant="__warmup__"))
+        while self.has_work():
+            self.step()
+        self.stats = EngineStats()
+        return time.perf_counter() - started
+
     # -- requests ------------------------------------------------------------------------------
     def validate(self, req: EngineRequest) -> None:
         """Raise ValueError with a sentence the caller can act on."""
