@@ -24,27 +24,43 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17strata/v1/metrics.proto\x12\tstrata.v1\"6\n\rReportRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x15\n\rsince_unix_ms\x18\x02 \x01(\x03\"B\n\x0bPercentiles\x12\x0b\n\x03p50\x18\x01 \x01(\x01\x12\x0b\n\x03p95\x18\x02 \x01(\x01\x12\x0b\n\x03p99\x18\x03 \x01(\x01\x12\x0c\n\x04mean\x18\x04 \x01(\x01\"\xec\x01\n\x0cTenantReport\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x10\n\x08requests\x18\x02 \x01(\x03\x12\x0e\n\x06\x65rrors\x18\x03 \x01(\x03\x12\'\n\x07ttft_ms\x18\x04 \x01(\x0b\x32\x16.strata.v1.Percentiles\x12\'\n\x07tpot_ms\x18\x05 \x01(\x0b\x32\x16.strata.v1.Percentiles\x12&\n\x06\x65\x32\x65_ms\x18\x06 \x01(\x0b\x32\x16.strata.v1.Percentiles\x12\x15\n\rprompt_tokens\x18\x07 \x01(\x03\x12\x19\n\x11\x63ompletion_tokens\x18\x08 \x01(\x03\"a\n\x06Report\x12(\n\x07tenants\x18\x01 \x03(\x0b\x32\x17.strata.v1.TenantReport\x12\x16\n\x0espans_received\x18\x02 \x01(\x03\x12\x15\n\rspans_dropped\x18\x03 \x01(\x03\"#\n\x0fGetTraceRequest\x12\x10\n\x08trace_id\x18\x01 \x01(\t\"\xc4\x01\n\nSpanRecord\x12\x10\n\x08trace_id\x18\x01 \x01(\t\x12\x0f\n\x07span_id\x18\x02 \x01(\t\x12\x16\n\x0eparent_span_id\x18\x03 \x01(\t\x12\x0c\n\x04name\x18\x04 \x01(\t\x12\x0f\n\x07service\x18\x05 \x01(\t\x12\x17\n\x0fstart_unix_nano\x18\x06 \x01(\x03\x12\x15\n\rend_unix_nano\x18\x07 \x01(\x03\x12\x17\n\x0f\x61ttributes_json\x18\x08 \x01(\t\x12\x13\n\x0bstatus_code\x18\t \x01(\x05\"-\n\x05Trace\x12$\n\x05spans\x18\x01 \x03(\x0b\x32\x15.strata.v1.SpanRecord2}\n\x07Metrics\x12\x38\n\tGetReport\x12\x18.strata.v1.ReportRequest\x1a\x11.strata.v1.Report\x12\x38\n\x08GetTrace\x12\x1a.strata.v1.GetTraceRequest\x1a\x10.strata.v1.Traceb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17strata/v1/metrics.proto\x12\tstrata.v1\"B\n\x0fStartRunRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x13\n\x0bparams_json\x18\x03 \x01(\t\"?\n\x10\x46inishRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\x03\x12\x1b\n\x13\x63lient_summary_json\x18\x02 \x01(\t\"}\n\x07RunInfo\x12\x0e\n\x06run_id\x18\x01 \x01(\x03\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x17\n\x0fstarted_unix_ms\x18\x04 \x01(\x03\x12\x18\n\x10\x66inished_unix_ms\x18\x05 \x01(\x03\x12\x13\n\x0bparams_json\x18\x06 \x01(\t\"\x11\n\x0fListRunsRequest\"4\n\x10ListRunsResponse\x12 \n\x04runs\x18\x01 \x03(\x0b\x32\x12.strata.v1.RunInfo\"\xa3\x03\n\nNodeSample\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07unix_ms\x18\x02 \x01(\x03\x12\x13\n\x0butilization\x18\x03 \x01(\x01\x12\x14\n\x0c\x62\x61tch_tokens\x18\x04 \x01(\x03\x12\x14\n\x0c\x62\x61tch_budget\x18\x05 \x01(\x03\x12\x1d\n\x15kv_blocks_device_used\x18\x06 \x01(\x03\x12\x1e\n\x16kv_blocks_device_total\x18\x07 \x01(\x03\x12\x16\n\x0ekv_blocks_host\x18\x08 \x01(\x03\x12\x16\n\x0ekv_blocks_disk\x18\t \x01(\x03\x12\x0f\n\x07running\x18\n \x01(\x03\x12\x0f\n\x07waiting\x18\x0b \x01(\x03\x12\x13\n\x0bpreemptions\x18\x0c \x01(\x03\x12\x13\n\x0bpower_watts\x18\r \x01(\x01\x12\x15\n\renergy_joules\x18\x0e \x01(\x01\x12\x15\n\renergy_source\x18\x0f \x01(\t\x12\x19\n\x11prefix_hit_tokens\x18\x10 \x01(\x03\x12\x17\n\x0ftier_hit_tokens\x18\x11 \x01(\x03\x12\x15\n\rprompt_tokens\x18\x12 \x01(\x03\"<\n\x12NodeSamplesRequest\x12&\n\x07samples\x18\x01 \x03(\x0b\x32\x15.strata.v1.NodeSample\"%\n\x13NodeSamplesResponse\x12\x0e\n\x06stored\x18\x01 \x01(\x05\"F\n\rReportRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x15\n\rsince_unix_ms\x18\x02 \x01(\x03\x12\x0e\n\x06run_id\x18\x03 \x01(\x03\"B\n\x0bPercentiles\x12\x0b\n\x03p50\x18\x01 \x01(\x01\x12\x0b\n\x03p95\x18\x02 \x01(\x01\x12\x0b\n\x03p99\x18\x03 \x01(\x01\x12\x0c\n\x04mean\x18\x04 \x01(\x01\"\xec\x01\n\x0cTenantReport\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x10\n\x08requests\x18\x02 \x01(\x03\x12\x0e\n\x06\x65rrors\x18\x03 \x01(\x03\x12\'\n\x07ttft_ms\x18\x04 \x01(\x0b\x32\x16.strata.v1.Percentiles\x12\'\n\x07tpot_ms\x18\x05 \x01(\x0b\x32\x16.strata.v1.Percentiles\x12&\n\x06\x65\x32\x65_ms\x18\x06 \x01(\x0b\x32\x16.strata.v1.Percentiles\x12\x15\n\rprompt_tokens\x18\x07 \x01(\x03\x12\x19\n\x11\x63ompletion_tokens\x18\x08 \x01(\x03\"a\n\x06Report\x12(\n\x07tenants\x18\x01 \x03(\x0b\x32\x17.strata.v1.TenantReport\x12\x16\n\x0espans_received\x18\x02 \x01(\x03\x12\x15\n\rspans_dropped\x18\x03 \x01(\x03\"#\n\x0fGetTraceRequest\x12\x10\n\x08trace_id\x18\x01 \x01(\t\"\xc4\x01\n\nSpanRecord\x12\x10\n\x08trace_id\x18\x01 \x01(\t\x12\x0f\n\x07span_id\x18\x02 \x01(\t\x12\x16\n\x0eparent_span_id\x18\x03 \x01(\t\x12\x0c\n\x04name\x18\x04 \x01(\t\x12\x0f\n\x07service\x18\x05 \x01(\t\x12\x17\n\x0fstart_unix_nano\x18\x06 \x01(\x03\x12\x15\n\rend_unix_nano\x18\x07 \x01(\x03\x12\x17\n\x0f\x61ttributes_json\x18\x08 \x01(\t\x12\x13\n\x0bstatus_code\x18\t \x01(\x05\"-\n\x05Trace\x12$\n\x05spans\x18\x01 \x03(\x0b\x32\x15.strata.v1.SpanRecord2\x90\x03\n\x07Metrics\x12\x38\n\tGetReport\x12\x18.strata.v1.ReportRequest\x1a\x11.strata.v1.Report\x12\x38\n\x08GetTrace\x12\x1a.strata.v1.GetTraceRequest\x1a\x10.strata.v1.Trace\x12:\n\x08StartRun\x12\x1a.strata.v1.StartRunRequest\x1a\x12.strata.v1.RunInfo\x12<\n\tFinishRun\x12\x1b.strata.v1.FinishRunRequest\x1a\x12.strata.v1.RunInfo\x12\x43\n\x08ListRuns\x12\x1a.strata.v1.ListRunsRequest\x1a\x1b.strata.v1.ListRunsResponse\x12R\n\x11RecordNodeSamples\x12\x1d.strata.v1.NodeSamplesRequest\x1a\x1e.strata.v1.NodeSamplesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'strata.v1.metrics_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_REPORTREQUEST']._serialized_start=38
-  _globals['_REPORTREQUEST']._serialized_end=92
-  _globals['_PERCENTILES']._serialized_start=94
-  _globals['_PERCENTILES']._serialized_end=160
-  _globals['_TENANTREPORT']._serialized_start=163
-  _globals['_TENANTREPORT']._serialized_end=399
-  _globals['_REPORT']._serialized_start=401
-  _globals['_REPORT']._serialized_end=498
-  _globals['_GETTRACEREQUEST']._serialized_start=500
-  _globals['_GETTRACEREQUEST']._serialized_end=535
-  _globals['_SPANRECORD']._serialized_start=538
-  _globals['_SPANRECORD']._serialized_end=734
-  _globals['_TRACE']._serialized_start=736
-  _globals['_TRACE']._serialized_end=781
-  _globals['_METRICS']._serialized_start=783
-  _globals['_METRICS']._serialized_end=908
+  _globals['_STARTRUNREQUEST']._serialized_start=38
+  _globals['_STARTRUNREQUEST']._serialized_end=104
+  _globals['_FINISHRUNREQUEST']._serialized_start=106
+  _globals['_FINISHRUNREQUEST']._serialized_end=169
+  _globals['_RUNINFO']._serialized_start=171
+  _globals['_RUNINFO']._serialized_end=296
+  _globals['_LISTRUNSREQUEST']._serialized_start=298
+  _globals['_LISTRUNSREQUEST']._serialized_end=315
+  _globals['_LISTRUNSRESPONSE']._serialized_start=317
+  _globals['_LISTRUNSRESPONSE']._serialized_end=369
+  _globals['_NODESAMPLE']._serialized_start=372
+  _globals['_NODESAMPLE']._serialized_end=791
+  _globals['_NODESAMPLESREQUEST']._serialized_start=793
+  _globals['_NODESAMPLESREQUEST']._serialized_end=853
+  _globals['_NODESAMPLESRESPONSE']._serialized_start=855
+  _globals['_NODESAMPLESRESPONSE']._serialized_end=892
+  _globals['_REPORTREQUEST']._serialized_start=894
+  _globals['_REPORTREQUEST']._serialized_end=964
+  _globals['_PERCENTILES']._serialized_start=966
+  _globals['_PERCENTILES']._serialized_end=1032
+  _globals['_TENANTREPORT']._serialized_start=1035
+  _globals['_TENANTREPORT']._serialized_end=1271
+  _globals['_REPORT']._serialized_start=1273
+  _globals['_REPORT']._serialized_end=1370
+  _globals['_GETTRACEREQUEST']._serialized_start=1372
+  _globals['_GETTRACEREQUEST']._serialized_end=1407
+  _globals['_SPANRECORD']._serialized_start=1410
+  _globals['_SPANRECORD']._serialized_end=1606
+  _globals['_TRACE']._serialized_start=1608
+  _globals['_TRACE']._serialized_end=1653
+  _globals['_METRICS']._serialized_start=1656
+  _globals['_METRICS']._serialized_end=2056
 # @@protoc_insertion_point(module_scope)

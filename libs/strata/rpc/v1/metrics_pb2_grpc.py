@@ -46,6 +46,26 @@ class MetricsStub:
                 request_serializer=strata_dot_v1_dot_metrics__pb2.GetTraceRequest.SerializeToString,
                 response_deserializer=strata_dot_v1_dot_metrics__pb2.Trace.FromString,
                 _registered_method=True)
+        self.StartRun = channel.unary_unary(
+                '/strata.v1.Metrics/StartRun',
+                request_serializer=strata_dot_v1_dot_metrics__pb2.StartRunRequest.SerializeToString,
+                response_deserializer=strata_dot_v1_dot_metrics__pb2.RunInfo.FromString,
+                _registered_method=True)
+        self.FinishRun = channel.unary_unary(
+                '/strata.v1.Metrics/FinishRun',
+                request_serializer=strata_dot_v1_dot_metrics__pb2.FinishRunRequest.SerializeToString,
+                response_deserializer=strata_dot_v1_dot_metrics__pb2.RunInfo.FromString,
+                _registered_method=True)
+        self.ListRuns = channel.unary_unary(
+                '/strata.v1.Metrics/ListRuns',
+                request_serializer=strata_dot_v1_dot_metrics__pb2.ListRunsRequest.SerializeToString,
+                response_deserializer=strata_dot_v1_dot_metrics__pb2.ListRunsResponse.FromString,
+                _registered_method=True)
+        self.RecordNodeSamples = channel.unary_unary(
+                '/strata.v1.Metrics/RecordNodeSamples',
+                request_serializer=strata_dot_v1_dot_metrics__pb2.NodeSamplesRequest.SerializeToString,
+                response_deserializer=strata_dot_v1_dot_metrics__pb2.NodeSamplesResponse.FromString,
+                _registered_method=True)
 
 
 class MetricsServicer:
@@ -65,6 +85,33 @@ class MetricsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StartRun(self, request, context):
+        """Evaluation runs: a replay opens one, tags its requests with the id (gRPC metadata
+        `x-strata-run-id`), and closes it; reports can then be asked for one run.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FinishRun(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListRuns(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RecordNodeSamples(self, request, context):
+        """Node managers report utilization, KV memory per tier, batch sizes and power periodically.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MetricsServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -77,6 +124,26 @@ def add_MetricsServicer_to_server(servicer, server):
                     servicer.GetTrace,
                     request_deserializer=strata_dot_v1_dot_metrics__pb2.GetTraceRequest.FromString,
                     response_serializer=strata_dot_v1_dot_metrics__pb2.Trace.SerializeToString,
+            ),
+            'StartRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartRun,
+                    request_deserializer=strata_dot_v1_dot_metrics__pb2.StartRunRequest.FromString,
+                    response_serializer=strata_dot_v1_dot_metrics__pb2.RunInfo.SerializeToString,
+            ),
+            'FinishRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.FinishRun,
+                    request_deserializer=strata_dot_v1_dot_metrics__pb2.FinishRunRequest.FromString,
+                    response_serializer=strata_dot_v1_dot_metrics__pb2.RunInfo.SerializeToString,
+            ),
+            'ListRuns': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRuns,
+                    request_deserializer=strata_dot_v1_dot_metrics__pb2.ListRunsRequest.FromString,
+                    response_serializer=strata_dot_v1_dot_metrics__pb2.ListRunsResponse.SerializeToString,
+            ),
+            'RecordNodeSamples': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecordNodeSamples,
+                    request_deserializer=strata_dot_v1_dot_metrics__pb2.NodeSamplesRequest.FromString,
+                    response_serializer=strata_dot_v1_dot_metrics__pb2.NodeSamplesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -135,6 +202,114 @@ class Metrics:
             '/strata.v1.Metrics/GetTrace',
             strata_dot_v1_dot_metrics__pb2.GetTraceRequest.SerializeToString,
             strata_dot_v1_dot_metrics__pb2.Trace.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/strata.v1.Metrics/StartRun',
+            strata_dot_v1_dot_metrics__pb2.StartRunRequest.SerializeToString,
+            strata_dot_v1_dot_metrics__pb2.RunInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FinishRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/strata.v1.Metrics/FinishRun',
+            strata_dot_v1_dot_metrics__pb2.FinishRunRequest.SerializeToString,
+            strata_dot_v1_dot_metrics__pb2.RunInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRuns(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/strata.v1.Metrics/ListRuns',
+            strata_dot_v1_dot_metrics__pb2.ListRunsRequest.SerializeToString,
+            strata_dot_v1_dot_metrics__pb2.ListRunsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecordNodeSamples(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/strata.v1.Metrics/RecordNodeSamples',
+            strata_dot_v1_dot_metrics__pb2.NodeSamplesRequest.SerializeToString,
+            strata_dot_v1_dot_metrics__pb2.NodeSamplesResponse.FromString,
             options,
             channel_credentials,
             insecure,
