@@ -69,7 +69,11 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
             kv_blocks_free=snap["blocks_free"], kv_blocks_cached=snap["blocks_cached"],
             prefix_hit_tokens=e.stats.prefix_hit_tokens, tier_hit_tokens=e.stats.tier_hit_tokens,
             blocks_offloaded=tier.offloaded if tier else 0, queued_tokens=snap["queued_tokens"],
-            context_length=e.max_context, memory_bytes=self.memory_bytes)
+            context_length=e.max_context, memory_bytes=self.memory_bytes, steps=e.stats.steps,
+            step_tokens=e.stats.step_tokens_total,
+            step_token_budget=e.stats.steps * e.config.max_batched_tokens,
+            preemptions=e.scheduler.preemptions, busy_seconds=e.stats.busy_seconds,
+            prompt_tokens=e.stats.prompt_tokens, max_batched_tokens=e.config.max_batched_tokens)
 
 
 def sampling_from_pb(spec: common_pb2.GenerationSpec) -> SamplingParams:

@@ -147,3 +147,15 @@ def test_invalid_requests_are_refused_with_a_reason():
         engine.add_request(_req("a", [1] * 500, max_tokens=20))
     with pytest.raises(ValueError, match="KV blocks"):
         engine.add_request(_req("a", [1] * 40, max_tokens=20))
+
+
+def test_cumulative_counters_for_the_node_layer():
+    engine = tiny_engine(max_batched_tokens=16)
+    engine.add_request(_req("a", PROMPT, max_tokens=5))
+    engine.add_request(_req("b", range(10), max_tokens=5))
+    run_to_end(engine)
+    s = engine.stats
+    assert s.prompt_tokens == len(PROMPT) + 10
+    # 47 prompt tokens + 8 later decode tokens (the first output comes with the last prefill chunk)
+    assert s.step_tokens_total == 47 + 2 * 4
+    assert s.steps >= -(-47 // 16) and s.busy_seconds > 0

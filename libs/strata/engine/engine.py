@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -74,12 +74,15 @@ class RequestOutput:
 
 @dataclass(slots=True)
 class EngineStats:
+    """Cumulative counters (readers take differences over time)."""
+
     steps: int = 0
     prefix_hit_tokens: int = 0
     tier_hit_tokens: int = 0
+    prompt_tokens: int = 0
     last_step_tokens: int = 0
     step_tokens_total: int = 0
-    extra: dict = field(default_factory=dict)
+    busy_seconds: float = 0.0
 
 
 class LLMEngine:
@@ -198,7 +201,9 @@ class LLMEngine:
         picks = sample_batch(logits, [self._samplers[s.request_id] for s in sampling],
                              [s.token_ids for s in sampling])
         outputs = [self._append(seq, pick) for seq, pick in zip(sampling, picks)]
-        self.costs.observe_step(plan.num_tokens, time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        self.costs.observe_step(plan.num_tokens, elapsed)
+        self.stats.busy_seconds += elapsed
         self.stats.steps += 1
         self.stats.last_step_tokens = plan.num_tokens
         self.stats.step_tokens_total += plan.num_tokens
@@ -244,6 +249,7 @@ class LLMEngine:
             text += detok.flush()
             self.stats.prefix_hit_tokens += seq.num_cached_prompt
             self.stats.tier_hit_tokens += seq.num_tier_prompt
+            self.stats.prompt_tokens += seq.num_prompt
             self.scheduler.finish(seq, reason)
             self._forget(rid)
         return RequestOutput(
