@@ -98,7 +98,10 @@ async def wait_models(models: list[str], timeout_s: float) -> None:
             await asyncio.sleep(0.5)
 
 
-async def supervise(nodes: int, models: list[str], data_dir: str, ready_timeout_s: float) -> int:
+async def supervise(nodes: int, models: list[str], data_dir: str, ready_timeout_s: float,
+                    then: str | None = None) -> int:
+    """Run the stack until Ctrl-C, a service dies, or (when given) the `then` command ends;
+    returns the exit code (the command's own, when it ran)."""
     services = plan_services(nodes, models, data_dir)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -124,13 +127,23 @@ async def supervise(nodes: int, models: list[str], data_dir: str, ready_timeout_
               f"demo API key {key} (Ctrl-C stops)", flush=True)
         died = [asyncio.create_task(s.proc.wait()) for s in started]
         stopper = asyncio.create_task(stop.wait())
-        done, _ = await asyncio.wait([stopper, *died], return_when=asyncio.FIRST_COMPLETED)
-        if stopper not in done:
+        waiting = [stopper, *died]
+        command = None
+        if then:
+            env = {**os.environ, "STRATA_DATA_DIR": data_dir}
+            command = await asyncio.create_subprocess_shell(then, cwd=str(REPO_ROOT), env=env)
+            waiting.append(asyncio.create_task(command.wait()))
+        done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        if command is not None and command.returncode is not None:
+            code = command.returncode
+        elif stopper not in done:
             dead = [s.name for s in started if s.proc.returncode is not None]
             print(f"strata: {', '.join(dead)} exited; stopping the stack", file=sys.stderr)
             code = 1
-        stopper.cancel()
-        for t in died:
+        if command is not None and command.returncode is None:
+            command.terminate()
+            await command.wait()
+        for t in waiting:
             t.cancel()
     except RuntimeError as err:
         print(f"strata: {err}", file=sys.stderr, flush=True)
@@ -159,13 +172,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-dir", default=os.environ.get("STRATA_DATA_DIR",
                                                          str(REPO_ROOT / ".strata")))
     ap.add_argument("--ready-timeout", type=float, default=600.0)
+    ap.add_argument("--then", help="a shell command to run once the stack is ready; the stack "
+                                   "stops when it ends and its exit code is ours")
     args = ap.parse_args(argv)
     if args.nodes < 1:
         ap.error(f"--nodes must be at least 1, got {args.nodes}")
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     os.makedirs(args.data_dir, exist_ok=True)
     return asyncio.run(supervise(args.nodes, models, os.path.abspath(args.data_dir),
-                                 args.ready_timeout))
+                                 args.ready_timeout, args.then))
 
 
 if __name__ == "__main__":
