@@ -36,14 +36,21 @@ def read_azure_lengths(path: str | os.PathLike[str], limit: int | None = None
         for row in reader:
             if limit is not None and len(rows) >= limit:
                 break
-            rows.append(RequestLengths(_count(path, reader.line_num, row, PROMPT_COLUMN),
-                                       _count(path, reader.line_num, row, OUTPUT_COLUMN)))
+            rows.append(RequestLengths(
+                token_count(path, reader.line_num, PROMPT_COLUMN, row.get(PROMPT_COLUMN)),
+                token_count(path, reader.line_num, OUTPUT_COLUMN, row.get(OUTPUT_COLUMN))))
     return rows
 
 
-def _count(path: str | os.PathLike[str], line: int, row: dict, column: str) -> int:
-    raw = row.get(column)
+def token_count(path: str | os.PathLike[str], line: int, column: str, raw: object) -> int:
+    """A non-negative integer field of a trace row; ValueError names the file, line and column.
+
+    Shared by every trace reader (strata.eval.traces), so all formats fail the same way.
+    """
     try:
+        # JSON traces hand over numbers: 12.0 is a count, 12.5 and true are not.
+        if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+            raise ValueError
         value = int(raw)
     except (TypeError, ValueError):
         raise ValueError(f"{path}, line {line}: {column} must be an integer, got {raw!r}") from None
