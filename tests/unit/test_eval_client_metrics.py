@@ -70,7 +70,8 @@ def test_table():
         "requests    2 sent, 2 ok, 0 failed",
         "duration    2.00 s",
         "throughput  1.00 req/s, 4.5 output tok/s, 15.0 total tok/s",
-        "tokens      21 prompt (4 cached), 9 output",
+        "tokens      21 prompt (4 cached), 9 output; the server counted 1 prompt(s) at another "
+        "length than synthesized",
         "late starts 1 (> 10 ms; max 20.0 ms)",
         "",
         "ms           p50       p95       p99      mean       n",

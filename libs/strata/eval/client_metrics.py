@@ -142,7 +142,9 @@ def format_summary(summary: RunSummary) -> str:
         f"throughput  {summary.request_throughput:.2f} req/s, {summary.output_throughput:.1f} "
         f"output tok/s, {summary.total_token_throughput:.1f} total tok/s",
         f"tokens      {summary.prompt_tokens} prompt ({summary.cached_tokens} cached), "
-        f"{summary.output_tokens} output",
+        f"{summary.output_tokens} output"
+        + (f"; the server counted {summary.prompt_token_mismatches} prompt(s) at another length "
+           f"than synthesized" if summary.prompt_token_mismatches else ""),
         f"late starts {summary.late_starts} (> {LATE_START_S * 1000:.0f} ms; max "
         f"{summary.max_late_s * 1000:.1f} ms)",
         "",
