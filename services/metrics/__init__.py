@@ -1,1 +1,2 @@
-"""Metrics collector: OTLP trace receiver, SQL span store, per-tenant reports over gRPC."""
+"""Metrics collector: OTLP trace receiver, node samples, SQL store, evaluation runs and layered
+(request/node/cluster) reports over gRPC."""

@@ -30,7 +30,7 @@ async def main() -> None:
     receiver = OtlpReceiver(span_sink(sessions), capacity=cfg.queue_spans,
                             batch_size=cfg.batch_spans)
     await receiver.start(cfg.otlp_bind)
-    servicer = MetricsServicer(sessions, receiver)
+    servicer = MetricsServicer(sessions, receiver, cfg.layer_settings())
     running = await start_server([Registration(
         add=lambda s: metrics_pb2_grpc.add_MetricsServicer_to_server(servicer, s),
         service_name=metrics_pb2.DESCRIPTOR.services_by_name["Metrics"].full_name)],

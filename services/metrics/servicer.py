@@ -1,16 +1,24 @@
-"""Metrics gRPC servicer: reports and traces from the store, protobuf in and out."""
+"""Metrics gRPC servicer: layered reports, traces, evaluation runs and node samples over the
+store, protobuf in and out."""
 
 from __future__ import annotations
 
 import logging
 import re
+import time
+from collections.abc import Callable
 
 import grpc
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from strata.eval.layers import LayerSettings, layered_report, report_window
+from strata.eval.report_codec import fill_report, run_pb
 from strata.eval.stats import Summary
 from strata.rpc.v1 import metrics_pb2, metrics_pb2_grpc
-from strata.store.report import TenantReport, tenant_reports
+from strata.store.report import TenantReport, request_rows, tenant_reports, tenant_sla_classes
+from strata.store.runs import check_new_run, create_run, finish_run, get_run, list_runs
+from strata.store.samples import (NodeSampleRecord, insert_samples, sample_time_range,
+                                  samples_between)
 from strata.store.spans import SpanRecord, get_trace
 from strata.telemetry.receiver import OtlpReceiver
 
@@ -20,6 +28,10 @@ _TRACE_ID = re.compile(r"[0-9a-f]{32}")
 # A report waits this long for spans already received to reach SQL, so a client that just
 # finished its requests sees them; a slower database yields the rows stored so far.
 REPORT_FLUSH_TIMEOUT_S = 2.0
+# Samples this far outside a report's window are read too: the nearest one on each side bounds
+# the window's first and last intervals (strata.eval.layers pro-rates them).
+SAMPLE_MARGIN_MS = 60_000
+MAX_SAMPLES_PER_CALL = 10_000
 
 
 def _percentiles(summary: Summary | None) -> metrics_pb2.Percentiles | None:
@@ -44,10 +56,26 @@ def _span_pb(s: SpanRecord) -> metrics_pb2.SpanRecord:
         attributes_json=s.attributes_json(), status_code=s.status_code)
 
 
+def _sample(m: metrics_pb2.NodeSample) -> NodeSampleRecord:
+    return NodeSampleRecord(
+        node_id=m.node_id, unix_ms=m.unix_ms, utilization=m.utilization,
+        batch_tokens=m.batch_tokens, batch_budget=m.batch_budget,
+        kv_blocks_device_used=m.kv_blocks_device_used,
+        kv_blocks_device_total=m.kv_blocks_device_total, kv_blocks_host=m.kv_blocks_host,
+        kv_blocks_disk=m.kv_blocks_disk, running=m.running, waiting=m.waiting,
+        preemptions=m.preemptions, power_watts=m.power_watts, energy_joules=m.energy_joules,
+        energy_source=m.energy_source, prefix_hit_tokens=m.prefix_hit_tokens,
+        tier_hit_tokens=m.tier_hit_tokens, prompt_tokens=m.prompt_tokens)
+
+
 class MetricsServicer(metrics_pb2_grpc.MetricsServicer):
-    def __init__(self, sessions: async_sessionmaker[AsyncSession], receiver: OtlpReceiver) -> None:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], receiver: OtlpReceiver,
+                 settings: LayerSettings | None = None,
+                 clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000) -> None:
         self._sessions = sessions
         self._receiver = receiver
+        self._settings = settings or LayerSettings()
+        self._now_ms = clock_ms
 
     async def GetReport(self, request: metrics_pb2.ReportRequest,
                         context: grpc.aio.ServicerContext) -> metrics_pb2.Report:
@@ -55,13 +83,89 @@ class MetricsServicer(metrics_pb2_grpc.MetricsServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 f"since_unix_ms must be 0 (all time) or a Unix time in "
                                 f"milliseconds, got {request.since_unix_ms}")
+        if request.run_id < 0:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"run_id must be 0 (every request) or an id from StartRun, "
+                                f"got {request.run_id}")
         if not await self._receiver.flush(timeout=REPORT_FLUSH_TIMEOUT_S):
             log.warning("report built before all received spans were stored (slow database)")
         async with self._sessions() as session:
-            reports = await tenant_reports(session, request.tenant, request.since_unix_ms)
+            run = None
+            if request.run_id:
+                run = await get_run(session, request.run_id)
+                if run is None:
+                    await context.abort(grpc.StatusCode.NOT_FOUND,
+                                        f"no run {request.run_id}; `strata report --runs` "
+                                        f"lists the stored runs")
+            reports = await tenant_reports(session, request.tenant, request.since_unix_ms,
+                                           request.run_id)
+            rows = await request_rows(session, request.since_unix_ms, request.run_id)
+            classes = await tenant_sla_classes(session)
+            sample_range = None if rows or run else await sample_time_range(session)
+            start, end = report_window(run, rows, request.since_unix_ms, sample_range,
+                                       self._now_ms())
+            samples = await samples_between(session, start - SAMPLE_MARGIN_MS,
+                                            end + SAMPLE_MARGIN_MS)
+        layered = layered_report(rows, samples, classes, start, end, self._settings, run,
+                                 request.tenant)
         stats = self._receiver.stats
-        return metrics_pb2.Report(tenants=[_tenant_pb(r) for r in reports],
-                                  spans_received=stats.received, spans_dropped=stats.dropped)
+        layered.spans_received, layered.spans_dropped = stats.received, stats.dropped
+        return fill_report(layered, metrics_pb2.Report(
+            tenants=[_tenant_pb(r) for r in reports]))
+
+    async def StartRun(self, request: metrics_pb2.StartRunRequest,
+                       context: grpc.aio.ServicerContext) -> metrics_pb2.RunInfo:
+        try:
+            check_new_run(request.name, request.kind, request.params_json)
+        except ValueError as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        async with self._sessions() as session:
+            run = await create_run(session, request.name, request.kind, request.params_json,
+                                   self._now_ms())
+        return run_pb(run)
+
+    async def FinishRun(self, request: metrics_pb2.FinishRunRequest,
+                        context: grpc.aio.ServicerContext) -> metrics_pb2.RunInfo:
+        if request.run_id <= 0:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"run_id must be the positive id StartRun returned, got "
+                                f"{request.run_id}")
+        # The replay's last spans may still be queued: the run's finish time is now, whatever
+        # the database's pace.
+        now = self._now_ms()
+        try:
+            async with self._sessions() as session:
+                run = await finish_run(session, request.run_id, request.client_summary_json,
+                                       now)
+        except ValueError as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        if run is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND,
+                                f"no run {request.run_id}; StartRun creates one")
+        return run_pb(run)
+
+    async def ListRuns(self, request: metrics_pb2.ListRunsRequest,
+                       context: grpc.aio.ServicerContext) -> metrics_pb2.ListRunsResponse:
+        async with self._sessions() as session:
+            runs = await list_runs(session)
+        return metrics_pb2.ListRunsResponse(runs=[run_pb(r) for r in runs])
+
+    async def RecordNodeSamples(self, request: metrics_pb2.NodeSamplesRequest,
+                                context: grpc.aio.ServicerContext
+                                ) -> metrics_pb2.NodeSamplesResponse:
+        if len(request.samples) > MAX_SAMPLES_PER_CALL:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"at most {MAX_SAMPLES_PER_CALL} samples per call, got "
+                                f"{len(request.samples)}; send them in several calls")
+        samples = [_sample(m) for m in request.samples]
+        for s in samples:
+            problem = s.problem()
+            if problem is not None:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                    f"{problem}; no sample of this call was stored")
+        async with self._sessions() as session:
+            stored = await insert_samples(session, samples)
+        return metrics_pb2.NodeSamplesResponse(stored=stored)
 
     async def GetTrace(self, request: metrics_pb2.GetTraceRequest,
                        context: grpc.aio.ServicerContext) -> metrics_pb2.Trace:

@@ -1,4 +1,4 @@
-"""Engine and session factory for the store; schema creation.
+"""Engine and session factory for the store; schema creation and additive upgrades.
 
 Several processes (metrics collector, gateway, planner) share one SQLite file, so SQLite
 connections run in WAL mode (readers never block the writer) with a busy timeout (a second
@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 
-from sqlalchemy import Connection, event, text
+from sqlalchemy import Connection, event, inspect, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.schema import CreateIndex, CreateTable
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
@@ -55,23 +56,45 @@ def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
 
 
 async def create_all(engine: AsyncEngine) -> None:
-    """Create missing tables and indexes. Safe when several services start at once: a plain
-    check-then-create would let two of them both see a table missing and one fail creating it.
+    """Create missing tables, columns and indexes. Safe when several services start at once: a
+    plain check-then-create would let two of them both see a table missing and one fail
+    creating it.
+
+    A store written by an older version gains the nullable columns added since (ALTER TABLE
+    ADD COLUMN), so an existing database keeps its rows across an upgrade.
     """
     async with engine.begin() as conn:
         if conn.dialect.name == "postgresql":
             # DDL is transactional here: the lock makes concurrent starters take turns.
             await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_LOCK})
-            await conn.run_sync(Base.metadata.create_all)
-        else:
-            await conn.run_sync(_create_if_not_exists)
+        await conn.run_sync(_create_if_not_exists)
 
 
 def _create_if_not_exists(conn: Connection) -> None:
     for table in Base.metadata.sorted_tables:
         conn.execute(CreateTable(table, if_not_exists=True))
+        _add_missing_columns(conn, table)
         for index in table.indexes:
             conn.execute(CreateIndex(index, if_not_exists=True))
+
+
+def _add_missing_columns(conn: Connection, table) -> None:
+    present = {c["name"] for c in inspect(conn).get_columns(table.name)}
+    quote = conn.dialect.identifier_preparer.quote
+    for column in table.columns:
+        if column.name in present:
+            continue
+        if not column.nullable:
+            raise RuntimeError(f"table {table.name} lacks column {column.name}, which cannot be "
+                               f"added to existing rows (it is NOT NULL); migrate the store")
+        ddl = (f"ALTER TABLE {quote(table.name)} ADD COLUMN {quote(column.name)} "
+               f"{column.type.compile(dialect=conn.dialect)}")
+        try:
+            conn.execute(text(ddl))
+        except OperationalError:
+            # SQLite has no schema lock: another process starting now may have added it first.
+            if column.name not in {c["name"] for c in inspect(conn).get_columns(table.name)}:
+                raise
 
 
 async def drop_all(engine: AsyncEngine) -> None:

@@ -48,6 +48,8 @@ class Run(Base):
     started_unix_ms: Mapped[int] = mapped_column(BigInteger)
     finished_unix_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     params_json: Mapped[str] = mapped_column(Text, default="{}")
+    # The replay client's own figures, kept so that the server's can be checked against them.
+    client_summary_json: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class Span(Base):
@@ -67,7 +69,11 @@ class Span(Base):
 
 
 class Request(Base):
-    """One finished request, derived from the gateway's generate span."""
+    """One finished request, derived from the gateway's generate span.
+
+    run_id names an evaluation run without a foreign key: it arrives in spans from other
+    processes, and a span naming an unknown run must not fail the batch it came in.
+    """
 
     __tablename__ = "requests"
     __table_args__ = (Index("ix_requests_tenant_start", "tenant", "start_unix_ms"),)
@@ -82,19 +88,28 @@ class Request(Base):
     tpot_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
     e2e_ms: Mapped[float] = mapped_column(Float)
     queue_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    itl_p50_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    itl_p95_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    itl_p99_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
     prompt_tokens: Mapped[int] = mapped_column(BigInteger)
     completion_tokens: Mapped[int] = mapped_column(BigInteger)
     cached_tokens: Mapped[int] = mapped_column(BigInteger)
     finish_reason: Mapped[str] = mapped_column(String)
     error_code: Mapped[str] = mapped_column(String)    # "" when the request succeeded
     status_code: Mapped[int] = mapped_column(Integer)  # OTLP span status: 0 unset, 1 ok, 2 error
+    run_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True, index=True)
 
 
 class NodeSample(Base):
-    """A node's utilization, memory and power at one instant; fields vary by hardware, so JSON."""
+    """A node's utilization, memory and power at one instant; fields vary by hardware, so JSON.
+
+    One sample per node and millisecond: a sampler that resends a batch after a lost reply
+    stores it once.
+    """
 
     __tablename__ = "node_samples"
-    __table_args__ = (Index("ix_node_samples_node_ts", "node_id", "ts_unix_ms"),)
+    __table_args__ = (Index("ux_node_samples_node_ts", "node_id", "ts_unix_ms", unique=True),
+                      Index("ix_node_samples_ts", "ts_unix_ms"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     node_id: Mapped[str] = mapped_column(String(128))

@@ -4,6 +4,9 @@ Percentiles are computed in Python (strata.eval.stats) over the selected rows, n
 SQLite has no percentile function and PostgreSQL's percentile_cont would have to agree with it
 to the last digit. Latency figures cover the requests that succeeded (a failed request's
 latency measures how fast it failed); counts and token totals cover all of them.
+
+request_rows and tenant_sla_classes hand the same rows to the layered evaluation
+(strata.eval.layers), so both reports read one source.
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from strata.eval.stats import Summary, summarize
-from strata.store.models import Request
-from strata.store.spans import is_error
+from strata.store.models import Request, Tenant
+from strata.store.spans import RequestRecord, is_error
 
 
 @dataclass(slots=True)
@@ -34,17 +37,25 @@ class TenantReport:
     cached_tokens: int
 
 
-async def tenant_reports(session: AsyncSession, tenant: str = "",
-                         since_unix_ms: int = 0) -> list[TenantReport]:
-    """Reports for tenant ("" = every tenant with requests) over requests that started at or
-    after since_unix_ms (0 = all time), ordered by tenant name."""
-    stmt = select(Request.tenant, Request.ttft_ms, Request.tpot_ms, Request.e2e_ms,
-                  Request.prompt_tokens, Request.completion_tokens, Request.cached_tokens,
-                  Request.error_code, Request.status_code)
+def _where(stmt, tenant: str, since_unix_ms: int, run_id: int):
     if tenant:
         stmt = stmt.where(Request.tenant == tenant)
     if since_unix_ms > 0:
         stmt = stmt.where(Request.start_unix_ms >= since_unix_ms)
+    if run_id > 0:
+        stmt = stmt.where(Request.run_id == run_id)
+    return stmt
+
+
+async def tenant_reports(session: AsyncSession, tenant: str = "", since_unix_ms: int = 0,
+                         run_id: int = 0) -> list[TenantReport]:
+    """Reports for tenant ("" = every tenant with requests) over requests that started at or
+    after since_unix_ms (0 = all time) and belong to run_id (0 = any run or none), ordered by
+    tenant name."""
+    stmt = _where(select(Request.tenant, Request.ttft_ms, Request.tpot_ms, Request.e2e_ms,
+                         Request.prompt_tokens, Request.completion_tokens,
+                         Request.cached_tokens, Request.error_code, Request.status_code),
+                  tenant, since_unix_ms, run_id)
     by_tenant = defaultdict(list)
     for row in (await session.execute(stmt)).all():
         by_tenant[row.tenant].append(row)
@@ -64,3 +75,23 @@ async def tenant_reports(session: AsyncSession, tenant: str = "",
             cached_tokens=sum(r.cached_tokens for r in rows),
         ))
     return reports
+
+
+_ROW_COLUMNS = ("request_id", "trace_id", "tenant", "model", "start_unix_ms", "ttft_ms",
+                "tpot_ms", "e2e_ms", "queue_ms", "prompt_tokens", "completion_tokens",
+                "cached_tokens", "finish_reason", "error_code", "status_code", "itl_p50_ms",
+                "itl_p95_ms", "itl_p99_ms", "run_id")
+
+
+async def request_rows(session: AsyncSession, since_unix_ms: int = 0, run_id: int = 0
+                       ) -> list[RequestRecord]:
+    """The request rows of run_id (0 = any) that started at or after since_unix_ms, by start."""
+    stmt = _where(select(*(getattr(Request, c) for c in _ROW_COLUMNS)), "", since_unix_ms,
+                  run_id).order_by(Request.start_unix_ms, Request.request_id)
+    return [RequestRecord(**row._asdict()) for row in (await session.execute(stmt)).all()]
+
+
+async def tenant_sla_classes(session: AsyncSession) -> dict[str, str]:
+    """Every known tenant's SLA class, by tenant name."""
+    rows = (await session.execute(select(Tenant.name, Tenant.sla_class))).all()
+    return {name: sla_class for name, sla_class in rows}

@@ -1,7 +1,8 @@
 """Spans as stored, the request rows derived from the gateway's spans, and trace lookup.
 
 Each finished request leaves one span named SPAN_GATEWAY_GENERATE carrying the request's
-figures as attributes (names in strata.telemetry.names); that span becomes one `requests` row.
+figures as attributes (names in strata.telemetry.names); that span becomes one `requests` row,
+tagged with the evaluation run named by its RUN_ID attribute (if any).
 Writes ignore rows already present (same trace/span id, same request id), so a batch that an
 OTLP exporter retries after a lost reply is stored once.
 """
@@ -49,7 +50,11 @@ class SpanRecord:
 
 @dataclass(slots=True)
 class RequestRecord:
-    """One finished request; latencies in ms, None where the gateway did not measure them."""
+    """One finished request; latencies in ms, None where the gateway did not measure them.
+
+    itl_p*_ms are percentiles of this request's own inter-token gaps; run_id is the evaluation
+    run the caller tagged it with (None: untagged).
+    """
 
     request_id: str
     trace_id: str
@@ -66,6 +71,10 @@ class RequestRecord:
     finish_reason: str
     error_code: str
     status_code: int
+    itl_p50_ms: float | None = None
+    itl_p95_ms: float | None = None
+    itl_p99_ms: float | None = None
+    run_id: int | None = None
 
     @property
     def is_error(self) -> bool:
@@ -95,6 +104,17 @@ def _text(attrs: dict[str, Any], key: str) -> str:
     if isinstance(value, list | tuple):
         return ",".join(str(v) for v in value)
     return "" if value is None else str(value)
+
+
+def _run_id(attrs: dict[str, Any]) -> int | None:
+    # The gateway validates the metadata and records an int; a string is accepted too, since
+    # other emitters copy metadata values through as they arrive.
+    value = attrs.get(names.RUN_ID)
+    if isinstance(value, str) and value.isdecimal():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**63:
+        return None
+    return value
 
 
 def request_from_span(span: SpanRecord) -> RequestRecord | None:
@@ -129,10 +149,14 @@ def request_from_span(span: SpanRecord) -> RequestRecord | None:
         finish_reason=_text(attrs, names.GEN_AI_RESPONSE_FINISH_REASONS),
         error_code=_text(attrs, names.ERROR_CODE),
         status_code=span.status_code,
+        itl_p50_ms=_number(attrs, names.ITL_P50_MS),
+        itl_p95_ms=_number(attrs, names.ITL_P95_MS),
+        itl_p99_ms=_number(attrs, names.ITL_P99_MS),
+        run_id=_run_id(attrs),
     )
 
 
-def _insert_ignoring_duplicates(session: AsyncSession, model: type, conflict_columns: list[str]):
+def insert_ignoring_duplicates(session: AsyncSession, model: type, conflict_columns: list[str]):
     dialect = session.get_bind().dialect.name
     if dialect == "postgresql":
         return postgresql.insert(model).on_conflict_do_nothing(index_elements=conflict_columns)
@@ -162,11 +186,11 @@ async def insert_spans(session: AsyncSession, spans: Sequence[SpanRecord]) -> in
         req = request_from_span(s)
         if req is not None:
             unique_requests.setdefault(req.request_id, asdict(req))
-    await session.execute(_insert_ignoring_duplicates(session, Span, ["trace_id", "span_id"]),
+    await session.execute(insert_ignoring_duplicates(session, Span, ["trace_id", "span_id"]),
                           list(unique_spans.values()))
     if unique_requests:
         await session.execute(
-            _insert_ignoring_duplicates(session, Request, ["request_id"]),
+            insert_ignoring_duplicates(session, Request, ["request_id"]),
             list(unique_requests.values()))
     await session.commit()
     return len(unique_requests)

@@ -18,10 +18,11 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from strata.defaults import DEMO_TENANT
+from strata.eval.sla import DEFAULT_CLASS
 from strata.store.models import ApiKey, Tenant
 
 KEY_PREFIX = "sk-strata-"
-DEFAULT_SLA_CLASS = "standard"
+DEFAULT_SLA_CLASS = DEFAULT_CLASS
 
 
 class TenantExistsError(ValueError):

@@ -34,9 +34,16 @@ TTFT_MS = "strata.latency.ttft_ms"
 TPOT_MS = "strata.latency.tpot_ms"
 E2E_MS = "strata.latency.e2e_ms"
 QUEUE_MS = "strata.latency.queue_ms"
+# Percentiles of one request's inter-token gaps, measured at the gateway as tokens stream out.
+ITL_P50_MS = "strata.latency.itl_p50_ms"
+ITL_P95_MS = "strata.latency.itl_p95_ms"
+ITL_P99_MS = "strata.latency.itl_p99_ms"
 CACHED_TOKENS = "strata.usage.cached_input_tokens"
 TIER_TOKENS = "strata.usage.tier_input_tokens"
 KV_BLOCKS = "strata.kv.blocks"
 ERROR_CODE = "strata.error.code"
+# The evaluation run a request belongs to (from the caller's `x-strata-run-id` metadata).
+RUN_ID = "strata.run.id"
+RUN_ID_METADATA = "x-strata-run-id"
 
 SYSTEM_NAME = "strata"

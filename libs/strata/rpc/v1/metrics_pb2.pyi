@@ -25,20 +25,22 @@ class FinishRunRequest(_message.Message):
     def __init__(self, run_id: _Optional[int] = ..., client_summary_json: _Optional[str] = ...) -> None: ...
 
 class RunInfo(_message.Message):
-    __slots__ = ("run_id", "name", "kind", "started_unix_ms", "finished_unix_ms", "params_json")
+    __slots__ = ("run_id", "name", "kind", "started_unix_ms", "finished_unix_ms", "params_json", "client_summary_json")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     STARTED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     FINISHED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     PARAMS_JSON_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_SUMMARY_JSON_FIELD_NUMBER: _ClassVar[int]
     run_id: int
     name: str
     kind: str
     started_unix_ms: int
     finished_unix_ms: int
     params_json: str
-    def __init__(self, run_id: _Optional[int] = ..., name: _Optional[str] = ..., kind: _Optional[str] = ..., started_unix_ms: _Optional[int] = ..., finished_unix_ms: _Optional[int] = ..., params_json: _Optional[str] = ...) -> None: ...
+    client_summary_json: str
+    def __init__(self, run_id: _Optional[int] = ..., name: _Optional[str] = ..., kind: _Optional[str] = ..., started_unix_ms: _Optional[int] = ..., finished_unix_ms: _Optional[int] = ..., params_json: _Optional[str] = ..., client_summary_json: _Optional[str] = ...) -> None: ...
 
 class ListRunsRequest(_message.Message):
     __slots__ = ()
@@ -113,16 +115,18 @@ class ReportRequest(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., since_unix_ms: _Optional[int] = ..., run_id: _Optional[int] = ...) -> None: ...
 
 class Percentiles(_message.Message):
-    __slots__ = ("p50", "p95", "p99", "mean")
+    __slots__ = ("p50", "p95", "p99", "mean", "count")
     P50_FIELD_NUMBER: _ClassVar[int]
     P95_FIELD_NUMBER: _ClassVar[int]
     P99_FIELD_NUMBER: _ClassVar[int]
     MEAN_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
     p50: float
     p95: float
     p99: float
     mean: float
-    def __init__(self, p50: _Optional[float] = ..., p95: _Optional[float] = ..., p99: _Optional[float] = ..., mean: _Optional[float] = ...) -> None: ...
+    count: int
+    def __init__(self, p50: _Optional[float] = ..., p95: _Optional[float] = ..., p99: _Optional[float] = ..., mean: _Optional[float] = ..., count: _Optional[int] = ...) -> None: ...
 
 class TenantReport(_message.Message):
     __slots__ = ("tenant", "requests", "errors", "ttft_ms", "tpot_ms", "e2e_ms", "prompt_tokens", "completion_tokens")
@@ -145,14 +149,226 @@ class TenantReport(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., requests: _Optional[int] = ..., errors: _Optional[int] = ..., ttft_ms: _Optional[_Union[Percentiles, _Mapping]] = ..., tpot_ms: _Optional[_Union[Percentiles, _Mapping]] = ..., e2e_ms: _Optional[_Union[Percentiles, _Mapping]] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ...) -> None: ...
 
 class Report(_message.Message):
-    __slots__ = ("tenants", "spans_received", "spans_dropped")
+    __slots__ = ("tenants", "spans_received", "spans_dropped", "run", "window_start_unix_ms", "window_end_unix_ms", "request_layer", "node_layer", "cluster_layer")
     TENANTS_FIELD_NUMBER: _ClassVar[int]
     SPANS_RECEIVED_FIELD_NUMBER: _ClassVar[int]
     SPANS_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_START_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_END_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_LAYER_FIELD_NUMBER: _ClassVar[int]
+    NODE_LAYER_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_LAYER_FIELD_NUMBER: _ClassVar[int]
     tenants: _containers.RepeatedCompositeFieldContainer[TenantReport]
     spans_received: int
     spans_dropped: int
-    def __init__(self, tenants: _Optional[_Iterable[_Union[TenantReport, _Mapping]]] = ..., spans_received: _Optional[int] = ..., spans_dropped: _Optional[int] = ...) -> None: ...
+    run: RunInfo
+    window_start_unix_ms: int
+    window_end_unix_ms: int
+    request_layer: RequestLayer
+    node_layer: NodeLayer
+    cluster_layer: ClusterLayer
+    def __init__(self, tenants: _Optional[_Iterable[_Union[TenantReport, _Mapping]]] = ..., spans_received: _Optional[int] = ..., spans_dropped: _Optional[int] = ..., run: _Optional[_Union[RunInfo, _Mapping]] = ..., window_start_unix_ms: _Optional[int] = ..., window_end_unix_ms: _Optional[int] = ..., request_layer: _Optional[_Union[RequestLayer, _Mapping]] = ..., node_layer: _Optional[_Union[NodeLayer, _Mapping]] = ..., cluster_layer: _Optional[_Union[ClusterLayer, _Mapping]] = ...) -> None: ...
+
+class SlaTarget(_message.Message):
+    __slots__ = ("sla_class", "ttft_ms", "tpot_ms")
+    SLA_CLASS_FIELD_NUMBER: _ClassVar[int]
+    TTFT_MS_FIELD_NUMBER: _ClassVar[int]
+    TPOT_MS_FIELD_NUMBER: _ClassVar[int]
+    sla_class: str
+    ttft_ms: float
+    tpot_ms: float
+    def __init__(self, sla_class: _Optional[str] = ..., ttft_ms: _Optional[float] = ..., tpot_ms: _Optional[float] = ...) -> None: ...
+
+class LatencyGroup(_message.Message):
+    __slots__ = ("key", "sla_class", "requests", "errors", "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_ms", "prompt_tokens", "completion_tokens", "attained", "attainment", "goodput_rps", "goodput_tokens_per_s", "weight")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    SLA_CLASS_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    TTFT_MS_FIELD_NUMBER: _ClassVar[int]
+    TPOT_MS_FIELD_NUMBER: _ClassVar[int]
+    ITL_MS_FIELD_NUMBER: _ClassVar[int]
+    E2E_MS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_MS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    ATTAINED_FIELD_NUMBER: _ClassVar[int]
+    ATTAINMENT_FIELD_NUMBER: _ClassVar[int]
+    GOODPUT_RPS_FIELD_NUMBER: _ClassVar[int]
+    GOODPUT_TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    sla_class: str
+    requests: int
+    errors: int
+    ttft_ms: Percentiles
+    tpot_ms: Percentiles
+    itl_ms: Percentiles
+    e2e_ms: Percentiles
+    queue_ms: Percentiles
+    prompt_tokens: int
+    completion_tokens: int
+    attained: int
+    attainment: float
+    goodput_rps: float
+    goodput_tokens_per_s: float
+    weight: float
+    def __init__(self, key: _Optional[str] = ..., sla_class: _Optional[str] = ..., requests: _Optional[int] = ..., errors: _Optional[int] = ..., ttft_ms: _Optional[_Union[Percentiles, _Mapping]] = ..., tpot_ms: _Optional[_Union[Percentiles, _Mapping]] = ..., itl_ms: _Optional[_Union[Percentiles, _Mapping]] = ..., e2e_ms: _Optional[_Union[Percentiles, _Mapping]] = ..., queue_ms: _Optional[_Union[Percentiles, _Mapping]] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., attained: _Optional[int] = ..., attainment: _Optional[float] = ..., goodput_rps: _Optional[float] = ..., goodput_tokens_per_s: _Optional[float] = ..., weight: _Optional[float] = ...) -> None: ...
+
+class LatencyCdf(_message.Message):
+    __slots__ = ("group", "metric", "values")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    METRIC_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    metric: str
+    values: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, group: _Optional[str] = ..., metric: _Optional[str] = ..., values: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class RequestLayer(_message.Message):
+    __slots__ = ("tenants", "sla_classes", "overall", "fairness_jain", "itl_source", "sla_targets", "cdf_quantiles", "cdfs")
+    TENANTS_FIELD_NUMBER: _ClassVar[int]
+    SLA_CLASSES_FIELD_NUMBER: _ClassVar[int]
+    OVERALL_FIELD_NUMBER: _ClassVar[int]
+    FAIRNESS_JAIN_FIELD_NUMBER: _ClassVar[int]
+    ITL_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    SLA_TARGETS_FIELD_NUMBER: _ClassVar[int]
+    CDF_QUANTILES_FIELD_NUMBER: _ClassVar[int]
+    CDFS_FIELD_NUMBER: _ClassVar[int]
+    tenants: _containers.RepeatedCompositeFieldContainer[LatencyGroup]
+    sla_classes: _containers.RepeatedCompositeFieldContainer[LatencyGroup]
+    overall: LatencyGroup
+    fairness_jain: float
+    itl_source: str
+    sla_targets: _containers.RepeatedCompositeFieldContainer[SlaTarget]
+    cdf_quantiles: _containers.RepeatedScalarFieldContainer[float]
+    cdfs: _containers.RepeatedCompositeFieldContainer[LatencyCdf]
+    def __init__(self, tenants: _Optional[_Iterable[_Union[LatencyGroup, _Mapping]]] = ..., sla_classes: _Optional[_Iterable[_Union[LatencyGroup, _Mapping]]] = ..., overall: _Optional[_Union[LatencyGroup, _Mapping]] = ..., fairness_jain: _Optional[float] = ..., itl_source: _Optional[str] = ..., sla_targets: _Optional[_Iterable[_Union[SlaTarget, _Mapping]]] = ..., cdf_quantiles: _Optional[_Iterable[float]] = ..., cdfs: _Optional[_Iterable[_Union[LatencyCdf, _Mapping]]] = ...) -> None: ...
+
+class Series(_message.Message):
+    __slots__ = ("name", "node_id", "unix_ms", "values")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    node_id: str
+    unix_ms: _containers.RepeatedScalarFieldContainer[int]
+    values: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, name: _Optional[str] = ..., node_id: _Optional[str] = ..., unix_ms: _Optional[_Iterable[int]] = ..., values: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class NodeFigures(_message.Message):
+    __slots__ = ("node_id", "samples", "utilization", "batch_utilization", "batch_tokens", "batch_budget", "prompt_tokens", "prefix_hit_tokens", "tier_hit_tokens", "prefix_hit_rate", "tier_hit_rate", "preemptions", "waiting", "running", "kv_blocks_device_total", "kv_blocks_device_used_max", "kv_blocks_device_used_mean", "kv_blocks_host_max", "kv_blocks_disk_max", "energy_joules", "mean_power_watts", "energy_source")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    UTILIZATION_FIELD_NUMBER: _ClassVar[int]
+    BATCH_UTILIZATION_FIELD_NUMBER: _ClassVar[int]
+    BATCH_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_HIT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TIER_HIT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_HIT_RATE_FIELD_NUMBER: _ClassVar[int]
+    TIER_HIT_RATE_FIELD_NUMBER: _ClassVar[int]
+    PREEMPTIONS_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    KV_BLOCKS_DEVICE_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    KV_BLOCKS_DEVICE_USED_MAX_FIELD_NUMBER: _ClassVar[int]
+    KV_BLOCKS_DEVICE_USED_MEAN_FIELD_NUMBER: _ClassVar[int]
+    KV_BLOCKS_HOST_MAX_FIELD_NUMBER: _ClassVar[int]
+    KV_BLOCKS_DISK_MAX_FIELD_NUMBER: _ClassVar[int]
+    ENERGY_JOULES_FIELD_NUMBER: _ClassVar[int]
+    MEAN_POWER_WATTS_FIELD_NUMBER: _ClassVar[int]
+    ENERGY_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    samples: int
+    utilization: float
+    batch_utilization: float
+    batch_tokens: int
+    batch_budget: int
+    prompt_tokens: int
+    prefix_hit_tokens: int
+    tier_hit_tokens: int
+    prefix_hit_rate: float
+    tier_hit_rate: float
+    preemptions: int
+    waiting: Percentiles
+    running: Percentiles
+    kv_blocks_device_total: int
+    kv_blocks_device_used_max: int
+    kv_blocks_device_used_mean: float
+    kv_blocks_host_max: int
+    kv_blocks_disk_max: int
+    energy_joules: float
+    mean_power_watts: float
+    energy_source: str
+    def __init__(self, node_id: _Optional[str] = ..., samples: _Optional[int] = ..., utilization: _Optional[float] = ..., batch_utilization: _Optional[float] = ..., batch_tokens: _Optional[int] = ..., batch_budget: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., prefix_hit_tokens: _Optional[int] = ..., tier_hit_tokens: _Optional[int] = ..., prefix_hit_rate: _Optional[float] = ..., tier_hit_rate: _Optional[float] = ..., preemptions: _Optional[int] = ..., waiting: _Optional[_Union[Percentiles, _Mapping]] = ..., running: _Optional[_Union[Percentiles, _Mapping]] = ..., kv_blocks_device_total: _Optional[int] = ..., kv_blocks_device_used_max: _Optional[int] = ..., kv_blocks_device_used_mean: _Optional[float] = ..., kv_blocks_host_max: _Optional[int] = ..., kv_blocks_disk_max: _Optional[int] = ..., energy_joules: _Optional[float] = ..., mean_power_watts: _Optional[float] = ..., energy_source: _Optional[str] = ...) -> None: ...
+
+class NodeLayer(_message.Message):
+    __slots__ = ("nodes", "series")
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    SERIES_FIELD_NUMBER: _ClassVar[int]
+    nodes: _containers.RepeatedCompositeFieldContainer[NodeFigures]
+    series: _containers.RepeatedCompositeFieldContainer[Series]
+    def __init__(self, nodes: _Optional[_Iterable[_Union[NodeFigures, _Mapping]]] = ..., series: _Optional[_Iterable[_Union[Series, _Mapping]]] = ...) -> None: ...
+
+class Outage(_message.Message):
+    __slots__ = ("node_id", "last_sample_unix_ms", "next_sample_unix_ms", "recovery_s")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_SAMPLE_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_SAMPLE_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    RECOVERY_S_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    last_sample_unix_ms: int
+    next_sample_unix_ms: int
+    recovery_s: float
+    def __init__(self, node_id: _Optional[str] = ..., last_sample_unix_ms: _Optional[int] = ..., next_sample_unix_ms: _Optional[int] = ..., recovery_s: _Optional[float] = ...) -> None: ...
+
+class ClusterLayer(_message.Message):
+    __slots__ = ("duration_s", "requests", "errors", "requests_per_s", "output_tokens_per_s", "input_tokens_per_s", "utilization", "nodes", "node_hours", "energy_kwh", "energy_sources", "energy_modelled", "kwh_per_1m_output_tokens", "cost_usd", "cost_per_1m_output_tokens", "price_per_kwh", "price_per_node_hour", "outages", "max_recovery_s", "series")
+    DURATION_S_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    INPUT_TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    UTILIZATION_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    NODE_HOURS_FIELD_NUMBER: _ClassVar[int]
+    ENERGY_KWH_FIELD_NUMBER: _ClassVar[int]
+    ENERGY_SOURCES_FIELD_NUMBER: _ClassVar[int]
+    ENERGY_MODELLED_FIELD_NUMBER: _ClassVar[int]
+    KWH_PER_1M_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COST_USD_FIELD_NUMBER: _ClassVar[int]
+    COST_PER_1M_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PRICE_PER_KWH_FIELD_NUMBER: _ClassVar[int]
+    PRICE_PER_NODE_HOUR_FIELD_NUMBER: _ClassVar[int]
+    OUTAGES_FIELD_NUMBER: _ClassVar[int]
+    MAX_RECOVERY_S_FIELD_NUMBER: _ClassVar[int]
+    SERIES_FIELD_NUMBER: _ClassVar[int]
+    duration_s: float
+    requests: int
+    errors: int
+    requests_per_s: float
+    output_tokens_per_s: float
+    input_tokens_per_s: float
+    utilization: float
+    nodes: int
+    node_hours: float
+    energy_kwh: float
+    energy_sources: _containers.RepeatedScalarFieldContainer[str]
+    energy_modelled: bool
+    kwh_per_1m_output_tokens: float
+    cost_usd: float
+    cost_per_1m_output_tokens: float
+    price_per_kwh: float
+    price_per_node_hour: float
+    outages: _containers.RepeatedCompositeFieldContainer[Outage]
+    max_recovery_s: float
+    series: _containers.RepeatedCompositeFieldContainer[Series]
+    def __init__(self, duration_s: _Optional[float] = ..., requests: _Optional[int] = ..., errors: _Optional[int] = ..., requests_per_s: _Optional[float] = ..., output_tokens_per_s: _Optional[float] = ..., input_tokens_per_s: _Optional[float] = ..., utilization: _Optional[float] = ..., nodes: _Optional[int] = ..., node_hours: _Optional[float] = ..., energy_kwh: _Optional[float] = ..., energy_sources: _Optional[_Iterable[str]] = ..., energy_modelled: _Optional[bool] = ..., kwh_per_1m_output_tokens: _Optional[float] = ..., cost_usd: _Optional[float] = ..., cost_per_1m_output_tokens: _Optional[float] = ..., price_per_kwh: _Optional[float] = ..., price_per_node_hour: _Optional[float] = ..., outages: _Optional[_Iterable[_Union[Outage, _Mapping]]] = ..., max_recovery_s: _Optional[float] = ..., series: _Optional[_Iterable[_Union[Series, _Mapping]]] = ...) -> None: ...
 
 class GetTraceRequest(_message.Message):
     __slots__ = ("trace_id",)
