@@ -20,6 +20,7 @@ import grpc
 from strata import defaults
 from strata.client.format import format_models, format_report, format_summary, format_trace
 from strata.client.metrics import AsyncMetricsClient
+from strata.client.replay_cli import add_replay_parser
 from strata.client.sdk import DEFAULT_MAX_TOKENS, AsyncClient
 from strata.client.settings import MissingApiKey
 
@@ -125,6 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr = sub.add_parser("trace", help="show one request's spans as a tree")
     tr.add_argument("trace_id", help="32 hex characters, as printed by `strata generate`")
     tr.set_defaults(handler=_trace)
+
+    add_replay_parser(sub)
     return parser
 
 
