@@ -2,7 +2,8 @@
 
 Generate: authenticate -> validate -> rate limit -> Route (scheduler) -> Submit (node manager) ->
 stream back. The request's latency figures are recorded on the gateway span, from which the
-metrics collector derives the request's row.
+metrics collector derives the request's row; a caller replaying a trace tags its requests with
+an evaluation run through the `x-strata-run-id` metadata, recorded on the span too.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import grpc
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
+from strata.eval.stats import REPORT_PERCENTILES, percentiles
 from strata.gateway.auth import Authenticator, bearer_key
 from strata.gateway.validation import GenerateParams, validate
 from strata.policy.ratelimit import TenantRateLimiter
@@ -64,6 +66,9 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         problem = validate(params)
         if problem is not None:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        run_id, problem = _run_id(context.invocation_metadata())
+        if problem is not None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         wait = self.limiter.try_acquire(tenant)
         if wait > 0:
             context.set_trailing_metadata((("retry-after-ms", str(int(wait * 1000) + 1)),))
@@ -82,6 +87,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                 names.GEN_AI_REQUEST_MODEL: params.model,
                 names.GEN_AI_REQUEST_MAX_TOKENS: params.max_tokens,
                 names.GEN_AI_REQUEST_TEMPERATURE: params.temperature})
+            if run_id is not None:
+                span.set_attribute(names.RUN_ID, run_id)
             trace_id = current_trace_id_hex()
             timing = _Timing(time.perf_counter())
             try:
@@ -131,16 +138,33 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         self._nodes.clear()
 
 
+def _run_id(metadata) -> tuple[int | None, str | None]:
+    """The evaluation run named by the caller's metadata (None if untagged), or a problem."""
+    for key, value in metadata or ():
+        if key == names.RUN_ID_METADATA:
+            if isinstance(value, str) and value.isdecimal() and 0 < int(value) < 2**63:
+                return int(value), None
+            return None, (f"{names.RUN_ID_METADATA} must be the positive run id that "
+                          f"Metrics.StartRun returned, got {value!r}")
+    return None, None
+
+
 class _Timing:
-    __slots__ = ("start", "first", "last", "tokens")
+    __slots__ = ("start", "first", "last", "tokens", "last_token", "gaps")
 
     def __init__(self, start: float):
         self.start, self.first, self.last, self.tokens = start, None, start, 0
+        self.last_token: float | None = None
+        self.gaps: list[float] = []   # between token-carrying chunks, as replay clients count
 
     def chunk(self, n_tokens: int) -> None:
         now = time.perf_counter()
         if n_tokens and self.first is None:
             self.first = now
+        if n_tokens:
+            if self.last_token is not None:
+                self.gaps.append(now - self.last_token)
+            self.last_token = now
         self.last = now
         self.tokens += n_tokens
 
@@ -155,6 +179,10 @@ def _finish_attributes(span: trace.Span, chunk: common_pb2.GenerationChunk, t: _
         names.GEN_AI_USAGE_OUTPUT_TOKENS: chunk.usage.completion_tokens,
         names.CACHED_TOKENS: chunk.usage.cached_prompt_tokens,
         names.GEN_AI_RESPONSE_FINISH_REASONS: [_FINISH_NAMES[chunk.finish_reason]]})
+    if t.gaps:
+        p50, p95, p99 = percentiles([g * 1000 for g in t.gaps], REPORT_PERCENTILES)
+        span.set_attributes({names.ITL_P50_MS: p50, names.ITL_P95_MS: p95,
+                             names.ITL_P99_MS: p99})
 
 
 def _params(r: gateway_pb2.GenerateRequest) -> GenerateParams:

@@ -7,10 +7,12 @@ import logging
 
 from services.node.config import NodeConfig
 from services.node.heartbeat import heartbeat_loop
+from services.node.sampler import NodeSampler, sample_loop
 from services.node.servicer import NodeManagerServicer
+from strata.eval.energy import EnergyMeter, PowerModel, open_counter
 from strata.node.replicas import ReplicaSet
-from strata.rpc.server import Registration, run, serve_until_signal, start_server
-from strata.rpc.v1 import node_pb2, node_pb2_grpc
+from strata.rpc.server import Registration, channel, run, serve_until_signal, start_server
+from strata.rpc.v1 import kvstore_pb2_grpc, node_pb2, node_pb2_grpc
 from strata.telemetry.setup import init_tracing
 
 log = logging.getLogger("services.node")
@@ -27,12 +29,19 @@ async def main() -> None:
         bind=cfg.bind)
     stop = asyncio.Event()
     beats = asyncio.create_task(heartbeat_loop(cfg, replicas, stop))
-    log.info("node manager %s listening on %s (advertised as %s)", cfg.node_id, cfg.bind,
-             cfg.advertise)
+    meter = EnergyMeter(open_counter(cfg.energy_source),
+                        PowerModel(cfg.power_idle_watts, cfg.power_tdp_watts))
+    kv_channel = channel(cfg.kvstore_addr)
+    sampler = NodeSampler(cfg.node_id, replicas, meter, kvstore_pb2_grpc.KVStoreStub(kv_channel))
+    samples = asyncio.create_task(sample_loop(sampler, cfg.metrics_addr, cfg.sample_interval_s,
+                                              stop))
+    log.info("node manager %s listening on %s (advertised as %s); energy from %s",
+             cfg.node_id, cfg.bind, cfg.advertise, meter.source)
 
     async def on_stop() -> None:
         stop.set()
-        await beats
+        await asyncio.gather(beats, samples)
+        await kv_channel.close()
         await replicas.stop_all()
 
     await serve_until_signal(running, on_stop=on_stop)

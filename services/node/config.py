@@ -7,12 +7,17 @@ import socket
 from dataclasses import dataclass
 
 from strata import defaults
-from strata.envconfig import env_float, env_int, env_str
+from strata.envconfig import ConfigError, env_float, env_int, env_str
+from strata.eval.energy import SOURCES
 
 # Engine settings the node manager passes through to the workers it starts.
 WORKER_PASSTHROUGH = ("STRATA_BLOCK_SIZE", "STRATA_KV_CACHE_BYTES", "STRATA_KV_BLOCKS",
                       "STRATA_MAX_BATCHED_TOKENS", "STRATA_MAX_SEQS", "STRATA_DEVICE",
                       "STRATA_DTYPE")
+
+SAMPLE_INTERVAL_S = 2.0
+POWER_IDLE_WATTS = 50.0
+POWER_TDP_WATTS = 250.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +33,13 @@ class NodeConfig:
     torch_threads: int
     worker_ready_timeout_s: float
     heartbeat_interval_s: float
+    metrics_addr: str = defaults.METRICS_ADDR    # where node samples go
+    sample_interval_s: float = SAMPLE_INTERVAL_S
+    energy_source: str = "auto"                  # auto | nvml | rapl | model (strata.eval.energy)
+    # The power model's line, used without an energy counter. A placeholder server line: set
+    # both to the node's hardware, since reports built on the model are only as good as these.
+    power_idle_watts: float = POWER_IDLE_WATTS
+    power_tdp_watts: float = POWER_TDP_WATTS
 
     def worker_env(self) -> dict[str, str]:
         env = {k: os.environ[k] for k in WORKER_PASSTHROUGH if os.environ.get(k)}
@@ -56,4 +68,30 @@ class NodeConfig:
             worker_ready_timeout_s=env_float("STRATA_WORKER_READY_TIMEOUT_S", 600.0),
             heartbeat_interval_s=env_float("STRATA_HEARTBEAT_INTERVAL_S",
                                            defaults.HEARTBEAT_INTERVAL_S),
+            metrics_addr=env_str("STRATA_METRICS_ADDR", defaults.METRICS_ADDR),
+            sample_interval_s=_positive("STRATA_SAMPLE_INTERVAL_S", SAMPLE_INTERVAL_S),
+            energy_source=_energy_source(env_str("STRATA_ENERGY_SOURCE", "auto")),
+            power_idle_watts=_positive("STRATA_POWER_IDLE_WATTS", POWER_IDLE_WATTS,
+                                       zero_ok=True),
+            power_tdp_watts=_positive("STRATA_POWER_TDP_WATTS", POWER_TDP_WATTS),
         )
+
+    def __post_init__(self) -> None:
+        if self.power_idle_watts > self.power_tdp_watts:
+            raise ConfigError(f"STRATA_POWER_IDLE_WATTS ({self.power_idle_watts}) must not "
+                              f"exceed STRATA_POWER_TDP_WATTS ({self.power_tdp_watts})")
+
+
+def _positive(name: str, default: float, zero_ok: bool = False) -> float:
+    value = env_float(name, default)
+    if not (value >= 0 if zero_ok else value > 0) or value == float("inf"):
+        raise ConfigError(f"{name} must be a {'non-negative' if zero_ok else 'positive'} "
+                          f"number, got {value}")
+    return value
+
+
+def _energy_source(value: str) -> str:
+    if value not in SOURCES:
+        raise ConfigError(f"STRATA_ENERGY_SOURCE must be one of {', '.join(SOURCES)}, "
+                          f"got {value!r}")
+    return value

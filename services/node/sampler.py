@@ -1,0 +1,176 @@
+"""The node manager's sampler: every STRATA_SAMPLE_INTERVAL_S, one NodeSample (engine counters,
+KV blocks per tier, queue lengths, power and energy) to the metrics collector.
+
+Workers report cumulative counters that start again at zero when a worker restarts; the node
+sums their growth into node-wide counters that only grow while this node manager runs, which
+is what the metrics collector's node layer expects. Samples the collector did not take (it is
+restarting, or unreachable) are kept, up to MAX_PENDING, and sent with the next one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+
+import grpc
+
+from strata.eval.energy import EnergyMeter
+from strata.node.replicas import ReplicaSet, State
+from strata.rpc.server import channel
+from strata.rpc.v1 import (kvstore_pb2, kvstore_pb2_grpc, metrics_pb2, metrics_pb2_grpc,
+                           worker_pb2)
+
+log = logging.getLogger(__name__)
+
+MAX_PENDING = 900        # 30 minutes of samples at the default interval
+STATS_TIMEOUT_S = 2.0
+
+
+@dataclass(slots=True)
+class EngineCounters:
+    """One worker's cumulative counters (WorkerStats), or a node's sum of their growth."""
+
+    steps: int = 0
+    step_tokens: int = 0
+    step_token_budget: int = 0
+    preemptions: int = 0
+    busy_seconds: float = 0.0
+    prompt_tokens: int = 0
+    prefix_hit_tokens: int = 0
+    tier_hit_tokens: int = 0
+
+    @classmethod
+    def from_stats(cls, s: worker_pb2.WorkerStats) -> EngineCounters:
+        return cls(**{f.name: getattr(s, f.name) for f in fields(cls)})
+
+
+class NodeCounters:
+    """Node-wide counters: the sum over workers of each counter's growth between reads. Any
+    counter smaller than at the last read means the worker restarted (they all start again
+    together): every current value is then growth since the restart."""
+
+    def __init__(self) -> None:
+        self.total = EngineCounters()
+        self._last: dict[str, EngineCounters] = {}
+
+    def add(self, replica_id: str, now: EngineCounters) -> EngineCounters:
+        """Fold in one worker's current counters; returns their growth since its last read
+        (a worker seen for the first time grew from zero)."""
+        names = [f.name for f in fields(EngineCounters)]
+        before = self._last.get(replica_id, EngineCounters())
+        if any(getattr(now, n) < getattr(before, n) for n in names):
+            before = EngineCounters()
+        growth = EngineCounters()
+        for n in names:
+            delta = getattr(now, n) - getattr(before, n)
+            setattr(growth, n, delta)
+            setattr(self.total, n, getattr(self.total, n) + delta)
+        self._last[replica_id] = now
+        return growth
+
+
+class NodeSampler:
+    def __init__(self, node_id: str, replicas: ReplicaSet, meter: EnergyMeter,
+                 kvstore: kvstore_pb2_grpc.KVStoreStub | None,
+                 wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.node_id = node_id
+        self.replicas = replicas
+        self.meter = meter
+        self.kvstore = kvstore
+        self.counters = NodeCounters()
+        self._wall_ms = wall_ms
+        self._monotonic = monotonic
+        self._last_t = monotonic()
+        self._host_blocks = 0
+
+    async def sample(self) -> metrics_pb2.NodeSample:
+        """Measure now; interval figures cover the time since the previous sample."""
+        step_tokens = budget = running = waiting = used = total = 0
+        busy = 0.0
+        for r in list(self.replicas.replicas.values()):
+            if r.state is not State.READY or r.stub is None:
+                continue
+            try:
+                s = await r.stub.GetStats(worker_pb2.GetStatsRequest(), timeout=STATS_TIMEOUT_S)
+            except grpc.aio.AioRpcError as err:
+                log.warning("stats of replica %s unavailable for the node sample: %s",
+                            r.replica_id, err.code().name)
+                continue
+            growth = self.counters.add(r.replica_id, EngineCounters.from_stats(s))
+            step_tokens += growth.step_tokens
+            budget += growth.step_token_budget
+            busy += growth.busy_seconds
+            running += s.running_requests
+            waiting += s.waiting_requests
+            total += s.kv_blocks_total
+            used += s.kv_blocks_total - s.kv_blocks_free
+        now = self._monotonic()
+        interval, self._last_t = now - self._last_t, now
+        # Workers on one node share its device: their summed busy time is the device's.
+        utilization = min(1.0, busy / interval) if interval > 0 else 0.0
+        energy = self.meter.read(utilization)
+        c = self.counters.total
+        return metrics_pb2.NodeSample(
+            node_id=self.node_id, unix_ms=self._wall_ms(), utilization=utilization,
+            batch_tokens=step_tokens, batch_budget=budget, kv_blocks_device_used=used,
+            kv_blocks_device_total=total, kv_blocks_host=await self._kv_host_blocks(),
+            kv_blocks_disk=0, running=running, waiting=waiting, preemptions=c.preemptions,
+            power_watts=energy.watts, energy_joules=energy.joules,
+            energy_source=energy.source, prefix_hit_tokens=c.prefix_hit_tokens,
+            tier_hit_tokens=c.tier_hit_tokens, prompt_tokens=c.prompt_tokens)
+
+    async def _kv_host_blocks(self) -> int:
+        # The KV tier store keeps no disk tier yet, so its blocks are the host tier's.
+        if self.kvstore is None:
+            return 0
+        try:
+            stats = await self.kvstore.GetStats(kvstore_pb2.KVStatsRequest(),
+                                                timeout=STATS_TIMEOUT_S)
+        except grpc.aio.AioRpcError as err:
+            log.warning("KV tier store stats unavailable (%s): reporting the last known "
+                        "host blocks", err.code().name)
+            return self._host_blocks
+        self._host_blocks = stats.blocks
+        return self._host_blocks
+
+
+async def sample_loop(sampler: NodeSampler, metrics_addr: str, interval_s: float,
+                      stop: asyncio.Event) -> None:
+    pending: deque[metrics_pb2.NodeSample] = deque()
+    failures = dropped = 0
+    async with channel(metrics_addr) as ch:
+        stub = metrics_pb2_grpc.MetricsStub(ch)
+        while not stop.is_set():
+            if len(pending) == MAX_PENDING:
+                pending.popleft()
+                dropped += 1
+                if dropped == 1 or dropped % 100 == 0:
+                    log.warning("metrics collector %s unreachable: %d node samples dropped",
+                                metrics_addr, dropped)
+            pending.append(await sampler.sample())
+            try:
+                await stub.RecordNodeSamples(metrics_pb2.NodeSamplesRequest(
+                    samples=list(pending)), timeout=max(interval_s, 1.0))
+                pending.clear()
+                if failures:
+                    log.info("metrics collector %s reachable again", metrics_addr)
+                failures = 0
+            except grpc.aio.AioRpcError as err:
+                failures += 1
+                if failures == 1 or failures % 30 == 0:
+                    log.warning("node samples to metrics collector %s failed (%d in a row): %s",
+                                metrics_addr, failures, err.code().name)
+                if err.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                    # The collector refuses this batch for good; resending it would block
+                    # every later sample behind it.
+                    log.error("metrics collector refused node samples: %s", err.details())
+                    pending.clear()
+            try:
+                await asyncio.wait_for(stop.wait(), interval_s)
+            except TimeoutError:
+                pass
