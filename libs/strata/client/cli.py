@@ -2,6 +2,7 @@
 
     strata generate --model smollm2-135m-instruct --chat "What is the capital of France?"
     strata report --tenant demo
+    strata report --run 3 --html run3.html --json run3.json
     strata trace 0af7651916cd43dd8448eb211c80319c
 
 Addresses come from STRATA_GATEWAY_ADDR / STRATA_METRICS_ADDR (or --gateway / --metrics), the key
@@ -18,9 +19,10 @@ import sys
 import grpc
 
 from strata import defaults
-from strata.client.format import format_models, format_report, format_summary, format_trace
+from strata.client.format import format_models, format_summary, format_trace
 from strata.client.metrics import AsyncMetricsClient
 from strata.client.replay_cli import add_replay_parser
+from strata.client.report_cli import add_report_arguments, run_report
 from strata.client.sdk import DEFAULT_MAX_TOKENS, AsyncClient
 from strata.client.settings import MissingApiKey
 
@@ -72,10 +74,7 @@ async def _models(args: argparse.Namespace) -> int:
 
 
 async def _report(args: argparse.Namespace) -> int:
-    async with AsyncMetricsClient(args.metrics) as client:
-        report = await client.report(tenant=args.tenant)
-    print(format_report(report))
-    return 0
+    return await run_report(args)
 
 
 async def _trace(args: argparse.Namespace) -> int:
@@ -119,8 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("models", help="list the models the gateway serves").set_defaults(
         handler=_models)
 
-    rep = sub.add_parser("report", help="per-tenant request counts and latency percentiles")
-    rep.add_argument("--tenant", default="", help="one tenant (default: all)")
+    rep = sub.add_parser("report", help="request, node and cluster figures of a run or of "
+                                        "every request; HTML and JSON; runs compared")
+    add_report_arguments(rep)
     rep.set_defaults(handler=_report)
 
     tr = sub.add_parser("trace", help="show one request's spans as a tree")

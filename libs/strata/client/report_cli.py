@@ -1,0 +1,115 @@
+"""`strata report`: the layered evaluation report (request, node and cluster layers) of one run
+or of every request, in the terminal, as an HTML page with plots and as JSON; two runs side by
+side; the stored runs.
+
+    strata report                          every request the collector stored
+    strata report --run 3 --html run3.html --json run3.json
+    strata report --compare 3 4            run 4's figures next to run 3's, with the change
+    strata report --runs                   the runs, newest last
+
+A collector that predates layered reports answers with its per-tenant table, printed as before.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import grpc
+
+from strata.client import settings
+from strata.client.format import format_report, table
+from strata.eval.html_report import render
+from strata.eval.report_codec import from_report
+from strata.eval.report_text import compare_text, report_text, utc
+from strata.rpc.server import CHANNEL_OPTIONS
+from strata.rpc.v1 import metrics_pb2, metrics_pb2_grpc
+
+REPORT_TIMEOUT_S = 30.0
+EXIT_ERROR = 2
+
+
+def _run_id(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"a run id is a positive integer (see `strata report "
+                                         f"--runs`), got {text!r}")
+    return value
+
+
+def add_report_arguments(rep: argparse.ArgumentParser) -> None:
+    rep.add_argument("--tenant", default="", help="one tenant's requests (default: all)")
+    rep.add_argument("--run", type=_run_id, default=0, metavar="ID",
+                     help="one evaluation run's requests and its window's node samples")
+    rep.add_argument("--html", metavar="PATH", help="also write the report as an HTML page")
+    rep.add_argument("--json", metavar="PATH", help="also write the report as JSON")
+    rep.add_argument("--compare", type=_run_id, nargs=2, metavar=("A", "B"),
+                     help="print run B's figures next to run A's")
+    rep.add_argument("--runs", action="store_true", help="list the stored evaluation runs")
+
+
+def _write(path: str, text: str) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def format_runs(runs: list[metrics_pb2.RunInfo]) -> str:
+    if not runs:
+        return "no runs stored (`strata replay` opens one per replay)"
+    rows = []
+    for r in runs:
+        end = r.finished_unix_ms
+        rows.append([str(r.run_id), r.name, r.kind, utc(r.started_unix_ms),
+                     f"{(end - r.started_unix_ms) / 1000:.1f}" if end else "running"])
+    return table(["run", "name", "kind", "started", "seconds"], rows)
+
+
+async def run_report(args: argparse.Namespace) -> int:
+    if args.compare and (args.run or args.html or args.json or args.runs):
+        print("error: --compare takes two run ids and prints a table; ask for --run, --html "
+              "or --json in a separate call", file=sys.stderr)
+        return EXIT_ERROR
+    async with grpc.aio.insecure_channel(settings.metrics_address(args.metrics),
+                                         options=CHANNEL_OPTIONS) as ch:
+        stub = metrics_pb2_grpc.MetricsStub(ch)
+        if args.runs:
+            runs = await stub.ListRuns(metrics_pb2.ListRunsRequest(), timeout=REPORT_TIMEOUT_S)
+            print(format_runs(list(runs.runs)))
+            return 0
+        if args.compare:
+            replies = [await stub.GetReport(metrics_pb2.ReportRequest(
+                tenant=args.tenant, run_id=run_id), timeout=REPORT_TIMEOUT_S)
+                for run_id in args.compare]
+        else:
+            replies = [await stub.GetReport(metrics_pb2.ReportRequest(
+                tenant=args.tenant, run_id=args.run), timeout=REPORT_TIMEOUT_S)]
+    layered = [from_report(r) for r in replies]
+    if any(r is None for r in layered):
+        if args.compare or args.html or args.json:
+            print("error: this metrics collector sends per-tenant tables only, not layered "
+                  "reports; upgrade it to compare runs or write HTML and JSON", file=sys.stderr)
+            return EXIT_ERROR
+        print(format_report(replies[0]))
+        return 0
+    if args.compare:
+        a, b = args.compare
+        print(compare_text(layered[0], layered[1], str(a), str(b)))
+        return 0
+    report = layered[0]
+    print(report_text(report))
+    if args.json:
+        _write(args.json, json.dumps(report.to_json(), indent=1, sort_keys=True) + "\n")
+        print(f"json report: {args.json}")
+    if args.html:
+        title = (f"Strata run {report.run.run_id}: {report.run.name}" if report.run
+                 else "Strata evaluation report")
+        _write(args.html, render(report, title))
+        print(f"html report: {args.html}")
+    return 0
