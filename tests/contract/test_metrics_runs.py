@@ -74,17 +74,18 @@ async def test_runs_start_finish_and_list(collector):
         run_id=run.run_id, client_summary_json='{"requests": 3}'), timeout=5)
     assert (done.finished_unix_ms, done.client_summary_json) == (T0_MS + 60_000,
                                                                  '{"requests": 3}')
-    manual = await stub.StartRun(metrics_pb2.StartRunRequest(name="by hand"), timeout=5)
+    manual = await stub.StartRun(metrics_pb2.StartRunRequest(), timeout=5)
     listed = await stub.ListRuns(metrics_pb2.ListRunsRequest(), timeout=5)
-    assert [(r.run_id, r.kind, r.finished_unix_ms) for r in listed.runs] == [
-        (1, "replay", T0_MS + 60_000), (manual.run_id, "manual", 0)]
+    assert [(r.run_id, r.name, r.kind, r.finished_unix_ms) for r in listed.runs] == [
+        (1, "azure-conv x0.5", "replay", T0_MS + 60_000),
+        (manual.run_id, "manual 2023-11-14 22:14:20 UTC", "manual", 0)]
 
 
 @pytest.mark.parametrize("call, code, message", [
     (lambda s: s.StartRun(metrics_pb2.StartRunRequest(name="x", kind="soak")),
      grpc.StatusCode.INVALID_ARGUMENT, "kind must be one of replay, benchmark, manual, got 'soak'"),
-    (lambda s: s.StartRun(metrics_pb2.StartRunRequest(name="")),
-     grpc.StatusCode.INVALID_ARGUMENT, "a run needs a name"),
+    (lambda s: s.StartRun(metrics_pb2.StartRunRequest(name="n" * 300)),
+     grpc.StatusCode.INVALID_ARGUMENT, "a run name must be at most 256 characters, got 300"),
     (lambda s: s.StartRun(metrics_pb2.StartRunRequest(name="x", params_json="{")),
      grpc.StatusCode.INVALID_ARGUMENT, "params_json must be a JSON object, got invalid JSON"),
     (lambda s: s.FinishRun(metrics_pb2.FinishRunRequest(run_id=0)),

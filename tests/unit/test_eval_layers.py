@@ -3,9 +3,9 @@ index, ITL rules, pro-rated counters and hit rates, energy, cost and failure rec
 
 import pytest
 
-from strata.eval.layers import (LayerSettings, cluster_layer, downsample, jain_index,
-                                layered_report, node_layer, outages, report_window,
-                                request_layer)
+from strata.eval.layers import (LayerSettings, cluster_layer, jain_index, layered_report,
+                                report_window, request_layer)
+from strata.eval.node_layer import downsample, node_layer, outages
 from strata.eval.sla import SlaClass, SlaTable
 from strata.store.runs import RunRecord
 from strata.store.samples import NodeSampleRecord
@@ -136,7 +136,7 @@ NODE0 = [
 
 def test_node_figures_pro_rate_the_interval_that_crosses_the_window_start():
     (n,), series = (lambda layer: (layer.nodes, layer.series))(
-        node_layer(NODE0, T0 + 1000, T0 + 6000, LayerSettings()))
+        node_layer(NODE0, T0 + 1000, T0 + 6000))
     assert n.samples == 3
     assert n.prompt_tokens == 50 + 200 + 300              # half of the first interval
     assert n.prefix_hit_tokens == 25 + 100 + 0
@@ -161,7 +161,7 @@ def test_node_figures_pro_rate_the_interval_that_crosses_the_window_start():
 def test_a_counter_that_went_down_restarted_from_zero():
     samples = [sample("n", t, prompt_tokens=v, energy_joules=float(v), energy_source="model")
                for t, v in ((0, 500), (1000, 700), (2000, 100), (3000, 300))]
-    (n,) = node_layer(samples, T0, T0 + 3000, LayerSettings()).nodes
+    (n,) = node_layer(samples, T0, T0 + 3000).nodes
     assert n.prompt_tokens == 200 + 100 + 200
     assert n.energy_joules == 500.0
     assert n.prefix_hit_rate == 0.0
@@ -173,7 +173,7 @@ def test_cluster_throughput_energy_cost_and_no_failures():
             req(3, "a", 10, 1, 0, start=3000, e2e=10, error="INTERNAL")]
     settings = LayerSettings(price_per_kwh=0.2, price_per_node_hour=3.6)
     start, end = T0 + 1000, T0 + 6000
-    node = node_layer(NODE0, start, end, settings)
+    node = node_layer(NODE0, start, end)
     c = cluster_layer(rows, node, NODE0, start, end, settings)
     assert (c.duration_s, c.requests, c.errors) == (5.0, 3, 1)
     assert c.requests_per_s == 0.4
@@ -197,8 +197,8 @@ def test_failure_recovery_time_from_sample_gaps():
     found = outages(samples, T0, T0 + 18000, gap_factor=3.0)
     assert [(o.node_id, o.last_sample_unix_ms - T0, o.next_sample_unix_ms, o.recovery_s)
             for o in found] == [("a", 4000, T0 + 14000, 10.0), ("b", 6000, 0, None)]
-    c = cluster_layer([], node_layer(samples, T0, T0 + 18000, LayerSettings()), samples, T0,
-                      T0 + 18000, LayerSettings())
+    c = cluster_layer([], node_layer(samples, T0, T0 + 18000), samples, T0, T0 + 18000,
+                      LayerSettings())
     assert c.max_recovery_s == 10.0
 
 

@@ -59,8 +59,10 @@ async def test_runs_are_created_finished_once_and_listed(store):
 
 async def test_bad_run_input_is_refused_with_a_reason(store):
     async with store() as s:
-        with pytest.raises(ValueError, match="a run needs a name"):
-            await create_run(s, " ", "replay", "{}", T0_MS)
+        unnamed = await create_run(s, " ", "replay", "{}", T0_MS)
+        assert unnamed.name == "replay 2023-11-14 22:13:20 UTC"
+        with pytest.raises(ValueError, match="a run name must be at most 256 characters"):
+            await create_run(s, "x" * 257, "replay", "{}", T0_MS)
         with pytest.raises(ValueError, match="kind must be one of replay, benchmark, manual"):
             await create_run(s, "x", "bench", "{}", T0_MS)
         with pytest.raises(ValueError, match="params_json must be a JSON object, got a list"):

@@ -7,6 +7,7 @@ ones whose gateway span carried its id, wherever they fall in time.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 
 from sqlalchemy import select
@@ -47,10 +48,8 @@ def _json_object(what: str, text: str) -> str:
 
 
 def check_new_run(name: str, kind: str, params_json: str) -> tuple[str, str, str]:
-    """The run's (name, kind, params) as stored: kind defaults to manual and params to {}.
-    Raises ValueError with a sentence naming what is wrong."""
-    if not name.strip():
-        raise ValueError("a run needs a name (e.g. the trace and rate it replays)")
+    """The run's (name, kind, params) as given, kind defaulting to manual and params to {}
+    (an empty name is filled in by create_run). Raises ValueError naming what is wrong."""
     if len(name) > MAX_NAME_CHARS:
         raise ValueError(f"a run name must be at most {MAX_NAME_CHARS} characters, "
                          f"got {len(name)}")
@@ -63,6 +62,9 @@ def check_new_run(name: str, kind: str, params_json: str) -> tuple[str, str, str
 async def create_run(session: AsyncSession, name: str, kind: str, params_json: str,
                      now_ms: int) -> RunRecord:
     name, kind, params_json = check_new_run(name, kind, params_json)
+    if not name.strip():
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(now_ms / 1000))
+        name = f"{kind} {started} UTC"
     row = Run(name=name, kind=kind, started_unix_ms=now_ms, finished_unix_ms=None,
               params_json=params_json, client_summary_json=None)
     session.add(row)
