@@ -194,6 +194,7 @@ def test_cluster_throughput_energy_cost_and_no_failures():
 def test_failure_recovery_time_from_sample_gaps():
     samples = [sample("a", t) for t in (0, 2000, 4000, 14000, 16000, 18000)]
     samples += [sample("b", t) for t in (0, 2000, 4000, 6000)]
+    samples += [sample("gone", t) for t in (-9000, -7000, -5000)]    # before the window
     found = outages(samples, T0, T0 + 18000, gap_factor=3.0)
     assert [(o.node_id, o.last_sample_unix_ms - T0, o.next_sample_unix_ms, o.recovery_s)
             for o in found] == [("a", 4000, T0 + 14000, 10.0), ("b", 6000, 0, None)]

@@ -47,7 +47,8 @@ def test_terminal_report_shows_the_three_layers():
     text = report_text(report(100.0))
     lines = text.splitlines()
     assert lines[0] == "run 3 'conv x0.5' (replay, finished)"
-    assert "fairness (Jain over tenants, output tokens / weight): 0.900" in lines   # 21 and 42 tokens
+    # a's 21 output tokens against b's 42
+    assert "fairness (Jain over tenants, output tokens / weight): 0.900" in lines
     assert "ITL: measured per request at the gateway" in lines
     node = next(line for line in lines if line.startswith("node-0"))
     assert node.split() == ["node-0", "6", "25.0%", "25.0%", "50.0%", "0.0%", "0",

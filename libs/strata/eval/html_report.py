@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from strata.eval.report_text import MISSING, failures_text, fmt, header, pct, utc
+from strata.eval.report_text import MISSING, failures_text, fmt, header, pct
 from strata.eval.report_types import LatencyGroup, LayeredReport, Series
 from strata.eval.stats import Summary
 
@@ -251,8 +251,7 @@ def render(r: LayeredReport, title: str = "Strata evaluation report") -> str:
         "td:first-child,th:first-child{text-align:left}figure{display:inline-block;margin:6px}"
         "</style></head><body>",
         f"<h1>{_esc(title)}</h1><p>{_esc(header(r)).replace(chr(10), '<br>')}</p>",
-        f"<p>generated from spans and node samples; window starts {_esc(utc(r.window_start_unix_ms))}"
-        f"</p>",
+        "<p>every figure is computed from the stored spans and node samples</p>",
         "<h2>Request layer (ms)</h2>", _table(lat_headers, groups),
         f"<p>fairness (Jain over tenants, output tokens / weight): "
         f"{_esc(fmt(req.fairness_jain, 3))}; ITL source: {_esc(req.itl_source)}</p>",

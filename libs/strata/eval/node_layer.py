@@ -158,6 +158,7 @@ def outages(samples: Sequence[NodeSampleRecord], start: int, end: int,
         for a, b in zip(times, times[1:]):
             if b - a > limit and _overlap(a, b, start, end) > 0:
                 found.append(Outage(node_id, a, b, (b - a) / 1000))
-        if times[-1] < end and end - times[-1] > limit:
+        # A node that went quiet before the window began was never part of it.
+        if start <= times[-1] < end and end - times[-1] > limit:
             found.append(Outage(node_id, times[-1], 0, None))
     return found
