@@ -8,7 +8,7 @@ NODES ?= 1
 MODEL ?= smollm2-135m-instruct
 export PYTHONUNBUFFERED := 1
 
-.PHONY: run test test-unit test-contract test-integration proto venv clean-data compose-config
+.PHONY: run test test-unit test-contract test-integration proto venv clean-data compose-config eval
 
 venv: $(STAMP)
 
@@ -26,6 +26,22 @@ proto: $(STAMP)
 
 run: $(STAMP)
 	$(BIN)/python -m strata.supervisor --nodes $(NODES) --models $(MODEL)
+
+# Evaluation demo: the stack as `make run` starts it, 5 minutes (wall) of the Azure conversation
+# trace slowed down 5x (the CPU stack serves about 1 request/s at these lengths), lengths / 8;
+# then the layered report for the run, in the terminal and as HTML.
+EVAL_TRACE ?= ../shared/data/traces/AzureLLMInferenceTrace_conv_2023.csv
+EVAL_OUT ?= .strata/eval
+eval: $(STAMP)
+	@test -f $(EVAL_TRACE) || { echo "make eval: $(EVAL_TRACE) not found (see ../shared/data/traces)"; exit 2; }
+	$(BIN)/python -m strata.supervisor --nodes $(NODES) --models $(MODEL) --then '\
+	  set -e; rm -rf $(EVAL_OUT)/replay; \
+	  $(BIN)/strata replay --format azure --trace $(EVAL_TRACE) --model $(MODEL) \
+	    --time-scale 0.2 --length-scale 8 --max-prompt 512 --max-output 64 --max-duration 300 \
+	    --name eval-azure-conv --out $(EVAL_OUT)/replay; \
+	  id=$$(ls $(EVAL_OUT)/replay | sed -n "s/^run-//p" | head -1); \
+	  $(BIN)/strata report --run $$id --html $(EVAL_OUT)/run-$$id.html --json $(EVAL_OUT)/run-$$id.json; \
+	  echo "HTML report: $(EVAL_OUT)/run-$$id.html"'
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -ra

@@ -178,6 +178,7 @@ def _finish_attributes(span: trace.Span, chunk: common_pb2.GenerationChunk, t: _
         names.GEN_AI_USAGE_INPUT_TOKENS: chunk.usage.prompt_tokens,
         names.GEN_AI_USAGE_OUTPUT_TOKENS: chunk.usage.completion_tokens,
         names.CACHED_TOKENS: chunk.usage.cached_prompt_tokens,
+        names.QUEUE_MS: chunk.usage.queue_ms,
         names.GEN_AI_RESPONSE_FINISH_REASONS: [_FINISH_NAMES[chunk.finish_reason]]})
     if t.gaps:
         p50, p95, p99 = percentiles([g * 1000 for g in t.gaps], REPORT_PERCENTILES)

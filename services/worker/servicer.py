@@ -99,5 +99,5 @@ def chunk_to_pb(out: RequestOutput, tokenizer) -> common_pb2.GenerationChunk:
         chunk.finish_reason = _FINISH[out.finish_reason]
         chunk.usage.CopyFrom(common_pb2.Usage(
             prompt_tokens=out.prompt_tokens, completion_tokens=out.completion_tokens,
-            cached_prompt_tokens=out.cached_tokens + out.tier_tokens))
+            cached_prompt_tokens=out.cached_tokens + out.tier_tokens, queue_ms=out.queue_ms))
     return chunk

@@ -77,7 +77,7 @@ class FakeNode(node_pb2_grpc.NodeManagerServicer):
             if i == len(PIECES) - 1:
                 chunk.finish_reason = STOP
                 chunk.usage.CopyFrom(common_pb2.Usage(prompt_tokens=9, completion_tokens=3,
-                                                      cached_prompt_tokens=4))
+                                                      cached_prompt_tokens=4, queue_ms=7.5))
             yield chunk
 
 
@@ -266,14 +266,16 @@ async def test_chunks_are_forwarded_with_request_and_trace_ids(env):
     (span,) = spans_named(exporter, names.SPAN_GATEWAY_GENERATE)
     assert format(span.context.trace_id, "032x") == trace_id
     attrs = dict(span.attributes)
-    timings = {k: attrs.pop(k) for k in (names.TTFT_MS, names.TPOT_MS, names.E2E_MS)}
+    timings = {k: attrs.pop(k) for k in (names.TTFT_MS, names.TPOT_MS, names.E2E_MS,
+                                         names.ITL_P50_MS, names.ITL_P95_MS, names.ITL_P99_MS)}
     assert attrs == {
         names.GEN_AI_SYSTEM: "strata", names.GEN_AI_OPERATION: "text_completion",
         names.TENANT: TENANT, names.REQUEST_ID: submit.request_id,
         names.GEN_AI_REQUEST_MODEL: MODEL, names.GEN_AI_REQUEST_MAX_TOKENS: 16,
         names.GEN_AI_REQUEST_TEMPERATURE: pytest.approx(0.5), names.NODE_ID: "node-1",
         names.GEN_AI_USAGE_INPUT_TOKENS: 9, names.GEN_AI_USAGE_OUTPUT_TOKENS: 3,
-        names.CACHED_TOKENS: 4, names.GEN_AI_RESPONSE_FINISH_REASONS: ("stop",)}
+        names.CACHED_TOKENS: 4, names.QUEUE_MS: 7.5,
+        names.GEN_AI_RESPONSE_FINISH_REASONS: ("stop",)}
     ttft, tpot, e2e = timings[names.TTFT_MS], timings[names.TPOT_MS], timings[names.E2E_MS]
     # three tokens sent GAP_S apart: two gaps between the first token and the last
     assert 0 < ttft < e2e

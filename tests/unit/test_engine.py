@@ -159,3 +159,15 @@ def test_cumulative_counters_for_the_node_layer():
     # 47 prompt tokens + 8 later decode tokens (the first output comes with the last prefill chunk)
     assert s.step_tokens_total == 47 + 2 * 4
     assert s.steps >= -(-47 // 16) and s.busy_seconds > 0
+
+
+def test_queue_time_is_the_wait_before_the_first_scheduled_step():
+    engine = tiny_engine(max_seqs=1)
+    engine.add_request(_req("a", PROMPT, max_tokens=3))
+    engine.add_request(_req("b", range(10), max_tokens=1))   # waits: one sequence slot
+    outs = {}
+    while engine.has_work():
+        for o in engine.step():
+            outs[o.request_id] = o
+    assert outs["a"].queue_ms < outs["b"].queue_ms  # b waited for a's three steps
+    assert outs["b"].queue_ms > 0

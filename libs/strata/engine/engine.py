@@ -69,6 +69,7 @@ class RequestOutput:
     completion_tokens: int = 0
     cached_tokens: int = 0
     tier_tokens: int = 0
+    queue_ms: float = 0.0
     logprobs: list[Sampled] | None = None
 
 
@@ -194,6 +195,10 @@ class LLMEngine:
         if not plan.scheduled:
             return []
         started = time.perf_counter()
+        now = time.monotonic()
+        for item in plan.scheduled:
+            if item.seq.first_scheduled is None:
+                item.seq.first_scheduled = now
         logits = self._forward(plan.scheduled)
         for item in plan.scheduled:
             self.scheduler.advance(item)
@@ -257,6 +262,7 @@ class LLMEngine:
             finish_reason=reason, prompt_tokens=seq.num_prompt,
             completion_tokens=seq.num_output, cached_tokens=seq.num_cached_prompt,
             tier_tokens=seq.num_tier_prompt,
+            queue_ms=((seq.first_scheduled or seq.arrival) - seq.arrival) * 1000,
             logprobs=[pick] if seq.params.logprobs else None)
 
     def _forget(self, request_id: str) -> None:

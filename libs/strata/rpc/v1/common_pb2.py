@@ -24,17 +24,17 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16strata/v1/common.proto\x12\tstrata.v1\"\xfd\x01\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_p\x18\x02 \x01(\x02\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12\x11\n\x04seed\x18\x04 \x01(\x04H\x00\x88\x01\x01\x12\x1a\n\x12repetition_penalty\x18\x05 \x01(\x02\x12\r\n\x05min_p\x18\x06 \x01(\x02\x12\x19\n\x11\x66requency_penalty\x18\x07 \x01(\x02\x12\x18\n\x10presence_penalty\x18\x08 \x01(\x02\x12\x10\n\x08logprobs\x18\t \x01(\x05\x12\x16\n\x0estop_token_ids\x18\n \x03(\x05\x12\x12\n\nignore_eos\x18\x0b \x01(\x08\x42\x07\n\x05_seed\"=\n\nTopLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\x0f\n\x07logprob\x18\x02 \x01(\x02\x12\x0c\n\x04text\x18\x03 \x01(\t\"U\n\x0cTokenLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\x0f\n\x07logprob\x18\x02 \x01(\x02\x12\"\n\x03top\x18\x03 \x03(\x0b\x32\x15.strata.v1.TopLogprob\",\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"W\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\x05\x12\x1c\n\x14\x63\x61\x63hed_prompt_tokens\x18\x03 \x01(\x05\"\xbf\x01\n\x0eGenerationSpec\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12(\n\x08messages\x18\x03 \x03(\x0b\x32\x16.strata.v1.ChatMessage\x12+\n\x08sampling\x18\x04 \x01(\x0b\x32\x19.strata.v1.SamplingParams\x12\x12\n\nmax_tokens\x18\x05 \x01(\x05\x12\x0c\n\x04stop\x18\x06 \x03(\t\x12\x15\n\rprefix_public\x18\x07 \x01(\x08\"\xc2\x01\n\x0fGenerationChunk\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x11\n\ttoken_ids\x18\x03 \x03(\x05\x12.\n\rfinish_reason\x18\x04 \x01(\x0e\x32\x17.strata.v1.FinishReason\x12\x1f\n\x05usage\x18\x05 \x01(\x0b\x32\x10.strata.v1.Usage\x12)\n\x08logprobs\x18\x06 \x03(\x0b\x32\x17.strata.v1.TokenLogprob\"G\n\tModelInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x16\n\x0e\x63ontext_length\x18\x02 \x01(\x05\x12\x14\n\x0cmemory_bytes\x18\x03 \x01(\x03\"\xec\x01\n\x0bReplicaInfo\x12\r\n\x05model\x18\x01 \x01(\t\x12\x12\n\nreplica_id\x18\x02 \x01(\t\x12&\n\x05state\x18\x03 \x01(\x0e\x32\x17.strata.v1.ReplicaState\x12\x16\n\x0eworker_address\x18\x04 \x01(\t\x12\x18\n\x10running_requests\x18\x05 \x01(\x05\x12\x18\n\x10waiting_requests\x18\x06 \x01(\x05\x12\x15\n\rqueued_tokens\x18\x07 \x01(\x03\x12\x17\n\x0fkv_blocks_total\x18\x08 \x01(\x05\x12\x16\n\x0ekv_blocks_free\x18\t \x01(\x05\"|\n\x08NodeInfo\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x14\n\x0cmemory_bytes\x18\x03 \x01(\x03\x12\x0e\n\x06\x64\x65vice\x18\x04 \x01(\t\x12(\n\x08replicas\x18\x05 \x03(\x0b\x32\x16.strata.v1.ReplicaInfo\"\x13\n\x11ListModelsRequest\":\n\x12ListModelsResponse\x12$\n\x06models\x18\x01 \x03(\x0b\x32\x14.strata.v1.ModelInfo*\x93\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x19\n\x15\x46INISH_REASON_ABORTED\x10\x03\x12\x17\n\x13\x46INISH_REASON_ERROR\x10\x04*\x97\x01\n\x0cReplicaState\x12\x1d\n\x19REPLICA_STATE_UNSPECIFIED\x10\x00\x12\x19\n\x15REPLICA_STATE_LOADING\x10\x01\x12\x17\n\x13REPLICA_STATE_READY\x10\x02\x12\x1a\n\x16REPLICA_STATE_DRAINING\x10\x03\x12\x18\n\x14REPLICA_STATE_FAILED\x10\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16strata/v1/common.proto\x12\tstrata.v1\"\xfd\x01\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_p\x18\x02 \x01(\x02\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12\x11\n\x04seed\x18\x04 \x01(\x04H\x00\x88\x01\x01\x12\x1a\n\x12repetition_penalty\x18\x05 \x01(\x02\x12\r\n\x05min_p\x18\x06 \x01(\x02\x12\x19\n\x11\x66requency_penalty\x18\x07 \x01(\x02\x12\x18\n\x10presence_penalty\x18\x08 \x01(\x02\x12\x10\n\x08logprobs\x18\t \x01(\x05\x12\x16\n\x0estop_token_ids\x18\n \x03(\x05\x12\x12\n\nignore_eos\x18\x0b \x01(\x08\x42\x07\n\x05_seed\"=\n\nTopLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\x0f\n\x07logprob\x18\x02 \x01(\x02\x12\x0c\n\x04text\x18\x03 \x01(\t\"U\n\x0cTokenLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\x0f\n\x07logprob\x18\x02 \x01(\x02\x12\"\n\x03top\x18\x03 \x03(\x0b\x32\x15.strata.v1.TopLogprob\",\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"i\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\x05\x12\x1c\n\x14\x63\x61\x63hed_prompt_tokens\x18\x03 \x01(\x05\x12\x10\n\x08queue_ms\x18\x04 \x01(\x01\"\xbf\x01\n\x0eGenerationSpec\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12(\n\x08messages\x18\x03 \x03(\x0b\x32\x16.strata.v1.ChatMessage\x12+\n\x08sampling\x18\x04 \x01(\x0b\x32\x19.strata.v1.SamplingParams\x12\x12\n\nmax_tokens\x18\x05 \x01(\x05\x12\x0c\n\x04stop\x18\x06 \x03(\t\x12\x15\n\rprefix_public\x18\x07 \x01(\x08\"\xc2\x01\n\x0fGenerationChunk\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x11\n\ttoken_ids\x18\x03 \x03(\x05\x12.\n\rfinish_reason\x18\x04 \x01(\x0e\x32\x17.strata.v1.FinishReason\x12\x1f\n\x05usage\x18\x05 \x01(\x0b\x32\x10.strata.v1.Usage\x12)\n\x08logprobs\x18\x06 \x03(\x0b\x32\x17.strata.v1.TokenLogprob\"G\n\tModelInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x16\n\x0e\x63ontext_length\x18\x02 \x01(\x05\x12\x14\n\x0cmemory_bytes\x18\x03 \x01(\x03\"\xec\x01\n\x0bReplicaInfo\x12\r\n\x05model\x18\x01 \x01(\t\x12\x12\n\nreplica_id\x18\x02 \x01(\t\x12&\n\x05state\x18\x03 \x01(\x0e\x32\x17.strata.v1.ReplicaState\x12\x16\n\x0eworker_address\x18\x04 \x01(\t\x12\x18\n\x10running_requests\x18\x05 \x01(\x05\x12\x18\n\x10waiting_requests\x18\x06 \x01(\x05\x12\x15\n\rqueued_tokens\x18\x07 \x01(\x03\x12\x17\n\x0fkv_blocks_total\x18\x08 \x01(\x05\x12\x16\n\x0ekv_blocks_free\x18\t \x01(\x05\"|\n\x08NodeInfo\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x14\n\x0cmemory_bytes\x18\x03 \x01(\x03\x12\x0e\n\x06\x64\x65vice\x18\x04 \x01(\t\x12(\n\x08replicas\x18\x05 \x03(\x0b\x32\x16.strata.v1.ReplicaInfo\"\x13\n\x11ListModelsRequest\":\n\x12ListModelsResponse\x12$\n\x06models\x18\x01 \x03(\x0b\x32\x14.strata.v1.ModelInfo*\x93\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x19\n\x15\x46INISH_REASON_ABORTED\x10\x03\x12\x17\n\x13\x46INISH_REASON_ERROR\x10\x04*\x97\x01\n\x0cReplicaState\x12\x1d\n\x19REPLICA_STATE_UNSPECIFIED\x10\x00\x12\x19\n\x15REPLICA_STATE_LOADING\x10\x01\x12\x17\n\x13REPLICA_STATE_READY\x10\x02\x12\x1a\n\x16REPLICA_STATE_DRAINING\x10\x03\x12\x18\n\x14REPLICA_STATE_FAILED\x10\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'strata.v1.common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_FINISHREASON']._serialized_start=1489
-  _globals['_FINISHREASON']._serialized_end=1636
-  _globals['_REPLICASTATE']._serialized_start=1639
-  _globals['_REPLICASTATE']._serialized_end=1790
+  _globals['_FINISHREASON']._serialized_start=1507
+  _globals['_FINISHREASON']._serialized_end=1654
+  _globals['_REPLICASTATE']._serialized_start=1657
+  _globals['_REPLICASTATE']._serialized_end=1808
   _globals['_SAMPLINGPARAMS']._serialized_start=38
   _globals['_SAMPLINGPARAMS']._serialized_end=291
   _globals['_TOPLOGPROB']._serialized_start=293
@@ -44,19 +44,19 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CHATMESSAGE']._serialized_start=443
   _globals['_CHATMESSAGE']._serialized_end=487
   _globals['_USAGE']._serialized_start=489
-  _globals['_USAGE']._serialized_end=576
-  _globals['_GENERATIONSPEC']._serialized_start=579
-  _globals['_GENERATIONSPEC']._serialized_end=770
-  _globals['_GENERATIONCHUNK']._serialized_start=773
-  _globals['_GENERATIONCHUNK']._serialized_end=967
-  _globals['_MODELINFO']._serialized_start=969
-  _globals['_MODELINFO']._serialized_end=1040
-  _globals['_REPLICAINFO']._serialized_start=1043
-  _globals['_REPLICAINFO']._serialized_end=1279
-  _globals['_NODEINFO']._serialized_start=1281
-  _globals['_NODEINFO']._serialized_end=1405
-  _globals['_LISTMODELSREQUEST']._serialized_start=1407
-  _globals['_LISTMODELSREQUEST']._serialized_end=1426
-  _globals['_LISTMODELSRESPONSE']._serialized_start=1428
-  _globals['_LISTMODELSRESPONSE']._serialized_end=1486
+  _globals['_USAGE']._serialized_end=594
+  _globals['_GENERATIONSPEC']._serialized_start=597
+  _globals['_GENERATIONSPEC']._serialized_end=788
+  _globals['_GENERATIONCHUNK']._serialized_start=791
+  _globals['_GENERATIONCHUNK']._serialized_end=985
+  _globals['_MODELINFO']._serialized_start=987
+  _globals['_MODELINFO']._serialized_end=1058
+  _globals['_REPLICAINFO']._serialized_start=1061
+  _globals['_REPLICAINFO']._serialized_end=1297
+  _globals['_NODEINFO']._serialized_start=1299
+  _globals['_NODEINFO']._serialized_end=1423
+  _globals['_LISTMODELSREQUEST']._serialized_start=1425
+  _globals['_LISTMODELSREQUEST']._serialized_end=1444
+  _globals['_LISTMODELSRESPONSE']._serialized_start=1446
+  _globals['_LISTMODELSRESPONSE']._serialized_end=1504
 # @@protoc_insertion_point(module_scope)
