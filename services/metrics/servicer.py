@@ -19,7 +19,7 @@ from strata.store.report import TenantReport, request_rows, tenant_reports, tena
 from strata.store.runs import check_new_run, create_run, finish_run, get_run, list_runs
 from strata.store.samples import (NodeSampleRecord, insert_samples, sample_time_range,
                                   samples_between)
-from strata.store.spans import SpanRecord, get_trace
+from strata.store.spans import SpanRecord, get_trace, trace_id_of_request
 from strata.telemetry.receiver import OtlpReceiver
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,9 @@ def _sample(m: metrics_pb2.NodeSample) -> NodeSampleRecord:
         kv_blocks_disk=m.kv_blocks_disk, running=m.running, waiting=m.waiting,
         preemptions=m.preemptions, power_watts=m.power_watts, energy_joules=m.energy_joules,
         energy_source=m.energy_source, prefix_hit_tokens=m.prefix_hit_tokens,
-        tier_hit_tokens=m.tier_hit_tokens, prompt_tokens=m.prompt_tokens)
+        tier_hit_tokens=m.tier_hit_tokens, prompt_tokens=m.prompt_tokens,
+        kv_blocks_evicted=m.kv_blocks_evicted, block_lifetime_sum_s=m.block_lifetime_sum_s,
+        block_lifetime_p50_s=m.block_lifetime_p50_s, block_lifetime_p99_s=m.block_lifetime_p99_s)
 
 
 class MetricsServicer(metrics_pb2_grpc.MetricsServicer):
@@ -178,8 +180,12 @@ class MetricsServicer(metrics_pb2_grpc.MetricsServicer):
         await self._receiver.flush(timeout=REPORT_FLUSH_TIMEOUT_S)
         async with self._sessions() as session:
             spans = await get_trace(session, trace_id)
+            if not spans:  # maybe a request id (also 32 hex characters): its trace, then
+                by_request = await trace_id_of_request(session, trace_id)
+                if by_request:
+                    spans = await get_trace(session, by_request)
         if not spans:
             await context.abort(grpc.StatusCode.NOT_FOUND,
-                                f"no spans stored for trace {trace_id}: it may not have been "
-                                f"exported yet, or it was sent to another collector")
+                                f"no spans stored for trace or request {trace_id}: it may not "
+                                f"have been exported yet, or it was sent to another collector")
         return metrics_pb2.Trace(spans=[_span_pb(s) for s in spans])

@@ -101,6 +101,9 @@ def test_one_trace_spans_every_hop_and_the_request_lands_in_the_report(ready):
     [row] = _poll(report_row)
     assert row.ttft_ms.p50 > 0 and row.e2e_ms.p99 >= row.ttft_ms.p50
     assert row.completion_tokens >= 4
+    # the request id (what `strata replay` stores per request) finds the same trace
+    by_request = _trace(ready, chunks[-1].request_id)
+    assert {s.span_id for s in by_request} == {s.span_id for s in _trace(ready, trace_id)}
 
 
 def test_unknown_api_key_is_refused(ready):

@@ -124,7 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.set_defaults(handler=_report)
 
     tr = sub.add_parser("trace", help="show one request's spans as a tree")
-    tr.add_argument("trace_id", help="32 hex characters, as printed by `strata generate`")
+    tr.add_argument("trace_id", help="a trace id or a request id (32 hex characters each), as "
+                                     "printed by `strata generate` or stored by `strata replay`")
     tr.set_defaults(handler=_trace)
 
     add_replay_parser(sub)

@@ -207,6 +207,12 @@ async def get_trace(session: AsyncSession, trace_id: str) -> list[SpanRecord]:
                        status_code=r.status_code) for r in rows]
 
 
+async def trace_id_of_request(session: AsyncSession, request_id: str) -> str | None:
+    """The trace id recorded for a finished request (the gateway's request id), or None."""
+    return (await session.execute(
+        select(Request.trace_id).where(Request.request_id == request_id))).scalars().first()
+
+
 def span_sink(sessions: async_sessionmaker[AsyncSession]
               ) -> Callable[[list[SpanRecord]], Awaitable[int]]:
     """A writer for strata.telemetry.receiver: each batch in its own session and transaction."""
