@@ -42,6 +42,8 @@ class EngineCounters:
     prompt_tokens: int = 0
     prefix_hit_tokens: int = 0
     tier_hit_tokens: int = 0
+    kv_blocks_evicted: int = 0
+    block_lifetime_sum_s: float = 0.0
 
     @classmethod
     def from_stats(cls, s: worker_pb2.WorkerStats) -> EngineCounters:
@@ -92,6 +94,8 @@ class NodeSampler:
         """Measure now; interval figures cover the time since the previous sample."""
         step_tokens = budget = running = waiting = used = total = 0
         busy = 0.0
+        # Percentiles do not add up across workers: the one that evicted most speaks for the node.
+        most_evicted, lifetime_p50, lifetime_p99 = -1, 0.0, 0.0
         for r in list(self.replicas.replicas.values()):
             if r.state is not State.READY or r.stub is None:
                 continue
@@ -109,6 +113,9 @@ class NodeSampler:
             waiting += s.waiting_requests
             total += s.kv_blocks_total
             used += s.kv_blocks_total - s.kv_blocks_free
+            if s.kv_blocks_evicted > most_evicted:
+                most_evicted = s.kv_blocks_evicted
+                lifetime_p50, lifetime_p99 = s.block_lifetime_p50_s, s.block_lifetime_p99_s
         now = self._monotonic()
         interval, self._last_t = now - self._last_t, now
         # Workers on one node share its device: their summed busy time is the device's.
@@ -122,7 +129,9 @@ class NodeSampler:
             kv_blocks_disk=0, running=running, waiting=waiting, preemptions=c.preemptions,
             power_watts=energy.watts, energy_joules=energy.joules,
             energy_source=energy.source, prefix_hit_tokens=c.prefix_hit_tokens,
-            tier_hit_tokens=c.tier_hit_tokens, prompt_tokens=c.prompt_tokens)
+            tier_hit_tokens=c.tier_hit_tokens, prompt_tokens=c.prompt_tokens,
+            kv_blocks_evicted=c.kv_blocks_evicted, block_lifetime_sum_s=c.block_lifetime_sum_s,
+            block_lifetime_p50_s=lifetime_p50, block_lifetime_p99_s=lifetime_p99)
 
     async def _kv_host_blocks(self) -> int:
         # The KV tier store keeps no disk tier yet, so its blocks are the host tier's.

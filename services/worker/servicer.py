@@ -12,6 +12,7 @@ from strata.engine.async_engine import AsyncEngine, EngineFailed
 from strata.engine.engine import EngineRequest, RequestOutput
 from strata.engine.prompt import prompt_ids
 from strata.engine.sequence import FinishReason, SamplingParams
+from strata.eval.stats import percentiles
 from strata.rpc.v1 import common_pb2, worker_pb2, worker_pb2_grpc
 from strata.telemetry import names
 
@@ -63,6 +64,9 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
         e = self.engine.engine
         snap = self.engine.snapshot()
         tier = e.tier.client if e.tier is not None else None
+        pool = e.pool
+        recent = list(pool.recent_lifetimes_s)
+        p50, p99 = percentiles(recent, (50.0, 99.0)) if recent else (0.0, 0.0)
         return worker_pb2.WorkerStats(
             model=e.model_name, running_requests=snap["running"],
             waiting_requests=snap["waiting"], kv_blocks_total=snap["blocks_total"],
@@ -73,7 +77,10 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
             step_tokens=e.stats.step_tokens_total,
             step_token_budget=e.stats.steps * e.config.max_batched_tokens,
             preemptions=e.scheduler.preemptions, busy_seconds=e.stats.busy_seconds,
-            prompt_tokens=e.stats.prompt_tokens, max_batched_tokens=e.config.max_batched_tokens)
+            prompt_tokens=e.stats.prompt_tokens, max_batched_tokens=e.config.max_batched_tokens,
+            kv_blocks_evicted=pool.evicted_lifetimes_count,
+            block_lifetime_sum_s=pool.evicted_lifetime_sum_s, block_lifetime_p50_s=p50,
+            block_lifetime_p99_s=p99)
 
 
 def sampling_from_pb(spec: common_pb2.GenerationSpec) -> SamplingParams:

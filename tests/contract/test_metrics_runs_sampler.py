@@ -39,12 +39,17 @@ class FixedKV(kvstore_pb2_grpc.KVStoreServicer):
 
 
 def stats(steps: int, busy: float, prompt: int, prefix: int, preempt: int = 0,
-          running: int = 1, free: int = 40) -> worker_pb2.WorkerStats:
+          running: int = 1, free: int = 40,
+          evicted: tuple[int, float, float, float] = (0, 0.0, 0.0, 0.0)
+          ) -> worker_pb2.WorkerStats:
+    """evicted: blocks evicted, their lifetime sum, recent lifetime p50 and p99."""
     return worker_pb2.WorkerStats(
         running_requests=running, waiting_requests=2, kv_blocks_total=64, kv_blocks_free=free,
         steps=steps, step_tokens=steps * 100, step_token_budget=steps * 256,
         busy_seconds=busy, prompt_tokens=prompt, prefix_hit_tokens=prefix,
-        tier_hit_tokens=prefix // 2, preemptions=preempt, max_batched_tokens=256)
+        tier_hit_tokens=prefix // 2, preemptions=preempt, max_batched_tokens=256,
+        kv_blocks_evicted=evicted[0], block_lifetime_sum_s=evicted[1],
+        block_lifetime_p50_s=evicted[2], block_lifetime_p99_s=evicted[3])
 
 
 class Clocks:
@@ -67,9 +72,11 @@ async def node(tmp_path):
         servers.append(running)
         return running.address
 
-    w0 = ScriptedWorker([stats(10, 1.0, 1000, 400), stats(30, 2.0, 3000, 900, preempt=1)])
+    w0 = ScriptedWorker([stats(10, 1.0, 1000, 400, evicted=(8, 16.0, 1.5, 3.0)),
+                         stats(30, 2.0, 3000, 900, preempt=1, evicted=(20, 50.0, 2.0, 4.5))])
     # w1 restarts between the first and second read: its counters start again from zero.
-    w1 = ScriptedWorker([stats(50, 1.5, 5000, 100), stats(5, 0.5, 200, 100, running=0)])
+    w1 = ScriptedWorker([stats(50, 1.5, 5000, 100, evicted=(12, 6.0, 0.5, 0.9)),
+                         stats(5, 0.5, 200, 100, running=0, evicted=(3, 1.5, 0.25, 0.5))])
     replicas = ReplicaSet({})
     for rid, servicer in (("r0", w0), ("r1", w1)):
         addr = await serve(lambda s, w=servicer: worker_pb2_grpc.add_WorkerServicer_to_server(
@@ -112,6 +119,9 @@ async def test_samples_carry_interval_figures_and_restart_safe_counters(node):
     assert (first.kv_blocks_host, first.kv_blocks_disk) == (17, 0)
     assert (first.energy_source, first.power_watts) == ("model", 225.0)
     assert first.energy_joules == 900.0
+    # Evictions and lifetimes add up; percentiles are r1's, which evicted more (12 > 8).
+    assert (first.kv_blocks_evicted, first.block_lifetime_sum_s) == (20, 22.0)
+    assert (first.block_lifetime_p50_s, first.block_lifetime_p99_s) == (0.5, 0.9)
     clocks.t = 6.0
     second = await sampler.sample()
     # r0 grew by 20 steps and 1.0 s; r1 restarted: its new 5 steps and 0.5 s are growth.
@@ -120,6 +130,9 @@ async def test_samples_carry_interval_figures_and_restart_safe_counters(node):
     assert (second.prompt_tokens, second.prefix_hit_tokens, second.preemptions) == (
         6000 + 2000 + 200, 500 + 500 + 100, 1)
     assert second.energy_joules == 900.0 + 250.0 * 2
+    # r0 evicted 12 more blocks living 34 s in all; r1's 3 since its restart lived 1.5 s.
+    assert (second.kv_blocks_evicted, second.block_lifetime_sum_s) == (20 + 12 + 3, 57.5)
+    assert (second.block_lifetime_p50_s, second.block_lifetime_p99_s) == (2.0, 4.5)
 
 
 def free_port() -> int:

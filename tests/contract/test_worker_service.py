@@ -196,3 +196,20 @@ async def test_concurrent_requests_without_an_id_on_one_channel_both_run(worker)
     finally:
         first.cancel()
         assert (await wait_stats(stub, lambda s: s.running_requests == 0)).running_requests == 0
+
+
+async def test_get_stats_reports_evicted_block_lifetimes(worker):
+    stub, engine = worker
+    assert (await stats(stub)).kv_blocks_evicted == 0
+    pool = engine.engine.pool
+    times = iter([0.0] * 4 + [1.0, 2.0, 3.0, 4.0])   # four commits, then four evictions
+    pool.clock = lambda: next(times)
+    blocks = pool.allocate(BLOCKS)
+    for i, b in enumerate(blocks[:4]):
+        pool.commit(b, 1000 + i)
+    pool.free(blocks)
+    pool.free(pool.allocate(BLOCKS))                  # evicts the four committed blocks
+    s = await stats(stub)
+    assert (s.kv_blocks_evicted, s.block_lifetime_sum_s) == (4, 10.0)
+    assert s.block_lifetime_p50_s == 2.5
+    assert s.block_lifetime_p99_s == pytest.approx(3.97)   # rank 0.99 x 3 between 3 and 4

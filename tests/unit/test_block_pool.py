@@ -62,3 +62,44 @@ def test_hash_chain_depends_on_parent_tokens_and_keys():
     # fixed seed: the value is the same in every process and on every node
     assert block_hash(0, [1, 2, 3, 4], HashKeys("m", "public")) == \
         block_hash(0, [1, 2, 3, 4], HashKeys("m", "public"))
+
+
+def test_evicted_block_lifetimes_run_from_commit_to_eviction():
+    now = [10.0]
+    pool = BlockPool(num_blocks=3, block_size=4, clock=lambda: now[0])
+    a = pool.allocate(2)
+    pool.commit(a[0], 100)             # committed at 10.0
+    now[0] = 12.5
+    pool.commit(a[1], 101)             # committed at 12.5
+    pool.commit(a[1], 101)             # committing again keeps the first commit time
+    pool.free(a)                       # queue: 2 (never used), then 1, then 0
+    now[0] = 20.0
+    assert pool.allocate(2) == [2, 1]  # evicts block 1 only
+    assert pool.evicted_lifetimes_count == 1
+    assert pool.evicted_lifetime_sum_s == 7.5
+    now[0] = 30.25
+    assert pool.allocate(1) == [0]
+    assert pool.evicted_lifetimes_count == 2
+    assert pool.evicted_lifetime_sum_s == 7.5 + 20.25
+    assert list(pool.recent_lifetimes_s) == [7.5, 20.25]
+
+
+def test_recent_lifetimes_keep_the_last_window_and_no_clock_measures_nothing():
+    now = [0.0]
+    pool = BlockPool(num_blocks=1, block_size=4, clock=lambda: now[0])
+    for i in range(1030):
+        [blk] = pool.allocate(1)
+        pool.commit(blk, i)
+        pool.free([blk])
+        now[0] += 1.0
+    # Each block lives 1 s before the next allocation evicts it: 1029 evictions.
+    assert pool.evicted_lifetimes_count == 1029
+    assert pool.evicted_lifetime_sum_s == 1029.0
+    assert len(pool.recent_lifetimes_s) == 1024
+    untimed = BlockPool(num_blocks=1, block_size=4)
+    [blk] = untimed.allocate(1)
+    untimed.commit(blk, 1)
+    untimed.free([blk])
+    untimed.allocate(1)
+    assert untimed.evictions == 1 and untimed.evicted_lifetimes_count == 0
+    assert untimed.evicted_lifetime_sum_s == 0.0 and not untimed.recent_lifetimes_s

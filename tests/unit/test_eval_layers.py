@@ -167,6 +167,26 @@ def test_a_counter_that_went_down_restarted_from_zero():
     assert n.prefix_hit_rate == 0.0
 
 
+def test_block_lifetime_mean_is_lifetime_growth_over_evictions_across_a_restart():
+    samples = [sample("n", t, kv_blocks_evicted=c, block_lifetime_sum_s=total,
+                      block_lifetime_p50_s=p50, block_lifetime_p99_s=p99)
+               for t, c, total, p50, p99 in ((0, 0, 0.0, 0.0, 0.0), (1000, 10, 20.0, 1.5, 3.0),
+                                             (2000, 30, 100.0, 2.5, 6.0),
+                                             (3000, 4, 2.0, 0.5, 0.75))]   # restarted
+    (n,) = node_layer(samples, T0 + 500, T0 + 3000).nodes
+    assert n.kv_blocks_evicted == 5 + 20 + 4                 # half of the first interval
+    assert n.block_lifetime_mean_s == (10.0 + 80.0 + 2.0) / 29
+    assert (n.block_lifetime_p50_s, n.block_lifetime_p99_s) == (0.5, 0.75)   # the last sample's
+    # Nothing evicted in the window: no lifetime, even though older percentiles exist.
+    (quiet,) = node_layer(samples[1:2] + [sample("n", 5000, kv_blocks_evicted=10,
+                                                 block_lifetime_sum_s=20.0,
+                                                 block_lifetime_p50_s=1.5)],
+                          T0 + 1000, T0 + 5000).nodes
+    assert quiet.kv_blocks_evicted == 0
+    assert (quiet.block_lifetime_mean_s, quiet.block_lifetime_p50_s,
+            quiet.block_lifetime_p99_s) == (None, None, None)
+
+
 def test_cluster_throughput_energy_cost_and_no_failures():
     rows = [req(1, "a", 10, 1, 100, start=1000, e2e=500, prompt=40),
             req(2, "a", 10, 1, 300, start=2000, e2e=500, prompt=60),

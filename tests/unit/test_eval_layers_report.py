@@ -24,7 +24,9 @@ def rows(ttft: float) -> list[RequestRecord]:
 
 SAMPLES = [NodeSampleRecord(node_id="node-0", unix_ms=T0 + t, utilization=0.25,
                             batch_tokens=100, batch_budget=400, energy_joules=t / 10,
-                            energy_source="nvml", prompt_tokens=t, prefix_hit_tokens=t // 2)
+                            energy_source="nvml", prompt_tokens=t, prefix_hit_tokens=t // 2,
+                            kv_blocks_evicted=t // 100, block_lifetime_sum_s=t / 100 * 1.5,
+                            block_lifetime_p50_s=1.25, block_lifetime_p99_s=4.0)
            for t in (0, 1000, 2000, 3000, 9000, 10000)]
 RUN = RunRecord(3, "conv x0.5", "replay", T0, T0 + 10_000, '{"rate": 1}', '{"ok": 2}')
 
@@ -52,7 +54,8 @@ def test_terminal_report_shows_the_three_layers():
     assert "ITL: measured per request at the gateway" in lines
     node = next(line for line in lines if line.startswith("node-0"))
     assert node.split() == ["node-0", "6", "25.0%", "25.0%", "50.0%", "0.0%", "0",
-                            "0.0/0.0/0.0", "0.0/0.0/0.0", "0/0", "0", "1000.0", "100.0", "nvml"]
+                            "0.0/0.0/0.0", "0.0/0.0/0.0", "0/0", "100", "1.50/1.25/4.00", "0",
+                            "1000.0", "100.0", "nvml"]
     assert "throughput    0.20 req/s, 4.2 output tok/s, 20.0 input tok/s" in lines
     assert ("failures      node-0 down 6.0 s from 2023-11-14 22:13:23 UTC "
             "(max recovery 6.0 s)") in lines
@@ -66,5 +69,6 @@ def test_compare_puts_figures_side_by_side_with_the_change():
     assert rows_by_name["ttft p50 ms"] == ["150", "225", "+75", "+50.0%"]
     assert rows_by_name["errors"] == ["1", "1", "+0", "+0.0%"]
     assert rows_by_name["preemptions"] == ["0", "0", "+0", "-"]       # no change of nothing
+    assert rows_by_name["blocks evicted"] == ["100", "100", "+0", "+0.0%"]
     assert rows_by_name["queue p99 ms"] == ["-", "-", "-", "-"]
     assert text.splitlines()[0].startswith("A = 3: run 3 'conv x0.5' (replay, finished); window")

@@ -10,12 +10,17 @@ Allocation pops the head of the free queue (least recently freed). Popping a cac
 it: its hash leaves the map and `on_evict(block_id, hash)` runs first, while the block still holds
 its data, so the engine can copy it to the KV tier store. Sequences free their blocks in reverse
 order, so a sequence's tail blocks are evicted before its head (the head is the shared prefix).
+
+Given a clock, the pool also measures block lifetimes for the node layer: the seconds from a
+block's commit (its content became reusable) to its eviction (the content was lost to the
+device). Cumulative count and sum give the mean over any window; the last LIFETIME_WINDOW
+lifetimes give recent percentiles. The clock is injected so tests can set exact times.
 This module holds no tensors and imports no torch.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -25,13 +30,17 @@ class Block:
     block_id: int
     ref_count: int = 0
     block_hash: int | None = None   # set once the block is full; final from then on
+    committed_at: float = 0.0       # clock() at commit; meaningful only while block_hash is set
 
 
 EvictHook = Callable[[int, int], None]
 
+LIFETIME_WINDOW = 1024   # recent lifetimes kept for percentiles
+
 
 class BlockPool:
-    def __init__(self, num_blocks: int, block_size: int, on_evict: EvictHook | None = None):
+    def __init__(self, num_blocks: int, block_size: int, on_evict: EvictHook | None = None,
+                 clock: Callable[[], float] | None = None):
         if num_blocks <= 0 or block_size <= 0:
             raise ValueError(f"num_blocks and block_size must be positive, got {num_blocks}, "
                              f"{block_size}")
@@ -43,6 +52,10 @@ class BlockPool:
         self.on_evict = on_evict
         self.evictions = 0
         self._num_cached_free = 0  # blocks in the free queue that still hold a hash
+        self.clock = clock         # None: lifetimes are not measured
+        self.evicted_lifetimes_count = 0
+        self.evicted_lifetime_sum_s = 0.0
+        self.recent_lifetimes_s: deque[float] = deque(maxlen=LIFETIME_WINDOW)
 
     # -- queries -------------------------------------------------------------------------------
     @property
@@ -91,7 +104,10 @@ class BlockPool:
         existing = self._cached.get(block_hash)
         if existing is not None and existing != block_id:
             return existing
-        self.blocks[block_id].block_hash = block_hash
+        block = self.blocks[block_id]
+        if block.block_hash is None and self.clock is not None:
+            block.committed_at = self.clock()
+        block.block_hash = block_hash
         self._cached[block_hash] = block_id
         return block_id
 
@@ -114,3 +130,8 @@ class BlockPool:
         del self._cached[block.block_hash]
         block.block_hash = None
         self.evictions += 1
+        if self.clock is not None:
+            lifetime = self.clock() - block.committed_at
+            self.evicted_lifetimes_count += 1
+            self.evicted_lifetime_sum_s += lifetime
+            self.recent_lifetimes_s.append(lifetime)

@@ -105,7 +105,8 @@ class LLMEngine:
         if tier is not None:
             tier.attach(self.kv)
         self.pool = BlockPool(num_blocks, config.block_size,
-                              on_evict=tier.offload if tier is not None else None)
+                              on_evict=tier.offload if tier is not None else None,
+                              clock=time.monotonic)
         if tier is not None:
             tier.pool = self.pool
         self.scheduler = Scheduler(self.pool, config.max_batched_tokens, config.max_seqs,

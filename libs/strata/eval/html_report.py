@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from strata.eval.report_text import MISSING, failures_text, fmt, header, pct
+from strata.eval.report_text import MISSING, failures_text, fmt, header, lifetimes, pct
 from strata.eval.report_types import LatencyGroup, LayeredReport, Series
 from strata.eval.stats import Summary
 
@@ -220,6 +220,7 @@ def render(r: LayeredReport, title: str = "Strata evaluation report") -> str:
               pct(n.prefix_hit_rate), pct(n.tier_hit_rate), str(n.preemptions),
               _s(n.waiting, "p50"), _s(n.waiting, "p99"),
               f"{n.kv_blocks_device_used_max}/{n.kv_blocks_device_total}",
+              str(n.kv_blocks_evicted), lifetimes(n),
               str(n.kv_blocks_host_max), fmt(n.energy_joules), fmt(n.mean_power_watts),
               "modelled" if n.energy_source == "model" else n.energy_source]
              for n in r.node.nodes]
@@ -258,8 +259,9 @@ def render(r: LayeredReport, title: str = "Strata evaluation report") -> str:
         _table(["SLA class", "TTFT target ms", "TPOT target ms"], targets),
         "<h2>Node layer</h2>",
         _table(["node", "samples", "util", "batch util", "prefix hit", "tier hit", "preempt",
-                "waiting p50", "waiting p99", "kv dev max/total", "kv host max", "energy J",
-                "power W", "source"], nodes) if nodes else "<p>no node samples in the window</p>",
+                "waiting p50", "waiting p99", "kv dev max/total", "blocks evicted",
+                "block lifetime mean/p50/p99 s", "kv host max", "energy J", "power W",
+                "source"], nodes) if nodes else "<p>no node samples in the window</p>",
         "<h2>Cluster layer</h2>", _table(["figure", "value"], cluster),
         "<h2>Plots</h2>", figures, run_json,
         f"<p>spans received {r.spans_received}, dropped {r.spans_dropped}</p></body></html>"])

@@ -8,6 +8,10 @@ outside the window still bounds it. A counter that went down restarted from zero
 manager restarted): the later value is the growth. Instant figures (KV blocks, queue lengths)
 use the samples inside the window.
 
+Block lifetimes (commit to eviction of device prefix-cache blocks): the mean over the window is
+the lifetime sum's growth over the evictions' growth; P50/P99 are the latest sample's, which
+cover the worker's recent evictions. All three are unset when nothing was evicted in the window.
+
 A node whose samples stop for more than gap_factor x its median interval was down; its
 recovery time runs from its last sample before the gap to its first after.
 """
@@ -74,6 +78,8 @@ def _node_figures(node_id: str, samples: Sequence[NodeSampleRecord], start: int,
     prefix = round(_growth(samples, start, end, lambda s: s.prefix_hit_tokens))
     tier = round(_growth(samples, start, end, lambda s: s.tier_hit_tokens))
     energy = _growth(samples, start, end, lambda s: s.energy_joules)
+    evicted = _growth(samples, start, end, lambda s: s.kv_blocks_evicted)
+    lifetime_sum = _growth(samples, start, end, lambda s: s.block_lifetime_sum_s)
     used = [s.kv_blocks_device_used for s in inside]
     latest = inside[-1] if inside else samples[-1]
     return NodeFigures(
@@ -93,7 +99,10 @@ def _node_figures(node_id: str, samples: Sequence[NodeSampleRecord], start: int,
         kv_blocks_host_max=max((s.kv_blocks_host for s in inside), default=0),
         kv_blocks_disk_max=max((s.kv_blocks_disk for s in inside), default=0),
         energy_joules=energy, mean_power_watts=energy / covered_s if covered_s > 0 else None,
-        energy_source=latest.energy_source)
+        energy_source=latest.energy_source, kv_blocks_evicted=round(evicted),
+        block_lifetime_mean_s=lifetime_sum / evicted if evicted > 0 else None,
+        block_lifetime_p50_s=latest.block_lifetime_p50_s if evicted > 0 else None,
+        block_lifetime_p99_s=latest.block_lifetime_p99_s if evicted > 0 else None)
 
 
 NODE_SERIES: dict[str, Callable[[NodeSampleRecord], float]] = {

@@ -81,9 +81,10 @@ def _series(m: metrics_pb2.Series) -> Series:
 _NODE_PLAIN = ("node_id", "samples", "batch_tokens", "batch_budget", "prompt_tokens",
                "prefix_hit_tokens", "tier_hit_tokens", "preemptions", "kv_blocks_device_total",
                "kv_blocks_device_used_max", "kv_blocks_device_used_mean", "kv_blocks_host_max",
-               "kv_blocks_disk_max", "energy_joules", "energy_source")
+               "kv_blocks_disk_max", "energy_joules", "energy_source", "kv_blocks_evicted")
 _NODE_OPTIONAL = ("utilization", "batch_utilization", "prefix_hit_rate", "tier_hit_rate",
-                  "mean_power_watts")
+                  "mean_power_watts", "block_lifetime_mean_s", "block_lifetime_p50_s",
+                  "block_lifetime_p99_s")
 _CLUSTER_PLAIN = ("duration_s", "requests", "errors", "requests_per_s", "output_tokens_per_s",
                   "input_tokens_per_s", "nodes", "node_hours", "energy_kwh", "energy_modelled",
                   "cost_usd", "price_per_kwh", "price_per_node_hour")

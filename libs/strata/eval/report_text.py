@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from strata.client.format import table
-from strata.eval.report_types import LatencyGroup, LayeredReport
+from strata.eval.report_types import LatencyGroup, LayeredReport, NodeFigures
 from strata.eval.stats import Summary
 
 MISSING = "-"
@@ -30,6 +30,12 @@ def utc(unix_ms: int) -> str:
 
 def _triple(s: Summary | None) -> str:
     return MISSING if s is None else f"{s.p50:.1f}/{s.p95:.1f}/{s.p99:.1f}"
+
+
+def lifetimes(n: NodeFigures) -> str:
+    """Block lifetime mean/p50/p99 in seconds; sub-second lives are common, hence 2 digits."""
+    return "/".join(fmt(v, 2) for v in (n.block_lifetime_mean_s, n.block_lifetime_p50_s,
+                                         n.block_lifetime_p99_s))
 
 
 def header(r: LayeredReport) -> str:
@@ -73,12 +79,13 @@ def node_text(r: LayeredReport) -> str:
     if not r.node.nodes:
         return "NODE LAYER\nno node samples in the window"
     headers = ["node", "samples", "util", "batch util", "prefix hit", "tier hit", "preempt",
-               "waiting p50/95/99", "running p50/95/99", "kv dev max/total", "kv host max",
-               "energy J", "power W", "source"]
+               "waiting p50/95/99", "running p50/95/99", "kv dev max/total", "blocks evicted",
+               "block lifetime mean/p50/p99 s", "kv host max", "energy J", "power W", "source"]
     rows = [[n.node_id, str(n.samples), pct(n.utilization), pct(n.batch_utilization),
              pct(n.prefix_hit_rate), pct(n.tier_hit_rate), str(n.preemptions),
              _triple(n.waiting), _triple(n.running),
              f"{n.kv_blocks_device_used_max}/{n.kv_blocks_device_total}",
+             str(n.kv_blocks_evicted), lifetimes(n),
              str(n.kv_blocks_host_max), fmt(n.energy_joules, 1), fmt(n.mean_power_watts, 1),
              "modelled" if n.energy_source == "model" else n.energy_source]
             for n in r.node.nodes]
@@ -162,6 +169,7 @@ def key_figures(r: LayeredReport) -> list[tuple[str, float | None]]:
         ("prefix hit rate %", _pct_or_none(_node_rate(r, lambda n: n.prefix_hit_tokens))),
         ("tier hit rate %", _pct_or_none(_node_rate(r, lambda n: n.tier_hit_tokens))),
         ("preemptions", _sum_or_none([n.preemptions for n in r.node.nodes])),
+        ("blocks evicted", _sum_or_none([n.kv_blocks_evicted for n in r.node.nodes])),
         ("energy kWh", c.energy_kwh), ("kWh per 1M output tok", c.kwh_per_1m_output_tokens),
         ("cost $ per 1M output tok", c.cost_per_1m_output_tokens),
         ("max recovery s", c.max_recovery_s)]

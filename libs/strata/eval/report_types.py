@@ -90,6 +90,10 @@ class NodeFigures:
     energy_joules: float
     mean_power_watts: float | None
     energy_source: str
+    kv_blocks_evicted: int = 0
+    block_lifetime_mean_s: float | None = None   # commit to eviction; None: no evictions
+    block_lifetime_p50_s: float | None = None
+    block_lifetime_p99_s: float | None = None
 
 
 @dataclass(slots=True)

@@ -40,6 +40,10 @@ class NodeSampleRecord:
     prefix_hit_tokens: int = 0      # cumulative
     tier_hit_tokens: int = 0        # cumulative
     prompt_tokens: int = 0          # cumulative
+    kv_blocks_evicted: int = 0      # cumulative, device prefix-cache evictions
+    block_lifetime_sum_s: float = 0.0   # cumulative, commit-to-eviction seconds of those
+    block_lifetime_p50_s: float = 0.0   # recent evictions (0 without any)
+    block_lifetime_p99_s: float = 0.0
 
     def problem(self) -> str | None:
         """A sentence saying what is wrong with this sample, or None when it can be stored."""

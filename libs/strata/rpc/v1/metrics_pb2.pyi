@@ -53,7 +53,7 @@ class ListRunsResponse(_message.Message):
     def __init__(self, runs: _Optional[_Iterable[_Union[RunInfo, _Mapping]]] = ...) -> None: ...
 
 class NodeSample(_message.Message):
-    __slots__ = ("node_id", "unix_ms", "utilization", "batch_tokens", "batch_budget", "kv_blocks_device_used", "kv_blocks_device_total", "kv_blocks_host", "kv_blocks_disk", "running", "waiting", "preemptions", "power_watts", "energy_joules", "energy_source", "prefix_hit_tokens", "tier_hit_tokens", "prompt_tokens")
+    __slots__ = ("node_id", "unix_ms", "utilization", "batch_tokens", "batch_budget", "kv_blocks_device_used", "kv_blocks_device_total", "kv_blocks_host", "kv_blocks_disk", "running", "waiting", "preemptions", "power_watts", "energy_joules", "energy_source", "prefix_hit_tokens", "tier_hit_tokens", "prompt_tokens", "kv_blocks_evicted", "block_lifetime_sum_s", "block_lifetime_p50_s", "block_lifetime_p99_s")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     UTILIZATION_FIELD_NUMBER: _ClassVar[int]
@@ -72,6 +72,10 @@ class NodeSample(_message.Message):
     PREFIX_HIT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TIER_HIT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    KV_BLOCKS_EVICTED_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_LIFETIME_SUM_S_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_LIFETIME_P50_S_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_LIFETIME_P99_S_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     unix_ms: int
     utilization: float
@@ -90,7 +94,11 @@ class NodeSample(_message.Message):
     prefix_hit_tokens: int
     tier_hit_tokens: int
     prompt_tokens: int
-    def __init__(self, node_id: _Optional[str] = ..., unix_ms: _Optional[int] = ..., utilization: _Optional[float] = ..., batch_tokens: _Optional[int] = ..., batch_budget: _Optional[int] = ..., kv_blocks_device_used: _Optional[int] = ..., kv_blocks_device_total: _Optional[int] = ..., kv_blocks_host: _Optional[int] = ..., kv_blocks_disk: _Optional[int] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., preemptions: _Optional[int] = ..., power_watts: _Optional[float] = ..., energy_joules: _Optional[float] = ..., energy_source: _Optional[str] = ..., prefix_hit_tokens: _Optional[int] = ..., tier_hit_tokens: _Optional[int] = ..., prompt_tokens: _Optional[int] = ...) -> None: ...
+    kv_blocks_evicted: int
+    block_lifetime_sum_s: float
+    block_lifetime_p50_s: float
+    block_lifetime_p99_s: float
+    def __init__(self, node_id: _Optional[str] = ..., unix_ms: _Optional[int] = ..., utilization: _Optional[float] = ..., batch_tokens: _Optional[int] = ..., batch_budget: _Optional[int] = ..., kv_blocks_device_used: _Optional[int] = ..., kv_blocks_device_total: _Optional[int] = ..., kv_blocks_host: _Optional[int] = ..., kv_blocks_disk: _Optional[int] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., preemptions: _Optional[int] = ..., power_watts: _Optional[float] = ..., energy_joules: _Optional[float] = ..., energy_source: _Optional[str] = ..., prefix_hit_tokens: _Optional[int] = ..., tier_hit_tokens: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., kv_blocks_evicted: _Optional[int] = ..., block_lifetime_sum_s: _Optional[float] = ..., block_lifetime_p50_s: _Optional[float] = ..., block_lifetime_p99_s: _Optional[float] = ...) -> None: ...
 
 class NodeSamplesRequest(_message.Message):
     __slots__ = ("samples",)
@@ -259,7 +267,7 @@ class Series(_message.Message):
     def __init__(self, name: _Optional[str] = ..., node_id: _Optional[str] = ..., unix_ms: _Optional[_Iterable[int]] = ..., values: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class NodeFigures(_message.Message):
-    __slots__ = ("node_id", "samples", "utilization", "batch_utilization", "batch_tokens", "batch_budget", "prompt_tokens", "prefix_hit_tokens", "tier_hit_tokens", "prefix_hit_rate", "tier_hit_rate", "preemptions", "waiting", "running", "kv_blocks_device_total", "kv_blocks_device_used_max", "kv_blocks_device_used_mean", "kv_blocks_host_max", "kv_blocks_disk_max", "energy_joules", "mean_power_watts", "energy_source")
+    __slots__ = ("node_id", "samples", "utilization", "batch_utilization", "batch_tokens", "batch_budget", "prompt_tokens", "prefix_hit_tokens", "tier_hit_tokens", "prefix_hit_rate", "tier_hit_rate", "preemptions", "waiting", "running", "kv_blocks_device_total", "kv_blocks_device_used_max", "kv_blocks_device_used_mean", "kv_blocks_host_max", "kv_blocks_disk_max", "energy_joules", "mean_power_watts", "energy_source", "kv_blocks_evicted", "block_lifetime_mean_s", "block_lifetime_p50_s", "block_lifetime_p99_s")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_FIELD_NUMBER: _ClassVar[int]
     UTILIZATION_FIELD_NUMBER: _ClassVar[int]
@@ -282,6 +290,10 @@ class NodeFigures(_message.Message):
     ENERGY_JOULES_FIELD_NUMBER: _ClassVar[int]
     MEAN_POWER_WATTS_FIELD_NUMBER: _ClassVar[int]
     ENERGY_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    KV_BLOCKS_EVICTED_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_LIFETIME_MEAN_S_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_LIFETIME_P50_S_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_LIFETIME_P99_S_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     samples: int
     utilization: float
@@ -304,7 +316,11 @@ class NodeFigures(_message.Message):
     energy_joules: float
     mean_power_watts: float
     energy_source: str
-    def __init__(self, node_id: _Optional[str] = ..., samples: _Optional[int] = ..., utilization: _Optional[float] = ..., batch_utilization: _Optional[float] = ..., batch_tokens: _Optional[int] = ..., batch_budget: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., prefix_hit_tokens: _Optional[int] = ..., tier_hit_tokens: _Optional[int] = ..., prefix_hit_rate: _Optional[float] = ..., tier_hit_rate: _Optional[float] = ..., preemptions: _Optional[int] = ..., waiting: _Optional[_Union[Percentiles, _Mapping]] = ..., running: _Optional[_Union[Percentiles, _Mapping]] = ..., kv_blocks_device_total: _Optional[int] = ..., kv_blocks_device_used_max: _Optional[int] = ..., kv_blocks_device_used_mean: _Optional[float] = ..., kv_blocks_host_max: _Optional[int] = ..., kv_blocks_disk_max: _Optional[int] = ..., energy_joules: _Optional[float] = ..., mean_power_watts: _Optional[float] = ..., energy_source: _Optional[str] = ...) -> None: ...
+    kv_blocks_evicted: int
+    block_lifetime_mean_s: float
+    block_lifetime_p50_s: float
+    block_lifetime_p99_s: float
+    def __init__(self, node_id: _Optional[str] = ..., samples: _Optional[int] = ..., utilization: _Optional[float] = ..., batch_utilization: _Optional[float] = ..., batch_tokens: _Optional[int] = ..., batch_budget: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., prefix_hit_tokens: _Optional[int] = ..., tier_hit_tokens: _Optional[int] = ..., prefix_hit_rate: _Optional[float] = ..., tier_hit_rate: _Optional[float] = ..., preemptions: _Optional[int] = ..., waiting: _Optional[_Union[Percentiles, _Mapping]] = ..., running: _Optional[_Union[Percentiles, _Mapping]] = ..., kv_blocks_device_total: _Optional[int] = ..., kv_blocks_device_used_max: _Optional[int] = ..., kv_blocks_device_used_mean: _Optional[float] = ..., kv_blocks_host_max: _Optional[int] = ..., kv_blocks_disk_max: _Optional[int] = ..., energy_joules: _Optional[float] = ..., mean_power_watts: _Optional[float] = ..., energy_source: _Optional[str] = ..., kv_blocks_evicted: _Optional[int] = ..., block_lifetime_mean_s: _Optional[float] = ..., block_lifetime_p50_s: _Optional[float] = ..., block_lifetime_p99_s: _Optional[float] = ...) -> None: ...
 
 class NodeLayer(_message.Message):
     __slots__ = ("nodes", "series")

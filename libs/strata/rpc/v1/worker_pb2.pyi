@@ -23,7 +23,7 @@ class GetStatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class WorkerStats(_message.Message):
-    __slots__ = ("model", "running_requests", "waiting_requests", "kv_blocks_total", "kv_blocks_free", "kv_blocks_cached", "prefix_hit_tokens", "tier_hit_tokens", "blocks_offloaded", "queued_tokens", "context_length", "memory_bytes", "steps", "step_tokens", "step_token_budget", "preemptions", "busy_seconds", "prompt_tokens", "max_batched_tokens")
+    __slots__ = ("model", "running_requests", "waiting_requests", "kv_blocks_total", "kv_blocks_free", "kv_blocks_cached", "prefix_hit_tokens", "tier_hit_tokens", "blocks_offloaded", "queued_tokens", "context_length", "memory_bytes", "steps", "step_tokens", "step_token_budget", "preemptions", "busy_seconds", "prompt_tokens", "max_batched_tokens", "kv_blocks_evicted", "block_lifetime_sum_s", "block_lifetime_p50_s", "block_lifetime_p99_s")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     RUNNING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     WAITING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
@@ -43,6 +43,10 @@ class WorkerStats(_message.Message):
     BUSY_SECONDS_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    KV_BLOCKS_EVICTED_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_LIFETIME_SUM_S_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_LIFETIME_P50_S_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_LIFETIME_P99_S_FIELD_NUMBER: _ClassVar[int]
     model: str
     running_requests: int
     waiting_requests: int
@@ -62,4 +66,8 @@ class WorkerStats(_message.Message):
     busy_seconds: float
     prompt_tokens: int
     max_batched_tokens: int
-    def __init__(self, model: _Optional[str] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., kv_blocks_free: _Optional[int] = ..., kv_blocks_cached: _Optional[int] = ..., prefix_hit_tokens: _Optional[int] = ..., tier_hit_tokens: _Optional[int] = ..., blocks_offloaded: _Optional[int] = ..., queued_tokens: _Optional[int] = ..., context_length: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., steps: _Optional[int] = ..., step_tokens: _Optional[int] = ..., step_token_budget: _Optional[int] = ..., preemptions: _Optional[int] = ..., busy_seconds: _Optional[float] = ..., prompt_tokens: _Optional[int] = ..., max_batched_tokens: _Optional[int] = ...) -> None: ...
+    kv_blocks_evicted: int
+    block_lifetime_sum_s: float
+    block_lifetime_p50_s: float
+    block_lifetime_p99_s: float
+    def __init__(self, model: _Optional[str] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., kv_blocks_free: _Optional[int] = ..., kv_blocks_cached: _Optional[int] = ..., prefix_hit_tokens: _Optional[int] = ..., tier_hit_tokens: _Optional[int] = ..., blocks_offloaded: _Optional[int] = ..., queued_tokens: _Optional[int] = ..., context_length: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., steps: _Optional[int] = ..., step_tokens: _Optional[int] = ..., step_token_budget: _Optional[int] = ..., preemptions: _Optional[int] = ..., busy_seconds: _Optional[float] = ..., prompt_tokens: _Optional[int] = ..., max_batched_tokens: _Optional[int] = ..., kv_blocks_evicted: _Optional[int] = ..., block_lifetime_sum_s: _Optional[float] = ..., block_lifetime_p50_s: _Optional[float] = ..., block_lifetime_p99_s: _Optional[float] = ...) -> None: ...
