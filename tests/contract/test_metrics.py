@@ -135,7 +135,7 @@ async def test_unknown_trace_is_not_found(collector):
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await stub.GetTrace(metrics_pb2.GetTraceRequest(trace_id="ab" * 16), timeout=10)
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
-    assert "no spans stored for trace abababababababababababababababab" in err.value.details()
+    assert "no spans stored for trace or request abababababababababababababababab" in err.value.details()
 
 
 async def test_negative_since_is_invalid_argument(collector):

@@ -84,3 +84,13 @@ def test_nice_ticks_are_round_and_cover_the_range():
     assert nice_ticks(0, 100) == [0, 20, 40, 60, 80, 100]
     assert nice_ticks(3, 47) == [0, 10, 20, 30, 40, 50]
     assert nice_ticks(5, 5) == [5, 5.2, 5.4, 5.6, 5.8, 6.0]
+
+
+def test_time_axis_ticks_are_round_seconds_from_the_first_point():
+    from strata.eval.html_report import Line, line_plot
+
+    t0 = 1_795_955_732_629  # a Unix time in ms: ticks must not be round Unix times
+    svg = line_plot("t", [Line("a", [t0, t0 + 30_000, t0 + 60_000], [1, 2, 3])], "time", "y",
+                    time_axis=True)
+    labels = [s.split("<")[0] for s in svg.split('font-size="10">')[1:]]
+    assert [x for x in labels if x.endswith("s")] == ["0s", "20s", "40s", "60s"]

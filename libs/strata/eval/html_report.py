@@ -9,9 +9,10 @@ over time; hit rates per tier and node; power over time (labelled when modelled)
 from __future__ import annotations
 
 import html
+import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from strata.eval.report_text import MISSING, failures_text, fmt, header, lifetimes, pct
 from strata.eval.report_types import LatencyGroup, LayeredReport, Series
@@ -31,6 +32,14 @@ class Line:
     label: str
     xs: Sequence[float]
     ys: Sequence[float]
+
+
+def _pretty_json(text: str) -> str:
+    """Indented when it parses (the replay client's summary); as stored otherwise."""
+    try:
+        return json.dumps(json.loads(text), indent=2)
+    except ValueError:
+        return text
 
 
 def _esc(text: object) -> str:
@@ -64,10 +73,8 @@ def _empty(title: str) -> str:
                          f'fill="#777">no data</text>')
 
 
-def _tick_label(v: float, time_axis: bool, t0: float) -> str:
-    if time_axis:
-        return f"{(v - t0) / 1000:g}s"
-    return f"{v:g}"
+def _tick_label(v: float, time_axis: bool) -> str:
+    return f"{v:g}s" if time_axis else f"{v:g}"
 
 
 def line_plot(title: str, lines: Sequence[Line], x_label: str, y_label: str,
@@ -77,6 +84,9 @@ def line_plot(title: str, lines: Sequence[Line], x_label: str, y_label: str,
     lines = [ln for ln in lines if len(ln.xs) > 0]
     if not lines:
         return _empty(title)
+    if time_axis:  # ticks at round seconds from the first point, not at round Unix times
+        t0 = min(x for ln in lines for x in ln.xs)
+        lines = [replace(ln, xs=[(x - t0) / 1000 for x in ln.xs]) for ln in lines]
     xs = [x for ln in lines for x in ln.xs]
     ys = [y for ln in lines for y in ln.ys]
     x0, x1 = min(xs), max(xs)
@@ -94,13 +104,12 @@ def line_plot(title: str, lines: Sequence[Line], x_label: str, y_label: str,
 
     parts = [f'<rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" fill="none" '
              f'stroke="#999"/>']
-    t_origin = min(xs)
     for t in xt:
         if x0 <= t <= x1:
             parts.append(f'<line x1="{px(t):.1f}" y1="{TOP + ph}" x2="{px(t):.1f}" '
                          f'y2="{TOP + ph + 4}" stroke="#999"/><text x="{px(t):.1f}" '
                          f'y="{TOP + ph + 16}" text-anchor="middle" font-size="10">'
-                         f'{_esc(_tick_label(t, time_axis, t_origin))}</text>')
+                         f'{_esc(_tick_label(t, time_axis))}</text>')
     for t in yt:
         if y0 <= t <= y1:
             parts.append(f'<line x1="{LEFT}" y1="{py(t):.1f}" x2="{LEFT + pw}" '
@@ -243,7 +252,8 @@ def render(r: LayeredReport, title: str = "Strata evaluation report") -> str:
     run_json = ""
     if r.run is not None and r.run.client_summary_json:
         run_json = (f"<h3>Replay client's own summary</h3>"
-                    f"<pre>{_esc(r.run.client_summary_json)}</pre>")
+                    f"<pre style=\"white-space:pre-wrap\">"
+                    f"{_esc(_pretty_json(r.run.client_summary_json))}</pre>")
     return "".join([
         "<!DOCTYPE html><html><head><meta charset=\"utf-8\">",
         f"<title>{_esc(title)}</title><style>body{{font-family:sans-serif;margin:24px}}"
