@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import torch
 
+from strata.engine import kernels
+
 
 @dataclass(slots=True)
 class SeqSlice:
@@ -45,6 +47,7 @@ class Group:
     block_tables: torch.Tensor   # [S, W] int64 (padded with 0)
     mask: torch.Tensor           # [1, S, 1, Q, W*block_size] additive (0 or -inf), float32
     queries: int                 # Q
+    context_lens: torch.Tensor   # [S] int64: keys each sequence attends over (its last query's)
 
 
 @dataclass(slots=True)
@@ -96,7 +99,8 @@ def _group(slices: list[SeqSlice], block_size: int, device) -> Group:
         token_index=torch.tensor(token_index, dtype=torch.int64, device=device),
         valid=torch.tensor(valid, dtype=torch.bool, device=device),
         block_tables=torch.tensor(tables, dtype=torch.int64, device=device),
-        mask=mask[None, :, None].to(device), queries=q)
+        mask=mask[None, :, None].to(device), queries=q,
+        context_lens=limits.to(device))
 
 
 def kv_cache_shape(num_layers: int, kv_heads: int, num_blocks: int, block_size: int,
@@ -113,14 +117,28 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
     v_cache.view(kv_heads, num_blocks * block_size, head_dim).index_copy_(
         1, meta.slot_mapping, v.transpose(0, 1))
     groups = q.shape[1] // kv_heads
+    native = q.device.type == "cpu" and kernels.enabled()
     if len(meta.groups) == 1 and meta.groups[0].queries == 1:
+        if native:
+            return _decode_native(q, k_cache, v_cache, meta.groups[0], scale)
         return _attend(q, k_cache, v_cache, meta.groups[0], scale, groups).view_as(q)
     out = torch.empty_like(q)
     for g in meta.groups:
-        o = _attend(q, k_cache, v_cache, g, scale, groups)          # [S*Q, H, D]
+        if native and g.queries == 1:
+            o = _decode_native(q, k_cache, v_cache, g, scale)
+        else:
+            o = _attend(q, k_cache, v_cache, g, scale, groups)      # [S*Q, H, D]
         rows = g.token_index[g.valid]
         out.index_copy_(0, rows, o[g.valid])
     return out
+
+
+def _decode_native(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, g: Group,
+                   scale: float) -> torch.Tensor:
+    """The decode group through the fused CPU kernel: it reads the cache in place by block table,
+    so there is no gather, no padded mask and no dtype round trip. Returns [S, H, D]."""
+    return kernels.load().decode_attention(q.index_select(0, g.token_index), k_cache, v_cache,
+                                           g.block_tables, g.context_lens, scale)
 
 
 def _gather(cache: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:

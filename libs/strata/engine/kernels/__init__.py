@@ -1,0 +1,126 @@
+"""Native CPU kernels for the engine, compiled on first use.
+
+`load()` builds decode_attention.cpp into a shared library with the system C++ compiler (no
+ninja, which torch's cpp_extension.load requires and this deployment lacks), caches it under a
+name keyed by the source, flags, torch version and CPU, and registers its ops with torch.
+`enabled()` says whether the engine should call them: STRATA_ATTENTION_KERNEL=torch|cpp, default
+cpp when the library loads. Any failure to build leaves the engine on its pure-torch path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+
+_SOURCE = Path(__file__).with_name("decode_attention.cpp")
+# -fopenmp because at::parallel_for is an inline `#pragma omp parallel` in torch's headers (without
+# it the op runs on one thread). It must bind to torch's own libgomp, not a second runtime (two
+# pools spin against each other, 5-40x slower): the rpath puts torch's lib directory first and
+# both share the soname libgomp.so.1, and load() checks that only one is mapped.
+_FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-ffp-contract=fast",
+          "-fno-math-errno", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
+_ENV = "STRATA_ATTENTION_KERNEL"
+
+_state: dict[str, object] = {}
+
+
+def cache_dir() -> Path:
+    override = os.environ.get("STRATA_KERNEL_CACHE")
+    return Path(override) if override else Path.home() / ".cache" / "strata" / "kernels"
+
+
+def _cpu_signature() -> str:
+    # -march=native ties the binary to this CPU's instruction set
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return line
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _command(out: Path) -> list[str]:
+    from torch.utils import cpp_extension
+
+    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+    if cxx is None:
+        raise FileNotFoundError("no C++ compiler (set CXX or install g++)")
+    libs = cpp_extension.library_paths()
+    return [cxx, *_FLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+            *(f"-I{p}" for p in cpp_extension.include_paths()), str(_SOURCE), "-o", str(out),
+            *(f"-L{p}" for p in libs), *(f"-Wl,-rpath,{p}" for p in libs),
+            "-ltorch", "-ltorch_cpu", "-lc10"]
+
+
+def _build() -> Path:
+    key = hashlib.sha256()
+    key.update(_SOURCE.read_bytes())
+    key.update(" ".join(_FLAGS).encode())
+    key.update(torch.__version__.encode())
+    key.update(_cpu_signature().encode())
+    target = cache_dir() / f"decode_attention_{key.hexdigest()[:16]}.so"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # build under a temporary name and rename, so a concurrent loader never sees a partial file
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    os.close(fd)
+    try:
+        started = time.monotonic()
+        done = subprocess.run(_command(Path(tmp)), capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"compiler exited {done.returncode}: {done.stderr.strip()[-2000:]}")
+        os.replace(tmp, target)
+        log.info("compiled %s in %.1f s", target.name, time.monotonic() - started)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
+def _openmp_runtimes() -> set[str]:
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return set()
+    return {line.split()[-1] for line in maps.splitlines()
+            if "libgomp" in line or "libiomp" in line}
+
+
+def load():
+    """The `torch.ops.strata` namespace with decode_attention, or None when it cannot be built."""
+    if "ops" in _state:
+        return _state["ops"]
+    ops = None
+    try:
+        torch.ops.load_library(str(_build()))
+        runtimes = _openmp_runtimes()
+        if len(runtimes) > 1:
+            raise RuntimeError(f"two OpenMP runtimes are loaded ({', '.join(sorted(runtimes))}); "
+                               "their thread pools would contend")
+        ops = torch.ops.strata
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        log.warning("strata CPU attention kernel unavailable, using the torch path: %s", exc)
+    _state["ops"] = ops
+    return ops
+
+
+def enabled() -> bool:
+    """Whether the engine should use the native decode kernel (read on every call, so tests and
+    benchmarks can switch it with the environment)."""
+    choice = os.environ.get(_ENV, "cpp").strip().lower()
+    if choice not in ("cpp", "torch"):
+        raise ValueError(f"{_ENV} must be 'cpp' or 'torch', got {choice!r}")
+    return choice == "cpp" and load() is not None
