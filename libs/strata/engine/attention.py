@@ -12,7 +12,9 @@ token t's key and value are written. Each sequence then attends over its own blo
 table) up to its context length. Sequences are attended in two padded batches: decodes (one new
 token each) and prefill chunks (several new tokens, a causal mask offset by what the cache
 already holds). Grouped-query attention is computed by grouping query heads per KV head, so keys
-and values are never repeated; the softmax runs in fp32.
+and values are never repeated; the softmax runs in fp32. On the CPU the decode batch instead goes
+through the fused C++ kernel of strata.engine.kernels when it is built and enabled: it reads each
+sequence's blocks in place, with no gather copy and no padding.
 
     queries  [S, Q, H, D]  ->  [KVH, S, G*Q, D]      (G = H / KVH query heads per KV head)
     keys     [KVH, S, L, D]     (gathered blocks; L = blocks * block_size)
