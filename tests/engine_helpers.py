@@ -26,11 +26,11 @@ def tiny_loaded(seed: int = 0, vocab: int = 300) -> LoadedModel:
 
 
 def tiny_engine(num_blocks=64, block_size=4, max_batched_tokens=64, max_seqs=8, tier=None,
-                seed=0) -> LLMEngine:
+                seed=0, attention_kernel="cpp") -> LLMEngine:
     torch.set_num_threads(1)
     return LLMEngine(tiny_loaded(seed), EngineConfig(
         block_size=block_size, num_blocks=num_blocks, max_batched_tokens=max_batched_tokens,
-        max_seqs=max_seqs), tier=tier)
+        max_seqs=max_seqs, attention_kernel=attention_kernel), tier=tier)
 
 
 def run_to_end(engine: LLMEngine, max_steps: int = 10_000) -> dict[str, list[int]]:

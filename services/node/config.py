@@ -13,7 +13,7 @@ from strata.eval.energy import SOURCES
 # Engine settings the node manager passes through to the workers it starts.
 WORKER_PASSTHROUGH = ("STRATA_BLOCK_SIZE", "STRATA_KV_CACHE_BYTES", "STRATA_KV_BLOCKS",
                       "STRATA_MAX_BATCHED_TOKENS", "STRATA_MAX_SEQS", "STRATA_DEVICE",
-                      "STRATA_DTYPE")
+                      "STRATA_DTYPE", "STRATA_ATTENTION_KERNEL")
 
 SAMPLE_INTERVAL_S = 2.0
 POWER_IDLE_WATTS = 50.0

@@ -32,6 +32,7 @@ class WorkerConfig:
                 max_seqs=env_int("STRATA_MAX_SEQS", 32, minimum=1),
                 device=env_str("STRATA_DEVICE", "cpu"),
                 dtype=env_str("STRATA_DTYPE", "float32"),
+                attention_kernel=env_str("STRATA_ATTENTION_KERNEL", "cpp"),
             )
         except ValueError as err:
             raise ConfigError(f"engine settings: {err}") from None

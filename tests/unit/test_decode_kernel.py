@@ -61,18 +61,17 @@ def test_kernel_refuses_a_context_longer_than_its_block_table():
         OPS.decode_attention(q, k, v, group.block_tables, too_long, 0.125)
 
 
-def test_enabled_follows_the_switch(monkeypatch):
-    monkeypatch.setenv("STRATA_ATTENTION_KERNEL", "torch")
-    assert kernels.enabled() is False
-    monkeypatch.setenv("STRATA_ATTENTION_KERNEL", "cpp")
-    assert kernels.enabled() is True
-    monkeypatch.setenv("STRATA_ATTENTION_KERNEL", "cuda")
-    with pytest.raises(ValueError, match="'cpp' or 'torch'"):
-        kernels.enabled()
+def test_engine_config_names_the_kernel_choice():
+    from strata.engine.engine import EngineConfig
+
+    with pytest.raises(ValueError, match="attention_kernel must be 'cpp' or 'torch'"):
+        EngineConfig(attention_kernel="cuda")
+    assert tiny_engine().native_attention is True
+    assert tiny_engine(attention_kernel="torch").native_attention is False
 
 
-def _greedy_tokens():
-    engine = tiny_engine(max_batched_tokens=16)
+def _greedy_tokens(kernel: str):
+    engine = tiny_engine(max_batched_tokens=16, attention_kernel=kernel)
     prompts = {"a": list(range(40, 77)), "b": list(range(100, 111)), "c": [7, 8, 9]}
     for rid, prompt in prompts.items():
         engine.add_request(EngineRequest(rid, prompt, SamplingParams(max_tokens=12,
@@ -81,13 +80,11 @@ def _greedy_tokens():
 
 
 def test_engine_greedy_tokens_are_the_same_with_and_without_the_kernel(monkeypatch):
-    monkeypatch.setenv("STRATA_ATTENTION_KERNEL", "torch")
-    torch_tokens = _greedy_tokens()
-    monkeypatch.setenv("STRATA_ATTENTION_KERNEL", "cpp")
+    torch_tokens = _greedy_tokens("torch")
     calls = []
     real = kernels.load()
     monkeypatch.setattr(kernels, "load", lambda: calls.append(1) or real)
-    cpp_tokens = _greedy_tokens()
+    cpp_tokens = _greedy_tokens("cpp")
     assert calls, "the engine never called the kernel"
     assert cpp_tokens == torch_tokens
     assert sorted(cpp_tokens) == ["a", "b", "c"] and all(len(t) == 12 for t in cpp_tokens.values())

@@ -57,10 +57,11 @@ class AttentionMetadata:
     slot_mapping: torch.Tensor           # [T] int64
     groups: list[Group]
     block_size: int
+    native: bool = False                 # decode groups through the fused CPU kernel
 
     @staticmethod
-    def build(slices: list[SeqSlice], block_size: int, device: torch.device | str
-              ) -> AttentionMetadata:
+    def build(slices: list[SeqSlice], block_size: int, device: torch.device | str,
+              native: bool = False) -> AttentionMetadata:
         slots: list[int] = []
         for s in slices:
             first = s.context_len - s.num_new
@@ -74,7 +75,7 @@ class AttentionMetadata:
         groups = [_group(g, block_size, device) for g in (decodes, prefills) if g]
         return AttentionMetadata(
             slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
-            groups=groups, block_size=block_size)
+            groups=groups, block_size=block_size, native=native)
 
 
 def _group(slices: list[SeqSlice], block_size: int, device) -> Group:
@@ -119,7 +120,7 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
     v_cache.view(kv_heads, num_blocks * block_size, head_dim).index_copy_(
         1, meta.slot_mapping, v.transpose(0, 1))
     groups = q.shape[1] // kv_heads
-    native = q.device.type == "cpu" and kernels.enabled()
+    native = meta.native and q.device.type == "cpu"
     if len(meta.groups) == 1 and meta.groups[0].queries == 1:
         if native:
             return _decode_native(q, k_cache, v_cache, meta.groups[0], scale)
@@ -139,8 +140,10 @@ def _decode_native(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
                    scale: float) -> torch.Tensor:
     """The decode group through the fused CPU kernel: it reads the cache in place by block table,
     so there is no gather, no padded mask and no dtype round trip. Returns [S, H, D]."""
-    return kernels.load().decode_attention(q.index_select(0, g.token_index), k_cache, v_cache,
-                                           g.block_tables, g.context_lens, scale)
+    ops = kernels.load()
+    assert ops is not None, "meta.native is set only when the kernel loaded"
+    return ops.decode_attention(q.index_select(0, g.token_index), k_cache, v_cache,
+                                g.block_tables, g.context_lens, scale)
 
 
 def _gather(cache: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:

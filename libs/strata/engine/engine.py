@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from strata.engine import kernels
 from strata.engine.attention import AttentionMetadata, SeqSlice, kv_cache_shape
 from strata.engine.block_pool import BlockPool
 from strata.engine.detokenizer import Detokenizer
@@ -37,6 +38,7 @@ class EngineConfig:
     max_seqs: int = 32
     device: str = "cpu"
     dtype: str = "float32"
+    attention_kernel: str = "cpp"     # cpp: fused CPU decode kernel when it builds; torch: never
 
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.block_size & (self.block_size - 1):
@@ -44,6 +46,9 @@ class EngineConfig:
         if self.max_batched_tokens < self.block_size:
             raise ValueError(f"max_batched_tokens ({self.max_batched_tokens}) must be at least "
                              f"block_size ({self.block_size})")
+        if self.attention_kernel not in ("cpp", "torch"):
+            raise ValueError(f"attention_kernel must be 'cpp' or 'torch', got "
+                             f"{self.attention_kernel!r}")
         if self.dtype not in ("float32", "float16", "bfloat16"):
             raise ValueError(f"dtype must be float32, float16 or bfloat16, got {self.dtype!r}")
 
@@ -113,6 +118,9 @@ class LLMEngine:
                                    tier=tier)
         self.costs = tier.costs if tier is not None else CostModel()
         self.max_context = cfg.max_position_embeddings
+        # Built (or loaded from its cache) now, so a first compile never lands on a request.
+        self.native_attention = (config.attention_kernel == "cpp" and self.device.type == "cpu"
+                                 and kernels.load() is not None)
         self.stats = EngineStats()
         self._samplers: dict[str, SeqSampler] = {}
         self._detok: dict[str, Detokenizer] = {}
@@ -229,7 +237,8 @@ class LLMEngine:
             if item.sample:
                 logits_rows.append(start + item.num_new - 1)
         dev = self.device
-        meta = AttentionMetadata.build(slices, self.config.block_size, dev)
+        meta = AttentionMetadata.build(slices, self.config.block_size, dev,
+                                       self.native_attention)
         return self.model(torch.tensor(ids, dtype=torch.int64, device=dev),
                           torch.tensor(positions, dtype=torch.int64, device=dev), self.kv, meta,
                           torch.tensor(logits_rows, dtype=torch.int64, device=dev))

@@ -30,7 +30,6 @@ _SOURCE = Path(__file__).with_name("decode_attention.cpp")
 # both share the soname libgomp.so.1, and load() checks that only one is mapped.
 _FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-ffp-contract=fast",
           "-fno-math-errno", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
-_ENV = "STRATA_ATTENTION_KERNEL"
 
 _state: dict[str, object] = {}
 
@@ -115,12 +114,3 @@ def load():
         log.warning("strata CPU attention kernel unavailable, using the torch path: %s", exc)
     _state["ops"] = ops
     return ops
-
-
-def enabled() -> bool:
-    """Whether the engine should use the native decode kernel (read on every call, so tests and
-    benchmarks can switch it with the environment)."""
-    choice = os.environ.get(_ENV, "cpp").strip().lower()
-    if choice not in ("cpp", "torch"):
-        raise ValueError(f"{_ENV} must be 'cpp' or 'torch', got {choice!r}")
-    return choice == "cpp" and load() is not None
