@@ -3,8 +3,8 @@
 `load()` builds decode_attention.cpp into a shared library with the system C++ compiler (no
 ninja, which torch's cpp_extension.load requires and this deployment lacks), caches it under a
 name keyed by the source, flags, torch version and CPU, and registers its ops with torch.
-`enabled()` says whether the engine should call them: STRATA_ATTENTION_KERNEL=torch|cpp, default
-cpp when the library loads. Any failure to build leaves the engine on its pure-torch path.
+The engine calls `load()` when it starts (EngineConfig.attention_kernel "cpp", the default) and
+uses the ops when it returns them. Any failure to build leaves the engine on its pure-torch path.
 """
 
 from __future__ import annotations
