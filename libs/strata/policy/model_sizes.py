@@ -21,6 +21,10 @@ MODEL_MEMORY_BYTES: Mapping[str, int] = {
     # Random-weight test models: a few MB of weights and KV.
     "dummy-tiny": 4 * _MB,
     "dummy-small": 16 * _MB,
+    # The engine benchmark's model: 56.9M parameters as fp32 (228 MB) plus the 256 MB KV pool.
+    "dummy-bench": 230 * _MB + 256 * _MB,
+    # TinyLlama-1.1B's shape: 1.1e9 parameters as fp32 (4.4 GB) plus the 256 MB KV pool.
+    "dummy-1b": 4400 * _MB + 256 * _MB,
 }
 
 
