@@ -7,7 +7,9 @@ writer waits instead of failing at once with "database is locked").
 
 from __future__ import annotations
 
+import asyncio
 import os
+import random
 
 from sqlalchemy import Connection, event, inspect, text
 from sqlalchemy.engine import make_url
@@ -23,6 +25,7 @@ from sqlalchemy.ext.asyncio import (
 from strata.store.models import Base
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
+_SQLITE_SCHEMA_ATTEMPTS = 20
 _SCHEMA_LOCK = 0x5374_7261_7461  # any constant shared by every Strata process ("Strata")
 
 
@@ -63,11 +66,23 @@ async def create_all(engine: AsyncEngine) -> None:
     A store written by an older version gains the nullable columns added since (ALTER TABLE
     ADD COLUMN), so an existing database keeps its rows across an upgrade.
     """
-    async with engine.begin() as conn:
-        if conn.dialect.name == "postgresql":
-            # DDL is transactional here: the lock makes concurrent starters take turns.
-            await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_LOCK})
-        await conn.run_sync(_create_if_not_exists)
+    for attempt in range(_SQLITE_SCHEMA_ATTEMPTS):
+        try:
+            async with engine.begin() as conn:
+                if conn.dialect.name == "postgresql":
+                    # DDL is transactional here: the lock makes concurrent starters take turns.
+                    await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"),
+                                       {"key": _SCHEMA_LOCK})
+                await conn.run_sync(_create_if_not_exists)
+            return
+        except OperationalError as err:
+            # SQLite answers "database is locked" at once, without waiting out busy_timeout, when
+            # two connections that both read the schema try to upgrade to writing (it would
+            # deadlock otherwise). Every step here is idempotent, so the loser retries.
+            if engine.dialect.name != "sqlite" or "locked" not in str(err) or \
+                    attempt == _SQLITE_SCHEMA_ATTEMPTS - 1:
+                raise
+            await asyncio.sleep(0.05 * (attempt + 1) + random.uniform(0, 0.05))
 
 
 def _create_if_not_exists(conn: Connection) -> None:
