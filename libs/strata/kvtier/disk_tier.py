@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import IO
 
 from strata.kvtier.hashing import checksum
-from strata.kvtier.host_tier import StoredBlock, TierStats
+from strata.kvtier.host_tier import StoredBlock, TierStats, leading_present
 
 MANIFEST = "manifest.jsonl"
 BLOCKS_DIR = "blocks"
@@ -118,12 +118,7 @@ class DiskTier:
         return True, evicted
 
     def prefix_len(self, hashes: list[int]) -> int:
-        n = 0
-        for h in hashes:
-            if h not in self._entries:
-                break
-            n += 1
-        return n
+        return leading_present(hashes, self._entries)
 
     def get_prefix(self, hashes: list[int]) -> list[StoredBlock]:
         out = []

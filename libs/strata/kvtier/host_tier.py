@@ -8,6 +8,7 @@ prefix and is dropped, never served.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Container
 from dataclasses import dataclass
 
 from strata.kvtier.hashing import checksum
@@ -28,6 +29,16 @@ class TierStats:
     evictions: int = 0
     checksum_failures: int = 0
     rejected: int = 0
+
+
+def leading_present(hashes: list[int], present: Container[int]) -> int:
+    """How many leading hashes a tier holds: the prefix it can serve (every tier answers so)."""
+    n = 0
+    for h in hashes:
+        if h not in present:
+            break
+        n += 1
+    return n
 
 
 class HostTier:
@@ -64,12 +75,7 @@ class HostTier:
         return True, evicted
 
     def prefix_len(self, hashes: list[int]) -> int:
-        n = 0
-        for h in hashes:
-            if h not in self._blocks:
-                break
-            n += 1
-        return n
+        return leading_present(hashes, self._blocks)
 
     def get_prefix(self, hashes: list[int]) -> list[StoredBlock]:
         out = []
