@@ -144,7 +144,7 @@ class ModelInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., context_length: _Optional[int] = ..., memory_bytes: _Optional[int] = ...) -> None: ...
 
 class ReplicaInfo(_message.Message):
-    __slots__ = ("model", "replica_id", "state", "worker_address", "running_requests", "waiting_requests", "queued_tokens", "kv_blocks_total", "kv_blocks_free")
+    __slots__ = ("model", "replica_id", "state", "worker_address", "running_requests", "waiting_requests", "queued_tokens", "kv_blocks_total", "kv_blocks_free", "waiting_for_memory")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -154,6 +154,7 @@ class ReplicaInfo(_message.Message):
     QUEUED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     KV_BLOCKS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     KV_BLOCKS_FREE_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FOR_MEMORY_FIELD_NUMBER: _ClassVar[int]
     model: str
     replica_id: str
     state: ReplicaState
@@ -163,7 +164,8 @@ class ReplicaInfo(_message.Message):
     queued_tokens: int
     kv_blocks_total: int
     kv_blocks_free: int
-    def __init__(self, model: _Optional[str] = ..., replica_id: _Optional[str] = ..., state: _Optional[_Union[ReplicaState, str]] = ..., worker_address: _Optional[str] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., queued_tokens: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., kv_blocks_free: _Optional[int] = ...) -> None: ...
+    waiting_for_memory: int
+    def __init__(self, model: _Optional[str] = ..., replica_id: _Optional[str] = ..., state: _Optional[_Union[ReplicaState, str]] = ..., worker_address: _Optional[str] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., queued_tokens: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., kv_blocks_free: _Optional[int] = ..., waiting_for_memory: _Optional[int] = ...) -> None: ...
 
 class NodeInfo(_message.Message):
     __slots__ = ("node_id", "address", "memory_bytes", "device", "replicas")

@@ -26,7 +26,9 @@ if _version_not_supported:
 
 
 class KVStoreStub:
-    """Host tiers of one node's KV cache. Blocks are identified by the engine's block hash chain.
+    """The lower tiers of one node's KV cache (host DRAM in shared memory, then disk) and its block
+    directory. Blocks are identified by the engine's block hash chain; each block lives in exactly
+    one place on the node.
     """
 
     def __init__(self, channel):
@@ -55,14 +57,62 @@ class KVStoreStub:
                 request_serializer=strata_dot_v1_dot_kvstore__pb2.KVStatsRequest.SerializeToString,
                 response_deserializer=strata_dot_v1_dot_kvstore__pb2.KVStats.FromString,
                 _registered_method=True)
+        self.Attach = channel.unary_unary(
+                '/strata.v1.KVStore/Attach',
+                request_serializer=strata_dot_v1_dot_kvstore__pb2.AttachRequest.SerializeToString,
+                response_deserializer=strata_dot_v1_dot_kvstore__pb2.AttachResponse.FromString,
+                _registered_method=True)
+        self.Reserve = channel.unary_unary(
+                '/strata.v1.KVStore/Reserve',
+                request_serializer=strata_dot_v1_dot_kvstore__pb2.ReserveRequest.SerializeToString,
+                response_deserializer=strata_dot_v1_dot_kvstore__pb2.ReserveResponse.FromString,
+                _registered_method=True)
+        self.Commit = channel.unary_unary(
+                '/strata.v1.KVStore/Commit',
+                request_serializer=strata_dot_v1_dot_kvstore__pb2.CommitRequest.SerializeToString,
+                response_deserializer=strata_dot_v1_dot_kvstore__pb2.CommitResponse.FromString,
+                _registered_method=True)
+        self.Acquire = channel.unary_unary(
+                '/strata.v1.KVStore/Acquire',
+                request_serializer=strata_dot_v1_dot_kvstore__pb2.AcquireRequest.SerializeToString,
+                response_deserializer=strata_dot_v1_dot_kvstore__pb2.AcquireResponse.FromString,
+                _registered_method=True)
+        self.Release = channel.unary_unary(
+                '/strata.v1.KVStore/Release',
+                request_serializer=strata_dot_v1_dot_kvstore__pb2.ReleaseRequest.SerializeToString,
+                response_deserializer=strata_dot_v1_dot_kvstore__pb2.ReleaseResponse.FromString,
+                _registered_method=True)
+        self.Prefetch = channel.unary_unary(
+                '/strata.v1.KVStore/Prefetch',
+                request_serializer=strata_dot_v1_dot_kvstore__pb2.PrefetchRequest.SerializeToString,
+                response_deserializer=strata_dot_v1_dot_kvstore__pb2.PrefetchResponse.FromString,
+                _registered_method=True)
+        self.NoteDeviceBlocks = channel.unary_unary(
+                '/strata.v1.KVStore/NoteDeviceBlocks',
+                request_serializer=strata_dot_v1_dot_kvstore__pb2.DeviceBlocksRequest.SerializeToString,
+                response_deserializer=strata_dot_v1_dot_kvstore__pb2.DeviceBlocksResponse.FromString,
+                _registered_method=True)
+        self.StreamBlocks = channel.unary_stream(
+                '/strata.v1.KVStore/StreamBlocks',
+                request_serializer=strata_dot_v1_dot_kvstore__pb2.GetBlocksRequest.SerializeToString,
+                response_deserializer=strata_dot_v1_dot_kvstore__pb2.KVBlock.FromString,
+                _registered_method=True)
+        self.Pull = channel.unary_unary(
+                '/strata.v1.KVStore/Pull',
+                request_serializer=strata_dot_v1_dot_kvstore__pb2.PullRequest.SerializeToString,
+                response_deserializer=strata_dot_v1_dot_kvstore__pb2.PullResponse.FromString,
+                _registered_method=True)
 
 
 class KVStoreServicer:
-    """Host tiers of one node's KV cache. Blocks are identified by the engine's block hash chain.
+    """The lower tiers of one node's KV cache (host DRAM in shared memory, then disk) and its block
+    directory. Blocks are identified by the engine's block hash chain; each block lives in exactly
+    one place on the node.
     """
 
     def PutBlocks(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Byte path: blocks travel inside the messages (other nodes, workers without shared memory).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -80,6 +130,62 @@ class KVStoreServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetStats(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Attach(self, request, context):
+        """Shared-memory path for the workers of this node: block bytes never cross gRPC.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Reserve(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Commit(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Acquire(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Release(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Prefetch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def NoteDeviceBlocks(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StreamBlocks(self, request, context):
+        """Cross-node sharing: stream a stored prefix to a peer; pull a prefix from a peer into this store.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Pull(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -108,6 +214,51 @@ def add_KVStoreServicer_to_server(servicer, server):
                     request_deserializer=strata_dot_v1_dot_kvstore__pb2.KVStatsRequest.FromString,
                     response_serializer=strata_dot_v1_dot_kvstore__pb2.KVStats.SerializeToString,
             ),
+            'Attach': grpc.unary_unary_rpc_method_handler(
+                    servicer.Attach,
+                    request_deserializer=strata_dot_v1_dot_kvstore__pb2.AttachRequest.FromString,
+                    response_serializer=strata_dot_v1_dot_kvstore__pb2.AttachResponse.SerializeToString,
+            ),
+            'Reserve': grpc.unary_unary_rpc_method_handler(
+                    servicer.Reserve,
+                    request_deserializer=strata_dot_v1_dot_kvstore__pb2.ReserveRequest.FromString,
+                    response_serializer=strata_dot_v1_dot_kvstore__pb2.ReserveResponse.SerializeToString,
+            ),
+            'Commit': grpc.unary_unary_rpc_method_handler(
+                    servicer.Commit,
+                    request_deserializer=strata_dot_v1_dot_kvstore__pb2.CommitRequest.FromString,
+                    response_serializer=strata_dot_v1_dot_kvstore__pb2.CommitResponse.SerializeToString,
+            ),
+            'Acquire': grpc.unary_unary_rpc_method_handler(
+                    servicer.Acquire,
+                    request_deserializer=strata_dot_v1_dot_kvstore__pb2.AcquireRequest.FromString,
+                    response_serializer=strata_dot_v1_dot_kvstore__pb2.AcquireResponse.SerializeToString,
+            ),
+            'Release': grpc.unary_unary_rpc_method_handler(
+                    servicer.Release,
+                    request_deserializer=strata_dot_v1_dot_kvstore__pb2.ReleaseRequest.FromString,
+                    response_serializer=strata_dot_v1_dot_kvstore__pb2.ReleaseResponse.SerializeToString,
+            ),
+            'Prefetch': grpc.unary_unary_rpc_method_handler(
+                    servicer.Prefetch,
+                    request_deserializer=strata_dot_v1_dot_kvstore__pb2.PrefetchRequest.FromString,
+                    response_serializer=strata_dot_v1_dot_kvstore__pb2.PrefetchResponse.SerializeToString,
+            ),
+            'NoteDeviceBlocks': grpc.unary_unary_rpc_method_handler(
+                    servicer.NoteDeviceBlocks,
+                    request_deserializer=strata_dot_v1_dot_kvstore__pb2.DeviceBlocksRequest.FromString,
+                    response_serializer=strata_dot_v1_dot_kvstore__pb2.DeviceBlocksResponse.SerializeToString,
+            ),
+            'StreamBlocks': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamBlocks,
+                    request_deserializer=strata_dot_v1_dot_kvstore__pb2.GetBlocksRequest.FromString,
+                    response_serializer=strata_dot_v1_dot_kvstore__pb2.KVBlock.SerializeToString,
+            ),
+            'Pull': grpc.unary_unary_rpc_method_handler(
+                    servicer.Pull,
+                    request_deserializer=strata_dot_v1_dot_kvstore__pb2.PullRequest.FromString,
+                    response_serializer=strata_dot_v1_dot_kvstore__pb2.PullResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'strata.v1.KVStore', rpc_method_handlers)
@@ -117,7 +268,9 @@ def add_KVStoreServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class KVStore:
-    """Host tiers of one node's KV cache. Blocks are identified by the engine's block hash chain.
+    """The lower tiers of one node's KV cache (host DRAM in shared memory, then disk) and its block
+    directory. Blocks are identified by the engine's block hash chain; each block lives in exactly
+    one place on the node.
     """
 
     @staticmethod
@@ -218,6 +371,249 @@ class KVStore:
             '/strata.v1.KVStore/GetStats',
             strata_dot_v1_dot_kvstore__pb2.KVStatsRequest.SerializeToString,
             strata_dot_v1_dot_kvstore__pb2.KVStats.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Attach(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/strata.v1.KVStore/Attach',
+            strata_dot_v1_dot_kvstore__pb2.AttachRequest.SerializeToString,
+            strata_dot_v1_dot_kvstore__pb2.AttachResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Reserve(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/strata.v1.KVStore/Reserve',
+            strata_dot_v1_dot_kvstore__pb2.ReserveRequest.SerializeToString,
+            strata_dot_v1_dot_kvstore__pb2.ReserveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Commit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/strata.v1.KVStore/Commit',
+            strata_dot_v1_dot_kvstore__pb2.CommitRequest.SerializeToString,
+            strata_dot_v1_dot_kvstore__pb2.CommitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Acquire(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/strata.v1.KVStore/Acquire',
+            strata_dot_v1_dot_kvstore__pb2.AcquireRequest.SerializeToString,
+            strata_dot_v1_dot_kvstore__pb2.AcquireResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Release(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/strata.v1.KVStore/Release',
+            strata_dot_v1_dot_kvstore__pb2.ReleaseRequest.SerializeToString,
+            strata_dot_v1_dot_kvstore__pb2.ReleaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Prefetch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/strata.v1.KVStore/Prefetch',
+            strata_dot_v1_dot_kvstore__pb2.PrefetchRequest.SerializeToString,
+            strata_dot_v1_dot_kvstore__pb2.PrefetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def NoteDeviceBlocks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/strata.v1.KVStore/NoteDeviceBlocks',
+            strata_dot_v1_dot_kvstore__pb2.DeviceBlocksRequest.SerializeToString,
+            strata_dot_v1_dot_kvstore__pb2.DeviceBlocksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamBlocks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/strata.v1.KVStore/StreamBlocks',
+            strata_dot_v1_dot_kvstore__pb2.GetBlocksRequest.SerializeToString,
+            strata_dot_v1_dot_kvstore__pb2.KVBlock.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Pull(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/strata.v1.KVStore/Pull',
+            strata_dot_v1_dot_kvstore__pb2.PullRequest.SerializeToString,
+            strata_dot_v1_dot_kvstore__pb2.PullResponse.FromString,
             options,
             channel_credentials,
             insecure,

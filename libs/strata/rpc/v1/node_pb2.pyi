@@ -7,18 +7,20 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SubmitRequest(_message.Message):
-    __slots__ = ("request_id", "tenant", "priority", "spec", "replica_id")
+    __slots__ = ("request_id", "tenant", "priority", "spec", "replica_id", "kv_source_address")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    KV_SOURCE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     tenant: str
     priority: int
     spec: _common_pb2.GenerationSpec
     replica_id: str
-    def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., priority: _Optional[int] = ..., spec: _Optional[_Union[_common_pb2.GenerationSpec, _Mapping]] = ..., replica_id: _Optional[str] = ...) -> None: ...
+    kv_source_address: str
+    def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., priority: _Optional[int] = ..., spec: _Optional[_Union[_common_pb2.GenerationSpec, _Mapping]] = ..., replica_id: _Optional[str] = ..., kv_source_address: _Optional[str] = ...) -> None: ...
 
 class LoadModelRequest(_message.Message):
     __slots__ = ("model", "replica_id")

@@ -7,6 +7,28 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class KVEventsRequest(_message.Message):
+    __slots__ = ("node_id", "store_address", "sequence", "reset", "stored", "removed")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    STORE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    RESET_FIELD_NUMBER: _ClassVar[int]
+    STORED_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    store_address: str
+    sequence: int
+    reset: bool
+    stored: _containers.RepeatedScalarFieldContainer[int]
+    removed: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, node_id: _Optional[str] = ..., store_address: _Optional[str] = ..., sequence: _Optional[int] = ..., reset: _Optional[bool] = ..., stored: _Optional[_Iterable[int]] = ..., removed: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class KVEventsResponse(_message.Message):
+    __slots__ = ("need_reset",)
+    NEED_RESET_FIELD_NUMBER: _ClassVar[int]
+    need_reset: bool
+    def __init__(self, need_reset: _Optional[bool] = ...) -> None: ...
+
 class HeartbeatRequest(_message.Message):
     __slots__ = ("node", "models")
     NODE_FIELD_NUMBER: _ClassVar[int]
@@ -22,24 +44,32 @@ class HeartbeatResponse(_message.Message):
     def __init__(self, heartbeat_interval_ms: _Optional[int] = ...) -> None: ...
 
 class RouteRequest(_message.Message):
-    __slots__ = ("model", "tenant", "prompt_tokens_estimate")
+    __slots__ = ("model", "tenant", "prompt_tokens_estimate", "prefix_hashes")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_ESTIMATE_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_HASHES_FIELD_NUMBER: _ClassVar[int]
     model: str
     tenant: str
     prompt_tokens_estimate: int
-    def __init__(self, model: _Optional[str] = ..., tenant: _Optional[str] = ..., prompt_tokens_estimate: _Optional[int] = ...) -> None: ...
+    prefix_hashes: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, model: _Optional[str] = ..., tenant: _Optional[str] = ..., prompt_tokens_estimate: _Optional[int] = ..., prefix_hashes: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class RouteResponse(_message.Message):
-    __slots__ = ("node_id", "node_address", "replica_id")
+    __slots__ = ("node_id", "node_address", "replica_id", "cached_blocks", "kv_source_address", "kv_source_blocks")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    CACHED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    KV_SOURCE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    KV_SOURCE_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     node_address: str
     replica_id: str
-    def __init__(self, node_id: _Optional[str] = ..., node_address: _Optional[str] = ..., replica_id: _Optional[str] = ...) -> None: ...
+    cached_blocks: int
+    kv_source_address: str
+    kv_source_blocks: int
+    def __init__(self, node_id: _Optional[str] = ..., node_address: _Optional[str] = ..., replica_id: _Optional[str] = ..., cached_blocks: _Optional[int] = ..., kv_source_address: _Optional[str] = ..., kv_source_blocks: _Optional[int] = ...) -> None: ...
 
 class ListNodesRequest(_message.Message):
     __slots__ = ()

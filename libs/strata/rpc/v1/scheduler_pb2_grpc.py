@@ -56,6 +56,11 @@ class SchedulerStub:
                 request_serializer=strata_dot_v1_dot_common__pb2.ListModelsRequest.SerializeToString,
                 response_deserializer=strata_dot_v1_dot_common__pb2.ListModelsResponse.FromString,
                 _registered_method=True)
+        self.ReportKVEvents = channel.unary_unary(
+                '/strata.v1.Scheduler/ReportKVEvents',
+                request_serializer=strata_dot_v1_dot_scheduler__pb2.KVEventsRequest.SerializeToString,
+                response_deserializer=strata_dot_v1_dot_scheduler__pb2.KVEventsResponse.FromString,
+                _registered_method=True)
 
 
 class SchedulerServicer:
@@ -86,6 +91,13 @@ class SchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportKVEvents(self, request, context):
+        """Each node's KV tier store reports which blocks the node holds (any tier, device included).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchedulerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -108,6 +120,11 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.ListModels,
                     request_deserializer=strata_dot_v1_dot_common__pb2.ListModelsRequest.FromString,
                     response_serializer=strata_dot_v1_dot_common__pb2.ListModelsResponse.SerializeToString,
+            ),
+            'ReportKVEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportKVEvents,
+                    request_deserializer=strata_dot_v1_dot_scheduler__pb2.KVEventsRequest.FromString,
+                    response_serializer=strata_dot_v1_dot_scheduler__pb2.KVEventsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -219,6 +236,33 @@ class Scheduler:
             '/strata.v1.Scheduler/ListModels',
             strata_dot_v1_dot_common__pb2.ListModelsRequest.SerializeToString,
             strata_dot_v1_dot_common__pb2.ListModelsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportKVEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/strata.v1.Scheduler/ReportKVEvents',
+            strata_dot_v1_dot_scheduler__pb2.KVEventsRequest.SerializeToString,
+            strata_dot_v1_dot_scheduler__pb2.KVEventsResponse.FromString,
             options,
             channel_credentials,
             insecure,

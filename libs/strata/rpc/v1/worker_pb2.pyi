@@ -7,23 +7,25 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class WorkerGenerateRequest(_message.Message):
-    __slots__ = ("request_id", "tenant", "priority", "spec")
+    __slots__ = ("request_id", "tenant", "priority", "spec", "kv_source_address")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
+    KV_SOURCE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     tenant: str
     priority: int
     spec: _common_pb2.GenerationSpec
-    def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., priority: _Optional[int] = ..., spec: _Optional[_Union[_common_pb2.GenerationSpec, _Mapping]] = ...) -> None: ...
+    kv_source_address: str
+    def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., priority: _Optional[int] = ..., spec: _Optional[_Union[_common_pb2.GenerationSpec, _Mapping]] = ..., kv_source_address: _Optional[str] = ...) -> None: ...
 
 class GetStatsRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class WorkerStats(_message.Message):
-    __slots__ = ("model", "running_requests", "waiting_requests", "kv_blocks_total", "kv_blocks_free", "kv_blocks_cached", "prefix_hit_tokens", "tier_hit_tokens", "blocks_offloaded", "queued_tokens", "context_length", "memory_bytes", "steps", "step_tokens", "step_token_budget", "preemptions", "busy_seconds", "prompt_tokens", "max_batched_tokens", "kv_blocks_evicted", "block_lifetime_sum_s", "block_lifetime_p50_s", "block_lifetime_p99_s")
+    __slots__ = ("model", "running_requests", "waiting_requests", "kv_blocks_total", "kv_blocks_free", "kv_blocks_cached", "prefix_hit_tokens", "tier_hit_tokens", "blocks_offloaded", "queued_tokens", "context_length", "memory_bytes", "steps", "step_tokens", "step_token_budget", "preemptions", "busy_seconds", "prompt_tokens", "max_batched_tokens", "kv_blocks_evicted", "block_lifetime_sum_s", "block_lifetime_p50_s", "block_lifetime_p99_s", "waiting_for_memory", "tier_blocks_dropped", "prefetched_blocks", "kv_blocks_used")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     RUNNING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     WAITING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
@@ -47,6 +49,10 @@ class WorkerStats(_message.Message):
     BLOCK_LIFETIME_SUM_S_FIELD_NUMBER: _ClassVar[int]
     BLOCK_LIFETIME_P50_S_FIELD_NUMBER: _ClassVar[int]
     BLOCK_LIFETIME_P99_S_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FOR_MEMORY_FIELD_NUMBER: _ClassVar[int]
+    TIER_BLOCKS_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    PREFETCHED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    KV_BLOCKS_USED_FIELD_NUMBER: _ClassVar[int]
     model: str
     running_requests: int
     waiting_requests: int
@@ -70,4 +76,8 @@ class WorkerStats(_message.Message):
     block_lifetime_sum_s: float
     block_lifetime_p50_s: float
     block_lifetime_p99_s: float
-    def __init__(self, model: _Optional[str] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., kv_blocks_free: _Optional[int] = ..., kv_blocks_cached: _Optional[int] = ..., prefix_hit_tokens: _Optional[int] = ..., tier_hit_tokens: _Optional[int] = ..., blocks_offloaded: _Optional[int] = ..., queued_tokens: _Optional[int] = ..., context_length: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., steps: _Optional[int] = ..., step_tokens: _Optional[int] = ..., step_token_budget: _Optional[int] = ..., preemptions: _Optional[int] = ..., busy_seconds: _Optional[float] = ..., prompt_tokens: _Optional[int] = ..., max_batched_tokens: _Optional[int] = ..., kv_blocks_evicted: _Optional[int] = ..., block_lifetime_sum_s: _Optional[float] = ..., block_lifetime_p50_s: _Optional[float] = ..., block_lifetime_p99_s: _Optional[float] = ...) -> None: ...
+    waiting_for_memory: int
+    tier_blocks_dropped: int
+    prefetched_blocks: int
+    kv_blocks_used: int
+    def __init__(self, model: _Optional[str] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., kv_blocks_free: _Optional[int] = ..., kv_blocks_cached: _Optional[int] = ..., prefix_hit_tokens: _Optional[int] = ..., tier_hit_tokens: _Optional[int] = ..., blocks_offloaded: _Optional[int] = ..., queued_tokens: _Optional[int] = ..., context_length: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., steps: _Optional[int] = ..., step_tokens: _Optional[int] = ..., step_token_budget: _Optional[int] = ..., preemptions: _Optional[int] = ..., busy_seconds: _Optional[float] = ..., prompt_tokens: _Optional[int] = ..., max_batched_tokens: _Optional[int] = ..., kv_blocks_evicted: _Optional[int] = ..., block_lifetime_sum_s: _Optional[float] = ..., block_lifetime_p50_s: _Optional[float] = ..., block_lifetime_p99_s: _Optional[float] = ..., waiting_for_memory: _Optional[int] = ..., tier_blocks_dropped: _Optional[int] = ..., prefetched_blocks: _Optional[int] = ..., kv_blocks_used: _Optional[int] = ...) -> None: ...
