@@ -83,7 +83,7 @@ class TierStats(_message.Message):
     def __init__(self, tier: _Optional[str] = ..., blocks: _Optional[int] = ..., bytes_used: _Optional[int] = ..., bytes_capacity: _Optional[int] = ..., hits: _Optional[int] = ..., evictions: _Optional[int] = ..., migrations_in: _Optional[int] = ...) -> None: ...
 
 class KVStats(_message.Message):
-    __slots__ = ("blocks", "bytes_used", "bytes_capacity", "hits", "misses", "evictions", "checksum_failures", "tiers", "device_blocks", "pinned_blocks", "reserved_bytes", "pressure", "recovered_blocks", "dropped_corrupt", "peer_blocks_pulled", "reserve_refused")
+    __slots__ = ("blocks", "bytes_used", "bytes_capacity", "hits", "misses", "evictions", "checksum_failures", "tiers", "device_blocks", "pinned_blocks", "reserved_bytes", "pressure", "recovered_blocks", "dropped_corrupt", "peer_blocks_pulled", "reserve_refused", "node_blocks")
     BLOCKS_FIELD_NUMBER: _ClassVar[int]
     BYTES_USED_FIELD_NUMBER: _ClassVar[int]
     BYTES_CAPACITY_FIELD_NUMBER: _ClassVar[int]
@@ -100,6 +100,7 @@ class KVStats(_message.Message):
     DROPPED_CORRUPT_FIELD_NUMBER: _ClassVar[int]
     PEER_BLOCKS_PULLED_FIELD_NUMBER: _ClassVar[int]
     RESERVE_REFUSED_FIELD_NUMBER: _ClassVar[int]
+    NODE_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     blocks: int
     bytes_used: int
     bytes_capacity: int
@@ -116,7 +117,8 @@ class KVStats(_message.Message):
     dropped_corrupt: int
     peer_blocks_pulled: int
     reserve_refused: int
-    def __init__(self, blocks: _Optional[int] = ..., bytes_used: _Optional[int] = ..., bytes_capacity: _Optional[int] = ..., hits: _Optional[int] = ..., misses: _Optional[int] = ..., evictions: _Optional[int] = ..., checksum_failures: _Optional[int] = ..., tiers: _Optional[_Iterable[_Union[TierStats, _Mapping]]] = ..., device_blocks: _Optional[int] = ..., pinned_blocks: _Optional[int] = ..., reserved_bytes: _Optional[int] = ..., pressure: _Optional[bool] = ..., recovered_blocks: _Optional[int] = ..., dropped_corrupt: _Optional[int] = ..., peer_blocks_pulled: _Optional[int] = ..., reserve_refused: _Optional[int] = ...) -> None: ...
+    node_blocks: int
+    def __init__(self, blocks: _Optional[int] = ..., bytes_used: _Optional[int] = ..., bytes_capacity: _Optional[int] = ..., hits: _Optional[int] = ..., misses: _Optional[int] = ..., evictions: _Optional[int] = ..., checksum_failures: _Optional[int] = ..., tiers: _Optional[_Iterable[_Union[TierStats, _Mapping]]] = ..., device_blocks: _Optional[int] = ..., pinned_blocks: _Optional[int] = ..., reserved_bytes: _Optional[int] = ..., pressure: _Optional[bool] = ..., recovered_blocks: _Optional[int] = ..., dropped_corrupt: _Optional[int] = ..., peer_blocks_pulled: _Optional[int] = ..., reserve_refused: _Optional[int] = ..., node_blocks: _Optional[int] = ...) -> None: ...
 
 class AttachRequest(_message.Message):
     __slots__ = ()
@@ -207,10 +209,12 @@ class AcquireResponse(_message.Message):
     def __init__(self, blocks: _Optional[_Iterable[_Union[PinnedBlock, _Mapping]]] = ..., lease_id: _Optional[int] = ..., disk_blocks: _Optional[int] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
-    __slots__ = ("lease_ids",)
+    __slots__ = ("lease_ids", "moved")
     LEASE_IDS_FIELD_NUMBER: _ClassVar[int]
+    MOVED_FIELD_NUMBER: _ClassVar[int]
     lease_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, lease_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    moved: bool
+    def __init__(self, lease_ids: _Optional[_Iterable[int]] = ..., moved: _Optional[bool] = ...) -> None: ...
 
 class ReleaseResponse(_message.Message):
     __slots__ = ()
