@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -60,7 +61,8 @@ def block_filename(block_hash: int) -> str:
 
 class DiskTier:
     def __init__(self, root_dir: str | os.PathLike[str], capacity_bytes: int,
-                 verify_on_open: bool = True):
+                 verify_on_open: bool = True,
+                 on_evict: Callable[[int], None] | None = None):
         if capacity_bytes <= 0:
             raise ValueError(f"capacity_bytes must be positive, got {capacity_bytes}")
         self.root = Path(root_dir)
@@ -73,7 +75,10 @@ class DiskTier:
         self._next_seq = 0
         self._manifest: IO[str] | None = None
         self._blocks_dir.mkdir(parents=True, exist_ok=True)
+        # Not called for evictions during recovery: nobody has seen those blocks yet.
+        self.on_evict: Callable[[int], None] | None = None
         self._recover(verify_on_open)
+        self.on_evict = on_evict   # called with each hash the LRU drops to make room
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -90,6 +95,10 @@ class DiskTier:
     def hashes(self) -> list[int]:
         """Live block hashes, least recently used first."""
         return list(self._entries)
+
+    def entries(self) -> list[tuple[int, str, int, int]]:
+        """(hash, layout, size, checksum) of every live block, least recently used first."""
+        return [(h, e.layout, e.size, e.checksum) for h, e in self._entries.items()]
 
     def close(self) -> None:
         if self._manifest is not None:
@@ -136,6 +145,27 @@ class DiskTier:
             out.append(StoredBlock(block_hash=h, layout=entry.layout, data=data,
                                    checksum=entry.checksum))
         return out
+
+    def read(self, block_hash: int) -> StoredBlock | None:
+        """One block, verified; a block whose file fails its checksum is dropped and None."""
+        entry = self._entries.get(block_hash)
+        if entry is None:
+            return None
+        data = self._load(block_hash, entry, verify=True)
+        if data is None:
+            self._drop(block_hash)
+            return None
+        self._entries.move_to_end(block_hash)
+        self.stats.hits += 1
+        return StoredBlock(block_hash=block_hash, layout=entry.layout, data=data,
+                           checksum=entry.checksum)
+
+    def remove(self, block_hash: int) -> bool:
+        """Drop a block that moved to another tier (logged, then unlinked)."""
+        if block_hash not in self._entries:
+            return False
+        self._drop(block_hash)
+        return True
 
     def compact(self) -> None:
         """Rewrite the manifest as one put record per live block, in LRU order, atomically."""
@@ -253,6 +283,8 @@ class DiskTier:
     def _evict_lru(self) -> None:
         h = next(iter(self._entries))
         self._drop(h)
+        if self.on_evict is not None:
+            self.on_evict(h)
 
     def _drop(self, h: int) -> None:
         entry = self._entries.pop(h)
