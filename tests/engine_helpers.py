@@ -44,27 +44,63 @@ def run_to_end(engine: LLMEngine, max_steps: int = 10_000) -> dict[str, list[int
 
 
 class LocalTierClient:
-    """The TierClient interface over an in-process HostTier (no gRPC), for engine unit tests."""
+    """The TierClient interface over an in-process TieredStore (real shared-memory segment in a
+    temp folder, real directory and migrations; no gRPC), for engine unit tests."""
 
-    def __init__(self, capacity_bytes: int = 1 << 30):
-        from strata.kvtier.host_tier import HostTier
+    def __init__(self, host_bytes: int = 64 << 20, disk_bytes: int = 0):
+        import tempfile
+        import time
 
-        self.tier = HostTier(capacity_bytes)
+        from strata.kvtier.disk_tier import DiskTier
+        from strata.kvtier.shm_segment import ShmSegment
+        from strata.kvtier.tiered_store import TieredStore
+        from strata.policy.kv_tiering import HeatPolicy
+
+        self._dir = tempfile.TemporaryDirectory(prefix="strata-kv-test-")
+        seg = ShmSegment(f"{self._dir.name}/seg", host_bytes, create=True)
+        disk = DiskTier(f"{self._dir.name}/disk", disk_bytes) if disk_bytes else None
+        self.store = TieredStore(seg, min(host_bytes, 16 << 20), disk, HeatPolicy(),
+                                 time.monotonic)
+        self.segment = seg
         self.offloaded = 0
+        self.dropped = 0
+        self.prefetched = 0
         self.gets = 0
+        self.prefetches: list[list[int]] = []
 
-    def put_async(self, block_hash, data, layout):
+    shared_memory = True
+
+    def prepare(self, nbytes):
+        pass
+
+    def take_slot(self, nbytes):
+        offsets = self.store.reserve(nbytes, 1)
+        if not offsets:
+            self.dropped += 1
+            return None
+        return offsets[0], self.segment.read(offsets[0], nbytes)
+
+    def commit_slot(self, offset, block_hash, layout, nbytes):
         from strata.kvtier.hashing import checksum
-        from strata.kvtier.host_tier import StoredBlock
 
-        self.tier.put(StoredBlock(block_hash, layout, data, checksum(data)))
-        self.offloaded += 1
+        crc = checksum(self.segment.read(offset, nbytes))
+        stored, dups, _ = self.store.commit([(offset, block_hash, layout, crc)], [])
+        self.offloaded += stored + dups
 
-    def lookup(self, hashes):
-        return self.tier.prefix_len(hashes)
+    def note_device(self, stored, removed):
+        self.store.note_device("test", stored, removed, reset=False)
 
-    def get(self, hashes):
+    def prefetch(self, hashes, peer=""):
+        self.prefetches.append(list(hashes))
+        self.prefetched += self.store.prefetch(hashes)[1]
+
+    def acquire(self, hashes):
         from strata.kvtier.client import FetchedBlock
 
         self.gets += 1
-        return [FetchedBlock(b.block_hash, b.data, b.layout) for b in self.tier.get_prefix(hashes)]
+        pinned, lease, _ = self.store.acquire(hashes, promote=True)
+        return [FetchedBlock(p.block_hash, self.segment.read(p.offset, p.nbytes), p.layout,
+                             p.checksum) for p in pinned], lease
+
+    def release(self, lease_id, moved):
+        self.store.release([lease_id], moved)

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 
 from services.kvstore.config import KVStoreConfig
+from services.kvstore.events import EventPublisher
 from services.kvstore.servicer import KVStoreServicer
-from strata.kvtier.host_tier import HostTier
+from strata.kvtier.disk_tier import DiskTier
+from strata.kvtier.migrator import Migrator
+from strata.kvtier.shm_segment import ShmSegment, segment_path
+from strata.kvtier.tiered_store import TieredStore
+from strata.policy.kv_tiering import make_policy
 from strata.rpc.server import Registration, run, serve_until_signal, start_server
 from strata.rpc.v1 import kvstore_pb2, kvstore_pb2_grpc
 from strata.telemetry.setup import init_tracing
@@ -17,14 +24,40 @@ log = logging.getLogger("services.kvstore")
 async def main() -> None:
     cfg = KVStoreConfig.from_env()
     init_tracing("kvstore", cfg.otlp_endpoint)
-    servicer = KVStoreServicer(HostTier(cfg.host_capacity_bytes))
+    port = int(cfg.bind.rsplit(":", 1)[1])
+    segment = ShmSegment(segment_path(cfg.shm_dir, cfg.node_id, port),
+                         cfg.host_capacity_bytes, create=True)
+    # Opening the disk tier replays its manifest: after a crash the directory comes back from
+    # it, and blocks whose files fail their checksums are dropped before anything is served.
+    disk = DiskTier(cfg.disk_dir, cfg.disk_capacity_bytes) if cfg.disk_capacity_bytes else None
+    store = TieredStore(segment, cfg.slab_bytes, disk, make_policy(cfg.policy), time.monotonic,
+                        cfg.high_watermark, cfg.low_watermark)
+    migrator = Migrator(store).start()
+    servicer = KVStoreServicer(store, str(segment.path))
     running = await start_server([Registration(
         add=lambda s: kvstore_pb2_grpc.add_KVStoreServicer_to_server(servicer, s),
         service_name=kvstore_pb2.DESCRIPTOR.services_by_name["KVStore"].full_name)],
         bind=cfg.bind)
-    log.info("kvstore listening on %s (host tier %d MiB)", cfg.bind,
-             cfg.host_capacity_bytes >> 20)
-    await serve_until_signal(running)
+    publisher = None
+    if cfg.scheduler_addr:
+        publisher = EventPublisher(store, cfg.scheduler_addr, cfg.node_id, cfg.advertise,
+                                   cfg.events_interval_s)
+        events = asyncio.create_task(publisher.run())
+    log.info("kvstore listening on %s (host tier %d MiB in %s, disk tier %d MiB in %s, "
+             "%d blocks recovered, %d dropped as corrupt)", cfg.bind,
+             cfg.host_capacity_bytes >> 20, segment.path, cfg.disk_capacity_bytes >> 20,
+             cfg.disk_dir if disk else "-", store.counters.recovered,
+             store.counters.dropped_corrupt)
+    try:
+        await serve_until_signal(running)
+    finally:
+        if publisher is not None:
+            events.cancel()
+            await publisher.close()
+        migrator.stop()
+        if disk is not None:
+            disk.close()
+        segment.close()
 
 
 if __name__ == "__main__":

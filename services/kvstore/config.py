@@ -2,22 +2,66 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from dataclasses import dataclass
 
 from strata import defaults
-from strata.envconfig import env_int, env_str
+from strata.envconfig import ConfigError, data_dir, env_float, env_int, env_str
+from strata.kvtier import shm_segment
+from strata.policy.kv_tiering import POLICIES
+
+SLAB_BYTES = 16 << 20
 
 
 @dataclass(frozen=True, slots=True)
 class KVStoreConfig:
+    node_id: str
     bind: str = defaults.KVSTORE_ADDR
+    advertise: str = defaults.KVSTORE_ADDR   # how other nodes' stores reach this one
     otlp_endpoint: str = ""
+    scheduler_addr: str = ""                 # empty: no block events (single-node tests)
     host_capacity_bytes: int = 1 << 30
+    slab_bytes: int = SLAB_BYTES
+    shm_dir: str = shm_segment.DEFAULT_DIR
+    disk_dir: str = ""
+    disk_capacity_bytes: int = 0             # 0: no disk tier
+    policy: str = "heat"
+    high_watermark: float = 0.90
+    low_watermark: float = 0.75
+    events_interval_s: float = 0.5
 
     @classmethod
     def from_env(cls) -> KVStoreConfig:
+        node_id = env_str("STRATA_KVSTORE_NODE_ID", env_str("STRATA_NODE_ID",
+                                                            socket.gethostname()))
+        bind = env_str("STRATA_KVSTORE_BIND", defaults.KVSTORE_ADDR)
+        host_bytes = env_int("STRATA_KVSTORE_HOST_BYTES", 1 << 30, minimum=1)
+        policy = env_str("STRATA_KVSTORE_POLICY", "heat")
+        if policy not in POLICIES:
+            raise ConfigError(f"STRATA_KVSTORE_POLICY must be one of {', '.join(POLICIES)}, "
+                              f"got {policy!r}")
+        shm_dir = env_str("STRATA_KVSTORE_SHM_DIR", shm_segment.DEFAULT_DIR)
+        if not shm_segment.usable_dir(shm_dir):
+            raise ConfigError(f"STRATA_KVSTORE_SHM_DIR={shm_dir} is not a writable folder; "
+                              f"point it at /dev/shm or another tmpfs")
+        high = env_float("STRATA_KVSTORE_HIGH_WATERMARK", 0.90)
+        low = env_float("STRATA_KVSTORE_LOW_WATERMARK", 0.75)
+        if not 0 < low < high <= 1:
+            raise ConfigError(f"need 0 < STRATA_KVSTORE_LOW_WATERMARK < "
+                              f"STRATA_KVSTORE_HIGH_WATERMARK <= 1, got {low} and {high}")
         return cls(
-            bind=env_str("STRATA_KVSTORE_BIND", defaults.KVSTORE_ADDR),
+            node_id=node_id, bind=bind,
+            advertise=env_str("STRATA_KVSTORE_ADVERTISE", bind),
             otlp_endpoint=env_str("STRATA_OTLP_ENDPOINT", ""),
-            host_capacity_bytes=env_int("STRATA_KVSTORE_HOST_BYTES", 1 << 30, minimum=1),
+            scheduler_addr=env_str("STRATA_SCHEDULER_ADDR", ""),
+            host_capacity_bytes=host_bytes,
+            slab_bytes=min(env_int("STRATA_KVSTORE_SLAB_BYTES", SLAB_BYTES, minimum=4096),
+                           host_bytes),
+            shm_dir=shm_dir,
+            disk_dir=env_str("STRATA_KVSTORE_DISK_DIR",
+                             os.path.join(data_dir(), "kv", node_id)),
+            disk_capacity_bytes=env_int("STRATA_KVSTORE_DISK_BYTES", 0, minimum=0),
+            policy=policy, high_watermark=high, low_watermark=low,
+            events_interval_s=env_float("STRATA_KVSTORE_EVENTS_INTERVAL_S", 0.5),
         )

@@ -1,50 +1,199 @@
-"""KVStore gRPC servicer: protobuf <-> the host tier."""
+"""KVStore gRPC servicer: protobuf <-> the tiered store. Calls that may touch the disk run in a
+worker thread so that the event loop keeps answering the node's other workers."""
 
 from __future__ import annotations
+
+import asyncio
+import logging
 
 import grpc
 
 from strata.kvtier.hashing import from_bytes, to_bytes
-from strata.kvtier.host_tier import HostTier, StoredBlock
+from strata.kvtier.blocks import StoredBlock
+from strata.kvtier.tiered_store import Tier, TieredStore
+from strata.rpc.server import CHANNEL_OPTIONS
 from strata.rpc.v1 import kvstore_pb2, kvstore_pb2_grpc
 
+log = logging.getLogger(__name__)
+
 MAX_HASHES = 4096
+MAX_RESERVE = 1024
 
 
 class KVStoreServicer(kvstore_pb2_grpc.KVStoreServicer):
-    def __init__(self, tier: HostTier):
-        self.tier = tier
+    def __init__(self, store: TieredStore, shm_path: str = ""):
+        self.store = store
+        self.shm_path = shm_path
+        self._peers: dict[str, kvstore_pb2_grpc.KVStoreStub] = {}
+        self._pulls: set[asyncio.Task] = set()
 
-    async def PutBlocks(self, request: kvstore_pb2.PutBlocksRequest,
-                        context: grpc.aio.ServicerContext) -> kvstore_pb2.PutBlocksResponse:
-        stored = evicted = 0
-        for blk in request.blocks:
-            h = await _hash(blk.block_hash, context)
-            ok, ev = self.tier.put(StoredBlock(h, blk.layout, blk.data, blk.checksum))
-            stored += ok
-            evicted += ev
-        return kvstore_pb2.PutBlocksResponse(stored=stored, evicted=evicted)
+    # -- byte path ---------------------------------------------------------------------------
+    async def PutBlocks(self, request, context):
+        blocks = [StoredBlock(await _hash(b.block_hash, context), b.layout, b.data, b.checksum)
+                  for b in request.blocks]
+        stored = await asyncio.to_thread(lambda: sum(self.store.put_bytes(b) for b in blocks))
+        return kvstore_pb2.PutBlocksResponse(stored=stored)
 
-    async def GetBlocks(self, request: kvstore_pb2.GetBlocksRequest,
-                        context: grpc.aio.ServicerContext) -> kvstore_pb2.GetBlocksResponse:
+    async def GetBlocks(self, request, context):
         hashes = await _hashes(request.block_hashes, context)
-        blocks = self.tier.get_prefix(hashes)
-        return kvstore_pb2.GetBlocksResponse(blocks=[
-            kvstore_pb2.KVBlock(block_hash=to_bytes(b.block_hash), layout=b.layout, data=b.data,
-                                checksum=b.checksum) for b in blocks])
+        blocks = await asyncio.to_thread(self.store.read_prefix, hashes)
+        return kvstore_pb2.GetBlocksResponse(blocks=[_pb_block(b) for b in blocks])
 
-    async def Lookup(self, request: kvstore_pb2.LookupRequest,
-                     context: grpc.aio.ServicerContext) -> kvstore_pb2.LookupResponse:
+    async def StreamBlocks(self, request, context):
         hashes = await _hashes(request.block_hashes, context)
-        return kvstore_pb2.LookupResponse(prefix_blocks=self.tier.prefix_len(hashes))
+        for start in range(0, len(hashes), 8):
+            chunk = hashes[start:start + 8]
+            blocks = await asyncio.to_thread(self.store.read_prefix, chunk)
+            for b in blocks:
+                yield _pb_block(b)
+            if len(blocks) < len(chunk):
+                return
 
-    async def GetStats(self, request: kvstore_pb2.KVStatsRequest,
-                       context: grpc.aio.ServicerContext) -> kvstore_pb2.KVStats:
-        s = self.tier.stats
+    async def Lookup(self, request, context):
+        hashes = await _hashes(request.block_hashes, context)
+        n, host, disk = self.store.lookup(hashes)
+        return kvstore_pb2.LookupResponse(prefix_blocks=n, host_blocks=host, disk_blocks=disk)
+
+    # -- shared-memory path -------------------------------------------------------------------
+    async def Attach(self, request, context):
+        return kvstore_pb2.AttachResponse(shm_path=self.shm_path,
+                                          shm_bytes=self.store.segment.size)
+
+    async def Reserve(self, request, context):
+        if not 0 < request.count <= MAX_RESERVE:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"count must be between 1 and {MAX_RESERVE}, got {request.count}")
+        if not self.store.alloc.fits(request.block_bytes):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"a {request.block_bytes}-byte block does not fit this store's "
+                                f"{self.store.alloc.slab_bytes}-byte slabs; raise "
+                                f"STRATA_KVSTORE_SLAB_BYTES or use the byte path")
+        offsets = await asyncio.to_thread(self.store.reserve, request.block_bytes, request.count)
+        return kvstore_pb2.ReserveResponse(offsets=offsets)
+
+    async def Commit(self, request, context):
+        blocks = [(b.offset, b.block_hash, b.layout, b.checksum) for b in request.blocks]
+        stored, dups, rejected = await asyncio.to_thread(self.store.commit, blocks,
+                                                         list(request.unused_offsets))
+        return kvstore_pb2.CommitResponse(stored=stored, duplicates=dups, rejected=rejected)
+
+    async def Acquire(self, request, context):
+        hashes = _check_count(list(request.block_hashes))
+        if hashes is None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"at most {MAX_HASHES} block hashes per call")
+        pinned, lease, on_disk = await asyncio.to_thread(self.store.acquire, hashes,
+                                                         request.promote)
+        return kvstore_pb2.AcquireResponse(
+            blocks=[kvstore_pb2.PinnedBlock(block_hash=p.block_hash, offset=p.offset,
+                                            nbytes=p.nbytes, layout=p.layout,
+                                            checksum=p.checksum) for p in pinned],
+            lease_id=lease, disk_blocks=on_disk)
+
+    async def Release(self, request, context):
+        self.store.release(list(request.lease_ids), request.moved)
+        return kvstore_pb2.ReleaseResponse()
+
+    async def Prefetch(self, request, context):
+        hashes = _check_count(list(request.block_hashes))
+        if hashes is None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"at most {MAX_HASHES} block hashes per call")
+        if request.peer_address:
+            held, _, _ = self.store.lookup(hashes)
+            if held < len(hashes):
+                task = asyncio.create_task(self._pull(request.peer_address, hashes[held:]))
+                self._pulls.add(task)
+                task.add_done_callback(self._pulls.discard)
+        host, queued = self.store.prefetch(hashes)
+        return kvstore_pb2.PrefetchResponse(host_blocks=host, queued_promotions=queued)
+
+    async def NoteDeviceBlocks(self, request, context):
+        if not request.worker_id:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                "worker_id is required: device blocks are tracked per worker")
+        self.store.note_device(request.worker_id, list(request.stored), list(request.removed),
+                               request.reset)
+        return kvstore_pb2.DeviceBlocksResponse()
+
+    # -- cross-node ---------------------------------------------------------------------------
+    async def Pull(self, request, context):
+        if not request.peer_address:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                "peer_address is required: the store to pull blocks from")
+        hashes = _check_count(list(request.block_hashes))
+        if hashes is None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"at most {MAX_HASHES} block hashes per call")
+        try:
+            pulled = await self._pull(request.peer_address, hashes)
+        except grpc.aio.AioRpcError as err:
+            await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                f"peer store {request.peer_address} failed: "
+                                f"{err.code().name} {err.details()}")
+        return kvstore_pb2.PullResponse(pulled=pulled)
+
+    async def _pull(self, peer: str, hashes: list[int]) -> int:
+        """Stream a prefix from a peer store into this one; blocks already here are skipped."""
+        held, _, _ = self.store.lookup(hashes)
+        want = hashes[held:]
+        if not want:
+            return 0
+        stub = self._peers.get(peer)
+        if stub is None:
+            stub = self._peers[peer] = kvstore_pb2_grpc.KVStoreStub(
+                grpc.aio.insecure_channel(peer, options=CHANNEL_OPTIONS))
+        pulled = 0
+        request = kvstore_pb2.GetBlocksRequest(block_hashes=[to_bytes(h) for h in want])
+        try:
+            async for blk in stub.StreamBlocks(request, timeout=30.0):
+                b = StoredBlock(from_bytes(blk.block_hash), blk.layout, blk.data, blk.checksum)
+                if b.block_hash != want[pulled] or \
+                        not await asyncio.to_thread(self.store.put_bytes, b):
+                    break
+                pulled += 1
+        except grpc.aio.AioRpcError as err:
+            log.warning("pulling %d blocks from %s stopped after %d: %s", len(want), peer,
+                        pulled, err.code().name)
+            if pulled == 0:
+                raise
+        self.store.counters.peer_pulled += pulled
+        return pulled
+
+    # -- stats --------------------------------------------------------------------------------
+    async def GetStats(self, request, context):
+        s = self.store
+        c = s.counters
+        counts = s.tier_counts()
+        disk_cap = s.disk.capacity_bytes if s.disk is not None else 0
+        node_blocks, device_blocks = s.node_blocks()
+        tiers = [kvstore_pb2.TierStats(
+            tier="host", blocks=counts[Tier.HOST][0], bytes_used=counts[Tier.HOST][1],
+            bytes_capacity=s.alloc.capacity_bytes, hits=c.host_hits,
+            evictions=c.host_evictions, migrations_in=c.promotions),
+            kvstore_pb2.TierStats(
+            tier="disk", blocks=counts[Tier.DISK][0], bytes_used=counts[Tier.DISK][1],
+            bytes_capacity=disk_cap, hits=c.disk_hits, evictions=c.disk_evictions,
+            migrations_in=c.demotions)]
         return kvstore_pb2.KVStats(
-            blocks=len(self.tier), bytes_used=self.tier.bytes_used,
-            bytes_capacity=self.tier.capacity_bytes, hits=s.hits, misses=s.misses,
-            evictions=s.evictions, checksum_failures=s.checksum_failures)
+            blocks=len(s), bytes_used=counts[Tier.HOST][1] + counts[Tier.DISK][1],
+            bytes_capacity=s.alloc.capacity_bytes + disk_cap,
+            hits=c.host_hits + c.disk_hits, misses=c.misses,
+            evictions=c.host_evictions + c.disk_evictions,
+            checksum_failures=c.checksum_failures, tiers=tiers, device_blocks=device_blocks,
+            pinned_blocks=s.pinned_blocks(), reserved_bytes=s.reserved_bytes(),
+            pressure=s.pressure, recovered_blocks=c.recovered,
+            dropped_corrupt=c.dropped_corrupt, peer_blocks_pulled=c.peer_pulled,
+            reserve_refused=c.reserve_refused, node_blocks=node_blocks)
+
+
+def _pb_block(b: StoredBlock) -> kvstore_pb2.KVBlock:
+    return kvstore_pb2.KVBlock(block_hash=to_bytes(b.block_hash), layout=b.layout, data=b.data,
+                               checksum=b.checksum)
+
+
+def _check_count(hashes: list[int]) -> list[int] | None:
+    return hashes if len(hashes) <= MAX_HASHES else None
 
 
 async def _hash(raw: bytes, context: grpc.aio.ServicerContext) -> int:

@@ -27,7 +27,8 @@ async def main() -> None:
     init_tracing("worker", cfg.otlp_endpoint)
     started = time.perf_counter()
     loaded = load_model(cfg.model)
-    tier = TierLink(TierClient(cfg.kvstore_addr)) if cfg.kvstore_addr else None
+    tier = TierLink(TierClient(cfg.kvstore_addr, worker_id=f"{cfg.model}/{cfg.replica_id}")) \
+        if cfg.kvstore_addr else None
     llm = LLMEngine(loaded, cfg.engine, tier=tier)
     warm = llm.warm_up()
     engine = AsyncEngine(llm)

@@ -37,7 +37,8 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
             req = EngineRequest(
                 request_id=request.request_id or uuid.uuid4().hex, prompt_ids=ids,
                 params=sampling_from_pb(spec), tenant=request.tenant,
-                prefix_public=spec.prefix_public, priority=request.priority)
+                prefix_public=spec.prefix_public, priority=request.priority,
+                kv_source=request.kv_source_address)
         except ValueError as err:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         with _tracer.start_as_current_span(names.SPAN_WORKER_GENERATE) as span:
@@ -80,7 +81,9 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
             prompt_tokens=e.stats.prompt_tokens, max_batched_tokens=e.config.max_batched_tokens,
             kv_blocks_evicted=pool.evicted_lifetimes_count,
             block_lifetime_sum_s=pool.evicted_lifetime_sum_s, block_lifetime_p50_s=p50,
-            block_lifetime_p99_s=p99)
+            block_lifetime_p99_s=p99, waiting_for_memory=e.scheduler.waiting_for_memory,
+            tier_blocks_dropped=tier.dropped if tier else 0,
+            prefetched_blocks=tier.prefetched if tier else 0, kv_blocks_used=pool.num_used)
 
 
 def sampling_from_pb(spec: common_pb2.GenerationSpec) -> SamplingParams:

@@ -1,44 +1,70 @@
-"""KV tier store in-process on port 0: prefix semantics, checksums, LRU eviction, bad hashes,
-stats; then the real engine path (TierClient + TierLink) offloading and loading blocks back."""
+"""KV tier store in-process on port 0 over a real shared-memory segment (in a temp folder) and a
+real disk tier: byte path, checksums, bad input, the shared-memory slot protocol through the real
+TierClient, demotion to disk and promotion back, one copy per node, cross-node pulls, events to
+the scheduler; then the engine path (TierClient + TierLink) offloading and loading blocks back."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import grpc
 import pytest
 
+from services.kvstore.events import EventPublisher
 from services.kvstore.servicer import KVStoreServicer
 from strata.engine.engine import EngineRequest
 from strata.engine.sequence import SamplingParams
 from strata.engine.tier_link import TierLink
 from strata.kvtier.client import TierClient
+from strata.kvtier.disk_tier import DiskTier
 from strata.kvtier.hashing import checksum, to_bytes
-from strata.kvtier.host_tier import HostTier
+from strata.kvtier.shm_segment import ShmSegment
+from strata.kvtier.tiered_store import Tier, TieredStore
+from strata.policy.kv_tiering import LRUPolicy
 from strata.rpc.server import Registration, channel, start_server
-from strata.rpc.v1 import kvstore_pb2, kvstore_pb2_grpc
+from strata.rpc.v1 import kvstore_pb2, kvstore_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
 from tests.engine_helpers import run_to_end, tiny_engine
 
+SLAB = 4096
 
-async def serve(tier: HostTier):
-    servicer = KVStoreServicer(tier)
-    return await start_server([Registration(
-        add=lambda s: kvstore_pb2_grpc.add_KVStoreServicer_to_server(servicer, s),
-        service_name=kvstore_pb2.DESCRIPTOR.services_by_name["KVStore"].full_name)])
+
+class Store:
+    def __init__(self, tmp_path, name: str, host_bytes: int, disk_bytes: int):
+        self.segment = ShmSegment(tmp_path / f"{name}.shm", host_bytes, create=True)
+        self.disk = DiskTier(tmp_path / f"{name}-disk", disk_bytes) if disk_bytes else None
+        self.tiered = TieredStore(self.segment, min(SLAB, host_bytes), self.disk, LRUPolicy(),
+                                  time.monotonic)
+        self.servicer = KVStoreServicer(self.tiered, str(self.segment.path))
+
+    async def start(self):
+        self.running = await start_server([Registration(
+            add=lambda s: kvstore_pb2_grpc.add_KVStoreServicer_to_server(self.servicer, s),
+            service_name=kvstore_pb2.DESCRIPTOR.services_by_name["KVStore"].full_name)])
+        self.channel = channel(self.running.address)
+        self.stub = kvstore_pb2_grpc.KVStoreStub(self.channel)
+        return self
+
+    async def stop(self):
+        await self.channel.close()
+        await self.running.stop(0)
+        if self.disk is not None:
+            self.disk.close()
+        self.segment.close()
 
 
 @pytest.fixture
-def tier(request) -> HostTier:
-    return HostTier(getattr(request, "param", 1 << 20))
+async def make_store(tmp_path):
+    made = []
 
+    async def _make(host_bytes: int = 64 * 1024, disk_bytes: int = 0, name: str = "a"):
+        store = await Store(tmp_path, name, host_bytes, disk_bytes).start()
+        made.append(store)
+        return store
 
-@pytest.fixture
-async def store(tier):
-    running = await serve(tier)
-    ch = channel(running.address)
-    yield kvstore_pb2_grpc.KVStoreStub(ch)
-    await ch.close()
-    await running.stop(0)
+    yield _make
+    for store in made:
+        await store.stop()
 
 
 def block(h: int, data: bytes, layout: str = "float32:1x2x4x1x2") -> kvstore_pb2.KVBlock:
@@ -50,87 +76,172 @@ def hashes(*hs: int) -> list[bytes]:
     return [to_bytes(h) for h in hs]
 
 
-async def put(stub, *blocks: kvstore_pb2.KVBlock) -> tuple[int, int]:
-    reply = await stub.PutBlocks(kvstore_pb2.PutBlocksRequest(blocks=blocks))
-    return reply.stored, reply.evicted
+async def prefix(stub, *hs: int) -> tuple[int, int, int]:
+    r = await stub.Lookup(kvstore_pb2.LookupRequest(block_hashes=hashes(*hs)))
+    return r.prefix_blocks, r.host_blocks, r.disk_blocks
 
 
-async def prefix(stub, *hs: int) -> int:
-    return (await stub.Lookup(kvstore_pb2.LookupRequest(block_hashes=hashes(*hs)))).prefix_blocks
-
-
-async def stats(stub) -> tuple[int, ...]:
-    s = await stub.GetStats(kvstore_pb2.KVStatsRequest())
-    return (s.blocks, s.bytes_used, s.bytes_capacity, s.hits, s.misses, s.evictions,
-            s.checksum_failures)
-
-
-async def test_put_lookup_get_round_trip_stops_at_the_first_missing_hash(store):
-    a, b, c = block(1, b"a" * 10), block(2, b"b" * 20), block(3, b"c" * 30, layout="other")
-    assert await put(store, a, b, c) == (3, 0)
-    assert await prefix(store, 1, 2, 3) == 3
-    assert await prefix(store, 1, 9, 3) == 1       # 3 is stored, but 9 ends the prefix
-    assert await prefix(store, 9, 1) == 0
-    reply = await store.GetBlocks(kvstore_pb2.GetBlocksRequest(block_hashes=hashes(1, 2, 3)))
-    assert [(b.block_hash, b.layout, b.data, b.checksum) for b in reply.blocks] == [
-        (x.block_hash, x.layout, x.data, x.checksum) for x in (a, b, c)]
-    reply = await store.GetBlocks(kvstore_pb2.GetBlocksRequest(block_hashes=hashes(1, 9, 3)))
-    assert [b.data for b in reply.blocks] == [b"a" * 10]
-    # blocks, bytes used, capacity, hits (1+2+3 then 1), misses (the 9), evictions, failures
-    assert await stats(store) == (3, 60, 1 << 20, 4, 1, 0, 0)
-
-
-async def test_block_with_a_wrong_checksum_is_rejected(store):
-    bad = block(7, b"payload")
+async def test_byte_path_round_trip_stops_at_the_first_missing_hash(make_store):
+    s = await make_store()
+    a, b, c = block(1, b"a" * 1024), block(2, b"b" * 1024), block(3, b"c" * 512, layout="x")
+    bad = block(4, b"d" * 1024)
     bad.checksum ^= 1
-    assert await put(store, bad, block(8, b"good")) == (1, 0)
-    assert await prefix(store, 7) == 0
-    assert await prefix(store, 8) == 1
-    assert await stats(store) == (1, 4, 1 << 20, 0, 0, 0, 0)
+    reply = await s.stub.PutBlocks(kvstore_pb2.PutBlocksRequest(blocks=[a, b, c, bad]))
+    assert reply.stored == 3                           # the bad checksum is refused
+    assert await prefix(s.stub, 1, 2, 3, 4) == (3, 3, 0)
+    assert await prefix(s.stub, 1, 9, 3) == (1, 1, 0)
+    got = await s.stub.GetBlocks(kvstore_pb2.GetBlocksRequest(block_hashes=hashes(1, 2, 9, 3)))
+    assert [(x.block_hash, x.layout, x.data) for x in got.blocks] == [
+        (y.block_hash, y.layout, y.data) for y in (a, b)]
+    stats = await s.stub.GetStats(kvstore_pb2.KVStatsRequest())
+    assert (stats.blocks, stats.bytes_used, stats.hits, stats.misses,
+            stats.checksum_failures) == (3, 2560, 2, 1, 1)
+    assert [(t.tier, t.blocks) for t in stats.tiers] == [("host", 3), ("disk", 0)]
 
 
-@pytest.mark.parametrize("tier", [300], indirect=True)
-async def test_lru_eviction_in_a_300_byte_store(store):
-    assert await put(store, *(block(h, bytes([h]) * 100) for h in (1, 2, 3))) == (3, 0)
-    await store.GetBlocks(kvstore_pb2.GetBlocksRequest(block_hashes=hashes(1)))  # 1 is now MRU
-    assert await put(store, block(4, b"d" * 100)) == (1, 1)
-    assert [await prefix(store, h) for h in (1, 2, 3, 4)] == [1, 0, 1, 1]
-    # 250 bytes fit only after all three 100-byte blocks leave
-    assert await put(store, block(5, b"e" * 250)) == (1, 3)
-    assert [await prefix(store, h) for h in (1, 3, 4, 5)] == [0, 0, 0, 1]
-    assert await put(store, block(6, b"f" * 301)) == (0, 0)     # larger than the whole store
-    assert await stats(store) == (1, 250, 300, 1, 0, 4, 0)
-
-
-async def test_a_block_corrupted_in_the_store_ends_the_prefix_and_is_dropped(store, tier):
-    assert await put(store, block(1, b"a" * 10), block(2, b"b" * 10), block(3, b"c" * 10)) == (
-        3, 0)
-    # Memory corruption behind the store's back: the checksum taken at put time no longer fits.
-    tier._blocks[2].data = b"B" * 10
-    reply = await store.GetBlocks(kvstore_pb2.GetBlocksRequest(block_hashes=hashes(1, 2, 3)))
-    assert [b.data for b in reply.blocks] == [b"a" * 10]
-    assert await prefix(store, 1, 2, 3) == 1
-    assert await stats(store) == (2, 20, 1 << 20, 1, 0, 0, 1)
-
-
-async def test_malformed_hashes_are_invalid_argument(store):
+async def test_bad_input_is_invalid_argument_with_a_sentence(make_store):
+    s = await make_store()
     seven = b"\x00" * 7
-    calls = [
-        store.PutBlocks(kvstore_pb2.PutBlocksRequest(blocks=[kvstore_pb2.KVBlock(
-            block_hash=seven, data=b"x", checksum=checksum(b"x"))])),
-        store.Lookup(kvstore_pb2.LookupRequest(block_hashes=[seven])),
-        store.GetBlocks(kvstore_pb2.GetBlocksRequest(block_hashes=[to_bytes(1), seven])),
+    cases = [
+        (s.stub.Lookup(kvstore_pb2.LookupRequest(block_hashes=[seven])),
+         "bad block hash: a block hash is 8 bytes, got 7"),
+        (s.stub.Lookup(kvstore_pb2.LookupRequest(block_hashes=hashes(*range(4097)))),
+         "at most 4096 block hashes per call, got 4097"),
+        (s.stub.Reserve(kvstore_pb2.ReserveRequest(block_bytes=1024, count=0)),
+         "count must be between 1 and 1024, got 0"),
+        (s.stub.Reserve(kvstore_pb2.ReserveRequest(block_bytes=SLAB + 1, count=1)),
+         "a 4097-byte block does not fit this store's 4096-byte slabs; raise "
+         "STRATA_KVSTORE_SLAB_BYTES or use the byte path"),
+        (s.stub.NoteDeviceBlocks(kvstore_pb2.DeviceBlocksRequest(stored=[1])),
+         "worker_id is required: device blocks are tracked per worker"),
+        (s.stub.Pull(kvstore_pb2.PullRequest(block_hashes=[1])),
+         "peer_address is required: the store to pull blocks from"),
     ]
-    for call in calls:
+    for call, message in cases:
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await call
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert err.value.details() == "bad block hash: a block hash is 8 bytes, got 7"
+        assert err.value.details() == message
+
+
+async def test_shared_memory_slots_commit_verify_and_hand_over(make_store):
+    s = await make_store()
+    client = await asyncio.to_thread(TierClient, s.running.address, worker_id="w1")
+    try:
+        assert client.shared_memory
+        client.prepare(1024)
+        await asyncio.to_thread(client.flush)
+        payloads = {h: bytes([h]) * 1024 for h in (11, 12, 13)}
+        for h, data in payloads.items():
+            offset, view = client.take_slot(1024)
+            view[:] = data
+            client.commit_slot(offset, h, "L", 1024)
+        client.note_device([99], [])
+        await asyncio.to_thread(client.flush)
+        assert client.offloaded == 3 and client.dropped == 0
+        assert await prefix(s.stub, 11, 12, 13) == (3, 3, 0)
+
+        fetched, lease = await asyncio.to_thread(client.acquire, [11, 12, 13, 14])
+        assert [bytes(f.data) for f in fetched] == list(payloads.values()) and lease
+        stats = await s.stub.GetStats(kvstore_pb2.KVStatsRequest())
+        assert stats.pinned_blocks == 3
+        # 3 blocks in the store plus 1 on the worker's device: 4 distinct blocks on the node
+        assert (stats.node_blocks, stats.device_blocks) == (4, 1)
+        client.release(lease, moved=True)
+        client.note_device([11, 12, 13], [])
+        await asyncio.to_thread(client.flush)
+        stats = await s.stub.GetStats(kvstore_pb2.KVStatsRequest())
+        # handed over: the store freed its copies; the node still holds each block once
+        assert (stats.blocks, stats.pinned_blocks, stats.node_blocks) == (0, 0, 4)
+    finally:
+        await asyncio.to_thread(client.close)
+
+
+async def test_a_full_host_tier_demotes_to_disk_and_promotes_back(make_store):
+    s = await make_store(host_bytes=4 * 1024, disk_bytes=64 * 1024)
+    blocks = [block(h, bytes([h]) * 1024) for h in range(1, 7)]
+    for b in blocks:
+        await s.stub.PutBlocks(kvstore_pb2.PutBlocksRequest(blocks=[b]))
+    assert await prefix(s.stub, *range(1, 7)) == (6, 4, 2)   # the two oldest sank to disk
+    assert s.tiered.tier_of(1) is Tier.DISK and s.tiered.tier_of(6) is Tier.HOST
+    reply = await s.stub.Acquire(kvstore_pb2.AcquireRequest(block_hashes=[1, 2, 3],
+                                                            promote=True))
+    assert [p.block_hash for p in reply.blocks] == [1, 2, 3]
+    assert bytes(s.segment.read(reply.blocks[0].offset, 1024)) == b"\x01" * 1024
+    stats = await s.stub.GetStats(kvstore_pb2.KVStatsRequest())
+    # still six blocks, each in exactly one tier
+    assert stats.blocks == 6 and sum(t.blocks for t in stats.tiers) == 6
+    # 1, 2 and 3 came up; each pushed the least recently used host block (3, 4, 5) down
+    assert {t.tier: t.migrations_in for t in stats.tiers} == {"host": 3, "disk": 5}
+    await s.stub.Release(kvstore_pb2.ReleaseRequest(lease_ids=[reply.lease_id]))
+
+
+async def test_prefetch_queues_promotions_without_waiting(make_store):
+    s = await make_store(host_bytes=2 * 1024, disk_bytes=64 * 1024)
+    for h in (1, 2, 3, 4):
+        await s.stub.PutBlocks(kvstore_pb2.PutBlocksRequest(
+            blocks=[block(h, bytes([h]) * 1024)]))
+    assert await prefix(s.stub, 1, 2) == (2, 0, 2)
+    reply = await s.stub.Prefetch(kvstore_pb2.PrefetchRequest(block_hashes=[1, 2]))
+    assert (reply.host_blocks, reply.queued_promotions) == (0, 2)
+    await asyncio.to_thread(s.tiered.run_once)               # the migrator's next round
+    assert await prefix(s.stub, 1, 2) == (2, 2, 0)
+
+
+async def test_a_store_pulls_a_prefix_from_a_peer_node(make_store):
+    a = await make_store(name="a")
+    b = await make_store(name="b")
+    data = [bytes([h]) * 1024 for h in (1, 2, 3)]
+    await a.stub.PutBlocks(kvstore_pb2.PutBlocksRequest(
+        blocks=[block(h, d) for h, d in zip((1, 2, 3), data)]))
+    await b.stub.PutBlocks(kvstore_pb2.PutBlocksRequest(blocks=[block(1, data[0])]))
+    reply = await b.stub.Pull(kvstore_pb2.PullRequest(peer_address=a.running.address,
+                                                      block_hashes=[1, 2, 3, 4]))
+    assert reply.pulled == 2                                  # 1 was there already, 4 nowhere
+    got = await b.stub.GetBlocks(kvstore_pb2.GetBlocksRequest(block_hashes=hashes(1, 2, 3)))
+    assert [x.data for x in got.blocks] == data
+    assert (await b.stub.GetStats(kvstore_pb2.KVStatsRequest())).peer_blocks_pulled == 2
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await store.Lookup(kvstore_pb2.LookupRequest(block_hashes=hashes(*range(4097))))
-    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert err.value.details() == "at most 4096 block hashes per call, got 4097"
-    assert await stats(store) == (0, 0, 1 << 20, 0, 0, 0, 0)
+        await b.stub.Pull(kvstore_pb2.PullRequest(peer_address="127.0.0.1:1",
+                                                  block_hashes=[7]))
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert err.value.details().startswith("peer store 127.0.0.1:1 failed: UNAVAILABLE")
+
+
+class _FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
+    def __init__(self):
+        self.reports: list[scheduler_pb2.KVEventsRequest] = []
+        self.ask_reset = False
+
+    async def ReportKVEvents(self, request, context):
+        self.reports.append(request)
+        ask, self.ask_reset = self.ask_reset, False
+        return scheduler_pb2.KVEventsResponse(need_reset=ask)
+
+
+async def test_events_reach_the_scheduler_as_a_reset_then_deltas(make_store):
+    s = await make_store()
+    fake = _FakeScheduler()
+    sched = await start_server([Registration(
+        add=lambda srv: scheduler_pb2_grpc.add_SchedulerServicer_to_server(fake, srv),
+        service_name=scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].full_name)])
+    pub = EventPublisher(s.tiered, sched.address, "node-7", "10.0.0.7:50054", 0.05)
+    try:
+        await s.stub.PutBlocks(kvstore_pb2.PutBlocksRequest(blocks=[block(5, b"e" * 1024)]))
+        await pub.publish_once()
+        await s.stub.PutBlocks(kvstore_pb2.PutBlocksRequest(blocks=[block(6, b"f" * 1024)]))
+        s.tiered.note_device("w", [7], [], reset=False)
+        fake.ask_reset = True
+        await pub.publish_once()
+        await pub.publish_once()                   # nothing changed, but a reset was asked for
+        first, second, third = fake.reports
+        assert (first.node_id, first.store_address, first.sequence, first.reset,
+                list(first.stored)) == ("node-7", "10.0.0.7:50054", 1, True, [5])
+        assert (second.sequence, second.reset, list(second.stored)) == (2, False, [6, 7])
+        assert (third.sequence, third.reset, list(third.stored)) == (3, True, [5, 6, 7])
+    finally:
+        await pub.close()
+        await sched.stop(0)
 
 
 def request(rid: str, prompt: list[int]) -> EngineRequest:
@@ -138,14 +249,13 @@ def request(rid: str, prompt: list[int]) -> EngineRequest:
                          params=SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True))
 
 
-async def test_engine_offloads_evicted_blocks_and_loads_them_back_on_a_repeat():
-    running = await serve(HostTier(1 << 20))
-    ch = channel(running.address)
-    stub = kvstore_pb2_grpc.KVStoreStub(ch)
-    client = TierClient(running.address)
+async def test_engine_offloads_evicted_blocks_and_loads_them_back_on_a_repeat(make_store):
+    s = await make_store(host_bytes=256 * 1024)
+    client = await asyncio.to_thread(TierClient, s.running.address, worker_id="w")
     try:
         # 8 blocks of 4 tokens: a 20-token prompt plus 4 outputs (23 computed) takes 6 of them
         engine = tiny_engine(num_blocks=8, block_size=4, tier=TierLink(client))
+        await asyncio.to_thread(client.flush)       # reserved slots are in place
         prompt = list(range(10, 30))
         # TierClient is a blocking client of a server on this event loop: steps run in a thread.
         engine.add_request(request("first", prompt))
@@ -157,7 +267,7 @@ async def test_engine_offloads_evicted_blocks_and_loads_them_back_on_a_repeat():
         await asyncio.to_thread(client.flush)
         # the first request's 5 full blocks stayed cached until "other" evicted them
         assert (client.offloaded, client.dropped, client.failed) == (5, 0, 0)
-        assert (await stub.GetStats(kvstore_pb2.KVStatsRequest())).blocks == 5
+        assert (await s.stub.GetStats(kvstore_pb2.KVStatsRequest())).blocks == 5
 
         engine.add_request(request("again", prompt))
         outputs = []
@@ -167,14 +277,13 @@ async def test_engine_offloads_evicted_blocks_and_loads_them_back_on_a_repeat():
                 outputs.extend(engine.step())
 
         await asyncio.to_thread(run_collecting)
+        await asyncio.to_thread(client.flush)
         last = outputs[-1]
         assert last.finished
         # (20 - 1) // 4 = 4 full prompt blocks are hashed; all four come back from the store
         assert (last.tier_tokens, last.cached_tokens) == (16, 0)
         assert [t for o in outputs for t in o.token_ids] == first
-        assert engine.stats.tier_hit_tokens == 16
-        assert (await stub.GetStats(kvstore_pb2.KVStatsRequest())).hits == 4
+        stats = await s.stub.GetStats(kvstore_pb2.KVStatsRequest())
+        assert stats.hits == 4 and stats.pinned_blocks == 0
     finally:
-        await ch.close()
-        client.close()
-        await running.stop(0)
+        await asyncio.to_thread(client.close)

@@ -4,7 +4,7 @@ import json
 
 from strata.kvtier.disk_tier import DiskTier, block_filename
 from strata.kvtier.hashing import checksum
-from strata.kvtier.host_tier import StoredBlock
+from strata.kvtier.blocks import StoredBlock
 
 SIZE = 64
 

@@ -68,6 +68,9 @@ def test_swapped_out_prefix_is_loaded_back_when_cheaper():
     assert outs[-1].tier_tokens == 36               # 39 eligible tokens: 9 full blocks of 4
     assert [o.token_ids[0] for o in outs] == first  # same tokens as computing from scratch
     assert engine.costs.loads_chosen >= 1
+    # handed over: the loaded blocks left the store (one copy per node), none stays pinned
+    assert client.store.counters.handed_over == 9 and client.store.pinned_blocks() == 0
+    assert client.prefetches and len(client.prefetches[-1]) == 9   # asked at admission
 
 
 def test_recompute_is_chosen_when_loading_costs_more():
@@ -80,12 +83,14 @@ def test_recompute_is_chosen_when_loading_costs_more():
         run_to_end(engine)
     engine.costs.prefill_s_per_token = 1e-9          # recomputing is (measured as) nearly free
     engine.costs.load_s_per_byte = 1e-3
-    gets = client.gets
+    stored = len(client.store)
     engine.add_request(_req("b", range(40, 80), max_tokens=4))
     outs = []
     while engine.has_work():
         outs.extend(engine.step())
-    assert outs[-1].tier_tokens == 0 and client.gets == gets
+    # nothing was copied in, and the store kept its copies (released, not handed over)
+    assert outs[-1].tier_tokens == 0 and engine.tier.loaded_blocks == 0
+    assert len(client.store) >= stored and client.store.pinned_blocks() == 0
     assert [o.token_ids[0] for o in outs] == first
     assert engine.costs.recomputes_chosen >= 1
 

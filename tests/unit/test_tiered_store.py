@@ -8,7 +8,7 @@ import pytest
 
 from strata.kvtier.disk_tier import DiskTier
 from strata.kvtier.hashing import checksum
-from strata.kvtier.host_tier import StoredBlock
+from strata.kvtier.blocks import StoredBlock
 from strata.kvtier.shm_segment import ShmSegment
 from strata.kvtier.tiered_store import Tier, TieredStore
 from strata.policy.kv_tiering import HeatPolicy, LRUPolicy

@@ -40,7 +40,8 @@ LIFETIME_WINDOW = 1024   # recent lifetimes kept for percentiles
 
 class BlockPool:
     def __init__(self, num_blocks: int, block_size: int, on_evict: EvictHook | None = None,
-                 clock: Callable[[], float] | None = None):
+                 clock: Callable[[], float] | None = None,
+                 on_commit: EvictHook | None = None):
         if num_blocks <= 0 or block_size <= 0:
             raise ValueError(f"num_blocks and block_size must be positive, got {num_blocks}, "
                              f"{block_size}")
@@ -50,6 +51,7 @@ class BlockPool:
         self._free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
         self._cached: dict[int, int] = {}   # hash -> block id
         self.on_evict = on_evict
+        self.on_commit = on_commit   # a block's content became reusable (device-tier event)
         self.evictions = 0
         self._num_cached_free = 0  # blocks in the free queue that still hold a hash
         self.clock = clock         # None: lifetimes are not measured
@@ -62,6 +64,11 @@ class BlockPool:
     def num_free(self) -> int:
         """Blocks that an allocation may take (free or cached-but-unreferenced)."""
         return len(self._free)
+
+    @property
+    def num_used(self) -> int:
+        """Blocks holding data: referenced, or unreferenced but still cached (device KV memory)."""
+        return self.num_blocks - len(self._free) + self._num_cached_free
 
     @property
     def num_cached(self) -> int:
@@ -107,8 +114,11 @@ class BlockPool:
         block = self.blocks[block_id]
         if block.block_hash is None and self.clock is not None:
             block.committed_at = self.clock()
+        new = block.block_hash is None
         block.block_hash = block_hash
         self._cached[block_hash] = block_id
+        if new and self.on_commit is not None:
+            self.on_commit(block_id, block_hash)
         return block_id
 
     def free(self, block_ids: Iterable[int]) -> None:

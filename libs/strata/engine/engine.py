@@ -24,7 +24,7 @@ from strata.engine.sampler import Sampled, SeqSampler, sample_batch
 from strata.engine.scheduler import ScheduledSeq, Scheduler
 from strata.engine.sequence import FinishReason, SamplingParams, Sequence
 from strata.engine.tier_link import TierLink
-from strata.kvtier.hashing import HashKeys
+from strata.kvtier.hashing import HashKeys, chain_hashes
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,7 @@ class EngineRequest:
     tenant: str = ""
     prefix_public: bool = False
     priority: int = 0
+    kv_source: str = ""      # a peer node's KV tier store holding a longer prefix (routing hint)
 
 
 @dataclass(slots=True)
@@ -111,7 +112,8 @@ class LLMEngine:
             tier.attach(self.kv)
         self.pool = BlockPool(num_blocks, config.block_size,
                               on_evict=tier.offload if tier is not None else None,
-                              clock=time.monotonic)
+                              clock=time.monotonic,
+                              on_commit=tier.committed if tier is not None else None)
         if tier is not None:
             tier.pool = self.pool
         self.scheduler = Scheduler(self.pool, config.max_batched_tokens, config.max_seqs,
@@ -174,6 +176,20 @@ class LLMEngine:
         self._samplers[req.request_id] = SeqSampler(req.params, len(req.prompt_ids))
         self._detok[req.request_id] = Detokenizer(self.tokenizer, req.params.stop)
         self.scheduler.add(seq)
+        if self.tier is not None:
+            self._prefetch(seq, req.kv_source)
+
+    def _prefetch(self, seq: Sequence, peer: str) -> None:
+        """Ask the tier store for the part of the prompt's prefix the device pool lacks now."""
+        hashes = chain_hashes(seq.token_ids[:len(seq.token_ids) - 1], self.config.block_size,
+                              seq.hash_keys)
+        on_device = 0
+        for h in hashes:
+            if self.pool.lookup(h) is None:
+                break
+            on_device += 1
+        if on_device < len(hashes):
+            self.tier.prefetch(hashes[on_device:], peer)
 
     def abort(self, request_id: str) -> bool:
         seq = self._seqs.get(request_id)

@@ -58,6 +58,9 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.preemptions = 0
+        # Waiting requests held back at the last admission because no device block was free
+        # (0 once one is admitted again): the node manager's signal that this worker is full.
+        self.waiting_for_memory = 0
 
     # -- membership ----------------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -127,7 +130,9 @@ class Scheduler:
             n = min(seq.num_pending, budget)
             if not self._grow(seq, n):
                 self._release_prefix(seq)
+                self.waiting_for_memory = len(self.waiting)
                 return  # no memory: keep FIFO order within a priority, admit nothing more
+            self.waiting_for_memory = 0
             self.waiting.remove(seq)
             seq.status = Status.RUNNING
             self.running.append(seq)

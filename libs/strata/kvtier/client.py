@@ -1,9 +1,16 @@
-"""Client of a node's KV tier store, used from the engine thread.
+"""A worker's client of its node's KV tier store.
 
-Offloads are fire-and-forget through a bounded queue drained by one background thread, so an
-eviction never waits on the network; when the queue is full the block is dropped and counted
-(it was an evicted cache entry: losing it costs a recompute, never a wrong answer). Loads are
-synchronous: the engine asked because it is about to use the blocks.
+Shared-memory path (the store's segment is mappable from here): the client keeps a few host slots
+reserved per block size, so an evicted device block is copied straight into host memory on the
+engine thread (one memcpy, no RPC, no waiting) and committed in the background; loads Acquire a
+pinned prefix and copy it out of the segment. Byte path (no shared memory, e.g. the store runs
+in another container without a shared IPC namespace): blocks travel inside PutBlocks/GetBlocks.
+
+Everything that does not have to be synchronous — commits, releases, prefetches, device-block
+notes, slot top-ups — goes through one bounded queue drained by one background thread, so an
+eviction never waits on the network. When no slot is reserved (the store is under pressure) or
+the queue is full, the evicted block is dropped and counted: it was a cache entry, so losing it
+costs a recompute, never a wrong answer.
 """
 
 from __future__ import annotations
@@ -11,51 +18,163 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import uuid
+from collections import deque
 from dataclasses import dataclass
 
 import grpc
 
 from strata.kvtier import hashing
+from strata.kvtier.shm_segment import ShmSegment
 from strata.rpc.server import CHANNEL_OPTIONS
 from strata.rpc.v1 import kvstore_pb2, kvstore_pb2_grpc
 
 log = logging.getLogger(__name__)
 
+SLOT_TARGET = 32          # reserved slots kept per block size (bounded by 1/8 of the segment)
+COMMIT_BATCH = 64
+
 
 @dataclass(slots=True)
 class FetchedBlock:
     block_hash: int
-    data: bytes
+    data: bytes | memoryview     # a view into shared memory on the shm path (pinned)
+    layout: str
+    checksum: int
+
+
+@dataclass(slots=True)
+class _Commit:
+    offset: int
+    nbytes: int
+    block_hash: int
     layout: str
 
 
+@dataclass(slots=True)
+class _Release:
+    lease_id: int
+    moved: bool
+
+
+@dataclass(slots=True)
+class _Prefetch:
+    hashes: list[int]
+    peer: str
+
+
+@dataclass(slots=True)
+class _Device:
+    stored: list[int]
+    removed: list[int]
+
+
 class TierClient:
-    def __init__(self, address: str, timeout_s: float = 5.0, queue_size: int = 256):
+    def __init__(self, address: str, timeout_s: float = 5.0, queue_size: int = 4096,
+                 worker_id: str = "", use_shm: bool = True):
         self.address = address
         self.timeout_s = timeout_s
+        self.worker_id = worker_id or uuid.uuid4().hex[:12]
         self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
         self._stub = kvstore_pb2_grpc.KVStoreStub(self._channel)
-        self._queue: queue.Queue[kvstore_pb2.KVBlock | threading.Event] = queue.Queue(maxsize=queue_size)
-        self.offloaded = 0
-        self.dropped = 0
-        self.failed = 0
-        self._thread = threading.Thread(target=self._drain, name="kv-offload", daemon=True)
+        self._queue: queue.Queue = queue.Queue(maxsize=queue_size)
+        self.segment: ShmSegment | None = self._attach() if use_shm else None
+        self._slots: dict[int, deque[int]] = {}
+        self._slot_target: dict[int, int] = {}
+        self._refill = threading.Event()
+        self.offloaded = 0        # blocks handed to the store
+        self.dropped = 0          # evicted blocks lost: no slot, queue full
+        self.failed = 0           # blocks an RPC failed to deliver
+        self.prefetched = 0       # prefix blocks the store promoted or pulled ahead of time
+        self._thread = threading.Thread(target=self._drain, name="kv-tier-client", daemon=True)
         self._thread.start()
+        self._note(_Device([], []), reset=True)
+
+    @property
+    def shared_memory(self) -> bool:
+        return self.segment is not None
+
+    def _attach(self) -> ShmSegment | None:
+        try:
+            resp = self._stub.Attach(kvstore_pb2.AttachRequest(), timeout=self.timeout_s)
+            if not resp.shm_path:
+                return None
+            return ShmSegment(resp.shm_path, resp.shm_bytes, create=False)
+        except (grpc.RpcError, OSError, ValueError) as err:
+            log.warning("KV tier store %s: shared memory unavailable (%s); using the byte path",
+                        self.address, err)
+            return None
+
+    # -- writes (engine thread) -----------------------------------------------------------------
+    def prepare(self, nbytes: int) -> None:
+        """Start keeping slots of this size reserved (the engine's block size)."""
+        if self.segment is None or nbytes in self._slot_target:
+            return
+        target = max(1, min(SLOT_TARGET, self.segment.size // nbytes // 8))
+        self._slot_target[nbytes] = target
+        self._slots[nbytes] = deque()
+        self._refill.set()
+        self._wake()
+
+    def take_slot(self, nbytes: int) -> tuple[int, memoryview] | None:
+        """A reserved host slot (offset, view) to copy one block into, or None: no slot free."""
+        slots = self._slots.get(nbytes)
+        if not slots:
+            self.dropped += 1
+            self._refill.set()
+            self._wake()
+            return None
+        offset = slots.popleft()
+        if len(slots) < self._slot_target[nbytes] // 2:
+            self._refill.set()
+            self._wake()
+        assert self.segment is not None
+        return offset, self.segment.read(offset, nbytes)
+
+    def commit_slot(self, offset: int, block_hash: int, layout: str, nbytes: int) -> None:
+        """The slot taken at `offset` now holds block_hash."""
+        self._enqueue(_Commit(offset, nbytes, block_hash, layout))
 
     def put_async(self, block_hash: int, data: bytes, layout: str) -> None:
-        msg = kvstore_pb2.KVBlock(block_hash=hashing.to_bytes(block_hash), layout=layout,
-                                  data=data, checksum=hashing.checksum(data))
-        try:
-            self._queue.put_nowait(msg)
-        except queue.Full:
-            self.dropped += 1
+        """Byte path write."""
+        self._enqueue(kvstore_pb2.KVBlock(block_hash=hashing.to_bytes(block_hash), layout=layout,
+                                          data=data, checksum=hashing.checksum(data)))
 
+    def note_device(self, stored: list[int], removed: list[int]) -> None:
+        """Blocks that entered or left this worker's device pool (node-level routing events)."""
+        self._note(_Device(stored, removed), reset=False)
+
+    def prefetch(self, hashes: list[int], peer: str = "") -> None:
+        if hashes:
+            self._enqueue(_Prefetch(hashes, peer))
+
+    # -- reads (engine thread, synchronous: the engine is about to use the blocks) -----------------
     def lookup(self, hashes: list[int]) -> int:
         req = kvstore_pb2.LookupRequest(block_hashes=[hashing.to_bytes(h) for h in hashes])
         return self._stub.Lookup(req, timeout=self.timeout_s).prefix_blocks
 
+    def acquire(self, hashes: list[int]) -> tuple[list[FetchedBlock], int]:
+        """The longest stored prefix (disk blocks promoted) and a lease to release, or 0."""
+        if self.segment is None:
+            return self._get_bytes(hashes), 0
+        resp = self._stub.Acquire(kvstore_pb2.AcquireRequest(block_hashes=hashes, promote=True),
+                                  timeout=self.timeout_s)
+        out = []
+        for want, p in zip(hashes, resp.blocks):
+            if p.block_hash != want:
+                break
+            out.append(FetchedBlock(want, self.segment.read(p.offset, p.nbytes), p.layout,
+                                    p.checksum))
+        return out, resp.lease_id
+
+    def release(self, lease_id: int, moved: bool) -> None:
+        if lease_id:
+            self._enqueue(_Release(lease_id, moved), block=True)
+
     def get(self, hashes: list[int]) -> list[FetchedBlock]:
-        """The longest stored prefix of `hashes`; blocks whose checksum fails end the prefix."""
+        return self._get_bytes(hashes)
+
+    def _get_bytes(self, hashes: list[int]) -> list[FetchedBlock]:
         req = kvstore_pb2.GetBlocksRequest(block_hashes=[hashing.to_bytes(h) for h in hashes])
         resp = self._stub.GetBlocks(req, timeout=self.timeout_s)
         out = []
@@ -65,36 +184,118 @@ class TierClient:
                 log.warning("kv store returned a bad block (hash %x, wanted %x): ignoring the rest",
                             got, want)
                 break
-            out.append(FetchedBlock(got, blk.data, blk.layout))
+            out.append(FetchedBlock(got, blk.data, blk.layout, blk.checksum))
         return out
 
+    # -- lifecycle -------------------------------------------------------------------------------
     def flush(self, timeout_s: float = 5.0) -> None:
-        """Wait until queued offloads were sent (tests and graceful shutdown)."""
+        """Wait until everything queued so far was sent (tests and graceful shutdown)."""
         done = threading.Event()
         self._queue.put(done)
         done.wait(timeout_s)
 
     def close(self) -> None:
+        self.flush()
+        unused = [off for slots in self._slots.values() for off in slots]
+        if unused:
+            try:
+                self._stub.Commit(kvstore_pb2.CommitRequest(unused_offsets=unused),
+                                  timeout=self.timeout_s)
+            except grpc.RpcError as err:
+                log.warning("returning %d reserved slots failed (%s); the store reclaims them "
+                            "when their reservation expires", len(unused), err.code())
         self._channel.close()
 
+    def _enqueue(self, item: object, block: bool = False) -> None:
+        try:
+            # Releases must not be lost (they unpin host blocks); everything else may be.
+            self._queue.put(item, block=block, timeout=self.timeout_s if block else None)
+        except queue.Full:
+            self.dropped += 1
+
+    def _note(self, item: _Device, reset: bool) -> None:
+        self._enqueue((item, reset))
+
+    def _wake(self) -> None:
+        try:
+            self._queue.put_nowait(None)
+        except queue.Full:
+            pass  # the drain thread is busy and will see the refill flag on its next round
+
+    # -- background thread ---------------------------------------------------------------------
     def _drain(self) -> None:
         while True:
             batch = [self._queue.get()]
-            while len(batch) < 16:
+            while len(batch) < 256:
                 try:
                     batch.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
-            markers = [b for b in batch if isinstance(b, threading.Event)]
-            blocks = [b for b in batch if not isinstance(b, threading.Event)]
-            if blocks:
+            try:
+                self._send(batch)
+            except grpc.RpcError as err:
+                log.warning("KV tier store %s: %s; %d queued operations lost", self.address,
+                            err.code() if hasattr(err, "code") else err, len(batch))
+                self.failed += sum(isinstance(b, (_Commit, kvstore_pb2.KVBlock)) for b in batch)
+            if self._refill.is_set():
+                self._refill.clear()
                 try:
-                    self._stub.PutBlocks(kvstore_pb2.PutBlocksRequest(blocks=blocks),
-                                         timeout=self.timeout_s)
-                    self.offloaded += len(blocks)
+                    self._top_up()
                 except grpc.RpcError as err:
-                    self.failed += len(blocks)
-                    log.warning("offloading %d KV blocks to %s failed: %s", len(blocks),
-                                self.address, err.code())
-            for marker in markers:
-                marker.set()
+                    log.warning("reserving host slots on %s failed: %s", self.address,
+                                err.code() if hasattr(err, "code") else err)
+            for marker in batch:
+                if isinstance(marker, threading.Event):
+                    marker.set()
+
+    def _send(self, batch: list) -> None:
+        commits = [b for b in batch if isinstance(b, _Commit)]
+        puts = [b for b in batch if isinstance(b, kvstore_pb2.KVBlock)]
+        releases = [b for b in batch if isinstance(b, _Release)]
+        notes = [b for b in batch if isinstance(b, tuple)]
+        for start in range(0, len(commits), COMMIT_BATCH):
+            self._commit(commits[start:start + COMMIT_BATCH])
+        for start in range(0, len(puts), 16):
+            chunk = puts[start:start + 16]
+            self._stub.PutBlocks(kvstore_pb2.PutBlocksRequest(blocks=chunk),
+                                 timeout=self.timeout_s)
+            self.offloaded += len(chunk)
+        if notes:
+            stored: list[int] = []
+            removed: list[int] = []
+            reset = any(r for _, r in notes)
+            for note, _ in notes:
+                stored.extend(note.stored)
+                removed.extend(note.removed)
+            self._stub.NoteDeviceBlocks(kvstore_pb2.DeviceBlocksRequest(
+                worker_id=self.worker_id, stored=stored, removed=removed, reset=reset),
+                timeout=self.timeout_s)
+        for moved in (True, False):
+            ids = [r.lease_id for r in releases if r.moved == moved]
+            if ids:
+                self._stub.Release(kvstore_pb2.ReleaseRequest(lease_ids=ids, moved=moved),
+                                   timeout=self.timeout_s)
+        for p in (b for b in batch if isinstance(b, _Prefetch)):
+            resp = self._stub.Prefetch(kvstore_pb2.PrefetchRequest(
+                block_hashes=p.hashes, peer_address=p.peer), timeout=self.timeout_s)
+            self.prefetched += resp.queued_promotions
+
+    def _commit(self, commits: list[_Commit]) -> None:
+        assert self.segment is not None
+        blocks = [kvstore_pb2.CommittedBlock(
+            offset=c.offset, block_hash=c.block_hash, layout=c.layout,
+            checksum=hashing.checksum(self.segment.read(c.offset, c.nbytes))) for c in commits]
+        resp = self._stub.Commit(kvstore_pb2.CommitRequest(blocks=blocks),
+                                 timeout=self.timeout_s)
+        self.offloaded += resp.stored + resp.duplicates
+        self.failed += resp.rejected
+
+    def _top_up(self) -> None:
+        for nbytes, target in self._slot_target.items():
+            slots = self._slots[nbytes]
+            want = target - len(slots)
+            if want > 0:
+                resp = self._stub.Reserve(kvstore_pb2.ReserveRequest(block_bytes=nbytes,
+                                                                     count=want),
+                                          timeout=self.timeout_s)
+                slots.extend(resp.offsets)

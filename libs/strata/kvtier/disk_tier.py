@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO
 
 from strata.kvtier.hashing import checksum
-from strata.kvtier.host_tier import StoredBlock, TierStats, leading_present
+from strata.kvtier.blocks import StoredBlock, TierStats, leading_present
 
 MANIFEST = "manifest.jsonl"
 BLOCKS_DIR = "blocks"

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from strata.kvtier.disk_tier import DiskTier
 from strata.kvtier.hashing import checksum
 from strata.kvtier.heat import HeatTable
-from strata.kvtier.host_tier import StoredBlock
+from strata.kvtier.blocks import StoredBlock
 from strata.kvtier.presence import NodePresence
 from strata.kvtier.shm_segment import ShmSegment
 from strata.kvtier.slab_allocator import SlabAllocator
@@ -175,6 +175,21 @@ class TieredStore:
     def pinned_blocks(self) -> int:
         with self._lock:
             return sum(1 for e in self._dir.values() if e.pins)
+
+    def note_device(self, worker_id: str, stored: list[int], removed: list[int],
+                    reset: bool) -> None:
+        with self._lock:
+            self.presence.device_update(worker_id, stored, removed, reset)
+
+    def drain_events(self, reset: bool) -> tuple[list[int], list[int]]:
+        """Node-level block events since the last call, or the whole set when `reset`."""
+        with self._lock:
+            return (self.presence.snapshot(), []) if reset else self.presence.drain()
+
+    def node_blocks(self) -> tuple[int, int]:
+        """(distinct blocks on the node over every tier, of them in some device pool)."""
+        with self._lock:
+            return len(self.presence), self.presence.device_blocks
 
     # -- writers -------------------------------------------------------------------------------
     def reserve(self, nbytes: int, count: int) -> list[int]:
