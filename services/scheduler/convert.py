@@ -24,7 +24,8 @@ def replica_from_pb(r: common_pb2.ReplicaInfo) -> ReplicaState:
         phase=_PHASE_FROM_PB.get(r.state, ReplicaPhase.UNSPECIFIED),
         worker_address=r.worker_address, running_requests=r.running_requests,
         waiting_requests=r.waiting_requests, queued_tokens=r.queued_tokens,
-        kv_blocks_total=r.kv_blocks_total, kv_blocks_free=r.kv_blocks_free)
+        kv_blocks_total=r.kv_blocks_total, kv_blocks_free=r.kv_blocks_free,
+        waiting_for_memory=r.waiting_for_memory)
 
 
 def replica_to_pb(r: ReplicaState) -> common_pb2.ReplicaInfo:
@@ -32,7 +33,8 @@ def replica_to_pb(r: ReplicaState) -> common_pb2.ReplicaInfo:
         model=r.model, replica_id=r.replica_id, state=_PHASE_TO_PB[r.phase],
         worker_address=r.worker_address, running_requests=r.running_requests,
         waiting_requests=r.waiting_requests, queued_tokens=r.queued_tokens,
-        kv_blocks_total=r.kv_blocks_total, kv_blocks_free=r.kv_blocks_free)
+        kv_blocks_total=r.kv_blocks_total, kv_blocks_free=r.kv_blocks_free,
+        waiting_for_memory=r.waiting_for_memory)
 
 
 def model_from_pb(m: common_pb2.ModelInfo) -> ModelInfo:

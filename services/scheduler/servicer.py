@@ -1,4 +1,5 @@
-"""Scheduler servicer: heartbeats into the NodeRegistry, Route through the Router, status codes."""
+"""Scheduler servicer: heartbeats into the NodeRegistry, KV events into the PrefixIndex, Route
+through the Router, status codes."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
 from services.scheduler import convert
+from strata.policy.kv_index import PrefixIndex
 from strata.policy.registry import NodeRegistry
 from strata.policy.routing import MissKind, Router
 from strata.rpc.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
@@ -20,9 +22,10 @@ log = logging.getLogger(__name__)
 
 class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     def __init__(self, registry: NodeRegistry, router: Router, heartbeat_interval_s: float,
-                 tracer: trace.Tracer | None = None) -> None:
+                 tracer: trace.Tracer | None = None, index: PrefixIndex | None = None) -> None:
         self._registry = registry
         self._router = router
+        self._index = index if index is not None else PrefixIndex()
         self._interval_ms = round(heartbeat_interval_s * 1000)
         self._tracer = tracer or trace.get_tracer(__name__)
 
@@ -51,19 +54,38 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             span.set_attribute(names.TENANT, request.tenant)
             span.set_attribute(names.GEN_AI_REQUEST_MODEL, request.model)
             decision = self._router.route(request.model, request.tenant,
-                                          request.prompt_tokens_estimate, self._registry)
+                                          request.prompt_tokens_estimate, self._registry,
+                                          prefix_hashes=request.prefix_hashes, index=self._index)
             if decision is not None:
                 span.set_attribute(names.NODE_ID, decision.node_id)
                 span.set_attribute(names.REPLICA_ID, decision.replica_id)
-                return scheduler_pb2.RouteResponse(node_id=decision.node_id,
-                                                   node_address=decision.address,
-                                                   replica_id=decision.replica_id)
+                reply = scheduler_pb2.RouteResponse(node_id=decision.node_id,
+                                                    node_address=decision.address,
+                                                    replica_id=decision.replica_id,
+                                                    cached_blocks=decision.cached_blocks)
+                if decision.kv_source is not None:
+                    reply.kv_source_address = decision.kv_source.address
+                    reply.kv_source_blocks = decision.kv_source.blocks
+                return reply
             miss = self._router.explain_miss(request.model, self._registry)
             code = (grpc.StatusCode.NOT_FOUND if miss.kind is MissKind.UNKNOWN_MODEL
                     else grpc.StatusCode.UNAVAILABLE)
             span.set_attribute(names.ERROR_CODE, code.name)
             span.set_status(Status(StatusCode.ERROR, miss.message))
         await context.abort(code, miss.message)
+
+    async def ReportKVEvents(self, request: scheduler_pb2.KVEventsRequest,
+                             context: grpc.aio.ServicerContext) -> scheduler_pb2.KVEventsResponse:
+        if not request.node_id:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                "node_id is required: set it to the node id this node's manager "
+                                "sends in its heartbeats")
+        need_reset = self._index.apply(request.node_id, request.store_address, request.sequence,
+                                       request.reset, request.stored, request.removed)
+        if need_reset:
+            log.info("KV events from node %s out of step (report %d): asked for its whole block "
+                     "set", request.node_id, request.sequence)
+        return scheduler_pb2.KVEventsResponse(need_reset=need_reset)
 
     async def ListNodes(self, request: scheduler_pb2.ListNodesRequest,
                         context: grpc.aio.ServicerContext) -> scheduler_pb2.ListNodesResponse:
@@ -78,14 +100,15 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     async def expire_until(self, stop: asyncio.Event, every_s: float) -> None:
         """Drop silent nodes from memory every `every_s` until `stop` is set.
 
-        Routing already ignores silent nodes at read time; this only frees their entries and
-        logs the departure once.
+        Routing already ignores silent nodes at read time; this only frees their entries (their
+        KV blocks in the prefix index too) and logs the departure once.
         """
         while not stop.is_set():
             try:
                 await asyncio.wait_for(stop.wait(), timeout=every_s)
             except TimeoutError:
                 for node_id in self._registry.expire():
+                    self._index.forget(node_id)
                     log.warning("node %s left: no heartbeat for over %.1fs", node_id,
                                 self._registry.ttl_s)
 

@@ -1,4 +1,5 @@
-"""Scheduler servicer in-process on port 0: heartbeats, routing choices, expiry, status codes, spans."""
+"""Scheduler servicer in-process on port 0: heartbeats, routing choices, expiry, status codes, spans,
+KV events and prefix-aware routing."""
 
 from __future__ import annotations
 
@@ -42,11 +43,12 @@ async def env():
     await running.stop(0)
 
 
-def heartbeat(node_id: str, queued: int = 0, running: int = 0,
-              state: int = READY) -> scheduler_pb2.HeartbeatRequest:
+def heartbeat(node_id: str, queued: int = 0, running: int = 0, state: int = READY,
+              waiting_for_memory: int = 0) -> scheduler_pb2.HeartbeatRequest:
     replica = common_pb2.ReplicaInfo(model=MODEL, replica_id=f"{node_id}-r0", state=state,
                                      queued_tokens=queued, running_requests=running,
-                                     kv_blocks_total=64, kv_blocks_free=64)
+                                     kv_blocks_total=64, kv_blocks_free=64,
+                                     waiting_for_memory=waiting_for_memory)
     return scheduler_pb2.HeartbeatRequest(
         node=common_pb2.NodeInfo(node_id=node_id, address=f"{node_id}.local:50053",
                                  memory_bytes=8_000_000_000, device="cpu", replicas=[replica]),
@@ -154,3 +156,84 @@ def test_config_reads_env_and_rejects_ttl_not_above_interval(monkeypatch):
     with pytest.raises(ConfigError, match=r"STRATA_NODE_TTL_S \(1.0\) must exceed "
                                           r"STRATA_HEARTBEAT_INTERVAL_S \(1.0\)"):
         SchedulerConfig.from_env()
+
+
+CHAIN = [0xFFFF_FFFF_FFFF_FFF0 + i for i in range(10)]   # fixed64: the top bit survives the wire
+
+
+def kv_events(node_id: str, sequence: int, reset: bool = False, stored=(), removed=()):
+    return scheduler_pb2.KVEventsRequest(node_id=node_id, store_address=f"{node_id}.kv:50057",
+                                         sequence=sequence, reset=reset, stored=list(stored),
+                                         removed=list(removed))
+
+
+def route_request(prefix_hashes=CHAIN) -> scheduler_pb2.RouteRequest:
+    return scheduler_pb2.RouteRequest(model=MODEL, tenant="acme", prompt_tokens_estimate=160,
+                                      prefix_hashes=prefix_hashes)
+
+
+async def test_kv_events_ask_for_a_reset_when_the_scheduler_lost_track(env):
+    stub, *_ = env
+    assert (await stub.ReportKVEvents(kv_events("n1", 1, stored=CHAIN))).need_reset is True
+    assert (await stub.ReportKVEvents(kv_events("n1", 1, reset=True, stored=CHAIN))).need_reset \
+        is False
+    assert (await stub.ReportKVEvents(kv_events("n1", 2, removed=CHAIN[5:]))).need_reset is False
+    assert (await stub.ReportKVEvents(kv_events("n1", 4, stored=CHAIN[5:]))).need_reset is True
+    await stub.Heartbeat(heartbeat("n1"))
+    reply = await stub.Route(route_request())
+    assert (reply.node_id, reply.cached_blocks) == ("n1", 5)     # the report after the gap: ignored
+
+
+async def test_kv_events_without_a_node_id_are_refused(env):
+    stub, *_ = env
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stub.ReportKVEvents(scheduler_pb2.KVEventsRequest(sequence=1, reset=True))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.value.details() == ("node_id is required: set it to the node id this node's "
+                                   "manager sends in its heartbeats")
+
+
+async def test_route_prefers_the_node_holding_the_prefix_and_names_a_pull_source(env):
+    stub, *_ = env
+    await stub.Heartbeat(heartbeat("n1", queued=100))
+    await stub.Heartbeat(heartbeat("n2"))
+    await stub.ReportKVEvents(kv_events("n1", 1, reset=True, stored=CHAIN))
+    reply = await stub.Route(route_request())      # n1: 100 queued + 0; n2: 0 + 160 to prefill
+    assert (reply.node_id, reply.replica_id, reply.cached_blocks, reply.kv_source_address,
+            reply.kv_source_blocks) == ("n1", "n1-r0", 10, "", 0)
+    without = await stub.Route(route_request(prefix_hashes=[]))
+    assert (without.node_id, without.cached_blocks) == ("n2", 0)
+
+    await stub.Heartbeat(heartbeat("n1", queued=1000))
+    reply = await stub.Route(route_request())
+    assert (reply.node_id, reply.cached_blocks, reply.kv_source_address,
+            reply.kv_source_blocks) == ("n2", 0, "n1.kv:50057", 10)
+
+
+async def test_memory_wait_is_listed_and_steers_routing_away(env):
+    stub, *_ = env
+    await stub.Heartbeat(heartbeat("n1", waiting_for_memory=3))
+    await stub.Heartbeat(heartbeat("n2", queued=5000))
+    await stub.ReportKVEvents(kv_events("n1", 1, reset=True, stored=CHAIN))
+    nodes = (await stub.ListNodes(scheduler_pb2.ListNodesRequest())).nodes
+    assert [r.waiting_for_memory for n in nodes for r in n.replicas] == [3, 0]
+    reply = await stub.Route(route_request())
+    assert (reply.node_id, reply.kv_source_address, reply.kv_source_blocks) == (
+        "n2", "n1.kv:50057", 10)
+
+
+async def test_an_expired_node_leaves_the_prefix_index(env):
+    stub, clock, _, servicer = env
+    await stub.Heartbeat(heartbeat("n1"))
+    await stub.ReportKVEvents(kv_events("n1", 1, reset=True, stored=CHAIN))
+    clock.advance(2.5)
+    await stub.Heartbeat(heartbeat("n2"))
+    stop = asyncio.Event()
+    task = asyncio.create_task(servicer.expire_until(stop, every_s=0.01))
+    await asyncio.sleep(0.05)
+    stop.set()
+    await task
+    # forgotten: its store must send its whole set again, and it is no source meanwhile
+    assert (await stub.ReportKVEvents(kv_events("n1", 2, stored=CHAIN))).need_reset is True
+    reply = await stub.Route(route_request())
+    assert (reply.node_id, reply.cached_blocks, reply.kv_source_address) == ("n2", 0, "")

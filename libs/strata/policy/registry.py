@@ -45,6 +45,7 @@ class ReplicaState:
     queued_tokens: int = 0
     kv_blocks_total: int = 0
     kv_blocks_free: int = 0
+    waiting_for_memory: int = 0     # admitted requests held back: every KV tier is full
 
 
 @dataclass(slots=True)
