@@ -25,6 +25,7 @@ from strata.rpc.server import channel
 from strata.rpc.v1 import common_pb2, scheduler_pb2_grpc
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+KV_DISK_BYTES = 2 << 30   # each node's disk tier under the data folder (host tier: 1 GiB default)
 
 
 @dataclass(slots=True)
@@ -48,8 +49,11 @@ def plan_services(nodes: int, models: list[str], data_dir: str) -> list[Service]
     for i in range(nodes):
         node_addr = defaults.NODE_ADDR if i == 0 else f"{host}:{50200 + 2 * i}"
         kv_addr = defaults.KVSTORE_ADDR if i == 0 else f"{host}:{50201 + 2 * i}"
-        services.append(Service(f"kvstore-{i}", "services.kvstore", kv_addr,
-                                {"STRATA_KVSTORE_BIND": kv_addr}))
+        services.append(Service(f"kvstore-{i}", "services.kvstore", kv_addr, {
+            "STRATA_KVSTORE_BIND": kv_addr, "STRATA_KVSTORE_NODE_ID": f"node-{i}",
+            "STRATA_SCHEDULER_ADDR": defaults.SCHEDULER_ADDR,
+            "STRATA_KVSTORE_DISK_DIR": os.path.join(data_dir, "kv", f"node-{i}"),
+            "STRATA_KVSTORE_DISK_BYTES": str(KV_DISK_BYTES)}))
         services.append(Service(f"node-{i}", "services.node", node_addr, {
             "STRATA_NODE_ID": f"node-{i}", "STRATA_NODE_BIND": node_addr,
             "STRATA_NODE_ADVERTISE": node_addr, "STRATA_KVSTORE_ADDR": kv_addr,

@@ -33,8 +33,7 @@ class KVStoreConfig:
 
     @classmethod
     def from_env(cls) -> KVStoreConfig:
-        node_id = env_str("STRATA_KVSTORE_NODE_ID", env_str("STRATA_NODE_ID",
-                                                            socket.gethostname()))
+        node_id = env_str("STRATA_KVSTORE_NODE_ID", socket.gethostname())
         bind = env_str("STRATA_KVSTORE_BIND", defaults.KVSTORE_ADDR)
         host_bytes = env_int("STRATA_KVSTORE_HOST_BYTES", 1 << 30, minimum=1)
         policy = env_str("STRATA_KVSTORE_POLICY", "heat")

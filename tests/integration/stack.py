@@ -1,10 +1,11 @@
 """The compose stack as local processes: the same commands and environment as docker-compose.yml.
 
 Each strata service of the compose file is started with its `command` and `environment`, with
-three rewrites a single machine needs: every `host:port` of another service becomes a free
+four rewrites a single machine needs: every `host:port` of another service becomes a free
 loopback port, the OpenTelemetry Collector's address becomes the metrics service's OTLP receiver
 (no collector runs here, and it would only forward), and PostgreSQL becomes the URL the test
-passes (SQLite or a local PostgreSQL). Overrides (a dummy model, small KV pools) come last.
+passes (SQLite or a local PostgreSQL), and folders on the /data volume move under the test's data
+folder. Overrides (a dummy model, small KV pools) come last.
 """
 
 from __future__ import annotations
@@ -81,6 +82,8 @@ class ComposeStack:
                     value = self.db_url
                 elif key == "STRATA_DATA_DIR":
                     value = str(self.data_dir)
+                elif value.startswith("/data/"):       # a folder on the compose data volume
+                    value = str(self.data_dir / value[len("/data/"):])
                 else:
                     value = rewrite(value)
                 env[key] = value
