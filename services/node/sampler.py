@@ -88,7 +88,7 @@ class NodeSampler:
         self._wall_ms = wall_ms
         self._monotonic = monotonic
         self._last_t = monotonic()
-        self._host_blocks = 0
+        self._tier_blocks = (0, 0)
 
     async def sample(self) -> metrics_pb2.NodeSample:
         """Measure now; interval figures cover the time since the previous sample."""
@@ -116,6 +116,7 @@ class NodeSampler:
             if s.kv_blocks_evicted > most_evicted:
                 most_evicted = s.kv_blocks_evicted
                 lifetime_p50, lifetime_p99 = s.block_lifetime_p50_s, s.block_lifetime_p99_s
+        host_blocks, disk_blocks = await self._kv_tier_blocks()
         now = self._monotonic()
         interval, self._last_t = now - self._last_t, now
         # Workers on one node share its device: their summed busy time is the device's.
@@ -125,27 +126,28 @@ class NodeSampler:
         return metrics_pb2.NodeSample(
             node_id=self.node_id, unix_ms=self._wall_ms(), utilization=utilization,
             batch_tokens=step_tokens, batch_budget=budget, kv_blocks_device_used=used,
-            kv_blocks_device_total=total, kv_blocks_host=await self._kv_host_blocks(),
-            kv_blocks_disk=0, running=running, waiting=waiting, preemptions=c.preemptions,
+            kv_blocks_device_total=total, kv_blocks_host=host_blocks,
+            kv_blocks_disk=disk_blocks, running=running, waiting=waiting, preemptions=c.preemptions,
             power_watts=energy.watts, energy_joules=energy.joules,
             energy_source=energy.source, prefix_hit_tokens=c.prefix_hit_tokens,
             tier_hit_tokens=c.tier_hit_tokens, prompt_tokens=c.prompt_tokens,
             kv_blocks_evicted=c.kv_blocks_evicted, block_lifetime_sum_s=c.block_lifetime_sum_s,
             block_lifetime_p50_s=lifetime_p50, block_lifetime_p99_s=lifetime_p99)
 
-    async def _kv_host_blocks(self) -> int:
-        # The KV tier store keeps no disk tier yet, so its blocks are the host tier's.
+    async def _kv_tier_blocks(self) -> tuple[int, int]:
+        """(host, disk) blocks of the node's KV tier store; each block is in exactly one."""
         if self.kvstore is None:
-            return 0
+            return 0, 0
         try:
             stats = await self.kvstore.GetStats(kvstore_pb2.KVStatsRequest(),
                                                 timeout=STATS_TIMEOUT_S)
         except grpc.aio.AioRpcError as err:
             log.warning("KV tier store stats unavailable (%s): reporting the last known "
-                        "host blocks", err.code().name)
-            return self._host_blocks
-        self._host_blocks = stats.blocks
-        return self._host_blocks
+                        "tier blocks", err.code().name)
+            return self._tier_blocks
+        tiers = {t.tier: t.blocks for t in stats.tiers}
+        self._tier_blocks = (tiers.get("host", stats.blocks), tiers.get("disk", 0))
+        return self._tier_blocks
 
 
 async def sample_loop(sampler: NodeSampler, metrics_addr: str, interval_s: float,

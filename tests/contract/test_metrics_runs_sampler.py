@@ -35,7 +35,8 @@ class ScriptedWorker(worker_pb2_grpc.WorkerServicer):
 
 class FixedKV(kvstore_pb2_grpc.KVStoreServicer):
     async def GetStats(self, request, context):
-        return kvstore_pb2.KVStats(blocks=17)
+        return kvstore_pb2.KVStats(blocks=20, tiers=[kvstore_pb2.TierStats(tier="host", blocks=17),
+                                                     kvstore_pb2.TierStats(tier="disk", blocks=3)])
 
 
 def stats(steps: int, busy: float, prompt: int, prefix: int, preempt: int = 0,
@@ -116,7 +117,7 @@ async def test_samples_carry_interval_figures_and_restart_safe_counters(node):
         6000, 500, 250)
     assert (first.running, first.waiting) == (2, 4)
     assert (first.kv_blocks_device_used, first.kv_blocks_device_total) == (48, 128)
-    assert (first.kv_blocks_host, first.kv_blocks_disk) == (17, 0)
+    assert (first.kv_blocks_host, first.kv_blocks_disk) == (17, 3)
     assert (first.energy_source, first.power_watts) == ("model", 225.0)
     assert first.energy_joules == 900.0
     # Evictions and lifetimes add up; percentiles are r1's, which evicted more (12 > 8).
