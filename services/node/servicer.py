@@ -42,7 +42,8 @@ class NodeManagerServicer(node_pb2_grpc.NodeManagerServicer):
                 span.set_attribute(names.TENANT, request.tenant)
                 call = replica.stub.Generate(worker_pb2.WorkerGenerateRequest(
                     request_id=request.request_id, tenant=request.tenant,
-                    priority=request.priority, spec=request.spec),
+                    priority=request.priority, spec=request.spec,
+                    kv_source_address=request.kv_source_address),
                     timeout=context.time_remaining())
                 async for chunk in call:
                     yield chunk
@@ -81,7 +82,8 @@ def replica_to_pb(r: Replica) -> common_pb2.ReplicaInfo:
     return common_pb2.ReplicaInfo(
         model=r.model, replica_id=r.replica_id, state=_STATE[r.state], worker_address=r.address,
         running_requests=s.running, waiting_requests=s.waiting, queued_tokens=s.queued_tokens,
-        kv_blocks_total=s.blocks_total, kv_blocks_free=s.blocks_free)
+        kv_blocks_total=s.blocks_total, kv_blocks_free=s.blocks_free,
+        waiting_for_memory=s.waiting_for_memory)
 
 
 def node_info(cfg: NodeConfig, replicas: ReplicaSet) -> common_pb2.NodeInfo:

@@ -39,6 +39,7 @@ class ReplicaStats:
     blocks_free: int = 0
     context_length: int = 0
     memory_bytes: int = 0
+    waiting_for_memory: int = 0     # admitted requests held back: no KV block free anywhere
 
 
 @dataclass(slots=True)
@@ -138,7 +139,7 @@ class ReplicaSet:
             running=s.running_requests, waiting=s.waiting_requests,
             queued_tokens=s.queued_tokens, blocks_total=s.kv_blocks_total,
             blocks_free=s.kv_blocks_free, context_length=s.context_length,
-            memory_bytes=s.memory_bytes)
+            memory_bytes=s.memory_bytes, waiting_for_memory=s.waiting_for_memory)
 
     async def refresh_ready(self) -> None:
         """Refresh every READY replica's stats; one that does not answer keeps its last ones."""
