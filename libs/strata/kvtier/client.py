@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 import uuid
 from collections import deque
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ import grpc
 
 from strata.kvtier import hashing
 from strata.kvtier.shm_segment import ShmSegment
+from strata.kvtier.tiered_store import RESERVATION_TTL_S
 from strata.rpc.server import CHANNEL_OPTIONS
 from strata.rpc.v1 import kvstore_pb2, kvstore_pb2_grpc
 
@@ -33,6 +35,7 @@ log = logging.getLogger(__name__)
 
 SLOT_TARGET = 32          # reserved slots kept per block size (bounded by 1/8 of the segment)
 COMMIT_BATCH = 64
+REFUSAL_BACKOFF_S = 0.1   # after the store refused slots, drop evictions this long before asking
 
 
 @dataclass(slots=True)
@@ -79,9 +82,11 @@ class TierClient:
         self._stub = kvstore_pb2_grpc.KVStoreStub(self._channel)
         self._queue: queue.Queue = queue.Queue(maxsize=queue_size)
         self.segment: ShmSegment | None = self._attach() if use_shm else None
-        self._slots: dict[int, deque[int]] = {}
+        self._slots: dict[int, deque[tuple[int, float]]] = {}   # (offset, reserved at)
+        self._stale: deque[int] = deque()
         self._slot_target: dict[int, int] = {}
         self._refill = threading.Event()
+        self._refused_until = 0.0
         self.offloaded = 0        # blocks handed to the store
         self.dropped = 0          # evicted blocks lost: no slot, queue full
         self.failed = 0           # blocks an RPC failed to deliver
@@ -119,17 +124,44 @@ class TierClient:
     def take_slot(self, nbytes: int) -> tuple[int, memoryview] | None:
         """A reserved host slot (offset, view) to copy one block into, or None: no slot free."""
         slots = self._slots.get(nbytes)
-        if not slots:
-            self.dropped += 1
-            self._refill.set()
-            self._wake()
+        if slots is None:
             return None
-        offset = slots.popleft()
+        self._drop_stale(slots)
+        if not slots and not self._reserve_now(nbytes):
+            self.dropped += 1
+            return None
+        offset, _ = slots.popleft()
         if len(slots) < self._slot_target[nbytes] // 2:
             self._refill.set()
             self._wake()
         assert self.segment is not None
         return offset, self.segment.read(offset, nbytes)
+
+    def _reserve_now(self, nbytes: int) -> bool:
+        """A burst of evictions emptied the reserve: ask once, synchronously, rather than drop
+        the burst (a long prompt can evict hundreds of cached blocks in one allocation). After
+        a refusal (the store is under pressure) evictions drop without asking for a while."""
+        now = time.monotonic()
+        if now < self._refused_until:
+            return False
+        try:
+            resp = self._stub.Reserve(kvstore_pb2.ReserveRequest(
+                block_bytes=nbytes, count=4 * self._slot_target[nbytes]), timeout=self.timeout_s)
+        except grpc.RpcError as err:
+            log.warning("reserving host slots on %s failed: %s", self.address, err.code())
+            resp = kvstore_pb2.ReserveResponse()
+        if not resp.offsets:
+            self._refused_until = now + REFUSAL_BACKOFF_S
+            return False
+        self._slots[nbytes].extend((off, now) for off in resp.offsets)
+        return True
+
+    def _drop_stale(self, slots: deque[tuple[int, float]]) -> None:
+        """Give back slots held so long that the store could reclaim them (its reservations
+        expire so that a killed worker's slots do not leak): never write into such a slot."""
+        limit = time.monotonic() - RESERVATION_TTL_S / 2
+        while slots and slots[0][1] < limit:
+            self._stale.append(slots.popleft()[0])
 
     def commit_slot(self, offset: int, block_hash: int, layout: str, nbytes: int) -> None:
         """The slot taken at `offset` now holds block_hash."""
@@ -196,7 +228,7 @@ class TierClient:
 
     def close(self) -> None:
         self.flush()
-        unused = [off for slots in self._slots.values() for off in slots]
+        unused = [off for slots in self._slots.values() for off, _ in slots] + list(self._stale)
         if unused:
             try:
                 self._stub.Commit(kvstore_pb2.CommitRequest(unused_offsets=unused),
@@ -225,7 +257,11 @@ class TierClient:
     # -- background thread ---------------------------------------------------------------------
     def _drain(self) -> None:
         while True:
-            batch = [self._queue.get()]
+            try:
+                batch = [self._queue.get(timeout=RESERVATION_TTL_S / 4)]
+            except queue.Empty:
+                batch = [None]
+                self._refill.set()      # idle: still refresh reservations before they age out
             while len(batch) < 256:
                 try:
                     batch.append(self._queue.get_nowait())
@@ -293,9 +329,17 @@ class TierClient:
     def _top_up(self) -> None:
         for nbytes, target in self._slot_target.items():
             slots = self._slots[nbytes]
+            self._drop_stale(slots)
             want = target - len(slots)
             if want > 0:
                 resp = self._stub.Reserve(kvstore_pb2.ReserveRequest(block_bytes=nbytes,
                                                                      count=want),
                                           timeout=self.timeout_s)
-                slots.extend(resp.offsets)
+                now = time.monotonic()
+                slots.extend((off, now) for off in resp.offsets)
+        stale = []
+        while self._stale:
+            stale.append(self._stale.popleft())
+        if stale:
+            self._stub.Commit(kvstore_pb2.CommitRequest(unused_offsets=stale),
+                              timeout=self.timeout_s)

@@ -42,6 +42,11 @@ from strata.policy.kv_tiering import BlockHeat, TierPolicy
 log = logging.getLogger(__name__)
 
 
+# Pins and reservations a reader or writer did not give back expire (a killed worker's must not
+# leak); clients hand back reservations at half this age, so a live one never loses a slot.
+RESERVATION_TTL_S = 30.0
+
+
 class Tier(enum.Enum):
     HOST = "host"
     DISK = "disk"
@@ -97,7 +102,7 @@ class TieredStore:
     def __init__(self, segment: ShmSegment, slab_bytes: int, disk: DiskTier | None,
                  policy: TierPolicy, clock: Callable[[], float],
                  high_watermark: float = 0.90, low_watermark: float = 0.75,
-                 lease_ttl_s: float = 30.0, half_life_s: float = 60.0):
+                 lease_ttl_s: float = RESERVATION_TTL_S, half_life_s: float = 60.0):
         if not 0 < low_watermark < high_watermark <= 1:
             raise ValueError(f"need 0 < low_watermark < high_watermark <= 1, got "
                              f"{low_watermark}, {high_watermark}")
