@@ -87,6 +87,7 @@ class TierClient:
         self._slot_target: dict[int, int] = {}
         self._refill = threading.Event()
         self._refused_until = 0.0
+        self._closed = False
         self.offloaded = 0        # blocks handed to the store
         self.dropped = 0          # evicted blocks lost: no slot, queue full
         self.failed = 0           # blocks an RPC failed to deliver
@@ -236,6 +237,9 @@ class TierClient:
             except grpc.RpcError as err:
                 log.warning("returning %d reserved slots failed (%s); the store reclaims them "
                             "when their reservation expires", len(unused), err.code())
+        self._closed = True
+        self._wake()
+        self._thread.join(self.timeout_s)
         self._channel.close()
 
     def _enqueue(self, item: object, block: bool = False) -> None:
@@ -262,6 +266,8 @@ class TierClient:
             except queue.Empty:
                 batch = [None]
                 self._refill.set()      # idle: still refresh reservations before they age out
+            if self._closed:
+                return
             while len(batch) < 256:
                 try:
                     batch.append(self._queue.get_nowait())
