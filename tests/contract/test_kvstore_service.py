@@ -287,3 +287,44 @@ async def test_engine_offloads_evicted_blocks_and_loads_them_back_on_a_repeat(ma
         assert stats.hits == 4 and stats.pinned_blocks == 0
     finally:
         await asyncio.to_thread(client.close)
+
+
+async def test_a_request_with_a_kv_source_pulls_the_prefix_from_the_peer_node(make_store):
+    """Node A computed a prompt; the scheduler routes a repeat to node B naming A's store as the
+    source: B's worker prefetches with the peer, B's store pulls, and B loads instead of
+    recomputing."""
+    a = await make_store(host_bytes=256 * 1024, name="a")
+    b = await make_store(host_bytes=256 * 1024, name="b")
+    client_a = await asyncio.to_thread(TierClient, a.running.address, worker_id="a")
+    client_b = await asyncio.to_thread(TierClient, b.running.address, worker_id="b")
+    try:
+        prompt = list(range(10, 30))
+        engine_a = tiny_engine(num_blocks=8, block_size=4, tier=TierLink(client_a))
+        engine_a.add_request(request("first", prompt))
+        first = (await asyncio.to_thread(run_to_end, engine_a))["first"]
+        engine_a.add_request(request("evict", list(range(100, 128))))   # push it to A's store
+        await asyncio.to_thread(run_to_end, engine_a)
+        await asyncio.to_thread(client_a.flush)
+        assert (await a.stub.GetStats(kvstore_pb2.KVStatsRequest())).blocks == 5
+
+        engine_b = tiny_engine(num_blocks=8, block_size=4, tier=TierLink(client_b))
+        req = request("repeat", prompt)
+        req.kv_source = a.running.address
+        engine_b.add_request(req)
+        await asyncio.to_thread(client_b.flush)          # the prefetch went out
+        for _ in range(100):                             # the pull runs in B's store
+            if (await b.stub.GetStats(kvstore_pb2.KVStatsRequest())).peer_blocks_pulled == 4:
+                break
+            await asyncio.sleep(0.05)
+        outputs = []
+
+        def run_collecting() -> None:
+            while engine_b.has_work():
+                outputs.extend(engine_b.step())
+
+        await asyncio.to_thread(run_collecting)
+        assert outputs[-1].tier_tokens == 16             # 4 blocks came from node A, via B
+        assert [t for o in outputs for t in o.token_ids] == first
+    finally:
+        await asyncio.to_thread(client_a.close)
+        await asyncio.to_thread(client_b.close)
