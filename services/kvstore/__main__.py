@@ -29,7 +29,8 @@ async def main() -> None:
                          cfg.host_capacity_bytes, create=True)
     # Opening the disk tier replays its manifest: after a crash the directory comes back from
     # it, and blocks whose files fail their checksums are dropped before anything is served.
-    disk = DiskTier(cfg.disk_dir, cfg.disk_capacity_bytes) if cfg.disk_capacity_bytes else None
+    disk = DiskTier(cfg.disk_dir, cfg.disk_capacity_bytes, durable=cfg.disk_durable) \
+        if cfg.disk_capacity_bytes else None
     store = TieredStore(segment, cfg.slab_bytes, disk, make_policy(cfg.policy), time.monotonic,
                         cfg.high_watermark, cfg.low_watermark)
     migrator = Migrator(store).start()

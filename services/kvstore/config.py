@@ -7,7 +7,7 @@ import socket
 from dataclasses import dataclass
 
 from strata import defaults
-from strata.envconfig import ConfigError, data_dir, env_float, env_int, env_str
+from strata.envconfig import ConfigError, data_dir, env_bool, env_float, env_int, env_str
 from strata.kvtier import shm_segment
 from strata.policy.kv_tiering import POLICIES
 
@@ -26,6 +26,7 @@ class KVStoreConfig:
     shm_dir: str = shm_segment.DEFAULT_DIR
     disk_dir: str = ""
     disk_capacity_bytes: int = 0             # 0: no disk tier
+    disk_durable: bool = False               # fsync every block (power-loss safe, ~10 ms each)
     policy: str = "heat"
     high_watermark: float = 0.90
     low_watermark: float = 0.75
@@ -61,6 +62,7 @@ class KVStoreConfig:
             disk_dir=env_str("STRATA_KVSTORE_DISK_DIR",
                              os.path.join(data_dir(), "kv", node_id)),
             disk_capacity_bytes=env_int("STRATA_KVSTORE_DISK_BYTES", 0, minimum=0),
+            disk_durable=env_bool("STRATA_KVSTORE_DISK_DURABLE", False),
             policy=policy, high_watermark=high, low_watermark=low,
             events_interval_s=env_float("STRATA_KVSTORE_EVENTS_INTERVAL_S", 0.5),
         )

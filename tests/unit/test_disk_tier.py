@@ -187,3 +187,12 @@ def test_smaller_capacity_on_reopen_evicts_down_to_budget(tmp_path):
     assert smaller.hashes() == [3, 4]
     assert smaller.bytes_used == 2 * SIZE
     assert block_files(tmp_path) == [block_filename(3), block_filename(4)]
+
+
+def test_without_durability_blocks_still_come_back_after_reopen(tmp_path):
+    data = b"k" * 64
+    with DiskTier(tmp_path, 1024, durable=False) as tier:
+        assert tier.put(StoredBlock(5, "L", data, checksum(data))) == (True, 0)
+    with DiskTier(tmp_path, 1024, durable=False) as tier:
+        assert [b.data for b in tier.get_prefix([5])] == [data]
+        assert tier.stats.recovered == 1

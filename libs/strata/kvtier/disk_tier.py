@@ -12,6 +12,12 @@ unlinking, so a crash in between also leaves an orphan. A manifest entry whose f
 has the wrong size or fails its checksum is dropped and never served, and a torn last line (a
 crash mid-append) is skipped.
 
+Durability is a choice (`durable`). With it, every put fsyncs the file, the folder and the log
+(survives power loss, ~10 ms a block on this machine's disk). Without it (the store's default), the
+page cache carries writes to disk in the background: a process crash (kill -9) loses nothing, and
+after a power loss a block whose file did not reach the disk fails its size or checksum check at
+open and is dropped — the tier is a cache, so a crash can cost hits but never serve wrong data.
+
 Reads are not logged (a write per read would cost more than the recency is worth), so after a
 restart the LRU order is the order in which blocks were put. One process owns a root directory.
 """
@@ -62,7 +68,7 @@ def block_filename(block_hash: int) -> str:
 class DiskTier:
     def __init__(self, root_dir: str | os.PathLike[str], capacity_bytes: int,
                  verify_on_open: bool = True,
-                 on_evict: Callable[[int], None] | None = None):
+                 on_evict: Callable[[int], None] | None = None, durable: bool = True):
         if capacity_bytes <= 0:
             raise ValueError(f"capacity_bytes must be positive, got {capacity_bytes}")
         self.root = Path(root_dir)
@@ -74,6 +80,7 @@ class DiskTier:
         self._entries: OrderedDict[int, _Entry] = OrderedDict()
         self._next_seq = 0
         self._manifest: IO[str] | None = None
+        self.durable = durable
         self._blocks_dir.mkdir(parents=True, exist_ok=True)
         # Not called for evictions during recovery: nobody has seen those blocks yet.
         self.on_evict: Callable[[int], None] | None = None
@@ -268,17 +275,20 @@ class DiskTier:
         tmp = final.with_name(final.name + _TMP_SUFFIX)
         with open(tmp, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if self.durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, final)
-        _fsync_dir(self._blocks_dir)
+        if self.durable:
+            _fsync_dir(self._blocks_dir)
 
     def _append(self, record: dict) -> None:
         assert self._manifest is not None, "DiskTier used after close()"
         self._manifest.write(json.dumps(record | {"seq": self._next_seq}) + "\n")
         self._next_seq += 1
         self._manifest.flush()
-        os.fsync(self._manifest.fileno())
+        if self.durable:
+            os.fsync(self._manifest.fileno())
 
     def _evict_lru(self) -> None:
         h = next(iter(self._entries))
