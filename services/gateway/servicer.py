@@ -1,7 +1,7 @@
 """Gateway gRPC servicer: the public per-tenant API.
 
-Generate: authenticate -> validate -> rate limit -> Route (scheduler) -> Submit (node manager) ->
-stream back. The request's latency figures are recorded on the gateway span, from which the
+Generate: authenticate -> validate -> rate limit -> hash the prompt's blocks -> Route (scheduler)
+-> Submit (node manager, with the route's KV source) -> stream back. The request's latency figures are recorded on the gateway span, from which the
 metrics collector derives the request's row; a caller replaying a trace tags its requests with
 an evaluation run through the `x-strata-run-id` metadata, recorded on the span too.
 """
@@ -17,6 +17,7 @@ from opentelemetry.trace import Status, StatusCode
 
 from strata.eval.stats import REPORT_PERCENTILES, percentiles
 from strata.gateway.auth import Authenticator, bearer_key
+from strata.gateway.prefix_hashes import PrefixHasher
 from strata.gateway.validation import GenerateParams, validate
 from strata.policy.ratelimit import TenantRateLimiter
 from strata.rpc.server import channel
@@ -32,11 +33,13 @@ _FINISH_NAMES = {v: k.removeprefix("FINISH_REASON_").lower()
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     def __init__(self, scheduler: scheduler_pb2_grpc.SchedulerStub, auth: Authenticator,
-                 limiter: TenantRateLimiter, request_timeout_s: float):
+                 limiter: TenantRateLimiter, request_timeout_s: float,
+                 prefixes: PrefixHasher | None = None):
         self.scheduler = scheduler
         self.auth = auth
         self.limiter = limiter
         self.request_timeout_s = request_timeout_s
+        self.prefixes = prefixes if prefixes is not None else PrefixHasher()
         self._nodes: dict[str, tuple[grpc.aio.Channel, node_pb2_grpc.NodeManagerStub]] = {}
 
     async def _tenant(self, context: grpc.aio.ServicerContext) -> str:
@@ -92,13 +95,22 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             trace_id = current_trace_id_hex()
             timing = _Timing(time.perf_counter())
             try:
+                hashed = await self.prefixes.hash_prompt(params.model, tenant,
+                                                         request.prefix_public, params.prompt,
+                                                         params.messages)
                 route = await self.scheduler.Route(scheduler_pb2.RouteRequest(
                     model=params.model, tenant=tenant,
-                    prompt_tokens_estimate=len(params.prompt) // 4), timeout=min(timeout, 5.0))
+                    prompt_tokens_estimate=(hashed.tokens if hashed is not None
+                                            else len(params.prompt) // 4),
+                    prefix_hashes=hashed.hashes if hashed is not None else ()),
+                    timeout=min(timeout, 5.0))
+                # The cluster serves this model: its tokenizer is worth loading for next time.
+                self.prefixes.ensure_loading(params.model)
                 span.set_attribute(names.NODE_ID, route.node_id)
                 call = self._node(route.node_address).Submit(node_pb2.SubmitRequest(
                     request_id=request_id, tenant=tenant, spec=_spec(request),
-                    replica_id=route.replica_id), timeout=timeout)
+                    replica_id=route.replica_id, kv_source_address=route.kv_source_address),
+                    timeout=timeout)
                 try:
                     async for chunk in call:
                         timing.chunk(len(chunk.token_ids))
@@ -133,6 +145,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         return entry[1]
 
     async def close(self) -> None:
+        await self.prefixes.close()
         for ch, _ in self._nodes.values():
             await ch.close()
         self._nodes.clear()

@@ -147,6 +147,8 @@ async def env(tmp_path):
 
     stub = await start_gateway(1000.0, 1000.0)
     yield Env(stub, node, key, sessions, auth_clock, rate_clock, start_gateway)
+    for servicer in gateways:
+        await servicer.close()        # waits for tokenizer loads its requests started
     for ch in channels:
         await ch.close()
     for running in reversed(servers):

@@ -1,0 +1,139 @@
+"""The prompt's block hash chain, computed at the gateway exactly as the decode worker computes it,
+so that the scheduler can route a request to a node that already holds its prefix.
+
+The worker tokenizes with strata.engine.prompt.prompt_ids and hashes every full block of the
+prompt but its last token (whose logits must be recomputed) with strata.kvtier.hashing; this
+module does the same with the same tokenizer, read without the model's weights.
+
+Tokenizers load in the background, never on a request's path: a model's first requests go
+unhashed (routed by load alone, as when no node holds anything), and a model is only looked up
+after the scheduler has routed a request for it, so a tenant's made-up model name never makes
+the gateway open files. A model whose tokenizer cannot be loaded is remembered as such (and
+logged once); its requests are routed without hashes. At most `max_models` tokenizers are kept,
+least recently used first out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from strata.engine.prompt import prompt_ids
+from strata.engine.tokenizer import Tokenizer
+from strata.kvtier.hashing import HashKeys, chain_hashes
+from strata.policy.routing import KV_BLOCK_TOKENS
+
+log = logging.getLogger(__name__)
+
+MAX_MODELS = 8
+
+
+class ModelTokenizer(Protocol):
+    """What a tokenizer loader returns (strata.engine.registry.NamedTokenizer)."""
+
+    name: str                # the engine's model name, the model key of block hashes
+    tokenizer: Tokenizer
+
+
+def load_engine_tokenizer(model: str) -> ModelTokenizer:
+    # Imported on first use: the registry imports the weight loaders and with them torch, which
+    # a gateway that never hashes (or has not yet) should not pay for at start.
+    from strata.engine.registry import load_tokenizer
+
+    return load_tokenizer(model)
+
+
+@dataclass(slots=True, frozen=True)
+class PromptHashes:
+    tokens: int              # prompt length in tokens, as the worker will count it
+    hashes: list[int]        # one per full block of the prompt's first tokens - 1
+
+
+# Errors a loader raises for a model it cannot give a tokenizer for: an unknown name, a missing
+# or unreadable file, a checkpoint whose tokenizer is not supported.
+_LOAD_ERRORS = (ValueError, KeyError, OSError)
+
+
+class PrefixHasher:
+    def __init__(self, block_size: int = KV_BLOCK_TOKENS, max_models: int = MAX_MODELS,
+                 loader: Callable[[str], ModelTokenizer] = load_engine_tokenizer) -> None:
+        if block_size <= 0:
+            raise ValueError(f"block_size must be positive, got {block_size}")
+        if max_models <= 0:
+            raise ValueError(f"max_models must be positive, got {max_models}")
+        self.block_size = block_size
+        self.max_models = max_models
+        self._loader = loader
+        self._tokenizers: OrderedDict[str, ModelTokenizer | None] = OrderedDict()
+        self._loading: dict[str, asyncio.Task[bool]] = {}
+
+    async def hash_prompt(self, model: str, tenant: str, prefix_public: bool, prompt: str,
+                          messages: Sequence[tuple[str, str]]) -> PromptHashes | None:
+        """The prompt's length and hash chain, or None when the model's tokenizer is not loaded
+        (yet, or ever) or the prompt does not tokenize: the worker reports bad prompts."""
+        named = self._tokenizers.get(model)
+        if named is None:
+            return None
+        self._tokenizers.move_to_end(model)
+        # Off the event loop: a long prompt takes milliseconds to tokenize and hash.
+        return await asyncio.to_thread(self._hash, named, tenant, prefix_public, prompt, messages)
+
+    def ensure_loading(self, model: str) -> None:
+        """Start loading the model's tokenizer in the background unless known or under way."""
+        if model in self._tokenizers or model in self._loading:
+            return
+        task = asyncio.get_running_loop().create_task(self.load(model))
+        self._loading[model] = task
+        task.add_done_callback(lambda t: self._loaded(model, t))
+
+    async def load(self, model: str) -> bool:
+        """Load the model's tokenizer now; False (logged once) when it cannot be loaded."""
+        if model in self._tokenizers:
+            return self._tokenizers[model] is not None
+        try:
+            named: ModelTokenizer | None = await asyncio.to_thread(self._loader, model)
+        except _LOAD_ERRORS as err:
+            log.warning("no tokenizer for model %r (%s); its requests are routed without prefix "
+                        "hashes", model, err)
+            named = None
+        self._remember(model, named)
+        return named is not None
+
+    def loaded_models(self) -> list[str]:
+        """Models with a tokenizer, least recently used first."""
+        return [m for m, named in self._tokenizers.items() if named is not None]
+
+    async def close(self) -> None:
+        """Wait for loads under way (a load in its thread cannot be interrupted); a failed one
+        was logged when it failed."""
+        await asyncio.gather(*self._loading.values(), return_exceptions=True)
+
+    def _loaded(self, model: str, task: asyncio.Task[bool]) -> None:
+        self._loading.pop(model, None)
+        if not task.cancelled() and task.exception() is not None:
+            # A loader failing in a way `load` does not expect: say so loudly once, and do not
+            # try again on every request.
+            log.error("loading the tokenizer of model %r failed; its requests are routed "
+                      "without prefix hashes", model, exc_info=task.exception())
+            self._remember(model, None)
+
+    def _remember(self, model: str, named: ModelTokenizer | None) -> None:
+        self._tokenizers[model] = named
+        self._tokenizers.move_to_end(model)
+        while len(self._tokenizers) > self.max_models:
+            self._tokenizers.popitem(last=False)
+
+    def _hash(self, named: ModelTokenizer, tenant: str, prefix_public: bool, prompt: str,
+              messages: Sequence[tuple[str, str]]) -> PromptHashes | None:
+        try:
+            ids = prompt_ids(named.tokenizer, prompt, messages)
+        except ValueError as err:
+            log.debug("prompt for %s does not tokenize (%s): routed without prefix hashes",
+                      named.name, err)
+            return None
+        keys = HashKeys.for_request(named.name, tenant, prefix_public)
+        return PromptHashes(len(ids), chain_hashes(ids[:len(ids) - 1], self.block_size, keys))
