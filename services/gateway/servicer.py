@@ -1,9 +1,10 @@
 """Gateway gRPC servicer: the public per-tenant API.
 
 Generate: authenticate -> validate -> rate limit -> hash the prompt's blocks -> Route (scheduler)
--> Submit (node manager, with the route's KV source) -> stream back. The request's latency figures are recorded on the gateway span, from which the
-metrics collector derives the request's row; a caller replaying a trace tags its requests with
-an evaluation run through the `x-strata-run-id` metadata, recorded on the span too.
+-> Submit (node manager, with the route's KV source) -> stream back. The request's latency
+figures are recorded on the gateway span, from which the metrics collector derives the request's
+row; a caller replaying a trace tags its requests with an evaluation run through the
+`x-strata-run-id` metadata, recorded on the span too.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Scheduler servicer in-process on port 0: heartbeats, routing choices, expiry, status codes, spans,
-KV events and prefix-aware routing."""
+"""Scheduler servicer in-process on port 0: heartbeats, routing choices, expiry, status codes,
+spans, KV events and prefix-aware routing."""
 
 from __future__ import annotations
 

@@ -1,1 +1,1 @@
-"""The gateway's library: request validation and API-key authentication."""
+"""The gateway's library: request validation, API-key authentication, prompt block hashes."""

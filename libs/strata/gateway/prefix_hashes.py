@@ -16,6 +16,7 @@ least recently used first out.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -40,11 +41,20 @@ class ModelTokenizer(Protocol):
 
 
 def load_engine_tokenizer(model: str) -> ModelTokenizer:
-    # Imported on first use: the registry imports the weight loaders and with them torch, which
-    # a gateway that never hashes (or has not yet) should not pay for at start.
+    # Imported on first use, or by import_engine_loader: the registry imports the weight loaders
+    # and with them torch, which the gateway's start should not wait for.
     from strata.engine.registry import load_tokenizer
 
     return load_tokenizer(model)
+
+
+def import_engine_loader() -> None:
+    """Import what load_engine_tokenizer needs (torch among it, about a second of CPU).
+
+    The gateway runs this in a thread as it starts, before traffic arrives: an import under way
+    holds the interpreter lock for long stretches and would slow the requests it overlaps.
+    """
+    importlib.import_module("strata.engine.registry")
 
 
 @dataclass(slots=True, frozen=True)

@@ -41,8 +41,8 @@ from strata.policy.registry import NodeRegistry, ReplicaPhase, ReplicaState
 
 REQUEST_WEIGHT_TOKENS = 128   # decode tokens a running request still costs, on average
 KV_BLOCK_TOKENS = 16          # tokens per KV block in the engine's paged pool
-# A pull of one block costs about what recomputing it does (a network round trip against a
-# 16-token prefill chunk); from two blocks on the pull saves work.
+# One block is a few tokens of prefill, less than a pull's fixed cost (a round trip to the peer's
+# store before the first byte, then the copy into this node's tiers); two or more are worth it.
 MIN_SOURCE_GAIN_BLOCKS = 2
 
 
