@@ -60,7 +60,7 @@ def import_engine_loader() -> None:
 @dataclass(slots=True, frozen=True)
 class PromptHashes:
     tokens: int              # prompt length in tokens, as the worker will count it
-    hashes: list[int]        # one per full block of the prompt's first tokens - 1
+    hashes: list[int]        # one per full block of the prompt without its last token
 
 
 # Errors a loader raises for a model it cannot give a tokenizer for: an unknown name, a missing
