@@ -8,6 +8,7 @@ import time
 from services.gateway.config import GatewayConfig
 from services.gateway.servicer import GatewayServicer
 from strata.gateway.auth import Authenticator
+from strata.gateway.prefix_hashes import PrefixHasher
 from strata.policy.clock import WallClock
 from strata.policy.ratelimit import TenantRateLimiter
 from strata.rpc.server import Registration, channel, run, serve_until_signal, start_server
@@ -28,7 +29,7 @@ async def main() -> None:
         scheduler_pb2_grpc.SchedulerStub(scheduler),
         Authenticator(session_factory(db), time.monotonic),
         TenantRateLimiter(WallClock(), cfg.rate_limit_rps, cfg.rate_limit_burst),
-        cfg.request_timeout_s)
+        cfg.request_timeout_s, PrefixHasher(block_size=cfg.block_size))
     running = await start_server([Registration(
         add=lambda s: gateway_pb2_grpc.add_GatewayServicer_to_server(servicer, s),
         service_name=gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name)],

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from strata import defaults
-from strata.envconfig import ConfigError, env_float, env_str
+from strata.envconfig import ConfigError, env_float, env_int, env_str
 
 
 @dataclass(frozen=True, slots=True)
@@ -14,6 +14,7 @@ class SchedulerConfig:
     otlp_endpoint: str = ""
     node_ttl_s: float = defaults.NODE_TTL_S
     heartbeat_interval_s: float = defaults.HEARTBEAT_INTERVAL_S
+    block_size: int = 16          # the workers' KV block size: cached blocks -> tokens
 
     def __post_init__(self) -> None:
         if self.heartbeat_interval_s <= 0:
@@ -32,4 +33,5 @@ class SchedulerConfig:
             node_ttl_s=env_float("STRATA_NODE_TTL_S", defaults.NODE_TTL_S),
             heartbeat_interval_s=env_float("STRATA_HEARTBEAT_INTERVAL_S",
                                            defaults.HEARTBEAT_INTERVAL_S),
+            block_size=env_int("STRATA_BLOCK_SIZE", 16, minimum=1),
         )

@@ -111,6 +111,12 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                     self._index.forget(node_id)
                     log.warning("node %s left: no heartbeat for over %.1fs", node_id,
                                 self._registry.ttl_s)
+                # A store whose node never heartbeats must not keep its blocks here forever;
+                # if its node appears later, the store's next report is answered need_reset.
+                live = {n.node_id for n in self._registry.nodes()}
+                for node_id in self._index.node_ids():
+                    if node_id not in live:
+                        self._index.forget(node_id)
 
 
 def _heartbeat_problem(request: scheduler_pb2.HeartbeatRequest) -> str | None:

@@ -237,3 +237,16 @@ async def test_an_expired_node_leaves_the_prefix_index(env):
     assert (await stub.ReportKVEvents(kv_events("n1", 2, stored=CHAIN))).need_reset is True
     reply = await stub.Route(route_request())
     assert (reply.node_id, reply.cached_blocks, reply.kv_source_address) == ("n2", 0, "")
+
+
+async def test_a_store_whose_node_never_heartbeats_is_forgotten(env):
+    stub, _, _, servicer = env
+    await stub.Heartbeat(heartbeat("n1"))
+    await stub.ReportKVEvents(kv_events("ghost", 1, reset=True, stored=CHAIN))
+    stop = asyncio.Event()
+    task = asyncio.create_task(servicer.expire_until(stop, every_s=0.01))
+    await asyncio.sleep(0.05)
+    stop.set()
+    await task
+    assert (await stub.ReportKVEvents(kv_events("ghost", 2, stored=CHAIN))).need_reset is True
+    assert (await stub.ReportKVEvents(kv_events("n1", 1, reset=True))).need_reset is False
