@@ -59,6 +59,8 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             if decision is not None:
                 span.set_attribute(names.NODE_ID, decision.node_id)
                 span.set_attribute(names.REPLICA_ID, decision.replica_id)
+                span.set_attribute(names.ROUTE_PROMPT_BLOCKS, len(request.prefix_hashes))
+                span.set_attribute(names.ROUTE_CACHED_BLOCKS, decision.cached_blocks)
                 reply = scheduler_pb2.RouteResponse(node_id=decision.node_id,
                                                     node_address=decision.address,
                                                     replica_id=decision.replica_id,
@@ -66,6 +68,8 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 if decision.kv_source is not None:
                     reply.kv_source_address = decision.kv_source.address
                     reply.kv_source_blocks = decision.kv_source.blocks
+                    span.set_attribute(names.ROUTE_KV_SOURCE, decision.kv_source.address)
+                    span.set_attribute(names.ROUTE_KV_SOURCE_BLOCKS, decision.kv_source.blocks)
                 return reply
             miss = self._router.explain_miss(request.model, self._registry)
             code = (grpc.StatusCode.NOT_FOUND if miss.kind is MissKind.UNKNOWN_MODEL

@@ -208,6 +208,10 @@ async def test_route_prefers_the_node_holding_the_prefix_and_names_a_pull_source
     reply = await stub.Route(route_request())
     assert (reply.node_id, reply.cached_blocks, reply.kv_source_address,
             reply.kv_source_blocks) == ("n2", 0, "n1.kv:50057", 10)
+    span = env[2].get_finished_spans()[-1]
+    assert {k: v for k, v in span.attributes.items() if k.startswith("strata.route.")} == {
+        "strata.route.prompt_blocks": 10, "strata.route.cached_blocks": 0,
+        "strata.route.kv_source": "n1.kv:50057", "strata.route.kv_source_blocks": 10}
 
 
 async def test_memory_wait_is_listed_and_steers_routing_away(env):

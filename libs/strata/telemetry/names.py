@@ -41,6 +41,12 @@ ITL_P99_MS = "strata.latency.itl_p99_ms"
 CACHED_TOKENS = "strata.usage.cached_input_tokens"
 TIER_TOKENS = "strata.usage.tier_input_tokens"
 KV_BLOCKS = "strata.kv.blocks"
+# Routing by prefix: leading prompt blocks the chosen node holds, and a peer store named to pull
+# a longer prefix from (absent when none).
+ROUTE_CACHED_BLOCKS = "strata.route.cached_blocks"
+ROUTE_PROMPT_BLOCKS = "strata.route.prompt_blocks"
+ROUTE_KV_SOURCE = "strata.route.kv_source"
+ROUTE_KV_SOURCE_BLOCKS = "strata.route.kv_source_blocks"
 ERROR_CODE = "strata.error.code"
 # The evaluation run a request belongs to (from the caller's `x-strata-run-id` metadata).
 RUN_ID = "strata.run.id"
