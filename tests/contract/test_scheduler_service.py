@@ -80,7 +80,8 @@ async def test_route_picks_less_loaded_node_and_records_span(env):
     (span,) = exporter.get_finished_spans()
     assert span.name == names.SPAN_SCHEDULER_ROUTE
     assert dict(span.attributes) == {names.TENANT: "acme", names.GEN_AI_REQUEST_MODEL: MODEL,
-                                     names.NODE_ID: "n2", names.REPLICA_ID: "n2-r0"}
+                                     names.NODE_ID: "n2", names.REPLICA_ID: "n2-r0",
+                                     names.ROUTE_PROMPT_BLOCKS: 0, names.ROUTE_CACHED_BLOCKS: 0}
 
 
 async def test_silent_node_leaves_routing_after_ttl(env, caplog):
