@@ -189,7 +189,10 @@ def main() -> None:
     if not os.path.exists(args.trace):
         sys.exit(f"bench-kv: the Mooncake trace is not at {args.trace} (relative to "
                  f"{os.getcwd()}); see ../shared/data/traces/README.md")
-    command = args.command or shlex.join([sys.executable, "-m", "benchmarks.kv", *sys.argv[1:]])
+    exe = sys.executable
+    if exe.startswith(os.getcwd() + os.sep):
+        exe = os.path.relpath(exe)     # the repository's .venv/bin/python, as typed
+    command = args.command or shlex.join([exe, "-m", "benchmarks.kv", *sys.argv[1:]])
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     os.makedirs(args.raw, exist_ok=True)
     trace = read_mooncake(args.trace)

@@ -33,7 +33,10 @@ def test_a_store_that_cannot_start_is_reported_with_its_log(tmp_path):
     (tmp_path / "file").write_text("")
     store = StoreProcess(host_bytes=MIB, disk_bytes=MIB, disk_dir=str(tmp_path / "file" / "disk"),
                          log_path=str(tmp_path / "store.log"), slab_bytes=MIB)
-    with pytest.raises(RuntimeError, match=r"exited with code \d+ before serving.*store\.log"):
-        store.start()
-    store.stop()
+    try:
+        with pytest.raises(RuntimeError,
+                           match=r"exited with code \d+ before serving.*store\.log"):
+            store.start()
+    finally:
+        store.stop()
     assert store.shm_dir and not os.path.exists(store.shm_dir)
