@@ -74,17 +74,17 @@ class LocalTierClient:
         pass
 
     def take_slot(self, nbytes):
-        offsets = self.store.reserve(nbytes, 1)
-        if not offsets:
+        slots = self.store.reserve(nbytes, 1)
+        if not slots:
             self.dropped += 1
             return None
-        return offsets[0], self.segment.read(offsets[0], nbytes)
+        return slots[0], self.segment.read(slots[0].offset, nbytes)
 
-    def commit_slot(self, offset, block_hash, layout, nbytes):
+    def commit_slot(self, slot, block_hash, layout, nbytes):
         from strata.kvtier.hashing import checksum
 
-        crc = checksum(self.segment.read(offset, nbytes))
-        stored, dups, _ = self.store.commit([(offset, block_hash, layout, crc)], [])
+        crc = checksum(self.segment.read(slot.offset, nbytes))
+        stored, dups, _ = self.store.commit([(slot, block_hash, layout, crc)], [])
         self.offloaded += stored + dups
 
     def note_device(self, stored, removed):

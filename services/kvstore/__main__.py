@@ -47,7 +47,7 @@ async def main() -> None:
     log.info("kvstore listening on %s (host tier %d MiB in %s, disk tier %d MiB in %s, "
              "%d blocks recovered, %d dropped as corrupt)", cfg.bind,
              cfg.host_capacity_bytes >> 20, segment.path, cfg.disk_capacity_bytes >> 20,
-             cfg.disk_dir if disk else "-", store.counters.recovered,
+             cfg.disk_dir if disk is not None else "-", store.counters.recovered,
              store.counters.dropped_corrupt)
     try:
         await serve_until_signal(running)

@@ -10,7 +10,7 @@ import grpc
 
 from strata.kvtier.hashing import from_bytes, to_bytes
 from strata.kvtier.blocks import StoredBlock
-from strata.kvtier.tiered_store import Tier, TieredStore
+from strata.kvtier.tiered_store import Slot, Tier, TieredStore
 from strata.rpc.server import CHANNEL_OPTIONS
 from strata.rpc.v1 import kvstore_pb2, kvstore_pb2_grpc
 
@@ -68,13 +68,19 @@ class KVStoreServicer(kvstore_pb2_grpc.KVStoreServicer):
                                 f"a {request.block_bytes}-byte block does not fit this store's "
                                 f"{self.store.alloc.slab_bytes}-byte slabs; raise "
                                 f"STRATA_KVSTORE_SLAB_BYTES or use the byte path")
-        offsets = await asyncio.to_thread(self.store.reserve, request.block_bytes, request.count)
-        return kvstore_pb2.ReserveResponse(offsets=offsets)
+        slots = await asyncio.to_thread(self.store.reserve, request.block_bytes, request.count)
+        return kvstore_pb2.ReserveResponse(offsets=[s.offset for s in slots],
+                                           tickets=[s.ticket for s in slots])
 
     async def Commit(self, request, context):
-        blocks = [(b.offset, b.block_hash, b.layout, b.checksum) for b in request.blocks]
-        stored, dups, rejected = await asyncio.to_thread(self.store.commit, blocks,
-                                                         list(request.unused_offsets))
+        if len(request.unused_offsets) != len(request.unused_tickets):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"unused_offsets ({len(request.unused_offsets)}) and "
+                                f"unused_tickets ({len(request.unused_tickets)}) must pair up")
+        blocks = [(Slot(b.offset, b.ticket), b.block_hash, b.layout, b.checksum)
+                  for b in request.blocks]
+        unused = [Slot(o, t) for o, t in zip(request.unused_offsets, request.unused_tickets)]
+        stored, dups, rejected = await asyncio.to_thread(self.store.commit, blocks, unused)
         return kvstore_pb2.CommitResponse(stored=stored, duplicates=dups, rejected=rejected)
 
     async def Acquire(self, request, context):

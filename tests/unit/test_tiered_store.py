@@ -50,23 +50,23 @@ def make(tmp_path):
 
 
 def write(store: TieredStore, blk: StoredBlock) -> int:
-    [off] = store.reserve(len(blk.data), 1)
-    store.segment.write(off, blk.data)
-    assert store.commit([(off, blk.block_hash, blk.layout, blk.checksum)], []) == (1, 0, 0)
-    return off
+    [slot] = store.reserve(len(blk.data), 1)
+    store.segment.write(slot.offset, blk.data)
+    assert store.commit([(slot, blk.block_hash, blk.layout, blk.checksum)], []) == (1, 0, 0)
+    return slot.offset
 
 
 def test_commit_verifies_checksum_and_keeps_one_copy(make):
     store = make()
     b = block(1)
-    [off] = store.reserve(BLOCK, 1)
-    store.segment.write(off, b.data)
-    assert store.commit([(off, b.block_hash, b.layout, b.checksum ^ 1)], []) == (0, 0, 1)
+    [slot] = store.reserve(BLOCK, 1)
+    store.segment.write(slot.offset, b.data)
+    assert store.commit([(slot, b.block_hash, b.layout, b.checksum ^ 1)], []) == (0, 0, 1)
     assert len(store) == 0 and store.alloc.bytes_used == 0
     write(store, b)
-    [off2] = store.reserve(BLOCK, 1)
-    store.segment.write(off2, b.data)
-    assert store.commit([(off2, b.block_hash, b.layout, b.checksum)], []) == (0, 1, 0)
+    [slot2] = store.reserve(BLOCK, 1)
+    store.segment.write(slot2.offset, b.data)
+    assert store.commit([(slot2, b.block_hash, b.layout, b.checksum)], []) == (0, 1, 0)
     assert len(store) == 1 and store.host_bytes() == BLOCK
     assert store.presence.drain() == ([b.block_hash], [])
 
@@ -203,3 +203,28 @@ def test_concurrent_readers_and_migrations_never_see_a_half_moved_block(make):
     assert len(store) == 8 and store.pinned_blocks() == 0
     assert [b.data for b in store.read_prefix([b.block_hash for b in blocks])] == \
         [b.data for b in blocks]
+
+
+def test_an_expired_reservation_can_neither_commit_nor_free_the_next_holders_slot(make):
+    clock = Clock()
+    store = make(host_blocks=1, clock=clock)
+    [old] = store.reserve(BLOCK, 1)
+    clock.t += store.lease_ttl_s + 1
+    store.run_once()                                   # the writer looked dead: reclaimed
+    [new] = store.reserve(BLOCK, 1)
+    assert new.offset == old.offset and new.ticket != old.ticket
+    b = block(3)
+    store.segment.write(old.offset, b.data)
+    assert store.commit([(old, b.block_hash, b.layout, b.checksum)], [old]) == (0, 0, 1)
+    assert store.reserved_bytes() == BLOCK             # the new holder still has its slot
+    assert store.commit([(new, b.block_hash, b.layout, b.checksum)], []) == (1, 0, 0)
+
+
+def test_reserved_slots_do_not_push_committed_blocks_to_disk(make):
+    store = make(host_blocks=8, disk_blocks=8, high=0.9, low=0.5)
+    for i in range(3):
+        write(store, block(i))
+    store.reserve(BLOCK, 5)                            # the host is full, 3 of 8 committed
+    store.run_once()
+    assert store.counters.demotions == 0
+    assert [store.tier_of(block(i).block_hash) for i in range(3)] == [Tier.HOST] * 3

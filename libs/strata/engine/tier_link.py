@@ -56,9 +56,9 @@ class TierLink:
             slot = self.client.take_slot(self.block_bytes)
             if slot is None:
                 return   # the host tier is under pressure: this cached block is dropped
-            offset, view = slot
+            reserved, view = slot
             self._as_block(view).copy_(src)
-            self.client.commit_slot(offset, block_hash, self.layout, self.block_bytes)
+            self.client.commit_slot(reserved, block_hash, self.layout, self.block_bytes)
         else:
             data, layout = codec.encode(src)
             self.client.put_async(block_hash, data, layout)

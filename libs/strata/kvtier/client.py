@@ -27,13 +27,13 @@ import grpc
 
 from strata.kvtier import hashing
 from strata.kvtier.shm_segment import ShmSegment
-from strata.kvtier.tiered_store import RESERVATION_TTL_S
+from strata.kvtier.tiered_store import RESERVATION_TTL_S, Slot
 from strata.rpc.server import CHANNEL_OPTIONS
 from strata.rpc.v1 import kvstore_pb2, kvstore_pb2_grpc
 
 log = logging.getLogger(__name__)
 
-SLOT_TARGET = 32          # reserved slots kept per block size (bounded by 1/8 of the segment)
+SLOT_TARGET = 32          # reserved slots kept per block size (at most 1/16 of the segment)
 COMMIT_BATCH = 64
 REFUSAL_BACKOFF_S = 0.1   # after the store refused slots, drop evictions this long before asking
 
@@ -48,7 +48,7 @@ class FetchedBlock:
 
 @dataclass(slots=True)
 class _Commit:
-    offset: int
+    slot: Slot
     nbytes: int
     block_hash: int
     layout: str
@@ -82,8 +82,8 @@ class TierClient:
         self._stub = kvstore_pb2_grpc.KVStoreStub(self._channel)
         self._queue: queue.Queue = queue.Queue(maxsize=queue_size)
         self.segment: ShmSegment | None = self._attach() if use_shm else None
-        self._slots: dict[int, deque[tuple[int, float]]] = {}   # (offset, reserved at)
-        self._stale: deque[int] = deque()
+        self._slots: dict[int, deque[tuple[Slot, float]]] = {}   # (slot, reserved at)
+        self._stale: deque[Slot] = deque()
         self._slot_target: dict[int, int] = {}
         self._refill = threading.Event()
         self._refused_until = 0.0
@@ -116,14 +116,14 @@ class TierClient:
         """Start keeping slots of this size reserved (the engine's block size)."""
         if self.segment is None or nbytes in self._slot_target:
             return
-        target = max(1, min(SLOT_TARGET, self.segment.size // nbytes // 8))
+        target = max(1, min(SLOT_TARGET, self.segment.size // nbytes // 16))
         self._slot_target[nbytes] = target
         self._slots[nbytes] = deque()
         self._refill.set()
         self._wake()
 
-    def take_slot(self, nbytes: int) -> tuple[int, memoryview] | None:
-        """A reserved host slot (offset, view) to copy one block into, or None: no slot free."""
+    def take_slot(self, nbytes: int) -> tuple[Slot, memoryview] | None:
+        """A reserved host slot and a view of it to copy one block into; None: no slot free."""
         slots = self._slots.get(nbytes)
         if slots is None:
             return None
@@ -131,12 +131,12 @@ class TierClient:
         if not slots and not self._reserve_now(nbytes):
             self.dropped += 1
             return None
-        offset, _ = slots.popleft()
+        slot, _ = slots.popleft()
         if len(slots) < self._slot_target[nbytes] // 2:
             self._refill.set()
             self._wake()
         assert self.segment is not None
-        return offset, self.segment.read(offset, nbytes)
+        return slot, self.segment.read(slot.offset, nbytes)
 
     def _reserve_now(self, nbytes: int) -> bool:
         """A burst of evictions emptied the reserve: ask once, synchronously, rather than drop
@@ -147,26 +147,26 @@ class TierClient:
             return False
         try:
             resp = self._stub.Reserve(kvstore_pb2.ReserveRequest(
-                block_bytes=nbytes, count=4 * self._slot_target[nbytes]), timeout=self.timeout_s)
+                block_bytes=nbytes, count=self._slot_target[nbytes]), timeout=self.timeout_s)
         except grpc.RpcError as err:
             log.warning("reserving host slots on %s failed: %s", self.address, err.code())
             resp = kvstore_pb2.ReserveResponse()
         if not resp.offsets:
             self._refused_until = now + REFUSAL_BACKOFF_S
             return False
-        self._slots[nbytes].extend((off, now) for off in resp.offsets)
+        self._slots[nbytes].extend((Slot(o, t), now) for o, t in zip(resp.offsets, resp.tickets))
         return True
 
-    def _drop_stale(self, slots: deque[tuple[int, float]]) -> None:
+    def _drop_stale(self, slots: deque[tuple[Slot, float]]) -> None:
         """Give back slots held so long that the store could reclaim them (its reservations
         expire so that a killed worker's slots do not leak): never write into such a slot."""
         limit = time.monotonic() - RESERVATION_TTL_S / 2
         while slots and slots[0][1] < limit:
             self._stale.append(slots.popleft()[0])
 
-    def commit_slot(self, offset: int, block_hash: int, layout: str, nbytes: int) -> None:
-        """The slot taken at `offset` now holds block_hash."""
-        self._enqueue(_Commit(offset, nbytes, block_hash, layout))
+    def commit_slot(self, slot: Slot, block_hash: int, layout: str, nbytes: int) -> None:
+        """The slot from take_slot now holds block_hash."""
+        self._enqueue(_Commit(slot, nbytes, block_hash, layout))
 
     def put_async(self, block_hash: int, data: bytes, layout: str) -> None:
         """Byte path write."""
@@ -229,11 +229,10 @@ class TierClient:
 
     def close(self) -> None:
         self.flush()
-        unused = [off for slots in self._slots.values() for off, _ in slots] + list(self._stale)
+        unused = [slot for slots in self._slots.values() for slot, _ in slots] + list(self._stale)
         if unused:
             try:
-                self._stub.Commit(kvstore_pb2.CommitRequest(unused_offsets=unused),
-                                  timeout=self.timeout_s)
+                self._stub.Commit(_give_back(unused), timeout=self.timeout_s)
             except grpc.RpcError as err:
                 log.warning("returning %d reserved slots failed (%s); the store reclaims them "
                             "when their reservation expires", len(unused), err.code())
@@ -325,8 +324,9 @@ class TierClient:
     def _commit(self, commits: list[_Commit]) -> None:
         assert self.segment is not None
         blocks = [kvstore_pb2.CommittedBlock(
-            offset=c.offset, block_hash=c.block_hash, layout=c.layout,
-            checksum=hashing.checksum(self.segment.read(c.offset, c.nbytes))) for c in commits]
+            offset=c.slot.offset, ticket=c.slot.ticket, block_hash=c.block_hash, layout=c.layout,
+            checksum=hashing.checksum(self.segment.read(c.slot.offset, c.nbytes)))
+            for c in commits]
         resp = self._stub.Commit(kvstore_pb2.CommitRequest(blocks=blocks),
                                  timeout=self.timeout_s)
         self.offloaded += resp.stored + resp.duplicates
@@ -342,10 +342,14 @@ class TierClient:
                                                                      count=want),
                                           timeout=self.timeout_s)
                 now = time.monotonic()
-                slots.extend((off, now) for off in resp.offsets)
+                slots.extend((Slot(o, t), now) for o, t in zip(resp.offsets, resp.tickets))
         stale = []
         while self._stale:
             stale.append(self._stale.popleft())
         if stale:
-            self._stub.Commit(kvstore_pb2.CommitRequest(unused_offsets=stale),
-                              timeout=self.timeout_s)
+            self._stub.Commit(_give_back(stale), timeout=self.timeout_s)
+
+
+def _give_back(slots: list[Slot]) -> kvstore_pb2.CommitRequest:
+    return kvstore_pb2.CommitRequest(unused_offsets=[s.offset for s in slots],
+                                     unused_tickets=[s.ticket for s in slots])

@@ -65,6 +65,16 @@ class Entry:
     free_on_unpin: bool = False
 
 
+@dataclass(slots=True, frozen=True)
+class Slot:
+    """A reserved host slot. The ticket tells this reservation from a later one of the same
+    offset: a writer whose reservation expired can never commit into (or free) the next
+    holder's slot."""
+
+    offset: int
+    ticket: int
+
+
 @dataclass(slots=True)
 class Pinned:
     block_hash: int
@@ -119,7 +129,10 @@ class TieredStore:
         self.counters = Counters()
         self.pressure = False
         self._dir: dict[int, Entry] = {}
-        self._reserved: dict[int, tuple[int, float]] = {}    # offset -> (nbytes, expires)
+        # offset -> (nbytes, expires, ticket)
+        self._reserved: dict[int, tuple[int, float, int]] = {}
+        self._tickets = itertools.count(1)
+        self._reserved_bytes = 0
         self._leases: dict[int, _Lease] = {}
         self._lease_ids = itertools.count(1)
         self._promote_queue: deque[int] = deque()
@@ -162,11 +175,11 @@ class TieredStore:
     def host_bytes(self) -> int:
         """Bytes of committed host blocks (reserved slots not included)."""
         with self._lock:
-            return self.alloc.bytes_used - sum(n for n, _ in self._reserved.values())
+            return self._committed_bytes()
 
     def reserved_bytes(self) -> int:
         with self._lock:
-            return sum(n for n, _ in self._reserved.values())
+            return self._reserved_bytes
 
     def tier_counts(self) -> dict[Tier, tuple[int, int]]:
         """Per tier: (blocks, bytes)."""
@@ -197,18 +210,20 @@ class TieredStore:
             return len(self.presence), self.presence.device_blocks
 
     # -- writers -------------------------------------------------------------------------------
-    def reserve(self, nbytes: int, count: int) -> list[int]:
+    def reserve(self, nbytes: int, count: int) -> list[Slot]:
         """Up to `count` slots of nbytes for a writer; fewer (even none) under pressure."""
         if not self.alloc.fits(nbytes):
             raise ValueError(f"a {nbytes}-byte block does not fit the host tier's "
                              f"{self.alloc.slab_bytes}-byte slabs")
-        out: list[int] = []
+        out: list[Slot] = []
         while len(out) < count:
             with self._lock:
                 off = self.alloc.alloc(nbytes)
                 if off is not None:
-                    self._reserved[off] = (nbytes, self.clock() + self.lease_ttl_s)
-                    out.append(off)
+                    ticket = next(self._tickets)
+                    self._reserved[off] = (nbytes, self.clock() + self.lease_ttl_s, ticket)
+                    self._reserved_bytes += nbytes
+                    out.append(Slot(off, ticket))
                     continue
             if not self._make_room(nbytes):
                 break
@@ -220,19 +235,19 @@ class TieredStore:
             self.work.set()
         return out
 
-    def commit(self, blocks: list[tuple[int, int, str, int]],
-               unused: list[int]) -> tuple[int, int, int]:
-        """Blocks written into reserved slots: (offset, hash, layout, checksum) each.
+    def commit(self, blocks: list[tuple[Slot, int, str, int]],
+               unused: list[Slot]) -> tuple[int, int, int]:
+        """Blocks written into reserved slots: (slot, hash, layout, checksum) each.
         Returns (stored, duplicates, rejected)."""
         stored = dups = rejected = 0
         now = self.clock()
-        for offset, h, layout, crc in blocks:
+        for slot, h, layout, crc in blocks:
             with self._lock:
-                slot = self._reserved.pop(offset, None)
-            if slot is None:
+                nbytes = self._unreserve(slot)
+            if nbytes is None:
                 rejected += 1
                 continue
-            nbytes = slot[0]
+            offset = slot.offset
             ok = checksum(self.segment.read(offset, nbytes)) == crc
             with self._lock:
                 if not ok:
@@ -249,9 +264,9 @@ class TieredStore:
                     self.presence.add(h)
                     stored += 1
         with self._lock:
-            for offset in unused:
-                if self._reserved.pop(offset, None) is not None:
-                    self.alloc.free(offset)
+            for slot in unused:
+                if self._unreserve(slot) is not None:
+                    self.alloc.free(slot.offset)
             self.counters.duplicates += dups
         if self._over_high():
             self.work.set()
@@ -268,12 +283,12 @@ class TieredStore:
                 self.heat.touch(block.block_hash, self.clock())
                 self.counters.duplicates += 1
                 return True
-        offsets = self.reserve(len(block.data), 1)
-        if not offsets:
+        slots = self.reserve(len(block.data), 1)
+        if not slots:
             return False
-        self.segment.write(offsets[0], block.data)
+        self.segment.write(slots[0].offset, block.data)
         stored, dups, _ = self.commit(
-            [(offsets[0], block.block_hash, block.layout, block.checksum)], [])
+            [(slots[0], block.block_hash, block.layout, block.checksum)], [])
         return stored + dups == 1
 
     # -- readers -------------------------------------------------------------------------------
@@ -381,7 +396,9 @@ class TieredStore:
             self._demote_to(self.low_watermark)
 
     def _over_high(self) -> bool:
-        return self.alloc.bytes_used > self.high_watermark * self.alloc.capacity_bytes
+        # Committed blocks only: reserved slots are writers' headroom already, and counting
+        # them would push real blocks to disk to make room for room.
+        return self._committed_bytes() > self.high_watermark * self.alloc.capacity_bytes
 
     def _demote_to(self, watermark: float) -> None:
         target = watermark * self.alloc.capacity_bytes
@@ -392,7 +409,7 @@ class TieredStore:
                               and not self._heat_of(e, now).live_refs),
                              key=lambda e: self.policy.priority(self._heat_of(e, now), now))
         for e in victims:
-            if self.alloc.bytes_used <= target:
+            if self._committed_bytes() <= target:
                 break
             self._demote(e.block_hash)
 
@@ -523,11 +540,24 @@ class TieredStore:
                 log.warning("lease %d expired with %d blocks pinned (a reader died?)", lease_id,
                             len(self._leases[lease_id].hashes))
                 self._unpin(self._leases.pop(lease_id).hashes, moved=False)
-            for off in [k for k, (_, exp) in self._reserved.items() if exp <= now]:
-                del self._reserved[off]
+            for off in [k for k, (_, exp, _) in self._reserved.items() if exp <= now]:
+                nbytes, _, _ = self._reserved.pop(off)
+                self._reserved_bytes -= nbytes
                 self.alloc.free(off)
 
     # -- helpers (lock held) ---------------------------------------------------------------------
+    def _committed_bytes(self) -> int:
+        return self.alloc.bytes_used - self._reserved_bytes
+
+    def _unreserve(self, slot: Slot) -> int | None:
+        """End a reservation; its nbytes, or None when it is not (or no longer) this ticket's."""
+        held = self._reserved.get(slot.offset)
+        if held is None or held[2] != slot.ticket:
+            return None
+        del self._reserved[slot.offset]
+        self._reserved_bytes -= held[0]
+        return held[0]
+
     @staticmethod
     def _movable(e: Entry) -> bool:
         return e.tier is Tier.HOST and e.pins == 0 and not e.moving

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17strata/v1/kvstore.proto\x12\tstrata.v1\"M\n\x07KVBlock\x12\x12\n\nblock_hash\x18\x01 \x01(\x0c\x12\x0e\n\x06layout\x18\x02 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\x10\n\x08\x63hecksum\x18\x04 \x01(\x04\"6\n\x10PutBlocksRequest\x12\"\n\x06\x62locks\x18\x01 \x03(\x0b\x32\x12.strata.v1.KVBlock\"4\n\x11PutBlocksResponse\x12\x0e\n\x06stored\x18\x01 \x01(\x05\x12\x0f\n\x07\x65victed\x18\x02 \x01(\x05\"(\n\x10GetBlocksRequest\x12\x14\n\x0c\x62lock_hashes\x18\x01 \x03(\x0c\"7\n\x11GetBlocksResponse\x12\"\n\x06\x62locks\x18\x01 \x03(\x0b\x32\x12.strata.v1.KVBlock\"%\n\rLookupRequest\x12\x14\n\x0c\x62lock_hashes\x18\x01 \x03(\x0c\"Q\n\x0eLookupResponse\x12\x15\n\rprefix_blocks\x18\x01 \x01(\x05\x12\x13\n\x0bhost_blocks\x18\x02 \x01(\x05\x12\x13\n\x0b\x64isk_blocks\x18\x03 \x01(\x05\"\x10\n\x0eKVStatsRequest\"\x8d\x01\n\tTierStats\x12\x0c\n\x04tier\x18\x01 \x01(\t\x12\x0e\n\x06\x62locks\x18\x02 \x01(\x03\x12\x12\n\nbytes_used\x18\x03 \x01(\x03\x12\x16\n\x0e\x62ytes_capacity\x18\x04 \x01(\x03\x12\x0c\n\x04hits\x18\x05 \x01(\x03\x12\x11\n\tevictions\x18\x06 \x01(\x03\x12\x15\n\rmigrations_in\x18\x07 \x01(\x03\"\x8b\x03\n\x07KVStats\x12\x0e\n\x06\x62locks\x18\x01 \x01(\x03\x12\x12\n\nbytes_used\x18\x02 \x01(\x03\x12\x16\n\x0e\x62ytes_capacity\x18\x03 \x01(\x03\x12\x0c\n\x04hits\x18\x04 \x01(\x03\x12\x0e\n\x06misses\x18\x05 \x01(\x03\x12\x11\n\tevictions\x18\x06 \x01(\x03\x12\x19\n\x11\x63hecksum_failures\x18\x07 \x01(\x03\x12#\n\x05tiers\x18\x08 \x03(\x0b\x32\x14.strata.v1.TierStats\x12\x15\n\rdevice_blocks\x18\t \x01(\x03\x12\x15\n\rpinned_blocks\x18\n \x01(\x03\x12\x16\n\x0ereserved_bytes\x18\x0b \x01(\x03\x12\x10\n\x08pressure\x18\x0c \x01(\x08\x12\x18\n\x10recovered_blocks\x18\r \x01(\x03\x12\x17\n\x0f\x64ropped_corrupt\x18\x0e \x01(\x03\x12\x1a\n\x12peer_blocks_pulled\x18\x0f \x01(\x03\x12\x17\n\x0freserve_refused\x18\x10 \x01(\x03\x12\x13\n\x0bnode_blocks\x18\x11 \x01(\x03\"\x0f\n\rAttachRequest\"5\n\x0e\x41ttachResponse\x12\x10\n\x08shm_path\x18\x01 \x01(\t\x12\x11\n\tshm_bytes\x18\x02 \x01(\x03\"4\n\x0eReserveRequest\x12\x13\n\x0b\x62lock_bytes\x18\x01 \x01(\x03\x12\r\n\x05\x63ount\x18\x02 \x01(\x05\"\"\n\x0fReserveResponse\x12\x0f\n\x07offsets\x18\x01 \x03(\x03\"V\n\x0e\x43ommittedBlock\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x12\n\nblock_hash\x18\x02 \x01(\x06\x12\x0e\n\x06layout\x18\x03 \x01(\t\x12\x10\n\x08\x63hecksum\x18\x04 \x01(\x04\"R\n\rCommitRequest\x12)\n\x06\x62locks\x18\x01 \x03(\x0b\x32\x19.strata.v1.CommittedBlock\x12\x16\n\x0eunused_offsets\x18\x02 \x03(\x03\"F\n\x0e\x43ommitResponse\x12\x0e\n\x06stored\x18\x01 \x01(\x05\x12\x12\n\nduplicates\x18\x02 \x01(\x05\x12\x10\n\x08rejected\x18\x03 \x01(\x05\"7\n\x0e\x41\x63quireRequest\x12\x14\n\x0c\x62lock_hashes\x18\x01 \x03(\x06\x12\x0f\n\x07promote\x18\x02 \x01(\x08\"c\n\x0bPinnedBlock\x12\x12\n\nblock_hash\x18\x01 \x01(\x06\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x0e\n\x06nbytes\x18\x03 \x01(\x03\x12\x0e\n\x06layout\x18\x04 \x01(\t\x12\x10\n\x08\x63hecksum\x18\x05 \x01(\x04\"`\n\x0f\x41\x63quireResponse\x12&\n\x06\x62locks\x18\x01 \x03(\x0b\x32\x16.strata.v1.PinnedBlock\x12\x10\n\x08lease_id\x18\x02 \x01(\x04\x12\x13\n\x0b\x64isk_blocks\x18\x03 \x01(\x05\"2\n\x0eReleaseRequest\x12\x11\n\tlease_ids\x18\x01 \x03(\x04\x12\r\n\x05moved\x18\x02 \x01(\x08\"\x11\n\x0fReleaseResponse\"=\n\x0fPrefetchRequest\x12\x14\n\x0c\x62lock_hashes\x18\x01 \x03(\x06\x12\x14\n\x0cpeer_address\x18\x02 \x01(\t\"B\n\x10PrefetchResponse\x12\x13\n\x0bhost_blocks\x18\x01 \x01(\x05\x12\x19\n\x11queued_promotions\x18\x02 \x01(\x05\"X\n\x13\x44\x65viceBlocksRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0e\n\x06stored\x18\x02 \x03(\x06\x12\x0f\n\x07removed\x18\x03 \x03(\x06\x12\r\n\x05reset\x18\x04 \x01(\x08\"\x16\n\x14\x44\x65viceBlocksResponse\"9\n\x0bPullRequest\x12\x14\n\x0cpeer_address\x18\x01 \x01(\t\x12\x14\n\x0c\x62lock_hashes\x18\x02 \x03(\x06\"\x1e\n\x0cPullResponse\x12\x0e\n\x06pulled\x18\x01 \x01(\x05\x32\xed\x06\n\x07KVStore\x12\x46\n\tPutBlocks\x12\x1b.strata.v1.PutBlocksRequest\x1a\x1c.strata.v1.PutBlocksResponse\x12\x46\n\tGetBlocks\x12\x1b.strata.v1.GetBlocksRequest\x1a\x1c.strata.v1.GetBlocksResponse\x12=\n\x06Lookup\x12\x18.strata.v1.LookupRequest\x1a\x19.strata.v1.LookupResponse\x12\x39\n\x08GetStats\x12\x19.strata.v1.KVStatsRequest\x1a\x12.strata.v1.KVStats\x12=\n\x06\x41ttach\x12\x18.strata.v1.AttachRequest\x1a\x19.strata.v1.AttachResponse\x12@\n\x07Reserve\x12\x19.strata.v1.ReserveRequest\x1a\x1a.strata.v1.ReserveResponse\x12=\n\x06\x43ommit\x12\x18.strata.v1.CommitRequest\x1a\x19.strata.v1.CommitResponse\x12@\n\x07\x41\x63quire\x12\x19.strata.v1.AcquireRequest\x1a\x1a.strata.v1.AcquireResponse\x12@\n\x07Release\x12\x19.strata.v1.ReleaseRequest\x1a\x1a.strata.v1.ReleaseResponse\x12\x43\n\x08Prefetch\x12\x1a.strata.v1.PrefetchRequest\x1a\x1b.strata.v1.PrefetchResponse\x12S\n\x10NoteDeviceBlocks\x12\x1e.strata.v1.DeviceBlocksRequest\x1a\x1f.strata.v1.DeviceBlocksResponse\x12\x41\n\x0cStreamBlocks\x12\x1b.strata.v1.GetBlocksRequest\x1a\x12.strata.v1.KVBlock0\x01\x12\x37\n\x04Pull\x12\x16.strata.v1.PullRequest\x1a\x17.strata.v1.PullResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17strata/v1/kvstore.proto\x12\tstrata.v1\"M\n\x07KVBlock\x12\x12\n\nblock_hash\x18\x01 \x01(\x0c\x12\x0e\n\x06layout\x18\x02 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\x10\n\x08\x63hecksum\x18\x04 \x01(\x04\"6\n\x10PutBlocksRequest\x12\"\n\x06\x62locks\x18\x01 \x03(\x0b\x32\x12.strata.v1.KVBlock\"4\n\x11PutBlocksResponse\x12\x0e\n\x06stored\x18\x01 \x01(\x05\x12\x0f\n\x07\x65victed\x18\x02 \x01(\x05\"(\n\x10GetBlocksRequest\x12\x14\n\x0c\x62lock_hashes\x18\x01 \x03(\x0c\"7\n\x11GetBlocksResponse\x12\"\n\x06\x62locks\x18\x01 \x03(\x0b\x32\x12.strata.v1.KVBlock\"%\n\rLookupRequest\x12\x14\n\x0c\x62lock_hashes\x18\x01 \x03(\x0c\"Q\n\x0eLookupResponse\x12\x15\n\rprefix_blocks\x18\x01 \x01(\x05\x12\x13\n\x0bhost_blocks\x18\x02 \x01(\x05\x12\x13\n\x0b\x64isk_blocks\x18\x03 \x01(\x05\"\x10\n\x0eKVStatsRequest\"\x8d\x01\n\tTierStats\x12\x0c\n\x04tier\x18\x01 \x01(\t\x12\x0e\n\x06\x62locks\x18\x02 \x01(\x03\x12\x12\n\nbytes_used\x18\x03 \x01(\x03\x12\x16\n\x0e\x62ytes_capacity\x18\x04 \x01(\x03\x12\x0c\n\x04hits\x18\x05 \x01(\x03\x12\x11\n\tevictions\x18\x06 \x01(\x03\x12\x15\n\rmigrations_in\x18\x07 \x01(\x03\"\x8b\x03\n\x07KVStats\x12\x0e\n\x06\x62locks\x18\x01 \x01(\x03\x12\x12\n\nbytes_used\x18\x02 \x01(\x03\x12\x16\n\x0e\x62ytes_capacity\x18\x03 \x01(\x03\x12\x0c\n\x04hits\x18\x04 \x01(\x03\x12\x0e\n\x06misses\x18\x05 \x01(\x03\x12\x11\n\tevictions\x18\x06 \x01(\x03\x12\x19\n\x11\x63hecksum_failures\x18\x07 \x01(\x03\x12#\n\x05tiers\x18\x08 \x03(\x0b\x32\x14.strata.v1.TierStats\x12\x15\n\rdevice_blocks\x18\t \x01(\x03\x12\x15\n\rpinned_blocks\x18\n \x01(\x03\x12\x16\n\x0ereserved_bytes\x18\x0b \x01(\x03\x12\x10\n\x08pressure\x18\x0c \x01(\x08\x12\x18\n\x10recovered_blocks\x18\r \x01(\x03\x12\x17\n\x0f\x64ropped_corrupt\x18\x0e \x01(\x03\x12\x1a\n\x12peer_blocks_pulled\x18\x0f \x01(\x03\x12\x17\n\x0freserve_refused\x18\x10 \x01(\x03\x12\x13\n\x0bnode_blocks\x18\x11 \x01(\x03\"\x0f\n\rAttachRequest\"5\n\x0e\x41ttachResponse\x12\x10\n\x08shm_path\x18\x01 \x01(\t\x12\x11\n\tshm_bytes\x18\x02 \x01(\x03\"4\n\x0eReserveRequest\x12\x13\n\x0b\x62lock_bytes\x18\x01 \x01(\x03\x12\r\n\x05\x63ount\x18\x02 \x01(\x05\"3\n\x0fReserveResponse\x12\x0f\n\x07offsets\x18\x01 \x03(\x03\x12\x0f\n\x07tickets\x18\x02 \x03(\x04\"f\n\x0e\x43ommittedBlock\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x12\n\nblock_hash\x18\x02 \x01(\x06\x12\x0e\n\x06layout\x18\x03 \x01(\t\x12\x10\n\x08\x63hecksum\x18\x04 \x01(\x04\x12\x0e\n\x06ticket\x18\x05 \x01(\x04\"j\n\rCommitRequest\x12)\n\x06\x62locks\x18\x01 \x03(\x0b\x32\x19.strata.v1.CommittedBlock\x12\x16\n\x0eunused_offsets\x18\x02 \x03(\x03\x12\x16\n\x0eunused_tickets\x18\x03 \x03(\x04\"F\n\x0e\x43ommitResponse\x12\x0e\n\x06stored\x18\x01 \x01(\x05\x12\x12\n\nduplicates\x18\x02 \x01(\x05\x12\x10\n\x08rejected\x18\x03 \x01(\x05\"7\n\x0e\x41\x63quireRequest\x12\x14\n\x0c\x62lock_hashes\x18\x01 \x03(\x06\x12\x0f\n\x07promote\x18\x02 \x01(\x08\"c\n\x0bPinnedBlock\x12\x12\n\nblock_hash\x18\x01 \x01(\x06\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x0e\n\x06nbytes\x18\x03 \x01(\x03\x12\x0e\n\x06layout\x18\x04 \x01(\t\x12\x10\n\x08\x63hecksum\x18\x05 \x01(\x04\"`\n\x0f\x41\x63quireResponse\x12&\n\x06\x62locks\x18\x01 \x03(\x0b\x32\x16.strata.v1.PinnedBlock\x12\x10\n\x08lease_id\x18\x02 \x01(\x04\x12\x13\n\x0b\x64isk_blocks\x18\x03 \x01(\x05\"2\n\x0eReleaseRequest\x12\x11\n\tlease_ids\x18\x01 \x03(\x04\x12\r\n\x05moved\x18\x02 \x01(\x08\"\x11\n\x0fReleaseResponse\"=\n\x0fPrefetchRequest\x12\x14\n\x0c\x62lock_hashes\x18\x01 \x03(\x06\x12\x14\n\x0cpeer_address\x18\x02 \x01(\t\"B\n\x10PrefetchResponse\x12\x13\n\x0bhost_blocks\x18\x01 \x01(\x05\x12\x19\n\x11queued_promotions\x18\x02 \x01(\x05\"X\n\x13\x44\x65viceBlocksRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0e\n\x06stored\x18\x02 \x03(\x06\x12\x0f\n\x07removed\x18\x03 \x03(\x06\x12\r\n\x05reset\x18\x04 \x01(\x08\"\x16\n\x14\x44\x65viceBlocksResponse\"9\n\x0bPullRequest\x12\x14\n\x0cpeer_address\x18\x01 \x01(\t\x12\x14\n\x0c\x62lock_hashes\x18\x02 \x03(\x06\"\x1e\n\x0cPullResponse\x12\x0e\n\x06pulled\x18\x01 \x01(\x05\x32\xed\x06\n\x07KVStore\x12\x46\n\tPutBlocks\x12\x1b.strata.v1.PutBlocksRequest\x1a\x1c.strata.v1.PutBlocksResponse\x12\x46\n\tGetBlocks\x12\x1b.strata.v1.GetBlocksRequest\x1a\x1c.strata.v1.GetBlocksResponse\x12=\n\x06Lookup\x12\x18.strata.v1.LookupRequest\x1a\x19.strata.v1.LookupResponse\x12\x39\n\x08GetStats\x12\x19.strata.v1.KVStatsRequest\x1a\x12.strata.v1.KVStats\x12=\n\x06\x41ttach\x12\x18.strata.v1.AttachRequest\x1a\x19.strata.v1.AttachResponse\x12@\n\x07Reserve\x12\x19.strata.v1.ReserveRequest\x1a\x1a.strata.v1.ReserveResponse\x12=\n\x06\x43ommit\x12\x18.strata.v1.CommitRequest\x1a\x19.strata.v1.CommitResponse\x12@\n\x07\x41\x63quire\x12\x19.strata.v1.AcquireRequest\x1a\x1a.strata.v1.AcquireResponse\x12@\n\x07Release\x12\x19.strata.v1.ReleaseRequest\x1a\x1a.strata.v1.ReleaseResponse\x12\x43\n\x08Prefetch\x12\x1a.strata.v1.PrefetchRequest\x1a\x1b.strata.v1.PrefetchResponse\x12S\n\x10NoteDeviceBlocks\x12\x1e.strata.v1.DeviceBlocksRequest\x1a\x1f.strata.v1.DeviceBlocksResponse\x12\x41\n\x0cStreamBlocks\x12\x1b.strata.v1.GetBlocksRequest\x1a\x12.strata.v1.KVBlock0\x01\x12\x37\n\x04Pull\x12\x16.strata.v1.PullRequest\x1a\x17.strata.v1.PullResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -58,35 +58,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RESERVEREQUEST']._serialized_start=1080
   _globals['_RESERVEREQUEST']._serialized_end=1132
   _globals['_RESERVERESPONSE']._serialized_start=1134
-  _globals['_RESERVERESPONSE']._serialized_end=1168
-  _globals['_COMMITTEDBLOCK']._serialized_start=1170
-  _globals['_COMMITTEDBLOCK']._serialized_end=1256
-  _globals['_COMMITREQUEST']._serialized_start=1258
-  _globals['_COMMITREQUEST']._serialized_end=1340
-  _globals['_COMMITRESPONSE']._serialized_start=1342
-  _globals['_COMMITRESPONSE']._serialized_end=1412
-  _globals['_ACQUIREREQUEST']._serialized_start=1414
-  _globals['_ACQUIREREQUEST']._serialized_end=1469
-  _globals['_PINNEDBLOCK']._serialized_start=1471
-  _globals['_PINNEDBLOCK']._serialized_end=1570
-  _globals['_ACQUIRERESPONSE']._serialized_start=1572
-  _globals['_ACQUIRERESPONSE']._serialized_end=1668
-  _globals['_RELEASEREQUEST']._serialized_start=1670
-  _globals['_RELEASEREQUEST']._serialized_end=1720
-  _globals['_RELEASERESPONSE']._serialized_start=1722
-  _globals['_RELEASERESPONSE']._serialized_end=1739
-  _globals['_PREFETCHREQUEST']._serialized_start=1741
-  _globals['_PREFETCHREQUEST']._serialized_end=1802
-  _globals['_PREFETCHRESPONSE']._serialized_start=1804
-  _globals['_PREFETCHRESPONSE']._serialized_end=1870
-  _globals['_DEVICEBLOCKSREQUEST']._serialized_start=1872
-  _globals['_DEVICEBLOCKSREQUEST']._serialized_end=1960
-  _globals['_DEVICEBLOCKSRESPONSE']._serialized_start=1962
-  _globals['_DEVICEBLOCKSRESPONSE']._serialized_end=1984
-  _globals['_PULLREQUEST']._serialized_start=1986
-  _globals['_PULLREQUEST']._serialized_end=2043
-  _globals['_PULLRESPONSE']._serialized_start=2045
-  _globals['_PULLRESPONSE']._serialized_end=2075
-  _globals['_KVSTORE']._serialized_start=2078
-  _globals['_KVSTORE']._serialized_end=2955
+  _globals['_RESERVERESPONSE']._serialized_end=1185
+  _globals['_COMMITTEDBLOCK']._serialized_start=1187
+  _globals['_COMMITTEDBLOCK']._serialized_end=1289
+  _globals['_COMMITREQUEST']._serialized_start=1291
+  _globals['_COMMITREQUEST']._serialized_end=1397
+  _globals['_COMMITRESPONSE']._serialized_start=1399
+  _globals['_COMMITRESPONSE']._serialized_end=1469
+  _globals['_ACQUIREREQUEST']._serialized_start=1471
+  _globals['_ACQUIREREQUEST']._serialized_end=1526
+  _globals['_PINNEDBLOCK']._serialized_start=1528
+  _globals['_PINNEDBLOCK']._serialized_end=1627
+  _globals['_ACQUIRERESPONSE']._serialized_start=1629
+  _globals['_ACQUIRERESPONSE']._serialized_end=1725
+  _globals['_RELEASEREQUEST']._serialized_start=1727
+  _globals['_RELEASEREQUEST']._serialized_end=1777
+  _globals['_RELEASERESPONSE']._serialized_start=1779
+  _globals['_RELEASERESPONSE']._serialized_end=1796
+  _globals['_PREFETCHREQUEST']._serialized_start=1798
+  _globals['_PREFETCHREQUEST']._serialized_end=1859
+  _globals['_PREFETCHRESPONSE']._serialized_start=1861
+  _globals['_PREFETCHRESPONSE']._serialized_end=1927
+  _globals['_DEVICEBLOCKSREQUEST']._serialized_start=1929
+  _globals['_DEVICEBLOCKSREQUEST']._serialized_end=2017
+  _globals['_DEVICEBLOCKSRESPONSE']._serialized_start=2019
+  _globals['_DEVICEBLOCKSRESPONSE']._serialized_end=2041
+  _globals['_PULLREQUEST']._serialized_start=2043
+  _globals['_PULLREQUEST']._serialized_end=2100
+  _globals['_PULLRESPONSE']._serialized_start=2102
+  _globals['_PULLRESPONSE']._serialized_end=2132
+  _globals['_KVSTORE']._serialized_start=2135
+  _globals['_KVSTORE']._serialized_end=3012
 # @@protoc_insertion_point(module_scope)

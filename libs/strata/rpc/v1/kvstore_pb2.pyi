@@ -141,30 +141,36 @@ class ReserveRequest(_message.Message):
     def __init__(self, block_bytes: _Optional[int] = ..., count: _Optional[int] = ...) -> None: ...
 
 class ReserveResponse(_message.Message):
-    __slots__ = ("offsets",)
+    __slots__ = ("offsets", "tickets")
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    TICKETS_FIELD_NUMBER: _ClassVar[int]
     offsets: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, offsets: _Optional[_Iterable[int]] = ...) -> None: ...
+    tickets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, offsets: _Optional[_Iterable[int]] = ..., tickets: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class CommittedBlock(_message.Message):
-    __slots__ = ("offset", "block_hash", "layout", "checksum")
+    __slots__ = ("offset", "block_hash", "layout", "checksum", "ticket")
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     BLOCK_HASH_FIELD_NUMBER: _ClassVar[int]
     LAYOUT_FIELD_NUMBER: _ClassVar[int]
     CHECKSUM_FIELD_NUMBER: _ClassVar[int]
+    TICKET_FIELD_NUMBER: _ClassVar[int]
     offset: int
     block_hash: int
     layout: str
     checksum: int
-    def __init__(self, offset: _Optional[int] = ..., block_hash: _Optional[int] = ..., layout: _Optional[str] = ..., checksum: _Optional[int] = ...) -> None: ...
+    ticket: int
+    def __init__(self, offset: _Optional[int] = ..., block_hash: _Optional[int] = ..., layout: _Optional[str] = ..., checksum: _Optional[int] = ..., ticket: _Optional[int] = ...) -> None: ...
 
 class CommitRequest(_message.Message):
-    __slots__ = ("blocks", "unused_offsets")
+    __slots__ = ("blocks", "unused_offsets", "unused_tickets")
     BLOCKS_FIELD_NUMBER: _ClassVar[int]
     UNUSED_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    UNUSED_TICKETS_FIELD_NUMBER: _ClassVar[int]
     blocks: _containers.RepeatedCompositeFieldContainer[CommittedBlock]
     unused_offsets: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, blocks: _Optional[_Iterable[_Union[CommittedBlock, _Mapping]]] = ..., unused_offsets: _Optional[_Iterable[int]] = ...) -> None: ...
+    unused_tickets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, blocks: _Optional[_Iterable[_Union[CommittedBlock, _Mapping]]] = ..., unused_offsets: _Optional[_Iterable[int]] = ..., unused_tickets: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class CommitResponse(_message.Message):
     __slots__ = ("stored", "duplicates", "rejected")
