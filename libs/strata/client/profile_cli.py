@@ -1,0 +1,72 @@
+"""`strata profile`: measure the engine's step costs on this machine for the cluster simulator.
+
+    strata profile --model dummy-tiny --out profile.json
+    strata profile --model smollm2-135m-instruct --threads 1 --out smollm2-cpu.json
+
+Loads the model, runs the real LLMEngine over a grid of prefill, decode and mixed step shapes
+(strata.engine.profiler), fits the simulator's cost line and writes it, with the machine, the
+raw measurements and the fit's error, as JSON. Exit 0 on success, 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from strata import defaults
+
+EXIT_ERROR = 2
+
+
+def add_profile_parser(sub: argparse._SubParsersAction) -> None:
+    """Register `profile` on the `strata` command's subparsers."""
+    p = sub.add_parser("profile", help="measure engine step costs into a simulator profile",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=defaults.DEFAULT_MODEL,
+                   help=f"model name or path (default {defaults.DEFAULT_MODEL})")
+    p.add_argument("--out", required=True, help="where to write the profile JSON")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads for the engine (default 1, as in the stack's tests)")
+    p.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"))
+    p.add_argument("--device", default="cpu", help="cpu or cuda (a GPU profile simulates it)")
+    p.add_argument("--max-batched-tokens", type=int, default=2048)
+    p.add_argument("--max-seqs", type=int, default=32)
+    p.add_argument("--kv-blocks", type=int, default=0,
+                   help="KV blocks for profiling (default: enough for the grid)")
+    p.add_argument("--quick", action="store_true",
+                   help="a smaller grid (about a third of the shapes) for slow models")
+    p.set_defaults(handler=run_profile)
+
+
+async def run_profile(args: argparse.Namespace) -> int:
+    # Imported here: torch takes seconds to import and no other subcommand needs it.
+    from strata.engine.engine import EngineConfig
+    from strata.engine.profiler import QUICK_GRID, ProfileGrid, profile_engine
+    from strata.engine.registry import load_model
+
+    if args.threads < 1:
+        print(f"error: --threads must be at least 1, got {args.threads}", file=sys.stderr)
+        return EXIT_ERROR
+    grid = QUICK_GRID if args.quick else ProfileGrid()
+    # Room for the widest decode shape (batch x context) plus one mixed step besides it.
+    need = max(grid.decode_batches) * (max(grid.decode_contexts) + grid.decode_steps + 16)
+    blocks = args.kv_blocks or -(-need // 16) + 256
+    try:
+        config = EngineConfig(num_blocks=blocks, max_batched_tokens=args.max_batched_tokens,
+                              max_seqs=args.max_seqs, device=args.device, dtype=args.dtype)
+        loaded = load_model(args.model)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_ERROR
+    started = time.perf_counter()
+    profile = profile_engine(loaded, config, args.threads, grid, progress=print)
+    profile.save(args.out)
+    c, e = profile.costs, profile.fit_error
+    print(f"fit: {c.step_s * 1e3:.3f} ms/step + {c.token_s * 1e6:.2f} us/token + "
+          f"{c.sample_s * 1e6:.2f} us/sampled + {c.prefill_attend_s * 1e9:.3f} ns/prefill key + "
+          f"{c.decode_attend_s * 1e9:.3f} ns/decode key; error mean "
+          f"{e.mean_abs_rel * 100:.1f}%, max {e.max_abs_rel * 100:.1f}% over {e.points} shapes")
+    print(f"profile of {profile.model} ({args.dtype}, {args.threads} threads) written to "
+          f"{args.out} in {time.perf_counter() - started:.0f} s")
+    return 0

@@ -1,0 +1,385 @@
+"""The discrete-event cluster simulator: the services' policy objects on a virtual clock.
+
+    arrival --Router.route over the NodeRegistry--> replica (after the inbound overhead)
+    node (one GPU): one engine step at a time, round-robin over its replicas with work; a lone
+                    busy replica may fast-forward (strata.sim.replica), an arrival cuts it
+    heartbeat       every node, every heartbeat_s: its replicas' states into the NodeRegistry
+                    (routing sees them as stale as the scheduler does)
+    node sample     every sample_s: the NodeSampleRecord a node manager would send
+    replan          at 0 and every replan_s: the placement function, loads and drains applied
+
+Events at one instant run in this order: arrivals and admissions, then step ends and starts,
+then heartbeats, samples and replans; so requests admitted at the instant a step ends join the
+next step, as the engine takes adds in between steps.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from strata.defaults import HEARTBEAT_INTERVAL_S
+from strata.eval.energy import PowerModel
+from strata.policy.clock import ManualClock
+from strata.policy.placement import (Assignment, ModelDemand, NodeCapacity, PlacementPlan,
+                                     plan_placement)
+from strata.policy.placement import Replica as PlacedReplica
+from strata.policy.registry import (ModelInfo, NodeRegistry, NodeState, ReplicaPhase,
+                                    ReplicaState)
+from strata.policy.routing import Router
+from strata.sim.profile import RequestOverheads, StepCosts
+from strata.sim.replica import Active, Counters, EngineLimits, SimReplica
+from strata.sim.workload import SimRequest
+from strata.store.samples import NodeSampleRecord
+from strata.store.spans import RequestRecord
+
+# Event priorities at one instant, and kinds.
+_P_ADMIT, _P_STEP, _P_PERIODIC = 0, 1, 2
+_ADMIT, _RUN, _STEP_END, _HEARTBEAT, _SAMPLE, _REPLAN, _LOADED = range(7)
+_STEP, _STRETCH, _FREE = range(3)   # what a node's pending step end applies
+
+PlacementFn = Callable[[Sequence[NodeCapacity], Sequence[ModelDemand]], PlacementPlan]
+
+
+@dataclass(slots=True, frozen=True)
+class ModelSpec:
+    name: str
+    costs: StepCosts
+    limits: EngineLimits
+    memory_bytes: int
+    overheads: RequestOverheads = RequestOverheads()
+
+
+@dataclass(slots=True, frozen=True)
+class SimConfig:
+    heartbeat_s: float = HEARTBEAT_INTERVAL_S
+    sample_s: float = 2.0
+    replan_s: float = 0.0               # 0: place once, at the start
+    load_s: float = 0.0                 # load and warm-up of a replica placed by a replan
+    fast_forward: bool = True
+    seed: int = 0
+    epoch_unix_ms: int = 1_700_000_000_000   # virtual time 0 in reports
+    power: PowerModel = PowerModel(idle_watts=60.0, tdp_watts=700.0)
+
+    def __post_init__(self) -> None:
+        if self.heartbeat_s <= 0 or self.sample_s <= 0 or self.replan_s < 0 or self.load_s < 0:
+            raise ValueError(f"heartbeat_s and sample_s must be positive, replan_s and load_s "
+                             f"non-negative, got {self}")
+
+
+@dataclass(slots=True)
+class SimNode:
+    node_id: str
+    memory_bytes: int
+    replicas: list[SimReplica] = field(default_factory=list)
+    phases: dict[str, ReplicaPhase] = field(default_factory=dict)
+    current: SimReplica | None = None
+    mode: int = _STEP
+    gen: int = 0
+    run_pending: bool = False
+    next_rr: int = 0
+    last: Counters = field(default_factory=Counters)
+    last_sample_s: float = 0.0
+    energy_j: float = 0.0
+    preemptions: int = 0
+
+
+@dataclass(slots=True)
+class SimResult:
+    rows: list[RequestRecord]
+    samples: list[NodeSampleRecord]
+    end_s: float                # virtual seconds simulated
+    wall_s: float
+    events: int
+    steps: int                  # engine steps simulated (exact and fast-forwarded)
+    stretches: int
+    placements: list[PlacementPlan]
+
+
+class Simulator:
+    def __init__(self, nodes: Sequence[tuple[str, int]], models: Sequence[ModelSpec],
+                 demands: Callable[[float], Sequence[ModelDemand]],
+                 config: SimConfig = SimConfig(), placement: PlacementFn = plan_placement
+                 ) -> None:
+        self.cfg = config
+        self.models = {m.name: m for m in models}
+        self.nodes = {nid: SimNode(nid, mem) for nid, mem in sorted(nodes)}
+        self.demands = demands
+        self.placement = placement
+        self.clock = ManualClock()
+        self.registry = NodeRegistry(self.clock, ttl_s=max(5.0, 5 * config.heartbeat_s))
+        self.router = Router(random.Random(config.seed))
+        self.replicas: dict[str, SimReplica] = {}
+        self._heap: list[tuple] = []
+        self._n = 0
+        self.rows: list[RequestRecord] = []
+        self.samples: list[NodeSampleRecord] = []
+        self.plans: list[PlacementPlan] = []
+        self.stretches = 0
+        self._outstanding = 0
+
+    # -- event queue ---------------------------------------------------------------------------
+    def _push(self, t: float, prio: int, kind: int, a=None, b=None) -> None:
+        self._n += 1
+        heapq.heappush(self._heap, (t, prio, self._n, kind, a, b))
+
+    def run(self, requests: Sequence[SimRequest]) -> SimResult:
+        started = time.perf_counter()
+        self._replan(0.0)
+        for i, node in enumerate(self.nodes.values()):
+            self._heartbeat(node, 0.0)
+            # Staggered as real nodes are: each on its own phase of the interval.
+            offset = (i + 1) / (len(self.nodes) + 1)
+            self._push(self.cfg.heartbeat_s * offset, _P_PERIODIC, _HEARTBEAT, node)
+            self._push(self.cfg.sample_s * offset, _P_PERIODIC, _SAMPLE, node)
+        if self.cfg.replan_s:
+            self._push(self.cfg.replan_s, _P_PERIODIC, _REPLAN)
+        ordered = sorted(requests, key=lambda r: r.arrival_s)
+        self._outstanding = len(ordered)
+        events = i = 0
+        now = 0.0
+        heap = self._heap
+        while i < len(ordered) or self._outstanding:
+            if i < len(ordered) and (not heap or ordered[i].arrival_s <= heap[0][0]):
+                now = ordered[i].arrival_s
+                self.clock.set(now)
+                self._arrive(ordered[i], now)
+                i += 1
+                events += 1
+                continue
+            if not heap:
+                break
+            now, _, _, kind, a, b = heapq.heappop(heap)
+            self.clock.set(now)
+            events += 1
+            if kind == _ADMIT:
+                self._admit(a, b, now)
+            elif kind == _STEP_END:
+                if b == a.gen:
+                    self._step_end(a, now)
+            elif kind == _RUN:
+                a.run_pending = False
+                if a.current is None:
+                    self._start_next(a, now)
+            elif kind == _HEARTBEAT:
+                self._heartbeat(a, now)
+                self._push(now + self.cfg.heartbeat_s, _P_PERIODIC, _HEARTBEAT, a)
+            elif kind == _SAMPLE:
+                self._sample(a, now)
+                self._push(now + self.cfg.sample_s, _P_PERIODIC, _SAMPLE, a)
+            elif kind == _REPLAN:
+                self._replan(now)
+                self._push(now + self.cfg.replan_s, _P_PERIODIC, _REPLAN)
+            elif kind == _LOADED:
+                node, replica = a, b
+                if node.phases.get(replica.replica_id) is ReplicaPhase.LOADING:
+                    node.phases[replica.replica_id] = ReplicaPhase.READY
+        for node in self.nodes.values():
+            if node.last_sample_s < now:
+                self._sample(node, now)
+        steps = sum(r.counters.steps for r in self.replicas.values())
+        return SimResult(self.rows, self.samples, now, time.perf_counter() - started, events,
+                         steps, self.stretches, self.plans)
+
+    # -- requests ------------------------------------------------------------------------------
+    def _arrive(self, req: SimRequest, now: float) -> None:
+        spec = self.models.get(req.model)
+        problem = None if spec is None else spec.limits.problem(req.prompt_tokens,
+                                                                req.output_tokens)
+        if problem is not None:
+            self._fail(req, now, "INVALID_ARGUMENT")
+            return
+        decision = self.router.route(req.model, req.tenant, req.prompt_tokens, self.registry)
+        if decision is None:
+            self._fail(req, now, "UNAVAILABLE")
+            return
+        replica = self.replicas.get(decision.replica_id)
+        if replica is None:   # unloaded since the node's last heartbeat: the node refuses it
+            self._fail(req, now, "UNAVAILABLE")
+            return
+        o = spec.overheads
+        self._push(now + o.inbound_s + o.add_s, _P_ADMIT, _ADMIT, replica, (req, now))
+
+    def _admit(self, replica: SimReplica, payload: tuple[SimRequest, float], now: float) -> None:
+        req, arrival = payload
+        replica.add(req, arrival, now)
+        node = self.nodes[replica.node_id]
+        if node.current is None:
+            if not node.run_pending:
+                node.run_pending = True
+                self._push(now, _P_STEP, _RUN, node)
+        elif node.mode == _STRETCH:
+            end = node.current.cut(now)
+            if end is not None:
+                node.gen += 1
+                node.mode = _FREE
+                self._push(end, _P_STEP, _STEP_END, node, node.gen)
+
+    def _fail(self, req: SimRequest, now: float, code: str) -> None:
+        self._outstanding -= 1
+        self.rows.append(RequestRecord(
+            request_id=str(req.index), trace_id="", tenant=req.tenant, model=req.model,
+            start_unix_ms=self.cfg.epoch_unix_ms + round(now * 1000), ttft_ms=None,
+            tpot_ms=None, e2e_ms=0.0, queue_ms=None, prompt_tokens=req.prompt_tokens,
+            completion_tokens=0, cached_tokens=0, finish_reason="", error_code=code,
+            status_code=0))
+
+    def _finish(self, a: Active, end: float) -> None:
+        self._outstanding -= 1
+        out = self.models[a.request.model].overheads.outbound_s
+        seq = a.seq
+        ttft = (a.first_token_s + out - a.arrival_s) * 1000
+        e2e = (end + out - a.arrival_s) * 1000
+        n = seq.num_output
+        self.rows.append(RequestRecord(
+            request_id=str(a.request.index), trace_id="", tenant=a.request.tenant,
+            model=a.request.model,
+            start_unix_ms=self.cfg.epoch_unix_ms + round(a.arrival_s * 1000), ttft_ms=ttft,
+            tpot_ms=(e2e - ttft) / (n - 1) if n > 1 else None, e2e_ms=e2e,
+            queue_ms=(seq.first_scheduled - seq.arrival) * 1000, prompt_tokens=seq.num_prompt,
+            completion_tokens=n, cached_tokens=seq.num_cached_prompt, finish_reason="length",
+            error_code="", status_code=0))
+
+    # -- one GPU per node ----------------------------------------------------------------------
+    def _start_next(self, node: SimNode, now: float) -> None:
+        node.current = None
+        busy = [r for r in node.replicas if r.has_work()]
+        if not busy:
+            self._retire_drained(node)
+            return
+        if len(busy) == 1 and self.cfg.fast_forward:
+            end = busy[0].try_stretch(now)
+            if end is not None:
+                self.stretches += 1
+                self._occupy(node, busy[0], _STRETCH, end)
+                return
+        n = len(node.replicas)
+        for k in range(n):
+            replica = node.replicas[(node.next_rr + k) % n]
+            if not replica.has_work():
+                continue
+            before = replica.scheduler.preemptions
+            # A step that only preempted schedules nothing; the engine loops straight on.
+            duration = replica.begin_step(now) or replica.begin_step(now)
+            node.preemptions += replica.scheduler.preemptions - before
+            if duration is not None:
+                node.next_rr = (node.next_rr + k + 1) % n
+                self._occupy(node, replica, _STEP, now + duration)
+                return
+
+    def _occupy(self, node: SimNode, replica: SimReplica, mode: int, end: float) -> None:
+        node.current, node.mode = replica, mode
+        node.gen += 1
+        self._push(end, _P_STEP, _STEP_END, node, node.gen)
+
+    def _step_end(self, node: SimNode, now: float) -> None:
+        replica = node.current
+        if node.mode == _STEP:
+            finished = replica.end_step(now)
+        elif node.mode == _STRETCH:
+            finished = replica.finish_stretch()
+        else:
+            finished = []
+        for active in finished:
+            self._finish(active, now)
+        self._start_next(node, now)
+
+    # -- heartbeats, samples -------------------------------------------------------------------
+    def _heartbeat(self, node: SimNode, now: float) -> None:
+        states = []
+        for r in node.replicas:
+            s = r.scheduler
+            states.append(ReplicaState(
+                model=r.model, replica_id=r.replica_id, phase=node.phases[r.replica_id],
+                running_requests=len(s.running), waiting_requests=len(s.waiting),
+                queued_tokens=r.queued_tokens(), kv_blocks_total=r.limits.num_blocks,
+                kv_blocks_free=r.free_blocks(now), waiting_for_memory=s.waiting_for_memory))
+        models = tuple(ModelInfo(r.model, r.limits.max_context, self.models[r.model].memory_bytes)
+                       for r in node.replicas if node.phases[r.replica_id] is ReplicaPhase.READY)
+        self.registry.heartbeat(NodeState(node.node_id, node.node_id, node.memory_bytes, "sim",
+                                          tuple(states), models))
+
+    def _sample(self, node: SimNode, now: float) -> None:
+        total = Counters()
+        used = blocks = running = waiting = evicted = 0
+        lifetime_sum = 0.0
+        for r in node.replicas:
+            c = r.counters_at(now)
+            total.steps += c.steps
+            total.step_tokens += c.step_tokens
+            total.step_token_budget += c.step_token_budget
+            total.busy_seconds += c.busy_seconds
+            total.prompt_tokens += c.prompt_tokens
+            total.prefix_hit_tokens += c.prefix_hit_tokens
+            used += r.used_blocks(now)
+            blocks += r.limits.num_blocks
+            running += len(r.scheduler.running)
+            waiting += len(r.scheduler.waiting)
+            evicted += r.pool.evictions
+            lifetime_sum += r.pool.evicted_lifetime_sum_s
+        last = node.last
+        interval = now - node.last_sample_s
+        busy = total.busy_seconds - last.busy_seconds
+        utilization = min(1.0, max(0.0, busy / interval)) if interval > 0 else 0.0
+        watts = self.cfg.power.watts(utilization)
+        node.energy_j += watts * interval
+        self.samples.append(NodeSampleRecord(
+            node_id=node.node_id, unix_ms=self.cfg.epoch_unix_ms + round(now * 1000),
+            utilization=utilization,
+            batch_tokens=max(0, total.step_tokens - last.step_tokens),
+            batch_budget=max(0, total.step_token_budget - last.step_token_budget),
+            kv_blocks_device_used=used, kv_blocks_device_total=blocks, running=running,
+            waiting=waiting, preemptions=node.preemptions, power_watts=watts,
+            energy_joules=node.energy_j, energy_source="model",
+            prefix_hit_tokens=total.prefix_hit_tokens, prompt_tokens=total.prompt_tokens,
+            kv_blocks_evicted=evicted, block_lifetime_sum_s=lifetime_sum))
+        # Replicas that left take their counters with them: never let the node's go down.
+        node.last = Counters(*(max(getattr(total, f), getattr(last, f))
+                               for f in Counters.__slots__))
+        node.last_sample_s = now
+
+    # -- placement -----------------------------------------------------------------------------
+    def _replan(self, now: float) -> None:
+        capacities = [NodeCapacity(n.node_id, n.memory_bytes, tuple(
+            PlacedReplica(r.model, r.replica_id, self.models[r.model].memory_bytes, managed=True)
+            for r in n.replicas if n.phases[r.replica_id] is not ReplicaPhase.DRAINING))
+            for n in self.nodes.values()]
+        plan = self.placement(capacities, list(self.demands(now)))
+        self.plans.append(plan)
+        for unload in plan.unloads:
+            node = self.nodes[unload.node_id]
+            if unload.replica_id in node.phases:
+                node.phases[unload.replica_id] = ReplicaPhase.DRAINING
+                self._retire_drained(node)
+        for load in plan.loads:
+            self._load(load, now)
+
+    def _load(self, a: Assignment, now: float) -> None:
+        node = self.nodes[a.node_id]
+        spec = self.models[a.model]
+        replica = SimReplica(a.replica_id, a.model, a.node_id, spec.limits, spec.costs)
+        node.replicas.append(replica)
+        self.replicas[a.replica_id] = replica
+        if now > 0 and self.cfg.load_s > 0:
+            node.phases[a.replica_id] = ReplicaPhase.LOADING
+            self._push(now + self.cfg.load_s, _P_PERIODIC, _LOADED, node, replica)
+        else:
+            node.phases[a.replica_id] = ReplicaPhase.READY
+
+    def _retire_drained(self, node: SimNode) -> None:
+        for r in list(node.replicas):
+            if node.phases[r.replica_id] is ReplicaPhase.DRAINING and not r.has_work() \
+                    and node.current is not r:
+                node.replicas.remove(r)
+                del node.phases[r.replica_id]
+                del self.replicas[r.replica_id]
+                node.next_rr = 0
+
+
+def params_json(**params) -> str:
+    """A run's parameters as the JSON its RunRecord carries."""
+    return json.dumps(params, sort_keys=True, default=str)

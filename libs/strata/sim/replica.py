@@ -1,0 +1,332 @@
+"""A simulated decode worker: the engine's own batch scheduler, block pool and sequences, stepped
+on a virtual clock with step times from an engine profile.
+
+Exact stepping mirrors LLMEngine.step: Scheduler.schedule() plans the step, the profile prices
+it, and at its end every scheduled item is advanced (Scheduler.advance) and each sampling
+sequence gets one token; a sequence that has its trace's output length is finished
+(Scheduler.finish). Nothing of the scheduler is re-implemented.
+
+Fast-forward covers a stretch in which the batch cannot change: nothing waiting, every running
+sequence one decode token behind, the pool able to give every block the stretch's steps ask for,
+and no sequence finishing before the stretch's last step. Its k steps are priced at once (the
+decode keys grow by the batch size each step, so the times are a closed form) and their effects
+are applied when needed: the blocks the k steps allocate, in the order exact stepping would
+allocate them (step by step, sequences in the scheduler's order), the tokens, the block hashes
+(Scheduler.advance over the whole stretch) and the finishes at the last step. An arrival routed
+to the replica before the stretch ends cuts it: the steps already started are applied and exact
+stepping resumes after the one in progress, as the engine would take the arrival in after it.
+Reads in between (heartbeats, node samples) see the state the exact steps would have shown.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from strata.engine.block_pool import BlockPool
+from strata.engine.scheduler import ScheduledSeq, Scheduler, StepPlan
+from strata.engine.sequence import FinishReason, SamplingParams, Sequence
+from strata.kvtier.hashing import HashKeys
+from strata.sim.profile import StepCosts, StepShape, prefill_keys
+from strata.sim.workload import OUTPUT_TOKEN, SimRequest
+
+MIN_STRETCH_STEPS = 2   # a stretch of one step is an exact step
+
+
+@dataclass(slots=True, frozen=True)
+class EngineLimits:
+    """The worker's engine settings that shape scheduling (strata.engine.engine.EngineConfig)."""
+
+    num_blocks: int
+    block_size: int = 16
+    max_batched_tokens: int = 2048
+    max_seqs: int = 32
+    max_context: int = 2048
+
+    def __post_init__(self) -> None:
+        if min(self.num_blocks, self.block_size, self.max_batched_tokens, self.max_seqs,
+               self.max_context) < 1:
+            raise ValueError(f"engine limits must all be positive, got {self}")
+
+    def problem(self, prompt: int, output: int) -> str | None:
+        """Why the engine's validate() would refuse the request, or None."""
+        if prompt + output > self.max_context:
+            return (f"prompt ({prompt} tokens) plus max_tokens ({output}) exceeds the model's "
+                    f"context of {self.max_context} tokens")
+        need = -(-(prompt + output) // self.block_size)
+        if need > self.num_blocks:
+            return (f"the request needs {need} KV blocks but this worker has "
+                    f"{self.num_blocks}; shorten the prompt or max_tokens")
+        return None
+
+
+@dataclass(slots=True)
+class Active:
+    """A request inside a replica: its engine sequence and its timeline (virtual seconds)."""
+
+    request: SimRequest
+    seq: Sequence
+    arrival_s: float                  # when the gateway received it
+    first_token_s: float | None = None
+
+
+@dataclass(slots=True)
+class Stretch:
+    start_s: float
+    steps: int
+    batch: int
+    first_s: float                    # duration of the stretch's first step
+    growth_s: float                   # each later step is this much longer (contexts grow)
+    order: list[Active]               # the scheduler's order
+    allocs: list[tuple[int, int]]     # (step, index in order) of every block allocation
+    done: int = 0                     # steps already applied
+
+    def end_of(self, i: int) -> float:
+        """End of step i (1-based); end_of(0) is the start."""
+        return self.start_s + i * self.first_s + self.growth_s * i * (i - 1) / 2
+
+    def count_before(self, t: float, inclusive: bool) -> int:
+        """Steps whose start is before t (or at t when inclusive)."""
+        lo, hi = 0, self.steps
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            start = self.end_of(mid - 1)
+            if start < t or (inclusive and start == t):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def ended_by(self, t: float) -> int:
+        lo, hi = 0, self.steps
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.end_of(mid) <= t:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+
+@dataclass(slots=True)
+class Counters:
+    """Cumulative engine counters, as WorkerStats reports them."""
+
+    steps: int = 0
+    step_tokens: int = 0
+    step_token_budget: int = 0
+    busy_seconds: float = 0.0
+    prompt_tokens: int = 0
+    prefix_hit_tokens: int = 0
+
+
+class SimReplica:
+    def __init__(self, replica_id: str, model: str, node_id: str, limits: EngineLimits,
+                 costs: StepCosts) -> None:
+        self.replica_id = replica_id
+        self.model = model
+        self.node_id = node_id
+        self.limits = limits
+        self.costs = costs
+        self._pool_now = 0.0
+        self.pool = BlockPool(limits.num_blocks, limits.block_size, clock=self._pool_clock)
+        self.scheduler = Scheduler(self.pool, limits.max_batched_tokens, limits.max_seqs)
+        self.active: dict[int, Active] = {}       # by id(seq)
+        self.counters = Counters()
+        self.stretch: Stretch | None = None
+        self._plan: StepPlan | None = None
+        self._step_start = 0.0
+
+    def _pool_clock(self) -> float:
+        return self._pool_now
+
+    # -- membership ----------------------------------------------------------------------------
+    def add(self, request: SimRequest, arrival_s: float, now: float) -> None:
+        seq = Sequence(request_id=str(request.index), token_ids=request.prompt_ids(),
+                       num_prompt=request.prompt_tokens,
+                       params=SamplingParams(max_tokens=request.output_tokens, ignore_eos=True),
+                       hash_keys=HashKeys.for_request(self.model, request.tenant, False),
+                       arrival=now)
+        self.active[id(seq)] = Active(request, seq, arrival_s)
+        self.scheduler.add(seq)
+
+    def has_work(self) -> bool:
+        return self.scheduler.has_work()
+
+    # -- exact stepping ------------------------------------------------------------------------
+    def begin_step(self, now: float) -> float | None:
+        """Plan a step at `now`; its duration, or None when nothing could be scheduled."""
+        plan = self.scheduler.schedule()
+        if not plan.scheduled:
+            return None
+        for item in plan.scheduled:
+            if item.seq.first_scheduled is None:
+                item.seq.first_scheduled = now
+        self._plan, self._step_start = plan, now
+        return self.costs.seconds(self.shape(plan.scheduled))
+
+    def shape(self, items: list[ScheduledSeq]) -> StepShape:
+        tokens = sampled = chunks = longest = widest = 0
+        decode_keys = 0
+        for item in items:
+            tokens += item.num_new
+            sampled += item.sample
+            context = item.seq.num_computed + item.num_new
+            if item.num_new == 1:
+                decode_keys += context
+            else:
+                chunks += 1
+                longest = max(longest, item.num_new)
+                widest = max(widest, context)
+        groups = (decode_keys > 0) + (chunks > 0)
+        if not chunks:
+            return StepShape(tokens, sampled, 0.0, float(decode_keys), groups)
+        return StepShape(tokens, sampled,
+                         prefill_keys(chunks, longest, widest, self.limits.block_size),
+                         float(decode_keys), groups, longest, max(0, widest - longest))
+
+    def end_step(self, now: float) -> list[Active]:
+        """Apply the planned step at its end; returns the requests it finished."""
+        plan, self._plan = self._plan, None
+        self._pool_now = now
+        for item in plan.scheduled:
+            self.scheduler.advance(item)
+        finished = []
+        for item in plan.scheduled:
+            if item.sample and self._append(item.seq, now):
+                finished.append(self.active.pop(id(item.seq)))
+        c = self.counters
+        c.steps += 1
+        c.step_tokens += plan.num_tokens
+        c.step_token_budget += self.limits.max_batched_tokens
+        c.busy_seconds += now - self._step_start
+        return finished
+
+    def _append(self, seq: Sequence, now: float) -> bool:
+        """One sampled token at `now`; True when that finished the sequence."""
+        seq.token_ids.append(OUTPUT_TOKEN)
+        active = self.active[id(seq)]
+        if active.first_token_s is None:
+            active.first_token_s = now
+        if seq.num_output >= seq.params.max_tokens:
+            self._retire(seq)
+            return True
+        return False
+
+    def _retire(self, seq: Sequence) -> None:
+        self.counters.prompt_tokens += seq.num_prompt
+        self.counters.prefix_hit_tokens += seq.num_cached_prompt
+        self.scheduler.finish(seq, FinishReason.LENGTH)
+
+    # -- fast-forward --------------------------------------------------------------------------
+    def try_stretch(self, now: float) -> float | None:
+        """Start a fast-forward stretch at `now` if the batch cannot change; its end time."""
+        s = self.scheduler
+        if s.waiting or not s.running or len(s.running) > s.max_batched_tokens:
+            return None
+        steps = math.inf
+        context = 0
+        for seq in s.running:
+            if seq.num_pending != 1:
+                return None
+            steps = min(steps, seq.params.max_tokens - seq.num_output)
+            context += seq.num_computed + 1
+        if steps < MIN_STRETCH_STEPS:
+            return None
+        order = sorted(s.running, key=Sequence.sort_key)
+        bs = self.limits.block_size
+        allocs = []
+        for idx, seq in enumerate(order):
+            # Step j computes position num_computed + j - 1; a position at a block start needs
+            # a new block (the sequence holds exactly the blocks its computed tokens fill).
+            allocs.extend((j, idx) for j in range((-seq.num_computed) % bs + 1, steps + 1, bs))
+        allocs.sort()
+        free = self.pool.num_free
+        if len(allocs) > free:
+            steps = allocs[free][0] - 1   # the step whose allocation would fail runs exactly
+            if steps < MIN_STRETCH_STEPS:
+                return None
+            allocs = allocs[:free]
+        batch = len(order)
+        c = self.costs
+        self.stretch = Stretch(now, steps, batch, c.decode_seconds(batch, context),
+                               c.decode_attend_s * batch, [self.active[id(q)] for q in order],
+                               allocs)
+        return self.stretch.end_of(steps)
+
+    def cut(self, now: float) -> float | None:
+        """An arrival at `now` ends the stretch after the step in progress; apply the steps
+        started so far and return when the last of them ends. None: the step in progress is
+        the stretch's last, which ends it anyway."""
+        st = self.stretch
+        started = max(1, st.count_before(now, inclusive=False))
+        if started >= st.steps:
+            return None
+        end = st.end_of(started)
+        finished = self._apply(started)
+        assert not finished, "a stretch is cut only before its last step"
+        self.stretch = None
+        return end
+
+    def finish_stretch(self) -> list[Active]:
+        """Apply a stretch that ran to its end; returns the requests it finished."""
+        finished = self._apply(self.stretch.steps)
+        self.stretch = None
+        return finished
+
+    def _apply(self, m: int) -> list[Active]:
+        st = self.stretch
+        for j, idx in st.allocs:
+            if j > m:
+                break
+            st.order[idx].seq.block_ids.extend(self.pool.allocate(1))
+        end = st.end_of(m)
+        self._pool_now = end
+        first_end = st.end_of(1)
+        for active in st.order:
+            seq = active.seq
+            seq.token_ids.extend([OUTPUT_TOKEN] * (m - 1))
+            self.scheduler.advance(ScheduledSeq(seq, m, True))
+            seq.token_ids.append(OUTPUT_TOKEN)
+            if active.first_token_s is None:
+                active.first_token_s = first_end
+        finished = []
+        for active in st.order:
+            if active.seq.num_output >= active.seq.params.max_tokens:
+                self._retire(active.seq)
+                finished.append(self.active.pop(id(active.seq)))
+        c = self.counters
+        c.steps += m
+        c.step_tokens += st.batch * m
+        c.step_token_budget += self.limits.max_batched_tokens * m
+        c.busy_seconds += end - st.start_s
+        st.done = m
+        return finished
+
+    # -- reads ---------------------------------------------------------------------------------
+    def free_blocks(self, now: float) -> int:
+        st = self.stretch
+        if st is None:
+            return self.pool.num_free
+        started = st.count_before(now, inclusive=True)
+        return self.pool.num_free - sum(1 for j, _ in st.allocs if j <= started)
+
+    def used_blocks(self, now: float) -> int:
+        return self.pool.num_used + (self.pool.num_free - self.free_blocks(now))
+
+    def queued_tokens(self) -> int:
+        s = self.scheduler
+        return sum(q.num_pending for q in s.waiting) + sum(q.num_pending for q in s.running)
+
+    def counters_at(self, now: float) -> Counters:
+        c = self.counters
+        st = self.stretch
+        if st is None:
+            return Counters(c.steps, c.step_tokens, c.step_token_budget, c.busy_seconds,
+                            c.prompt_tokens, c.prefix_hit_tokens)
+        e = st.ended_by(now)
+        return Counters(c.steps + e, c.step_tokens + st.batch * e,
+                        c.step_token_budget + self.limits.max_batched_tokens * e,
+                        c.busy_seconds + st.end_of(e) - st.start_s, c.prompt_tokens,
+                        c.prefix_hit_tokens)
+
