@@ -120,6 +120,7 @@ class Simulator:
         self.samples: list[NodeSampleRecord] = []
         self.plans: list[PlacementPlan] = []
         self.stretches = 0
+        self.routed: dict[int, str] = {}      # request index -> replica id
         self._outstanding = 0
 
     # -- event queue ---------------------------------------------------------------------------
@@ -132,6 +133,7 @@ class Simulator:
         self._replan(0.0)
         for i, node in enumerate(self.nodes.values()):
             self._heartbeat(node, 0.0)
+            self._sample(node, 0.0)   # the node layer covers the window from its first sample
             # Staggered as real nodes are: each on its own phase of the interval.
             offset = (i + 1) / (len(self.nodes) + 1)
             self._push(self.cfg.heartbeat_s * offset, _P_PERIODIC, _HEARTBEAT, node)
@@ -201,6 +203,7 @@ class Simulator:
         if replica is None:   # unloaded since the node's last heartbeat: the node refuses it
             self._fail(req, now, "UNAVAILABLE")
             return
+        self.routed[req.index] = replica.replica_id
         o = spec.overheads
         self._push(now + o.inbound_s + o.add_s, _P_ADMIT, _ADMIT, replica, (req, now))
 

@@ -312,6 +312,9 @@ class SimReplica:
         return self.pool.num_free - sum(1 for j, _ in st.allocs if j <= started)
 
     def used_blocks(self, now: float) -> int:
+        """Device blocks holding data. Mid-stretch, a block the stretch allocated counts as
+        newly used even when it held a cached prefix before (already counted): the pool's free
+        order, which says which it was, is private to it; exact at the stretch's ends."""
         return self.pool.num_used + (self.pool.num_free - self.free_blocks(now))
 
     def queued_tokens(self) -> int:

@@ -94,7 +94,9 @@ def superpose(requests: Sequence[TraceRequest], factor: float, rng: random.Rando
         for r in requests:
             if keep < 1.0 and rng.random() >= keep:
                 continue
-            shifted = (r.arrival_s - start + offset) % span if span > 0 else 0.0
+            shifted = r.arrival_s - start + offset
+            if shifted > span:
+                shifted -= span
             # Hash ids are per copy: a copy is other users sending the same sizes.
             ids = tuple(h * copies + copy for h in r.hash_ids)
             out.append(replace(r, arrival_s=start + shifted, hash_ids=ids))
