@@ -1,4 +1,5 @@
-"""Model placement: which node hosts which replica, and the loads/unloads that get there.
+"""Baseline placement, first-fit-decreasing by memory: which node hosts which replica, and the
+loads/unloads that get there. It ignores time; strata.policy.placement.batch_aware does not.
 
 Input: the nodes (memory, replicas they run now) and the desired models (memory need, replica
 count). Output: a PlacementPlan. The rules, in order:

@@ -1,0 +1,148 @@
+"""Arrival curves: each model's request rate and mean token counts per time window.
+
+Placement that ignores time packs two models whose peaks coincide as happily as two whose peaks
+alternate. The curves are what lets the planner tell them apart. Time is cut one of two ways:
+
+    recent   the last `windows` windows of `window_s` seconds before `end_s`: the next hour is
+             assumed to look like the last one
+    daily    the (UTC) day cut into 86400 / window_s windows; a window's rate is the requests
+             that arrived in that slot on any day of the span [start_s, end_s), divided by the
+             seconds of that slot the span covers, so a diurnal pattern shows after one day
+
+A window's rate counts every request that arrived (failed ones asked for capacity too); its
+token means are over the requests that succeeded (a failed request's output is cut short).
+Curves come from request rows, or from counts already aggregated per window (the metrics
+collector aggregates in SQL and sends those).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+DAY_S = 86_400.0
+
+
+@dataclass(slots=True, frozen=True)
+class RequestRow:
+    model: str
+    arrival_s: float            # Unix seconds
+    prompt_tokens: int
+    output_tokens: int
+    failed: bool = False
+
+
+@dataclass(slots=True, frozen=True)
+class WindowGrid:
+    """Which window a moment falls in, and how many seconds of each window were observed."""
+
+    window_s: float
+    start_s: float
+    end_s: float
+    daily: bool = False
+
+    def __post_init__(self) -> None:
+        if not (self.window_s > 0 and math.isfinite(self.window_s)):
+            raise ValueError(f"window_s must be a positive number of seconds, got {self.window_s}")
+        if self.end_s <= self.start_s:
+            raise ValueError(f"the span must end after it starts: [{self.start_s}, {self.end_s})")
+        if self.daily and not _divides_day(self.window_s):
+            raise ValueError(f"a daily grid cuts the day into whole windows: {self.window_s} s "
+                             f"does not divide {DAY_S:.0f} s")
+
+    @classmethod
+    def recent(cls, window_s: float, windows: int, end_s: float) -> WindowGrid:
+        if windows < 1:
+            raise ValueError(f"windows must be at least 1, got {windows}")
+        return cls(window_s, end_s - window_s * windows, end_s)
+
+    @property
+    def windows(self) -> int:
+        if self.daily:
+            return round(DAY_S / self.window_s)
+        return round((self.end_s - self.start_s) / self.window_s)
+
+    def index(self, t: float) -> int | None:
+        if not self.start_s <= t < self.end_s:
+            return None
+        base = (t % DAY_S) if self.daily else (t - self.start_s)
+        return min(int(base // self.window_s), self.windows - 1)
+
+    def observed_s(self) -> tuple[float, ...]:
+        if not self.daily:
+            return (self.window_s,) * self.windows
+        seen = [0.0] * self.windows
+        for day in range(int(self.start_s // DAY_S), int(math.ceil(self.end_s / DAY_S))):
+            for k in range(self.windows):
+                lo = day * DAY_S + k * self.window_s
+                seen[k] += max(0.0, min(lo + self.window_s, self.end_s) - max(lo, self.start_s))
+        return tuple(seen)
+
+
+@dataclass(slots=True, frozen=True)
+class ArrivalCurve:
+    """One model's traffic per window; every tuple has one entry per window."""
+
+    model: str
+    window_s: float
+    requests: tuple[int, ...]
+    rates: tuple[float, ...]            # requests per second
+    prompt_tokens: tuple[float, ...]    # mean per request; 0 where no request succeeded
+    output_tokens: tuple[float, ...]
+
+    @property
+    def windows(self) -> int:
+        return len(self.rates)
+
+    @property
+    def peak_rate(self) -> float:
+        return max(self.rates, default=0.0)
+
+    @classmethod
+    def from_counts(cls, model: str, window_s: float, requests: Sequence[int],
+                    observed_s: Sequence[float], prompt_mean: Sequence[float],
+                    output_mean: Sequence[float]) -> ArrivalCurve:
+        if not len(requests) == len(observed_s) == len(prompt_mean) == len(output_mean):
+            raise ValueError(f"curve of {model}: requests, observed seconds and token means "
+                             f"need one entry per window each")
+        rates = tuple(n / s if s > 0 else 0.0 for n, s in zip(requests, observed_s))
+        return cls(model, window_s, tuple(int(n) for n in requests), rates,
+                   tuple(float(p) for p in prompt_mean), tuple(float(o) for o in output_mean))
+
+    @classmethod
+    def flat(cls, model: str, window_s: float, rates: Sequence[float], prompt_tokens: float,
+             output_tokens: float) -> ArrivalCurve:
+        """A curve with the same token means in every window (tests, synthetic workloads)."""
+        n = len(rates)
+        return cls(model, window_s, tuple(round(r * window_s) for r in rates), tuple(rates),
+                   (float(prompt_tokens),) * n, (float(output_tokens),) * n)
+
+
+def arrival_curves(rows: Iterable[RequestRow], grid: WindowGrid) -> dict[str, ArrivalCurve]:
+    """One curve per model seen in `rows` inside the grid's span, keyed and ordered by model."""
+    n = grid.windows
+    count: dict[str, list[int]] = defaultdict(lambda: [0] * n)
+    ok: dict[str, list[int]] = defaultdict(lambda: [0] * n)
+    prompt: dict[str, list[float]] = defaultdict(lambda: [0.0] * n)
+    output: dict[str, list[float]] = defaultdict(lambda: [0.0] * n)
+    for r in rows:
+        k = grid.index(r.arrival_s)
+        if k is None:
+            continue
+        count[r.model][k] += 1
+        if not r.failed:
+            ok[r.model][k] += 1
+            prompt[r.model][k] += r.prompt_tokens
+            output[r.model][k] += r.output_tokens
+    observed = grid.observed_s()
+    return {m: ArrivalCurve.from_counts(
+        m, grid.window_s, count[m], observed,
+        [p / c if c else 0.0 for p, c in zip(prompt[m], ok[m])],
+        [o / c if c else 0.0 for o, c in zip(output[m], ok[m])]) for m in sorted(count)}
+
+
+def _divides_day(window_s: float) -> bool:
+    slots = DAY_S / window_s
+    return abs(slots - round(slots)) < 1e-9 and round(slots) >= 1

@@ -1,0 +1,62 @@
+"""Arrival curves: exact rates and token means per window, recent and daily grids."""
+
+from __future__ import annotations
+
+import pytest
+
+from strata.policy.placement import ArrivalCurve, RequestRow, WindowGrid, arrival_curves
+
+DAY = 86_400.0
+
+
+def test_recent_windows_count_rates_and_token_means_exactly():
+    grid = WindowGrid.recent(window_s=60, windows=3, end_s=1_000_180.0)   # [1e6, 1e6+180)
+    rows = [
+        RequestRow("a", 1_000_000.0, 100, 10),
+        RequestRow("a", 1_000_059.9, 300, 30),
+        RequestRow("a", 1_000_060.0, 50, 5, failed=True),   # counts, but not in the means
+        RequestRow("b", 1_000_179.0, 8, 2),
+        RequestRow("a", 999_999.0, 1, 1),                   # before the span: ignored
+        RequestRow("a", 1_000_180.0, 1, 1),                 # the end is exclusive
+    ]
+    curves = arrival_curves(rows, grid)
+    assert list(curves) == ["a", "b"]
+    a = curves["a"]
+    assert a.requests == (2, 1, 0)
+    assert a.rates == (2 / 60, 1 / 60, 0.0)
+    assert a.prompt_tokens == (200.0, 0.0, 0.0)
+    assert a.output_tokens == (20.0, 0.0, 0.0)
+    assert curves["b"].requests == (0, 0, 1) and curves["b"].prompt_tokens == (0.0, 0.0, 8.0)
+    assert a.peak_rate == 2 / 60 and a.windows == 3
+
+
+def test_daily_grid_folds_days_by_time_of_day_and_divides_by_seconds_observed():
+    # Span: day 0 at 12:00 to day 2 at 00:00, so the morning slot is seen once, the
+    # afternoon slot twice.
+    grid = WindowGrid(window_s=DAY / 2, start_s=DAY / 2, end_s=2 * DAY, daily=True)
+    assert grid.windows == 2
+    assert grid.observed_s() == (DAY / 2, DAY)
+    rows = [RequestRow("m", DAY / 2 + 10, 10, 1),        # day 0 afternoon
+            RequestRow("m", DAY + 3600, 20, 2),          # day 1 morning
+            RequestRow("m", DAY + DAY / 2 + 1, 30, 3),   # day 1 afternoon
+            RequestRow("m", DAY + DAY / 2 + 2, 40, 4)]
+    [curve] = arrival_curves(rows, grid).values()
+    assert curve.requests == (1, 3)
+    assert curve.rates == (1 / (DAY / 2), 3 / DAY)
+    assert curve.prompt_tokens == (20.0, (10 + 30 + 40) / 3)
+
+
+def test_grids_refuse_what_they_cannot_cut():
+    with pytest.raises(ValueError, match="does not divide 86400 s"):
+        WindowGrid(7000, 0, DAY, daily=True)
+    with pytest.raises(ValueError, match="windows must be at least 1, got 0"):
+        WindowGrid.recent(60, 0, 100)
+    with pytest.raises(ValueError, match="window_s must be a positive number of seconds"):
+        WindowGrid.recent(0, 3, 100)
+
+
+def test_curve_from_aggregated_counts():
+    c = ArrivalCurve.from_counts("m", 30, [3, 0], [30.0, 30.0], [12.0, 0.0], [4.0, 0.0])
+    assert c.rates == (0.1, 0.0) and c.requests == (3, 0) and c.output_tokens == (4.0, 0.0)
+    with pytest.raises(ValueError, match="one entry per window"):
+        ArrivalCurve.from_counts("m", 30, [1], [30.0, 30.0], [1.0], [1.0])
