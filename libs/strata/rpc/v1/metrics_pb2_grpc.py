@@ -66,6 +66,11 @@ class MetricsStub:
                 request_serializer=strata_dot_v1_dot_metrics__pb2.NodeSamplesRequest.SerializeToString,
                 response_deserializer=strata_dot_v1_dot_metrics__pb2.NodeSamplesResponse.FromString,
                 _registered_method=True)
+        self.GetArrivalCurves = channel.unary_unary(
+                '/strata.v1.Metrics/GetArrivalCurves',
+                request_serializer=strata_dot_v1_dot_metrics__pb2.ArrivalCurvesRequest.SerializeToString,
+                response_deserializer=strata_dot_v1_dot_metrics__pb2.ArrivalCurvesResponse.FromString,
+                _registered_method=True)
 
 
 class MetricsServicer:
@@ -112,6 +117,14 @@ class MetricsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetArrivalCurves(self, request, context):
+        """Per-model arrivals per time window from the stored request rows: what the placement
+        planner packs by (strata.policy.placement.curves).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MetricsServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -144,6 +157,11 @@ def add_MetricsServicer_to_server(servicer, server):
                     servicer.RecordNodeSamples,
                     request_deserializer=strata_dot_v1_dot_metrics__pb2.NodeSamplesRequest.FromString,
                     response_serializer=strata_dot_v1_dot_metrics__pb2.NodeSamplesResponse.SerializeToString,
+            ),
+            'GetArrivalCurves': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetArrivalCurves,
+                    request_deserializer=strata_dot_v1_dot_metrics__pb2.ArrivalCurvesRequest.FromString,
+                    response_serializer=strata_dot_v1_dot_metrics__pb2.ArrivalCurvesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -310,6 +328,33 @@ class Metrics:
             '/strata.v1.Metrics/RecordNodeSamples',
             strata_dot_v1_dot_metrics__pb2.NodeSamplesRequest.SerializeToString,
             strata_dot_v1_dot_metrics__pb2.NodeSamplesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetArrivalCurves(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/strata.v1.Metrics/GetArrivalCurves',
+            strata_dot_v1_dot_metrics__pb2.ArrivalCurvesRequest.SerializeToString,
+            strata_dot_v1_dot_metrics__pb2.ArrivalCurvesResponse.FromString,
             options,
             channel_credentials,
             insecure,

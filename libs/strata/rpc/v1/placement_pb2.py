@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19strata/v1/placement.proto\x12\tstrata.v1\"Y\n\x13PlacementAssignment\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07node_id\x18\x02 \x01(\t\x12\x12\n\nreplica_id\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\x87\x01\n\rPlacementPlan\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\x33\n\x0b\x61ssignments\x18\x02 \x03(\x0b\x32\x1e.strata.v1.PlacementAssignment\x12\x17\n\x0funplaced_models\x18\x03 \x03(\t\x12\x17\n\x0f\x63reated_unix_ms\x18\x04 \x01(\x03\"\x10\n\x0eGetPlanRequest\"\x0f\n\rReplanRequest2\x89\x01\n\tPlacement\x12>\n\x07GetPlan\x12\x19.strata.v1.GetPlanRequest\x1a\x18.strata.v1.PlacementPlan\x12<\n\x06Replan\x12\x18.strata.v1.ReplanRequest\x1a\x18.strata.v1.PlacementPlanb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19strata/v1/placement.proto\x12\tstrata.v1\"Y\n\x13PlacementAssignment\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07node_id\x18\x02 \x01(\t\x12\x12\n\nreplica_id\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\x97\x01\n\rPlacementMove\x12\r\n\x05model\x18\x01 \x01(\t\x12\x14\n\x0c\x66rom_node_id\x18\x02 \x01(\t\x12\x17\n\x0f\x66rom_replica_id\x18\x03 \x01(\t\x12\x12\n\nto_node_id\x18\x04 \x01(\t\x12\x15\n\rto_replica_id\x18\x05 \x01(\t\x12\r\n\x05state\x18\x06 \x01(\t\x12\x0e\n\x06reason\x18\x07 \x01(\t\"\xea\x01\n\rPlacementPlan\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\x33\n\x0b\x61ssignments\x18\x02 \x03(\x0b\x32\x1e.strata.v1.PlacementAssignment\x12\x17\n\x0funplaced_models\x18\x03 \x03(\t\x12\x17\n\x0f\x63reated_unix_ms\x18\x04 \x01(\x03\x12\x0e\n\x06policy\x18\x05 \x01(\t\x12\x10\n\x08rejected\x18\x06 \x01(\x08\x12\'\n\x05moves\x18\x07 \x03(\x0b\x32\x18.strata.v1.PlacementMove\x12\x16\n\x0e\x63ordoned_nodes\x18\x08 \x03(\t\"\x10\n\x0eGetPlanRequest\"1\n\rReplanRequest\x12\x0e\n\x06\x63ordon\x18\x01 \x03(\t\x12\x10\n\x08uncordon\x18\x02 \x03(\t\"0\n\x0e\x45xplainRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07node_id\x18\x02 \x01(\t\"\xf9\x01\n\x0cRedLineCheck\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07node_id\x18\x02 \x01(\t\x12\x0e\n\x06window\x18\x03 \x01(\x05\x12\x13\n\x0bttft_p99_ms\x18\x04 \x01(\x01\x12\x13\n\x0btpot_p99_ms\x18\x05 \x01(\x01\x12\x11\n\tsla_class\x18\x06 \x01(\t\x12\x1b\n\x0ettft_target_ms\x18\x07 \x01(\x01H\x00\x88\x01\x01\x12\x1b\n\x0etpot_target_ms\x18\x08 \x01(\x01H\x01\x88\x01\x01\x12\n\n\x02ok\x18\t \x01(\x08\x12\x10\n\x08modelled\x18\n \x01(\x08\x42\x11\n\x0f_ttft_target_msB\x11\n\x0f_tpot_target_ms\"<\n\x0bPairBenefit\x12\r\n\x05model\x18\x01 \x01(\t\x12\r\n\x05other\x18\x02 \x01(\t\x12\x0f\n\x07\x62\x65nefit\x18\x03 \x01(\x01\"\x8e\x02\n\x11PlacementDecision\x12\x0e\n\x06\x61\x63tion\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x12\n\nreplica_id\x18\x03 \x01(\t\x12\x0f\n\x07node_id\x18\x04 \x01(\t\x12\x14\n\x0c\x66rom_node_id\x18\x05 \x01(\t\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12\x0f\n\x07\x62\x65nefit\x18\x07 \x01(\x01\x12\x16\n\x0emigration_cost\x18\x08 \x01(\x01\x12\x14\n\x0cwindow_loads\x18\t \x03(\x01\x12%\n\x05pairs\x18\n \x03(\x0b\x32\x16.strata.v1.PairBenefit\x12)\n\x08red_line\x18\x0b \x03(\x0b\x32\x17.strata.v1.RedLineCheck\"g\n\x0eModelPlacement\x12\r\n\x05model\x18\x01 \x01(\t\x12\x10\n\x08replicas\x18\x02 \x01(\x05\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x11\n\tpeak_rate\x18\x04 \x01(\x01\x12\x11\n\tsla_class\x18\x05 \x01(\t\"s\n\x0eNodeWindowLoad\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x02 \x01(\t\x12\x0e\n\x06models\x18\x03 \x03(\t\x12\x14\n\x0cwindow_loads\x18\x04 \x03(\x01\x12\x0c\n\x04peak\x18\x05 \x01(\x01\x12\x0c\n\x04mean\x18\x06 \x01(\x01\"\xdd\x02\n\x14PlacementExplanation\x12\x14\n\x0cplan_version\x18\x01 \x01(\x03\x12\x17\n\x0f\x63reated_unix_ms\x18\x02 \x01(\x03\x12\x0e\n\x06policy\x18\x03 \x01(\t\x12\x0f\n\x07summary\x18\x04 \x01(\t\x12\x10\n\x08rejected\x18\x05 \x01(\x08\x12\x10\n\x08window_s\x18\x06 \x01(\x01\x12\x0f\n\x07windows\x18\x07 \x01(\x05\x12/\n\tdecisions\x18\x08 \x03(\x0b\x32\x1c.strata.v1.PlacementDecision\x12)\n\x06models\x18\t \x03(\x0b\x32\x19.strata.v1.ModelPlacement\x12(\n\x05nodes\x18\n \x03(\x0b\x32\x19.strata.v1.NodeWindowLoad\x12+\n\nviolations\x18\x0b \x03(\x0b\x32\x17.strata.v1.RedLineCheck\x12\r\n\x05notes\x18\x0c \x03(\t2\xd0\x01\n\tPlacement\x12>\n\x07GetPlan\x12\x19.strata.v1.GetPlanRequest\x1a\x18.strata.v1.PlacementPlan\x12<\n\x06Replan\x12\x18.strata.v1.ReplanRequest\x1a\x18.strata.v1.PlacementPlan\x12\x45\n\x07\x45xplain\x12\x19.strata.v1.ExplainRequest\x1a\x1f.strata.v1.PlacementExplanationb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,12 +33,28 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_PLACEMENTASSIGNMENT']._serialized_start=40
   _globals['_PLACEMENTASSIGNMENT']._serialized_end=129
-  _globals['_PLACEMENTPLAN']._serialized_start=132
-  _globals['_PLACEMENTPLAN']._serialized_end=267
-  _globals['_GETPLANREQUEST']._serialized_start=269
-  _globals['_GETPLANREQUEST']._serialized_end=285
-  _globals['_REPLANREQUEST']._serialized_start=287
-  _globals['_REPLANREQUEST']._serialized_end=302
-  _globals['_PLACEMENT']._serialized_start=305
-  _globals['_PLACEMENT']._serialized_end=442
+  _globals['_PLACEMENTMOVE']._serialized_start=132
+  _globals['_PLACEMENTMOVE']._serialized_end=283
+  _globals['_PLACEMENTPLAN']._serialized_start=286
+  _globals['_PLACEMENTPLAN']._serialized_end=520
+  _globals['_GETPLANREQUEST']._serialized_start=522
+  _globals['_GETPLANREQUEST']._serialized_end=538
+  _globals['_REPLANREQUEST']._serialized_start=540
+  _globals['_REPLANREQUEST']._serialized_end=589
+  _globals['_EXPLAINREQUEST']._serialized_start=591
+  _globals['_EXPLAINREQUEST']._serialized_end=639
+  _globals['_REDLINECHECK']._serialized_start=642
+  _globals['_REDLINECHECK']._serialized_end=891
+  _globals['_PAIRBENEFIT']._serialized_start=893
+  _globals['_PAIRBENEFIT']._serialized_end=953
+  _globals['_PLACEMENTDECISION']._serialized_start=956
+  _globals['_PLACEMENTDECISION']._serialized_end=1226
+  _globals['_MODELPLACEMENT']._serialized_start=1228
+  _globals['_MODELPLACEMENT']._serialized_end=1331
+  _globals['_NODEWINDOWLOAD']._serialized_start=1333
+  _globals['_NODEWINDOWLOAD']._serialized_end=1448
+  _globals['_PLACEMENTEXPLANATION']._serialized_start=1451
+  _globals['_PLACEMENTEXPLANATION']._serialized_end=1800
+  _globals['_PLACEMENT']._serialized_start=1803
+  _globals['_PLACEMENT']._serialized_end=2011
 # @@protoc_insertion_point(module_scope)

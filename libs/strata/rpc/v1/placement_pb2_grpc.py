@@ -45,6 +45,11 @@ class PlacementStub:
                 request_serializer=strata_dot_v1_dot_placement__pb2.ReplanRequest.SerializeToString,
                 response_deserializer=strata_dot_v1_dot_placement__pb2.PlacementPlan.FromString,
                 _registered_method=True)
+        self.Explain = channel.unary_unary(
+                '/strata.v1.Placement/Explain',
+                request_serializer=strata_dot_v1_dot_placement__pb2.ExplainRequest.SerializeToString,
+                response_deserializer=strata_dot_v1_dot_placement__pb2.PlacementExplanation.FromString,
+                _registered_method=True)
 
 
 class PlacementServicer:
@@ -58,7 +63,16 @@ class PlacementServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Replan(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Plans now (optionally cordoning or uncordoning nodes first) and starts applying the plan:
+        new replicas load at once, the replicas they replace drain once the new ones are READY.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Explain(self, request, context):
+        """The numbers behind the latest plan's decisions (`strata placement explain`).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -75,6 +89,11 @@ def add_PlacementServicer_to_server(servicer, server):
                     servicer.Replan,
                     request_deserializer=strata_dot_v1_dot_placement__pb2.ReplanRequest.FromString,
                     response_serializer=strata_dot_v1_dot_placement__pb2.PlacementPlan.SerializeToString,
+            ),
+            'Explain': grpc.unary_unary_rpc_method_handler(
+                    servicer.Explain,
+                    request_deserializer=strata_dot_v1_dot_placement__pb2.ExplainRequest.FromString,
+                    response_serializer=strata_dot_v1_dot_placement__pb2.PlacementExplanation.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -132,6 +151,33 @@ class Placement:
             '/strata.v1.Placement/Replan',
             strata_dot_v1_dot_placement__pb2.ReplanRequest.SerializeToString,
             strata_dot_v1_dot_placement__pb2.PlacementPlan.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Explain(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/strata.v1.Placement/Explain',
+            strata_dot_v1_dot_placement__pb2.ExplainRequest.SerializeToString,
+            strata_dot_v1_dot_placement__pb2.PlacementExplanation.FromString,
             options,
             channel_credentials,
             insecure,
