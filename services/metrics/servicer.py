@@ -15,12 +15,15 @@ from strata.eval.layers import LayerSettings, layered_report, report_window
 from strata.eval.report_codec import fill_report, run_pb
 from strata.eval.stats import Summary
 from strata.rpc.v1 import metrics_pb2, metrics_pb2_grpc
+from strata.store.arrivals import arrivals
 from strata.store.report import TenantReport, request_rows, tenant_reports, tenant_sla_classes
 from strata.store.runs import check_new_run, create_run, finish_run, get_run, list_runs
 from strata.store.samples import (NodeSampleRecord, insert_samples, sample_time_range,
                                   samples_between)
 from strata.store.spans import SpanRecord, get_trace, trace_id_of_request
 from strata.telemetry.receiver import OtlpReceiver
+
+from services.metrics.arrival_curves import curves_reply, grid_for
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +171,18 @@ class MetricsServicer(metrics_pb2_grpc.MetricsServicer):
         async with self._sessions() as session:
             stored = await insert_samples(session, samples)
         return metrics_pb2.NodeSamplesResponse(stored=stored)
+
+    async def GetArrivalCurves(self, request: metrics_pb2.ArrivalCurvesRequest,
+                               context: grpc.aio.ServicerContext
+                               ) -> metrics_pb2.ArrivalCurvesResponse:
+        try:
+            grid = grid_for(request, self._now_ms())
+        except ValueError as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        async with self._sessions() as session:
+            found = await arrivals(session, grid)
+            classes = await tenant_sla_classes(session)
+        return curves_reply(grid, found, classes, self._settings.sla)
 
     async def GetTrace(self, request: metrics_pb2.GetTraceRequest,
                        context: grpc.aio.ServicerContext) -> metrics_pb2.Trace:
