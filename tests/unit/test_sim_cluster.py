@@ -11,7 +11,7 @@ from strata.eval.workload import Scaling, Window
 from strata.policy.placement import ModelDemand, PlacementPlan, plan_placement
 from strata.policy.registry import ReplicaPhase
 from strata.sim.cluster import ModelSpec, SimConfig, Simulator
-from strata.sim.profile import StepCosts
+from strata.sim.profile import RequestOverheads, StepCosts
 from strata.sim.replica import EngineLimits
 from strata.sim.workload import SimRequest, sim_requests
 
@@ -23,8 +23,8 @@ LIMITS = EngineLimits(num_blocks=64, block_size=16, max_batched_tokens=256, max_
 MB = 10**6
 
 
-def spec(name="a", costs=FLAT, limits=LIMITS):
-    return ModelSpec(name, costs, limits, memory_bytes=10 * MB)
+def spec(name="a", costs=FLAT, limits=LIMITS, overheads=RequestOverheads()):
+    return ModelSpec(name, costs, limits, memory_bytes=10 * MB, overheads=overheads)
 
 
 def simulator(nodes=(("node-0", 100 * MB),), models=(spec(),), replicas=None, **cfg):
@@ -51,6 +51,17 @@ def test_one_request_takes_the_profiled_step_times(fast_forward):
     assert row.queue_ms == 0.0 and row.completion_tokens == 3 and row.error_code == ""
     assert row.start_unix_ms == 1_700_000_000_500
     assert result.steps == 3 and result.stretches == (1 if fast_forward else 0)
+
+
+def test_stack_overheads():
+    # 2 ms in (plus 0.5 ms of add_request), 1 ms out; sending a token costs the engine's
+    # interpreter 0.4 ms, so every step takes 0.4 ms more per token it samples
+    slow = spec(overheads=RequestOverheads(add_s=5e-4, inbound_s=2e-3, outbound_s=1e-3,
+                                           token_send_s=4e-4))
+    [row] = simulator(models=(slow,)).run([req(0, 0.5)]).rows
+    assert row.ttft_ms == pytest.approx(2.5 + 3.4 + 1.0)
+    assert row.e2e_ms == pytest.approx(2.5 + 3.4 + 2 * 1.5 + 1.0)
+    assert row.queue_ms == 0.0
 
 
 def test_co_located_replicas_take_turns_on_their_gpu():
@@ -129,13 +140,16 @@ def _workload(n=60, seed=1):
                        "b" if r.index % 4 == 3 else "a") for r in reqs]
 
 
-def test_fast_forward_gives_the_same_latencies_as_exact_stepping():
+@pytest.mark.parametrize("send_s", [0.0, 2e-4])
+def test_fast_forward_gives_the_same_latencies_as_exact_stepping(send_s):
     costs = StepCosts(step_s=4e-4, token_s=2e-5, sample_s=3e-5, prefill_attend_s=1e-8,
                       decode_attend_s=5e-7, group_s=1e-4)
     # 24 blocks of 16 tokens for up to 8 sequences: decodes run out of blocks and preempt
     small = EngineLimits(num_blocks=24, block_size=16, max_batched_tokens=128, max_seqs=8,
                          max_context=1024)
-    models = (spec("a", costs, small), spec("b", costs, small))
+    overheads = RequestOverheads(add_s=1e-5, inbound_s=2e-3, outbound_s=1e-3,
+                                 token_send_s=send_s)
+    models = (spec("a", costs, small, overheads), spec("b", costs, small, overheads))
     nodes = (("node-0", 25 * MB), ("node-1", 15 * MB))    # node-0 hosts a and b
     out = {}
     for ff in (False, True):

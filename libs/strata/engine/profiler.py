@@ -203,6 +203,6 @@ def profile_engine(loaded: LoadedModel, config: EngineConfig, threads: int,
         kv_bytes_per_token=loaded.config.kv_bytes_per_token(torch.finfo(engine.dtype).bits // 8),
         max_context=engine.max_context, costs=costs, fit_error=error,
         measurements=points + checks,
-        overheads=RequestOverheads(add_s=bench.add_seconds(256, grid.repeats * 3)),
+        overheads=RequestOverheads(add_s=bench.add_seconds(64, grid.repeats)),
         created_unix_s=time.time(),
         notes=[f"native decode attention kernel: {engine.native_attention}"])

@@ -20,7 +20,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from strata.defaults import HEARTBEAT_INTERVAL_S
 from strata.eval.energy import PowerModel
@@ -231,12 +231,12 @@ class Simulator:
             completion_tokens=0, cached_tokens=0, finish_reason="", error_code=code,
             status_code=0))
 
-    def _finish(self, a: Active, end: float) -> None:
+    def _finish(self, a: Active) -> None:
         self._outstanding -= 1
         out = self.models[a.request.model].overheads.outbound_s
         seq = a.seq
         ttft = (a.first_token_s + out - a.arrival_s) * 1000
-        e2e = (end + out - a.arrival_s) * 1000
+        e2e = (a.end_s + out - a.arrival_s) * 1000
         n = seq.num_output
         self.rows.append(RequestRecord(
             request_id=str(a.request.index), trace_id="", tenant=a.request.tenant,
@@ -288,7 +288,7 @@ class Simulator:
         else:
             finished = []
         for active in finished:
-            self._finish(active, now)
+            self._finish(active)
         self._start_next(node, now)
 
     # -- heartbeats, samples -------------------------------------------------------------------
@@ -364,7 +364,10 @@ class Simulator:
     def _load(self, a: Assignment, now: float) -> None:
         node = self.nodes[a.node_id]
         spec = self.models[a.model]
-        replica = SimReplica(a.replica_id, a.model, a.node_id, spec.limits, spec.costs)
+        costs = spec.costs
+        if spec.overheads.token_send_s:
+            costs = replace(costs, sample_s=costs.sample_s + spec.overheads.token_send_s)
+        replica = SimReplica(a.replica_id, a.model, a.node_id, spec.limits, costs)
         node.replicas.append(replica)
         self.replicas[a.replica_id] = replica
         if now > 0 and self.cfg.load_s > 0:

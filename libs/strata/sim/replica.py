@@ -68,6 +68,7 @@ class Active:
     seq: Sequence
     arrival_s: float                  # when the gateway received it
     first_token_s: float | None = None
+    end_s: float = 0.0                # when its last token was sampled
 
 
 @dataclass(slots=True)
@@ -209,6 +210,7 @@ class SimReplica:
         if active.first_token_s is None:
             active.first_token_s = now
         if seq.num_output >= seq.params.max_tokens:
+            active.end_s = now
             self._retire(seq)
             return True
         return False
@@ -293,6 +295,7 @@ class SimReplica:
         finished = []
         for active in st.order:
             if active.seq.num_output >= active.seq.params.max_tokens:
+                active.end_s = end
                 self._retire(active.seq)
                 finished.append(self.active.pop(id(active.seq)))
         c = self.counters
