@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from strata import defaults
 from strata.envconfig import ConfigError, env_float, env_int, env_list, env_str
+
+POLICIES = ("batch-aware", "ffd")
+# Engine profiles shipped with the code (`strata profile` writes more): CPU ones for the models
+# the stack runs by default.
+BUNDLED_PROFILES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "libs", "strata", "sim", "profiles")
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +27,16 @@ class PlacementConfig:
     rpc_timeout_s: float = 5.0           # ListNodes, ListModels, UnloadModel
     load_timeout_s: float = 300.0        # LoadModel may read weights from disk before answering
     drain_timeout_ms: int = 30_000       # running requests get this long when a replica unloads
+    policy: str = "batch-aware"          # batch-aware | ffd (the baseline, by memory only)
+    metrics_addr: str = defaults.METRICS_ADDR     # arrival curves (batch-aware)
+    window_s: float = 300.0              # arrival curve window
+    windows: int = 12                    # curve_days = 0: the last `windows` windows
+    curve_days: int = 0                  # > 0: the UTC day cut into windows, over these days
+    profiles: str = BUNDLED_PROFILES     # engine profiles: a JSON file or a folder of them
+    load_bytes_per_s: float = 2e9        # migration cost: weights onto a new node ...
+    warmup_s: float = 30.0               # ... plus warm-up and a cold prefix cache ...
+    horizon_s: float = 0.0               # ... over this horizon (0: window_s x windows)
+    max_moves: int = 8                   # optional moves per round
 
     def __post_init__(self) -> None:
         if not self.models:
@@ -27,6 +44,26 @@ class PlacementConfig:
         if self.replan_interval_s <= 0:
             raise ConfigError(f"STRATA_REPLAN_INTERVAL_S must be positive, got "
                               f"{self.replan_interval_s}")
+        if self.policy not in POLICIES:
+            raise ConfigError(f"STRATA_PLACEMENT_POLICY must be one of {', '.join(POLICIES)}, "
+                              f"got {self.policy!r}")
+        for var, value in (("STRATA_PLACEMENT_WINDOW_S", self.window_s),
+                           ("STRATA_PLACEMENT_LOAD_BYTES_PER_S", self.load_bytes_per_s)):
+            if not value > 0:
+                raise ConfigError(f"{var} must be positive, got {value}")
+        if self.curve_days and abs(86_400 / self.window_s - round(86_400 / self.window_s)) > 1e-9:
+            raise ConfigError(f"STRATA_PLACEMENT_WINDOW_S must divide a day (86400 s) when "
+                              f"STRATA_PLACEMENT_CURVE_DAYS > 0, got {self.window_s}")
+        if self.warmup_s < 0 or self.horizon_s < 0:
+            raise ConfigError(f"STRATA_PLACEMENT_WARMUP_S and STRATA_PLACEMENT_HORIZON_S must "
+                              f"not be negative, got {self.warmup_s} and {self.horizon_s}")
+
+    @property
+    def planning_horizon_s(self) -> float:
+        """How long a plan is expected to hold: the configured horizon, else the curve's span."""
+        if self.horizon_s:
+            return self.horizon_s
+        return 86_400.0 if self.curve_days else self.window_s * self.windows
 
     @classmethod
     def from_env(cls) -> PlacementConfig:
@@ -41,6 +78,16 @@ class PlacementConfig:
             replan_interval_s=env_float("STRATA_REPLAN_INTERVAL_S", 10.0),
             load_timeout_s=env_float("STRATA_PLACEMENT_LOAD_TIMEOUT_S", 300.0),
             drain_timeout_ms=env_int("STRATA_PLACEMENT_DRAIN_TIMEOUT_MS", 30_000, minimum=0),
+            policy=env_str("STRATA_PLACEMENT_POLICY", "batch-aware"),
+            metrics_addr=env_str("STRATA_METRICS_ADDR", defaults.METRICS_ADDR),
+            window_s=env_float("STRATA_PLACEMENT_WINDOW_S", 300.0),
+            windows=env_int("STRATA_PLACEMENT_WINDOWS", 12, minimum=1),
+            curve_days=env_int("STRATA_PLACEMENT_CURVE_DAYS", 0, minimum=0),
+            profiles=env_str("STRATA_PLACEMENT_PROFILES", BUNDLED_PROFILES),
+            load_bytes_per_s=env_float("STRATA_PLACEMENT_LOAD_BYTES_PER_S", 2e9),
+            warmup_s=env_float("STRATA_PLACEMENT_WARMUP_S", 30.0),
+            horizon_s=env_float("STRATA_PLACEMENT_HORIZON_S", 0.0),
+            max_moves=env_int("STRATA_PLACEMENT_MAX_MOVES", 8, minimum=0),
         )
 
 

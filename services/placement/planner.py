@@ -1,10 +1,18 @@
-"""The replan loop: read the cluster from the scheduler, plan, apply the diff through node managers.
+"""The replan loop: read the cluster, plan with the configured policy, apply make-before-break.
 
-One round: ListNodes + ListModels from the scheduler, strata.policy.placement.plan_placement over
-the heartbeated replicas, UnloadModel then LoadModel on the node managers (unloads first, since
-the plan counted their memory as free). A node that fails a call is logged with its id and simply
-shows up again as a difference next round. The planner remembers which replicas it placed, so it
-unloads only those and surplus replicas of its own models, never replicas someone else loaded.
+One round: ListNodes + ListModels from the scheduler, the arrival curves from the metrics
+collector (batch-aware), the policy over the live, uncordoned nodes, then the plan applied
+through the node managers:
+
+    loads        LoadModel at once, unless the node has no room until its own unloads finish
+    replacements the unloads of a model that also loads this round (moves, replicas leaving a
+                 cordoned node) drain only once the new replicas are READY (services.placement
+                 .migrate), so a model never goes without a serving replica
+    other unloads (surplus, undesired models) drain at once, then the loads that waited for room
+
+A node that fails a call is logged with its id and simply shows up again as a difference next
+round. The planner remembers which replicas it placed, so it unloads only those and surplus
+replicas of its own models, never replicas someone else loaded.
 """
 
 from __future__ import annotations
@@ -12,25 +20,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import grpc
 from opentelemetry import trace
 
 from services.placement import convert
+from services.placement.curves_source import MetricsCurves
+from services.placement.migrate import Migration, Migrations, Retiring
+from services.placement.policies import FfdPolicy, Outcome, PlacementPolicy
+from services.placement.profiles import device_kind
 from strata.defaults import NODE_TTL_S
 from strata.policy.clock import Clock
 from strata.policy.model_sizes import model_memory_bytes
-from strata.policy.placement import (
-    Assignment,
-    ModelDemand,
-    NodeCapacity,
-    PlacementPlan,
-    Replica,
-    Unload,
-    plan_placement,
-)
+from strata.policy.placement import (Assignment, ModelDemand, NodeCapacity, PlacementPlan,
+                                     Replica, Unload)
 from strata.rpc.server import channel
 from strata.rpc.v1 import common_pb2, node_pb2, node_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
 from strata.telemetry import names
@@ -42,11 +47,20 @@ class SchedulerUnavailable(Exception):
     """The scheduler did not answer, so there is no cluster view to plan from."""
 
 
+class UnknownNode(ValueError):
+    """A cordon named a node the scheduler does not know."""
+
+
 @dataclass(slots=True, frozen=True)
 class PlanSnapshot:
-    version: int             # bumps when the assignments or unplaced models change
+    version: int             # bumps when the assignments, unplaced models or verdict change
     created_unix_ms: int     # when this version first appeared
     plan: PlacementPlan
+    outcome: Outcome
+    policy: str
+    cordoned: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    migrations: tuple[Migration, ...] = field(default_factory=tuple)
 
 
 @dataclass(slots=True, frozen=True)
@@ -78,7 +92,9 @@ class Planner:
                  memory_overrides: Mapping[str, int], clock: Clock, rpc_timeout_s: float = 5.0,
                  load_timeout_s: float = 300.0, drain_timeout_ms: int = 30_000,
                  pending_grace_s: float = NODE_TTL_S, tracer: trace.Tracer | None = None,
-                 wall_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+                 wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+                 policy: PlacementPolicy | None = None, curves: MetricsCurves | None = None,
+                 ready_poll_s: float = 0.25) -> None:
         self._scheduler = scheduler
         self._scheduler_addr = scheduler_addr
         self._nodes = nodes
@@ -92,31 +108,54 @@ class Planner:
         self._pending_grace_s = pending_grace_s
         self._tracer = tracer or trace.get_tracer(__name__)
         self._wall_ms = wall_ms
+        self._policy = policy or FfdPolicy()
+        self._curves = curves
         self._lock = asyncio.Lock()
         self._managed: set[tuple[str, str]] = set()            # (node id, replica id) we placed
         # Loaded but not yet in a heartbeat: counted as present so the next round does not load
         # the same replica again.
         self._pending: dict[tuple[str, str], _Pending] = {}
+        self._cordoned: set[str] = set()
+        self.migrations = Migrations(self._replica_states, self._retire, load_timeout_s,
+                                     poll_s=ready_poll_s)
         self.latest: PlanSnapshot | None = None
 
     def memory_need(self, model: str, advertised: Mapping[str, int]) -> int | None:
         """Override or table first (known before loading), then what a node measured."""
         return model_memory_bytes(model, self._overrides) or advertised.get(model)
 
-    async def replan(self) -> PlanSnapshot:
-        """One round; raises SchedulerUnavailable when there is no cluster view."""
+    async def replan(self, cordon: Iterable[str] = (), uncordon: Iterable[str] = ()
+                     ) -> PlanSnapshot:
+        """One round; raises SchedulerUnavailable when there is no cluster view and UnknownNode
+        when `cordon` names a node the scheduler does not list."""
         async with self._lock:
             with self._tracer.start_as_current_span(names.SPAN_PLACEMENT_REPLAN):
                 nodes, advertised = await self._read_cluster()
+                known = {n.node_id for n in nodes} | self._cordoned
+                unknown = sorted(set(cordon) - known)
+                if unknown:
+                    raise UnknownNode(f"cannot cordon {', '.join(unknown)}: the scheduler lists "
+                                      f"no such node (known: {', '.join(sorted(known))})")
+                self._cordoned = (self._cordoned | set(cordon)) - set(uncordon)
                 self._forget_settled_pending(nodes)
-                plan = plan_placement(
-                    [self._capacity(n, advertised) for n in nodes],
+                notes: list[str] = []
+                curves = None
+                if self._policy.needs_curves and self._curves is not None:
+                    curves = await self._curves.fetch(self._models)
+                    if curves is None:
+                        notes.append(self._curves.problem)
+                open_nodes = [n for n in nodes if n.node_id not in self._cordoned]
+                outcome = self._policy.plan(
+                    [self._capacity(n, advertised) for n in open_nodes],
                     [ModelDemand(m, self.memory_need(m, advertised), self._replicas[m])
-                     for m in self._models])
-                addresses = {n.node_id: n.address for n in nodes}
-                await asyncio.gather(*(self._unload(u, addresses[u.node_id]) for u in plan.unloads))
-                await asyncio.gather(*(self._load(a, addresses[a.node_id]) for a in plan.loads))
-                return self._publish(plan, advertised)
+                     for m in self._models],
+                    {n.node_id: device_kind(n.device) for n in open_nodes}, curves)
+                if outcome.rejected:
+                    notes.append("the red line rejected the plan: nothing moves or unloads; "
+                                 "models without any replica are still loaded")
+                version = self._next_version(outcome)
+                notes += await self._apply(outcome.plan, nodes, advertised, version)
+                return self._publish(outcome, version, advertised, notes)
 
     async def run_until(self, stop: asyncio.Event, every_s: float) -> None:
         """Replan every `every_s` seconds until `stop` is set; a silent scheduler is logged."""
@@ -129,6 +168,9 @@ class Planner:
                 await asyncio.wait_for(stop.wait(), timeout=every_s)
             except TimeoutError:
                 pass
+
+    async def close(self) -> None:
+        await self.migrations.close()
 
     async def _read_cluster(self) -> tuple[list[common_pb2.NodeInfo], dict[str, int]]:
         try:
@@ -144,12 +186,23 @@ class Planner:
         advertised = {m.name: m.memory_bytes for m in served.models if m.memory_bytes > 0}
         return list(listed.nodes), advertised
 
+    async def _replica_states(self) -> dict[tuple[str, str], int]:
+        listed = await self._scheduler.ListNodes(scheduler_pb2.ListNodesRequest(),
+                                                 timeout=self._rpc_timeout_s)
+        return {(n.node_id, r.replica_id): r.state for n in listed.nodes for r in n.replicas}
+
     def _capacity(self, node: common_pb2.NodeInfo, advertised: Mapping[str, int]) -> NodeCapacity:
         extra = tuple(Replica(p.model, rid, self.memory_need(p.model, advertised) or 0,
                               managed=True)
                       for (nid, rid), p in sorted(self._pending.items()) if nid == node.node_id)
-        return convert.node_capacity(node, lambda m: self.memory_need(m, advertised) or 0,
-                                     self._managed, extra)
+        capacity = convert.node_capacity(node, lambda m: self.memory_need(m, advertised) or 0,
+                                         self._managed, extra)
+        # Replicas a migration is retiring: not the policy's to count, but their memory is held.
+        leaving = self.migrations.leaving()
+        gone = [r for r in capacity.replicas if (node.node_id, r.replica_id) in leaving]
+        return NodeCapacity(capacity.node_id,
+                            capacity.memory_bytes - sum(r.memory_bytes for r in gone),
+                            tuple(r for r in capacity.replicas if r not in gone))
 
     def _forget_settled_pending(self, nodes: Sequence[common_pb2.NodeInfo]) -> None:
         now = self._clock.now()
@@ -158,7 +211,73 @@ class Planner:
         self._pending = {k: p for k, p in self._pending.items()
                          if k[0] in live and k not in seen and p.expires_at > now}
 
-    async def _load(self, a: Assignment, address: str) -> None:
+    async def _apply(self, plan: PlacementPlan, nodes: Sequence[common_pb2.NodeInfo],
+                     advertised: Mapping[str, int], version: int) -> list[str]:
+        addresses = {n.node_id: n.address for n in nodes}
+        free = {n.node_id: c.memory_bytes - sum(r.memory_bytes for r in c.replicas)
+                for n in nodes for c in [self._capacity(n, advertised)]}
+        leaving = self.migrations.leaving()
+        replaced = [u for u in plan.unloads if self._loads_of(plan, u.model)]
+        replaced += self._cordon_unloads(plan, nodes, leaving)
+        at_once = [u for u in plan.unloads if u not in replaced
+                   and (u.node_id, u.replica_id) not in leaving]
+        notes = [f"{u.model} stays on cordoned {u.node_id}: no replacement could be placed"
+                 for u in self._stranded(plan, nodes, leaving)]
+        now, later = [], []
+        for a in plan.loads:
+            need = self.memory_need(a.model, advertised) or 0
+            (now if free.get(a.node_id, 0) >= need else later).append(a)
+            free[a.node_id] = free.get(a.node_id, 0) - need
+        loaded = await asyncio.gather(*(self._load(a, addresses[a.node_id]) for a in now))
+        self._start_migrations([a for a, ok in zip(now, loaded) if ok], replaced, addresses,
+                               version)
+        unloaded = await asyncio.gather(*(self._unload(u, addresses[u.node_id]) for u in at_once))
+        for u, ok in zip(at_once, unloaded):
+            if ok:
+                free[u.node_id] = free.get(u.node_id, 0) + (self.memory_need(u.model, advertised)
+                                                            or 0)
+        room = [a for a in later if free.get(a.node_id, 0) >= 0]
+        notes += [f"{a.model} waits for room on {a.node_id} (replicas still draining there)"
+                  for a in later if a not in room]
+        await asyncio.gather(*(self._load(a, addresses[a.node_id]) for a in room))
+        return notes
+
+    @staticmethod
+    def _loads_of(plan: PlacementPlan, model: str) -> list[Assignment]:
+        return [a for a in plan.loads if a.model == model]
+
+    def _cordon_unloads(self, plan: PlacementPlan, nodes: Sequence[common_pb2.NodeInfo],
+                        leaving: Mapping) -> list[Unload]:
+        """Replicas of desired models on cordoned nodes whose model loads elsewhere now."""
+        return [u for u in self._on_cordoned(nodes, leaving) if self._loads_of(plan, u.model)]
+
+    def _stranded(self, plan: PlacementPlan, nodes: Sequence[common_pb2.NodeInfo],
+                  leaving: Mapping) -> list[Unload]:
+        return [u for u in self._on_cordoned(nodes, leaving)
+                if not self._loads_of(plan, u.model) and not self.migrations.in_flight(u.model)]
+
+    def _on_cordoned(self, nodes: Sequence[common_pb2.NodeInfo], leaving: Mapping) -> list[Unload]:
+        return [Unload(r.model, n.node_id, r.replica_id, f"{n.node_id} is cordoned")
+                for n in nodes if n.node_id in self._cordoned for r in n.replicas
+                if r.model in self._replicas and r.state in convert.OCCUPYING
+                and (n.node_id, r.replica_id) not in leaving]
+
+    def _start_migrations(self, loaded: Sequence[Assignment], replaced: Sequence[Unload],
+                          addresses: Mapping[str, str], version: int) -> None:
+        for model in sorted({u.model for u in replaced}):
+            new = [(a.node_id, a.replica_id) for a in loaded if a.model == model]
+            if not new:
+                continue        # its load failed: the old replicas stay, next round retries
+            old = [Retiring(u.model, u.node_id, u.replica_id, addresses[u.node_id], u.reason)
+                   for u in replaced if u.model == model]
+            successors = {r.replica_id: new[min(i, len(new) - 1)][1] for i, r in enumerate(old)}
+            self.migrations.start(Migration(model, new, old, version=version,
+                                            to_replica=successors))
+            log.info("moving %s: %s drain(s) once %s READY", model,
+                     ", ".join(f"{r.replica_id}@{r.node_id}" for r in old),
+                     ", ".join(f"{rid}@{nid}" for nid, rid in new))
+
+    async def _load(self, a: Assignment, address: str) -> bool:
         try:
             reply = await self._nodes.stub(address).LoadModel(
                 node_pb2.LoadModelRequest(model=a.model, replica_id=a.replica_id),
@@ -167,14 +286,18 @@ class Planner:
             log.warning("node %s at %s: LoadModel %s (replica %s) failed (%s: %s); retrying next "
                         "round", a.node_id, address, a.model, a.replica_id, err.code().name,
                         err.details())
-            return
+            return False
         replica_id = reply.replica.replica_id or a.replica_id
         self._managed.add((a.node_id, replica_id))
         self._pending[(a.node_id, replica_id)] = _Pending(
             a.model, self._clock.now() + self._pending_grace_s)
         log.info("node %s: loading %s as replica %s (%s)", a.node_id, a.model, replica_id, a.reason)
+        return True
 
-    async def _unload(self, u: Unload, address: str) -> None:
+    async def _retire(self, r: Retiring) -> bool:
+        return await self._unload(Unload(r.model, r.node_id, r.replica_id, r.reason), r.address)
+
+    async def _unload(self, u: Unload, address: str) -> bool:
         try:
             reply = await self._nodes.stub(address).UnloadModel(
                 node_pb2.UnloadModelRequest(model=u.model, replica_id=u.replica_id,
@@ -184,28 +307,45 @@ class Planner:
             log.warning("node %s at %s: UnloadModel %s (replica %s) failed (%s: %s); retrying "
                         "next round", u.node_id, address, u.model, u.replica_id, err.code().name,
                         err.details())
-            return
+            return False
         self._managed.discard((u.node_id, u.replica_id))
         self._pending.pop((u.node_id, u.replica_id), None)
         log.info("node %s: unloaded %d replica(s) of %s, replica %s (%s)", u.node_id,
                  reply.unloaded, u.model, u.replica_id, u.reason)
+        return True
 
-    def _publish(self, plan: PlacementPlan, advertised: Mapping[str, int]) -> PlanSnapshot:
+    def _next_version(self, outcome: Outcome) -> int:
         previous = self.latest
-        if previous is not None and _shape(previous.plan) == _shape(plan):
-            self.latest = PlanSnapshot(previous.version, previous.created_unix_ms, plan)
+        if previous is not None and _shape(previous.outcome) == _shape(outcome):
+            return previous.version
+        return (previous.version if previous else 0) + 1
+
+    def _publish(self, outcome: Outcome, version: int, advertised: Mapping[str, int],
+                 notes: list[str]) -> PlanSnapshot:
+        previous = self.latest
+        same = previous is not None and previous.version == version
+        created = previous.created_unix_ms if same else self._wall_ms()
+        plan = outcome.plan
+        self.latest = PlanSnapshot(version, created, plan, outcome, self._policy.name,
+                                   tuple(sorted(self._cordoned)), tuple(notes),
+                                   tuple(m for m in self.migrations.recent
+                                         if m.version == version))
+        if same:
             return self.latest
-        self.latest = PlanSnapshot((previous.version if previous else 0) + 1, self._wall_ms(), plan)
-        log.info("plan v%d: %s", self.latest.version,
+        log.info("plan v%d (%s%s): %s", version, self._policy.name,
+                 ", rejected by the red line" if outcome.rejected else "",
                  ", ".join(f"{a.model}@{a.node_id}" for a in plan.assignments) or "empty")
-        for u in plan.unplaced:
+        for u in outcome.plan.unplaced:
             hint = ("; set STRATA_MODEL_MEMORY_BYTES=<name>=<bytes>"
                     if self.memory_need(u.model, advertised) is None else "")
             log.warning("cannot place %d replica(s) of %s: %s%s", u.missing, u.model, u.reason, hint)
+        for v in outcome.explanation.violations:
+            log.warning("red line: %s on %s", v.describe(), v.node_id)
         return self.latest
 
 
-def _shape(plan: PlacementPlan) -> tuple:
+def _shape(outcome: Outcome) -> tuple:
     """What a plan decides, without the reasons (which change from 'placed' to 'kept')."""
+    plan = outcome.plan
     return (tuple((a.model, a.node_id, a.replica_id) for a in plan.assignments),
-            tuple((u.model, u.missing) for u in plan.unplaced))
+            tuple((u.model, u.missing) for u in plan.unplaced), outcome.rejected)

@@ -97,7 +97,9 @@ def test_red_line_rejects_a_plan_that_breaks_a_target_and_nothing_is_applied():
     assert result.explanation.summary().endswith(
         "REJECTED: 2 red-line violation(s), the current placement stays")
     applied = result.applicable()
-    assert applied.loads == [] and applied.unloads == [] and applied.assignments == []
+    assert applied.loads == [] and applied.unloads == []
+    assert [(a.model, a.node_id, a.replica_id) for a in applied.assignments] == [
+        ("a", "n1", "a-1"), ("c", "n1", "c-1")]
 
 
 def test_rejected_plan_still_loads_a_model_that_has_no_replica_at_all():

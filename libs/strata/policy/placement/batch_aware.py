@@ -67,12 +67,19 @@ class BatchAwareResult:
         return self.explanation.rejected
 
     def applicable(self) -> PlacementPlan:
-        """What to apply: the plan, or after a rejection only the loads of models that had no
-        replica at all (serving them late beats not serving them)."""
+        """What to apply: the plan, or after a rejection the placement as it is (nothing moves
+        or unloads) plus the loads of models that had no replica at all (serving them late
+        beats not serving them)."""
         if not self.rejected:
             return self.plan
+        new = {(a.model, a.node_id) for a in self.plan.loads}
+        stays = [a for a in self.plan.assignments if (a.model, a.node_id) not in new]
+        stays += [Assignment(u.model, u.node_id, u.replica_id,
+                             f"stays: the plan was rejected by the red line (it would have: "
+                             f"{u.reason})") for u in self.plan.unloads]
         loads = [a for a in self.plan.loads if a.model not in self.had_replicas]
-        return PlacementPlan(assignments=list(loads), loads=loads, unplaced=self.plan.unplaced)
+        return PlacementPlan(assignments=sorted(stays + loads, key=lambda a: (a.model, a.node_id)),
+                             loads=loads, unplaced=self.plan.unplaced)
 
 
 @dataclass(slots=True)

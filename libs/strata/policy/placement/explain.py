@@ -79,8 +79,9 @@ class Explanation:
         unloads = sum(d.action == UNLOAD for d in self.decisions)
         used = [n for n in self.nodes if n.models]
         mean = sum(n.mean for n in used) / len(used) if used else 0.0
-        text = (f"{self.policy}: {len(used)} node(s) used, mean window load {mean:.3f}; "
-                f"{loads} load(s), {moves} move(s), {unloads} unload(s)")
+        load = f", mean window load {mean:.3f}" if self.windows else ""
+        text = (f"{self.policy}: {len(used)} node(s) used{load}; {loads} load(s), {moves} "
+                f"move(s), {unloads} unload(s)")
         if self.rejected:
             text += (f"; REJECTED: {len(self.violations)} red-line violation(s), the current "
                      f"placement stays")

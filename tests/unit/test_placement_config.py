@@ -1,0 +1,40 @@
+"""Placement planner settings: the policy switch, curve grid and migration cost from the
+environment, and the errors that name the variable."""
+
+import pytest
+
+from services.placement.config import BUNDLED_PROFILES, PlacementConfig
+from strata.envconfig import ConfigError
+
+
+def test_batch_aware_settings_from_env(monkeypatch):
+    for var, value in {"STRATA_PLACEMENT_POLICY": "ffd", "STRATA_METRICS_ADDR": "metrics:1",
+                       "STRATA_PLACEMENT_WINDOW_S": "900", "STRATA_PLACEMENT_WINDOWS": "4",
+                       "STRATA_PLACEMENT_CURVE_DAYS": "7", "STRATA_PLACEMENT_PROFILES": "none",
+                       "STRATA_PLACEMENT_LOAD_BYTES_PER_S": "1e9",
+                       "STRATA_PLACEMENT_WARMUP_S": "5", "STRATA_PLACEMENT_HORIZON_S": "0",
+                       "STRATA_PLACEMENT_MAX_MOVES": "2"}.items():
+        monkeypatch.setenv(var, value)
+    cfg = PlacementConfig.from_env()
+    assert (cfg.policy, cfg.metrics_addr, cfg.window_s, cfg.windows, cfg.curve_days,
+            cfg.profiles, cfg.load_bytes_per_s, cfg.warmup_s, cfg.max_moves) == (
+        "ffd", "metrics:1", 900.0, 4, 7, "none", 1e9, 5.0, 2)
+    assert cfg.planning_horizon_s == 86_400.0        # a daily curve plans a day ahead
+
+
+def test_defaults_plan_batch_aware_over_the_last_hour_with_the_bundled_profiles():
+    cfg = PlacementConfig()
+    assert (cfg.policy, cfg.profiles, cfg.planning_horizon_s) == ("batch-aware",
+                                                                  BUNDLED_PROFILES, 3600.0)
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(policy="best"), "STRATA_PLACEMENT_POLICY must be one of batch-aware, ffd, got 'best'"),
+    (dict(window_s=0), "STRATA_PLACEMENT_WINDOW_S must be positive, got 0"),
+    (dict(window_s=7000, curve_days=1), "STRATA_PLACEMENT_WINDOW_S must divide a day"),
+    (dict(warmup_s=-1), "STRATA_PLACEMENT_WARMUP_S and STRATA_PLACEMENT_HORIZON_S must not be "
+                        "negative"),
+])
+def test_bad_settings_name_the_variable(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        PlacementConfig(**fields)
