@@ -21,6 +21,7 @@ import grpc
 from strata import defaults
 from strata.client.format import format_models, format_summary, format_trace
 from strata.client.metrics import AsyncMetricsClient
+from strata.client.placement_cli import add_placement_parser
 from strata.client.profile_cli import add_profile_parser
 from strata.client.replay_cli import add_replay_parser
 from strata.client.report_cli import add_report_arguments, run_report
@@ -131,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_replay_parser(sub)
     add_profile_parser(sub)
+    add_placement_parser(sub)
     return parser
 
 
