@@ -365,8 +365,10 @@ class Simulator:
         node = self.nodes[a.node_id]
         spec = self.models[a.model]
         costs = spec.costs
-        if spec.overheads.token_send_s:
-            costs = replace(costs, sample_s=costs.sample_s + spec.overheads.token_send_s)
+        o = spec.overheads
+        if o.token_send_s or o.step_extra_s:
+            costs = replace(costs, step_s=costs.step_s + o.step_extra_s,
+                            sample_s=costs.sample_s + o.token_send_s)
         replica = SimReplica(a.replica_id, a.model, a.node_id, spec.limits, costs)
         node.replicas.append(replica)
         self.replicas[a.replica_id] = replica

@@ -146,7 +146,8 @@ class RequestOverheads:
     add_s: the engine's add_request (validation, sequence, sampler) before the request can be
     scheduled. inbound_s: from the gateway's start to the worker's add (authentication, routing,
     the gRPC hops gateway -> node manager -> worker). outbound_s: a token's way from the engine
-    back out of the gateway. token_send_s: the worker hands each sampled token to its gRPC stream on the interpreter the
+    back out of the gateway. step_extra_s: the worker's engine loop around each step (wake-up,
+    handing outputs to the gRPC loop). token_send_s: the worker hands each sampled token to its gRPC stream on the interpreter the
     engine steps on, so every step takes this much longer per token it samples.
     All zero for a bare engine; measured on a running stack.
     """
@@ -154,6 +155,7 @@ class RequestOverheads:
     add_s: float = 0.0
     inbound_s: float = 0.0
     outbound_s: float = 0.0
+    step_extra_s: float = 0.0
     token_send_s: float = 0.0
 
 

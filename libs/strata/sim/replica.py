@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from strata.engine.block_pool import BlockPool
 from strata.engine.scheduler import ScheduledSeq, Scheduler, StepPlan
 from strata.engine.sequence import FinishReason, SamplingParams, Sequence
-from strata.kvtier.hashing import HashKeys
+from strata.kvtier.hashing import ROOT_HASH, HashKeys, block_hash
 from strata.sim.profile import StepCosts, StepShape, prefill_keys
 from strata.sim.workload import OUTPUT_TOKEN, SimRequest
 
@@ -224,7 +224,10 @@ class SimReplica:
     def try_stretch(self, now: float) -> float | None:
         """Start a fast-forward stretch at `now` if the batch cannot change; its end time."""
         s = self.scheduler
-        if s.waiting or not s.running or len(s.running) > s.max_batched_tokens:
+        if not s.running or len(s.running) > s.max_batched_tokens:
+            return None
+        blocked = bool(s.waiting) and self._admission_blocked()
+        if s.waiting and blocked is None:
             return None
         steps = math.inf
         context = 0
@@ -249,12 +252,48 @@ class SimReplica:
             if steps < MIN_STRETCH_STEPS:
                 return None
             allocs = allocs[:free]
+        if blocked == "memory":
+            # The head's admission fails already at step 1, after the decodes' own blocks, and
+            # free blocks only fall during a stretch: it fails at every step, as exact stepping
+            # would find (and say, in waiting_for_memory) each time.
+            first = sum(1 for j, _ in allocs if j == 1)
+            if self._head_need() <= free - first:
+                return None
+            s.waiting_for_memory = len(s.waiting)
         batch = len(order)
         c = self.costs
         self.stretch = Stretch(now, steps, batch, c.decode_seconds(batch, context),
                                c.decode_attend_s * batch, [self.active[id(q)] for q in order],
                                allocs)
         return self.stretch.end_of(steps)
+
+    def _head_need(self) -> int:
+        """Blocks the first waiting sequence (scheduler order) would ask for next to a full
+        batch of decodes."""
+        s = self.scheduler
+        head = min(s.waiting, key=Sequence.sort_key)
+        n = min(head.num_pending, s.max_batched_tokens - len(s.running))
+        return -(-n // self.limits.block_size)
+
+    def _admission_blocked(self) -> str | None:
+        """Why no waiting sequence can join the batch during a stretch, or None when one may.
+
+        "full": every sequence slot or the whole token budget is taken by decodes, so the
+        scheduler admits nothing and touches nothing. "memory": the head has no prefix in the
+        device cache, so its failed admission leaves the pool as it was; whether it fails is
+        checked against the stretch's allocations (try_stretch).
+        """
+        s = self.scheduler
+        if len(s.running) >= s.max_seqs or len(s.running) >= s.max_batched_tokens:
+            return "full"
+        head = min(s.waiting, key=Sequence.sort_key)
+        if head.num_computed or head.block_ids:
+            return None
+        bs = self.limits.block_size
+        if len(head.token_ids) - 1 >= bs and self.pool.lookup(
+                block_hash(ROOT_HASH, head.token_ids[:bs], head.hash_keys)) is not None:
+            return None
+        return "memory"
 
     def cut(self, now: float) -> float | None:
         """An arrival at `now` ends the stretch after the step in progress; apply the steps

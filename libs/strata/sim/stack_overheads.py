@@ -1,18 +1,22 @@
-"""The serving stack's per-request overheads, measured from the spans of calibration requests.
+"""The serving stack's per-request overheads, measured with calibration requests.
 
 An engine profile times engine steps; a request through the stack also crosses the gateway,
-the scheduler's Route, the node manager and the worker's gRPC stream. Send a few requests one
-at a time through an idle stack (nothing else queued, so each request's worker span is its own
-engine time plus the stack's share), read their spans, and:
+the scheduler's Route, the node manager and the worker's gRPC stream, and the worker's stream
+work shares the interpreter its engine steps on. Two calibration runs on an idle stack measure
+them: single requests one at a time (nothing else queued), and a burst of B equal requests
+sent together (so B sequences decode in each step). Then:
 
-    inbound_s      median of worker span start - gateway span start   (auth, route, two hops)
-    outbound_s     median of gateway span end - worker span end       (the last token's way out)
-    token_send_s   median of (worker span - the profile's engine time for that request alone)
-                   / output tokens: the worker's per-token stream work, which shares the
-                   interpreter with the engine's steps
+    inbound_s      median of worker span start - gateway span start (singles): auth, route,
+                   the hops to the worker
+    outbound_s     median of gateway span end - worker span end (singles): the last token out
+    step_extra_s   per engine step, and
+    token_send_s   per token sampled in it, solved from the decode time per token the gateway
+                   measured (TPOT, medians) against the profile's decode step:
+                       TPOT_1 - decode(1) = step_extra + token_send
+                       TPOT_B - decode(B) = step_extra + B x token_send
 
 A median keeps one slow request (a first connection, a collector flush) from standing for all.
-Pure functions; the caller fetches the spans.
+Pure functions; the caller runs the requests and reads the spans and the TPOTs.
 """
 
 from __future__ import annotations
@@ -21,47 +25,42 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from strata.sim.profile import RequestOverheads, StepCosts, StepShape, prefill_keys
+from strata.sim.profile import RequestOverheads, StepCosts
 
 
 @dataclass(slots=True, frozen=True)
 class CalibrationRequest:
-    """One calibration request's spans (seconds on any one clock) and its sizes."""
+    """One single calibration request's spans (seconds on any one clock)."""
 
     gateway_start_s: float
     gateway_end_s: float
     worker_start_s: float
     worker_end_s: float
-    prompt_tokens: int
-    output_tokens: int
 
 
-def engine_seconds_alone(costs: StepCosts, prompt: int, output: int, block_size: int,
-                         max_batched_tokens: int) -> float:
-    """Engine time of one request with nothing else running: its prefill chunks, then one
-    decode per further token."""
-    t, done = 0.0, 0
-    while done < prompt:
-        n = min(max_batched_tokens, prompt - done)
-        last = done + n == prompt
-        shape = StepShape(n, int(last), prefill_keys(1, n, done + n, block_size), 0.0, 1, n,
-                          done) if n > 1 else StepShape(1, int(last), 0.0, done + 1.0, 1)
-        t += costs.seconds(shape)
-        done += n
-    for j in range(1, output):
-        t += costs.decode_seconds(1, prompt + j)
-    return t
+@dataclass(slots=True, frozen=True)
+class DecodeTiming:
+    """The gateway's median TPOT for requests decoding `batch` at a time, at a mean context
+    (prompt plus half the output) of `context` tokens."""
+
+    batch: int
+    context: float
+    tpot_s: float
 
 
-def stack_overheads(requests: Sequence[CalibrationRequest], costs: StepCosts, add_s: float,
-                    block_size: int, max_batched_tokens: int) -> RequestOverheads:
-    if not requests:
-        raise ValueError("stack overheads need at least one calibration request")
-    inbound = statistics.median(r.worker_start_s - r.gateway_start_s for r in requests)
-    outbound = statistics.median(r.gateway_end_s - r.worker_end_s for r in requests)
-    send = statistics.median(
-        (r.worker_end_s - r.worker_start_s
-         - engine_seconds_alone(costs, r.prompt_tokens, r.output_tokens, block_size,
-                                max_batched_tokens)) / r.output_tokens for r in requests)
+def stack_overheads(singles: Sequence[CalibrationRequest], single: DecodeTiming,
+                    burst: DecodeTiming, costs: StepCosts, add_s: float) -> RequestOverheads:
+    if not singles:
+        raise ValueError("stack overheads need at least one single calibration request")
+    if single.batch != 1 or burst.batch < 2:
+        raise ValueError(f"calibrate with single requests and a burst of 2 or more, got "
+                         f"batches {single.batch} and {burst.batch}")
+    inbound = statistics.median(r.worker_start_s - r.gateway_start_s for r in singles)
+    outbound = statistics.median(r.gateway_end_s - r.worker_end_s for r in singles)
+    extra_1 = single.tpot_s - costs.decode_seconds(1, single.context + 1)
+    extra_b = burst.tpot_s - costs.decode_seconds(burst.batch, burst.batch * (burst.context + 1))
+    send = max(0.0, (extra_b - extra_1) / (burst.batch - 1))
+    step = max(0.0, extra_1 - send)
     return RequestOverheads(add_s=add_s, inbound_s=max(0.0, inbound),
-                            outbound_s=max(0.0, outbound), token_send_s=max(0.0, send))
+                            outbound_s=max(0.0, outbound), step_extra_s=step,
+                            token_send_s=send)
