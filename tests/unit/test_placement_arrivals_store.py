@@ -1,6 +1,5 @@
 """Arrivals per model and window aggregated in SQL, identical on every store backend."""
 
-
 from strata.policy.placement.curves import DAY_S, WindowGrid
 from strata.store.arrivals import ModelArrivals, arrivals
 from strata.store.spans import SpanRecord, insert_spans
