@@ -31,7 +31,7 @@ from strata.policy.placement import Replica as PlacedReplica
 from strata.policy.registry import (ModelInfo, NodeRegistry, NodeState, ReplicaPhase,
                                     ReplicaState)
 from strata.policy.routing import Router
-from strata.sim.profile import RequestOverheads, StepCosts
+from strata.sim.profile import EngineProfile, RequestOverheads, StepCosts
 from strata.sim.replica import Active, Counters, EngineLimits, SimReplica
 from strata.sim.workload import SimRequest
 from strata.store.samples import NodeSampleRecord
@@ -52,6 +52,18 @@ class ModelSpec:
     limits: EngineLimits
     memory_bytes: int
     overheads: RequestOverheads = RequestOverheads()
+
+
+def model_spec(profile: EngineProfile, memory_bytes: int, kv_cache_bytes: int = 256 << 20,
+               block_size: int = 16, max_batched_tokens: int = 2048, max_seqs: int = 32,
+               overheads: RequestOverheads | None = None) -> ModelSpec:
+    """A model as a worker with these engine settings would run it, priced by `profile`; the
+    KV pool is sized from kv_cache_bytes exactly as the engine sizes it."""
+    blocks = max(1, kv_cache_bytes // (profile.kv_bytes_per_token * block_size))
+    return ModelSpec(profile.model, profile.costs,
+                     EngineLimits(blocks, block_size, max_batched_tokens, max_seqs,
+                                  profile.max_context),
+                     memory_bytes, overheads or profile.overheads)
 
 
 @dataclass(slots=True, frozen=True)
@@ -86,6 +98,8 @@ class SimNode:
     last_sample_s: float = 0.0
     energy_j: float = 0.0
     preemptions: int = 0
+    last_state: NodeState | None = None     # the last heartbeat's report, and its figures
+    last_figures: tuple = ()
 
 
 @dataclass(slots=True)
@@ -293,18 +307,26 @@ class Simulator:
 
     # -- heartbeats, samples -------------------------------------------------------------------
     def _heartbeat(self, node: SimNode, now: float) -> None:
-        states = []
-        for r in node.replicas:
-            s = r.scheduler
-            states.append(ReplicaState(
-                model=r.model, replica_id=r.replica_id, phase=node.phases[r.replica_id],
-                running_requests=len(s.running), waiting_requests=len(s.waiting),
-                queued_tokens=r.queued_tokens(), kv_blocks_total=r.limits.num_blocks,
-                kv_blocks_free=r.free_blocks(now), waiting_for_memory=s.waiting_for_memory))
-        models = tuple(ModelInfo(r.model, r.limits.max_context, self.models[r.model].memory_bytes)
-                       for r in node.replicas if node.phases[r.replica_id] is ReplicaPhase.READY)
-        self.registry.heartbeat(NodeState(node.node_id, node.node_id, node.memory_bytes, "sim",
-                                          tuple(states), models))
+        figures = tuple((r.replica_id, node.phases[r.replica_id], len(r.scheduler.running),
+                         len(r.scheduler.waiting), r.queued_tokens(), r.free_blocks(now),
+                         r.scheduler.waiting_for_memory) for r in node.replicas)
+        if node.last_state is None or figures != node.last_figures:
+            states = tuple(ReplicaState(
+                model=r.model, replica_id=rid, phase=phase, running_requests=running,
+                waiting_requests=waiting, queued_tokens=queued,
+                kv_blocks_total=r.limits.num_blocks, kv_blocks_free=free,
+                waiting_for_memory=memory)
+                for r, (rid, phase, running, waiting, queued, free, memory)
+                in zip(node.replicas, figures))
+            models = tuple(ModelInfo(r.model, r.limits.max_context,
+                                     self.models[r.model].memory_bytes)
+                           for r in node.replicas
+                           if node.phases[r.replica_id] is ReplicaPhase.READY)
+            node.last_state = NodeState(node.node_id, node.node_id, node.memory_bytes, "sim",
+                                        states, models)
+            node.last_figures = figures
+        # An unchanged report is the same NodeState object again: the registry only stamps it.
+        self.registry.heartbeat(node.last_state)
 
     def _sample(self, node: SimNode, now: float) -> None:
         total = Counters()

@@ -20,8 +20,9 @@ Reads in between (heartbeats, node samples) see the state the exact steps would 
 
 from __future__ import annotations
 
+import bisect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from strata.engine.block_pool import BlockPool
 from strata.engine.scheduler import ScheduledSeq, Scheduler, StepPlan
@@ -80,33 +81,47 @@ class Stretch:
     growth_s: float                   # each later step is this much longer (contexts grow)
     order: list[Active]               # the scheduler's order
     allocs: list[tuple[int, int]]     # (step, index in order) of every block allocation
+    alloc_steps: list[int] = field(default_factory=list)   # the allocations' steps, sorted
     done: int = 0                     # steps already applied
 
     def end_of(self, i: int) -> float:
         """End of step i (1-based); end_of(0) is the start."""
         return self.start_s + i * self.first_s + self.growth_s * i * (i - 1) / 2
 
+    def _ends_by(self, t: float, inclusive: bool) -> int:
+        """Steps whose end is before t (or at t when inclusive), 0..steps: the quadratic's
+        root, then settled against end_of itself so rounding cannot move a boundary."""
+        x = t - self.start_s
+        g, a = self.growth_s, self.first_s
+        if g > 0:
+            b = a - g / 2
+            i = int((-b + math.sqrt(max(0.0, b * b + 2 * g * x))) / g) if x > 0 else 0
+        else:
+            i = int(x / a) if a > 0 and x > 0 else (self.steps if x > 0 else 0)
+        i = min(max(i, 0), self.steps)
+
+        def before(k: int) -> bool:
+            e = self.end_of(k)
+            return e < t or (inclusive and e == t)
+
+        while i > 0 and not before(i):
+            i -= 1
+        while i < self.steps and before(i + 1):
+            i += 1
+        return i
+
     def count_before(self, t: float, inclusive: bool) -> int:
         """Steps whose start is before t (or at t when inclusive)."""
-        lo, hi = 0, self.steps
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            start = self.end_of(mid - 1)
-            if start < t or (inclusive and start == t):
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        if not (self.start_s < t or (inclusive and self.start_s == t)):
+            return 0
+        return min(self.steps, self._ends_by(t, inclusive) + 1)
 
     def ended_by(self, t: float) -> int:
-        lo, hi = 0, self.steps
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if self.end_of(mid) <= t:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        return self._ends_by(t, inclusive=True)
+
+    def allocated_by(self, step: int) -> int:
+        """Blocks the stretch's first `step` steps allocate."""
+        return bisect.bisect_right(self.alloc_steps, step)
 
 
 @dataclass(slots=True)
@@ -264,7 +279,7 @@ class SimReplica:
         c = self.costs
         self.stretch = Stretch(now, steps, batch, c.decode_seconds(batch, context),
                                c.decode_attend_s * batch, [self.active[id(q)] for q in order],
-                               allocs)
+                               allocs, [j for j, _ in allocs])
         return self.stretch.end_of(steps)
 
     def _head_need(self) -> int:
@@ -350,8 +365,7 @@ class SimReplica:
         st = self.stretch
         if st is None:
             return self.pool.num_free
-        started = st.count_before(now, inclusive=True)
-        return self.pool.num_free - sum(1 for j, _ in st.allocs if j <= started)
+        return self.pool.num_free - st.allocated_by(st.count_before(now, inclusive=True))
 
     def used_blocks(self, now: float) -> int:
         """Device blocks holding data. Mid-stretch, a block the stretch allocated counts as
