@@ -12,7 +12,8 @@ One round, online (it starts from what runs now and moves as little as it can):
    restores it, else the heaviest) until it holds; they are placed again in 4, as forced moves.
 4. Place: missing and evicted replicas, heaviest peak load first, each on the GPU with the best
    score (pair benefit against the GPU's load, then a used GPU, then the fuller one) among those
-   with memory and no replica of the model whose red line still holds with it.
+   with memory, no replica of the model, window loads that stay <= 1 with it (vector bin
+   packing over the windows) and a red line that still holds with it.
 5. Improve (strata.policy.placement.improve): moves of single replicas or of every replica of
    a GPU, each taken only when the GPUs and peak capacity it frees exceed its migration cost.
 6. Red line: every GPU is judged again with the replica counts actually placed; any violation

@@ -8,10 +8,11 @@ Two kinds of candidate, scored in GPUs (strata.policy.placement.benefit):
              one GPU + the peak changes; only the DRAIN_CANDIDATES least-loaded GPUs are tried,
              since a drain is a chain of placements and the emptiest GPUs are where it pays
 
-A candidate is taken when gain - migration cost > 0 and every target's red line holds with the
-new replica (removing replicas never raises anyone's latency, so sources need no check). The
-best candidate is applied, then the search runs again, until nothing pays or `max_moves`
-replicas have moved. Replicas placed or moved earlier in the round are not moved again.
+A candidate is taken when gain - migration cost > 0, every target's window loads stay within
+its batch capacity (<= 1) and its red line holds with the new replica (removing replicas never
+raises anyone's latency, so sources need no check). The best candidate is applied, then the
+search runs again, until nothing pays or `max_moves` replicas have moved. Replicas placed or
+moved earlier in the round are not moved again.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import numpy as np
 
 from strata.policy.placement.benefit import MigrationCost, peak
 from strata.policy.placement.ffd import new_replica_id
-from strata.policy.placement.working import Gpu, Slot, Working
+from strata.policy.placement.working import FULL, Gpu, Slot, Working
 
 DRAIN_CANDIDATES = 8
 _EPS = 1e-9
@@ -97,7 +98,8 @@ def _best_single(w: Working, migration: MigrationCost) -> _Candidate | None:
             base = (1.0 if emptied else 0.0) + peak(src.load) - peak(rest)
             gain = np.round(base + peaks - peak_with[m], 12)
             cost = migration.of(slot.memory)
-            ok = used & (free >= slot.memory) & (order != i) & ~hosting[m]
+            ok = (used & (free >= slot.memory) & (order != i) & ~hosting[m]
+                  & (peak_with[m] <= FULL))
             for j in np.lexsort((order, -gain)):
                 if not ok[j]:
                     continue

@@ -11,6 +11,10 @@ from strata.policy.placement.benefit import pair_benefit, peak
 from strata.policy.placement.loads import WindowLoads
 from strata.policy.placement.red_line import RedLine
 
+# A GPU's summed window load may reach, not pass, its batch capacity (float slack included):
+# the vector bin packing constraint, checked before the costlier red line.
+FULL = 1.0 + 1e-9
+
 
 @dataclass(slots=True)
 class Slot:
@@ -96,8 +100,9 @@ class Working:
 
     def best_target(self, model: str, memory: int, exclude: set[str],
                     only_used: bool = False) -> Gpu | None:
-        """The best-scoring GPU (score()) that has room for `model` and keeps the red line
-        with it; ties go to the lowest node id."""
+        """The best-scoring GPU (score()) that has room for `model`, memory and batch capacity
+        (its load stays <= 1 in every window), and keeps the red line with it; ties go to the
+        lowest node id."""
         room = [g for g in self.gpus if g.node_id not in exclude and (g.used or not only_used)
                 and self.fits(g, model, memory)]
         if not room:
@@ -114,7 +119,9 @@ class Working:
         # lexsort: the last key is the primary one; negated for descending order.
         order = np.lexsort((np.arange(len(room)), -np.round(fuller, 12), -used,
                             -np.round(benefit, 12)))
-        return next((room[i] for i in order if self.holds_with(room[i], model)), None)
+        fits = after.max(axis=1) <= FULL if self.loads.windows else np.ones(len(room), bool)
+        return next((room[i] for i in order if fits[i] and self.holds_with(room[i], model)),
+                    None)
 
     def cost_of(self, gpus: list[Gpu]) -> float:
         return sum(1.0 + peak(g.load) for g in gpus if g.used)
