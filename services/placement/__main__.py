@@ -9,7 +9,8 @@ import signal
 
 from services.placement.config import PlacementConfig
 from services.placement.curves_source import MetricsCurves
-from services.placement.planner import NodeClients, Planner
+from services.placement.actions import NodeClients
+from services.placement.planner import Planner
 from services.placement.policies import BatchAwarePolicy, FfdPolicy, PlacementPolicy
 from services.placement.profiles import load_profiles
 from services.placement.servicer import PlacementServicer

@@ -11,8 +11,8 @@ through the node managers:
     other unloads (surplus, undesired models) drain at once, then the loads that waited for room
 
 A node that fails a call is logged with its id and simply shows up again as a difference next
-round. The planner remembers which replicas it placed, so it unloads only those and surplus
-replicas of its own models, never replicas someone else loaded.
+round (services.placement.actions). The planner remembers which replicas it placed, so it
+unloads only those and surplus replicas of its own models, never replicas someone else loaded.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import grpc
 from opentelemetry import trace
 
 from services.placement import convert
+from services.placement.actions import NodeActions, NodeClients
 from services.placement.curves_source import MetricsCurves
 from services.placement.migrate import Migration, Migrations, Retiring
 from services.placement.policies import FfdPolicy, Outcome, PlacementPolicy
@@ -36,8 +37,7 @@ from strata.policy.clock import Clock
 from strata.policy.model_sizes import model_memory_bytes
 from strata.policy.placement import (Assignment, ModelDemand, NodeCapacity, PlacementPlan,
                                      Replica, Unload)
-from strata.rpc.server import channel
-from strata.rpc.v1 import common_pb2, node_pb2, node_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
+from strata.rpc.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 from strata.telemetry import names
 
 log = logging.getLogger(__name__)
@@ -63,29 +63,6 @@ class PlanSnapshot:
     migrations: tuple[Migration, ...] = field(default_factory=tuple)
 
 
-@dataclass(slots=True, frozen=True)
-class _Pending:
-    model: str
-    expires_at: float
-
-
-class NodeClients:
-    """One channel per node manager address, reused across rounds."""
-
-    def __init__(self) -> None:
-        self._channels: dict[str, grpc.aio.Channel] = {}
-
-    def stub(self, address: str) -> node_pb2_grpc.NodeManagerStub:
-        if address not in self._channels:
-            self._channels[address] = channel(address)
-        return node_pb2_grpc.NodeManagerStub(self._channels[address])
-
-    async def close(self) -> None:
-        for ch in self._channels.values():
-            await ch.close()
-        self._channels.clear()
-
-
 class Planner:
     def __init__(self, *, scheduler: scheduler_pb2_grpc.SchedulerStub, scheduler_addr: str,
                  nodes: NodeClients, models: Sequence[str], replicas: Mapping[str, int],
@@ -105,18 +82,17 @@ class Planner:
         self._rpc_timeout_s = rpc_timeout_s
         self._load_timeout_s = load_timeout_s
         self._drain_timeout_ms = drain_timeout_ms
-        self._pending_grace_s = pending_grace_s
         self._tracer = tracer or trace.get_tracer(__name__)
         self._wall_ms = wall_ms
         self._policy = policy or FfdPolicy()
         self._curves = curves
         self._lock = asyncio.Lock()
-        self._managed: set[tuple[str, str]] = set()            # (node id, replica id) we placed
-        # Loaded but not yet in a heartbeat: counted as present so the next round does not load
-        # the same replica again.
-        self._pending: dict[tuple[str, str], _Pending] = {}
+        self._actions = NodeActions(nodes, clock, rpc_timeout_s=rpc_timeout_s,
+                                    load_timeout_s=load_timeout_s,
+                                    drain_timeout_ms=drain_timeout_ms,
+                                    pending_grace_s=pending_grace_s)
         self._cordoned: set[str] = set()
-        self.migrations = Migrations(self._replica_states, self._retire, load_timeout_s,
+        self.migrations = Migrations(self._replica_states, self._actions.retire, load_timeout_s,
                                      poll_s=ready_poll_s)
         self.latest: PlanSnapshot | None = None
 
@@ -137,7 +113,7 @@ class Planner:
                     raise UnknownNode(f"cannot cordon {', '.join(unknown)}: the scheduler lists "
                                       f"no such node (known: {', '.join(sorted(known))})")
                 self._cordoned = (self._cordoned | set(cordon)) - set(uncordon)
-                self._forget_settled_pending(nodes)
+                self._actions.forget_settled(nodes)
                 notes: list[str] = []
                 curves = None
                 if self._policy.needs_curves and self._curves is not None:
@@ -192,24 +168,16 @@ class Planner:
         return {(n.node_id, r.replica_id): r.state for n in listed.nodes for r in n.replicas}
 
     def _capacity(self, node: common_pb2.NodeInfo, advertised: Mapping[str, int]) -> NodeCapacity:
-        extra = tuple(Replica(p.model, rid, self.memory_need(p.model, advertised) or 0,
-                              managed=True)
-                      for (nid, rid), p in sorted(self._pending.items()) if nid == node.node_id)
+        extra = tuple(Replica(model, rid, self.memory_need(model, advertised) or 0, managed=True)
+                      for rid, model in self._actions.pending_on(node.node_id))
         capacity = convert.node_capacity(node, lambda m: self.memory_need(m, advertised) or 0,
-                                         self._managed, extra)
+                                         self._actions.managed, extra)
         # Replicas a migration is retiring: not the policy's to count, but their memory is held.
         leaving = self.migrations.leaving()
         gone = [r for r in capacity.replicas if (node.node_id, r.replica_id) in leaving]
         return NodeCapacity(capacity.node_id,
                             capacity.memory_bytes - sum(r.memory_bytes for r in gone),
                             tuple(r for r in capacity.replicas if r not in gone))
-
-    def _forget_settled_pending(self, nodes: Sequence[common_pb2.NodeInfo]) -> None:
-        now = self._clock.now()
-        live = {n.node_id for n in nodes}
-        seen = {(n.node_id, r.replica_id) for n in nodes for r in n.replicas}
-        self._pending = {k: p for k, p in self._pending.items()
-                         if k[0] in live and k not in seen and p.expires_at > now}
 
     async def _apply(self, plan: PlacementPlan, nodes: Sequence[common_pb2.NodeInfo],
                      advertised: Mapping[str, int], version: int) -> list[str]:
@@ -228,10 +196,10 @@ class Planner:
             need = self.memory_need(a.model, advertised) or 0
             (now if free.get(a.node_id, 0) >= need else later).append(a)
             free[a.node_id] = free.get(a.node_id, 0) - need
-        loaded = await asyncio.gather(*(self._load(a, addresses[a.node_id]) for a in now))
+        loaded = await asyncio.gather(*(self._actions.load(a, addresses[a.node_id]) for a in now))
         self._start_migrations([a for a, ok in zip(now, loaded) if ok], replaced, addresses,
                                version)
-        unloaded = await asyncio.gather(*(self._unload(u, addresses[u.node_id]) for u in at_once))
+        unloaded = await asyncio.gather(*(self._actions.unload(u, addresses[u.node_id]) for u in at_once))
         for u, ok in zip(at_once, unloaded):
             if ok:
                 free[u.node_id] = free.get(u.node_id, 0) + (self.memory_need(u.model, advertised)
@@ -239,7 +207,7 @@ class Planner:
         room = [a for a in later if free.get(a.node_id, 0) >= 0]
         notes += [f"{a.model} waits for room on {a.node_id} (replicas still draining there)"
                   for a in later if a not in room]
-        await asyncio.gather(*(self._load(a, addresses[a.node_id]) for a in room))
+        await asyncio.gather(*(self._actions.load(a, addresses[a.node_id]) for a in room))
         return notes
 
     @staticmethod
@@ -276,43 +244,6 @@ class Planner:
             log.info("moving %s: %s drain(s) once %s READY", model,
                      ", ".join(f"{r.replica_id}@{r.node_id}" for r in old),
                      ", ".join(f"{rid}@{nid}" for nid, rid in new))
-
-    async def _load(self, a: Assignment, address: str) -> bool:
-        try:
-            reply = await self._nodes.stub(address).LoadModel(
-                node_pb2.LoadModelRequest(model=a.model, replica_id=a.replica_id),
-                timeout=self._load_timeout_s)
-        except grpc.aio.AioRpcError as err:
-            log.warning("node %s at %s: LoadModel %s (replica %s) failed (%s: %s); retrying next "
-                        "round", a.node_id, address, a.model, a.replica_id, err.code().name,
-                        err.details())
-            return False
-        replica_id = reply.replica.replica_id or a.replica_id
-        self._managed.add((a.node_id, replica_id))
-        self._pending[(a.node_id, replica_id)] = _Pending(
-            a.model, self._clock.now() + self._pending_grace_s)
-        log.info("node %s: loading %s as replica %s (%s)", a.node_id, a.model, replica_id, a.reason)
-        return True
-
-    async def _retire(self, r: Retiring) -> bool:
-        return await self._unload(Unload(r.model, r.node_id, r.replica_id, r.reason), r.address)
-
-    async def _unload(self, u: Unload, address: str) -> bool:
-        try:
-            reply = await self._nodes.stub(address).UnloadModel(
-                node_pb2.UnloadModelRequest(model=u.model, replica_id=u.replica_id,
-                                            drain_timeout_ms=self._drain_timeout_ms),
-                timeout=self._rpc_timeout_s + self._drain_timeout_ms / 1000)
-        except grpc.aio.AioRpcError as err:
-            log.warning("node %s at %s: UnloadModel %s (replica %s) failed (%s: %s); retrying "
-                        "next round", u.node_id, address, u.model, u.replica_id, err.code().name,
-                        err.details())
-            return False
-        self._managed.discard((u.node_id, u.replica_id))
-        self._pending.pop((u.node_id, u.replica_id), None)
-        log.info("node %s: unloaded %d replica(s) of %s, replica %s (%s)", u.node_id,
-                 reply.unloaded, u.model, u.replica_id, u.reason)
-        return True
 
     def _next_version(self, outcome: Outcome) -> int:
         previous = self.latest

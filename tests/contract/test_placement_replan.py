@@ -11,7 +11,8 @@ import grpc
 import pytest
 
 from services.placement.curves_source import CurveSnapshot, snapshot
-from services.placement.planner import NodeClients, Planner
+from services.placement.actions import NodeClients
+from services.placement.planner import Planner
 from services.placement.policies import BatchAwarePolicy
 from strata.policy.clock import ManualClock
 from strata.policy.placement import (ArrivalCurve, BatchAwareSettings, SlaTarget,

@@ -14,7 +14,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from services.placement.config import PlacementConfig, parse_memory_overrides, parse_replicas
-from services.placement.planner import NodeClients, Planner
+from services.placement.actions import NodeClients
+from services.placement.planner import Planner
 from services.placement.servicer import PlacementServicer
 from services.scheduler.servicer import SchedulerServicer
 from strata.envconfig import ConfigError
@@ -201,7 +202,7 @@ async def test_node_errors_are_logged_with_node_id_and_retried_next_round(cluste
     await scheduler.Heartbeat(heartbeat("n1", addr))
     planner = cluster.planner(cluster.scheduler_addr)
     stop = asyncio.Event()
-    with caplog.at_level(logging.WARNING, logger="services.placement.planner"):
+    with caplog.at_level(logging.WARNING, logger="services.placement"):
         loop = asyncio.create_task(planner.run_until(stop, every_s=0.02))
         for _ in range(200):
             if len(fake.loads) >= 3:
