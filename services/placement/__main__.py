@@ -7,9 +7,9 @@ import logging
 import os
 import signal
 
+from services.placement.actions import NodeClients
 from services.placement.config import PlacementConfig
 from services.placement.curves_source import MetricsCurves
-from services.placement.actions import NodeClients
 from services.placement.planner import Planner
 from services.placement.policies import BatchAwarePolicy, FfdPolicy, PlacementPolicy
 from services.placement.profiles import load_profiles
