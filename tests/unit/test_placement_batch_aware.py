@@ -170,6 +170,12 @@ def test_a_gpu_that_breaks_the_red_line_gives_up_a_replica_whatever_the_cost():
     assert (move.model, move.from_node, move.to_node, move.forced) == ("a", "n1", "n2", True)
     assert move.reason.startswith("forced: the red line breaks on n1 (a: window 0 P99 TTFT")
     assert where(result) == [("a", "n2"), ("c", "n1")]
+    [decision] = [d for d in result.explanation.decisions if d.model == "a"]
+    assert (decision.action, decision.from_node_id, decision.node_id) == ("move", "n1", "n2")
+    assert decision.reason.startswith("forced: the red line breaks on n1")
+    assert decision.reason.endswith("; moved here, batch-aware: pair benefit 0.000 GPU against "
+                                    "n2's load, 10000000000 bytes free, red line holds")
+    assert [(u.model, u.node_id, u.replica_id) for u in result.plan.unloads] == [("a", "n1", "a-1")]
 
 
 def test_replica_count_follows_the_busiest_window():

@@ -265,6 +265,7 @@ def _place_missing(rnd: _Round, counts: Mapping) -> None:
             move.to_node, move.to_replica = target.node_id, new_replica_id(model, target.node_id)
             target.slots[-1].origin, target.slots[-1].moved = move.from_node, True
             target.slots[-1].origin_replica_id = move.from_replica
+            target.slots[-1].reason = f"{move.reason}; moved here, {reason}"
     rnd.unplaced += [Unplaced(m, n, reasons[m]) for m, n in sorted(missing.items())]
 
 
