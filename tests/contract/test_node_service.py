@@ -21,7 +21,7 @@ from services.scheduler.servicer import SchedulerServicer
 from strata.engine.dummy import load_dummy
 from strata.engine.engine import EngineConfig, EngineRequest, LLMEngine
 from strata.engine.sequence import SamplingParams
-from strata.node.replicas import ReplicaSet
+from strata.node.replicas import ReplicaSet, State
 from strata.policy.clock import WallClock
 from strata.policy.registry import NodeRegistry
 from strata.policy.routing import Router
@@ -206,8 +206,14 @@ async def test_worker_lifecycle_load_submit_unload_and_a_killed_worker(node):
         f"worker a on node {NODE}: max_tokens must be at least 1, got 0")
 
     process_b = replicas.replicas["b"].process.proc
-    reply = await stub.UnloadModel(node_pb2.UnloadModelRequest(model=MODEL, replica_id="b",
-                                                               drain_timeout_ms=2000))
+    unloading = asyncio.ensure_future(stub.UnloadModel(node_pb2.UnloadModelRequest(
+        model=MODEL, replica_id="b", drain_timeout_ms=2000)))
+    await asyncio.sleep(0.2)
+    # draining, but within its routing grace: a request the scheduler routed to b by an older
+    # heartbeat is still served by b, not refused
+    assert replicas.replicas["b"].state is State.DRAINING
+    assert len(await drain(stub.Submit(submit(max_tokens=2, replica_id="b")))) == 2
+    reply = await unloading
     assert reply.unloaded == 1
     assert process_b.returncode == 0              # SIGTERM: the worker stopped gracefully
     assert [r.replica_id for r in (await status(stub)).replicas] == ["a"]

@@ -53,6 +53,7 @@ class Replica:
     error: str = ""
     stats: ReplicaStats = field(default_factory=ReplicaStats)
     stub: worker_pb2_grpc.WorkerStub | None = None
+    stopping: bool = False          # past its routing grace: takes no new request
     _channel: object = None
 
     def connect(self) -> None:
@@ -68,9 +69,13 @@ def free_port() -> int:
 
 
 class ReplicaSet:
-    def __init__(self, worker_env: dict[str, str], ready_timeout_s: float = 600.0):
+    def __init__(self, worker_env: dict[str, str], ready_timeout_s: float = 600.0,
+                 routing_grace_s: float = 2.0):
         self.worker_env = worker_env
         self.ready_timeout_s = ready_timeout_s
+        # How long a draining replica still takes requests routed to it by name: the scheduler
+        # learns of the drain at this node's next heartbeat and routes here until then.
+        self.routing_grace_s = routing_grace_s
         self.replicas: dict[str, Replica] = {}
         self._ids = itertools.count()
         self._tasks: set[asyncio.Task] = set()
@@ -117,16 +122,22 @@ class ReplicaSet:
     async def _drain_and_stop(self, replica: Replica, drain_timeout_s: float) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + drain_timeout_s
-        while replica.in_flight and loop.time() < deadline:
+        settled = loop.time() + min(self.routing_grace_s, drain_timeout_s)
+        while (replica.in_flight or loop.time() < settled) and loop.time() < deadline:
             await asyncio.sleep(0.05)
+        replica.stopping = True
         await replica.process.stop()
         self.replicas.pop(replica.replica_id, None)
 
     def pick(self, model: str, replica_id: str = "") -> Replica | None:
-        """The named replica if ready, else the ready replica of `model` with least work."""
+        """The named replica if it takes requests (READY, or DRAINING within its routing grace:
+        the scheduler routed by a heartbeat older than the drain), else the ready replica of
+        `model` with least work."""
         if replica_id:
             r = self.replicas.get(replica_id)
-            if r is not None and r.state is State.READY and r.model == model:
+            if r is not None and r.model == model and (
+                    r.state is State.READY or (r.state is State.DRAINING and not r.stopping
+                                               and r.stub is not None)):
                 return r
         ready = [r for r in self.replicas.values() if r.model == model and r.state is State.READY]
         return min(ready, key=lambda r: (r.in_flight, r.stats.queued_tokens), default=None)
