@@ -55,11 +55,11 @@ class ModelSpec:
 
 
 def model_spec(profile: EngineProfile, memory_bytes: int, kv_cache_bytes: int = 256 << 20,
-               block_size: int = 16, max_batched_tokens: int = 2048, max_seqs: int = 32,
-               overheads: RequestOverheads | None = None) -> ModelSpec:
+               num_blocks: int = 0, block_size: int = 16, max_batched_tokens: int = 2048,
+               max_seqs: int = 32, overheads: RequestOverheads | None = None) -> ModelSpec:
     """A model as a worker with these engine settings would run it, priced by `profile`; the
-    KV pool is sized from kv_cache_bytes exactly as the engine sizes it."""
-    blocks = max(1, kv_cache_bytes // (profile.kv_bytes_per_token * block_size))
+    KV pool is num_blocks, or (0) sized from kv_cache_bytes exactly as the engine sizes it."""
+    blocks = num_blocks or max(1, kv_cache_bytes // (profile.kv_bytes_per_token * block_size))
     return ModelSpec(profile.model, profile.costs,
                      EngineLimits(blocks, block_size, max_batched_tokens, max_seqs,
                                   profile.max_context),

@@ -1,0 +1,177 @@
+"""Fidelity: the simulator against the real stack on the same small trace.
+
+Fifty Poisson requests (prompts 32-224 tokens, answers 6-42) go through the whole stack (compose's
+configuration, one node) and through strata.sim; the simulator's TTFT and E2E P50 and P99 must be
+within 10% of the stack's, both as the metrics collector's layered report computes them from
+the gateway's spans.
+
+What the simulator knows is measured in this test run, never fitted to the figures compared:
+the engine profile (strata.engine.profiler, in this process, on an engine configured as the
+stack's worker: one torch thread, 256-token steps), and the stack's overheads
+(strata.sim.stack_overheads) from calibration requests sent before the trace: eight single
+requests one at a time (gRPC hops in and out, from their spans) and a burst of eight sent
+together (the worker's per-step and per-token stream work, from the TPOTs at batch 1 and 8).
+
+The model is dummy-bench (57M parameters, decode steps of 17 ms and more here), not dummy-tiny:
+dummy-tiny's steps (under 1 ms) are shorter than the stack's own per-token work (about 1 ms), so
+its latencies would measure the gRPC processes sharing two cores, which no engine model covers.
+
+STRATA_SIM_FIDELITY_OUT=path writes the figures as JSON (the simulator benchmark reads them).
+"""
+
+import json
+import os
+import random
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+import torch
+
+from strata.client import cli
+from strata.engine.engine import EngineConfig
+from strata.engine.profiler import ProfileGrid, profile_engine
+from strata.engine.registry import load_model
+from strata.eval import synthetic
+from strata.eval.report_codec import from_report
+from strata.eval.workload import Scaling, Window
+from strata.policy.placement import ModelDemand
+from strata.rpc.v1 import metrics_pb2, metrics_pb2_grpc
+from strata.sim.cluster import SimConfig, Simulator, model_spec
+from strata.sim.report import sim_report
+from strata.sim.stack_overheads import CalibrationRequest, DecodeTiming, stack_overheads
+from strata.sim.workload import sim_requests
+from strata.telemetry import names
+from tests.integration.conftest import running_stack
+from tests.integration.test_stack import _client
+
+pytestmark = pytest.mark.integration
+MODEL = "dummy-bench"
+BLOCKS, STEP_TOKENS = 256, 256
+OVERRIDES = {
+    "placement": {"STRATA_MODELS": MODEL, "STRATA_REPLAN_INTERVAL_S": "1.0"},
+    "node": {"STRATA_TORCH_THREADS": "1", "STRATA_KV_BLOCKS": str(BLOCKS),
+             "STRATA_MAX_BATCHED_TOKENS": str(STEP_TOKENS)},
+}
+GRID = ProfileGrid(prefill_tokens=(16, 64, 256), prefill_contexts=(0, 256),
+                   decode_batches=(1, 4, 16), decode_contexts=(16, 256), mixed=((4, 128, 64),),
+                   repeats=2, decode_steps=3)
+RATE, REQUESTS, PROMPT, OUTPUT, SPREAD, SEED = 3.0, 50, 128, 24, 0.75, 7
+CAL_PROMPT, CAL_OUTPUT, CAL_REQUESTS = 64, 24, 8
+BOUND = 0.10
+
+
+@pytest.fixture(scope="module")
+def bench_stack(tmp_path_factory):
+    with running_stack(tmp_path_factory.mktemp("fidelity"), OVERRIDES) as s:
+        deadline = time.monotonic() + 120
+        client = _client(s)
+        while MODEL not in {m.name for m in client.list_models()}:
+            assert time.monotonic() < deadline, f"{MODEL} never became ready:\n{s.logs()}"
+            time.sleep(0.3)
+        yield s
+
+
+def _replay(stack, out: Path, name: str, args: list[str]) -> tuple[int, Path]:
+    assert cli.main(["--gateway", stack.addr("gateway"), "--metrics", stack.addr("metrics"),
+                     "replay", *args, "--model", MODEL, "--out", str(out), "--name", name]) == 0
+    run_dir = max(out.glob("run-*"), key=lambda p: int(p.name.removeprefix("run-")))
+    return int(run_dir.name.removeprefix("run-")), run_dir
+
+
+def _report(stack, run_id: int, want: int):
+    with grpc.insecure_channel(stack.addr("metrics")) as ch:
+        stub = metrics_pb2_grpc.MetricsStub(ch)
+        deadline = time.monotonic() + 30
+        while True:
+            rep = stub.GetReport(metrics_pb2.ReportRequest(run_id=run_id))
+            if rep.request_layer.overall.requests >= want or time.monotonic() > deadline:
+                return from_report(rep)
+            time.sleep(0.3)
+
+
+def _spans(stack, trace_ids: list[str]) -> list[CalibrationRequest]:
+    gateway, worker = names.SPAN_GATEWAY_GENERATE, names.SPAN_WORKER_GENERATE
+    out = []
+    with grpc.insecure_channel(stack.addr("metrics")) as ch:
+        stub = metrics_pb2_grpc.MetricsStub(ch)
+        for trace_id in trace_ids:
+            deadline = time.monotonic() + 20
+            while True:
+                spans = {s.name: s for s in stub.GetTrace(
+                    metrics_pb2.GetTraceRequest(trace_id=trace_id)).spans}
+                if gateway in spans and worker in spans:
+                    break
+                assert time.monotonic() < deadline, f"no spans for trace {trace_id}"
+                time.sleep(0.2)
+            g, w = spans[gateway], spans[worker]
+            out.append(CalibrationRequest(g.start_unix_nano / 1e9, g.end_unix_nano / 1e9,
+                                          w.start_unix_nano / 1e9, w.end_unix_nano / 1e9))
+    return out
+
+
+def _sized(prompt: int, output: int) -> list[str]:
+    return ["--prompt-tokens", str(prompt), "--output-tokens", str(output)]
+
+
+def test_simulator_latencies_match_the_stack(bench_stack, tmp_path, monkeypatch):
+    monkeypatch.setenv("STRATA_DATA_DIR", str(bench_stack.data_dir))
+    torch.set_num_threads(1)
+    profile = profile_engine(load_model(MODEL), EngineConfig(
+        num_blocks=2048, max_batched_tokens=STEP_TOKENS, max_seqs=32), threads=1, grid=GRID)
+
+    # Calibration: single requests one at a time, then a burst decoding together.
+    singles_id, singles_dir = _replay(bench_stack, tmp_path, "calibration-singles", [
+        "--format", "gamma", "--rate", "2", "--cv", "0", "--max-requests", str(CAL_REQUESTS),
+        *_sized(CAL_PROMPT, CAL_OUTPUT), "--seed", "3"])
+    records = [json.loads(line) for line in
+               (singles_dir / "requests.jsonl").read_text().splitlines()]
+    singles = _spans(bench_stack, [r["trace_id"] for r in records])
+    burst_id, _ = _replay(bench_stack, tmp_path, "calibration-burst", [
+        "--format", "gamma", "--rate", "500", "--cv", "0", "--max-requests", str(CAL_REQUESTS),
+        *_sized(CAL_PROMPT, CAL_OUTPUT), "--seed", "3"])
+    context = CAL_PROMPT + CAL_OUTPUT / 2
+    tpot = {run: _report(bench_stack, run, CAL_REQUESTS).request.overall.tpot_ms.p50 / 1e3
+            for run in (singles_id, burst_id)}
+    overheads = stack_overheads(singles, DecodeTiming(1, context, tpot[singles_id]),
+                                DecodeTiming(CAL_REQUESTS, context, tpot[burst_id]),
+                                profile.costs, profile.overheads.add_s)
+
+    run_id, _ = _replay(bench_stack, tmp_path, "fidelity", [
+        "--format", "poisson", "--rate", str(RATE), "--max-requests", str(REQUESTS),
+        *_sized(PROMPT, OUTPUT), "--length-range", str(SPREAD), "--seed", str(SEED)])
+    real = _report(bench_stack, run_id, REQUESTS)
+
+    # The same requests, drawn as the replay client draws them.
+    rng = random.Random(SEED)
+    arrivals = synthetic.poisson_arrivals(RATE, rng, count=REQUESTS)
+    trace = synthetic.requests_at(
+        arrivals, synthetic.Uniform(round(PROMPT * (1 - SPREAD)), round(PROMPT * (1 + SPREAD))),
+        synthetic.Uniform(round(OUTPUT * (1 - SPREAD)), round(OUTPUT * (1 + SPREAD))), rng)
+    spec = model_spec(profile, 10**9, num_blocks=BLOCKS, max_batched_tokens=STEP_TOKENS,
+                      overheads=overheads)
+    result = Simulator([("node-0", 10**10)], [spec], lambda now: [ModelDemand(MODEL, 10**9, 1)],
+                       SimConfig()).run(sim_requests(trace, Scaling(), Window(), MODEL))
+    sim = sim_report(result, 1_700_000_000_000, "fidelity")
+
+    r, s = real.request.overall, sim.request.overall
+    assert (s.requests, s.errors) == (r.requests, r.errors) == (REQUESTS, 0)
+    assert (s.prompt_tokens, s.completion_tokens) == (r.prompt_tokens, r.completion_tokens)
+    figures = [(f"{metric.removesuffix('_ms').upper()} {q.upper()} ms",
+                getattr(getattr(r, metric), q), getattr(getattr(s, metric), q))
+               for metric in ("ttft_ms", "e2e_ms") for q in ("p50", "p99")]
+    out = os.environ.get("STRATA_SIM_FIDELITY_OUT")
+    if out:
+        Path(out).write_text(json.dumps({
+            "model": MODEL, "requests": REQUESTS,
+            "workload": f"Poisson {RATE:g}/s, prompts {round(PROMPT * (1 - SPREAD))}-"
+                        f"{round(PROMPT * (1 + SPREAD))}, outputs "
+                        f"{round(OUTPUT * (1 - SPREAD))}-{round(OUTPUT * (1 + SPREAD))}",
+            "overheads": ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in
+                                   zip(overheads.__slots__, (getattr(overheads, k) for k in
+                                                             overheads.__slots__))),
+            "figures": figures}))
+    off = [(name, real_v, sim_v) for name, real_v, sim_v in figures
+           if abs(sim_v - real_v) > BOUND * real_v]
+    assert not off, f"simulator outside 10% of the stack: {off}; all: {figures}"
