@@ -16,6 +16,11 @@ The model is dummy-bench (57M parameters, decode steps of 17 ms and more here), 
 dummy-tiny's steps (under 1 ms) are shorter than the stack's own per-token work (about 1 ms), so
 its latencies would measure the gRPC processes sharing two cores, which no engine model covers.
 
+On a quiet machine the four figures land within 10% (docs/benchmarks/sim.md has the numbers).
+Other work on the machine slows the stack's six processes more than the calibration sees (with
+another process holding one of two cores, the stack's P50s rose 15-25% beyond the simulator's
+here), so the test measures the CPU time others used meanwhile and names it in a failure.
+
 STRATA_SIM_FIDELITY_OUT=path writes the figures as JSON (the simulator benchmark reads them).
 """
 
@@ -111,12 +116,39 @@ def _spans(stack, trace_ids: list[str]) -> list[CalibrationRequest]:
     return out
 
 
+def _cpu_seconds(roots: list[int]) -> tuple[float, float]:
+    """(machine busy CPU seconds, CPU seconds of this process and of the process trees under
+    `roots`: the stack's services and the workers the node manager starts)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    with open("/proc/stat", encoding="utf-8") as f:
+        fields = [int(x) for x in f.readline().split()[1:9]]
+    busy = (sum(fields) - fields[3] - fields[4]) / tick        # all but idle and iowait
+    stats = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="utf-8") as f:
+                    stats[int(entry)] = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue   # exited meanwhile
+    mine, grew = set(roots), True
+    while grew:
+        before = len(mine)
+        mine |= {pid for pid, st in stats.items() if int(st[1]) in mine}   # st[1]: ppid
+        grew = len(mine) > before
+    own = time.process_time() + sum(
+        (int(stats[pid][11]) + int(stats[pid][12])) / tick for pid in mine if pid in stats)
+    return busy, own
+
+
 def _sized(prompt: int, output: int) -> list[str]:
     return ["--prompt-tokens", str(prompt), "--output-tokens", str(output)]
 
 
 def test_simulator_latencies_match_the_stack(bench_stack, tmp_path, monkeypatch):
     monkeypatch.setenv("STRATA_DATA_DIR", str(bench_stack.data_dir))
+    pids = [p.proc.pid for p in bench_stack.processes.values()]
+    busy0, own0, wall0 = *_cpu_seconds(pids), time.monotonic()
     torch.set_num_threads(1)
     profile = profile_engine(load_model(MODEL), EngineConfig(
         num_blocks=2048, max_batched_tokens=STEP_TOKENS, max_seqs=32), threads=1, grid=GRID)
@@ -155,6 +187,8 @@ def test_simulator_latencies_match_the_stack(bench_stack, tmp_path, monkeypatch)
                        SimConfig()).run(sim_requests(trace, Scaling(), Window(), MODEL))
     sim = sim_report(result, 1_700_000_000_000, "fidelity")
 
+    busy1, own1 = _cpu_seconds(pids)
+    others = max(0.0, (busy1 - busy0) - (own1 - own0)) / (time.monotonic() - wall0)
     r, s = real.request.overall, sim.request.overall
     assert (s.requests, s.errors) == (r.requests, r.errors) == (REQUESTS, 0)
     assert (s.prompt_tokens, s.completion_tokens) == (r.prompt_tokens, r.completion_tokens)
@@ -171,7 +205,8 @@ def test_simulator_latencies_match_the_stack(bench_stack, tmp_path, monkeypatch)
             "overheads": ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in
                                    zip(overheads.__slots__, (getattr(overheads, k) for k in
                                                              overheads.__slots__))),
-            "figures": figures}))
+            "other_cores": others, "figures": figures}))
     off = [(name, real_v, sim_v) for name, real_v, sim_v in figures
            if abs(sim_v - real_v) > BOUND * real_v]
-    assert not off, f"simulator outside 10% of the stack: {off}; all: {figures}"
+    assert not off, (f"simulator outside 10% of the stack: {off}; all: {figures}; other work "
+                     f"used {others:.2f} cores meanwhile")
