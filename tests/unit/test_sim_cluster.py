@@ -176,3 +176,11 @@ def test_fast_forward_gives_the_same_latencies_as_exact_stepping(send_s):
             (t.node_id, t.unix_ms, t.batch_tokens, t.running, t.waiting)
         assert 0 <= t.kv_blocks_device_used - s.kv_blocks_device_used <= 8
         assert s.utilization == pytest.approx(t.utilization, abs=1e-9)
+
+
+def test_the_horizon_ends_a_run_and_fails_what_is_unfinished():
+    result = simulator(horizon_s=0.502).run([req(0, 0.5), req(1, 0.501), req(2, 0.9)])
+    rows = by_id(result)
+    assert result.end_s == 0.502 and sorted(rows) == [0, 1]
+    assert rows[0].error_code == rows[1].error_code == "DEADLINE_EXCEEDED"
+    assert rows[0].e2e_ms == pytest.approx(2.0) and rows[1].e2e_ms == pytest.approx(1.0)

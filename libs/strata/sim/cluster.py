@@ -76,11 +76,14 @@ class SimConfig:
     seed: int = 0
     epoch_unix_ms: int = 1_700_000_000_000   # virtual time 0 in reports
     power: PowerModel = PowerModel(idle_watts=60.0, tdp_watts=700.0)
+    horizon_s: float | None = None      # stop there; unfinished requests fail DEADLINE_EXCEEDED
 
     def __post_init__(self) -> None:
         if self.heartbeat_s <= 0 or self.sample_s <= 0 or self.replan_s < 0 or self.load_s < 0:
             raise ValueError(f"heartbeat_s and sample_s must be positive, replan_s and load_s "
                              f"non-negative, got {self}")
+        if self.horizon_s is not None and self.horizon_s <= 0:
+            raise ValueError(f"horizon_s must be positive, got {self.horizon_s}")
 
 
 @dataclass(slots=True)
@@ -136,6 +139,7 @@ class Simulator:
         self.stretches = 0
         self.routed: dict[int, str] = {}      # request index -> replica id
         self._outstanding = 0
+        self._retired_steps = 0
 
     # -- event queue ---------------------------------------------------------------------------
     def _push(self, t: float, prio: int, kind: int, a=None, b=None) -> None:
@@ -159,7 +163,13 @@ class Simulator:
         events = i = 0
         now = 0.0
         heap = self._heap
+        horizon = self.cfg.horizon_s if self.cfg.horizon_s is not None else float("inf")
         while i < len(ordered) or self._outstanding:
+            if min(ordered[i].arrival_s if i < len(ordered) else horizon,
+                   heap[0][0] if heap else horizon) > horizon:
+                now = horizon
+                self._give_up(ordered[i:], now)
+                break
             if i < len(ordered) and (not heap or ordered[i].arrival_s <= heap[0][0]):
                 now = ordered[i].arrival_s
                 self.clock.set(now)
@@ -197,7 +207,7 @@ class Simulator:
         for node in self.nodes.values():
             if node.last_sample_s < now:
                 self._sample(node, now)
-        steps = sum(r.counters.steps for r in self.replicas.values())
+        steps = self._retired_steps + sum(r.counters.steps for r in self.replicas.values())
         return SimResult(self.rows, self.samples, now, time.perf_counter() - started, events,
                          steps, self.stretches, self.plans)
 
@@ -236,12 +246,25 @@ class Simulator:
                 node.mode = _FREE
                 self._push(end, _P_STEP, _STEP_END, node, node.gen)
 
-    def _fail(self, req: SimRequest, now: float, code: str) -> None:
+    def _give_up(self, unsent: Sequence[SimRequest], now: float) -> None:
+        """At the horizon: requests not yet arrived are not sent; those in flight fail."""
+        self._outstanding -= len(unsent)
+        for replica in self.replicas.values():
+            for active in list(replica.active.values()):
+                self._fail(active.request, active.arrival_s, "DEADLINE_EXCEEDED",
+                           e2e_ms=(now - active.arrival_s) * 1000)
+        # Requests between the gateway and a replica (their admission still queued).
+        for event in self._heap:
+            if event[3] == _ADMIT:
+                req, arrival = event[5]
+                self._fail(req, arrival, "DEADLINE_EXCEEDED", e2e_ms=(now - arrival) * 1000)
+
+    def _fail(self, req: SimRequest, now: float, code: str, e2e_ms: float = 0.0) -> None:
         self._outstanding -= 1
         self.rows.append(RequestRecord(
             request_id=str(req.index), trace_id="", tenant=req.tenant, model=req.model,
             start_unix_ms=self.cfg.epoch_unix_ms + round(now * 1000), ttft_ms=None,
-            tpot_ms=None, e2e_ms=0.0, queue_ms=None, prompt_tokens=req.prompt_tokens,
+            tpot_ms=None, e2e_ms=e2e_ms, queue_ms=None, prompt_tokens=req.prompt_tokens,
             completion_tokens=0, cached_tokens=0, finish_reason="", error_code=code,
             status_code=0))
 
@@ -407,6 +430,7 @@ class Simulator:
                 node.replicas.remove(r)
                 del node.phases[r.replica_id]
                 del self.replicas[r.replica_id]
+                self._retired_steps += r.counters.steps
                 node.next_rr = 0
 
 
