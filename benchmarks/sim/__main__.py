@@ -34,7 +34,9 @@ from strata.sim.report import sim_report, write_report
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE = ROOT.parent / "shared" / "data" / "traces" / "AzureLLMInferenceTrace_conv_2023.csv"
-PROFILE = ROOT / "libs" / "strata" / "sim" / "profiles" / "dummy-1b-cpu.json"
+PROFILES = ROOT / "libs" / "strata" / "sim" / "profiles"
+PROFILE = PROFILES / "dummy-1b-cpu.json"
+DEFAULT_MODEL_PROFILE = PROFILES / "smollm2-135m-instruct-cpu.json"
 EXIT_ERROR = 2
 
 
@@ -46,6 +48,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--profile", default=str(PROFILE), help="engine profile JSON")
     p.add_argument("--trace", default=str(TRACE), help="Azure conversation trace CSV")
     p.add_argument("--target-util", type=float, default=0.65)
+    p.add_argument("--also-profile", default=str(DEFAULT_MODEL_PROFILE),
+                   help="a second profile run at full size over --also-minutes of the trace "
+                        "(default: the default model's, whose GPUs serve ~7x more requests)")
+    p.add_argument("--also-minutes", type=float, default=10.0, help="0 skips the second run")
     p.add_argument("--baseline-nodes", type=int, default=40)
     p.add_argument("--baseline-minutes", type=float, default=10.0)
     p.add_argument("--no-fidelity", action="store_true",
@@ -96,6 +102,17 @@ def main(argv: list[str] | None = None) -> int:
                             f"x{factor:.2f}", json.dumps({"nodes": args.nodes,
                                                           "rate_factor": factor})), report_path)
     del result
+    also = None
+    if args.also_minutes > 0:
+        other = load_profile(args.also_profile)
+        other_factor, other_pilots = find_rate_factor(other, trace, args.nodes, args.target_util,
+                                                      pilot_nodes=40, pilot_s=600.0, start=1.0)
+        also, _ = simulate(other, trace, args.nodes, args.also_minutes * 60, other_factor)
+        also_label = (f"`{other.model}` as profiled in "
+                      f"`{os.path.relpath(args.also_profile, ROOT)}`; pilots "
+                      + ", ".join(f"x{q.rate_factor:.2f} -> {q.utilization * 100:.1f}%"
+                                  for q in other_pilots))
+        say(f"also: {also.requests} requests of {other.model} in {also.wall_s:.1f} s")
     scale = args.baseline_nodes / args.nodes
     base_s = args.baseline_minutes * 60
     exact, exact_result = simulate(profile, trace, args.baseline_nodes, base_s, factor * scale,
@@ -111,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         cpu=cpu_model(), cores=os.cpu_count() or 1, profile_path=os.path.relpath(args.profile,
                                                                                  ROOT),
         profile=profile, target_util=args.target_util, pilots=pilots, main=main_run,
+        also=also, also_label=also_label if also else "",
         exact=exact, fast=fast, max_diff_ms=max(diffs, default=0.0),
         fidelity=None if args.no_fidelity else fidelity(),
         report_path=os.path.relpath(report_path, ROOT),

@@ -23,6 +23,8 @@ class SimBench:
     target_util: float
     pilots: list[RunFigures]
     main: RunFigures
+    also: RunFigures | None
+    also_label: str
     exact: RunFigures
     fast: RunFigures
     max_diff_ms: float
@@ -91,7 +93,16 @@ def render(b: SimBench) -> str:
         "## Speed", "",
         f"Target: {m.nodes} GPUs and one hour of trace in at most {TARGET_S / 60:.0f} minutes: "
         f"**{verdict}** ({m.wall_s:.1f} s, {m.cpu_s:.1f} s of CPU).", "",
-        HEADER, _row("full size, fast-forward", m), "",
+        HEADER, _row("full size, fast-forward", m),
+        *([_row(f"full size, {b.also.trace_s / 60:.0f} min, {b.also_label.split('`')[1]}",
+                b.also)] if b.also else []), "",
+        *([f"The second row runs the default model ({b.also_label}) on the same "
+           f"{b.also.nodes} GPUs for {b.also.trace_s / 60:.0f} minutes of the trace: its GPUs "
+           f"serve more requests per hour, {b.also.requests / (b.also.trace_s / 3600):,.0f} "
+           f"an hour here, and one hour of it would take about "
+           f"{b.also.wall_s * 3600 / b.also.trace_s / 60:.0f} minutes to simulate at this "
+           f"rate ({b.also.requests / b.also.wall_s:,.0f} requests per second of wall time "
+           f"against {m.requests / m.wall_s:,.0f} in the first row).", ""] if b.also else []),
         "## Baseline: exact stepping", "",
         f"The same simulator at {b.exact.nodes} GPUs and {b.exact.trace_s / 60:.0f} minutes "
         f"(the same load per GPU), once stepping the engine scheduler at every step and once "
