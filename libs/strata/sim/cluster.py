@@ -1,8 +1,9 @@
 """The discrete-event cluster simulator: the services' policy objects on a virtual clock.
 
     arrival --Router.route over the NodeRegistry--> replica (after the inbound overhead)
-    node (one GPU): one engine step at a time, round-robin over its replicas with work; a lone
-                    busy replica may fast-forward (strata.sim.replica), an arrival cuts it
+    node (one GPU): one engine step at a time, round-robin over its replicas with work; when
+                    no busy replica's batch can change, they fast-forward together
+                    (strata.sim.replica), and an arrival cuts the stretch
     heartbeat       every node, every heartbeat_s: its replicas' states into the NodeRegistry
                     (routing sees them as stale as the scheduler does)
     node sample     every sample_s: the NodeSampleRecord a node manager would send
@@ -101,6 +102,7 @@ class SimNode:
     last_sample_s: float = 0.0
     energy_j: float = 0.0
     preemptions: int = 0
+    stretching: list[SimReplica] = field(default_factory=list)   # in the node's stretch
     last_state: NodeState | None = None     # the last heartbeat's report, and its figures
     last_figures: tuple = ()
 
@@ -240,11 +242,7 @@ class Simulator:
                 node.run_pending = True
                 self._push(now, _P_STEP, _RUN, node)
         elif node.mode == _STRETCH:
-            end = node.current.cut(now)
-            if end is not None:
-                node.gen += 1
-                node.mode = _FREE
-                self._push(end, _P_STEP, _STEP_END, node, node.gen)
+            self._cut(node, now)
 
     def _give_up(self, unsent: Sequence[SimRequest], now: float) -> None:
         """At the horizon: requests not yet arrived are not sent; those in flight fail."""
@@ -287,29 +285,72 @@ class Simulator:
     # -- one GPU per node ----------------------------------------------------------------------
     def _start_next(self, node: SimNode, now: float) -> None:
         node.current = None
-        busy = [r for r in node.replicas if r.has_work()]
+        n = len(node.replicas)
+        busy = [r for r in (node.replicas[(node.next_rr + k) % n] for k in range(n))
+                if r.has_work()]
         if not busy:
             self._retire_drained(node)
             return
-        if len(busy) == 1 and self.cfg.fast_forward:
-            end = busy[0].try_stretch(now)
-            if end is not None:
-                self.stretches += 1
-                self._occupy(node, busy[0], _STRETCH, end)
-                return
-        n = len(node.replicas)
-        for k in range(n):
-            replica = node.replicas[(node.next_rr + k) % n]
-            if not replica.has_work():
-                continue
+        if self.cfg.fast_forward and self._stretch(node, busy, now):
+            return
+        for replica in busy:
             before = replica.scheduler.preemptions
             # A step that only preempted schedules nothing; the engine loops straight on.
             duration = replica.begin_step(now) or replica.begin_step(now)
             node.preemptions += replica.scheduler.preemptions - before
             if duration is not None:
-                node.next_rr = (node.next_rr + k + 1) % n
+                node.next_rr = (node.replicas.index(replica) + 1) % n
+                node.stretching = []
                 self._occupy(node, replica, _STEP, now + duration)
                 return
+
+    def _stretch(self, node: SimNode, busy: list[SimReplica], now: float) -> bool:
+        """Fast-forward every busy replica of the node together, if each can: they take turns,
+        one step each per round in round-robin order, until the first step (in time) after
+        which a batch would change."""
+        plans = []
+        for replica in busy:
+            plan = replica.plan_stretch()
+            if plan is None:
+                return False
+            plans.append(plan)
+        rounds = min(p.steps for p in plans)
+        last = next(i for i, p in enumerate(plans) if p.steps == rounds)
+        per_round = sum(p.first_s for p in plans)
+        growth = sum(p.growth_s for p in plans)
+        before = before_growth = 0.0
+        for i, (replica, plan) in enumerate(zip(busy, plans)):
+            before += plan.first_s
+            before_growth += plan.growth_s
+            replica.start_stretch(plan, rounds if i <= last else rounds - 1, now + before,
+                                  per_round + before_growth, growth)
+        node.stretching = busy
+        node.next_rr = (node.replicas.index(busy[last]) + 1) % len(node.replicas)
+        self.stretches += 1
+        self._occupy(node, busy[0], _STRETCH, busy[last].stretch.end_of(rounds))
+        return True
+
+    def _cut(self, node: SimNode, now: float) -> None:
+        """An arrival at `now` ends the node's stretch after the step in progress (if that is
+        not the stretch's last step anyway): every replica applies the steps it started, and
+        exact stepping resumes after that step, with the replica after its owner."""
+        in_progress = None     # (start, end, replica, is its last step)
+        for replica in node.stretching:
+            st = replica.stretch
+            m = st.count_before(now, inclusive=False)
+            if m and (in_progress is None or st.start_of(m) > in_progress[0]):
+                in_progress = (st.start_of(m), st.end_of(m), replica, m == st.steps)
+        _, end, owner, owners_last = in_progress
+        if owners_last and all(r.stretch.count_before(now, False) == r.stretch.steps
+                               for r in node.stretching):
+            return
+        for replica in node.stretching:
+            replica.apply_started(now)
+        node.stretching = []
+        node.next_rr = (node.replicas.index(owner) + 1) % len(node.replicas)
+        node.gen += 1
+        node.mode = _FREE
+        self._push(end, _P_STEP, _STEP_END, node, node.gen)
 
     def _occupy(self, node: SimNode, replica: SimReplica, mode: int, end: float) -> None:
         node.current, node.mode = replica, mode
@@ -317,13 +358,13 @@ class Simulator:
         self._push(end, _P_STEP, _STEP_END, node, node.gen)
 
     def _step_end(self, node: SimNode, now: float) -> None:
-        replica = node.current
+        finished = []
         if node.mode == _STEP:
-            finished = replica.end_step(now)
+            finished = node.current.end_step(now)
         elif node.mode == _STRETCH:
-            finished = replica.finish_stretch()
-        else:
-            finished = []
+            for replica in node.stretching:
+                finished += replica.finish_stretch()
+            node.stretching = []
         for active in finished:
             self._finish(active)
         self._start_next(node, now)
@@ -426,7 +467,7 @@ class Simulator:
     def _retire_drained(self, node: SimNode) -> None:
         for r in list(node.replicas):
             if node.phases[r.replica_id] is ReplicaPhase.DRAINING and not r.has_work() \
-                    and node.current is not r:
+                    and node.current is not r and r.stretch is None:
                 node.replicas.remove(r)
                 del node.phases[r.replica_id]
                 del self.replicas[r.replica_id]

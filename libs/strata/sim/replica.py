@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from strata.engine.block_pool import BlockPool
@@ -74,35 +75,62 @@ class Active:
 
 @dataclass(slots=True)
 class Stretch:
-    start_s: float
+    """A replica's part of a fast-forward stretch: `steps` decode steps of one batch.
+
+    Its own step j (1-based) lasts first_s + growth_s * (j - 1). On a GPU it shares, its steps
+    take turns with the other replicas' (round-robin, one step each per round), so its step ends
+    follow a quadratic in j too: end(j) = end1_s + gap_s * (j - 1) + gap_growth_s * (j - 1) *
+    (j - 2) / 2. Alone on its GPU: end1_s = start + first_s, gap_s = first_s + growth_s,
+    gap_growth_s = growth_s.
+    """
+
     steps: int
     batch: int
-    first_s: float                    # duration of the stretch's first step
-    growth_s: float                   # each later step is this much longer (contexts grow)
+    first_s: float                    # duration of the replica's first step
+    growth_s: float                   # each later step of it is this much longer
     order: list[Active]               # the scheduler's order
     allocs: list[tuple[int, int]]     # (step, index in order) of every block allocation
     alloc_steps: list[int] = field(default_factory=list)   # the allocations' steps, sorted
-    done: int = 0                     # steps already applied
+    end1_s: float = 0.0
+    gap_s: float = 0.0
+    gap_growth_s: float = 0.0
 
-    def end_of(self, i: int) -> float:
-        """End of step i (1-based); end_of(0) is the start."""
-        return self.start_s + i * self.first_s + self.growth_s * i * (i - 1) / 2
+    def end_of(self, j: int) -> float:
+        """End of step j (1..steps)."""
+        x = j - 1
+        return self.end1_s + self.gap_s * x + self.gap_growth_s * x * (x - 1) / 2
 
-    def _ends_by(self, t: float, inclusive: bool) -> int:
-        """Steps whose end is before t (or at t when inclusive), 0..steps: the quadratic's
-        root, then settled against end_of itself so rounding cannot move a boundary."""
-        x = t - self.start_s
-        g, a = self.growth_s, self.first_s
-        if g > 0:
-            b = a - g / 2
-            i = int((-b + math.sqrt(max(0.0, b * b + 2 * g * x))) / g) if x > 0 else 0
+    def duration(self, j: int) -> float:
+        return self.first_s + self.growth_s * (j - 1)
+
+    def start_of(self, j: int) -> float:
+        return self.end_of(j) - self.duration(j)
+
+    def busy_of(self, m: int) -> float:
+        """Engine time of the first m steps."""
+        return m * self.first_s + self.growth_s * m * (m - 1) / 2
+
+    def _count(self, t: float, inclusive: bool, at: Callable[[int], float], q0: float,
+               q1: float) -> int:
+        """How many of steps 1..steps have at(j) < t (<= when inclusive), where at(j) =
+        q0 + q1 (j - 1) + gap_growth_s (j - 1)(j - 2) / 2 grows with j: the quadratic's root,
+        then settled against at() itself so rounding cannot move a boundary."""
+        q2 = self.gap_growth_s
+        x = t - q0
+        if x < 0:
+            i = 0
+        elif q2 > 0:
+            b = q1 - q2 / 2
+            i = 1 + int((-b + math.sqrt(max(0.0, b * b + 2 * q2 * x))) / q2)
+        elif q1 > 0:
+            i = 1 + int(x / q1)
         else:
-            i = int(x / a) if a > 0 and x > 0 else (self.steps if x > 0 else 0)
+            i = self.steps
         i = min(max(i, 0), self.steps)
 
         def before(k: int) -> bool:
-            e = self.end_of(k)
-            return e < t or (inclusive and e == t)
+            v = at(k)
+            return v < t or (inclusive and v == t)
 
         while i > 0 and not before(i):
             i -= 1
@@ -112,12 +140,11 @@ class Stretch:
 
     def count_before(self, t: float, inclusive: bool) -> int:
         """Steps whose start is before t (or at t when inclusive)."""
-        if not (self.start_s < t or (inclusive and self.start_s == t)):
-            return 0
-        return min(self.steps, self._ends_by(t, inclusive) + 1)
+        return self._count(t, inclusive, self.start_of, self.end1_s - self.first_s,
+                           self.gap_s - self.growth_s)
 
     def ended_by(self, t: float) -> int:
-        return self._ends_by(t, inclusive=True)
+        return self._count(t, True, self.end_of, self.end1_s, self.gap_s)
 
     def allocated_by(self, step: int) -> int:
         """Blocks the stretch's first `step` steps allocate."""
@@ -236,13 +263,14 @@ class SimReplica:
         self.scheduler.finish(seq, FinishReason.LENGTH)
 
     # -- fast-forward --------------------------------------------------------------------------
-    def try_stretch(self, now: float) -> float | None:
-        """Start a fast-forward stretch at `now` if the batch cannot change; its end time."""
+    def plan_stretch(self) -> Stretch | None:
+        """A stretch this replica could fast-forward now (its timing not set yet), or None.
+        No side effects: start_stretch commits it."""
         s = self.scheduler
         if not s.running or len(s.running) > s.max_batched_tokens:
             return None
-        blocked = bool(s.waiting) and self._admission_blocked()
-        if s.waiting and blocked is None:
+        blocked = self._admission_blocked() if s.waiting else "none"
+        if blocked is None:
             return None
         steps = math.inf
         context = 0
@@ -274,13 +302,30 @@ class SimReplica:
             first = sum(1 for j, _ in allocs if j == 1)
             if self._head_need() <= free - first:
                 return None
-            s.waiting_for_memory = len(s.waiting)
         batch = len(order)
         c = self.costs
-        self.stretch = Stretch(now, steps, batch, c.decode_seconds(batch, context),
-                               c.decode_attend_s * batch, [self.active[id(q)] for q in order],
-                               allocs, [j for j, _ in allocs])
-        return self.stretch.end_of(steps)
+        return Stretch(steps, batch, c.decode_seconds(batch, context), c.decode_attend_s * batch,
+                       [self.active[id(q)] for q in order], allocs, [j for j, _ in allocs])
+
+    def start_stretch(self, st: Stretch, steps: int, end1_s: float, gap_s: float,
+                      gap_growth_s: float) -> None:
+        """Commit a planned stretch: its first `steps` steps (at most as planned), timed."""
+        st.steps = steps
+        st.allocs = [a for a in st.allocs if a[0] <= steps]
+        st.alloc_steps = [j for j, _ in st.allocs]
+        st.end1_s, st.gap_s, st.gap_growth_s = end1_s, gap_s, gap_growth_s
+        if self.scheduler.waiting and self._admission_blocked() == "memory":
+            self.scheduler.waiting_for_memory = len(self.scheduler.waiting)
+        self.stretch = st
+
+    def try_stretch(self, now: float) -> float | None:
+        """Start a stretch at `now` alone on the GPU; its end time, or None."""
+        st = self.plan_stretch()
+        if st is None:
+            return None
+        self.start_stretch(st, st.steps, now + st.first_s, st.first_s + st.growth_s,
+                           st.growth_s)
+        return st.end_of(st.steps)
 
     def _head_need(self) -> int:
         """Blocks the first waiting sequence (scheduler order) would ask for next to a full
@@ -310,19 +355,15 @@ class SimReplica:
             return None
         return "memory"
 
-    def cut(self, now: float) -> float | None:
-        """An arrival at `now` ends the stretch after the step in progress; apply the steps
-        started so far and return when the last of them ends. None: the step in progress is
-        the stretch's last, which ends it anyway."""
+    def apply_started(self, now: float) -> int:
+        """Apply the stretch's steps started before `now` (an arrival cut it) and end it;
+        returns how many. None finishes a sequence: a stretch is cut before its last step."""
         st = self.stretch
-        started = max(1, st.count_before(now, inclusive=False))
-        if started >= st.steps:
-            return None
-        end = st.end_of(started)
-        finished = self._apply(started)
+        m = st.count_before(now, inclusive=False)
+        finished = self._apply(m)
         assert not finished, "a stretch is cut only before its last step"
         self.stretch = None
-        return end
+        return m
 
     def finish_stretch(self) -> list[Active]:
         """Apply a stretch that ran to its end; returns the requests it finished."""
@@ -332,6 +373,8 @@ class SimReplica:
 
     def _apply(self, m: int) -> list[Active]:
         st = self.stretch
+        if m == 0:
+            return []
         for j, idx in st.allocs:
             if j > m:
                 break
@@ -356,8 +399,7 @@ class SimReplica:
         c.steps += m
         c.step_tokens += st.batch * m
         c.step_token_budget += self.limits.max_batched_tokens * m
-        c.busy_seconds += end - st.start_s
-        st.done = m
+        c.busy_seconds += st.busy_of(m)
         return finished
 
     # -- reads ---------------------------------------------------------------------------------
@@ -386,6 +428,5 @@ class SimReplica:
         e = st.ended_by(now)
         return Counters(c.steps + e, c.step_tokens + st.batch * e,
                         c.step_token_budget + self.limits.max_batched_tokens * e,
-                        c.busy_seconds + st.end_of(e) - st.start_s, c.prompt_tokens,
-                        c.prefix_hit_tokens)
+                        c.busy_seconds + st.busy_of(e), c.prompt_tokens, c.prefix_hit_tokens)
 
