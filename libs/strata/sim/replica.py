@@ -318,15 +318,6 @@ class SimReplica:
             self.scheduler.waiting_for_memory = len(self.scheduler.waiting)
         self.stretch = st
 
-    def try_stretch(self, now: float) -> float | None:
-        """Start a stretch at `now` alone on the GPU; its end time, or None."""
-        st = self.plan_stretch()
-        if st is None:
-            return None
-        self.start_stretch(st, st.steps, now + st.first_s, st.first_s + st.growth_s,
-                           st.growth_s)
-        return st.end_of(st.steps)
-
     def _head_need(self) -> int:
         """Blocks the first waiting sequence (scheduler order) would ask for next to a full
         batch of decodes."""
@@ -341,7 +332,7 @@ class SimReplica:
         "full": every sequence slot or the whole token budget is taken by decodes, so the
         scheduler admits nothing and touches nothing. "memory": the head has no prefix in the
         device cache, so its failed admission leaves the pool as it was; whether it fails is
-        checked against the stretch's allocations (try_stretch).
+        checked against the stretch's allocations (plan_stretch).
         """
         s = self.scheduler
         if len(s.running) >= s.max_seqs or len(s.running) >= s.max_batched_tokens:
