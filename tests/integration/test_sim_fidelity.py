@@ -8,9 +8,10 @@ the gateway's spans.
 What the simulator knows is measured in this test run, never fitted to the figures compared:
 the engine profile (strata.engine.profiler, in this process, on an engine configured as the
 stack's worker: one torch thread, 256-token steps), and the stack's overheads
-(strata.sim.stack_overheads) from calibration requests sent before the trace: eight single
-requests one at a time (gRPC hops in and out, from their spans) and a burst of eight sent
-together (the worker's per-step and per-token stream work, from the TPOTs at batch 1 and 8).
+(strata.sim.stack_overheads) from calibration requests sent before the trace: six single
+requests one at a time (gRPC hops in and out, from their spans) and a burst of sixteen sent
+together (the worker's per-step and per-token stream work, from the TPOTs at batch 1 and 16,
+over 47 decode steps each; the trace's batches reach about that size).
 
 The model is dummy-bench (57M parameters, decode steps of 17 ms and more here), not dummy-tiny:
 dummy-tiny's steps (under 1 ms) are shorter than the stack's own per-token work (about 1 ms), so
@@ -63,7 +64,7 @@ GRID = ProfileGrid(prefill_tokens=(16, 64, 256), prefill_contexts=(0, 256),
                    decode_batches=(1, 4, 16), decode_contexts=(16, 256), mixed=((4, 128, 64),),
                    repeats=2, decode_steps=3)
 RATE, REQUESTS, PROMPT, OUTPUT, SPREAD, SEED = 3.0, 50, 128, 24, 0.75, 7
-CAL_PROMPT, CAL_OUTPUT, CAL_REQUESTS = 64, 24, 8
+CAL_PROMPT, CAL_OUTPUT, CAL_SINGLES, CAL_BURST = 64, 48, 6, 16
 BOUND = 0.10
 
 
@@ -155,19 +156,19 @@ def test_simulator_latencies_match_the_stack(bench_stack, tmp_path, monkeypatch)
 
     # Calibration: single requests one at a time, then a burst decoding together.
     singles_id, singles_dir = _replay(bench_stack, tmp_path, "calibration-singles", [
-        "--format", "gamma", "--rate", "2", "--cv", "0", "--max-requests", str(CAL_REQUESTS),
+        "--format", "gamma", "--rate", "1", "--cv", "0", "--max-requests", str(CAL_SINGLES),
         *_sized(CAL_PROMPT, CAL_OUTPUT), "--seed", "3"])
     records = [json.loads(line) for line in
                (singles_dir / "requests.jsonl").read_text().splitlines()]
     singles = _spans(bench_stack, [r["trace_id"] for r in records])
     burst_id, _ = _replay(bench_stack, tmp_path, "calibration-burst", [
-        "--format", "gamma", "--rate", "500", "--cv", "0", "--max-requests", str(CAL_REQUESTS),
+        "--format", "gamma", "--rate", "500", "--cv", "0", "--max-requests", str(CAL_BURST),
         *_sized(CAL_PROMPT, CAL_OUTPUT), "--seed", "3"])
     context = CAL_PROMPT + CAL_OUTPUT / 2
-    tpot = {run: _report(bench_stack, run, CAL_REQUESTS).request.overall.tpot_ms.p50 / 1e3
-            for run in (singles_id, burst_id)}
+    tpot = {run: _report(bench_stack, run, want).request.overall.tpot_ms.p50 / 1e3
+            for run, want in ((singles_id, CAL_SINGLES), (burst_id, CAL_BURST))}
     overheads = stack_overheads(singles, DecodeTiming(1, context, tpot[singles_id]),
-                                DecodeTiming(CAL_REQUESTS, context, tpot[burst_id]),
+                                DecodeTiming(CAL_BURST, context, tpot[burst_id]),
                                 profile.costs, profile.overheads.add_s)
 
     run_id, _ = _replay(bench_stack, tmp_path, "fidelity", [

@@ -57,12 +57,34 @@ def test_prefill_residuals_are_exact_at_the_grid_and_bilinear_between():
     grid_part = costs.seconds(mid) - costs.line_seconds(mid)
     corner = costs.grid_residual_s[2]
     assert grid_part == pytest.approx((corner[0] + corner[1]) / 2)
-    # beyond the grid the edge value holds; decodes never get a residual
+    # beyond the grid the edge value holds
     far = StepShape(256, 0, prefill_keys(1, 256, 4352, 16), 0.0, 1, 256, 4096)
     assert costs.seconds(far) - costs.line_seconds(far) == pytest.approx(corner[1])
-    decode = StepShape(8, 8, 0.0, 800.0, 1)
-    assert costs.seconds(decode) == costs.line_seconds(decode)
-    assert costs.decode_seconds(8, 800.0) == pytest.approx(costs.seconds(decode))
+
+
+def test_decode_residuals_by_batch_are_exact_on_average_and_linear_between():
+    # Batch 8 costs 1 ms more than the line at both contexts: a concave batch curve.
+    points = [m for m in _grid() if m.kind != "decode"]
+    for b in (1, 8, 32):
+        for c in (16, 512):
+            points.append(_measured("decode", b, b, 0.0, b * (c + 3.0), batch=b, context=c + 3,
+                                    extra=1e-3 if b == 8 else 0.0))
+    costs, _ = fit(points)
+    assert costs.decode_batches == (1, 8, 32)
+    for b in (1, 8, 32):
+        mine = [m for m in points if m.kind == "decode" and m.batch == b]
+        errors = [costs.seconds(m.shape) - m.seconds for m in mine]
+        assert sum(errors) == pytest.approx(0.0, abs=1e-12)   # over the batch's contexts
+        for m in mine:
+            assert costs.decode_seconds(b, m.decode_keys) == pytest.approx(
+                costs.seconds(m.shape), rel=1e-12)
+    r = costs.decode_residual_s
+    assert costs.decode_residual(20) == pytest.approx((r[1] + r[2]) / 2)
+    assert costs.decode_residual(64) == r[2] and costs.decode_residual(1) == r[0]
+    # prefill and mixed steps never take a decode residual
+    mixed = next(m for m in points if m.kind == "mixed")
+    assert costs.seconds(mixed.shape) == pytest.approx(
+        costs.line_seconds(mixed.shape) + costs.grid_residual_s[1][0])
 
 
 def test_fit_needs_enough_points_and_positive_times():

@@ -33,7 +33,7 @@ import json
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -103,12 +103,26 @@ class StepCosts:
     grid_tokens: tuple[int, ...] = ()
     grid_contexts: tuple[int, ...] = ()
     grid_residual_s: tuple[tuple[float, ...], ...] = ()
+    # Decode steps are not linear in the batch on a CPU either (small matrix products get
+    # cheaper per row as they grow): the decode measurements' residuals, averaged over their
+    # contexts, by batch size, interpolated linearly and clamped. Context stays on the line, so
+    # a batch's steps still lengthen linearly as its contexts grow (fast-forward's closed form).
+    decode_batches: tuple[int, ...] = ()
+    decode_residual_s: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "grid_tokens", tuple(self.grid_tokens))
         object.__setattr__(self, "grid_contexts", tuple(self.grid_contexts))
         object.__setattr__(self, "grid_residual_s",
                            tuple(tuple(row) for row in self.grid_residual_s))
+        object.__setattr__(self, "decode_batches", tuple(self.decode_batches))
+        object.__setattr__(self, "decode_residual_s", tuple(self.decode_residual_s))
+
+    def decode_residual(self, batch: int) -> float:
+        if not self.decode_batches:
+            return 0.0
+        lo, hi, f = _bracket(self.decode_batches, batch)
+        return self.decode_residual_s[lo] * (1 - f) + self.decode_residual_s[hi] * f
 
     def line_seconds(self, shape: StepShape) -> float:
         return (self.step_s + self.token_s * shape.tokens + self.sample_s * shape.sampled
@@ -120,13 +134,17 @@ class StepCosts:
         if shape.prefill_longest and self.grid_tokens:
             t += _bilinear(self.grid_tokens, self.grid_contexts, self.grid_residual_s,
                            shape.prefill_longest, shape.prefill_context)
+        elif not shape.prefill_keys and shape.tokens == shape.sampled:
+            t += self.decode_residual(shape.tokens)
         return max(t, self.step_s)
 
     def decode_seconds(self, batch: int, context_sum: float) -> float:
         """A step of `batch` one-token decodes whose contexts (keys attended) sum to
-        context_sum: the hot path of the simulator's fast-forward."""
-        return (self.step_s + self.group_s + (self.token_s + self.sample_s) * batch
-                + self.decode_attend_s * context_sum)
+        context_sum: the hot path of the simulator's fast-forward; equals seconds() of that
+        step."""
+        t = (self.step_s + self.group_s + (self.token_s + self.sample_s) * batch
+             + self.decode_attend_s * context_sum + self.decode_residual(batch))
+        return max(t, self.step_s)
 
 
 @dataclass(slots=True, frozen=True)
@@ -261,9 +279,17 @@ def _residual_grid(line: StepCosts, prefills: Sequence[Measurement]) -> StepCost
         # A shape the model could not run (context too long) takes its nearest measured context.
         have = [c for c in contexts if (n, c) in found]
         rows.append(tuple(found[(n, min(have, key=lambda h: abs(h - c)))] for c in contexts))
-    return StepCosts(line.step_s, line.token_s, line.sample_s, line.prefill_attend_s,
-                     line.decode_attend_s, line.group_s, tuple(tokens), tuple(contexts),
-                     tuple(rows))
+    return replace(line, grid_tokens=tuple(tokens), grid_contexts=tuple(contexts),
+                   grid_residual_s=tuple(rows))
+
+
+def _decode_residuals(line: StepCosts, decodes: Sequence[Measurement]) -> StepCosts:
+    by_batch: dict[int, list[float]] = {}
+    for m in decodes:
+        by_batch.setdefault(m.batch, []).append(m.seconds - line.line_seconds(m.shape))
+    batches = sorted(by_batch)
+    return replace(line, decode_batches=tuple(batches), decode_residual_s=tuple(
+        math.fsum(by_batch[b]) / len(by_batch[b]) for b in batches))
 
 
 def fit(measurements: Sequence[Measurement]) -> tuple[StepCosts, FitError]:
@@ -285,5 +311,8 @@ def fit(measurements: Sequence[Measurement]) -> tuple[StepCosts, FitError]:
     prefills = [m for m in measurements if m.kind == "prefill"]
     if prefills:
         costs = _residual_grid(costs, prefills)
+    decodes = [m for m in measurements if m.kind == "decode"]
+    if decodes:
+        costs = _decode_residuals(costs, decodes)
     return costs, FitError(mean_abs_rel=math.fsum(rel) / len(rel), max_abs_rel=max(rel),
                            points=len(rel))
