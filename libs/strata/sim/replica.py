@@ -177,6 +177,7 @@ class SimReplica:
         self.active: dict[int, Active] = {}       # by id(seq)
         self.counters = Counters()
         self.stretch: Stretch | None = None
+        self._unstamped: list[Sequence] = []
         self._plan: StepPlan | None = None
         self._step_start = 0.0
 
@@ -185,6 +186,9 @@ class SimReplica:
 
     # -- membership ----------------------------------------------------------------------------
     def add(self, request: SimRequest, arrival_s: float, now: float) -> None:
+        """A request reaches the worker at `now`. The engine takes adds in between steps and
+        stamps them then (Sequence.arrival, hence queue_ms and the scheduling order), so the
+        stamp is set when the replica next plans a step (take_adds)."""
         seq = Sequence(request_id=str(request.index), token_ids=request.prompt_ids(),
                        num_prompt=request.prompt_tokens,
                        params=SamplingParams(max_tokens=request.output_tokens, ignore_eos=True),
@@ -192,6 +196,14 @@ class SimReplica:
                        arrival=now)
         self.active[id(seq)] = Active(request, seq, arrival_s)
         self.scheduler.add(seq)
+        self._unstamped.append(seq)
+
+    def take_adds(self, now: float) -> None:
+        """Stamp the adds since the last step as the engine would at `now`: a microsecond
+        apart in add order, as its successive monotonic() reads are."""
+        for k, seq in enumerate(self._unstamped):
+            seq.arrival = now + k * 1e-6
+        self._unstamped.clear()
 
     def has_work(self) -> bool:
         return self.scheduler.has_work()
@@ -199,6 +211,7 @@ class SimReplica:
     # -- exact stepping ------------------------------------------------------------------------
     def begin_step(self, now: float) -> float | None:
         """Plan a step at `now`; its duration, or None when nothing could be scheduled."""
+        self.take_adds(now)
         plan = self.scheduler.schedule()
         if not plan.scheduled:
             return None
@@ -265,8 +278,10 @@ class SimReplica:
     # -- fast-forward --------------------------------------------------------------------------
     def plan_stretch(self) -> Stretch | None:
         """A stretch this replica could fast-forward now (its timing not set yet), or None.
-        No side effects: start_stretch commits it."""
+        No side effects on the scheduler: start_stretch commits it."""
         s = self.scheduler
+        if self._unstamped:
+            return None   # an add since the last step: the batch may change at the next
         if not s.running or len(s.running) > s.max_batched_tokens:
             return None
         blocked = self._admission_blocked() if s.waiting else "none"
