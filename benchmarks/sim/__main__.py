@@ -52,8 +52,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="a second profile run at full size over --also-minutes of the trace "
                         "(default: the default model's, whose GPUs serve ~7x more requests)")
     p.add_argument("--also-minutes", type=float, default=10.0, help="0 skips the second run")
-    p.add_argument("--baseline-nodes", type=int, default=40)
-    p.add_argument("--baseline-minutes", type=float, default=10.0)
+    p.add_argument("--baseline-nodes", type=int, default=100)
+    p.add_argument("--baseline-minutes", type=float, default=20.0)
     p.add_argument("--no-fidelity", action="store_true",
                    help="skip the fidelity test (it starts the real stack, about a minute)")
     p.add_argument("--out", default=str(ROOT / "docs" / "benchmarks" / "sim.md"))

@@ -9,7 +9,6 @@ from benchmarks.sim.run import RunFigures
 from strata.sim.profile import EngineProfile
 
 TARGET_S = 300.0
-FIDELITY_BOUND = 0.10
 
 
 @dataclass(slots=True)
@@ -55,12 +54,17 @@ def _fidelity(f: dict | None) -> list[str]:
              f"{f['requests']} requests ({f['workload']}) on one node, `{f['model']}`, through "
              f"the real stack and through the simulator with a profile measured in the same "
              f"test run and the stack's overheads measured by calibration requests "
-             f"({f['overheads']}). pytest: {f['pytest']}.", "",
-             "| figure | real stack | simulator | error | within 10% |", "|---|---:|---:|---:|---|"]
+             f"({f['overheads']}); other work on the machine meanwhile: "
+             f"{f['other_cores']:.2f} cores. The issue's target is {f['target']:.0%}; the test "
+             f"asserts {f['bound']:.0%}, because at this size the target is not reached "
+             f"reliably (the test's docstring has the spread over repeated runs). pytest: "
+             f"{f['pytest']}.", "",
+             f"| figure | real stack | simulator | error | within {f['target']:.0%} |",
+             "|---|---:|---:|---:|---|"]
     for name, real, sim in f["figures"]:
         err = (sim - real) / real
         lines.append(f"| {name} | {real:.1f} | {sim:.1f} | {err * 100:+.1f}% | "
-                     f"{'yes' if abs(err) <= FIDELITY_BOUND else 'NO'} |")
+                     f"{'yes' if abs(err) <= f['target'] else 'NO'} |")
     return lines
 
 
@@ -108,7 +112,10 @@ def render(b: SimBench) -> str:
         f"(the same load per GPU), once stepping the engine scheduler at every step and once "
         f"with fast-forward. Fast-forward is {speedup:.1f}x faster here; the largest "
         f"difference in any request's TTFT or E2E between the two is {b.max_diff_ms:.2g} ms "
-        f"(float rounding: they take the same scheduling decisions).", "",
+        f"(float rounding: they take the same scheduling decisions). Stepping exactly at "
+        f"{b.exact.steps_per_s:,.0f} engine steps a second, the full-size run's "
+        f"{m.steps:,} steps would take about {m.steps / b.exact.steps_per_s / 60:.0f} minutes "
+        f"without fast-forward.", "",
         HEADER, _row("exact stepping", b.exact), _row("fast-forward", b.fast), "",
         "## Fidelity", "", *_fidelity(b.fidelity), "",
         "## Notes", "",
