@@ -68,6 +68,14 @@ def _fidelity(f: dict | None) -> list[str]:
     return lines
 
 
+def _failures(r: RunFigures) -> str:
+    codes = ", ".join(f"{n} {code}" for code, n in sorted(r.failed_codes.items()))
+    return (f"Failed requests at {r.nodes} GPUs over {r.trace_s / 60:.0f} min: {codes}. "
+            f"INVALID_ARGUMENT is the engine's refusal of a request whose prompt and answer "
+            f"need more KV blocks than the worker's pool holds (the real worker refuses it "
+            f"alike); UNAVAILABLE, no ready replica.\n")
+
+
 def render(b: SimBench) -> str:
     m, p = b.main, b.profile
     verdict = "PASS" if m.wall_s <= TARGET_S else "FAIL"
@@ -100,6 +108,7 @@ def render(b: SimBench) -> str:
         HEADER, _row("full size, fast-forward", m),
         *([_row(f"full size, {b.also.trace_s / 60:.0f} min, {b.also_label.split('`')[1]}",
                 b.also)] if b.also else []), "",
+        *([_failures(r) for r in (m, b.also) if r is not None and r.failed]),
         *([f"The second row runs the default model ({b.also_label}) on the same "
            f"{b.also.nodes} GPUs for {b.also.trace_s / 60:.0f} minutes of the trace: its GPUs "
            f"serve more requests per hour, {b.also.requests / (b.also.trace_s / 3600):,.0f} "
@@ -112,10 +121,11 @@ def render(b: SimBench) -> str:
         f"(the same load per GPU), once stepping the engine scheduler at every step and once "
         f"with fast-forward. Fast-forward is {speedup:.1f}x faster here; the largest "
         f"difference in any request's TTFT or E2E between the two is {b.max_diff_ms:.2g} ms "
-        f"(float rounding: they take the same scheduling decisions). Stepping exactly at "
-        f"{b.exact.steps_per_s:,.0f} engine steps a second, the full-size run's "
-        f"{m.steps:,} steps would take about {m.steps / b.exact.steps_per_s / 60:.0f} minutes "
-        f"without fast-forward.", "",
+        f"(float rounding: they take the same scheduling decisions). Exact stepping covers "
+        f"{b.exact.steps_per_s:,.0f} engine steps a second of wall time here, fast-forward "
+        f"{b.fast.steps_per_s:,.0f}; the full-size run's {m.steps:,} steps alone would take "
+        f"about {m.steps / b.exact.steps_per_s / 60:.1f} minutes to step exactly, on top of "
+        f"its routing and heartbeats.", "",
         HEADER, _row("exact stepping", b.exact), _row("fast-forward", b.fast), "",
         "## Fidelity", "", *_fidelity(b.fidelity), "",
         "## Notes", "",

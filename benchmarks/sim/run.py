@@ -8,7 +8,6 @@ target utilization until the pilot's busy time over wall time lands within a few
 
 from __future__ import annotations
 
-import os
 import random
 import resource
 import time
@@ -33,6 +32,7 @@ class RunFigures:
     fast_forward: bool
     requests: int
     failed: int
+    failed_codes: dict[str, int]
     wall_s: float
     cpu_s: float                 # this process's CPU time during the run
     events: int
@@ -80,7 +80,8 @@ def simulate(profile: EngineProfile, trace: list[TraceRequest], nodes: int, trac
     ok = [r for r in result.rows if not r.error_code]
     return RunFigures(
         nodes=nodes, trace_s=trace_s, rate_factor=rate_factor, fast_forward=fast_forward,
-        requests=len(requests), failed=len(result.rows) - len(ok), wall_s=wall,
+        requests=len(requests), failed=len(result.rows) - len(ok),
+        failed_codes=_codes(result), wall_s=wall,
         cpu_s=(after.ru_utime + after.ru_stime) - (cpu.ru_utime + cpu.ru_stime),
         events=result.events, steps=result.steps, stretches=result.stretches,
         simulated_s=result.end_s, utilization=busy_fraction(result, trace_s),
@@ -88,6 +89,14 @@ def simulate(profile: EngineProfile, trace: list[TraceRequest], nodes: int, trac
         ttft_p99_ms=_percentile([r.ttft_ms for r in ok], 99),
         e2e_p50_ms=_percentile([r.e2e_ms for r in ok], 50),
         e2e_p99_ms=_percentile([r.e2e_ms for r in ok], 99)), result
+
+
+def _codes(result: SimResult) -> dict[str, int]:
+    codes: dict[str, int] = {}
+    for r in result.rows:
+        if r.error_code:
+            codes[r.error_code] = codes.get(r.error_code, 0) + 1
+    return codes
 
 
 def busy_fraction(result: SimResult, until_s: float) -> float:
@@ -127,6 +136,3 @@ def find_rate_factor(profile: EngineProfile, trace: list[TraceRequest], nodes: i
         factor *= (target / figures.utilization) ** (1.0 if figures.utilization < 0.9 else 0.5)
     return factor, pilots
 
-
-def cpu_count() -> int:
-    return os.cpu_count() or 1

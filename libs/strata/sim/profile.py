@@ -165,8 +165,9 @@ class RequestOverheads:
     scheduled. inbound_s: from the gateway's start to the worker's add (authentication, routing,
     the gRPC hops gateway -> node manager -> worker). outbound_s: a token's way from the engine
     back out of the gateway. step_extra_s: the worker's engine loop around each step (wake-up,
-    handing outputs to the gRPC loop). token_send_s: the worker hands each sampled token to its gRPC stream on the interpreter the
-    engine steps on, so every step takes this much longer per token it samples.
+    handing outputs to the gRPC loop). token_send_s: the worker hands each sampled token to its
+    gRPC stream on the interpreter the engine steps on, so every step takes this much longer
+    per token it samples.
     All zero for a bare engine; measured on a running stack.
     """
 
