@@ -43,8 +43,10 @@ eval: $(STAMP)
 	  $(BIN)/strata report --run $$id --html $(EVAL_OUT)/run-$$id.html --json $(EVAL_OUT)/run-$$id.json; \
 	  echo "HTML report: $(EVAL_OUT)/run-$$id.html"'
 
+# Timing comparisons (marker `benchmark`) are measurements for the bench-* targets: on a shared
+# 2-core machine they are not pass/fail tests.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra -m "not benchmark"
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit

@@ -61,7 +61,8 @@ from strata.telemetry import names
 from tests.integration.conftest import running_stack
 from tests.integration.test_stack import _client
 
-pytestmark = pytest.mark.integration
+# A timing comparison: `make bench-sim` runs it and reports it; `make test` leaves it out.
+pytestmark = [pytest.mark.integration, pytest.mark.benchmark]
 MODEL = "dummy-bench"
 BLOCKS, STEP_TOKENS = 256, 256
 OVERRIDES = {
