@@ -26,8 +26,7 @@ from gguf import GGUFReader, GGMLQuantizationType
 from gguf.quants import dequantize
 
 from strata.engine.bpe_tokenizer import BpeTokenizer
-from strata.engine.checkpoints import (DEFAULT_MODEL_FILE, DEFAULT_MODEL_PACKAGE,  # noqa: F401
-                                      default_model_path)
+from strata.engine.checkpoints import default_model_path  # noqa: F401 (tests import it here)
 from strata.engine.config import ModelConfig
 from strata.engine.loaded import LoadedModel
 

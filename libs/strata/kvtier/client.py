@@ -92,6 +92,7 @@ class TierClient:
         self.dropped = 0          # evicted blocks lost: no slot, queue full
         self.failed = 0           # blocks an RPC failed to deliver
         self.prefetched = 0       # prefix blocks the store promoted or pulled ahead of time
+        self.notes_dropped = 0    # device notes, prefetches and releases lost to a full queue
         self._thread = threading.Thread(target=self._drain, name="kv-tier-client", daemon=True)
         self._thread.start()
         self._note(_Device([], []), reset=True)
@@ -246,7 +247,12 @@ class TierClient:
             # Releases must not be lost (they unpin host blocks); everything else may be.
             self._queue.put(item, block=block, timeout=self.timeout_s if block else None)
         except queue.Full:
-            self.dropped += 1
+            # A lost block write is a lost cache entry; a lost note or prefetch only delays
+            # routing information or a promotion, so the two are counted apart.
+            if isinstance(item, (_Commit, kvstore_pb2.KVBlock)):
+                self.dropped += 1
+            else:
+                self.notes_dropped += 1
 
     def _note(self, item: _Device, reset: bool) -> None:
         self._enqueue((item, reset))
