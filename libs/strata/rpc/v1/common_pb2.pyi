@@ -22,6 +22,7 @@ class ReplicaState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REPLICA_STATE_READY: _ClassVar[ReplicaState]
     REPLICA_STATE_DRAINING: _ClassVar[ReplicaState]
     REPLICA_STATE_FAILED: _ClassVar[ReplicaState]
+    REPLICA_STATE_STANDBY: _ClassVar[ReplicaState]
 FINISH_REASON_UNSPECIFIED: FinishReason
 FINISH_REASON_STOP: FinishReason
 FINISH_REASON_LENGTH: FinishReason
@@ -32,6 +33,7 @@ REPLICA_STATE_LOADING: ReplicaState
 REPLICA_STATE_READY: ReplicaState
 REPLICA_STATE_DRAINING: ReplicaState
 REPLICA_STATE_FAILED: ReplicaState
+REPLICA_STATE_STANDBY: ReplicaState
 
 class SamplingParams(_message.Message):
     __slots__ = ("temperature", "top_p", "top_k", "seed", "repetition_penalty", "min_p", "frequency_penalty", "presence_penalty", "logprobs", "stop_token_ids", "ignore_eos")
@@ -144,7 +146,7 @@ class ModelInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., context_length: _Optional[int] = ..., memory_bytes: _Optional[int] = ...) -> None: ...
 
 class ReplicaInfo(_message.Message):
-    __slots__ = ("model", "replica_id", "state", "worker_address", "running_requests", "waiting_requests", "queued_tokens", "kv_blocks_total", "kv_blocks_free", "waiting_for_memory")
+    __slots__ = ("model", "replica_id", "state", "worker_address", "running_requests", "waiting_requests", "queued_tokens", "kv_blocks_total", "kv_blocks_free", "waiting_for_memory", "tokens_per_s", "max_seqs")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -155,6 +157,8 @@ class ReplicaInfo(_message.Message):
     KV_BLOCKS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     KV_BLOCKS_FREE_FIELD_NUMBER: _ClassVar[int]
     WAITING_FOR_MEMORY_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    MAX_SEQS_FIELD_NUMBER: _ClassVar[int]
     model: str
     replica_id: str
     state: ReplicaState
@@ -165,21 +169,65 @@ class ReplicaInfo(_message.Message):
     kv_blocks_total: int
     kv_blocks_free: int
     waiting_for_memory: int
-    def __init__(self, model: _Optional[str] = ..., replica_id: _Optional[str] = ..., state: _Optional[_Union[ReplicaState, str]] = ..., worker_address: _Optional[str] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., queued_tokens: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., kv_blocks_free: _Optional[int] = ..., waiting_for_memory: _Optional[int] = ...) -> None: ...
+    tokens_per_s: float
+    max_seqs: int
+    def __init__(self, model: _Optional[str] = ..., replica_id: _Optional[str] = ..., state: _Optional[_Union[ReplicaState, str]] = ..., worker_address: _Optional[str] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., queued_tokens: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., kv_blocks_free: _Optional[int] = ..., waiting_for_memory: _Optional[int] = ..., tokens_per_s: _Optional[float] = ..., max_seqs: _Optional[int] = ...) -> None: ...
+
+class TenantLoad(_message.Message):
+    __slots__ = ("tenant", "priority", "running", "queued", "tokens")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    priority: int
+    running: int
+    queued: int
+    tokens: int
+    def __init__(self, tenant: _Optional[str] = ..., priority: _Optional[int] = ..., running: _Optional[int] = ..., queued: _Optional[int] = ..., tokens: _Optional[int] = ...) -> None: ...
+
+class TenantPolicy(_message.Message):
+    __slots__ = ("tenant", "sla_class", "priority", "ttft_ms", "tpot_ms", "weight", "guaranteed_share", "burst_share")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    SLA_CLASS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    TTFT_MS_FIELD_NUMBER: _ClassVar[int]
+    TPOT_MS_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    GUARANTEED_SHARE_FIELD_NUMBER: _ClassVar[int]
+    BURST_SHARE_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    sla_class: str
+    priority: int
+    ttft_ms: float
+    tpot_ms: float
+    weight: float
+    guaranteed_share: float
+    burst_share: float
+    def __init__(self, tenant: _Optional[str] = ..., sla_class: _Optional[str] = ..., priority: _Optional[int] = ..., ttft_ms: _Optional[float] = ..., tpot_ms: _Optional[float] = ..., weight: _Optional[float] = ..., guaranteed_share: _Optional[float] = ..., burst_share: _Optional[float] = ...) -> None: ...
 
 class NodeInfo(_message.Message):
-    __slots__ = ("node_id", "address", "memory_bytes", "device", "replicas")
+    __slots__ = ("node_id", "address", "memory_bytes", "device", "replicas", "tenants", "interference", "safety_margin", "standby_workers")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    TENANTS_FIELD_NUMBER: _ClassVar[int]
+    INTERFERENCE_FIELD_NUMBER: _ClassVar[int]
+    SAFETY_MARGIN_FIELD_NUMBER: _ClassVar[int]
+    STANDBY_WORKERS_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     address: str
     memory_bytes: int
     device: str
     replicas: _containers.RepeatedCompositeFieldContainer[ReplicaInfo]
-    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., device: _Optional[str] = ..., replicas: _Optional[_Iterable[_Union[ReplicaInfo, _Mapping]]] = ...) -> None: ...
+    tenants: _containers.RepeatedCompositeFieldContainer[TenantLoad]
+    interference: float
+    safety_margin: float
+    standby_workers: int
+    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., device: _Optional[str] = ..., replicas: _Optional[_Iterable[_Union[ReplicaInfo, _Mapping]]] = ..., tenants: _Optional[_Iterable[_Union[TenantLoad, _Mapping]]] = ..., interference: _Optional[float] = ..., safety_margin: _Optional[float] = ..., standby_workers: _Optional[int] = ...) -> None: ...
 
 class ListModelsRequest(_message.Message):
     __slots__ = ()

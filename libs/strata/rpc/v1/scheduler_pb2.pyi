@@ -44,32 +44,38 @@ class HeartbeatResponse(_message.Message):
     def __init__(self, heartbeat_interval_ms: _Optional[int] = ...) -> None: ...
 
 class RouteRequest(_message.Message):
-    __slots__ = ("model", "tenant", "prompt_tokens_estimate", "prefix_hashes")
+    __slots__ = ("model", "tenant", "prompt_tokens_estimate", "prefix_hashes", "policy", "max_tokens")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_ESTIMATE_FIELD_NUMBER: _ClassVar[int]
     PREFIX_HASHES_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     model: str
     tenant: str
     prompt_tokens_estimate: int
     prefix_hashes: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, model: _Optional[str] = ..., tenant: _Optional[str] = ..., prompt_tokens_estimate: _Optional[int] = ..., prefix_hashes: _Optional[_Iterable[int]] = ...) -> None: ...
+    policy: _common_pb2.TenantPolicy
+    max_tokens: int
+    def __init__(self, model: _Optional[str] = ..., tenant: _Optional[str] = ..., prompt_tokens_estimate: _Optional[int] = ..., prefix_hashes: _Optional[_Iterable[int]] = ..., policy: _Optional[_Union[_common_pb2.TenantPolicy, _Mapping]] = ..., max_tokens: _Optional[int] = ...) -> None: ...
 
 class RouteResponse(_message.Message):
-    __slots__ = ("node_id", "node_address", "replica_id", "cached_blocks", "kv_source_address", "kv_source_blocks")
+    __slots__ = ("node_id", "node_address", "replica_id", "cached_blocks", "kv_source_address", "kv_source_blocks", "estimated_ttft_ms")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     CACHED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     KV_SOURCE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     KV_SOURCE_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATED_TTFT_MS_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     node_address: str
     replica_id: str
     cached_blocks: int
     kv_source_address: str
     kv_source_blocks: int
-    def __init__(self, node_id: _Optional[str] = ..., node_address: _Optional[str] = ..., replica_id: _Optional[str] = ..., cached_blocks: _Optional[int] = ..., kv_source_address: _Optional[str] = ..., kv_source_blocks: _Optional[int] = ...) -> None: ...
+    estimated_ttft_ms: float
+    def __init__(self, node_id: _Optional[str] = ..., node_address: _Optional[str] = ..., replica_id: _Optional[str] = ..., cached_blocks: _Optional[int] = ..., kv_source_address: _Optional[str] = ..., kv_source_blocks: _Optional[int] = ..., estimated_ttft_ms: _Optional[float] = ...) -> None: ...
 
 class ListNodesRequest(_message.Message):
     __slots__ = ()

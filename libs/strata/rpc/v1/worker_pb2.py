@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from strata.rpc.v1 import common_pb2 as strata_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16strata/v1/worker.proto\x12\tstrata.v1\x1a\x16strata/v1/common.proto\"\x91\x01\n\x15WorkerGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x10\n\x08priority\x18\x03 \x01(\x05\x12\'\n\x04spec\x18\x04 \x01(\x0b\x32\x19.strata.v1.GenerationSpec\x12\x19\n\x11kv_source_address\x18\x05 \x01(\t\"\x11\n\x0fGetStatsRequest\"\xac\x05\n\x0bWorkerStats\x12\r\n\x05model\x18\x01 \x01(\t\x12\x18\n\x10running_requests\x18\x02 \x01(\x05\x12\x18\n\x10waiting_requests\x18\x03 \x01(\x05\x12\x17\n\x0fkv_blocks_total\x18\x04 \x01(\x05\x12\x16\n\x0ekv_blocks_free\x18\x05 \x01(\x05\x12\x18\n\x10kv_blocks_cached\x18\x06 \x01(\x05\x12\x19\n\x11prefix_hit_tokens\x18\x07 \x01(\x03\x12\x17\n\x0ftier_hit_tokens\x18\x08 \x01(\x03\x12\x18\n\x10\x62locks_offloaded\x18\t \x01(\x03\x12\x15\n\rqueued_tokens\x18\n \x01(\x03\x12\x16\n\x0e\x63ontext_length\x18\x0b \x01(\x05\x12\x14\n\x0cmemory_bytes\x18\x0c \x01(\x03\x12\r\n\x05steps\x18\r \x01(\x03\x12\x13\n\x0bstep_tokens\x18\x0e \x01(\x03\x12\x19\n\x11step_token_budget\x18\x0f \x01(\x03\x12\x13\n\x0bpreemptions\x18\x10 \x01(\x03\x12\x14\n\x0c\x62usy_seconds\x18\x11 \x01(\x01\x12\x15\n\rprompt_tokens\x18\x12 \x01(\x03\x12\x1a\n\x12max_batched_tokens\x18\x13 \x01(\x05\x12\x19\n\x11kv_blocks_evicted\x18\x14 \x01(\x03\x12\x1c\n\x14\x62lock_lifetime_sum_s\x18\x15 \x01(\x01\x12\x1c\n\x14\x62lock_lifetime_p50_s\x18\x16 \x01(\x01\x12\x1c\n\x14\x62lock_lifetime_p99_s\x18\x17 \x01(\x01\x12\x1a\n\x12waiting_for_memory\x18\x18 \x01(\x05\x12\x1b\n\x13tier_blocks_dropped\x18\x19 \x01(\x03\x12\x19\n\x11prefetched_blocks\x18\x1a \x01(\x03\x12\x16\n\x0ekv_blocks_used\x18\x1b \x01(\x03\x32\x94\x01\n\x06Worker\x12J\n\x08Generate\x12 .strata.v1.WorkerGenerateRequest\x1a\x1a.strata.v1.GenerationChunk0\x01\x12>\n\x08GetStats\x12\x1a.strata.v1.GetStatsRequest\x1a\x16.strata.v1.WorkerStatsb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16strata/v1/worker.proto\x12\tstrata.v1\x1a\x16strata/v1/common.proto\"\xac\x01\n\x15WorkerGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x10\n\x08priority\x18\x03 \x01(\x05\x12\'\n\x04spec\x18\x04 \x01(\x0b\x32\x19.strata.v1.GenerationSpec\x12\x19\n\x11kv_source_address\x18\x05 \x01(\t\x12\x19\n\x11resume_output_ids\x18\x06 \x03(\x05\"\x11\n\x0fGetStatsRequest\"\x96\x06\n\x0bWorkerStats\x12\r\n\x05model\x18\x01 \x01(\t\x12\x18\n\x10running_requests\x18\x02 \x01(\x05\x12\x18\n\x10waiting_requests\x18\x03 \x01(\x05\x12\x17\n\x0fkv_blocks_total\x18\x04 \x01(\x05\x12\x16\n\x0ekv_blocks_free\x18\x05 \x01(\x05\x12\x18\n\x10kv_blocks_cached\x18\x06 \x01(\x05\x12\x19\n\x11prefix_hit_tokens\x18\x07 \x01(\x03\x12\x17\n\x0ftier_hit_tokens\x18\x08 \x01(\x03\x12\x18\n\x10\x62locks_offloaded\x18\t \x01(\x03\x12\x15\n\rqueued_tokens\x18\n \x01(\x03\x12\x16\n\x0e\x63ontext_length\x18\x0b \x01(\x05\x12\x14\n\x0cmemory_bytes\x18\x0c \x01(\x03\x12\r\n\x05steps\x18\r \x01(\x03\x12\x13\n\x0bstep_tokens\x18\x0e \x01(\x03\x12\x19\n\x11step_token_budget\x18\x0f \x01(\x03\x12\x13\n\x0bpreemptions\x18\x10 \x01(\x03\x12\x14\n\x0c\x62usy_seconds\x18\x11 \x01(\x01\x12\x15\n\rprompt_tokens\x18\x12 \x01(\x03\x12\x1a\n\x12max_batched_tokens\x18\x13 \x01(\x05\x12\x19\n\x11kv_blocks_evicted\x18\x14 \x01(\x03\x12\x1c\n\x14\x62lock_lifetime_sum_s\x18\x15 \x01(\x01\x12\x1c\n\x14\x62lock_lifetime_p50_s\x18\x16 \x01(\x01\x12\x1c\n\x14\x62lock_lifetime_p99_s\x18\x17 \x01(\x01\x12\x1a\n\x12waiting_for_memory\x18\x18 \x01(\x05\x12\x1b\n\x13tier_blocks_dropped\x18\x19 \x01(\x03\x12\x19\n\x11prefetched_blocks\x18\x1a \x01(\x03\x12\x16\n\x0ekv_blocks_used\x18\x1b \x01(\x03\x12\x1d\n\x15step_seconds_observed\x18\x1c \x01(\x01\x12\x19\n\x11step_seconds_solo\x18\x1d \x01(\x01\x12\x10\n\x08max_seqs\x18\x1e \x01(\x05\x12\x1c\n\x14priority_preemptions\x18\x1f \x01(\x05\x32\x94\x01\n\x06Worker\x12J\n\x08Generate\x12 .strata.v1.WorkerGenerateRequest\x1a\x1a.strata.v1.GenerationChunk0\x01\x12>\n\x08GetStats\x12\x1a.strata.v1.GetStatsRequest\x1a\x16.strata.v1.WorkerStatsb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,11 +33,11 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'strata.v1.worker_pb2', _glo
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_WORKERGENERATEREQUEST']._serialized_start=62
-  _globals['_WORKERGENERATEREQUEST']._serialized_end=207
-  _globals['_GETSTATSREQUEST']._serialized_start=209
-  _globals['_GETSTATSREQUEST']._serialized_end=226
-  _globals['_WORKERSTATS']._serialized_start=229
-  _globals['_WORKERSTATS']._serialized_end=913
-  _globals['_WORKER']._serialized_start=916
-  _globals['_WORKER']._serialized_end=1064
+  _globals['_WORKERGENERATEREQUEST']._serialized_end=234
+  _globals['_GETSTATSREQUEST']._serialized_start=236
+  _globals['_GETSTATSREQUEST']._serialized_end=253
+  _globals['_WORKERSTATS']._serialized_start=256
+  _globals['_WORKERSTATS']._serialized_end=1046
+  _globals['_WORKER']._serialized_start=1049
+  _globals['_WORKER']._serialized_end=1197
 # @@protoc_insertion_point(module_scope)

@@ -1,31 +1,34 @@
 from strata.rpc.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class WorkerGenerateRequest(_message.Message):
-    __slots__ = ("request_id", "tenant", "priority", "spec", "kv_source_address")
+    __slots__ = ("request_id", "tenant", "priority", "spec", "kv_source_address", "resume_output_ids")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     KV_SOURCE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    RESUME_OUTPUT_IDS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     tenant: str
     priority: int
     spec: _common_pb2.GenerationSpec
     kv_source_address: str
-    def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., priority: _Optional[int] = ..., spec: _Optional[_Union[_common_pb2.GenerationSpec, _Mapping]] = ..., kv_source_address: _Optional[str] = ...) -> None: ...
+    resume_output_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., priority: _Optional[int] = ..., spec: _Optional[_Union[_common_pb2.GenerationSpec, _Mapping]] = ..., kv_source_address: _Optional[str] = ..., resume_output_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class GetStatsRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class WorkerStats(_message.Message):
-    __slots__ = ("model", "running_requests", "waiting_requests", "kv_blocks_total", "kv_blocks_free", "kv_blocks_cached", "prefix_hit_tokens", "tier_hit_tokens", "blocks_offloaded", "queued_tokens", "context_length", "memory_bytes", "steps", "step_tokens", "step_token_budget", "preemptions", "busy_seconds", "prompt_tokens", "max_batched_tokens", "kv_blocks_evicted", "block_lifetime_sum_s", "block_lifetime_p50_s", "block_lifetime_p99_s", "waiting_for_memory", "tier_blocks_dropped", "prefetched_blocks", "kv_blocks_used")
+    __slots__ = ("model", "running_requests", "waiting_requests", "kv_blocks_total", "kv_blocks_free", "kv_blocks_cached", "prefix_hit_tokens", "tier_hit_tokens", "blocks_offloaded", "queued_tokens", "context_length", "memory_bytes", "steps", "step_tokens", "step_token_budget", "preemptions", "busy_seconds", "prompt_tokens", "max_batched_tokens", "kv_blocks_evicted", "block_lifetime_sum_s", "block_lifetime_p50_s", "block_lifetime_p99_s", "waiting_for_memory", "tier_blocks_dropped", "prefetched_blocks", "kv_blocks_used", "step_seconds_observed", "step_seconds_solo", "max_seqs", "priority_preemptions")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     RUNNING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     WAITING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
@@ -53,6 +56,10 @@ class WorkerStats(_message.Message):
     TIER_BLOCKS_DROPPED_FIELD_NUMBER: _ClassVar[int]
     PREFETCHED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     KV_BLOCKS_USED_FIELD_NUMBER: _ClassVar[int]
+    STEP_SECONDS_OBSERVED_FIELD_NUMBER: _ClassVar[int]
+    STEP_SECONDS_SOLO_FIELD_NUMBER: _ClassVar[int]
+    MAX_SEQS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_PREEMPTIONS_FIELD_NUMBER: _ClassVar[int]
     model: str
     running_requests: int
     waiting_requests: int
@@ -80,4 +87,8 @@ class WorkerStats(_message.Message):
     tier_blocks_dropped: int
     prefetched_blocks: int
     kv_blocks_used: int
-    def __init__(self, model: _Optional[str] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., kv_blocks_free: _Optional[int] = ..., kv_blocks_cached: _Optional[int] = ..., prefix_hit_tokens: _Optional[int] = ..., tier_hit_tokens: _Optional[int] = ..., blocks_offloaded: _Optional[int] = ..., queued_tokens: _Optional[int] = ..., context_length: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., steps: _Optional[int] = ..., step_tokens: _Optional[int] = ..., step_token_budget: _Optional[int] = ..., preemptions: _Optional[int] = ..., busy_seconds: _Optional[float] = ..., prompt_tokens: _Optional[int] = ..., max_batched_tokens: _Optional[int] = ..., kv_blocks_evicted: _Optional[int] = ..., block_lifetime_sum_s: _Optional[float] = ..., block_lifetime_p50_s: _Optional[float] = ..., block_lifetime_p99_s: _Optional[float] = ..., waiting_for_memory: _Optional[int] = ..., tier_blocks_dropped: _Optional[int] = ..., prefetched_blocks: _Optional[int] = ..., kv_blocks_used: _Optional[int] = ...) -> None: ...
+    step_seconds_observed: float
+    step_seconds_solo: float
+    max_seqs: int
+    priority_preemptions: int
+    def __init__(self, model: _Optional[str] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., kv_blocks_free: _Optional[int] = ..., kv_blocks_cached: _Optional[int] = ..., prefix_hit_tokens: _Optional[int] = ..., tier_hit_tokens: _Optional[int] = ..., blocks_offloaded: _Optional[int] = ..., queued_tokens: _Optional[int] = ..., context_length: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., steps: _Optional[int] = ..., step_tokens: _Optional[int] = ..., step_token_budget: _Optional[int] = ..., preemptions: _Optional[int] = ..., busy_seconds: _Optional[float] = ..., prompt_tokens: _Optional[int] = ..., max_batched_tokens: _Optional[int] = ..., kv_blocks_evicted: _Optional[int] = ..., block_lifetime_sum_s: _Optional[float] = ..., block_lifetime_p50_s: _Optional[float] = ..., block_lifetime_p99_s: _Optional[float] = ..., waiting_for_memory: _Optional[int] = ..., tier_blocks_dropped: _Optional[int] = ..., prefetched_blocks: _Optional[int] = ..., kv_blocks_used: _Optional[int] = ..., step_seconds_observed: _Optional[float] = ..., step_seconds_solo: _Optional[float] = ..., max_seqs: _Optional[int] = ..., priority_preemptions: _Optional[int] = ...) -> None: ...
