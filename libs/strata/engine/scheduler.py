@@ -8,6 +8,13 @@ sequence is preempted: its blocks are freed but its full blocks keep their hashe
 the device prefix cache until memory pressure evicts them, and eviction writes them to the KV tier
 store (swap-out). On resumption the prefix comes back from the device cache, or from the tier when
 the engine's measured costs say loading beats recomputing (costs.py), and the rest is recomputed.
+
+Admission keeps FIFO order within a priority. A waiting sequence that cannot be admitted (no
+sequence slot, or no free block) preempts running sequences of strictly lower priority, lowest
+priority and latest arrival first, until it fits: the node manager sends a request beyond the
+worker's slots with a higher class's priority exactly when that class would otherwise miss its
+target. Equal priorities never preempt each other at admission, and a class whose sequence was
+preempted admits nothing more in that step, so the victim is not overtaken by its own class.
 Imports no torch.
 """
 
@@ -58,6 +65,7 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.preemptions = 0
+        self.priority_preemptions = 0   # of them, running sequences displaced at admission
         # Waiting requests held back at the last admission because no device block was free
         # (0 once one is admitted again): the node manager's signal that this worker is full.
         self.waiting_for_memory = 0
@@ -117,21 +125,41 @@ class Scheduler:
                 budget -= n
                 i += 1
         if not preempted:
-            self._admit(budget, scheduled)
+            self._admit(budget, scheduled, preempted)
         return StepPlan(scheduled, preempted)
 
-    def _admit(self, budget: int, scheduled: list[ScheduledSeq]) -> None:
-        ordered = sorted(self.waiting, key=Sequence.sort_key)
-        for seq in ordered:
-            if budget <= 0 or len(self.running) >= self.max_seqs:
+    def _admit(self, budget: int, scheduled: list[ScheduledSeq],
+               preempted: list[Sequence]) -> None:
+        displaced: int | None = None     # the highest priority preempted by this admission
+        for seq in sorted(self.waiting, key=Sequence.sort_key):
+            if budget <= 0 or (displaced is not None and seq.priority <= displaced):
+                return
+            lower = [s for s in self.running if s.priority < seq.priority]
+            if len(self.running) >= self.max_seqs and not lower:
                 return
             if seq.num_computed == 0 and not seq.block_ids:
                 self._take_cached_prefix(seq)
             n = min(seq.num_pending, budget)
-            if not self._grow(seq, n):
+            need = self._blocks_needed(seq, n)
+            # Preempting is only worth it when the lower sequences' blocks can cover the need:
+            # an upper bound, since a block shared with another sequence is not freed.
+            if need > self.pool.num_free + sum(len(s.block_ids) for s in lower):
                 self._release_prefix(seq)
                 self.waiting_for_memory = len(self.waiting)
                 return  # no memory: keep FIFO order within a priority, admit nothing more
+            while len(self.running) >= self.max_seqs or not self._grow(seq, n):
+                if not lower:
+                    self._release_prefix(seq)
+                    self.waiting_for_memory = len(self.waiting)
+                    return
+                victim = max(lower, key=Sequence.sort_key)
+                lower.remove(victim)
+                budget += self._take_back(victim, scheduled)
+                self._preempt(victim)
+                self.priority_preemptions += 1
+                preempted.append(victim)
+                displaced = victim.priority if displaced is None else max(displaced,
+                                                                          victim.priority)
             self.waiting_for_memory = 0
             self.waiting.remove(seq)
             seq.status = Status.RUNNING
@@ -139,9 +167,21 @@ class Scheduler:
             scheduled.append(ScheduledSeq(seq, n, n == seq.num_pending))
             budget -= n
 
+    @staticmethod
+    def _take_back(seq: Sequence, scheduled: list[ScheduledSeq]) -> int:
+        """Drop a sequence from this step's plan; the budget its tokens had taken."""
+        for item in scheduled:
+            if item.seq is seq:
+                scheduled.remove(item)
+                return item.num_new
+        return 0
+
+    def _blocks_needed(self, seq: Sequence, n: int) -> int:
+        return max(0, -(-(seq.num_computed + n) // self.block_size) - len(seq.block_ids))
+
     def _grow(self, seq: Sequence, n: int) -> bool:
-        need = -(-(seq.num_computed + n) // self.block_size) - len(seq.block_ids)
-        if need <= 0:
+        need = self._blocks_needed(seq, n)
+        if need == 0:
             return True
         blocks = self.pool.allocate(need)
         if blocks is None:
