@@ -11,6 +11,7 @@ from opentelemetry import trace
 from strata.engine.async_engine import AsyncEngine, EngineFailed
 from strata.engine.engine import EngineRequest, RequestOutput
 from strata.engine.prompt import prompt_ids
+from strata.engine.resume import resume
 from strata.engine.sequence import FinishReason, SamplingParams
 from strata.eval.stats import percentiles
 from strata.rpc.v1 import common_pb2, worker_pb2, worker_pb2_grpc
@@ -39,8 +40,14 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
                 params=sampling_from_pb(spec), tenant=request.tenant,
                 prefix_public=spec.prefix_public, priority=request.priority,
                 kv_source=request.kv_source_address)
+            if request.resume_output_ids:   # failover: continue another worker's stream
+                req = resume(req, request.resume_output_ids,
+                             self.engine.engine.loaded.config.vocab_size, tok)
         except ValueError as err:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        if isinstance(req, RequestOutput):  # the failed worker had reached max_tokens
+            yield chunk_to_pb(req, tok)
+            return
         with _tracer.start_as_current_span(names.SPAN_WORKER_GENERATE) as span:
             span.set_attribute(names.REQUEST_ID, req.request_id)
             span.set_attribute(names.GEN_AI_REQUEST_MODEL, self.engine.engine.model_name)

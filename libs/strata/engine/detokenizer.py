@@ -7,7 +7,10 @@ become a stop string; a stop string itself is never released.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from strata.engine.tokenizer import Tokenizer
+
 
 class Detokenizer:
     def __init__(self, tokenizer: Tokenizer, stop: tuple[str, ...]):
@@ -31,6 +34,15 @@ class Detokenizer:
         self._prefix_offset = self._read_offset
         self._read_offset = len(self.ids)
         return self._release(final=False)
+
+    def prime(self, ids: Iterable[int]) -> None:
+        """Replay output tokens another worker already streamed (failover resume), dropping the
+        text they release: the client has it. Being deterministic, the replay leaves exactly that
+        worker's state (a held-back partial UTF-8 character or stop-string prefix included), so
+        the next release continues the text where the client's copy stopped, nothing repeated
+        and nothing missing."""
+        for token_id in ids:
+            self.add(token_id)
 
     def flush(self) -> str:
         """At the end: release whatever is held back (a partial stop-string match)."""

@@ -62,6 +62,9 @@ class EngineRequest:
     prefix_public: bool = False
     priority: int = 0
     kv_source: str = ""      # a peer node's KV tier store holding a longer prefix (routing hint)
+    # Failover resume: the last num_resumed prompt ids are output another worker streamed before
+    # it failed (params.max_tokens already excludes them); they count as output in usage.
+    num_resumed: int = 0
 
 
 @dataclass(slots=True)
@@ -171,10 +174,15 @@ class LLMEngine:
             request_id=req.request_id, token_ids=list(req.prompt_ids),
             num_prompt=len(req.prompt_ids), params=req.params,
             hash_keys=HashKeys.for_request(self.model_name, req.tenant, req.prefix_public),
-            priority=req.priority, arrival=time.monotonic())
+            priority=req.priority, arrival=time.monotonic(), num_resumed=req.num_resumed)
         self._seqs[req.request_id] = seq
-        self._samplers[req.request_id] = SeqSampler(req.params, len(req.prompt_ids))
-        self._detok[req.request_id] = Detokenizer(self.tokenizer, req.params.stop)
+        # Resumed tokens are output for the penalties and the detokenizer, as they were before.
+        self._samplers[req.request_id] = SeqSampler(req.params,
+                                                    len(req.prompt_ids) - req.num_resumed)
+        detok = Detokenizer(self.tokenizer, req.params.stop)
+        if req.num_resumed:
+            detok.prime(req.prompt_ids[len(req.prompt_ids) - req.num_resumed:])
+        self._detok[req.request_id] = detok
         self.scheduler.add(seq)
         if self.tier is not None:
             self._prefetch(seq, req.kv_source)
@@ -285,8 +293,9 @@ class LLMEngine:
             self._forget(rid)
         return RequestOutput(
             request_id=rid, text=text, token_ids=[token], finished=reason is not None,
-            finish_reason=reason, prompt_tokens=seq.num_prompt,
-            completion_tokens=seq.num_output, cached_tokens=seq.num_cached_prompt,
+            finish_reason=reason, prompt_tokens=seq.num_prompt - seq.num_resumed,
+            completion_tokens=seq.num_output + seq.num_resumed,
+            cached_tokens=seq.num_cached_prompt,
             tier_tokens=seq.num_tier_prompt,
             queue_ms=((seq.first_scheduled or seq.arrival) - seq.arrival) * 1000,
             logprobs=[pick] if seq.params.logprobs else None)

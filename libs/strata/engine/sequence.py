@@ -62,6 +62,7 @@ class Sequence:
     status: Status = Status.WAITING
     finish_reason: FinishReason | None = None
     num_preemptions: int = 0
+    num_resumed: int = 0            # trailing prompt tokens another worker streamed (failover)
 
     @property
     def num_output(self) -> int:
