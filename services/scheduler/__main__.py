@@ -23,7 +23,11 @@ async def main() -> None:
     init_tracing("scheduler", cfg.otlp_endpoint)
     registry = NodeRegistry(clock=WallClock(), ttl_s=cfg.node_ttl_s)
     # Unseeded on purpose: scheduler replicas must break ties differently, or they herd.
-    servicer = SchedulerServicer(registry, Router(rng=random.Random(), kv_block_tokens=cfg.block_size), cfg.heartbeat_interval_s)
+    router = Router(rng=random.Random(), kv_block_tokens=cfg.block_size,
+                    sample_size=cfg.route_sample, tie_tolerance=cfg.tie_tolerance)
+    servicer = SchedulerServicer(registry, router, cfg.heartbeat_interval_s,
+                                 settings=cfg.settings())
+    log.info("scheduling mode %s", cfg.mode)
     running = await start_server([Registration(
         add=lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s),
         service_name=scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].full_name)],

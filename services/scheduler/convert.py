@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from strata.policy.registry import ModelInfo, NodeState, ReplicaPhase, ReplicaState
+from strata.eval.sla import DEFAULT_CLASS
+from strata.policy.registry import ModelInfo, NodeState, ReplicaPhase, ReplicaState, TenantLoad
+from strata.policy.scheduling.tenants import TenantPolicy
 from strata.rpc.v1 import common_pb2
 
 _PHASE_FROM_PB = {
@@ -13,6 +15,7 @@ _PHASE_FROM_PB = {
     common_pb2.REPLICA_STATE_READY: ReplicaPhase.READY,
     common_pb2.REPLICA_STATE_DRAINING: ReplicaPhase.DRAINING,
     common_pb2.REPLICA_STATE_FAILED: ReplicaPhase.FAILED,
+    common_pb2.REPLICA_STATE_STANDBY: ReplicaPhase.STANDBY,
 }
 _PHASE_TO_PB = {v: k for k, v in _PHASE_FROM_PB.items()}
 
@@ -25,7 +28,8 @@ def replica_from_pb(r: common_pb2.ReplicaInfo) -> ReplicaState:
         worker_address=r.worker_address, running_requests=r.running_requests,
         waiting_requests=r.waiting_requests, queued_tokens=r.queued_tokens,
         kv_blocks_total=r.kv_blocks_total, kv_blocks_free=r.kv_blocks_free,
-        waiting_for_memory=r.waiting_for_memory)
+        waiting_for_memory=r.waiting_for_memory, tokens_per_s=max(0.0, r.tokens_per_s),
+        max_seqs=r.max_seqs)
 
 
 def replica_to_pb(r: ReplicaState) -> common_pb2.ReplicaInfo:
@@ -34,7 +38,28 @@ def replica_to_pb(r: ReplicaState) -> common_pb2.ReplicaInfo:
         worker_address=r.worker_address, running_requests=r.running_requests,
         waiting_requests=r.waiting_requests, queued_tokens=r.queued_tokens,
         kv_blocks_total=r.kv_blocks_total, kv_blocks_free=r.kv_blocks_free,
-        waiting_for_memory=r.waiting_for_memory)
+        waiting_for_memory=r.waiting_for_memory, tokens_per_s=r.tokens_per_s,
+        max_seqs=r.max_seqs)
+
+
+def tenant_load_from_pb(t: common_pb2.TenantLoad) -> TenantLoad:
+    return TenantLoad(tenant=t.tenant, priority=t.priority, running=t.running, queued=t.queued,
+                      tokens=max(0, t.tokens))
+
+
+def tenant_load_to_pb(t: TenantLoad) -> common_pb2.TenantLoad:
+    return common_pb2.TenantLoad(tenant=t.tenant, priority=t.priority, running=t.running,
+                                 queued=t.queued, tokens=t.tokens)
+
+
+def policy_from_pb(tenant: str, p: common_pb2.TenantPolicy) -> TenantPolicy:
+    """The request's policy; unset fields read as the defaults (class standard, weight 1, no
+    guarantee, burst share 1). Raises ValueError naming a field out of range."""
+    return TenantPolicy(
+        tenant=tenant or p.tenant, sla_class=p.sla_class or DEFAULT_CLASS,
+        priority=p.priority if p.sla_class else 1, ttft_ms=p.ttft_ms or None,
+        tpot_ms=p.tpot_ms or None, weight=p.weight or 1.0,
+        guaranteed_share=p.guaranteed_share, burst_share=p.burst_share or 1.0)
 
 
 def model_from_pb(m: common_pb2.ModelInfo) -> ModelInfo:
@@ -49,10 +74,18 @@ def model_to_pb(m: ModelInfo) -> common_pb2.ModelInfo:
 def node_from_pb(node: common_pb2.NodeInfo, models: Iterable[common_pb2.ModelInfo]) -> NodeState:
     return NodeState(node_id=node.node_id, address=node.address, memory_bytes=node.memory_bytes,
                      device=node.device, replicas=tuple(replica_from_pb(r) for r in node.replicas),
-                     models=tuple(model_from_pb(m) for m in models))
+                     models=tuple(model_from_pb(m) for m in models),
+                     tenants=tuple(tenant_load_from_pb(t) for t in node.tenants),
+                     interference=node.interference or 1.0,
+                     safety_margin=max(0.0, node.safety_margin),
+                     standby_workers=node.standby_workers)
 
 
 def node_to_pb(node: NodeState) -> common_pb2.NodeInfo:
     return common_pb2.NodeInfo(node_id=node.node_id, address=node.address,
                                memory_bytes=node.memory_bytes, device=node.device,
-                               replicas=[replica_to_pb(r) for r in node.replicas])
+                               replicas=[replica_to_pb(r) for r in node.replicas],
+                               tenants=[tenant_load_to_pb(t) for t in node.tenants],
+                               interference=node.interference,
+                               safety_margin=node.safety_margin,
+                               standby_workers=node.standby_workers)

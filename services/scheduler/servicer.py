@@ -1,5 +1,5 @@
 """Scheduler servicer: heartbeats into the NodeRegistry, KV events into the PrefixIndex, Route
-through the Router, status codes."""
+through the GlobalScheduler (admission, routing, SLA check), status codes."""
 
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ from services.scheduler import convert
 from strata.policy.kv_index import PrefixIndex
 from strata.policy.registry import NodeRegistry
 from strata.policy.routing import MissKind, Router
+from strata.policy.scheduling.admission import Refusal
+from strata.policy.scheduling.global_scheduler import GlobalScheduler, SchedulerSettings
+from strata.policy.scheduling.ledger import PoolLedger
 from strata.rpc.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 from strata.telemetry import names
 
@@ -22,10 +25,13 @@ log = logging.getLogger(__name__)
 
 class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     def __init__(self, registry: NodeRegistry, router: Router, heartbeat_interval_s: float,
-                 tracer: trace.Tracer | None = None, index: PrefixIndex | None = None) -> None:
+                 tracer: trace.Tracer | None = None, index: PrefixIndex | None = None,
+                 settings: SchedulerSettings = SchedulerSettings()) -> None:
         self._registry = registry
         self._router = router
         self._index = index if index is not None else PrefixIndex()
+        self._scheduler = GlobalScheduler(registry, router, PoolLedger(router.kv_block_tokens),
+                                          self._index, settings)
         self._interval_ms = round(heartbeat_interval_s * 1000)
         self._tracer = tracer or trace.get_tracer(__name__)
 
@@ -50,33 +56,53 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 f"prompt_tokens_estimate must be >= 0, got "
                                 f"{request.prompt_tokens_estimate}")
+        if request.max_tokens < 0:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"max_tokens must be >= 0, got {request.max_tokens}")
+        try:
+            policy = convert.policy_from_pb(request.tenant, request.policy)
+        except ValueError as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         with self._tracer.start_as_current_span(names.SPAN_SCHEDULER_ROUTE) as span:
             span.set_attribute(names.TENANT, request.tenant)
             span.set_attribute(names.GEN_AI_REQUEST_MODEL, request.model)
-            decision = self._router.route(request.model, request.tenant,
-                                          request.prompt_tokens_estimate, self._registry,
-                                          prefix_hashes=request.prefix_hashes, index=self._index)
-            if decision is not None:
+            span.set_attribute(names.SLA_CLASS, policy.sla_class)
+            span.set_attribute(names.PRIORITY, policy.priority)
+            decision = self._scheduler.route(request.model, policy,
+                                             request.prompt_tokens_estimate, request.max_tokens,
+                                             request.prefix_hashes)
+            if isinstance(decision, Refusal):
+                span.set_attribute(names.ERROR_CODE, grpc.StatusCode.RESOURCE_EXHAUSTED.name)
+                span.set_attribute(names.ROUTE_REFUSED, decision.reason)
+                span.set_status(Status(StatusCode.ERROR, decision.message))
+                context.set_trailing_metadata(
+                    ((names.RETRY_AFTER_METADATA, str(int(decision.retry_after_s * 1000) + 1)),))
+                code, message = grpc.StatusCode.RESOURCE_EXHAUSTED, decision.message
+            elif decision is not None:
                 span.set_attribute(names.NODE_ID, decision.node_id)
                 span.set_attribute(names.REPLICA_ID, decision.replica_id)
                 span.set_attribute(names.ROUTE_PROMPT_BLOCKS, len(request.prefix_hashes))
                 span.set_attribute(names.ROUTE_CACHED_BLOCKS, decision.cached_blocks)
+                span.set_attribute(names.ROUTE_ESTIMATED_TTFT_MS, decision.estimated_ttft_ms)
                 reply = scheduler_pb2.RouteResponse(node_id=decision.node_id,
                                                     node_address=decision.address,
                                                     replica_id=decision.replica_id,
-                                                    cached_blocks=decision.cached_blocks)
+                                                    cached_blocks=decision.cached_blocks,
+                                                    estimated_ttft_ms=decision.estimated_ttft_ms)
                 if decision.kv_source is not None:
                     reply.kv_source_address = decision.kv_source.address
                     reply.kv_source_blocks = decision.kv_source.blocks
                     span.set_attribute(names.ROUTE_KV_SOURCE, decision.kv_source.address)
                     span.set_attribute(names.ROUTE_KV_SOURCE_BLOCKS, decision.kv_source.blocks)
                 return reply
-            miss = self._router.explain_miss(request.model, self._registry)
-            code = (grpc.StatusCode.NOT_FOUND if miss.kind is MissKind.UNKNOWN_MODEL
-                    else grpc.StatusCode.UNAVAILABLE)
-            span.set_attribute(names.ERROR_CODE, code.name)
-            span.set_status(Status(StatusCode.ERROR, miss.message))
-        await context.abort(code, miss.message)
+            else:
+                miss = self._scheduler.explain_miss(request.model)
+                code = (grpc.StatusCode.NOT_FOUND if miss.kind is MissKind.UNKNOWN_MODEL
+                        else grpc.StatusCode.UNAVAILABLE)
+                message = miss.message
+                span.set_attribute(names.ERROR_CODE, code.name)
+                span.set_status(Status(StatusCode.ERROR, message))
+        await context.abort(code, message)
 
     async def ReportKVEvents(self, request: scheduler_pb2.KVEventsRequest,
                              context: grpc.aio.ServicerContext) -> scheduler_pb2.KVEventsResponse:

@@ -81,7 +81,10 @@ async def test_route_picks_less_loaded_node_and_records_span(env):
     assert span.name == names.SPAN_SCHEDULER_ROUTE
     assert dict(span.attributes) == {names.TENANT: "acme", names.GEN_AI_REQUEST_MODEL: MODEL,
                                      names.NODE_ID: "n2", names.REPLICA_ID: "n2-r0",
-                                     names.ROUTE_PROMPT_BLOCKS: 0, names.ROUTE_CACHED_BLOCKS: 0}
+                                     names.ROUTE_PROMPT_BLOCKS: 0, names.ROUTE_CACHED_BLOCKS: 0,
+                                     names.SLA_CLASS: "standard", names.PRIORITY: 1,
+                                     # no replica reported a measured rate: no estimate claimed
+                                     names.ROUTE_ESTIMATED_TTFT_MS: 0.0}
 
 
 async def test_silent_node_leaves_routing_after_ttl(env, caplog):
@@ -212,7 +215,8 @@ async def test_route_prefers_the_node_holding_the_prefix_and_names_a_pull_source
     span = env[2].get_finished_spans()[-1]
     assert {k: v for k, v in span.attributes.items() if k.startswith("strata.route.")} == {
         "strata.route.prompt_blocks": 10, "strata.route.cached_blocks": 0,
-        "strata.route.kv_source": "n1.kv:50057", "strata.route.kv_source_blocks": 10}
+        "strata.route.kv_source": "n1.kv:50057", "strata.route.kv_source_blocks": 10,
+        "strata.route.estimated_ttft_ms": 0.0}
 
 
 async def test_memory_wait_is_listed_and_steers_routing_away(env):
@@ -255,3 +259,39 @@ async def test_a_store_whose_node_never_heartbeats_is_forgotten(env):
     await task
     assert (await stub.ReportKVEvents(kv_events("ghost", 2, stored=CHAIN))).need_reset is True
     assert (await stub.ReportKVEvents(kv_events("n1", 1, reset=True))).need_reset is False
+
+
+async def test_over_burst_tenant_gets_resource_exhausted_with_a_retry_hint(env):
+    stub, _, exporter, _ = env
+    hb = heartbeat("n1")      # 64 blocks x 16 tokens = 1024 tokens; the pool admits 2048
+    hb.node.replicas[0].tokens_per_s = 1000.0
+    hb.node.tenants.append(common_pb2.TenantLoad(tenant="acme", priority=1, running=3,
+                                                 tokens=1000))
+    await stub.Heartbeat(hb)
+    policy = common_pb2.TenantPolicy(tenant="acme", sla_class="standard", priority=1,
+                                     burst_share=0.5)
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stub.Route(scheduler_pb2.RouteRequest(model=MODEL, tenant="acme", policy=policy,
+                                                    prompt_tokens_estimate=100, max_tokens=100))
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert err.value.details().startswith("tenant 'acme' holds 1000 tokens of work")
+    # 176 tokens over its 1024-token cap at its half of 1000 tokens/s: 352 ms
+    assert dict(err.value.trailing_metadata())[names.RETRY_AFTER_METADATA] == "353"
+    assert exporter.get_finished_spans()[-1].attributes[names.ROUTE_REFUSED] == "burst"
+    # another tenant is admitted and gets an estimate from the measured rate
+    reply = await stub.Route(scheduler_pb2.RouteRequest(model=MODEL, tenant="other",
+                                                        prompt_tokens_estimate=100,
+                                                        max_tokens=10))
+    assert (reply.node_id, reply.estimated_ttft_ms) == ("n1", pytest.approx(100.0))
+
+
+async def test_a_policy_out_of_range_is_invalid(env):
+    stub, *_ = env
+    await stub.Heartbeat(heartbeat("n1"))
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stub.Route(scheduler_pb2.RouteRequest(
+            model=MODEL, tenant="acme", policy=common_pb2.TenantPolicy(
+                sla_class="standard", guaranteed_share=0.6, burst_share=0.5)))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.value.details() == ("tenant 'acme': burst_share must be between "
+                                   "guaranteed_share (0.6) and 1, got 0.5")

@@ -2,27 +2,43 @@
 
 Each READY replica of the model gets a score; the lowest wins:
 
-    key = (kv_short, load_tokens + prefill_tokens, -kv_blocks_free)
+    key = (kv_short, est_s, -kv_blocks_free)
 
     kv_short        1 if the replica reports a KV pool whose free blocks cannot hold the prompt
                     (free_blocks * kv_block_tokens < prompt_tokens_estimate), or requests held
                     back because every KV tier of its node is full (waiting_for_memory > 0): it
                     would have to queue or preempt before prefill, so any replica with room goes
                     first.
-    load_tokens     queued_tokens + running_requests * request_weight_tokens, in tokens of work
-                    still ahead of the replica. Queued tokens are prompt tokens not yet
-                    prefilled; a running request is counted as `request_weight_tokens` tokens, the
-                    decode it still has to do (a typical chat answer), so one long prompt and many
-                    short decodes compare.
+    est_s           the time until this request's first token there:
+                    (ahead + prefill_tokens) / rate * (1 + safety_margin)
+    ahead           the work tokens in front of the request: queued_tokens + running_requests *
+                    request_weight_tokens + what this scheduler routed there since the node's
+                    last heartbeat; for a request of a known priority, only the share of the
+                    node's work held by classes of that priority or higher (its fair queue and
+                    the engine put lower classes behind it). Queued tokens are prompt tokens not
+                    yet prefilled; a running request counts as `request_weight_tokens` tokens,
+                    the decode it still has to do (a typical chat answer), so one long prompt and
+                    many short decodes compare.
     prefill_tokens  the prompt tokens this replica would still have to compute:
                     prompt_tokens_estimate - cached_blocks * kv_block_tokens, floored at 0, where
                     cached_blocks is how many leading blocks of the prompt's hash chain the
                     replica's node holds (strata.policy.kv_index). A node holding the prefix wins
                     unless its queue is longer than the prefill it saves.
+    rate            the replica's measured tokens per busy second; the mean of the candidates'
+                    known rates for one that has none yet (1 when none has: est_s is then in
+                    tokens, and no latency estimate is claimed)
+    safety_margin   the node's interference margin (strata.policy.scheduling.interference): a
+                    node whose steps run slower than its solo profile looks that much further
     free blocks     more free KV blocks = more room for this request's prefix and decode.
 
-Replicas with equal keys are drawn uniformly with the injected RNG: several scheduler replicas
-routing from the same heartbeats would otherwise all send the next burst to the same node.
+Replicas with equal keys are drawn uniformly with the injected RNG; with `tie_tolerance` > 0,
+every replica whose est_s is within that fraction of the best is drawn from: several scheduler
+replicas routing from the same heartbeats would otherwise all send the next burst to one node.
+
+With `sample_size` > 0 and more READY replicas than that, the router scores the replicas of the
+nodes holding the prompt's prefix plus `sample_size` others drawn at random (the power of d
+choices): a decision over 1,000 nodes then costs what one over a hundred does, and two routers
+rarely draw the same sample.
 
 When another live node holds at least `min_source_gain_blocks` more leading blocks than the
 chosen one, the decision names that node's KV tier store as a source: the chosen node pulls the
@@ -33,11 +49,12 @@ from __future__ import annotations
 
 import enum
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 
 from strata.policy.kv_index import KVSource, PrefixIndex
-from strata.policy.registry import NodeRegistry, ReplicaPhase, ReplicaState
+from strata.policy.registry import (NodeRegistry, NodeState, ReplicaLocation, ReplicaPhase,
+                                    ReplicaState)
 
 REQUEST_WEIGHT_TOKENS = 128   # decode tokens a running request still costs, on average
 KV_BLOCK_TOKENS = 16          # tokens per KV block in the engine's paged pool
@@ -53,6 +70,7 @@ class RouteDecision:
     replica_id: str
     cached_blocks: int = 0              # leading prompt blocks the chosen node holds
     kv_source: KVSource | None = None   # another node's store holding a longer prefix
+    estimated_ttft_ms: float = 0.0      # 0 when no candidate has a measured rate yet
 
 
 class MissKind(enum.Enum):
@@ -72,8 +90,13 @@ class Router:
     request_weight_tokens: int = REQUEST_WEIGHT_TOKENS
     kv_block_tokens: int = KV_BLOCK_TOKENS
     min_source_gain_blocks: int = MIN_SOURCE_GAIN_BLOCKS
+    sample_size: int = 0            # 0: score every READY replica
+    tie_tolerance: float = 0.0      # draw among replicas within this fraction of the best est_s
 
     def __post_init__(self) -> None:
+        if self.sample_size < 0 or not 0.0 <= self.tie_tolerance < 1.0:
+            raise ValueError(f"sample_size must be >= 0 and tie_tolerance in [0, 1), got "
+                             f"{self.sample_size}, {self.tie_tolerance}")
         if self.request_weight_tokens < 0:
             raise ValueError(f"request_weight_tokens must be >= 0, got {self.request_weight_tokens}")
         if self.kv_block_tokens <= 0:
@@ -87,47 +110,97 @@ class Router:
 
     def score(self, replica: ReplicaState, prompt_tokens_estimate: int,
               cached_blocks: int = 0) -> tuple[int, int, int]:
-        # A replica reporting no pool (total 0) has not measured it yet: do not penalise it.
-        # Cached blocks do not relieve kv_short: the index counts every tier, and a block on
-        # disk still needs a free device block to be loaded into.
-        kv_short = int(replica.waiting_for_memory > 0
-                       or (replica.kv_blocks_total > 0
-                           and replica.kv_blocks_free * self.kv_block_tokens
-                           < prompt_tokens_estimate))
+        """The key of a replica alone (no node margin, priority or pending work): est_s in
+        tokens at rate 1."""
+        kv_short = self._kv_short(replica, prompt_tokens_estimate)
         prefill = max(0, prompt_tokens_estimate - cached_blocks * self.kv_block_tokens)
         return kv_short, self.load_tokens(replica) + prefill, -replica.kv_blocks_free
 
+    def _kv_short(self, replica: ReplicaState, prompt_tokens_estimate: int) -> int:
+        # A replica reporting no pool (total 0) has not measured it yet: do not penalise it.
+        # Cached blocks do not relieve kv_short: the index counts every tier, and a block on
+        # disk still needs a free device block to be loaded into.
+        return int(replica.waiting_for_memory > 0
+                   or (replica.kv_blocks_total > 0
+                       and replica.kv_blocks_free * self.kv_block_tokens
+                       < prompt_tokens_estimate))
+
     def route(self, model: str, tenant: str, prompt_tokens_estimate: int,
               registry: NodeRegistry, prefix_hashes: Sequence[int] = (),
-              index: PrefixIndex | None = None) -> RouteDecision | None:
+              index: PrefixIndex | None = None, priority: int | None = None,
+              pending: Callable[[str, str], int] | None = None,
+              nodes: Container[str] | None = None) -> RouteDecision | None:
         """The best READY replica of `model`, or None when there is none (see explain_miss).
 
         `prefix_hashes` is the prompt's block hash chain (empty when the caller cannot compute
-        it); with an `index` it credits each node with the blocks it already holds. `tenant`
-        does not change the load score: every tenant's request costs a replica the same (the
-        tenant is already in the hashes). Tenant quotas and SLA slack are applied around this
-        call by the scheduling policy.
+        it); with an `index` it credits each node with the blocks it already holds. `priority`
+        (the tenant's class) counts only the work of that class or higher as ahead of it;
+        `pending(node_id, replica_id)` is work routed there since the node's last heartbeat;
+        `nodes` restricts the choice (a static partition). `tenant` does not change the score:
+        it is already in the hashes. Quotas and SLA admission are the caller's (strata.policy.
+        scheduling.global_scheduler).
         """
-        candidates = registry.ready_replicas(model)
+        candidates = self._candidates(model, registry, prefix_hashes, index, nodes)
         if not candidates:
             return None
         depths = index.prefix_depths(prefix_hashes) if index is not None and prefix_hashes else {}
-        keys = [self.score(loc.replica, prompt_tokens_estimate, depths.get(loc.node.node_id, 0))
-                for loc in candidates]
+        known = [loc.replica.tokens_per_s for loc in candidates if loc.replica.tokens_per_s > 0]
+        fallback = sum(known) / len(known) if known else 1.0
+        keys = []
+        for loc in candidates:
+            node, replica = loc.node, loc.replica
+            ahead = self.load_tokens(replica)
+            if pending is not None:
+                ahead += pending(node.node_id, replica.replica_id)
+            if priority is not None and node.tenants:
+                ahead *= node.share_at_or_above(priority)
+            cached = depths.get(node.node_id, 0)
+            prefill = max(0, prompt_tokens_estimate - cached * self.kv_block_tokens)
+            rate = replica.tokens_per_s if replica.tokens_per_s > 0 else fallback
+            est = (ahead + prefill) / rate * (1.0 + max(0.0, node.safety_margin))
+            keys.append((self._kv_short(replica, prompt_tokens_estimate), est,
+                         -replica.kv_blocks_free))
         best_key = min(keys)
-        # candidates are sorted by (node id, replica id), so a seeded RNG picks reproducibly.
-        tied = [loc for loc, key in zip(candidates, keys) if key == best_key]
-        chosen = tied[0] if len(tied) == 1 else self.rng.choice(tied)
+        if self.tie_tolerance > 0:
+            bound = best_key[1] * (1.0 + self.tie_tolerance)
+            tied = [loc for loc, key in zip(candidates, keys)
+                    if key[0] == best_key[0] and key[1] <= bound]
+        else:
+            tied = [loc for loc, key in zip(candidates, keys) if key == best_key]
+        if len(tied) == 1:
+            chosen = tied[0]
+        else:
+            # Sorted by (node id, replica id), so a seeded RNG picks reproducibly.
+            tied.sort(key=lambda loc: (loc.node.node_id, loc.replica.replica_id))
+            chosen = self.rng.choice(tied)
+        chosen_key = keys[candidates.index(chosen)] if len(candidates) > 1 else keys[0]
         cached = depths.get(chosen.node.node_id, 0)
         source = None
         if depths and max(depths.values()) >= cached + self.min_source_gain_blocks:
-            live = {n.node_id for n in registry.nodes()}
-            found = index.best_source(prefix_hashes, exclude_node=chosen.node.node_id, among=live)
+            found = index.best_source(prefix_hashes, exclude_node=chosen.node.node_id,
+                                      among=_LiveNodes(registry))
             if found is not None and found.blocks >= cached + self.min_source_gain_blocks:
                 source = found
         return RouteDecision(node_id=chosen.node.node_id, address=chosen.node.address,
                              replica_id=chosen.replica.replica_id, cached_blocks=cached,
-                             kv_source=source)
+                             kv_source=source,
+                             estimated_ttft_ms=chosen_key[1] * 1000.0 if known else 0.0)
+
+    def _candidates(self, model: str, registry: NodeRegistry, prefix_hashes: Sequence[int],
+                    index: PrefixIndex | None, nodes: Container[str] | None
+                    ) -> list[ReplicaLocation]:
+        items, by_node = registry.ready_index(model)
+        if nodes is not None:
+            items = [loc for loc in items if loc.node.node_id in nodes]
+        if self.sample_size and len(items) > self.sample_size:
+            picked = {id(loc): loc for loc in self.rng.sample(items, self.sample_size)}
+            if index is not None and prefix_hashes:
+                for node_id in index.prefix_depths(prefix_hashes[:1]):
+                    for loc in by_node.get(node_id, ()):
+                        if nodes is None or node_id in nodes:
+                            picked[id(loc)] = loc
+            items = list(picked.values())
+        return [loc for loc in items if registry.alive(loc.node)]
 
     @staticmethod
     def explain_miss(model: str, registry: NodeRegistry) -> RouteMiss:
@@ -147,3 +220,15 @@ class Router:
         return RouteMiss(MissKind.NO_READY_REPLICA,
                          f"model '{model}' has no ready replica right now ({counts}); retry in a "
                          f"few seconds")
+
+
+class _LiveNodes:
+    """`node_id in live` for the registry's live nodes, without building the set per request."""
+
+    __slots__ = ("_registry",)
+
+    def __init__(self, registry: NodeRegistry) -> None:
+        self._registry = registry
+
+    def __contains__(self, node_id: object) -> bool:
+        return isinstance(node_id, str) and self._registry.get(node_id) is not None

@@ -47,6 +47,11 @@ ROUTE_CACHED_BLOCKS = "strata.route.cached_blocks"
 ROUTE_PROMPT_BLOCKS = "strata.route.prompt_blocks"
 ROUTE_KV_SOURCE = "strata.route.kv_source"
 ROUTE_KV_SOURCE_BLOCKS = "strata.route.kv_source_blocks"
+ROUTE_ESTIMATED_TTFT_MS = "strata.route.estimated_ttft_ms"
+RETRY_AFTER_METADATA = "retry-after-ms"        # trailing metadata of RESOURCE_EXHAUSTED answers
+ROUTE_REFUSED = "strata.route.refused"          # burst | pool_full | sla | partition
+SLA_CLASS = "strata.sla_class"
+PRIORITY = "strata.priority"
 ERROR_CODE = "strata.error.code"
 # The evaluation run a request belongs to (from the caller's `x-strata-run-id` metadata).
 RUN_ID = "strata.run.id"

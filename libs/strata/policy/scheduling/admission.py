@@ -1,0 +1,87 @@
+"""Level-1 admission: whether the pool takes a tenant's request now, or answers "retry later".
+
+Two quota rules, read from the pool ledger. Work is reserved KV tokens (prompt + max_tokens of
+every request admitted and not finished); the pool admits up to W = C x oversubscription of it,
+C being the pool's KV-token capacity, and shares are shares of W:
+
+    burst       the tenant would hold more than burst_share x W: refused, unless it holds
+                nothing (a single request larger than the share must still be servable)
+    pool full   the pool's reserved work would pass W x (1 - margin) and the tenant is above its
+                guaranteed_share x W: refused. A tenant within its guarantee is always
+                admitted; borrowers make room for it when the pool is full.
+
+`margin` is the mean of the nodes' interference safety margins: while nodes run slower than
+their solo profiles, the pool admits that much less. `oversubscription` lets work queue on the
+nodes up to that multiple of what their KV pools hold at once (2 = one pool running, one
+waiting), so admission refuses before queues grow without bound, not before the first queue.
+
+The third rule, SLA feasibility (no replica can meet the class's TTFT target now), needs the
+routing estimate and is applied by the global scheduler after it routes.
+
+A refusal carries a retry-after hint: the time the pool needs to drain the excess at the
+tenant's share of the pool's measured throughput, clamped to [50 ms, 30 s].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from strata.policy.scheduling.ledger import PoolLedger
+from strata.policy.scheduling.tenants import TenantPolicy
+
+MIN_RETRY_S = 0.05
+MAX_RETRY_S = 30.0
+UNKNOWN_RATE_RETRY_S = 1.0
+
+
+@dataclass(slots=True, frozen=True)
+class Refusal:
+    reason: str             # burst | pool_full | sla
+    message: str            # a sentence the caller can act on
+    retry_after_s: float
+
+
+@dataclass(slots=True, frozen=True)
+class AdmissionSettings:
+    oversubscription: float = 2.0
+    use_margin: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.oversubscription >= 1.0:
+            raise ValueError(f"oversubscription must be at least 1, got {self.oversubscription}")
+
+
+def retry_after(excess_tokens: float, drain_tokens_per_s: float) -> float:
+    if drain_tokens_per_s <= 0:
+        return UNKNOWN_RATE_RETRY_S
+    return min(MAX_RETRY_S, max(MIN_RETRY_S, excess_tokens / drain_tokens_per_s))
+
+
+def admit(policy: TenantPolicy, work_tokens: int, ledger: PoolLedger,
+          settings: AdmissionSettings = AdmissionSettings()) -> Refusal | None:
+    """None to admit, or why not. `work_tokens` = the request's prompt + max_tokens."""
+    capacity = ledger.capacity_tokens
+    if capacity <= 0:
+        return None     # no replica has reported its pool yet: nothing to divide
+    held = max(0, ledger.tenant_tokens.get(policy.tenant, 0))
+    after = held + work_tokens
+    admitted = capacity * settings.oversubscription
+    share_rate = ledger.tokens_per_s * max(policy.burst_share, 1e-3)
+    burst_cap = policy.burst_share * admitted
+    if held > 0 and after > burst_cap:
+        return Refusal(
+            "burst", f"tenant {policy.tenant!r} holds {held} tokens of work, and this request's "
+            f"{work_tokens} would pass its burst share ({policy.burst_share:.0%} of the pool's "
+            f"{admitted:.0f}); retry when some of its requests have finished",
+            retry_after(after - burst_cap, share_rate))
+    margin = ledger.mean_margin() if settings.use_margin else 0.0
+    limit = admitted * (1.0 - min(0.9, margin))
+    used = ledger.used_tokens()
+    guaranteed = policy.guaranteed_share * admitted
+    if used + work_tokens > limit and after > guaranteed:
+        return Refusal(
+            "pool_full", f"the pool is full ({used} of {limit:.0f} work tokens reserved, "
+            f"{margin:.0%} held back for interference) and tenant {policy.tenant!r} is above "
+            f"its guaranteed share ({policy.guaranteed_share:.0%}); retry shortly",
+            retry_after(used + work_tokens - limit, ledger.tokens_per_s))
+    return None

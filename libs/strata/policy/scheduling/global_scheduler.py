@@ -1,0 +1,107 @@
+"""The level-1 scheduler: admission, then routing, then the SLA feasibility check.
+
+    request --admit (quotas: burst share, pool full above the guarantee)--> refusal | on
+            --Router.route (prefix overlap, load ahead at the request's priority, pending work,
+                            node safety margin, randomized ties, sampled candidates)--> replica
+            --SLA: the estimate to first token passes the class's TTFT target?--> refusal | go
+            --ledger.routed: the work counts against the tenant until the node reports it
+
+Coarse and cheap on purpose: which node, not when (the node manager's fair queue and the
+engine's priorities decide that), so one scheduler keeps up with 1,000 nodes. The services and
+the simulator build the same object; `mode` selects the baselines the isolation benchmark
+compares against:
+
+    two-level   everything above
+    fcfs        route by load only: no quotas, no priorities, no SLA check (pooled first come
+                first served; the nodes run fcfs queues too)
+    static      every tenant routed only within its own partition of nodes, no quotas
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from strata.policy.kv_index import PrefixIndex
+from strata.policy.registry import NodeRegistry
+from strata.policy.routing import RouteDecision, RouteMiss, Router
+from strata.policy.scheduling.admission import AdmissionSettings, Refusal, admit, retry_after
+from strata.policy.scheduling.ledger import PoolLedger
+from strata.policy.scheduling.tenants import TenantPolicy
+
+
+class Mode(enum.Enum):
+    TWO_LEVEL = "two-level"
+    FCFS = "fcfs"
+    STATIC = "static"
+
+
+@dataclass(slots=True, frozen=True)
+class SchedulerSettings:
+    mode: Mode = Mode.TWO_LEVEL
+    admission: AdmissionSettings = AdmissionSettings()
+    sla_check: bool = True
+    # An estimate above target x this is refused: estimates are of the queue, not of the tail.
+    sla_slack: float = 1.0
+    partitions: Mapping[str, frozenset[str]] = field(default_factory=dict)   # static mode
+
+    def __post_init__(self) -> None:
+        if self.sla_slack <= 0:
+            raise ValueError(f"sla_slack must be positive, got {self.sla_slack}")
+        if self.mode is Mode.STATIC and not self.partitions:
+            raise ValueError("static mode needs partitions: tenant -> node ids")
+
+
+@dataclass(slots=True)
+class GlobalScheduler:
+    registry: NodeRegistry
+    router: Router
+    ledger: PoolLedger
+    index: PrefixIndex | None = None
+    settings: SchedulerSettings = SchedulerSettings()
+
+    def __post_init__(self) -> None:
+        self.registry.listener = self.ledger
+
+    def route(self, model: str, policy: TenantPolicy, prompt_tokens: int, max_tokens: int,
+              prefix_hashes: Sequence[int] = ()) -> RouteDecision | Refusal | None:
+        """A decision, a refusal, or None when the model has no READY replica here (ask
+        explain_miss why)."""
+        mode = self.settings.mode
+        work = prompt_tokens + max_tokens
+        if mode is Mode.TWO_LEVEL:
+            refusal = admit(policy, work, self.ledger, self.settings.admission)
+            if refusal is not None:
+                return refusal
+        nodes = None
+        if mode is Mode.STATIC:
+            nodes = self.settings.partitions.get(policy.tenant)
+            if nodes is None:
+                return Refusal("partition", f"tenant {policy.tenant!r} has no partition of "
+                               f"nodes in this static-partitioning scheduler; add it to "
+                               f"the partitions setting", 1.0)
+        two_level = mode is Mode.TWO_LEVEL
+        decision = self.router.route(
+            model, policy.tenant, prompt_tokens, self.registry, prefix_hashes=prefix_hashes,
+            index=self.index, priority=policy.priority if two_level else None,
+            pending=self.ledger.pending, nodes=nodes)
+        if decision is None:
+            return None
+        target = policy.ttft_ms
+        if (two_level and self.settings.sla_check and target and decision.estimated_ttft_ms
+                and decision.estimated_ttft_ms > target * self.settings.sla_slack):
+            over_s = (decision.estimated_ttft_ms - target) / 1000.0
+            return Refusal(
+                "sla", f"no replica of {model!r} can meet the {policy.sla_class} class's TTFT "
+                f"target of {target:.0f} ms now (the best is estimated at "
+                f"{decision.estimated_ttft_ms:.0f} ms); retry shortly or use a class with a "
+                f"looser target", retry_after(over_s, 1.0))
+        router = self.router
+        compute = (max(0, prompt_tokens - decision.cached_blocks * router.kv_block_tokens)
+                   + router.request_weight_tokens)
+        self.ledger.routed(decision.node_id, decision.replica_id, policy.tenant, work, compute)
+        return decision
+
+    def explain_miss(self, model: str) -> RouteMiss:
+        return self.router.explain_miss(model, self.registry)

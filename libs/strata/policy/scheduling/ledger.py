@@ -1,0 +1,82 @@
+"""The pool ledger: how much work each tenant holds in the pool, and how much the pool can hold.
+
+Kept up to date from the node registry's heartbeats (each node reports its tenants' reserved work
+tokens and its replicas' KV pools), plus what this scheduler routed since a node's last heartbeat
+(that node's next report includes it, so those entries are dropped then). Everything here is
+rebuilt from heartbeats within one interval after a restart.
+
+    capacity_tokens   sum over READY replicas of KV blocks x block tokens: the tokens of context
+                      the pool can hold at once (a tenant's share is a share of this)
+    tokens_per_s      sum over READY replicas of their measured throughput
+    tenant_tokens[t]  work tokens (prompt + max_tokens) of t's requests on any node, or routed
+                      and not yet reported
+
+Updates cost O(the node's replicas and tenants), reads O(1): admission reads the ledger on every
+request, heartbeats come every second from every node.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from strata.policy.registry import NodeState, ReplicaPhase
+
+
+@dataclass(slots=True)
+class PoolLedger:
+    block_tokens: int = 16
+    capacity_tokens: int = 0
+    tokens_per_s: float = 0.0
+    margin_sum: float = 0.0             # of the nodes' safety margins (mean = / nodes)
+    nodes: int = 0
+    tenant_tokens: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    # node id -> replica id -> tokens routed there since the node's last report
+    pending_replica: dict[str, dict[str, int]] = field(default_factory=dict)
+    # node id -> tenant -> tokens routed there since the node's last report
+    pending_tenant: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def __call__(self, old: NodeState | None, new: NodeState | None) -> None:
+        """The registry's listener: replace `old`'s contribution by `new`'s."""
+        if old is not None:
+            self._add(old, -1)
+            self._drop_pending(old.node_id)
+        if new is not None:
+            self._add(new, +1)
+
+    def _add(self, node: NodeState, sign: int) -> None:
+        self.nodes += sign
+        self.margin_sum += sign * node.safety_margin
+        for r in node.replicas:
+            if r.phase is ReplicaPhase.READY:
+                self.capacity_tokens += sign * r.kv_blocks_total * self.block_tokens
+                self.tokens_per_s += sign * r.tokens_per_s
+        for t in node.tenants:
+            self.tenant_tokens[t.tenant] += sign * t.tokens
+
+    def _drop_pending(self, node_id: str) -> None:
+        self.pending_replica.pop(node_id, None)
+        for tenant, tokens in self.pending_tenant.pop(node_id, {}).items():
+            self.tenant_tokens[tenant] -= tokens
+
+    def routed(self, node_id: str, replica_id: str, tenant: str, tokens: int,
+               replica_work: int) -> None:
+        """This scheduler sent a request to the replica: `tokens` of reserved work for the
+        tenant, `replica_work` tokens of compute ahead of the replica's next request (its
+        prefill after the cached prefix and its decode); counted until the node's next report
+        (which then includes it)."""
+        per_replica = self.pending_replica.setdefault(node_id, {})
+        per_replica[replica_id] = per_replica.get(replica_id, 0) + replica_work
+        per_tenant = self.pending_tenant.setdefault(node_id, {})
+        per_tenant[tenant] = per_tenant.get(tenant, 0) + tokens
+        self.tenant_tokens[tenant] += tokens
+
+    def pending(self, node_id: str, replica_id: str) -> int:
+        per_replica = self.pending_replica.get(node_id)
+        return per_replica.get(replica_id, 0) if per_replica else 0
+
+    def used_tokens(self) -> int:
+        return sum(v for v in self.tenant_tokens.values() if v > 0)
+
+    def mean_margin(self) -> float:
+        return self.margin_sum / self.nodes if self.nodes > 0 else 0.0

@@ -1,0 +1,185 @@
+"""Level 1: the pool ledger, quota admission, priority- and margin-aware routing, the SLA check,
+the static and fcfs baselines, and sampled decisions over 1,000 nodes."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from strata.policy.clock import ManualClock
+from strata.policy.kv_index import PrefixIndex
+from strata.policy.registry import (NodeRegistry, NodeState, ReplicaPhase, ReplicaState,
+                                    TenantLoad)
+from strata.policy.routing import RouteDecision, Router
+from strata.policy.scheduling.admission import AdmissionSettings, Refusal, admit
+from strata.policy.scheduling.global_scheduler import GlobalScheduler, Mode, SchedulerSettings
+from strata.policy.scheduling.ledger import PoolLedger
+from strata.policy.scheduling.tenants import TenantPolicy
+
+
+def replica(rid: str, queued: int = 0, running: int = 0, total: int = 100, free: int = 100,
+            rate: float = 0.0, phase: ReplicaPhase = ReplicaPhase.READY) -> ReplicaState:
+    return ReplicaState(model="m", replica_id=rid, phase=phase, queued_tokens=queued,
+                        running_requests=running, kv_blocks_total=total, kv_blocks_free=free,
+                        tokens_per_s=rate)
+
+
+def node(node_id: str, *replicas: ReplicaState, tenants=(), margin: float = 0.0) -> NodeState:
+    return NodeState(node_id=node_id, address=f"{node_id}:1", replicas=replicas,
+                     tenants=tuple(tenants), safety_margin=margin)
+
+
+def scheduler(*nodes: NodeState, mode: Mode = Mode.TWO_LEVEL, sample: int = 0,
+              tolerance: float = 0.0, seed: int = 0, **settings) -> GlobalScheduler:
+    reg = NodeRegistry(clock=ManualClock())
+    router = Router(rng=random.Random(seed), request_weight_tokens=100, kv_block_tokens=16,
+                    sample_size=sample, tie_tolerance=tolerance)
+    gs = GlobalScheduler(reg, router, PoolLedger(16), PrefixIndex(),
+                         SchedulerSettings(mode=mode, **settings))
+    for n in nodes:
+        reg.heartbeat(n)
+    return gs
+
+
+def policy(tenant: str = "t", priority: int = 1, ttft_ms: float | None = None,
+           guaranteed: float = 0.0, burst: float = 1.0) -> TenantPolicy:
+    return TenantPolicy(tenant, "c", priority, ttft_ms, None, 1.0, guaranteed, burst)
+
+
+def test_ledger_follows_heartbeats_pending_routes_and_expiry():
+    gs = scheduler(node("n1", replica("r1", total=100), tenants=[TenantLoad("a", 1, 1, 0, 300)]),
+                   node("n2", replica("r2", total=50, phase=ReplicaPhase.LOADING)))
+    ledger = gs.ledger
+    assert (ledger.capacity_tokens, ledger.tenant_tokens["a"]) == (1600, 300)  # READY only
+    gs.route("m", policy("a"), 100, 20)
+    # reserved: 100 + 20; compute ahead on r1: 100 to prefill + 100 for the decode
+    assert (ledger.tenant_tokens["a"], ledger.pending("n1", "r1")) == (420, 200)
+    # n1's next report includes that request: the pending entry goes, the report counts it.
+    gs.registry.heartbeat(node("n1", replica("r1"), tenants=[TenantLoad("a", 1, 2, 0, 420)]))
+    assert (ledger.tenant_tokens["a"], ledger.pending("n1", "r1")) == (420, 0)
+    gs.registry.clock.advance(gs.registry.ttl_s + 1)
+    assert gs.registry.expire() == ["n1", "n2"]
+    assert (ledger.capacity_tokens, ledger.tenant_tokens["a"], ledger.nodes) == (0, 0, 0)
+
+
+def test_burst_share_refuses_with_a_retry_hint_but_never_a_first_request():
+    ledger = PoolLedger(16, capacity_tokens=1000, tokens_per_s=100.0)
+    burst = policy("a", burst=0.5)     # of the 2 x 1000 tokens the pool admits: 1000
+    assert admit(burst, 1800, ledger) is None           # holds nothing yet: one is servable
+    ledger.tenant_tokens["a"] = 900
+    refusal = admit(burst, 200, ledger)
+    assert isinstance(refusal, Refusal) and refusal.reason == "burst"
+    # 100 tokens over its cap, drained at its share (50%) of 100 tokens/s: 2 s
+    assert refusal.retry_after_s == pytest.approx(2.0)
+    assert refusal.message.startswith("tenant 'a' holds 900 tokens of work")
+    assert admit(burst, 100, ledger) is None            # exactly at the cap
+
+
+def test_full_pool_refuses_borrowers_but_admits_within_the_guarantee():
+    ledger = PoolLedger(16, capacity_tokens=1000, tokens_per_s=500.0)
+    ledger.tenant_tokens.update({"big": 1900, "small": 50})
+    settings = AdmissionSettings(oversubscription=2.0)
+    refusal = admit(policy("big"), 100, ledger, settings)
+    assert refusal.reason == "pool_full" and refusal.retry_after_s == pytest.approx(0.1)
+    assert admit(policy("small", guaranteed=0.2), 100, ledger, settings) is None
+    # Interference: a mean safety margin of 0.5 halves what the pool admits.
+    ledger2 = PoolLedger(16, capacity_tokens=1000, margin_sum=0.5, nodes=1)
+    ledger2.tenant_tokens["x"] = 900        # of the 1000 admitted with the margin
+    assert admit(policy("y"), 200, ledger2, settings).reason == "pool_full"
+    assert admit(policy("y"), 200, ledger2, AdmissionSettings(2.0, use_margin=False)) is None
+
+
+def test_a_high_class_request_only_counts_the_work_of_its_class_and_above():
+    # n1: 1000 tokens queued, all of batch (priority 0); n2: 300 tokens of interactive work.
+    gs = scheduler(node("n1", replica("r1", queued=1000),
+                        tenants=[TenantLoad("bulk", 0, 0, 3, 1000)]),
+                   node("n2", replica("r2", queued=300), tenants=[TenantLoad("web", 2, 1, 0, 300)]))
+    assert gs.route("m", policy("chat", priority=2), 10, 10).node_id == "n1"
+    assert gs.route("m", policy("bulk", priority=0), 10, 10).node_id == "n2"
+    fcfs = scheduler(node("n1", replica("r1", queued=1000),
+                          tenants=[TenantLoad("bulk", 0, 0, 3, 1000)]),
+                     node("n2", replica("r2", queued=300)), mode=Mode.FCFS)
+    assert fcfs.route("m", policy("chat", priority=2), 10, 10).node_id == "n2"
+
+
+def test_safety_margin_and_pending_work_steer_away():
+    gs = scheduler(node("n1", replica("r1", queued=100), margin=0.5),
+                   node("n2", replica("r2", queued=120)))
+    assert gs.route("m", policy(), 10, 0).node_id == "n2"       # 110 * 1.5 > 130
+    gs2 = scheduler(node("n1", replica("r1")), node("n2", replica("r2", queued=150)))
+    picks = [gs2.route("m", policy(), 40, 40).node_id for _ in range(3)]
+    # n1 gets the first; the 140 tokens then pending there (40 prefill + 100 decode) are
+    # still below n2's 150, so the second too; then 280 > 150
+    assert picks == ["n1", "n1", "n2"]
+
+
+def test_sla_check_refuses_what_no_replica_can_serve_in_time():
+    # 900 tokens ahead + 100 to prefill at 1000 tokens/s: an estimated first token at 1000 ms.
+    gs = scheduler(node("n1", replica("r1", queued=900, rate=1000.0)))
+    decision = gs.route("m", policy(ttft_ms=2000.0), 100, 10)
+    assert isinstance(decision, RouteDecision)
+    assert decision.estimated_ttft_ms == pytest.approx(1000.0)
+    refusal = gs.route("m", policy(ttft_ms=500.0), 100, 10)
+    assert isinstance(refusal, Refusal) and refusal.reason == "sla"
+    assert "TTFT target of 500 ms" in refusal.message
+    # the first decision's 200 tokens are pending there now: 900 + 200 ahead + 100 to prefill
+    # -> 1.2 s estimated against 0.5 s
+    assert refusal.retry_after_s == pytest.approx(0.7)
+    relaxed = scheduler(node("n1", replica("r1", queued=900, rate=1000.0)), sla_check=False)
+    assert isinstance(relaxed.route("m", policy(ttft_ms=500.0), 100, 10), RouteDecision)
+
+
+def test_static_partitions_confine_each_tenant_and_name_a_missing_one():
+    nodes = [node("n1", replica("r1", queued=500)), node("n2", replica("r2"))]
+    gs = scheduler(*nodes, mode=Mode.STATIC, partitions={"a": frozenset({"n1"})})
+    assert gs.route("m", policy("a"), 10, 10).node_id == "n1"   # n2 is idle, but not a's
+    refusal = gs.route("m", policy("b"), 10, 10)
+    assert refusal.reason == "partition" and "tenant 'b' has no partition" in refusal.message
+    with pytest.raises(ValueError, match="static mode needs partitions"):
+        SchedulerSettings(mode=Mode.STATIC)
+
+
+def test_fcfs_mode_ignores_quotas():
+    gs = scheduler(node("n1", replica("r1", total=10), tenants=[TenantLoad("a", 1, 9, 9, 5000)]),
+                   mode=Mode.FCFS)
+    assert isinstance(gs.route("m", policy("a", burst=0.1), 100, 100), RouteDecision)
+    two = scheduler(node("n1", replica("r1", total=10), tenants=[TenantLoad("a", 1, 9, 9, 5000)]))
+    assert two.route("m", policy("a", burst=0.1), 100, 100).reason == "burst"
+
+
+def test_tie_tolerance_spreads_near_equal_replicas():
+    nodes = [node(f"n{i}", replica(f"r{i}", queued=100 + i)) for i in range(5)]
+    exact = scheduler(*nodes)
+    assert {exact.route("m", policy(), 0, 0).node_id for _ in range(1)} == {"n0"}
+    spread = scheduler(*nodes, tolerance=0.1, seed=3)
+    # no pending feedback between picks (max_tokens 0, prompt 0): only the draw spreads them
+    assert len({spread.route("m", policy(), 0, 0).node_id for _ in range(40)}) == 5
+
+
+def test_sampled_decisions_over_a_thousand_nodes_keep_the_prefix_holder():
+    nodes = [node(f"n{i:04d}", replica(f"r{i}", queued=500)) for i in range(1000)]
+    gs = scheduler(*nodes, sample=16)
+    chain = [11, 12, 13, 14]
+    gs.index.apply("n0777", "kv:1", 1, True, chain, ())
+    for _ in range(20):
+        d = gs.route("m", policy(), 64, 0, prefix_hashes=chain)
+        assert (d.node_id, d.cached_blocks) == ("n0777", 4)
+        gs.registry.heartbeat(node("n0777", replica("r777", queued=500)))  # clears its pending
+    seen = {gs.route("m", policy(), 64, 0).node_id for _ in range(50)}
+    assert len(seen) > 10      # random samples, not always the same few nodes
+
+
+def test_registry_index_tracks_phase_changes_and_expiry():
+    reg = NodeRegistry(clock=ManualClock())
+    reg.heartbeat(node("n1", replica("a"), replica("b")))
+    assert sorted(loc.replica.replica_id for loc in reg.ready_index("m")[0]) == ["a", "b"]
+    reg.heartbeat(node("n1", replica("a", phase=ReplicaPhase.DRAINING), replica("b")))
+    items, by_node = reg.ready_index("m")
+    assert [loc.replica.replica_id for loc in items] == ["b"]
+    assert [loc.replica.replica_id for loc in by_node["n1"]] == ["b"]
+    reg.heartbeat(node("n2", replica("c")))
+    reg.clock.advance(reg.ttl_s + 1)
+    reg.heartbeat(node("n2", replica("c")))
+    reg.expire()
+    assert [loc.node.node_id for loc in reg.ready_index("m")[0]] == ["n2"]
