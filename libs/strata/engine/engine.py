@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -127,6 +128,9 @@ class LLMEngine:
         self.native_attention = (config.attention_kernel == "cpp" and self.device.type == "cpu"
                                  and kernels.load() is not None)
         self.stats = EngineStats()
+        # Called after every step with its scheduled items (already advanced) and the whole
+        # step's seconds, schedule() included as a profile times it (strata.engine.step_meter).
+        self.step_observer: Callable[[list[ScheduledSeq], float], None] | None = None
         self._samplers: dict[str, SeqSampler] = {}
         self._detok: dict[str, Detokenizer] = {}
         self._seqs: dict[str, Sequence] = {}
@@ -224,6 +228,7 @@ class LLMEngine:
 
     # -- one step ------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
+        begun = time.perf_counter()
         plan = self.scheduler.schedule()
         if not plan.scheduled:
             return []
@@ -245,6 +250,8 @@ class LLMEngine:
         self.stats.steps += 1
         self.stats.last_step_tokens = plan.num_tokens
         self.stats.step_tokens_total += plan.num_tokens
+        if self.step_observer is not None:
+            self.step_observer(plan.scheduled, time.perf_counter() - begun)
         return outputs
 
     def _forward(self, scheduled: list[ScheduledSeq]) -> torch.Tensor:

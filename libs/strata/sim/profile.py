@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
@@ -62,6 +62,29 @@ def prefill_keys(chunks: int, longest: int, widest_context: int, block_size: int
     """Keys of the padded prefill rectangle: `chunks` chunks, the longest of `longest` tokens,
     the widest context (computed + new tokens) `widest_context` tokens, in whole blocks."""
     return float(chunks * longest * -(-widest_context // block_size) * block_size)
+
+
+def step_shape(items: Iterable[tuple[int, bool, int]], block_size: int) -> StepShape:
+    """The shape of one engine step from its scheduled items, each given as (tokens computed
+    in the step, whether it samples, the sequence's context once the step's tokens are
+    computed). One definition for the simulator, which prices a step before running it, and
+    the worker's step meter, which prices it after."""
+    tokens = sampled = chunks = longest = widest = 0
+    decode_keys = 0
+    for new, sample, context in items:
+        tokens += new
+        sampled += sample
+        if new == 1:
+            decode_keys += context
+        else:
+            chunks += 1
+            longest = max(longest, new)
+            widest = max(widest, context)
+    groups = (decode_keys > 0) + (chunks > 0)
+    if not chunks:
+        return StepShape(tokens, sampled, 0.0, float(decode_keys), groups)
+    return StepShape(tokens, sampled, prefill_keys(chunks, longest, widest, block_size),
+                     float(decode_keys), groups, longest, max(0, widest - longest))
 
 
 @dataclass(slots=True)

@@ -29,7 +29,7 @@ from strata.engine.block_pool import BlockPool
 from strata.engine.scheduler import ScheduledSeq, Scheduler, StepPlan
 from strata.engine.sequence import FinishReason, SamplingParams, Sequence
 from strata.kvtier.hashing import ROOT_HASH, HashKeys, block_hash
-from strata.sim.profile import StepCosts, StepShape, prefill_keys
+from strata.sim.profile import StepCosts, StepShape, step_shape
 from strata.sim.workload import OUTPUT_TOKEN, SimRequest
 
 MIN_STRETCH_STEPS = 2   # a stretch of one step is an exact step
@@ -222,24 +222,9 @@ class SimReplica:
         return self.costs.seconds(self.shape(plan.scheduled))
 
     def shape(self, items: list[ScheduledSeq]) -> StepShape:
-        tokens = sampled = chunks = longest = widest = 0
-        decode_keys = 0
-        for item in items:
-            tokens += item.num_new
-            sampled += item.sample
-            context = item.seq.num_computed + item.num_new
-            if item.num_new == 1:
-                decode_keys += context
-            else:
-                chunks += 1
-                longest = max(longest, item.num_new)
-                widest = max(widest, context)
-        groups = (decode_keys > 0) + (chunks > 0)
-        if not chunks:
-            return StepShape(tokens, sampled, 0.0, float(decode_keys), groups)
-        return StepShape(tokens, sampled,
-                         prefill_keys(chunks, longest, widest, self.limits.block_size),
-                         float(decode_keys), groups, longest, max(0, widest - longest))
+        # Priced before the step runs: a sequence's context then grows by the step's tokens.
+        return step_shape(((i.num_new, i.sample, i.seq.num_computed + i.num_new) for i in items),
+                          self.limits.block_size)
 
     def end_step(self, now: float) -> list[Active]:
         """Apply the planned step at its end; returns the requests it finished."""

@@ -1,0 +1,76 @@
+"""The worker's step meter: every engine step, measured and as the solo profile prices it.
+
+A solo profile (`strata profile`, strata.sim.profile) says how long a step of a given shape takes
+on an otherwise idle machine. The meter prices each step the engine runs with it and keeps two
+cumulative sums, the seconds measured and the seconds predicted for the same shapes; the node
+manager reads their growth between heartbeats, and the ratio of the growths is the interference
+the other work on the machine causes (strata.policy.scheduling.interference learns the ratio a
+quiet machine shows, since a profile measured elsewhere is off by a constant factor).
+
+Imports no torch: the engine calls it with its scheduled items after each step.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from strata.engine.scheduler import ScheduledSeq
+from strata.sim.profile import StepCosts, load_profile, step_shape
+
+# Profiles shipped with the code, named <model>-<device type>.json.
+PROFILES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                            "sim", "profiles")
+
+
+def packaged_profile(model: str, device: str) -> str:
+    """The shipped profile of `model` on this kind of device ("cuda:0" -> cuda), or "" when
+    none ships: a profile of another device type would price every step wrong by more than
+    the baseline can learn away while the load's mix of shapes changes."""
+    if os.sep in model or model.startswith("."):
+        return ""   # a model served from a folder has no shipped profile
+    path = os.path.join(PROFILES_DIR, f"{model}-{device.split(':')[0]}.json")
+    return path if os.path.isfile(path) else ""
+
+
+def meter_from_profile(path: str, model: str, block_size: int) -> StepMeter:
+    """A meter pricing with the profile at `path`, for a worker serving `model` with KV blocks
+    of `block_size` tokens; ValueError with a sentence naming the file when it cannot be read
+    or is of another model."""
+    try:
+        profile = load_profile(path)
+    except OSError as err:
+        raise ValueError(f"cannot read the solo profile {path}: {err.strerror}") from None
+    if profile.model != model:
+        raise ValueError(f"the solo profile {path} was measured for model {profile.model!r}, "
+                         f"but this worker serves {model!r}; point STRATA_PROFILE_PATH at "
+                         f"a profile of {model!r} or leave it unset")
+    return StepMeter(profile.costs, block_size)
+
+
+class StepMeter:
+    """Cumulative measured and solo-predicted seconds of the engine's steps.
+
+    Invariant: both sums cover the same steps, so their growths over any interval compare
+    like with like. Called on the engine's thread only; readers on other threads see floats
+    that are each whole (a read between the two additions is off by one step, which the next
+    read repairs).
+    """
+
+    __slots__ = ("costs", "block_size", "observed_s", "solo_s", "steps")
+
+    def __init__(self, costs: StepCosts, block_size: int) -> None:
+        self.costs = costs
+        self.block_size = block_size
+        self.observed_s = 0.0
+        self.solo_s = 0.0
+        self.steps = 0
+
+    def __call__(self, scheduled: Sequence[ScheduledSeq], seconds: float) -> None:
+        """One step that ran `seconds`; its items are already advanced, so each sequence's
+        num_computed includes the step's tokens."""
+        shape = step_shape(((i.num_new, i.sample, i.seq.num_computed) for i in scheduled),
+                           self.block_size)
+        self.observed_s += seconds
+        self.solo_s += self.costs.seconds(shape)
+        self.steps += 1
