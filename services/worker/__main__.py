@@ -12,7 +12,9 @@ from services.worker.servicer import WorkerServicer
 from strata.engine.async_engine import AsyncEngine
 from strata.engine.engine import LLMEngine
 from strata.engine.registry import load_model
+from strata.engine.step_meter import meter_from_profile
 from strata.engine.tier_link import TierLink
+from strata.envconfig import ConfigError
 from strata.kvtier.client import TierClient
 from strata.rpc.server import Registration, run, serve_until_signal, start_server
 from strata.rpc.v1 import worker_pb2, worker_pb2_grpc
@@ -25,12 +27,18 @@ async def main() -> None:
     cfg = WorkerConfig.from_env()
     torch.set_num_threads(cfg.torch_threads)
     init_tracing("worker", cfg.otlp_endpoint)
+    try:
+        meter = meter_from_profile(cfg.profile_path, cfg.model, cfg.engine.block_size) \
+            if cfg.profile_path else None
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     started = time.perf_counter()
     loaded = load_model(cfg.model)
     tier = TierLink(TierClient(cfg.kvstore_addr, worker_id=f"{cfg.model}/{cfg.replica_id}")) \
         if cfg.kvstore_addr else None
     llm = LLMEngine(loaded, cfg.engine, tier=tier)
     warm = llm.warm_up()
+    llm.step_observer = meter   # after warm-up: its first-shape costs are no interference
     engine = AsyncEngine(llm)
     e = engine.engine
     memory = sum(t.numel() * t.element_size() for t in e.model.state_dict().values()) + \
@@ -38,7 +46,7 @@ async def main() -> None:
     log.info("loaded %s in %.1fs (warm-up %.1fs): %d KV blocks of %d tokens, %d torch threads",
              cfg.model, time.perf_counter() - started, warm, e.pool.num_blocks,
              cfg.engine.block_size, cfg.torch_threads)
-    servicer = WorkerServicer(engine, memory)
+    servicer = WorkerServicer(engine, memory, meter)
     running = await start_server([Registration(
         add=lambda s: worker_pb2_grpc.add_WorkerServicer_to_server(servicer, s),
         service_name=worker_pb2.DESCRIPTOR.services_by_name["Worker"].full_name)], bind=cfg.bind)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from strata import defaults
 from strata.engine.engine import EngineConfig
+from strata.engine.step_meter import packaged_profile
 from strata.envconfig import ConfigError, env_int, env_str
 
 
@@ -19,6 +20,9 @@ class WorkerConfig:
     otlp_endpoint: str
     torch_threads: int
     engine: EngineConfig
+    # The served model's solo step profile, priced against each step to estimate interference
+    # (strata.engine.step_meter); empty: none, and the interference counters stay at zero.
+    profile_path: str = ""
 
     @classmethod
     def from_env(cls) -> WorkerConfig:
@@ -36,12 +40,18 @@ class WorkerConfig:
             )
         except ValueError as err:
             raise ConfigError(f"engine settings: {err}") from None
+        model = env_str("STRATA_MODEL", defaults.DEFAULT_MODEL)
+        profile = env_str("STRATA_PROFILE_PATH", packaged_profile(model, engine.device))
+        if profile and not os.path.isfile(profile):
+            raise ConfigError(f"STRATA_PROFILE_PATH {profile!r} is not a file; point it at an "
+                              f"engine profile written by `strata profile`, or leave it unset")
         return cls(
             bind=env_str("STRATA_WORKER_BIND"),
-            model=env_str("STRATA_MODEL", defaults.DEFAULT_MODEL),
+            model=model,
             replica_id=env_str("STRATA_REPLICA_ID", "r0"),
             kvstore_addr=env_str("STRATA_KVSTORE_ADDR", ""),
             otlp_endpoint=env_str("STRATA_OTLP_ENDPOINT", ""),
             torch_threads=threads,
             engine=engine,
+            profile_path=profile,
         )

@@ -13,6 +13,7 @@ from strata.engine.engine import EngineRequest, RequestOutput
 from strata.engine.prompt import prompt_ids
 from strata.engine.resume import resume
 from strata.engine.sequence import FinishReason, SamplingParams
+from strata.engine.step_meter import StepMeter
 from strata.eval.stats import percentiles
 from strata.rpc.v1 import common_pb2, worker_pb2, worker_pb2_grpc
 from strata.telemetry import names
@@ -25,9 +26,10 @@ _tracer = trace.get_tracer("strata.worker")
 
 
 class WorkerServicer(worker_pb2_grpc.WorkerServicer):
-    def __init__(self, engine: AsyncEngine, memory_bytes: int):
+    def __init__(self, engine: AsyncEngine, memory_bytes: int, meter: StepMeter | None = None):
         self.engine = engine
         self.memory_bytes = memory_bytes
+        self.meter = meter      # the engine's step observer; None without a solo profile
 
     async def Generate(self, request: worker_pb2.WorkerGenerateRequest,
                        context: grpc.aio.ServicerContext):
@@ -90,7 +92,9 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
             block_lifetime_sum_s=pool.evicted_lifetime_sum_s, block_lifetime_p50_s=p50,
             block_lifetime_p99_s=p99, waiting_for_memory=e.scheduler.waiting_for_memory,
             tier_blocks_dropped=tier.dropped if tier else 0,
-            prefetched_blocks=tier.prefetched if tier else 0, kv_blocks_used=pool.num_used)
+            prefetched_blocks=tier.prefetched if tier else 0, kv_blocks_used=pool.num_used,
+            step_seconds_observed=self.meter.observed_s if self.meter is not None else 0.0,
+            step_seconds_solo=self.meter.solo_s if self.meter is not None else 0.0)
 
 
 def sampling_from_pb(spec: common_pb2.GenerationSpec) -> SamplingParams:

@@ -1,0 +1,92 @@
+"""Decode worker in-process on port 0 with its solo profile (dummy-tiny): GetStats reports the
+measured and profile-predicted seconds of the steps it ran, and zero without a profile; the
+worker's config finds the shipped profile and refuses a missing one."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from services.worker.config import WorkerConfig
+from services.worker.servicer import WorkerServicer
+from strata.engine.async_engine import AsyncEngine
+from strata.engine.dummy import load_dummy
+from strata.engine.engine import EngineConfig, LLMEngine
+from strata.engine.loaded import LoadedModel
+from strata.engine.step_meter import StepMeter, meter_from_profile, packaged_profile
+from strata.envconfig import ConfigError
+from strata.rpc.server import Registration, channel, start_server
+from strata.rpc.v1 import common_pb2, worker_pb2, worker_pb2_grpc
+
+MODEL = "dummy-tiny"
+CONFIG = EngineConfig(block_size=16, num_blocks=64, max_batched_tokens=256, max_seqs=8)
+
+
+@pytest.fixture(scope="module")
+def loaded() -> LoadedModel:
+    torch.set_num_threads(1)
+    return load_dummy(MODEL)
+
+
+async def serve(loaded: LoadedModel, meter: StepMeter | None):
+    llm = LLMEngine(loaded, CONFIG)
+    llm.step_observer = meter
+    engine = AsyncEngine(llm)
+    servicer = WorkerServicer(engine, 1, meter)
+    running = await start_server([Registration(
+        add=lambda s: worker_pb2_grpc.add_WorkerServicer_to_server(servicer, s),
+        service_name=worker_pb2.DESCRIPTOR.services_by_name["Worker"].full_name)])
+    return running, engine
+
+
+async def generate_and_read_stats(loaded: LoadedModel, meter: StepMeter | None):
+    running, engine = await serve(loaded, meter)
+    try:
+        async with channel(running.address) as ch:
+            stub = worker_pb2_grpc.WorkerStub(ch)
+            for i in range(2):
+                chunks = [c async for c in stub.Generate(worker_pb2.WorkerGenerateRequest(
+                    request_id=f"r{i}", tenant="acme", spec=common_pb2.GenerationSpec(
+                        model=MODEL, prompt="interference " * 6, max_tokens=12,
+                        sampling=common_pb2.SamplingParams(ignore_eos=True))))]
+                assert len(chunks) == 12
+            return await stub.GetStats(worker_pb2.GetStatsRequest()), engine.engine.stats
+    finally:
+        await running.stop(0)
+        engine.stop()
+
+
+async def test_get_stats_reports_observed_and_solo_seconds_of_the_steps_it_ran(loaded):
+    meter = meter_from_profile(packaged_profile(MODEL, "cpu"), MODEL, CONFIG.block_size)
+    stats, engine_stats = await generate_and_read_stats(loaded, meter)
+    assert stats.steps == engine_stats.steps == meter.steps == 24   # 2 x (1 prefill + 11)
+    assert stats.step_seconds_observed == meter.observed_s > 0
+    assert stats.step_seconds_solo == meter.solo_s > 0
+    # Whole steps are timed, schedule() included: at least the engine's busy time.
+    assert stats.step_seconds_observed >= stats.busy_seconds
+    ratio = stats.step_seconds_observed / stats.step_seconds_solo
+    # Plausible, not a timing claim: this CPU against a profile of a CPU like it.
+    assert math.isfinite(ratio) and 0.05 < ratio < 50
+
+
+async def test_without_a_profile_the_counters_stay_at_zero(loaded):
+    stats, _ = await generate_and_read_stats(loaded, None)
+    assert stats.steps == 24
+    assert (stats.step_seconds_observed, stats.step_seconds_solo) == (0.0, 0.0)
+
+
+def test_config_takes_the_shipped_profile_of_the_model_or_none(monkeypatch, tmp_path):
+    monkeypatch.setenv("STRATA_WORKER_BIND", "127.0.0.1:0")
+    monkeypatch.delenv("STRATA_PROFILE_PATH", raising=False)
+    monkeypatch.setenv("STRATA_MODEL", MODEL)
+    assert WorkerConfig.from_env().profile_path == packaged_profile(MODEL, "cpu") != ""
+    monkeypatch.setenv("STRATA_DEVICE", "cuda")
+    assert WorkerConfig.from_env().profile_path == ""
+    monkeypatch.setenv("STRATA_DEVICE", "cpu")
+    monkeypatch.setenv("STRATA_MODEL", "dummy-bench")
+    assert WorkerConfig.from_env().profile_path == ""
+    monkeypatch.setenv("STRATA_PROFILE_PATH", str(tmp_path / "nope.json"))
+    with pytest.raises(ConfigError, match="STRATA_PROFILE_PATH .*nope.json' is not a file"):
+        WorkerConfig.from_env()
