@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from strata import defaults
 from strata.engine.engine import EngineConfig
-from strata.engine.step_meter import packaged_profile
+from strata.engine.step_meter import PROFILES_DIR, find_profile
 from strata.envconfig import ConfigError, env_int, env_str
 
 
@@ -41,10 +41,15 @@ class WorkerConfig:
         except ValueError as err:
             raise ConfigError(f"engine settings: {err}") from None
         model = env_str("STRATA_MODEL", defaults.DEFAULT_MODEL)
-        profile = env_str("STRATA_PROFILE_PATH", packaged_profile(model, engine.device))
-        if profile and not os.path.isfile(profile):
-            raise ConfigError(f"STRATA_PROFILE_PATH {profile!r} is not a file; point it at an "
-                              f"engine profile written by `strata profile`, or leave it unset")
+        # A folder (<model>-<device type>.json in it) suits a node's environment, which every
+        # worker inherits whatever model it serves; a file names one model's profile.
+        profile = env_str("STRATA_PROFILE_PATH", PROFILES_DIR)
+        if os.path.isdir(profile):
+            profile = find_profile(model, engine.device, profile)
+        elif not os.path.isfile(profile):
+            raise ConfigError(f"STRATA_PROFILE_PATH {profile!r} is neither a file nor a folder; "
+                              f"point it at an engine profile written by `strata profile` or a "
+                              f"folder of them named <model>-<device>.json, or leave it unset")
         return cls(
             bind=env_str("STRATA_WORKER_BIND"),
             model=model,

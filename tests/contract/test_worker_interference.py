@@ -1,6 +1,6 @@
 """Decode worker in-process on port 0 with its solo profile (dummy-tiny): GetStats reports the
 measured and profile-predicted seconds of the steps it ran, and zero without a profile; the
-worker's config finds the shipped profile and refuses a missing one."""
+worker's config finds the shipped profile or one in a folder, and refuses a missing path."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from strata.engine.async_engine import AsyncEngine
 from strata.engine.dummy import load_dummy
 from strata.engine.engine import EngineConfig, LLMEngine
 from strata.engine.loaded import LoadedModel
-from strata.engine.step_meter import StepMeter, meter_from_profile, packaged_profile
+from strata.engine.step_meter import StepMeter, find_profile, meter_from_profile
 from strata.envconfig import ConfigError
 from strata.rpc.server import Registration, channel, start_server
 from strata.rpc.v1 import common_pb2, worker_pb2, worker_pb2_grpc
@@ -59,7 +59,7 @@ async def generate_and_read_stats(loaded: LoadedModel, meter: StepMeter | None):
 
 
 async def test_get_stats_reports_observed_and_solo_seconds_of_the_steps_it_ran(loaded):
-    meter = meter_from_profile(packaged_profile(MODEL, "cpu"), MODEL, CONFIG.block_size)
+    meter = meter_from_profile(find_profile(MODEL, "cpu"), MODEL, CONFIG.block_size)
     stats, engine_stats = await generate_and_read_stats(loaded, meter)
     assert stats.steps == engine_stats.steps == meter.steps == 24   # 2 x (1 prefill + 11)
     assert stats.step_seconds_observed == meter.observed_s > 0
@@ -81,12 +81,21 @@ def test_config_takes_the_shipped_profile_of_the_model_or_none(monkeypatch, tmp_
     monkeypatch.setenv("STRATA_WORKER_BIND", "127.0.0.1:0")
     monkeypatch.delenv("STRATA_PROFILE_PATH", raising=False)
     monkeypatch.setenv("STRATA_MODEL", MODEL)
-    assert WorkerConfig.from_env().profile_path == packaged_profile(MODEL, "cpu") != ""
+    assert WorkerConfig.from_env().profile_path == find_profile(MODEL, "cpu") != ""
     monkeypatch.setenv("STRATA_DEVICE", "cuda")
     assert WorkerConfig.from_env().profile_path == ""
     monkeypatch.setenv("STRATA_DEVICE", "cpu")
     monkeypatch.setenv("STRATA_MODEL", "dummy-bench")
     assert WorkerConfig.from_env().profile_path == ""
+    # A folder: the profile named after the model, if there is one.
+    mine = tmp_path / "dummy-bench-cpu.json"
+    mine.write_text("{}")
+    monkeypatch.setenv("STRATA_PROFILE_PATH", str(tmp_path))
+    assert WorkerConfig.from_env().profile_path == str(mine)
+    monkeypatch.setenv("STRATA_MODEL", MODEL)
+    assert WorkerConfig.from_env().profile_path == ""
+    monkeypatch.setenv("STRATA_PROFILE_PATH", str(mine))
+    assert WorkerConfig.from_env().profile_path == str(mine)
     monkeypatch.setenv("STRATA_PROFILE_PATH", str(tmp_path / "nope.json"))
-    with pytest.raises(ConfigError, match="STRATA_PROFILE_PATH .*nope.json' is not a file"):
+    with pytest.raises(ConfigError, match="STRATA_PROFILE_PATH .*nope.json' is neither"):
         WorkerConfig.from_env()

@@ -14,7 +14,7 @@ from strata.engine.dummy import load_dummy
 from strata.engine.engine import EngineConfig, EngineRequest, LLMEngine
 from strata.engine.scheduler import ScheduledSeq
 from strata.engine.sequence import SamplingParams, Sequence
-from strata.engine.step_meter import PROFILES_DIR, StepMeter, meter_from_profile, packaged_profile
+from strata.engine.step_meter import PROFILES_DIR, StepMeter, find_profile, meter_from_profile
 from strata.kvtier.hashing import HashKeys
 from strata.sim.profile import StepCosts, StepShape, step_shape
 from strata.sim.replica import EngineLimits, SimReplica
@@ -103,15 +103,14 @@ def test_the_engine_calls_its_step_observer_once_per_step_with_the_step_time():
 
 
 def test_shipped_profiles_are_found_by_model_and_device_type():
-    assert packaged_profile("dummy-tiny", "cpu") == os.path.join(PROFILES_DIR,
-                                                                 "dummy-tiny-cpu.json")
-    assert packaged_profile("dummy-tiny", "cuda:0") == ""
-    assert packaged_profile("no-such-model", "cpu") == ""
-    assert packaged_profile("/models/dummy-tiny", "cpu") == ""
+    assert find_profile("dummy-tiny", "cpu") == os.path.join(PROFILES_DIR, "dummy-tiny-cpu.json")
+    assert find_profile("dummy-tiny", "cuda:0") == ""
+    assert find_profile("no-such-model", "cpu") == ""
+    assert find_profile("/models/dummy-tiny", "cpu") == ""
 
 
 def test_a_profile_of_another_model_or_no_profile_is_refused(tmp_path):
-    path = packaged_profile("dummy-tiny", "cpu")
+    path = find_profile("dummy-tiny", "cpu")
     meter = meter_from_profile(path, "dummy-tiny", BLOCK)
     with open(path, encoding="utf-8") as f:
         assert meter.costs.step_s == json.load(f)["costs"]["step_s"]

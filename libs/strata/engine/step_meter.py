@@ -18,18 +18,19 @@ from collections.abc import Sequence
 from strata.engine.scheduler import ScheduledSeq
 from strata.sim.profile import StepCosts, load_profile, step_shape
 
-# Profiles shipped with the code, named <model>-<device type>.json.
+# Profiles shipped with the code, named <model>-<device type>.json as a folder of them must be.
 PROFILES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                             "sim", "profiles")
 
 
-def packaged_profile(model: str, device: str) -> str:
-    """The shipped profile of `model` on this kind of device ("cuda:0" -> cuda), or "" when
-    none ships: a profile of another device type would price every step wrong by more than
-    the baseline can learn away while the load's mix of shapes changes."""
+def find_profile(model: str, device: str, folder: str = PROFILES_DIR) -> str:
+    """The profile of `model` on this kind of device ("cuda:0" -> cuda) in `folder` (by
+    default the shipped ones), or "" when there is none: a profile of another device type
+    would price every step wrong by more than the baseline can learn away while the load's mix
+    of shapes changes."""
     if os.sep in model or model.startswith("."):
-        return ""   # a model served from a folder has no shipped profile
-    path = os.path.join(PROFILES_DIR, f"{model}-{device.split(':')[0]}.json")
+        return ""   # a model served from a folder has no profile named after it
+    path = os.path.join(folder, f"{model}-{device.split(':')[0]}.json")
     return path if os.path.isfile(path) else ""
 
 
