@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from strata import defaults
 from strata.envconfig import ConfigError, env_float, env_int, env_str
 from strata.eval.energy import SOURCES
+from strata.policy.scheduling.interference import EstimatorSettings, MarginSettings
 
 # Engine settings the node manager passes through to the workers it starts.
 WORKER_PASSTHROUGH = ("STRATA_BLOCK_SIZE", "STRATA_KV_CACHE_BYTES", "STRATA_KV_BLOCKS",
@@ -18,6 +19,8 @@ WORKER_PASSTHROUGH = ("STRATA_BLOCK_SIZE", "STRATA_KV_CACHE_BYTES", "STRATA_KV_B
 SAMPLE_INTERVAL_S = 2.0
 POWER_IDLE_WATTS = 50.0
 POWER_TDP_WATTS = 250.0
+MARGIN = MarginSettings()
+ESTIMATOR = EstimatorSettings()
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +43,13 @@ class NodeConfig:
     # both to the node's hardware, since reports built on the model are only as good as these.
     power_idle_watts: float = POWER_IDLE_WATTS
     power_tdp_watts: float = POWER_TDP_WATTS
+    # The safety margin heartbeats carry (strata.policy.scheduling.interference): headroom kept
+    # with no interference, its ceiling, how fast it gives headroom back once interference
+    # subsides, and how long the interference baseline remembers.
+    margin_floor: float = MARGIN.floor
+    margin_cap: float = MARGIN.cap
+    margin_half_life_s: float = MARGIN.half_life_s
+    interference_baseline_s: float = ESTIMATOR.baseline_window_s
 
     def worker_env(self) -> dict[str, str]:
         env = {k: os.environ[k] for k in WORKER_PASSTHROUGH if os.environ.get(k)}
@@ -74,12 +84,20 @@ class NodeConfig:
             power_idle_watts=_positive("STRATA_POWER_IDLE_WATTS", POWER_IDLE_WATTS,
                                        zero_ok=True),
             power_tdp_watts=_positive("STRATA_POWER_TDP_WATTS", POWER_TDP_WATTS),
+            margin_floor=_positive("STRATA_MARGIN_FLOOR", MARGIN.floor, zero_ok=True),
+            margin_cap=_positive("STRATA_MARGIN_CAP", MARGIN.cap),
+            margin_half_life_s=_positive("STRATA_MARGIN_HALF_LIFE_S", MARGIN.half_life_s),
+            interference_baseline_s=_positive("STRATA_INTERFERENCE_BASELINE_S",
+                                              ESTIMATOR.baseline_window_s),
         )
 
     def __post_init__(self) -> None:
         if self.power_idle_watts > self.power_tdp_watts:
             raise ConfigError(f"STRATA_POWER_IDLE_WATTS ({self.power_idle_watts}) must not "
                               f"exceed STRATA_POWER_TDP_WATTS ({self.power_tdp_watts})")
+        if self.margin_floor > self.margin_cap:
+            raise ConfigError(f"STRATA_MARGIN_FLOOR ({self.margin_floor}) must not exceed "
+                              f"STRATA_MARGIN_CAP ({self.margin_cap})")
 
 
 def _positive(name: str, default: float, zero_ok: bool = False) -> float:

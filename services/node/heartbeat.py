@@ -1,4 +1,5 @@
-"""The node manager's heartbeat: refresh worker stats, report the node to the scheduler."""
+"""The node manager's heartbeat: refresh worker stats, estimate interference from them, report
+the node (with its interference and safety margin) to the scheduler."""
 
 from __future__ import annotations
 
@@ -9,21 +10,44 @@ import grpc
 
 from services.node.config import NodeConfig
 from services.node.servicer import node_info
+from strata.node.interference_monitor import InterferenceMonitor, StepCounters
 from strata.node.replicas import ReplicaSet, State
+from strata.policy.clock import Clock, WallClock
+from strata.policy.scheduling.interference import EstimatorSettings, MarginSettings
 from strata.rpc.server import channel
 from strata.rpc.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 
 log = logging.getLogger(__name__)
 
 
-async def heartbeat_loop(cfg: NodeConfig, replicas: ReplicaSet, stop: asyncio.Event) -> None:
+def interference_monitor(cfg: NodeConfig, clock: Clock = WallClock()) -> InterferenceMonitor:
+    # The window pools two heartbeats, so one late beat does not leave it empty.
+    window = min(cfg.interference_baseline_s, max(2.0, 2 * cfg.heartbeat_interval_s))
+    return InterferenceMonitor(
+        EstimatorSettings(window_s=window, baseline_window_s=cfg.interference_baseline_s),
+        MarginSettings(floor=cfg.margin_floor, cap=cfg.margin_cap,
+                       half_life_s=cfg.margin_half_life_s), clock)
+
+
+def step_counters(replicas: ReplicaSet) -> dict[str, StepCounters]:
+    return {r.replica_id: StepCounters(r.stats.step_seconds_observed, r.stats.step_seconds_solo)
+            for r in replicas.replicas.values() if r.state is State.READY}
+
+
+async def heartbeat_loop(cfg: NodeConfig, replicas: ReplicaSet, stop: asyncio.Event,
+                         monitor: InterferenceMonitor | None = None) -> None:
     interval = cfg.heartbeat_interval_s
+    if monitor is None:
+        monitor = interference_monitor(cfg)
     failures = 0
     async with channel(cfg.scheduler_addr) as ch:
         stub = scheduler_pb2_grpc.SchedulerStub(ch)
         while not stop.is_set():
             await replicas.refresh_ready()
             info = node_info(cfg, replicas)
+            estimate = monitor.update(step_counters(replicas))
+            info.interference = estimate.interference
+            info.safety_margin = estimate.safety_margin
             models = [common_pb2.ModelInfo(name=r.model, context_length=r.stats.context_length,
                                            memory_bytes=r.stats.memory_bytes)
                       for r in replicas.replicas.values() if r.state is State.READY]

@@ -40,6 +40,8 @@ class ReplicaStats:
     context_length: int = 0
     memory_bytes: int = 0
     waiting_for_memory: int = 0     # admitted requests held back: no KV block free anywhere
+    step_seconds_observed: float = 0.0  # cumulative: steps the worker priced, as measured ...
+    step_seconds_solo: float = 0.0      # ... and as its solo profile predicts (interference)
 
 
 @dataclass(slots=True)
@@ -150,7 +152,8 @@ class ReplicaSet:
             running=s.running_requests, waiting=s.waiting_requests,
             queued_tokens=s.queued_tokens, blocks_total=s.kv_blocks_total,
             blocks_free=s.kv_blocks_free, context_length=s.context_length,
-            memory_bytes=s.memory_bytes, waiting_for_memory=s.waiting_for_memory)
+            memory_bytes=s.memory_bytes, waiting_for_memory=s.waiting_for_memory,
+            step_seconds_observed=s.step_seconds_observed, step_seconds_solo=s.step_seconds_solo)
 
     async def refresh_ready(self) -> None:
         """Refresh every READY replica's stats; one that does not answer keeps its last ones."""

@@ -1,0 +1,93 @@
+"""The node manager's heartbeat carries interference and safety margin to the scheduler: a fake
+worker (in-process, port 0) whose step counters grow as a script says, the real heartbeat loop
+and replica set, and a fake scheduler that records every HeartbeatRequest."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from services.node.config import NodeConfig
+from services.node.heartbeat import heartbeat_loop, interference_monitor
+from strata.node.replicas import Replica, ReplicaSet, State
+from strata.node.worker_process import WorkerProcess
+from strata.policy.clock import ManualClock
+from strata.rpc.server import Registration, start_server
+from strata.rpc.v1 import scheduler_pb2, scheduler_pb2_grpc, worker_pb2, worker_pb2_grpc
+
+MISMATCH = 2.0      # the worker's solo profile is twice too fast for this "machine"
+SOLO_S = 0.8        # priced work between two heartbeats
+QUIET, LOADED = 12, 4
+
+
+class FakeWorker(worker_pb2_grpc.WorkerServicer):
+    """Each GetStats is one heartbeat interval later (on the monitor's manual clock), with the
+    counters grown by one interval of work slowed by the script's interference."""
+
+    def __init__(self, clock: ManualClock, script: list[float]) -> None:
+        self.clock = clock
+        self.script = script
+        self.calls = 0
+        self.observed_s = self.solo_s = 0.0
+
+    async def GetStats(self, request, context) -> worker_pb2.WorkerStats:
+        factor = self.script[min(self.calls, len(self.script) - 1)]
+        self.calls += 1
+        self.clock.advance(1.0)
+        self.observed_s += SOLO_S * MISMATCH * factor
+        self.solo_s += SOLO_S
+        return worker_pb2.WorkerStats(model="m", steps=self.calls,
+                                      step_seconds_observed=self.observed_s,
+                                      step_seconds_solo=self.solo_s)
+
+
+class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
+    def __init__(self, wanted: int, stop: asyncio.Event) -> None:
+        self.beats: list[scheduler_pb2.HeartbeatRequest] = []
+        self.wanted = wanted
+        self.stop = stop
+
+    async def Heartbeat(self, request, context) -> scheduler_pb2.HeartbeatResponse:
+        self.beats.append(request)
+        if len(self.beats) >= self.wanted:
+            self.stop.set()
+        return scheduler_pb2.HeartbeatResponse()
+
+
+async def test_heartbeats_carry_the_nodes_interference_and_safety_margin():
+    clock = ManualClock()
+    stop = asyncio.Event()
+    worker = FakeWorker(clock, [1.0] * QUIET + [1.5] * LOADED)
+    scheduler = FakeScheduler(QUIET + LOADED, stop)
+    worker_server = await start_server([Registration(
+        add=lambda s: worker_pb2_grpc.add_WorkerServicer_to_server(worker, s),
+        service_name=worker_pb2.DESCRIPTOR.services_by_name["Worker"].full_name)])
+    scheduler_server = await start_server([Registration(
+        add=lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(scheduler, s),
+        service_name="strata.v1.Scheduler")])
+    cfg = NodeConfig(node_id="node-i", bind="127.0.0.1:0", advertise="node-i.local:50053",
+                     scheduler_addr=scheduler_server.address, kvstore_addr="", otlp_endpoint="",
+                     memory_bytes=8 << 30, device="cpu", torch_threads=1,
+                     worker_ready_timeout_s=60.0, heartbeat_interval_s=0.01)
+    replicas = ReplicaSet({}, cfg.worker_ready_timeout_s)
+    replica = Replica("m-0", "m", worker_server.address,
+                      WorkerProcess("m-0", worker_server.address, {}), state=State.READY)
+    replica.connect()
+    replicas.replicas[replica.replica_id] = replica
+    monitor = interference_monitor(cfg, clock)
+    try:
+        await asyncio.wait_for(heartbeat_loop(cfg, replicas, stop, monitor), timeout=30)
+    finally:
+        await worker_server.stop(0)
+        await scheduler_server.stop(0)
+    floor = cfg.margin_floor
+    got = [(b.node.interference, b.node.safety_margin) for b in scheduler.beats]
+    # The worker's counters reached the replica's stats the heartbeat read.
+    assert replica.stats.step_seconds_solo == pytest.approx(SOLO_S * (QUIET + LOADED))
+    # A constant profile mismatch is the baseline: no interference while quiet.
+    assert got[:QUIET] == [(1.0, floor)] * QUIET
+    # The first loaded beat pools one quiet and one loaded interval, the next only loaded ones.
+    assert got[QUIET] == pytest.approx((1.25, floor + 0.25))
+    assert got[QUIET + 1:] == [pytest.approx((1.5, floor + 0.5))] * (LOADED - 1)
+    assert {b.node.node_id for b in scheduler.beats} == {"node-i"}
