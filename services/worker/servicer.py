@@ -93,6 +93,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
             block_lifetime_p99_s=p99, waiting_for_memory=e.scheduler.waiting_for_memory,
             tier_blocks_dropped=tier.dropped if tier else 0,
             prefetched_blocks=tier.prefetched if tier else 0, kv_blocks_used=pool.num_used,
+            max_seqs=e.config.max_seqs, priority_preemptions=e.scheduler.priority_preemptions,
             step_seconds_observed=self.meter.observed_s if self.meter is not None else 0.0,
             step_seconds_solo=self.meter.solo_s if self.meter is not None else 0.0)
 

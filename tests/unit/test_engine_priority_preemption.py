@@ -1,11 +1,15 @@
 """Priority preemption at admission: a higher class displaces lower ones, exact victims and
-blocks on a tiny pool; equal priorities never preempt each other."""
+blocks on a tiny pool; equal priorities never preempt each other; the simulator does not
+fast-forward over such a preemption."""
 
 from strata.engine.block_pool import BlockPool
 from strata.engine.engine import EngineRequest
 from strata.engine.scheduler import Scheduler, StepPlan
 from strata.engine.sequence import FinishReason, SamplingParams, Sequence, Status
 from strata.kvtier.hashing import HashKeys, chain_hashes
+from strata.sim.profile import StepCosts
+from strata.sim.replica import EngineLimits, SimReplica
+from strata.sim.workload import SimRequest
 from tests.engine_helpers import run_to_end, tiny_engine
 
 BS = 4
@@ -174,3 +178,26 @@ def test_engine_output_is_unchanged_by_priority_preemption():
     for rid in ("lo1", "lo2"):
         assert expected[rid][2:] == got[rid]
     assert expected["hi"] == got["hi"]
+
+
+def test_the_simulator_steps_exactly_while_a_waiting_request_outranks_a_running_one():
+    costs = StepCosts(step_s=1e-3, token_s=1e-4, sample_s=0.0, prefill_attend_s=0.0,
+                      decode_attend_s=0.0)
+
+    def replica(waiting_priority: int) -> SimReplica:
+        r = SimReplica("r0", "m", "n0", EngineLimits(num_blocks=64, block_size=4, max_seqs=1),
+                       costs)
+        r.add(SimRequest(0, 0.0, 8, 20, "m"), 0.0, 0.0)
+        r.begin_step(0.0)
+        r.end_step(0.01)                                 # prefilled: decoding from here on
+        r.add(SimRequest(1, 0.01, 8, 20, "m"), 0.01, 0.01)
+        r.take_adds(0.01)
+        r.scheduler.waiting[0].priority = waiting_priority
+        return r
+
+    assert replica(0).plan_stretch().steps == 19         # a full batch of equals: no change
+    r = replica(2)
+    assert r.plan_stretch() is None
+    r.begin_step(0.01)
+    assert r.scheduler.priority_preemptions == 1
+    assert [s.request_id for s in r.scheduler.running] == ["1"]
