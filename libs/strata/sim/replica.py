@@ -6,7 +6,8 @@ it, and at its end every scheduled item is advanced (Scheduler.advance) and each
 sequence gets one token; a sequence that has its trace's output length is finished
 (Scheduler.finish). Nothing of the scheduler is re-implemented.
 
-Fast-forward covers a stretch in which the batch cannot change: nothing waiting, every running
+Fast-forward covers a stretch in which the batch cannot change: nothing waiting (or nothing
+that could be admitted, and nothing that outranks a running sequence), every running
 sequence one decode token behind, the pool able to give every block the stretch's steps ask for,
 and no sequence finishing before the stretch's last step. Its k steps are priced at once (the
 decode keys grow by the batch size each step, so the times are a closed form) and their effects
@@ -269,6 +270,9 @@ class SimReplica:
             return None   # an add since the last step: the batch may change at the next
         if not s.running or len(s.running) > s.max_batched_tokens:
             return None
+        if s.waiting and max(q.priority for q in s.waiting) > min(q.priority
+                                                                 for q in s.running):
+            return None   # admission may preempt a lower class: the batch may change
         blocked = self._admission_blocked() if s.waiting else "none"
         if blocked is None:
             return None
