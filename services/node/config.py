@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from strata import defaults
 from strata.envconfig import ConfigError, env_float, env_int, env_str
 from strata.eval.energy import SOURCES
+from strata.policy.scheduling.fair_queue import QUEUES
 from strata.policy.scheduling.interference import EstimatorSettings, MarginSettings
 
 # Engine settings the node manager passes through to the workers it starts.
@@ -43,6 +44,10 @@ class NodeConfig:
     # both to the node's hardware, since reports built on the model are only as good as these.
     power_idle_watts: float = POWER_IDLE_WATTS
     power_tdp_watts: float = POWER_TDP_WATTS
+    # The order of requests waiting for a worker slot: wfq (strict priority across SLA classes,
+    # token-weighted fair among tenants, urgent ones preempt lower classes) or fcfs (the pooled
+    # first-come-first-served baseline).
+    queue_policy: str = "wfq"
     # The safety margin heartbeats carry (strata.policy.scheduling.interference): headroom kept
     # with no interference, its ceiling, how fast it gives headroom back once interference
     # subsides, and how long the interference baseline remembers.
@@ -84,6 +89,7 @@ class NodeConfig:
             power_idle_watts=_positive("STRATA_POWER_IDLE_WATTS", POWER_IDLE_WATTS,
                                        zero_ok=True),
             power_tdp_watts=_positive("STRATA_POWER_TDP_WATTS", POWER_TDP_WATTS),
+            queue_policy=_queue_policy(env_str("STRATA_NODE_QUEUE", "wfq")),
             margin_floor=_positive("STRATA_MARGIN_FLOOR", MARGIN.floor, zero_ok=True),
             margin_cap=_positive("STRATA_MARGIN_CAP", MARGIN.cap),
             margin_half_life_s=_positive("STRATA_MARGIN_HALF_LIFE_S", MARGIN.half_life_s),
@@ -112,4 +118,10 @@ def _energy_source(value: str) -> str:
     if value not in SOURCES:
         raise ConfigError(f"STRATA_ENERGY_SOURCE must be one of {', '.join(SOURCES)}, "
                           f"got {value!r}")
+    return value
+
+
+def _queue_policy(value: str) -> str:
+    if value not in QUEUES:
+        raise ConfigError(f"STRATA_NODE_QUEUE must be one of {', '.join(QUEUES)}, got {value!r}")
     return value

@@ -1,4 +1,5 @@
-"""NodeManager gRPC servicer: admits requests to this node's decode workers, loads models."""
+"""NodeManager gRPC servicer: admits requests to this node's decode workers through the node's
+fair queue and time slots (strata.node.dispatcher), loads models."""
 
 from __future__ import annotations
 
@@ -6,7 +7,12 @@ import grpc
 from opentelemetry import trace
 
 from services.node.config import NodeConfig
+from strata.eval.sla import DEFAULT_CLASS, SlaTable
+from strata.node.dispatcher import Dispatcher, NoReplica, TenantFigures
 from strata.node.replicas import Replica, ReplicaSet, State
+from strata.policy.clock import WallClock
+from strata.policy.scheduling.fair_queue import QUEUES, QueueItem
+from strata.policy.scheduling.tenants import TenantPolicy
 from strata.rpc.v1 import common_pb2, node_pb2, node_pb2_grpc, worker_pb2
 from strata.telemetry import names
 
@@ -18,43 +24,69 @@ _STATE = {State.LOADING: common_pb2.REPLICA_STATE_LOADING,
 _PASS_THROUGH = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.DEADLINE_EXCEEDED,
                  grpc.StatusCode.CANCELLED, grpc.StatusCode.RESOURCE_EXHAUSTED}
 
+_DEFAULT_SLA = SlaTable().lookup(DEFAULT_CLASS)
+
 _tracer = trace.get_tracer("strata.node")
 
 
 class NodeManagerServicer(node_pb2_grpc.NodeManagerServicer):
-    def __init__(self, cfg: NodeConfig, replicas: ReplicaSet):
+    def __init__(self, cfg: NodeConfig, replicas: ReplicaSet,
+                 dispatcher: Dispatcher | None = None):
         self.cfg = cfg
         self.replicas = replicas
+        clock = WallClock()
+        self.dispatcher = dispatcher or Dispatcher(replicas, QUEUES[cfg.queue_policy](clock),
+                                                   clock)
 
     async def Submit(self, request: node_pb2.SubmitRequest, context: grpc.aio.ServicerContext):
         model = request.spec.model
-        replica = self.replicas.pick(model, request.replica_id)
-        if replica is None:
+        if self.replicas.pick(model, request.replica_id) is None:
             await context.abort(grpc.StatusCode.UNAVAILABLE,
                                 f"node {self.cfg.node_id} has no ready replica of {model!r}; "
                                 f"retry, the scheduler will route elsewhere")
-        replica.in_flight += 1
-        call = None
         try:
-            with _tracer.start_as_current_span(names.SPAN_NODE_SUBMIT) as span:
-                span.set_attribute(names.NODE_ID, self.cfg.node_id)
-                span.set_attribute(names.REPLICA_ID, replica.replica_id)
-                span.set_attribute(names.TENANT, request.tenant)
+            policy = policy_from_pb(request)
+        except ValueError as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        item = queue_item(request, policy)
+        with _tracer.start_as_current_span(names.SPAN_NODE_SUBMIT) as span:
+            span.set_attribute(names.NODE_ID, self.cfg.node_id)
+            span.set_attribute(names.TENANT, request.tenant)
+            try:
+                with _tracer.start_as_current_span(names.SPAN_NODE_QUEUE) as waited:
+                    waited.set_attributes({names.TENANT: request.tenant,
+                                           names.SLA_CLASS: policy.sla_class,
+                                           names.PRIORITY: policy.priority})
+                    lease = await self.dispatcher.acquire(item)  # a cancel leaves the queue
+                    waited.set_attribute(names.REPLICA_ID, lease.replica.replica_id)
+            except ValueError as err:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+            except NoReplica as err:
+                await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                    f"node {self.cfg.node_id}: {err}; retry, the scheduler "
+                                    f"will route elsewhere")
+            replica = lease.replica
+            span.set_attribute(names.REPLICA_ID, replica.replica_id)
+            call = None
+            try:
                 call = replica.stub.Generate(worker_pb2.WorkerGenerateRequest(
                     request_id=request.request_id, tenant=request.tenant,
-                    priority=request.priority, spec=request.spec,
+                    priority=lease.priority, spec=request.spec,
                     kv_source_address=request.kv_source_address),
                     timeout=context.time_remaining())
                 async for chunk in call:
+                    if chunk.HasField("usage"):   # the wait for a slot is queueing too
+                        chunk.usage.queue_ms += lease.queued_s * 1000.0
                     yield chunk
-        except grpc.aio.AioRpcError as err:
-            code = err.code() if err.code() in _PASS_THROUGH else grpc.StatusCode.UNAVAILABLE
-            await context.abort(code, f"worker {replica.replica_id} on node {self.cfg.node_id}: "
-                                      f"{err.details()}")
-        finally:
-            replica.in_flight -= 1
-            if call is not None and not call.done():
-                call.cancel()  # the caller went away: stop the worker's generation too
+            except grpc.aio.AioRpcError as err:
+                code = err.code() if err.code() in _PASS_THROUGH else \
+                    grpc.StatusCode.UNAVAILABLE
+                await context.abort(code, f"worker {replica.replica_id} on node "
+                                          f"{self.cfg.node_id}: {err.details()}")
+            finally:
+                if call is not None and not call.done():
+                    call.cancel()  # the caller went away: stop the worker's generation too
+                self.dispatcher.release(lease)
 
     async def LoadModel(self, request: node_pb2.LoadModelRequest,
                         context: grpc.aio.ServicerContext) -> node_pb2.LoadModelResponse:
@@ -74,19 +106,58 @@ class NodeManagerServicer(node_pb2_grpc.NodeManagerServicer):
     async def GetNodeStatus(self, request: node_pb2.GetNodeStatusRequest,
                             context: grpc.aio.ServicerContext) -> common_pb2.NodeInfo:
         await self.replicas.refresh_ready()  # live figures, not the last heartbeat's
-        return node_info(self.cfg, self.replicas)
+        return node_info(self.cfg, self.replicas, self.dispatcher)
 
 
-def replica_to_pb(r: Replica) -> common_pb2.ReplicaInfo:
+def policy_from_pb(request: node_pb2.SubmitRequest) -> TenantPolicy:
+    """The request's policy; without one (no class named), the default class's targets at the
+    request's own priority, or the class's when it gives none. Raises ValueError naming a
+    field out of range."""
+    p = request.policy
+    tenant = request.tenant or p.tenant
+    if not p.sla_class:
+        return TenantPolicy(tenant, _DEFAULT_SLA.name, request.priority or _DEFAULT_SLA.priority,
+                            _DEFAULT_SLA.ttft_ms, _DEFAULT_SLA.tpot_ms)
+    return TenantPolicy(
+        tenant=tenant, sla_class=p.sla_class, priority=p.priority, ttft_ms=p.ttft_ms or None,
+        tpot_ms=p.tpot_ms or None, weight=p.weight or 1.0,
+        guaranteed_share=p.guaranteed_share, burst_share=p.burst_share or 1.0)
+
+
+def queue_item(request: node_pb2.SubmitRequest, policy: TenantPolicy) -> QueueItem:
+    spec = request.spec
+    prompt = request.prompt_tokens_estimate
+    if prompt <= 0:   # the gateway's own fallback: about four characters a token
+        prompt = (len(spec.prompt) + sum(len(m.content) for m in spec.messages)) // 4
+    return QueueItem(request.request_id, policy.tenant, spec.model, policy.priority, prompt,
+                     spec.max_tokens, policy.weight, policy.ttft_ms, request.replica_id)
+
+
+def replica_to_pb(r: Replica, tokens_per_s: float = 0.0) -> common_pb2.ReplicaInfo:
     s = r.stats
     return common_pb2.ReplicaInfo(
         model=r.model, replica_id=r.replica_id, state=_STATE[r.state], worker_address=r.address,
         running_requests=s.running, waiting_requests=s.waiting, queued_tokens=s.queued_tokens,
         kv_blocks_total=s.blocks_total, kv_blocks_free=s.blocks_free,
-        waiting_for_memory=s.waiting_for_memory)
+        waiting_for_memory=s.waiting_for_memory, tokens_per_s=tokens_per_s,
+        max_seqs=s.max_seqs)
 
 
-def node_info(cfg: NodeConfig, replicas: ReplicaSet) -> common_pb2.NodeInfo:
+def tenant_load_to_pb(t: TenantFigures) -> common_pb2.TenantLoad:
+    return common_pb2.TenantLoad(tenant=t.tenant, priority=t.priority, running=t.running,
+                                 queued=t.queued, tokens=t.tokens)
+
+
+def node_info(cfg: NodeConfig, replicas: ReplicaSet,
+              dispatcher: Dispatcher | None = None) -> common_pb2.NodeInfo:
+    """The node as heartbeats and GetNodeStatus report it; per-tenant loads and measured
+    replica rates come from the dispatcher (absent without one)."""
+    if dispatcher is None:
+        infos, tenants = [replica_to_pb(r) for r in replicas.replicas.values()], []
+    else:
+        dispatcher.forget_gone()
+        infos = [replica_to_pb(r, dispatcher.tokens_per_s(r)) for r in replicas.replicas.values()]
+        tenants = [tenant_load_to_pb(t) for t in dispatcher.tenant_loads()]
     return common_pb2.NodeInfo(
         node_id=cfg.node_id, address=cfg.advertise, memory_bytes=cfg.memory_bytes,
-        device=cfg.device, replicas=[replica_to_pb(r) for r in replicas.replicas.values()])
+        device=cfg.device, replicas=infos, tenants=tenants)

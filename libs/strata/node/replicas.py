@@ -40,6 +40,10 @@ class ReplicaStats:
     context_length: int = 0
     memory_bytes: int = 0
     waiting_for_memory: int = 0     # admitted requests held back: no KV block free anywhere
+    max_seqs: int = 0               # requests one engine step can hold (0 = not reported)
+    step_tokens: int = 0            # cumulative tokens computed by the engine's steps
+    busy_seconds: float = 0.0       # cumulative wall time inside steps
+    priority_preemptions: int = 0   # cumulative: running requests preempted for a higher class
     step_seconds_observed: float = 0.0  # cumulative: steps the worker priced, as measured ...
     step_seconds_solo: float = 0.0      # ... and as its solo profile predicts (interference)
 
@@ -153,6 +157,8 @@ class ReplicaSet:
             queued_tokens=s.queued_tokens, blocks_total=s.kv_blocks_total,
             blocks_free=s.kv_blocks_free, context_length=s.context_length,
             memory_bytes=s.memory_bytes, waiting_for_memory=s.waiting_for_memory,
+            max_seqs=s.max_seqs, step_tokens=s.step_tokens, busy_seconds=s.busy_seconds,
+            priority_preemptions=s.priority_preemptions,
             step_seconds_observed=s.step_seconds_observed, step_seconds_solo=s.step_seconds_solo)
 
     async def refresh_ready(self) -> None:

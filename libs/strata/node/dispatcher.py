@@ -1,0 +1,248 @@
+"""The node manager's time slots: which waiting request goes to which decode worker, and when.
+
+A worker takes at most its engine's max_seqs requests at once (from its stats); more would only
+wait inside the engine, where the node's tenant policy cannot reach them. A request beyond that
+waits in the node's queue (strata.policy.scheduling.fair_queue: strict priority across SLA
+classes, token-weighted fairness among tenants) until its replica has a slot, or, when the route
+named none (or the named one stopped taking requests), until any ready replica of the model has
+one. A waiting request whose class would miss its TTFT target if it waited longer (the queue's
+urgent()) goes to the worker beyond the cap, with its priority, when that worker runs a request
+of a lower class: the engine then preempts the lower one (its blocks stay in the prefix cache)
+to admit it.
+
+    Submit -> acquire(item) --slot free--> Lease (replica, priority) -> Generate ... -> release
+                    |                                                                   |
+                    +--waits in the queue <--pump: on push, on release, every tick_s <--+
+
+A caller that goes away while waiting leaves the queue at once. Pumps run on the event loop
+thread, between awaits, so the bookkeeping needs no lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from strata.node.replicas import Replica, ReplicaSet, State
+from strata.policy.clock import Clock
+from strata.policy.scheduling.fair_queue import URGENT_FRACTION, NodeQueue, QueueItem
+
+TICK_S = 0.05          # how often a non-empty queue is looked at again (urgency, new replicas)
+MIN_RATE_BUSY_S = 0.05  # busy seconds a tokens-per-second window needs before it counts
+
+
+class NoReplica(Exception):
+    """The model has no replica on this node that takes requests any more."""
+
+
+@dataclass(slots=True)
+class Lease:
+    """A dispatched request: the replica it went to and the priority the worker is told."""
+
+    item: QueueItem
+    replica: Replica
+    priority: int
+    queued_s: float          # time spent in the node's queue
+    beyond_cap: bool         # sent past the worker's slots so its engine preempts a lower class
+
+
+@dataclass(slots=True)
+class TenantFigures:
+    """What one tenant has on this node (strata.v1.TenantLoad)."""
+
+    tenant: str
+    priority: int
+    running: int = 0
+    queued: int = 0
+    tokens: int = 0          # reserved: prompt + max_tokens of its queued and running requests
+
+
+@dataclass(slots=True)
+class _Rate:
+    tokens: int
+    busy_s: float
+    rate: float = 0.0
+
+
+class Dispatcher:
+    def __init__(self, replicas: ReplicaSet, queue: NodeQueue, clock: Clock,
+                 tick_s: float = TICK_S, urgent_fraction: float = URGENT_FRACTION) -> None:
+        self.replicas = replicas
+        self.queue = queue
+        self.clock = clock
+        self.tick_s = tick_s
+        self.urgent_fraction = urgent_fraction
+        self.beyond_cap = 0                      # requests sent past a worker's slots, ever
+        self._waiters: dict[str, asyncio.Future[Lease]] = {}
+        # Requests dispatched and not released yet, by replica id, then request id.
+        self._running: dict[str, dict[str, QueueItem]] = {}
+        self._rates: dict[str, _Rate] = {}       # by replica id
+        self._timer: asyncio.TimerHandle | None = None
+
+    # -- the caller's side ---------------------------------------------------------------------
+    async def acquire(self, item: QueueItem) -> Lease:
+        """Wait in the queue for a slot. Raises ValueError when the request id is already
+        waiting or running here, NoReplica when the model's replicas go away meanwhile."""
+        rid = item.request_id
+        if rid in self._waiters or any(rid in r for r in self._running.values()):
+            raise ValueError(f"request id {rid!r} is already on this node; ids must be unique")
+        fut: asyncio.Future[Lease] = asyncio.get_running_loop().create_future()
+        self.queue.push(item)
+        self._waiters[rid] = fut
+        self.pump()
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                self.release(fut.result())   # dispatched as the caller went away
+            else:
+                self._waiters.pop(item.request_id, None)
+                self.queue.remove(item.request_id)
+            raise
+
+    def release(self, lease: Lease) -> None:
+        running = self._running.get(lease.replica.replica_id)
+        if running is None or running.pop(lease.item.request_id, None) is None:
+            return
+        if not running:
+            del self._running[lease.replica.replica_id]
+        lease.replica.in_flight -= 1
+        self.pump()
+
+    # -- dispatching ---------------------------------------------------------------------------
+    def pump(self) -> None:
+        """Dispatch what can go now: every request whose replica has a slot, in the queue's
+        order; then urgent requests beyond the cap where that lets them displace a lower
+        class."""
+        while (item := self.queue.pop_next(self._acceptable)) is not None:
+            replica = self._free_slot(item)
+            if replica is None:      # accepted because no replica takes the model any more
+                self._fail(item, NoReplica(
+                    f"no replica of {item.model!r} on this node takes requests any more"))
+            else:
+                self._dispatch(item, replica, beyond_cap=False)
+        if self.queue.classes and len(self.queue):
+            for item in self.queue.urgent(self._service_s, self.urgent_fraction):
+                replica = self._displaceable(item)
+                if replica is not None:
+                    self.queue.remove(item.request_id)
+                    self._dispatch(item, replica, beyond_cap=True)
+        self._arm_timer()
+
+    def _acceptable(self, item: QueueItem) -> bool:
+        candidates = self._candidates(item)
+        return not candidates or any(self._has_slot(r) for r in candidates)
+
+    def _candidates(self, item: QueueItem) -> list[Replica]:
+        if item.replica_id:
+            named = self.replicas.pick(item.model, item.replica_id)
+            if named is not None and named.replica_id == item.replica_id:
+                return [named]
+        return [r for r in self.replicas.replicas.values()
+                if r.model == item.model and r.state is State.READY and r.stub is not None]
+
+    def cap(self, replica: Replica) -> int | None:
+        """Requests the replica's worker takes at once; None until its stats say."""
+        return replica.stats.max_seqs or None
+
+    def running_on(self, replica: Replica) -> list[QueueItem]:
+        return list(self._running.get(replica.replica_id, {}).values())
+
+    def _count(self, replica: Replica) -> int:
+        return len(self._running.get(replica.replica_id, ()))
+
+    def _has_slot(self, replica: Replica) -> bool:
+        cap = self.cap(replica)
+        return cap is None or self._count(replica) < cap
+
+    def _free_slot(self, item: QueueItem) -> Replica | None:
+        free = [r for r in self._candidates(item) if self._has_slot(r)]
+        return min(free, key=lambda r: (self._count(r), r.stats.queued_tokens), default=None)
+
+    def _displaceable(self, item: QueueItem) -> Replica | None:
+        """A candidate whose engine would admit `item` by preempting a lower class: fewer
+        requests of its class or above than slots there, and at least one below it."""
+        best, best_key = None, None
+        for r in self._candidates(item):
+            cap = self.cap(r)
+            if cap is None:
+                continue
+            running = self.running_on(r)
+            at_or_above = sum(1 for x in running if x.priority >= item.priority)
+            if at_or_above < cap and at_or_above < len(running):
+                key = (at_or_above, len(running))
+                if best_key is None or key < best_key:
+                    best, best_key = r, key
+        return best
+
+    def _service_s(self, item: QueueItem) -> float:
+        """Estimated seconds to the first token once dispatched: the prompt at the fastest
+        candidate's measured rate (0 while none is measured)."""
+        rate = max((self.tokens_per_s(r) for r in self._candidates(item)), default=0.0)
+        return item.prompt_tokens / rate if rate > 0 else 0.0
+
+    def _dispatch(self, item: QueueItem, replica: Replica, beyond_cap: bool) -> None:
+        fut = self._waiters.pop(item.request_id, None)
+        if fut is None or fut.done():
+            return   # its caller went away in the same loop turn: nothing to send
+        self._running.setdefault(replica.replica_id, {})[item.request_id] = item
+        replica.in_flight += 1
+        if beyond_cap:
+            self.beyond_cap += 1
+        priority = item.priority if self.queue.classes else 0
+        fut.set_result(Lease(item, replica, priority, self.clock.now() - item.enqueued_s,
+                             beyond_cap))
+
+    def _fail(self, item: QueueItem, err: Exception) -> None:
+        fut = self._waiters.pop(item.request_id, None)
+        if fut is not None and not fut.done():
+            fut.set_exception(err)
+
+    def _arm_timer(self) -> None:
+        if self._timer is not None or not len(self.queue):
+            return
+        self._timer = asyncio.get_running_loop().call_later(self.tick_s, self._on_tick)
+
+    def _on_tick(self) -> None:
+        self._timer = None
+        self.pump()
+
+    # -- figures -------------------------------------------------------------------------------
+    def tenant_loads(self) -> list[TenantFigures]:
+        """Per tenant, running and queued requests and their reserved tokens, by tenant name."""
+        out: dict[str, TenantFigures] = {}
+        for running in self._running.values():
+            for item in running.values():
+                f = out.get(item.tenant)
+                if f is None:
+                    f = out[item.tenant] = TenantFigures(item.tenant, item.priority)
+                f.priority = max(f.priority, item.priority)
+                f.running += 1
+                f.tokens += item.cost_tokens
+        for tenant, q in self.queue.loads().items():
+            f = out.get(tenant)
+            if f is None:
+                f = out[tenant] = TenantFigures(tenant, q.priority)
+            f.priority = max(f.priority, q.priority)
+            f.queued += q.queued
+            f.tokens += q.tokens
+        return [out[t] for t in sorted(out)]
+
+    def tokens_per_s(self, replica: Replica) -> float:
+        """Tokens the replica's engine computes per busy second, over the window since the last
+        read that saw at least MIN_RATE_BUSY_S more busy time (the first read: since start)."""
+        s = replica.stats
+        m = self._rates.get(replica.replica_id)
+        if m is None or s.busy_seconds < m.busy_s or s.step_tokens < m.tokens:  # new worker
+            rate = s.step_tokens / s.busy_seconds if s.busy_seconds > 0 else 0.0
+            self._rates[replica.replica_id] = _Rate(s.step_tokens, s.busy_seconds, rate)
+            return rate
+        if s.busy_seconds - m.busy_s >= MIN_RATE_BUSY_S:
+            m.rate = (s.step_tokens - m.tokens) / (s.busy_seconds - m.busy_s)
+            m.tokens, m.busy_s = s.step_tokens, s.busy_seconds
+        return m.rate
+
+    def forget_gone(self) -> None:
+        """Drop rate windows of replicas that left the node."""
+        for rid in [rid for rid in self._rates if rid not in self.replicas.replicas]:
+            del self._rates[rid]
