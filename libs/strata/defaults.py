@@ -16,6 +16,7 @@ WORKER_BASE_PORT = 50100               # node managers give workers ports from h
 DEFAULT_MODEL = "smollm2-135m-instruct"
 DEMO_TENANT = "demo"
 DEMO_KEY_FILE = "demo_api_key"         # in the data dir; the CLI reads it when no key is given
+ADMIN_KEY_FILE = "admin_key"           # in the data dir; the gateway's Admin API key (0600)
 
 HEARTBEAT_INTERVAL_S = 1.0
 NODE_TTL_S = 5.0                       # a node silent for this long leaves routing

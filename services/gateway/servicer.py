@@ -1,10 +1,12 @@
 """Gateway gRPC servicer: the public per-tenant API.
 
-Generate: authenticate -> validate -> rate limit -> hash the prompt's blocks -> Route (scheduler)
--> Submit (node manager, with the route's KV source) -> stream back. The request's latency
-figures are recorded on the gateway span, from which the metrics collector derives the request's
-row; a caller replaying a trace tags its requests with an evaluation run through the
-`x-strata-run-id` metadata, recorded on the span too.
+Generate: authenticate -> validate -> the tenant's policy (tenant directory) -> rate limit
+(the tenant's own rate, or the default) -> hash the prompt's blocks -> Route (scheduler, with the
+policy) -> Submit (node manager, with the policy and the route's KV source) -> stream back. A
+refusal downstream reaches the caller with its code, sentence and retry-after-ms hint. The
+request's latency figures are recorded on the gateway span, from which the metrics collector
+derives the request's row; a caller replaying a trace tags its requests with an evaluation run
+through the `x-strata-run-id` metadata, recorded on the span too.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ import grpc
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
+from services.gateway.convert import policy_pb
 from strata.eval.stats import REPORT_PERCENTILES, percentiles
 from strata.gateway.auth import Authenticator, bearer_key
 from strata.gateway.prefix_hashes import PrefixHasher
+from strata.gateway.tenant_directory import TenantDirectory
 from strata.gateway.validation import GenerateParams, validate
 from strata.policy.ratelimit import TenantRateLimiter
 from strata.rpc.server import channel
@@ -30,17 +34,22 @@ from strata.telemetry.setup import current_trace_id_hex
 _tracer = trace.get_tracer("strata.gateway")
 _FINISH_NAMES = {v: k.removeprefix("FINISH_REASON_").lower()
                  for k, v in common_pb2.FinishReason.items()}
+RETRY_AFTER_METADATA = "retry-after-ms"
+BAD_KEY = "unknown or revoked API key; ask your admin for a valid key"
 
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     def __init__(self, scheduler: scheduler_pb2_grpc.SchedulerStub, auth: Authenticator,
                  limiter: TenantRateLimiter, request_timeout_s: float,
-                 prefixes: PrefixHasher | None = None):
+                 prefixes: PrefixHasher | None = None, tenants: TenantDirectory | None = None):
         self.scheduler = scheduler
         self.auth = auth
         self.limiter = limiter
         self.request_timeout_s = request_timeout_s
         self.prefixes = prefixes if prefixes is not None else PrefixHasher()
+        # Default: the authenticator's store and clock, the directory's default TTL.
+        self.tenants = tenants if tenants is not None else TenantDirectory(auth.sessions,
+                                                                           auth.clock)
         self._nodes: dict[str, tuple[grpc.aio.Channel, node_pb2_grpc.NodeManagerStub]] = {}
 
     async def _tenant(self, context: grpc.aio.ServicerContext) -> str:
@@ -50,8 +59,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                                 "missing API key: send metadata 'authorization: Bearer <key>'")
         tenant = await self.auth.tenant_for(key)
         if tenant is None:
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED,
-                                "unknown or revoked API key; ask your admin for a valid key")
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, BAD_KEY)
         return tenant
 
     async def ListModels(self, request: common_pb2.ListModelsRequest,
@@ -73,14 +81,19 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         run_id, problem = _run_id(context.invocation_metadata())
         if problem is not None:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
-        wait = self.limiter.try_acquire(tenant)
+        entry = await self.tenants.lookup(tenant)
+        if entry is None:
+            # Deleted through another gateway while this one still caches its key.
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, BAD_KEY)
+        wait = self.limiter.try_acquire(tenant, entry.rate_limit_rps)
         if wait > 0:
-            context.set_trailing_metadata((("retry-after-ms", str(int(wait * 1000) + 1)),))
+            context.set_trailing_metadata(((RETRY_AFTER_METADATA, str(int(wait * 1000) + 1)),))
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                 f"tenant {tenant!r} is over its request rate; retry in "
                                 f"{wait * 1000:.0f} ms")
         timeout = context.time_remaining() or self.request_timeout_s
         request_id = uuid.uuid4().hex
+        policy = policy_pb(entry.policy)
         with _tracer.start_as_current_span(names.SPAN_GATEWAY_GENERATE,
                                            record_exception=False,
                                            set_status_on_exception=False) as span:
@@ -99,18 +112,22 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                 hashed = await self.prefixes.hash_prompt(params.model, tenant,
                                                          request.prefix_public, params.prompt,
                                                          params.messages)
+                # Without the model's tokenizer (still loading), about four characters a token.
+                prompt_tokens = hashed.tokens if hashed is not None else (
+                    len(params.prompt) + sum(len(c) for _, c in params.messages)) // 4
                 route = await self.scheduler.Route(scheduler_pb2.RouteRequest(
-                    model=params.model, tenant=tenant,
-                    prompt_tokens_estimate=(hashed.tokens if hashed is not None
-                                            else len(params.prompt) // 4),
-                    prefix_hashes=hashed.hashes if hashed is not None else ()),
+                    model=params.model, tenant=tenant, prompt_tokens_estimate=prompt_tokens,
+                    prefix_hashes=hashed.hashes if hashed is not None else (), policy=policy,
+                    max_tokens=params.max_tokens),
                     timeout=min(timeout, 5.0))
                 # The cluster serves this model: its tokenizer is worth loading for next time.
                 self.prefixes.ensure_loading(params.model)
                 span.set_attribute(names.NODE_ID, route.node_id)
                 call = self._node(route.node_address).Submit(node_pb2.SubmitRequest(
                     request_id=request_id, tenant=tenant, spec=_spec(request),
-                    replica_id=route.replica_id, kv_source_address=route.kv_source_address),
+                    replica_id=route.replica_id, kv_source_address=route.kv_source_address,
+                    policy=policy, priority=entry.policy.priority,
+                    prompt_tokens_estimate=prompt_tokens),
                     timeout=timeout)
                 try:
                     async for chunk in call:
@@ -130,6 +147,9 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             except grpc.aio.AioRpcError as err:
                 span.set_attribute(names.ERROR_CODE, err.code().name)
                 span.set_status(Status(StatusCode.ERROR, err.details()))
+                retry_after = _retry_after(err)
+                if retry_after is not None:
+                    context.set_trailing_metadata(((RETRY_AFTER_METADATA, retry_after),))
                 await context.abort(err.code(), err.details() or err.code().name)
             except BaseException:
                 # The caller cancelled (or the server stops): record it, then let it propagate.
@@ -150,6 +170,14 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         for ch, _ in self._nodes.values():
             await ch.close()
         self._nodes.clear()
+
+
+def _retry_after(err: grpc.aio.AioRpcError) -> str | None:
+    """The retry-after-ms hint a refusal downstream carried, to hand on to the caller."""
+    for key, value in err.trailing_metadata() or ():
+        if key == RETRY_AFTER_METADATA:
+            return value.decode() if isinstance(value, bytes) else value
+    return None
 
 
 def _run_id(metadata) -> tuple[int | None, str | None]:

@@ -8,6 +8,7 @@ from strata.defaults import DEMO_KEY_FILE, DEMO_TENANT
 from strata.rpc.server import Registration, run, serve_until_signal, start_server
 from strata.rpc.v1 import metrics_pb2, metrics_pb2_grpc
 from strata.store.db import create_all, make_engine, session_factory
+from strata.store.sla_classes import seed_sla_classes
 from strata.store.spans import span_sink
 from strata.store.tenants import ensure_demo_tenant
 from strata.telemetry.receiver import OtlpReceiver
@@ -24,6 +25,8 @@ async def main() -> None:
     await create_all(engine)
     sessions = session_factory(engine)
     async with sessions() as session:
+        # STRATA_SLA_CLASSES is the seed: once the table holds classes, they are the definition.
+        await seed_sla_classes(session, cfg.sla)
         key = await ensure_demo_tenant(session, os.path.join(cfg.data_dir, DEMO_KEY_FILE))
     print(f"demo tenant '{DEMO_TENANT}' api key: {key}", flush=True)
 

@@ -20,8 +20,9 @@ class MetricsConfig:
     export_own_spans: bool  # STRATA_METRICS_EXPORT_OWN_SPANS: also export this service's spans
     queue_spans: int        # STRATA_METRICS_QUEUE_SPANS: spans buffered before dropping
     batch_spans: int        # STRATA_METRICS_BATCH_SPANS: spans per SQL transaction
-    # STRATA_SLA_CLASSES: e.g. "interactive=500/100,standard=2000/200,batch=best-effort"
-    # (strata.eval.sla; empty = those defaults)
+    # STRATA_SLA_CLASSES: e.g. "interactive=500/100@2,standard=2000/200,batch=best-effort"
+    # (strata.eval.sla; empty = its defaults): stored in the sla_classes table when that is
+    # empty; reports judge by the table
     sla: SlaTable = field(default_factory=SlaTable)
     # STRATA_TENANT_WEIGHTS: "acme=2,beta=0.5" for the fairness index; unnamed tenants weigh 1
     tenant_weights: dict[str, float] = field(default_factory=dict)

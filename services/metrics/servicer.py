@@ -3,6 +3,7 @@ store, protobuf in and out."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import time
@@ -20,6 +21,7 @@ from strata.store.report import TenantReport, request_rows, tenant_reports, tena
 from strata.store.runs import check_new_run, create_run, finish_run, get_run, list_runs
 from strata.store.samples import (NodeSampleRecord, insert_samples, sample_time_range,
                                   samples_between)
+from strata.store.sla_classes import load_sla_table
 from strata.store.spans import SpanRecord, get_trace, trace_id_of_request
 from strata.telemetry.receiver import OtlpReceiver
 
@@ -82,6 +84,12 @@ class MetricsServicer(metrics_pb2_grpc.MetricsServicer):
         self._settings = settings or LayerSettings()
         self._now_ms = clock_ms
 
+    async def _layer_settings(self, session: AsyncSession) -> LayerSettings:
+        """The settings with the SLA classes in force: the SQL table (changed through the
+        gateway's Admin API), or the configured classes while it is empty."""
+        sla = await load_sla_table(session, self._settings.sla)
+        return dataclasses.replace(self._settings, sla=sla)
+
     async def GetReport(self, request: metrics_pb2.ReportRequest,
                         context: grpc.aio.ServicerContext) -> metrics_pb2.Report:
         if request.since_unix_ms < 0:
@@ -106,12 +114,13 @@ class MetricsServicer(metrics_pb2_grpc.MetricsServicer):
                                            request.run_id)
             rows = await request_rows(session, request.since_unix_ms, request.run_id)
             classes = await tenant_sla_classes(session)
+            settings = await self._layer_settings(session)
             sample_range = None if rows or run else await sample_time_range(session)
             start, end = report_window(run, rows, request.since_unix_ms, sample_range,
                                        self._now_ms())
             samples = await samples_between(session, start - SAMPLE_MARGIN_MS,
                                             end + SAMPLE_MARGIN_MS)
-        layered = layered_report(rows, samples, classes, start, end, self._settings, run,
+        layered = layered_report(rows, samples, classes, start, end, settings, run,
                                  request.tenant)
         stats = self._receiver.stats
         layered.spans_received, layered.spans_dropped = stats.received, stats.dropped
@@ -182,7 +191,8 @@ class MetricsServicer(metrics_pb2_grpc.MetricsServicer):
         async with self._sessions() as session:
             found = await arrivals(session, grid)
             classes = await tenant_sla_classes(session)
-        return curves_reply(grid, found, classes, self._settings.sla)
+            sla = await load_sla_table(session, self._settings.sla)
+        return curves_reply(grid, found, classes, sla)
 
     async def GetTrace(self, request: metrics_pb2.GetTraceRequest,
                        context: grpc.aio.ServicerContext) -> metrics_pb2.Trace:

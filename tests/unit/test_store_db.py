@@ -47,5 +47,5 @@ async def test_services_starting_together_create_the_schema_once(store_url):
     finally:
         for e in engines:
             await e.dispose()
-    assert tables == ["api_keys", "node_samples", "placements", "requests", "runs", "spans",
-                      "tenants"]
+    assert tables == ["api_keys", "node_samples", "placements", "requests", "runs",
+                      "sla_classes", "spans", "tenants"]

@@ -25,14 +25,14 @@ pytest_plugins = ["tests.pg"]
 
 async def test_key_is_stored_only_as_its_sha256(store):
     async with store() as s:
-        await create_tenant(s, "acme", sla_class="premium")
+        await create_tenant(s, "acme", sla_class="interactive")
         key = await issue_api_key(s, "acme")
     assert key.startswith("sk-strata-") and len(key) > 40
     async with store() as s:
         rows = (await s.execute(select(ApiKey.key_sha256, ApiKey.revoked))).all()
         tenant = (await s.execute(select(Tenant))).scalar_one()
     assert [tuple(r) for r in rows] == [(hashlib.sha256(key.encode()).hexdigest(), False)]
-    assert (tenant.name, tenant.sla_class) == ("acme", "premium")
+    assert (tenant.name, tenant.sla_class) == ("acme", "interactive")
 
 
 async def test_authenticate_maps_keys_to_their_tenant(store):

@@ -27,6 +27,7 @@ from strata.client.replay_cli import add_replay_parser
 from strata.client.report_cli import add_report_arguments, run_report
 from strata.client.sdk import DEFAULT_MAX_TOKENS, AsyncClient
 from strata.client.settings import MissingApiKey
+from strata.client.tenants_cli import add_tenants_parser
 
 EXIT_ERROR = 2
 DEFAULT_TIMEOUT_S = 300.0
@@ -133,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_replay_parser(sub)
     add_profile_parser(sub)
     add_placement_parser(sub)
+    add_tenants_parser(sub)
     return parser
 
 

@@ -1,7 +1,8 @@
 """API-key authentication against the SQL store, with a short positive/negative cache.
 
 Keys are stored only as SHA-256 hashes. The cache keeps a hot path off the database; its TTL
-bounds how long a revoked key keeps working.
+bounds how long a key revoked through another gateway keeps working here (one revoked, or a
+tenant deleted, through this gateway's Admin API is forgotten at once).
 """
 
 from __future__ import annotations
@@ -31,6 +32,15 @@ class Authenticator:
             tenant = await authenticate(session, key)
         self._cache[digest] = (tenant, now)
         return tenant
+
+    def forget(self, key: str) -> None:
+        """Drop key's cached answer: the next use asks the store (it was revoked here)."""
+        self._cache.pop(hash_key(key), None)
+
+    def forget_tenant(self, tenant: str) -> None:
+        """Drop the cached answers of every key of tenant (it was deleted here)."""
+        for digest in [d for d, (name, _) in self._cache.items() if name == tenant]:
+            del self._cache[digest]
 
 
 def bearer_key(metadata: tuple[tuple[str, str | bytes], ...] | None) -> str | None:

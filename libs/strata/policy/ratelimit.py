@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from strata.policy.clock import Clock
@@ -14,7 +15,12 @@ class _Bucket:
 
 
 class TenantRateLimiter:
-    """`rate` requests per second sustained, bursts up to `burst`, per tenant."""
+    """`rate` requests per second sustained, bursts up to `burst`, per tenant.
+
+    A tenant with a rate of its own (try_acquire's `rate`) gets a burst of the same duration:
+    burst / rate seconds of its own rate, at least one request. With the defaults 50/s and 100,
+    a tenant limited to 5/s may send 10 at once.
+    """
 
     def __init__(self, clock: Clock, rate: float, burst: float):
         if rate <= 0 or burst < 1:
@@ -24,15 +30,25 @@ class TenantRateLimiter:
         self.burst = burst
         self._buckets: dict[str, _Bucket] = {}
 
-    def try_acquire(self, tenant: str) -> float:
-        """Take one request's token: 0.0 if allowed, else seconds until one will be available."""
+    def try_acquire(self, tenant: str, rate: float | None = None) -> float:
+        """Take one request's token: 0.0 if allowed, else seconds until one will be available.
+
+        `rate`: the tenant's own requests per second (None = the default). A changed rate
+        applies from this call on; tokens already saved are capped at the new burst.
+        """
+        if rate is None:
+            rate, burst = self.rate, self.burst
+        else:
+            if not (math.isfinite(rate) and rate > 0):
+                raise ValueError(f"a tenant's rate must be a positive number, got {rate}")
+            burst = max(1.0, rate * self.burst / self.rate)
         now = self.clock.now()
         b = self._buckets.get(tenant)
         if b is None:
-            b = self._buckets[tenant] = _Bucket(self.burst, now)
-        b.tokens = min(self.burst, b.tokens + (now - b.updated) * self.rate)
+            b = self._buckets[tenant] = _Bucket(burst, now)
+        b.tokens = min(burst, b.tokens + (now - b.updated) * rate)
         b.updated = now
         if b.tokens >= 1:
             b.tokens -= 1
             return 0.0
-        return (1 - b.tokens) / self.rate
+        return (1 - b.tokens) / rate

@@ -14,7 +14,7 @@ import random
 from sqlalchemy import Connection, event, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.schema import CreateIndex, CreateTable
+from sqlalchemy.schema import CreateColumn, CreateIndex, CreateTable
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -63,8 +63,9 @@ async def create_all(engine: AsyncEngine) -> None:
     plain check-then-create would let two of them both see a table missing and one fail
     creating it.
 
-    A store written by an older version gains the nullable columns added since (ALTER TABLE
-    ADD COLUMN), so an existing database keeps its rows across an upgrade.
+    A store written by an older version gains the columns added since (ALTER TABLE ADD COLUMN;
+    each is nullable or has a server default), so an existing database keeps its rows across an
+    upgrade.
     """
     for attempt in range(_SQLITE_SCHEMA_ATTEMPTS):
         try:
@@ -99,11 +100,14 @@ def _add_missing_columns(conn: Connection, table) -> None:
     for column in table.columns:
         if column.name in present:
             continue
-        if not column.nullable:
+        if not column.nullable and column.server_default is None:
             raise RuntimeError(f"table {table.name} lacks column {column.name}, which cannot be "
-                               f"added to existing rows (it is NOT NULL); migrate the store")
-        ddl = (f"ALTER TABLE {quote(table.name)} ADD COLUMN {quote(column.name)} "
-               f"{column.type.compile(dialect=conn.dialect)}")
+                               f"added to existing rows (it is NOT NULL without a server "
+                               f"default); migrate the store")
+        # CreateColumn renders the type, the server default and NOT NULL as CREATE TABLE would;
+        # existing rows take the default.
+        ddl = (f"ALTER TABLE {quote(table.name)} ADD COLUMN "
+               f"{CreateColumn(column).compile(dialect=conn.dialect)}")
         try:
             conn.execute(text(ddl))
         except OperationalError:

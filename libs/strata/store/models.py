@@ -8,7 +8,7 @@ not, and a long model name must not fail a batch on one backend only.
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -17,12 +17,36 @@ class Base(DeclarativeBase):
 
 
 class Tenant(Base):
+    """A tenant and its scheduling policy (strata.policy.scheduling.tenants.TenantPolicy).
+
+    The policy columns came after the first schema: their server defaults let an older store gain
+    them with its rows intact (an existing tenant reads as weight 1, no guarantee, no burst
+    limit). rate_limit_rps NULL means the gateway's default rate.
+    """
+
     __tablename__ = "tenants"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(128), unique=True)
     sla_class: Mapped[str] = mapped_column(String(64))
     created_unix_ms: Mapped[int] = mapped_column(BigInteger)
+    weight: Mapped[float] = mapped_column(Float, default=1.0, server_default=text("1"))
+    guaranteed_share: Mapped[float] = mapped_column(Float, default=0.0,
+                                                    server_default=text("0"))
+    burst_share: Mapped[float] = mapped_column(Float, default=1.0, server_default=text("1"))
+    rate_limit_rps: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class SlaClassRow(Base):
+    """An SLA class (strata.eval.sla.SlaClass); a NULL target is not judged."""
+
+    __tablename__ = "sla_classes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    priority: Mapped[int] = mapped_column(Integer)
+    ttft_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    tpot_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class ApiKey(Base):
