@@ -21,13 +21,15 @@ class SchedulerConfig:
     partitions: dict[str, frozenset[str]] = field(default_factory=dict)
     route_sample: int = 64        # replicas scored per decision beyond the prefix holders
     tie_tolerance: float = 0.1    # draw among replicas within 10% of the best estimate
-    oversubscription: float = 2.0
+    oversubscription: float = 1.0
+    horizon_s: float = 10.0       # the pool admits what it can compute in this long
     sla_check: bool = True
     sla_slack: float = 1.0
 
     def settings(self) -> SchedulerSettings:
         return SchedulerSettings(
-            mode=Mode(self.mode), admission=AdmissionSettings(self.oversubscription),
+            mode=Mode(self.mode),
+            admission=AdmissionSettings(self.oversubscription, self.horizon_s),
             sla_check=self.sla_check, sla_slack=self.sla_slack, partitions=self.partitions)
 
     def __post_init__(self) -> None:
@@ -40,10 +42,10 @@ class SchedulerConfig:
         if self.route_sample < 0 or not 0.0 <= self.tie_tolerance < 1.0:
             raise ConfigError(f"STRATA_ROUTE_SAMPLE must be >= 0 and STRATA_ROUTE_TIE_TOLERANCE "
                               f"in [0, 1), got {self.route_sample}, {self.tie_tolerance}")
-        if self.oversubscription < 1.0 or self.sla_slack <= 0:
-            raise ConfigError(f"STRATA_ADMISSION_OVERSUBSCRIPTION must be >= 1 and "
-                              f"STRATA_SLA_SLACK positive, got {self.oversubscription}, "
-                              f"{self.sla_slack}")
+        if self.oversubscription < 1.0 or self.sla_slack <= 0 or self.horizon_s <= 0:
+            raise ConfigError(f"STRATA_ADMISSION_OVERSUBSCRIPTION must be >= 1, "
+                              f"STRATA_ADMISSION_HORIZON_S and STRATA_SLA_SLACK positive, got "
+                              f"{self.oversubscription}, {self.horizon_s}, {self.sla_slack}")
         if self.heartbeat_interval_s <= 0:
             raise ConfigError(f"STRATA_HEARTBEAT_INTERVAL_S must be positive, got "
                               f"{self.heartbeat_interval_s}")
@@ -65,7 +67,8 @@ class SchedulerConfig:
             partitions=parse_partitions(env_str("STRATA_SCHEDULER_PARTITIONS", "")),
             route_sample=env_int("STRATA_ROUTE_SAMPLE", 64, minimum=0),
             tie_tolerance=env_float("STRATA_ROUTE_TIE_TOLERANCE", 0.1),
-            oversubscription=env_float("STRATA_ADMISSION_OVERSUBSCRIPTION", 2.0),
+            oversubscription=env_float("STRATA_ADMISSION_OVERSUBSCRIPTION", 1.0),
+            horizon_s=env_float("STRATA_ADMISSION_HORIZON_S", 10.0),
             sla_check=env_bool("STRATA_SLA_ADMISSION", True),
             sla_slack=env_float("STRATA_SLA_SLACK", 1.0),
         )

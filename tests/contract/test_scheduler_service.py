@@ -263,7 +263,7 @@ async def test_a_store_whose_node_never_heartbeats_is_forgotten(env):
 
 async def test_over_burst_tenant_gets_resource_exhausted_with_a_retry_hint(env):
     stub, _, exporter, _ = env
-    hb = heartbeat("n1")      # 64 blocks x 16 tokens = 1024 tokens; the pool admits 2048
+    hb = heartbeat("n1")      # 64 blocks x 16 tokens = 1024 tokens, less than 10 s of compute
     hb.node.replicas[0].tokens_per_s = 1000.0
     hb.node.tenants.append(common_pb2.TenantLoad(tenant="acme", priority=1, running=3,
                                                  tokens=1000))
@@ -275,13 +275,15 @@ async def test_over_burst_tenant_gets_resource_exhausted_with_a_retry_hint(env):
                                                     prompt_tokens_estimate=100, max_tokens=100))
     assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert err.value.details().startswith("tenant 'acme' holds 1000 tokens of work")
-    # 176 tokens over its 1024-token cap at its half of 1000 tokens/s: 352 ms
-    assert dict(err.value.trailing_metadata())[names.RETRY_AFTER_METADATA] == "353"
+    # 688 tokens over its 512-token cap at its half of 1000 tokens/s: 1376 ms
+    assert dict(err.value.trailing_metadata())[names.RETRY_AFTER_METADATA] == "1377"
     assert exporter.get_finished_spans()[-1].attributes[names.ROUTE_REFUSED] == "burst"
-    # another tenant is admitted and gets an estimate from the measured rate
-    reply = await stub.Route(scheduler_pb2.RouteRequest(model=MODEL, tenant="other",
-                                                        prompt_tokens_estimate=100,
-                                                        max_tokens=10))
+    # the pool is nearly full (1000 of 1024): a tenant within its guarantee is still
+    # admitted, and gets an estimate from the measured rate
+    reply = await stub.Route(scheduler_pb2.RouteRequest(
+        model=MODEL, tenant="other", prompt_tokens_estimate=100, max_tokens=10,
+        policy=common_pb2.TenantPolicy(sla_class="standard", priority=1,
+                                       guaranteed_share=0.5)))
     assert (reply.node_id, reply.estimated_ttft_ms) == ("n1", pytest.approx(100.0))
 
 

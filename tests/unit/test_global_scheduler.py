@@ -35,6 +35,7 @@ def scheduler(*nodes: NodeState, mode: Mode = Mode.TWO_LEVEL, sample: int = 0,
     reg = NodeRegistry(clock=ManualClock())
     router = Router(rng=random.Random(seed), request_weight_tokens=100, kv_block_tokens=16,
                     sample_size=sample, tie_tolerance=tolerance)
+    settings.setdefault("admission", AdmissionSettings(oversubscription=2.0, horizon_s=30.0))
     gs = GlobalScheduler(reg, router, PoolLedger(16), PrefixIndex(),
                          SchedulerSettings(mode=mode, **settings))
     for n in nodes:
@@ -53,8 +54,8 @@ def test_ledger_follows_heartbeats_pending_routes_and_expiry():
     ledger = gs.ledger
     assert (ledger.capacity_tokens, ledger.tenant_tokens["a"]) == (1600, 300)  # READY only
     gs.route("m", policy("a"), 100, 20)
-    # reserved: 100 + 20; compute ahead on r1: 100 to prefill + 100 for the decode
-    assert (ledger.tenant_tokens["a"], ledger.pending("n1", "r1")) == (420, 200)
+    # reserved: 100 + 20; queued ahead on r1 until n1 reports: its 100 prompt tokens
+    assert (ledger.tenant_tokens["a"], ledger.pending("n1", "r1")) == (420, 100)
     # n1's next report includes that request: the pending entry goes, the report counts it.
     gs.registry.heartbeat(node("n1", replica("r1"), tenants=[TenantLoad("a", 1, 2, 0, 420)]))
     assert (ledger.tenant_tokens["a"], ledger.pending("n1", "r1")) == (420, 0)
@@ -63,17 +64,25 @@ def test_ledger_follows_heartbeats_pending_routes_and_expiry():
     assert (ledger.capacity_tokens, ledger.tenant_tokens["a"], ledger.nodes) == (0, 0, 0)
 
 
+def test_capacity_is_what_a_replica_holds_or_computes_in_the_horizon():
+    gs = scheduler(node("n1", replica("r1", total=100, rate=10.0)),     # 1600 KV, 300 in 30 s
+                   node("n2", replica("r2", total=100, rate=1000.0)),   # 1600 KV, 30000
+                   node("n3", replica("r3", total=100)))                # 1600 KV, no rate yet
+    assert gs.ledger.capacity_tokens == 300 + 1600 + 1600
+
+
 def test_burst_share_refuses_with_a_retry_hint_but_never_a_first_request():
     ledger = PoolLedger(16, capacity_tokens=1000, tokens_per_s=100.0)
     burst = policy("a", burst=0.5)     # of the 2 x 1000 tokens the pool admits: 1000
-    assert admit(burst, 1800, ledger) is None           # holds nothing yet: one is servable
+    two = AdmissionSettings(oversubscription=2.0)
+    assert admit(burst, 1800, ledger, two) is None      # holds nothing yet: one is servable
     ledger.tenant_tokens["a"] = 900
-    refusal = admit(burst, 200, ledger)
+    refusal = admit(burst, 200, ledger, two)
     assert isinstance(refusal, Refusal) and refusal.reason == "burst"
     # 100 tokens over its cap, drained at its share (50%) of 100 tokens/s: 2 s
     assert refusal.retry_after_s == pytest.approx(2.0)
     assert refusal.message.startswith("tenant 'a' holds 900 tokens of work")
-    assert admit(burst, 100, ledger) is None            # exactly at the cap
+    assert admit(burst, 100, ledger, two) is None       # exactly at the cap
 
 
 def test_full_pool_refuses_borrowers_but_admits_within_the_guarantee():
@@ -90,27 +99,23 @@ def test_full_pool_refuses_borrowers_but_admits_within_the_guarantee():
     assert admit(policy("y"), 200, ledger2, AdmissionSettings(2.0, use_margin=False)) is None
 
 
-def test_a_high_class_request_only_counts_the_work_of_its_class_and_above():
-    # n1: 1000 tokens queued, all of batch (priority 0); n2: 300 tokens of interactive work.
+def test_every_class_counts_all_queued_work_as_ahead_of_it():
+    # The engine finishes started prefill chunks before admitting new work, so 1000 queued
+    # batch tokens delay an interactive request as much as 1000 interactive ones would.
     gs = scheduler(node("n1", replica("r1", queued=1000),
                         tenants=[TenantLoad("bulk", 0, 0, 3, 1000)]),
                    node("n2", replica("r2", queued=300), tenants=[TenantLoad("web", 2, 1, 0, 300)]))
-    assert gs.route("m", policy("chat", priority=2), 10, 10).node_id == "n1"
-    assert gs.route("m", policy("bulk", priority=0), 10, 10).node_id == "n2"
-    fcfs = scheduler(node("n1", replica("r1", queued=1000),
-                          tenants=[TenantLoad("bulk", 0, 0, 3, 1000)]),
-                     node("n2", replica("r2", queued=300)), mode=Mode.FCFS)
-    assert fcfs.route("m", policy("chat", priority=2), 10, 10).node_id == "n2"
+    assert gs.route("m", policy("chat", priority=2), 10, 10).node_id == "n2"
 
 
 def test_safety_margin_and_pending_work_steer_away():
     gs = scheduler(node("n1", replica("r1", queued=100), margin=0.5),
                    node("n2", replica("r2", queued=120)))
     assert gs.route("m", policy(), 10, 0).node_id == "n2"       # 110 * 1.5 > 130
-    gs2 = scheduler(node("n1", replica("r1")), node("n2", replica("r2", queued=150)))
+    gs2 = scheduler(node("n1", replica("r1")), node("n2", replica("r2", queued=70)))
     picks = [gs2.route("m", policy(), 40, 40).node_id for _ in range(3)]
-    # n1 gets the first; the 140 tokens then pending there (40 prefill + 100 decode) are
-    # still below n2's 150, so the second too; then 280 > 150
+    # n1 gets the first; the 40 prompt tokens then pending there are still below n2's 70, so
+    # the second too; then 80 > 70
     assert picks == ["n1", "n1", "n2"]
 
 
@@ -123,9 +128,9 @@ def test_sla_check_refuses_what_no_replica_can_serve_in_time():
     refusal = gs.route("m", policy(ttft_ms=500.0), 100, 10)
     assert isinstance(refusal, Refusal) and refusal.reason == "sla"
     assert "TTFT target of 500 ms" in refusal.message
-    # the first decision's 200 tokens are pending there now: 900 + 200 ahead + 100 to prefill
-    # -> 1.2 s estimated against 0.5 s
-    assert refusal.retry_after_s == pytest.approx(0.7)
+    # the first decision's 100 prompt tokens are pending there now: 900 + 100 ahead + 100 to
+    # prefill -> 1.1 s estimated against 0.5 s
+    assert refusal.retry_after_s == pytest.approx(0.6)
     relaxed = scheduler(node("n1", replica("r1", queued=900, rate=1000.0)), sla_check=False)
     assert isinstance(relaxed.route("m", policy(ttft_ms=500.0), 100, 10), RouteDecision)
 
@@ -183,3 +188,13 @@ def test_registry_index_tracks_phase_changes_and_expiry():
     reg.heartbeat(node("n2", replica("c")))
     reg.expire()
     assert [loc.node.node_id for loc in reg.ready_index("m")[0]] == ["n2"]
+
+
+def test_a_prompt_too_long_for_the_target_anywhere_is_served_not_refused():
+    # 2000 tokens alone take 2 s at 1000 tokens/s: a 500 ms target cannot be met even on an
+    # idle replica, so queueing is not the cause and a refusal would only add retries.
+    gs = scheduler(node("n1", replica("r1", queued=900, rate=1000.0)))
+    decision = gs.route("m", policy(ttft_ms=500.0), 2000, 10)
+    assert isinstance(decision, RouteDecision)
+    assert (decision.estimated_ttft_ms, decision.solo_ttft_ms) == (pytest.approx(2900.0),
+                                                                   pytest.approx(2000.0))

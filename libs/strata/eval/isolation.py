@@ -71,11 +71,15 @@ def _in_windows(t_ms: float, starts: list[float], windows: Sequence[tuple[float,
     return i >= 0 and t_ms < windows[i][1]
 
 
-def utilization(samples: Sequence[NodeSampleRecord]) -> float | None:
-    """Mean over nodes of their samples' mean utilization (samples are per interval)."""
+def utilization(samples: Sequence[NodeSampleRecord],
+                window_ms: tuple[float, float] | None = None) -> float | None:
+    """Mean over nodes of their samples' mean utilization (samples are per interval), over the
+    samples taken within `window_ms` when given (the offered load's span, not the drain after
+    it)."""
     per_node: dict[str, list[float]] = defaultdict(list)
     for s in samples:
-        per_node[s.node_id].append(s.utilization)
+        if window_ms is None or window_ms[0] < s.unix_ms <= window_ms[1]:
+            per_node[s.node_id].append(s.utilization)
     if not per_node:
         return None
     return math.fsum(math.fsum(v) / len(v) for v in per_node.values()) / len(per_node)
@@ -84,9 +88,11 @@ def utilization(samples: Sequence[NodeSampleRecord]) -> float | None:
 def isolation_figures(rows: Sequence[RequestRecord], samples: Sequence[NodeSampleRecord],
                       tenant_classes: Mapping[str, str], offered_tokens: Mapping[str, int],
                       table: SlaTable, aggressor: str,
-                      burst_windows_ms: Sequence[tuple[float, float]]) -> IsolationFigures:
+                      burst_windows_ms: Sequence[tuple[float, float]],
+                      load_window_ms: tuple[float, float] | None = None) -> IsolationFigures:
     """Figures of one run. `offered_tokens` is each tenant's requested output tokens;
-    `burst_windows_ms` the aggressor's bursts as [start, end) in the rows' unix ms."""
+    `burst_windows_ms` the aggressor's bursts as [start, end) in the rows' unix ms;
+    `load_window_ms` the span utilization is averaged over (None: every sample)."""
     by_tenant: dict[str, list[RequestRecord]] = defaultdict(list)
     for r in rows:
         by_tenant[r.tenant].append(r)
@@ -127,5 +133,5 @@ def isolation_figures(rows: Sequence[RequestRecord], samples: Sequence[NodeSampl
         return max(values) if values else None
 
     return IsolationFigures(
-        figures, utilization(samples), jain_index([f.served_fraction for f in figures]),
+        figures, utilization(samples, load_window_ms), jain_index([f.served_fraction for f in figures]),
         worst("ttft_p99_ms"), worst("e2e_p99_ms"), inflation("ttft"), inflation("e2e"))

@@ -83,17 +83,6 @@ class NodeState:
     standby_workers: int = 0
     last_seen: float = 0.0      # registry clock, set by NodeRegistry.heartbeat
 
-    def share_at_or_above(self, priority: int) -> float:
-        """Fraction of the node's reserved work tokens held by classes of `priority` or higher:
-        the part of its queue a request of that priority waits behind (the node's fair queue
-        and the engine put lower classes after it). 1.0 when the node reports no tenants."""
-        total = above = 0
-        for t in self.tenants:
-            total += t.tokens
-            if t.priority >= priority:
-                above += t.tokens
-        return above / total if total else 1.0
-
 
 @dataclass(slots=True, frozen=True)
 class ReplicaLocation:

@@ -13,23 +13,31 @@ Each READY replica of the model gets a score; the lowest wins:
                     (ahead + prefill_tokens) / rate * (1 + safety_margin)
     ahead           the work tokens in front of the request: queued_tokens + running_requests *
                     request_weight_tokens + what this scheduler routed there since the node's
-                    last heartbeat; for a request of a known priority, only the share of the
-                    node's work held by classes of that priority or higher (its fair queue and
-                    the engine put lower classes behind it). Queued tokens are prompt tokens not
-                    yet prefilled; a running request counts as `request_weight_tokens` tokens,
-                    the decode it still has to do (a typical chat answer), so one long prompt and
-                    many short decodes compare.
+                    last heartbeat, whatever their class: the engine finishes the prefill chunks
+                    it has started before it admits anything new, so lower classes' queued
+                    prompt tokens delay a higher class's first token too (measured: discounting
+                    them by class sent interactive requests behind long batch prefills and
+                    doubled their P99 TTFT in the isolation benchmark's simulator). Queued
+                    tokens are prompt tokens not yet prefilled; a running request counts as
+                    `request_weight_tokens` tokens, the decode it still has to do (a typical
+                    chat answer), so one long prompt and many short decodes compare.
     prefill_tokens  the prompt tokens this replica would still have to compute:
                     prompt_tokens_estimate - cached_blocks * kv_block_tokens, floored at 0, where
                     cached_blocks is how many leading blocks of the prompt's hash chain the
                     replica's node holds (strata.policy.kv_index). A node holding the prefix wins
                     unless its queue is longer than the prefill it saves.
-    rate            the replica's measured tokens per busy second; the mean of the candidates'
-                    known rates for one that has none yet (1 when none has: est_s is then in
-                    tokens, and no latency estimate is claimed)
+    rate            the replica's prefill throughput (tokens per second of full prefill steps,
+                    measured by its worker); the mean of the candidates' known rates for one
+                    that has none yet (1 when none has: est_s is then in tokens, and no latency
+                    estimate is claimed)
     safety_margin   the node's interference margin (strata.policy.scheduling.interference): a
                     node whose steps run slower than its solo profile looks that much further
     free blocks     more free KV blocks = more room for this request's prefix and decode.
+
+The decision carries the chosen replica's estimated time to first token: the same formula
+without the running requests' decode (chunked prefill runs a new prompt next to the decodes, so
+they slow each step a little but do not queue ahead of it); the global scheduler checks it
+against the class's TTFT target.
 
 Replicas with equal keys are drawn uniformly with the injected RNG; with `tie_tolerance` > 0,
 every replica whose est_s is within that fraction of the best is drawn from: several scheduler
@@ -71,6 +79,7 @@ class RouteDecision:
     cached_blocks: int = 0              # leading prompt blocks the chosen node holds
     kv_source: KVSource | None = None   # another node's store holding a longer prefix
     estimated_ttft_ms: float = 0.0      # 0 when no candidate has a measured rate yet
+    solo_ttft_ms: float = 0.0           # the same with nothing queued ahead (its own prefill)
 
 
 class MissKind(enum.Enum):
@@ -127,14 +136,13 @@ class Router:
 
     def route(self, model: str, tenant: str, prompt_tokens_estimate: int,
               registry: NodeRegistry, prefix_hashes: Sequence[int] = (),
-              index: PrefixIndex | None = None, priority: int | None = None,
+              index: PrefixIndex | None = None,
               pending: Callable[[str, str], int] | None = None,
               nodes: Container[str] | None = None) -> RouteDecision | None:
         """The best READY replica of `model`, or None when there is none (see explain_miss).
 
         `prefix_hashes` is the prompt's block hash chain (empty when the caller cannot compute
-        it); with an `index` it credits each node with the blocks it already holds. `priority`
-        (the tenant's class) counts only the work of that class or higher as ahead of it;
+        it); with an `index` it credits each node with the blocks it already holds.
         `pending(node_id, replica_id)` is work routed there since the node's last heartbeat;
         `nodes` restricts the choice (a static partition). `tenant` does not change the score:
         it is already in the hashes. Quotas and SLA admission are the caller's (strata.policy.
@@ -152,8 +160,6 @@ class Router:
             ahead = self.load_tokens(replica)
             if pending is not None:
                 ahead += pending(node.node_id, replica.replica_id)
-            if priority is not None and node.tenants:
-                ahead *= node.share_at_or_above(priority)
             cached = depths.get(node.node_id, 0)
             prefill = max(0, prompt_tokens_estimate - cached * self.kv_block_tokens)
             rate = replica.tokens_per_s if replica.tokens_per_s > 0 else fallback
@@ -173,8 +179,17 @@ class Router:
             # Sorted by (node id, replica id), so a seeded RNG picks reproducibly.
             tied.sort(key=lambda loc: (loc.node.node_id, loc.replica.replica_id))
             chosen = self.rng.choice(tied)
-        chosen_key = keys[candidates.index(chosen)] if len(candidates) > 1 else keys[0]
         cached = depths.get(chosen.node.node_id, 0)
+        ttft_ms = solo_ms = 0.0
+        if known:
+            node, replica = chosen.node, chosen.replica
+            queued = replica.queued_tokens + (
+                pending(node.node_id, replica.replica_id) if pending is not None else 0)
+            prefill = max(0, prompt_tokens_estimate - cached * self.kv_block_tokens)
+            rate = replica.tokens_per_s if replica.tokens_per_s > 0 else fallback
+            slowdown = 1.0 + max(0.0, node.safety_margin)
+            ttft_ms = (queued + prefill) / rate * 1000.0 * slowdown
+            solo_ms = prefill / rate * 1000.0 * slowdown
         source = None
         if depths and max(depths.values()) >= cached + self.min_source_gain_blocks:
             found = index.best_source(prefix_hashes, exclude_node=chosen.node.node_id,
@@ -183,8 +198,8 @@ class Router:
                 source = found
         return RouteDecision(node_id=chosen.node.node_id, address=chosen.node.address,
                              replica_id=chosen.replica.replica_id, cached_blocks=cached,
-                             kv_source=source,
-                             estimated_ttft_ms=chosen_key[1] * 1000.0 if known else 0.0)
+                             kv_source=source, estimated_ttft_ms=ttft_ms,
+                             solo_ttft_ms=solo_ms)
 
     def _candidates(self, model: str, registry: NodeRegistry, prefix_hashes: Sequence[int],
                     index: PrefixIndex | None, nodes: Container[str] | None

@@ -1,6 +1,8 @@
 """The discrete-event cluster simulator: the services' policy objects on a virtual clock.
 
-    arrival --Router.route over the NodeRegistry--> replica (after the inbound overhead)
+    arrival --Router.route over the NodeRegistry--> replica (after the inbound overhead); with
+            a Tenancy (strata.sim.tenancy), the global scheduler's admission and routing, a
+            client retry after a refusal, and the node's fair queue in front of the engines
     node (one GPU): one engine step at a time, round-robin over its replicas with work; when
                     no busy replica's batch can change, they fast-forward together
                     (strata.sim.replica), and an arrival cuts the stretch
@@ -32,15 +34,20 @@ from strata.policy.placement import Replica as PlacedReplica
 from strata.policy.registry import (ModelInfo, NodeRegistry, NodeState, ReplicaPhase,
                                     ReplicaState)
 from strata.policy.routing import Router
+from strata.policy.scheduling.admission import Refusal
+from strata.policy.scheduling.fair_queue import QueueItem
+from strata.policy.scheduling.global_scheduler import GlobalScheduler
+from strata.policy.scheduling.ledger import PoolLedger
 from strata.sim.profile import EngineProfile, RequestOverheads, StepCosts
 from strata.sim.replica import Active, Counters, EngineLimits, SimReplica
+from strata.sim.tenancy import NodeFront, Tenancy
 from strata.sim.workload import SimRequest
 from strata.store.samples import NodeSampleRecord
 from strata.store.spans import RequestRecord
 
 # Event priorities at one instant, and kinds.
 _P_ADMIT, _P_STEP, _P_PERIODIC = 0, 1, 2
-_ADMIT, _RUN, _STEP_END, _HEARTBEAT, _SAMPLE, _REPLAN, _LOADED = range(7)
+_ADMIT, _RUN, _STEP_END, _HEARTBEAT, _SAMPLE, _REPLAN, _LOADED, _RETRY = range(8)
 _STEP, _STRETCH, _FREE = range(3)   # what a node's pending step end applies
 
 PlacementFn = Callable[[Sequence[NodeCapacity], Sequence[ModelDemand]], PlacementPlan]
@@ -105,6 +112,7 @@ class SimNode:
     stretching: list[SimReplica] = field(default_factory=list)   # in the node's stretch
     last_state: NodeState | None = None     # the last heartbeat's report, and its figures
     last_figures: tuple = ()
+    front: NodeFront | None = None          # with a Tenancy: the node's queue for engine slots
 
 
 @dataclass(slots=True)
@@ -122,8 +130,8 @@ class SimResult:
 class Simulator:
     def __init__(self, nodes: Sequence[tuple[str, int]], models: Sequence[ModelSpec],
                  demands: Callable[[float], Sequence[ModelDemand]],
-                 config: SimConfig = SimConfig(), placement: PlacementFn = plan_placement
-                 ) -> None:
+                 config: SimConfig = SimConfig(), placement: PlacementFn = plan_placement,
+                 tenancy: Tenancy | None = None) -> None:
         self.cfg = config
         self.models = {m.name: m for m in models}
         self.nodes = {nid: SimNode(nid, mem) for nid, mem in sorted(nodes)}
@@ -131,7 +139,21 @@ class Simulator:
         self.placement = placement
         self.clock = ManualClock()
         self.registry = NodeRegistry(self.clock, ttl_s=max(5.0, 5 * config.heartbeat_s))
-        self.router = Router(random.Random(config.seed))
+        self.tenancy = tenancy
+        self.refusals: dict[tuple[str, str], int] = {}    # (tenant, reason) -> refused attempts
+        if tenancy is None:
+            self.router = Router(random.Random(config.seed))
+            self.scheduler = None
+        else:
+            self.router = Router(random.Random(config.seed), sample_size=tenancy.sample_size,
+                                 tie_tolerance=tenancy.tie_tolerance,
+                                 kv_block_tokens=min((m.limits.block_size for m in models),
+                                                     default=16))
+            self.scheduler = GlobalScheduler(self.registry, self.router,
+                                             PoolLedger(self.router.kv_block_tokens), None,
+                                             tenancy.settings)
+            for node in self.nodes.values():
+                node.front = NodeFront.build(tenancy.queue, self.clock)
         self.replicas: dict[str, SimReplica] = {}
         self._heap: list[tuple] = []
         self._n = 0
@@ -202,6 +224,8 @@ class Simulator:
             elif kind == _REPLAN:
                 self._replan(now)
                 self._push(now + self.cfg.replan_s, _P_PERIODIC, _REPLAN)
+            elif kind == _RETRY:
+                self._arrive(a, now, first_s=b)
             elif kind == _LOADED:
                 node, replica = a, b
                 if node.phases.get(replica.replica_id) is ReplicaPhase.LOADING:
@@ -214,16 +238,32 @@ class Simulator:
                          steps, self.stretches, self.plans)
 
     # -- requests ------------------------------------------------------------------------------
-    def _arrive(self, req: SimRequest, now: float) -> None:
+    def _arrive(self, req: SimRequest, now: float, first_s: float | None = None) -> None:
+        """A request reaches the gateway at `now` (`first_s`: its first attempt, for a retry)."""
+        first = now if first_s is None else first_s
         spec = self.models.get(req.model)
         problem = None if spec is None else spec.limits.problem(req.prompt_tokens,
                                                                 req.output_tokens)
         if problem is not None:
-            self._fail(req, now, "INVALID_ARGUMENT")
+            self._fail(req, first, "INVALID_ARGUMENT")
             return
-        decision = self.router.route(req.model, req.tenant, req.prompt_tokens, self.registry)
+        if self.scheduler is None:
+            decision = self.router.route(req.model, req.tenant, req.prompt_tokens,
+                                         self.registry)
+        else:
+            decision = self.scheduler.route(req.model, self.tenancy.policy(req.tenant),
+                                            req.prompt_tokens, req.output_tokens)
+            if isinstance(decision, Refusal):
+                key = (req.tenant, decision.reason)
+                self.refusals[key] = self.refusals.get(key, 0) + 1
+                again = now + decision.retry_after_s
+                if self.tenancy.retry and again - first <= self.tenancy.give_up_s:
+                    self._push(again, _P_ADMIT, _RETRY, req, first)
+                else:
+                    self._fail(req, first, "RESOURCE_EXHAUSTED", e2e_ms=(now - first) * 1000)
+                return
         if decision is None:
-            self._fail(req, now, "UNAVAILABLE")
+            self._fail(req, first, "UNAVAILABLE")
             return
         replica = self.replicas.get(decision.replica_id)
         if replica is None:   # unloaded since the node's last heartbeat: the node refuses it
@@ -231,12 +271,46 @@ class Simulator:
             return
         self.routed[req.index] = replica.replica_id
         o = spec.overheads
-        self._push(now + o.inbound_s + o.add_s, _P_ADMIT, _ADMIT, replica, (req, now))
+        self._push(now + o.inbound_s + o.add_s, _P_ADMIT, _ADMIT, replica, (req, first))
 
     def _admit(self, replica: SimReplica, payload: tuple[SimRequest, float], now: float) -> None:
         req, arrival = payload
-        replica.add(req, arrival, now)
         node = self.nodes[replica.node_id]
+        if node.front is None:
+            replica.add(req, arrival, now)
+            self._wake(node, now)
+            return
+        policy = self.tenancy.policy(req.tenant)
+        classes = node.front.queue.classes
+        node.front.push(QueueItem(
+            request_id=str(req.index), tenant=req.tenant, model=req.model,
+            priority=policy.priority if classes else 0, prompt_tokens=req.prompt_tokens,
+            max_tokens=req.output_tokens, weight=policy.weight,
+            ttft_ms=policy.ttft_ms if classes else None, replica_id=replica.replica_id),
+            (req, arrival))
+        self._dispatch(node, now)
+
+    def _dispatch(self, node: SimNode, now: float, wake: bool = True) -> None:
+        """Hand the node's queued requests to their engines where a slot is free (or they are
+        urgent), as the node manager's dispatcher does. `wake=False` at a step end, where the
+        node picks its next step right after."""
+        def max_seqs(replica_id: str) -> int | None:
+            r = self.replicas.get(replica_id)
+            return r.limits.max_seqs if r is not None else None
+
+        handed = False
+        for item, (req, arrival) in node.front.ready(max_seqs):
+            replica = self.replicas.get(item.replica_id)
+            if replica is None:   # unloaded while the request waited: the node refuses it
+                node.front.left_engine(item.replica_id, item.tenant, item.cost_tokens)
+                self._fail(req, arrival, "UNAVAILABLE", e2e_ms=(now - arrival) * 1000)
+                continue
+            replica.add(req, arrival, now, priority=item.priority)
+            handed = True
+        if handed and wake:
+            self._wake(node, now)
+
+    def _wake(self, node: SimNode, now: float) -> None:
         if node.current is None:
             if not node.run_pending:
                 node.run_pending = True
@@ -251,11 +325,19 @@ class Simulator:
             for active in list(replica.active.values()):
                 self._fail(active.request, active.arrival_s, "DEADLINE_EXCEEDED",
                            e2e_ms=(now - active.arrival_s) * 1000)
-        # Requests between the gateway and a replica (their admission still queued).
+        # Requests between the gateway and a replica (their admission still queued), waiting
+        # for a retry after a refusal, or in a node's queue.
         for event in self._heap:
             if event[3] == _ADMIT:
                 req, arrival = event[5]
                 self._fail(req, arrival, "DEADLINE_EXCEEDED", e2e_ms=(now - arrival) * 1000)
+            elif event[3] == _RETRY:
+                self._fail(event[4], event[5], "RESOURCE_EXHAUSTED",
+                           e2e_ms=(now - event[5]) * 1000)
+        for node in self.nodes.values():
+            if node.front is not None:
+                for req, arrival in node.front.drain():
+                    self._fail(req, arrival, "DEADLINE_EXCEEDED", e2e_ms=(now - arrival) * 1000)
 
     def _fail(self, req: SimRequest, now: float, code: str, e2e_ms: float = 0.0) -> None:
         self._outstanding -= 1
@@ -268,6 +350,10 @@ class Simulator:
 
     def _finish(self, a: Active) -> None:
         self._outstanding -= 1
+        front = self.nodes[self.routed_node(a)].front if self.tenancy is not None else None
+        if front is not None:
+            r = a.request
+            front.left_engine(self.routed[r.index], r.tenant, r.prompt_tokens + r.output_tokens)
         out = self.models[a.request.model].overheads.outbound_s
         seq = a.seq
         ttft = (a.first_token_s + out - a.arrival_s) * 1000
@@ -281,6 +367,9 @@ class Simulator:
             queue_ms=(seq.first_scheduled - seq.arrival) * 1000, prompt_tokens=seq.num_prompt,
             completion_tokens=n, cached_tokens=seq.num_cached_prompt, finish_reason="length",
             error_code="", status_code=0))
+
+    def routed_node(self, a: Active) -> str:
+        return self.replicas[self.routed[a.request.index]].node_id
 
     # -- one GPU per node ----------------------------------------------------------------------
     def _start_next(self, node: SimNode, now: float) -> None:
@@ -367,30 +456,44 @@ class Simulator:
             node.stretching = []
         for active in finished:
             self._finish(active)
+        if node.front is not None and (finished or len(node.front.queue)):
+            self._dispatch(node, now, wake=False)
         self._start_next(node, now)
 
     # -- heartbeats, samples -------------------------------------------------------------------
     def _heartbeat(self, node: SimNode, now: float) -> None:
+        tenancy = node.front is not None
         figures = tuple((r.replica_id, node.phases[r.replica_id], len(r.scheduler.running),
                          len(r.scheduler.waiting), r.queued_tokens(), r.free_blocks(now),
-                         r.scheduler.waiting_for_memory) for r in node.replicas)
-        if node.last_state is None or figures != node.last_figures:
+                         r.scheduler.waiting_for_memory,
+                         self._rate(r, now) if tenancy else 0.0) for r in node.replicas)
+        loads = node.front.loads() if tenancy else ()
+        if node.last_state is None or figures != node.last_figures[0] \
+                or loads != node.last_figures[1]:
             states = tuple(ReplicaState(
                 model=r.model, replica_id=rid, phase=phase, running_requests=running,
                 waiting_requests=waiting, queued_tokens=queued,
                 kv_blocks_total=r.limits.num_blocks, kv_blocks_free=free,
-                waiting_for_memory=memory)
-                for r, (rid, phase, running, waiting, queued, free, memory)
+                waiting_for_memory=memory, tokens_per_s=rate, max_seqs=r.limits.max_seqs)
+                for r, (rid, phase, running, waiting, queued, free, memory, rate)
                 in zip(node.replicas, figures))
             models = tuple(ModelInfo(r.model, r.limits.max_context,
                                      self.models[r.model].memory_bytes)
                            for r in node.replicas
                            if node.phases[r.replica_id] is ReplicaPhase.READY)
             node.last_state = NodeState(node.node_id, node.node_id, node.memory_bytes, "sim",
-                                        states, models)
-            node.last_figures = figures
+                                        states, models, tenants=loads)
+            node.last_figures = (figures, loads)
         # An unchanged report is the same NodeState object again: the registry only stamps it.
         self.registry.heartbeat(node.last_state)
+
+    @staticmethod
+    def _rate(replica: SimReplica, now: float) -> float:
+        """The replica's prefill throughput as its worker reports it once it has run a step
+        (0 before: not measured yet)."""
+        if not replica.counters.steps and replica.stretch is None:
+            return 0.0
+        return replica.costs.prefill_tokens_per_s(replica.limits.block_size)
 
     def _sample(self, node: SimNode, now: float) -> None:
         total = Counters()

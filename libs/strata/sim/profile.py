@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 FORMAT = "strata-engine-profile/1"
+PREFILL_RATE_CHUNK = 512      # tokens: the chunk prefill throughput is quoted for
 FEATURES = ("step_s", "token_s", "sample_s", "prefill_attend_s", "decode_attend_s", "group_s")
 
 
@@ -151,6 +152,12 @@ class StepCosts:
         return (self.step_s + self.token_s * shape.tokens + self.sample_s * shape.sampled
                 + self.prefill_attend_s * shape.prefill_keys
                 + self.decode_attend_s * shape.decode_keys + self.group_s * shape.groups)
+
+    def prefill_tokens_per_s(self, block_size: int, chunk: int = PREFILL_RATE_CHUNK) -> float:
+        """Tokens per second of a step prefilling one `chunk`-token prompt from scratch: the
+        rate a worker reports as its prefill throughput (what routing divides queued prompt
+        tokens by to estimate a time to first token)."""
+        return chunk / self.seconds(step_shape([(chunk, True, chunk)], block_size))
 
     def seconds(self, shape: StepShape) -> float:
         t = self.line_seconds(shape)

@@ -186,7 +186,7 @@ class SimReplica:
         return self._pool_now
 
     # -- membership ----------------------------------------------------------------------------
-    def add(self, request: SimRequest, arrival_s: float, now: float) -> None:
+    def add(self, request: SimRequest, arrival_s: float, now: float, priority: int = 0) -> None:
         """A request reaches the worker at `now`. The engine takes adds in between steps and
         stamps them then (Sequence.arrival, hence queue_ms and the scheduling order), so the
         stamp is set when the replica next plans a step (take_adds)."""
@@ -194,7 +194,7 @@ class SimReplica:
                        num_prompt=request.prompt_tokens,
                        params=SamplingParams(max_tokens=request.output_tokens, ignore_eos=True),
                        hash_keys=HashKeys.for_request(self.model, request.tenant, False),
-                       arrival=now)
+                       priority=priority, arrival=now)
         self.active[id(seq)] = Active(request, seq, arrival_s)
         self.scheduler.add(seq)
         self._unstamped.append(seq)

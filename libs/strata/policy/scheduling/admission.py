@@ -1,14 +1,16 @@
 """Level-1 admission: whether the pool takes a tenant's request now, or answers "retry later".
 
-Two quota rules, read from the pool ledger. Work is reserved KV tokens (prompt + max_tokens of
-every request admitted and not finished); the pool admits up to W = C x oversubscription of it,
-C being the pool's KV-token capacity, and shares are shares of W:
+Two quota rules, read from the pool ledger. Work is reserved tokens (prompt + max_tokens of every
+request admitted and not finished); the pool admits up to W = C x oversubscription of it, C
+being the pool's capacity (what its KV pools hold or its engines compute in the ledger's
+horizon, whichever is less; strata.policy.scheduling.ledger), and shares are shares of W:
 
     burst       the tenant would hold more than burst_share x W: refused, unless it holds
                 nothing (a single request larger than the share must still be servable)
     pool full   the pool's reserved work would pass W x (1 - margin) and the tenant is above its
-                guaranteed_share x W: refused. A tenant within its guarantee is always
-                admitted; borrowers make room for it when the pool is full.
+                guaranteed_share x W: refused, unless the pool holds nothing. A tenant
+                within its guarantee is always admitted; borrowers make room for it when
+                the pool is full.
 
 `margin` is the mean of the nodes' interference safety margins: while nodes run slower than
 their solo profiles, the pool admits that much less. `oversubscription` lets work queue on the
@@ -43,12 +45,15 @@ class Refusal:
 
 @dataclass(slots=True, frozen=True)
 class AdmissionSettings:
-    oversubscription: float = 2.0
+    oversubscription: float = 1.0
+    horizon_s: float = 10.0      # the pool's capacity: what it computes in this long
     use_margin: bool = True
 
     def __post_init__(self) -> None:
         if not self.oversubscription >= 1.0:
             raise ValueError(f"oversubscription must be at least 1, got {self.oversubscription}")
+        if not self.horizon_s > 0:
+            raise ValueError(f"horizon_s must be positive, got {self.horizon_s}")
 
 
 def retry_after(excess_tokens: float, drain_tokens_per_s: float) -> float:
@@ -71,14 +76,14 @@ def admit(policy: TenantPolicy, work_tokens: int, ledger: PoolLedger,
     if held > 0 and after > burst_cap:
         return Refusal(
             "burst", f"tenant {policy.tenant!r} holds {held} tokens of work, and this request's "
-            f"{work_tokens} would pass its burst share ({policy.burst_share:.0%} of the pool's "
-            f"{admitted:.0f}); retry when some of its requests have finished",
+            f"{work_tokens} would pass its burst share ({policy.burst_share:.0%} of the "
+            f"{admitted:.0f} the pool admits); retry when some of its requests have finished",
             retry_after(after - burst_cap, share_rate))
     margin = ledger.mean_margin() if settings.use_margin else 0.0
     limit = admitted * (1.0 - min(0.9, margin))
     used = ledger.used_tokens()
     guaranteed = policy.guaranteed_share * admitted
-    if used + work_tokens > limit and after > guaranteed:
+    if used > 0 and used + work_tokens > limit and after > guaranteed:
         return Refusal(
             "pool_full", f"the pool is full ({used} of {limit:.0f} work tokens reserved, "
             f"{margin:.0%} held back for interference) and tenant {policy.tenant!r} is above "

@@ -1,9 +1,12 @@
 """The level-1 scheduler: admission, then routing, then the SLA feasibility check.
 
     request --admit (quotas: burst share, pool full above the guarantee)--> refusal | on
-            --Router.route (prefix overlap, load ahead at the request's priority, pending work,
-                            node safety margin, randomized ties, sampled candidates)--> replica
-            --SLA: the estimate to first token passes the class's TTFT target?--> refusal | go
+            --Router.route (prefix overlap, load ahead, pending work, node safety margin,
+                            randomized ties, sampled candidates)--> replica
+            --SLA: the estimate to first token passes the class's TTFT target, and only because
+                   of the work queued ahead (alone on the replica it would meet it)?--> refusal
+                   (a prompt too long for the target anywhere is served as well as it can be:
+                   refusing it would only add the retries to its time)
             --ledger.routed: the work counts against the tenant until the node reports it
 
 Coarse and cheap on purpose: which node, not when (the node manager's fair queue and the
@@ -62,6 +65,7 @@ class GlobalScheduler:
     settings: SchedulerSettings = SchedulerSettings()
 
     def __post_init__(self) -> None:
+        self.ledger.horizon_s = self.settings.admission.horizon_s
         self.registry.listener = self.ledger
 
     def route(self, model: str, policy: TenantPolicy, prompt_tokens: int, max_tokens: int,
@@ -84,13 +88,13 @@ class GlobalScheduler:
         two_level = mode is Mode.TWO_LEVEL
         decision = self.router.route(
             model, policy.tenant, prompt_tokens, self.registry, prefix_hashes=prefix_hashes,
-            index=self.index, priority=policy.priority if two_level else None,
-            pending=self.ledger.pending, nodes=nodes)
+            index=self.index, pending=self.ledger.pending, nodes=nodes)
         if decision is None:
             return None
         target = policy.ttft_ms
         if (two_level and self.settings.sla_check and target and decision.estimated_ttft_ms
-                and decision.estimated_ttft_ms > target * self.settings.sla_slack):
+                and decision.estimated_ttft_ms > target * self.settings.sla_slack
+                and decision.solo_ttft_ms <= target * self.settings.sla_slack):
             over_s = (decision.estimated_ttft_ms - target) / 1000.0
             return Refusal(
                 "sla", f"no replica of {model!r} can meet the {policy.sla_class} class's TTFT "
@@ -98,8 +102,7 @@ class GlobalScheduler:
                 f"{decision.estimated_ttft_ms:.0f} ms); retry shortly or use a class with a "
                 f"looser target", retry_after(over_s, 1.0))
         router = self.router
-        compute = (max(0, prompt_tokens - decision.cached_blocks * router.kv_block_tokens)
-                   + router.request_weight_tokens)
+        compute = max(0, prompt_tokens - decision.cached_blocks * router.kv_block_tokens)
         self.ledger.routed(decision.node_id, decision.replica_id, policy.tenant, work, compute)
         return decision
 

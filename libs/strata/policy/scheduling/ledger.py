@@ -5,8 +5,13 @@ tokens and its replicas' KV pools), plus what this scheduler routed since a node
 (that node's next report includes it, so those entries are dropped then). Everything here is
 rebuilt from heartbeats within one interval after a restart.
 
-    capacity_tokens   sum over READY replicas of KV blocks x block tokens: the tokens of context
-                      the pool can hold at once (a tenant's share is a share of this)
+    capacity_tokens   sum over READY replicas of what each can hold and work off: the smaller of
+                      its KV pool (KV blocks x block tokens, the context it can hold at once)
+                      and the tokens its prefill throughput computes in `horizon_s` (without a
+                      measured rate, the KV pool alone). A compute-bound engine (a CPU, a small
+                      GPU with a large pool) is limited by the second: quotas must bind there,
+                      or an aggressor fills every batch long before any KV pool is full. A
+                      tenant's share is a share of this.
     tokens_per_s      sum over READY replicas of their measured throughput
     tenant_tokens[t]  work tokens (prompt + max_tokens) of t's requests on any node, or routed
                       and not yet reported
@@ -26,7 +31,8 @@ from strata.policy.registry import NodeState, ReplicaPhase
 @dataclass(slots=True)
 class PoolLedger:
     block_tokens: int = 16
-    capacity_tokens: int = 0
+    horizon_s: float = 10.0
+    capacity_tokens: float = 0.0
     tokens_per_s: float = 0.0
     margin_sum: float = 0.0             # of the nodes' safety margins (mean = / nodes)
     nodes: int = 0
@@ -49,7 +55,9 @@ class PoolLedger:
         self.margin_sum += sign * node.safety_margin
         for r in node.replicas:
             if r.phase is ReplicaPhase.READY:
-                self.capacity_tokens += sign * r.kv_blocks_total * self.block_tokens
+                kv = r.kv_blocks_total * self.block_tokens
+                work = r.tokens_per_s * self.horizon_s if r.tokens_per_s > 0 else kv
+                self.capacity_tokens += sign * min(kv, work)
                 self.tokens_per_s += sign * r.tokens_per_s
         for t in node.tenants:
             self.tenant_tokens[t.tenant] += sign * t.tokens
@@ -62,9 +70,9 @@ class PoolLedger:
     def routed(self, node_id: str, replica_id: str, tenant: str, tokens: int,
                replica_work: int) -> None:
         """This scheduler sent a request to the replica: `tokens` of reserved work for the
-        tenant, `replica_work` tokens of compute ahead of the replica's next request (its
-        prefill after the cached prefix and its decode); counted until the node's next report
-        (which then includes it)."""
+        tenant, `replica_work` tokens queued ahead of the replica's next request (its prefill
+        after the cached prefix, as the replica's queued_tokens will count it); counted until
+        the node's next report (which then includes it)."""
         per_replica = self.pending_replica.setdefault(node_id, {})
         per_replica[replica_id] = per_replica.get(replica_id, 0) + replica_work
         per_tenant = self.pending_tenant.setdefault(node_id, {})

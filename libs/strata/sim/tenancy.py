@@ -1,0 +1,127 @@
+"""Multi-tenant scheduling in the simulator: the same policy objects as the services.
+
+    arrival --GlobalScheduler.route (admission, priority/margin-aware routing, SLA check)-->
+            refusal: the client retries after the hint (until give_up_s), as a tenant SDK would
+            decision: the node's front
+    node front (the node manager's dispatcher): a NodeQueue (fair_queue.FairQueue or the fcfs
+            baseline) in front of each replica's slots; a request enters its replica's engine
+            when the replica holds fewer than max_seqs of the node's requests, or at once when
+            it became urgent (its class's TTFT target at risk), with its class priority: the
+            engine's scheduler then preempts a lower class for it
+
+What the simulator does not model: interference between co-located work beyond the engine's own
+batching (the profiles are solo measurements), so node safety margins stay at their floor (0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from strata.policy.clock import Clock
+from strata.policy.registry import TenantLoad
+from strata.policy.scheduling.fair_queue import QUEUES, NodeQueue, QueueItem
+from strata.policy.scheduling.global_scheduler import SchedulerSettings
+from strata.policy.scheduling.tenants import TenantPolicy
+
+
+@dataclass(slots=True, frozen=True)
+class Tenancy:
+    settings: SchedulerSettings = SchedulerSettings()
+    policies: Mapping[str, TenantPolicy] = field(default_factory=dict)
+    queue: str = "wfq"              # the nodes' queues: wfq | fcfs
+    retry: bool = True              # a refused client retries after the hint
+    give_up_s: float = 120.0        # ... until this long after its first attempt
+    sample_size: int = 64
+    tie_tolerance: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.queue not in QUEUES:
+            raise ValueError(f"queue must be one of {', '.join(QUEUES)}, got {self.queue!r}")
+        if self.give_up_s < 0:
+            raise ValueError(f"give_up_s must be >= 0, got {self.give_up_s}")
+
+    def policy(self, tenant: str) -> TenantPolicy:
+        known = self.policies.get(tenant)
+        return known if known is not None else TenantPolicy(tenant)
+
+
+@dataclass(slots=True)
+class _Running:
+    priority: int
+    running: int = 0
+    tokens: int = 0
+
+
+class NodeFront:
+    """One node's queue for its replicas' slots, and what each tenant has there."""
+
+    def __init__(self, queue: NodeQueue) -> None:
+        self.queue = queue
+        self.in_engine: dict[str, int] = {}          # replica id -> requests in its engine
+        self.payloads: dict[str, object] = {}        # request id -> the caller's payload
+        self._running: dict[str, _Running] = {}
+
+    @classmethod
+    def build(cls, kind: str, clock: Clock) -> NodeFront:
+        return cls(QUEUES[kind](clock))
+
+    def push(self, item: QueueItem, payload: object) -> None:
+        self.queue.push(item)
+        self.payloads[item.request_id] = payload
+
+    def ready(self, max_seqs: Callable[[str], int | None]) -> list[tuple[QueueItem, object]]:
+        """Requests to hand to their engines now, in order: those whose replica has a slot,
+        then the urgent ones (beyond the cap). `max_seqs(replica_id)` is None for a replica
+        that is gone: its requests come back too (the caller fails them)."""
+        out = []
+
+        def accept(item: QueueItem) -> bool:
+            cap = max_seqs(item.replica_id)
+            return cap is None or self.in_engine.get(item.replica_id, 0) < cap
+
+        while (item := self.queue.pop_next(accept)) is not None:
+            self._enter(item)
+            out.append((item, self.payloads.pop(item.request_id)))
+        for item in self.queue.urgent():
+            self.queue.remove(item.request_id)
+            self._enter(item)
+            out.append((item, self.payloads.pop(item.request_id)))
+        return out
+
+    def _enter(self, item: QueueItem) -> None:
+        self.in_engine[item.replica_id] = self.in_engine.get(item.replica_id, 0) + 1
+        run = self._running.get(item.tenant)
+        if run is None:
+            run = self._running[item.tenant] = _Running(item.priority)
+        run.priority = max(run.priority, item.priority)
+        run.running += 1
+        run.tokens += item.cost_tokens
+
+    def left_engine(self, replica_id: str, tenant: str, tokens: int) -> None:
+        """A request the front handed over finished (or failed) in its engine."""
+        self.in_engine[replica_id] -= 1
+        run = self._running[tenant]
+        run.running -= 1
+        run.tokens -= tokens
+        if run.running == 0:
+            del self._running[tenant]
+
+    def drain(self) -> list[object]:
+        """Everything still queued (the run's horizon): their payloads."""
+        out = []
+        for item in list(self.queue):
+            self.queue.remove(item.request_id)
+            out.append(self.payloads.pop(item.request_id))
+        return out
+
+    def loads(self) -> tuple[TenantLoad, ...]:
+        queued = self.queue.loads()
+        out = []
+        for tenant in sorted(set(queued) | set(self._running)):
+            q, r = queued.get(tenant), self._running.get(tenant)
+            out.append(TenantLoad(
+                tenant, max(q.priority if q else 0, r.priority if r else 0),
+                r.running if r else 0, q.queued if q else 0,
+                (q.tokens if q else 0) + (r.tokens if r else 0)))
+        return tuple(out)
