@@ -198,3 +198,17 @@ def test_a_prompt_too_long_for_the_target_anywhere_is_served_not_refused():
     assert isinstance(decision, RouteDecision)
     assert (decision.estimated_ttft_ms, decision.solo_ttft_ms) == (pytest.approx(2900.0),
                                                                    pytest.approx(2000.0))
+
+
+def test_prompts_avoid_nodes_where_they_would_stall_other_tenants_protected_decodes():
+    # n1: 4 chat sequences decoding; n2: 4 bulk (best effort) sequences and a little more
+    # queued. An aggressor's 500-token prompt at 1000 tokens/s stalls each chat decode on n1
+    # for 0.5 s: 2 s of inflicted delay outweighs n2's 100 extra queued tokens.
+    loads = {"n1": [TenantLoad("chat", 2, 4, 0, 800)], "n2": [TenantLoad("bulk", 0, 4, 0, 800)]}
+    nodes = [node("n1", replica("r1", rate=1000.0), tenants=loads["n1"]),
+             node("n2", replica("r2", queued=100, rate=1000.0), tenants=loads["n2"])]
+    assert scheduler(*nodes).route("m", policy("agg", priority=1), 500, 10).node_id == "n2"
+    # chat itself does not count its own sequences: it takes the less loaded n1
+    assert scheduler(*nodes).route("m", policy("chat", priority=2), 500, 10).node_id == "n1"
+    # the pooled baseline knows no classes: least load wins
+    assert scheduler(*nodes, mode=Mode.FCFS).route("m", policy("agg"), 500, 10).node_id == "n1"

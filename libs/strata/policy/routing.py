@@ -34,6 +34,17 @@ Each READY replica of the model gets a score; the lowest wins:
                     node whose steps run slower than its solo profile looks that much further
     free blocks     more free KV blocks = more room for this request's prefix and decode.
 
+With a request class (`priority`), est_s also carries the interference the request would cause
+there: its own prefill runs in the steps of every sequence decoding on that replica, stalling
+each of them for about the prefill's time (chunked prefill shares the step). Sequences of other
+tenants with an SLA (priority >= 1) at or above the request's class count:
+
+    est_s += interference_weight * prefill_s * (their running sequences on the node)
+
+so a best-effort or aggressive tenant's prompts go where they stall the fewest protected
+decodes, and tenants segregate by class across the pool as far as load allows: a soft,
+load-following partition instead of a static one.
+
 The decision carries the chosen replica's estimated time to first token: the same formula
 without the running requests' decode (chunked prefill runs a new prompt next to the decodes, so
 they slow each step a little but do not queue ahead of it); the global scheduler checks it
@@ -101,6 +112,7 @@ class Router:
     min_source_gain_blocks: int = MIN_SOURCE_GAIN_BLOCKS
     sample_size: int = 0            # 0: score every READY replica
     tie_tolerance: float = 0.0      # draw among replicas within this fraction of the best est_s
+    interference_weight: float = 1.0
 
     def __post_init__(self) -> None:
         if self.sample_size < 0 or not 0.0 <= self.tie_tolerance < 1.0:
@@ -136,14 +148,15 @@ class Router:
 
     def route(self, model: str, tenant: str, prompt_tokens_estimate: int,
               registry: NodeRegistry, prefix_hashes: Sequence[int] = (),
-              index: PrefixIndex | None = None,
+              index: PrefixIndex | None = None, priority: int | None = None,
               pending: Callable[[str, str], int] | None = None,
               nodes: Container[str] | None = None) -> RouteDecision | None:
         """The best READY replica of `model`, or None when there is none (see explain_miss).
 
         `prefix_hashes` is the prompt's block hash chain (empty when the caller cannot compute
-        it); with an `index` it credits each node with the blocks it already holds.
-        `pending(node_id, replica_id)` is work routed there since the node's last heartbeat;
+        it); with an `index` it credits each node with the blocks it already holds. `priority`
+        (the tenant's class) adds the interference term; `pending(node_id, replica_id)` is
+        work routed there since the node's last heartbeat;
         `nodes` restricts the choice (a static partition). `tenant` does not change the score:
         it is already in the hashes. Quotas and SLA admission are the caller's (strata.policy.
         scheduling.global_scheduler).
@@ -164,6 +177,11 @@ class Router:
             prefill = max(0, prompt_tokens_estimate - cached * self.kv_block_tokens)
             rate = replica.tokens_per_s if replica.tokens_per_s > 0 else fallback
             est = (ahead + prefill) / rate * (1.0 + max(0.0, node.safety_margin))
+            if priority is not None and node.tenants and self.interference_weight:
+                floor = max(1, priority)
+                victims = sum(t.running for t in node.tenants
+                              if t.priority >= floor and t.tenant != tenant)
+                est += self.interference_weight * prefill / rate * victims
             keys.append((self._kv_short(replica, prompt_tokens_estimate), est,
                          -replica.kv_blocks_free))
         best_key = min(keys)

@@ -88,7 +88,8 @@ class GlobalScheduler:
         two_level = mode is Mode.TWO_LEVEL
         decision = self.router.route(
             model, policy.tenant, prompt_tokens, self.registry, prefix_hashes=prefix_hashes,
-            index=self.index, pending=self.ledger.pending, nodes=nodes)
+            index=self.index, priority=policy.priority if two_level else None,
+            pending=self.ledger.pending, nodes=nodes)
         if decision is None:
             return None
         target = policy.ttft_ms
