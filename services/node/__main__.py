@@ -22,7 +22,8 @@ async def main() -> None:
     cfg = NodeConfig.from_env()
     init_tracing("node", cfg.otlp_endpoint)
     replicas = ReplicaSet(cfg.worker_env(), cfg.worker_ready_timeout_s,
-                          routing_grace_s=2 * cfg.heartbeat_interval_s)
+                          routing_grace_s=2 * cfg.heartbeat_interval_s,
+                          standby_per_model=cfg.standby_workers)
     servicer = NodeManagerServicer(cfg, replicas)
     running = await start_server([Registration(
         add=lambda s: node_pb2_grpc.add_NodeManagerServicer_to_server(servicer, s),

@@ -55,6 +55,9 @@ class NodeConfig:
     margin_cap: float = MARGIN.cap
     margin_half_life_s: float = MARGIN.half_life_s
     interference_baseline_s: float = ESTIMATOR.baseline_window_s
+    # Hot standby workers per loaded model: warm (model loaded), taking no request, promoted
+    # when a READY worker dies, so its requests resume in milliseconds instead of a model load.
+    standby_workers: int = 0
 
     def worker_env(self) -> dict[str, str]:
         env = {k: os.environ[k] for k in WORKER_PASSTHROUGH if os.environ.get(k)}
@@ -95,6 +98,7 @@ class NodeConfig:
             margin_half_life_s=_positive("STRATA_MARGIN_HALF_LIFE_S", MARGIN.half_life_s),
             interference_baseline_s=_positive("STRATA_INTERFERENCE_BASELINE_S",
                                               ESTIMATOR.baseline_window_s),
+            standby_workers=env_int("STRATA_NODE_STANDBY", 0, minimum=0),
         )
 
     def __post_init__(self) -> None:

@@ -9,6 +9,7 @@ from opentelemetry import trace
 from services.node.config import NodeConfig
 from strata.eval.sla import DEFAULT_CLASS, SlaTable
 from strata.node.dispatcher import Dispatcher, NoReplica, TenantFigures
+from strata.node.failover import WorkerLost, generate_with_failover
 from strata.node.replicas import Replica, ReplicaSet, State
 from strata.policy.clock import WallClock
 from strata.policy.scheduling.fair_queue import QUEUES, QueueItem
@@ -19,7 +20,8 @@ from strata.telemetry import names
 _STATE = {State.LOADING: common_pb2.REPLICA_STATE_LOADING,
           State.READY: common_pb2.REPLICA_STATE_READY,
           State.DRAINING: common_pb2.REPLICA_STATE_DRAINING,
-          State.FAILED: common_pb2.REPLICA_STATE_FAILED}
+          State.FAILED: common_pb2.REPLICA_STATE_FAILED,
+          State.STANDBY: common_pb2.REPLICA_STATE_STANDBY}
 # Worker errors the caller caused pass through; anything else means the worker failed.
 _PASS_THROUGH = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.DEADLINE_EXCEEDED,
                  grpc.StatusCode.CANCELLED, grpc.StatusCode.RESOURCE_EXHAUSTED}
@@ -69,24 +71,29 @@ class NodeManagerServicer(node_pb2_grpc.NodeManagerServicer):
             span.set_attribute(names.REPLICA_ID, replica.replica_id)
             call = None
             try:
-                call = replica.stub.Generate(worker_pb2.WorkerGenerateRequest(
-                    request_id=request.request_id, tenant=request.tenant,
-                    priority=lease.priority, spec=request.spec,
-                    kv_source_address=request.kv_source_address),
-                    timeout=context.time_remaining())
+                call = generate_with_failover(
+                    self.replicas, replica, worker_pb2.WorkerGenerateRequest(
+                        request_id=request.request_id, tenant=request.tenant,
+                        priority=lease.priority, spec=request.spec,
+                        kv_source_address=request.kv_source_address),
+                    context.time_remaining(), node_id=self.cfg.node_id)
                 async for chunk in call:
                     if chunk.HasField("usage"):   # the wait for a slot is queueing too
                         chunk.usage.queue_ms += lease.queued_s * 1000.0
                     yield chunk
+            except WorkerLost as err:
+                await context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
             except grpc.aio.AioRpcError as err:
                 code = err.code() if err.code() in _PASS_THROUGH else \
                     grpc.StatusCode.UNAVAILABLE
                 await context.abort(code, f"worker {replica.replica_id} on node "
                                           f"{self.cfg.node_id}: {err.details()}")
             finally:
-                if call is not None and not call.done():
-                    call.cancel()  # the caller went away: stop the worker's generation too
-                self.dispatcher.release(lease)
+                try:
+                    if call is not None:
+                        await call.aclose()  # the caller went away: stop the worker too
+                finally:
+                    self.dispatcher.release(lease)
 
     async def LoadModel(self, request: node_pb2.LoadModelRequest,
                         context: grpc.aio.ServicerContext) -> node_pb2.LoadModelResponse:
@@ -160,4 +167,5 @@ def node_info(cfg: NodeConfig, replicas: ReplicaSet,
         tenants = [tenant_load_to_pb(t) for t in dispatcher.tenant_loads()]
     return common_pb2.NodeInfo(
         node_id=cfg.node_id, address=cfg.advertise, memory_bytes=cfg.memory_bytes,
-        device=cfg.device, replicas=infos, tenants=tenants)
+        device=cfg.device, replicas=infos, tenants=tenants,
+        standby_workers=replicas.warm_standbys())

@@ -1,8 +1,19 @@
-"""The replicas (decode workers) of one node: load, unload with draining, pick, watch.
+"""The replicas (decode workers) of one node: load, unload with draining, pick, watch, and
+keep hot standbys.
 
     LOADING --serving--> READY --unload--> DRAINING --idle or timeout--> (stopped, removed)
         \\                  \\
-         +---start failed---+--process died--> FAILED (reported once, then removed)
+         +---start failed---+--process died, no warm standby--> FAILED (reported once, removed)
+
+    STANDBY --process died, a warm standby of the model--> the standby is READY under the dead
+                                                           replica's id at once, no model load
+
+Each model with a READY replica keeps `standby_per_model` standby workers: started in STANDBY
+(loading, then warm: model loaded, kernels warmed up), never picked for a request. When a READY
+worker dies the node promotes a warm one instead of loading the model again (seconds to minutes)
+and starts a replacement standby in the background. The standby takes over the dead replica's
+id, so the scheduler's routing by replica id and the placement planner's bookkeeping see the same
+replica serving on; the takeover is logged and kept in `ReplicaSet.takeovers`.
 """
 
 from __future__ import annotations
@@ -12,6 +23,8 @@ import enum
 import itertools
 import logging
 import socket
+import time
+from collections import deque
 from dataclasses import dataclass, field
 
 import grpc
@@ -28,6 +41,7 @@ class State(enum.Enum):
     READY = "ready"
     DRAINING = "draining"
     FAILED = "failed"
+    STANDBY = "standby"     # a hot standby: loading, then warm; takes no request until promoted
 
 
 @dataclass(slots=True)
@@ -60,12 +74,27 @@ class Replica:
     stats: ReplicaStats = field(default_factory=ReplicaStats)
     stub: worker_pb2_grpc.WorkerStub | None = None
     stopping: bool = False          # past its routing grace: takes no new request
+    warm: bool = False              # a standby whose model is loaded: it can take over at once
     _channel: object = None
 
     def connect(self) -> None:
         ch = channel(self.address)
         self._channel = ch
         self.stub = worker_pb2_grpc.WorkerStub(ch)
+
+
+@dataclass(slots=True)
+class Takeover:
+    """A warm standby promoted in place of a READY worker that died."""
+
+    model: str
+    replica_id: str         # the dead replica's id, which the standby serves under now
+    standby_id: str         # the standby's id before its promotion
+    failed_address: str
+    address: str
+    exit_code: int
+    seconds: float          # from the node seeing the worker's exit to the standby READY
+    unix_time: float
 
 
 def free_port() -> int:
@@ -76,9 +105,11 @@ def free_port() -> int:
 
 class ReplicaSet:
     def __init__(self, worker_env: dict[str, str], ready_timeout_s: float = 600.0,
-                 routing_grace_s: float = 2.0):
+                 routing_grace_s: float = 2.0, standby_per_model: int = 0):
         self.worker_env = worker_env
         self.ready_timeout_s = ready_timeout_s
+        self.standby_per_model = standby_per_model
+        self.takeovers: deque[Takeover] = deque(maxlen=100)
         # How long a draining replica still takes requests routed to it by name: the scheduler
         # learns of the drain at this node's next heartbeat and routes here until then.
         self.routing_grace_s = routing_grace_s
@@ -91,10 +122,13 @@ class ReplicaSet:
         rid = replica_id or f"{model}-{next(self._ids)}"
         if rid in self.replicas:
             return self.replicas[rid]
+        return self._new_replica(model, rid, State.LOADING)
+
+    def _new_replica(self, model: str, rid: str, state: State) -> Replica:
         address = f"127.0.0.1:{free_port()}"
         env = {**self.worker_env, "STRATA_WORKER_BIND": address, "STRATA_MODEL": model,
                "STRATA_REPLICA_ID": rid}
-        replica = Replica(rid, model, address, WorkerProcess(rid, address, env))
+        replica = Replica(rid, model, address, WorkerProcess(rid, address, env), state=state)
         self.replicas[rid] = replica
         self._spawn(self._start(replica))
         return replica
@@ -106,23 +140,84 @@ class ReplicaSet:
             replica.state, replica.error = State.FAILED, str(err)
             log.error("replica %s failed to start: %s", replica.replica_id, err)
             return
+        if replica.state is State.DRAINING:   # unloaded while it loaded
+            await replica.process.stop()
+            return
         replica.connect()
         await self.refresh(replica)
-        replica.state = State.READY
-        log.info("replica %s of %s ready on %s", replica.replica_id, replica.model,
-                 replica.address)
+        if replica.state is State.STANDBY:
+            replica.warm = True
+            log.info("standby %s of %s warm on %s", replica.replica_id, replica.model,
+                     replica.address)
+        else:
+            replica.state = State.READY
+            log.info("replica %s of %s ready on %s", replica.replica_id, replica.model,
+                     replica.address)
+            self._ensure_standbys(replica.model)
         code = await replica.process.wait()
-        if replica.state is not State.DRAINING:
-            replica.state = State.FAILED
-            replica.error = f"worker process exited with code {code}"
-            log.error("replica %s died: %s", replica.replica_id, replica.error)
+        self._exited(replica, code)
+
+    def _exited(self, replica: Replica, code: int) -> None:
+        """A worker process exited; unless we stopped it, that is a failure."""
+        seen = time.perf_counter()
+        if replica.state is State.DRAINING:
+            return
+        was_standby = replica.state is State.STANDBY
+        replica.state = State.FAILED
+        replica.error = f"worker process exited with code {code}"
+        log.error("%s %s died: %s", "standby" if was_standby else "replica",
+                  replica.replica_id, replica.error)
+        if not was_standby:
+            self._take_over(replica, code, seen)
+        self._ensure_standbys(replica.model)
+
+    def _take_over(self, dead: Replica, code: int, seen: float) -> None:
+        standby = next((r for r in self.replicas.values()
+                        if r.model == dead.model and r.state is State.STANDBY and r.warm
+                        and r.process.alive), None)
+        if standby is None or self.replicas.get(dead.replica_id) is not dead:
+            return
+        standby_id = standby.replica_id
+        del self.replicas[standby_id]
+        standby.replica_id = dead.replica_id
+        standby.state = State.READY
+        self.replicas[dead.replica_id] = standby     # in the dead one's place: never reported
+        took = Takeover(dead.model, dead.replica_id, standby_id, dead.address, standby.address,
+                        code, time.perf_counter() - seen, time.time())
+        self.takeovers.append(took)
+        log.warning("replica %s of %s: standby %s on %s took over from the dead worker on %s in "
+                    "%.2f ms", took.replica_id, took.model, standby_id, standby.address,
+                    dead.address, took.seconds * 1000)
+
+    def _ensure_standbys(self, model: str) -> None:
+        """Start standbys until `model` has standby_per_model, while it has a READY replica."""
+        if self.standby_per_model <= 0 or not any(
+                r.model == model and r.state is State.READY for r in self.replicas.values()):
+            return
+        have = sum(1 for r in self.replicas.values()
+                   if r.model == model and r.state is State.STANDBY)
+        for _ in range(self.standby_per_model - have):
+            self._new_replica(model, f"{model}-standby-{next(self._ids)}", State.STANDBY)
+
+    def warm_standbys(self) -> int:
+        """Standbys able to take over right now (NodeInfo.standby_workers)."""
+        return sum(1 for r in self.replicas.values() if r.state is State.STANDBY and r.warm)
 
     async def unload(self, model: str, replica_id: str, drain_timeout_s: float) -> int:
-        targets = [r for r in self.replicas.values()
-                   if r.model == model and (not replica_id or r.replica_id == replica_id)]
-        for r in targets:
-            r.state = State.DRAINING
-        await asyncio.gather(*(self._drain_and_stop(r, drain_timeout_s) for r in targets))
+        """Drain and stop `model`'s replicas (one when named); its standbys go too once no
+        LOADING or READY replica of it is left. Returns how many replicas were unloaded."""
+        mine = [r for r in self.replicas.values() if r.model == model]
+        targets = [r for r in mine if (r.replica_id == replica_id if replica_id
+                                       else r.state is not State.STANDBY)]
+        chosen = {id(r) for r in targets}
+        serving_left = any(r.state in (State.LOADING, State.READY) and id(r) not in chosen
+                           for r in mine)
+        standbys = [] if serving_left else [r for r in mine
+                                            if r.state is State.STANDBY and id(r) not in chosen]
+        for r in targets + standbys:
+            r.state = State.DRAINING        # from here on its exit is ours, not a failure
+        await asyncio.gather(*(self._drain_and_stop(r, drain_timeout_s) for r in targets),
+                             *(self._drain_and_stop(r, 0.0) for r in standbys))
         return len(targets)
 
     async def _drain_and_stop(self, replica: Replica, drain_timeout_s: float) -> None:
@@ -133,7 +228,8 @@ class ReplicaSet:
             await asyncio.sleep(0.05)
         replica.stopping = True
         await replica.process.stop()
-        self.replicas.pop(replica.replica_id, None)
+        if self.replicas.get(replica.replica_id) is replica:
+            del self.replicas[replica.replica_id]
 
     def pick(self, model: str, replica_id: str = "") -> Replica | None:
         """The named replica if it takes requests (READY, or DRAINING within its routing grace:
