@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from services.gateway.convert import (changes_from_update, record, settings_from_record,
                                       sla_from_record, sla_record)
 from strata.eval.sla import SlaTable
-from strata.gateway.admin_key import ISSUED_KEY_METADATA, is_admin_key
+from strata.gateway.admin_key import is_admin_key
 from strata.gateway.auth import Authenticator, bearer_key
 from strata.gateway.tenant_directory import TenantDirectory
 from strata.rpc.v1 import admin_pb2, admin_pb2_grpc
@@ -64,19 +64,18 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
             await context.abort(grpc.StatusCode.NOT_FOUND, str(err))
 
     async def CreateTenant(self, request: admin_pb2.CreateTenantRequest,
-                           context: grpc.aio.ServicerContext) -> admin_pb2.TenantRecord:
+                           context: grpc.aio.ServicerContext) -> admin_pb2.CreateTenantResponse:
         await self._authorize(context)
         name = request.tenant.name
         s = settings_from_record(request.tenant)
 
-        async def work(session: AsyncSession) -> admin_pb2.TenantRecord:
+        async def work(session: AsyncSession) -> admin_pb2.CreateTenantResponse:
             await create_tenant(session, name, s.sla_class, weight=s.weight,
                                 guaranteed_share=s.guaranteed_share, burst_share=s.burst_share,
                                 rate_limit_rps=s.rate_limit_rps)
-            if request.issue_key:
-                key = await issue_api_key(session, name)
-                context.set_trailing_metadata(((ISSUED_KEY_METADATA, key),))
-            return record(await tenant_info(session, name))
+            key = await issue_api_key(session, name) if request.issue_key else ""
+            return admin_pb2.CreateTenantResponse(tenant=record(await tenant_info(session, name)),
+                                                  api_key=key)
 
         reply = await self._store(context, work)
         # A cached "no such tenant" from before must not outlive the creation.

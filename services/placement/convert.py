@@ -16,12 +16,16 @@ OCCUPYING = (common_pb2.REPLICA_STATE_LOADING, common_pb2.REPLICA_STATE_READY)
 def node_capacity(node: common_pb2.NodeInfo, memory_of: Callable[[str], int],
                   managed: Collection[tuple[str, str]],
                   extra: tuple[Replica, ...] = ()) -> NodeCapacity:
-    """A node as the policy sees it; `extra` adds replicas loaded but not yet heartbeated."""
+    """A node as the policy sees it; `extra` adds replicas loaded but not yet heartbeated. A
+    hot standby serves nothing, so it is no replica of its model, but its weights and pool
+    take memory: the node offers that much less."""
     replicas = tuple(
         Replica(model=r.model, replica_id=r.replica_id, memory_bytes=memory_of(r.model),
                 managed=(node.node_id, r.replica_id) in managed)
         for r in node.replicas if r.state in OCCUPYING)
-    return NodeCapacity(node_id=node.node_id, memory_bytes=node.memory_bytes,
+    standby = sum(memory_of(r.model) for r in node.replicas
+                  if r.state == common_pb2.REPLICA_STATE_STANDBY)
+    return NodeCapacity(node_id=node.node_id, memory_bytes=max(0, node.memory_bytes - standby),
                         replicas=replicas + extra)
 
 

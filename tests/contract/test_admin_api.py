@@ -20,7 +20,7 @@ import pytest
 from services.gateway.admin import MISSING_ADMIN_KEY, WRONG_ADMIN_KEY, AdminServicer
 from services.gateway.servicer import BAD_KEY, GatewayServicer
 from strata.eval.sla import SlaTable
-from strata.gateway.admin_key import ISSUED_KEY_METADATA
+
 from strata.gateway.auth import Authenticator
 from strata.gateway.prefix_hashes import PrefixHasher
 from strata.gateway.tenant_directory import TenantDirectory
@@ -165,11 +165,10 @@ async def generate(stub: gateway_pb2_grpc.GatewayStub, key: str) -> str:
 
 async def create(admin: admin_pb2_grpc.AdminStub, **fields) -> tuple[admin_pb2.TenantRecord, str]:
     """Create a tenant with a first key; (its record, the key)."""
-    call = admin.CreateTenant(admin_pb2.CreateTenantRequest(
+    reply = await admin.CreateTenant(admin_pb2.CreateTenantRequest(
         tenant=admin_pb2.TenantRecord(**fields), issue_key=True), metadata=ADMIN)
-    record = await call
-    [key] = [v for k, v in await call.trailing_metadata() if k == ISSUED_KEY_METADATA]
-    return record, key
+    assert reply.api_key.startswith("sk-strata-")
+    return reply.tenant, reply.api_key
 
 
 def policy(**overrides) -> common_pb2.TenantPolicy:

@@ -47,3 +47,13 @@ def test_no_samples_or_no_quiet_requests_give_none():
     f = isolation_figures([row("chat", 1500, 10.0, 20.0)], [], {}, {}, SlaTable(), "agg",
                           [(1000.0, 2000.0)])
     assert (f.victim_ttft_inflation, f.utilization) == (None, None)
+
+
+def test_best_effort_tenants_absorb_bursts_without_counting_as_victims():
+    rows = [row("chat", 100, 100.0, 300.0), row("chat", 1100, 110.0, 330.0),
+            row("bulk", 200, 50.0, 100.0), row("bulk", 1200, 5000.0, 9000.0)]
+    f = isolation_figures(rows, [], {"chat": "interactive", "bulk": "batch"}, {}, SlaTable(),
+                          "agg", [(1000.0, 2000.0)])
+    assert f.victim_ttft_inflation == pytest.approx(1.1)
+    assert f.tenant("bulk").ttft_inflation == pytest.approx(100.0)   # reported, not judged
+    assert f.worst_ttft_p99_ms == pytest.approx(109.9)               # best effort: not judged

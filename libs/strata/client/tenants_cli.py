@@ -32,7 +32,7 @@ from strata.client.settings import MissingApiKey, demo_key_path, gateway_address
 from strata.client.tenants_format import (NO_TARGET, class_dict, format_class_table,
                                           format_classes, format_tenant, format_tenants,
                                           tenant_dict)
-from strata.gateway.admin_key import ISSUED_KEY_METADATA
+
 from strata.rpc.server import CHANNEL_OPTIONS
 from strata.rpc.v1 import admin_pb2, admin_pb2_grpc
 
@@ -183,12 +183,10 @@ def _given(args: argparse.Namespace) -> dict[str, object]:
 
 async def _create(args: argparse.Namespace) -> int:
     async with _Admin(args) as admin:
-        call = admin.call("CreateTenant", admin_pb2.CreateTenantRequest(
+        reply = await admin.call("CreateTenant", admin_pb2.CreateTenantRequest(
             tenant=admin_pb2.TenantRecord(name=args.name, **_given(args)),
             issue_key=args.issue_key))
-        rec = await call
-        trailing = await call.trailing_metadata()
-    key = next((v for k, v in trailing or () if k == ISSUED_KEY_METADATA), None)
+    rec, key = reply.tenant, reply.api_key or None
     if args.json:
         out = tenant_dict(rec)
         if key is not None:

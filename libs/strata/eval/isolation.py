@@ -7,13 +7,16 @@ real one are judged by the same code:
     per tenant      requests, refused (RESOURCE_EXHAUSTED, after the client's retries), other
                     failures, P50/P99 TTFT and E2E of the successful ones, SLA attainment
                     (strata.eval.sla: every request counts, a failure does not attain)
-    worst tenant    the highest per-tenant P99 (TTFT and E2E)
+    worst tenant    the highest per-tenant P99 (TTFT and E2E) among the tenants with an SLA
     utilization     mean over the GPUs of busy time over wall time (node samples)
     fairness        Jain's index over tenants of served / offered output tokens: 1 when every
                     tenant got the same fraction of what it asked for
-    inflation       for the victims (every tenant but the aggressor): P99 of the requests that
-                    arrived inside the aggressor's burst windows over P99 of those that arrived
-                    outside them (TTFT and E2E). 1.0 = the bursts did not touch them.
+    inflation       per tenant, and pooled over the victims: P99 of the requests that arrived
+                    inside the aggressor's burst windows over P99 of those that arrived outside
+                    them (TTFT and E2E); 1.0 = the bursts did not touch them. The victims are
+                    the steady tenants with an SLA (a class with a target): a best-effort
+                    tenant has no latency to protect, and absorbing bursts is its job; its own
+                    inflation is reported per tenant all the same.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ class TenantFigures:
     e2e_p99_ms: float | None
     attainment: float       # of all its requests
     served_fraction: float  # output tokens served / offered
+    ttft_inflation: float | None = None   # P99 inside the bursts / outside
+    e2e_inflation: float | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -101,6 +106,11 @@ def isolation_figures(rows: Sequence[RequestRecord], samples: Sequence[NodeSampl
     figures = []
     inside: dict[str, list[float]] = {"ttft": [], "e2e": []}
     outside: dict[str, list[float]] = {"ttft": [], "e2e": []}
+
+    def ratio(a: list[float], b: list[float]) -> float | None:
+        pa, pb = _p(a, 99), _p(b, 99)
+        return pa / pb if pa is not None and pb else None
+
     for tenant in sorted(by_tenant):
         tenant_rows = by_tenant[tenant]
         sla = table.lookup(tenant_classes.get(tenant, table.default))
@@ -111,27 +121,31 @@ def isolation_figures(rows: Sequence[RequestRecord], samples: Sequence[NodeSampl
                        if sla.attained(bool(r.error_code), r.ttft_ms, r.tpot_ms))
         served = sum(r.completion_tokens for r in ok)
         offered = offered_tokens.get(tenant, 0)
+        mine_in: dict[str, list[float]] = {"ttft": [], "e2e": []}
+        mine_out: dict[str, list[float]] = {"ttft": [], "e2e": []}
+        for r in ok:
+            side = mine_in if _in_windows(r.start_unix_ms, starts, windows) else mine_out
+            if r.ttft_ms is not None:
+                side["ttft"].append(r.ttft_ms)
+            side["e2e"].append(r.e2e_ms)
         figures.append(TenantFigures(
             tenant, sla.name, len(tenant_rows),
             sum(1 for r in tenant_rows if r.error_code == REFUSED),
             sum(1 for r in tenant_rows if r.error_code and r.error_code != REFUSED),
             _p(ttft, 50), _p(ttft, 99), _p(e2e, 50), _p(e2e, 99),
-            attained / len(tenant_rows), served / offered if offered else 1.0))
-        if tenant != aggressor:
-            for r in ok:
-                side = inside if _in_windows(r.start_unix_ms, starts, windows) else outside
-                if r.ttft_ms is not None:
-                    side["ttft"].append(r.ttft_ms)
-                side["e2e"].append(r.e2e_ms)
-
-    def inflation(metric: str) -> float | None:
-        a, b = _p(inside[metric], 99), _p(outside[metric], 99)
-        return a / b if a is not None and b else None
+            attained / len(tenant_rows), served / offered if offered else 1.0,
+            ratio(mine_in["ttft"], mine_out["ttft"]), ratio(mine_in["e2e"], mine_out["e2e"])))
+        if tenant != aggressor and not sla.best_effort:
+            for metric in ("ttft", "e2e"):
+                inside[metric] += mine_in[metric]
+                outside[metric] += mine_out[metric]
 
     def worst(attr: str) -> float | None:
-        values = [getattr(f, attr) for f in figures if getattr(f, attr) is not None]
+        values = [getattr(f, attr) for f in figures
+                  if getattr(f, attr) is not None and not table.lookup(f.sla_class).best_effort]
         return max(values) if values else None
 
     return IsolationFigures(
         figures, utilization(samples, load_window_ms), jain_index([f.served_fraction for f in figures]),
-        worst("ttft_p99_ms"), worst("e2e_p99_ms"), inflation("ttft"), inflation("e2e"))
+        worst("ttft_p99_ms"), worst("e2e_p99_ms"), ratio(inside["ttft"], outside["ttft"]),
+        ratio(inside["e2e"], outside["e2e"]))

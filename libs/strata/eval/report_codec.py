@@ -117,7 +117,8 @@ def fill_report(report: LayeredReport, out: metrics_pb2.Report) -> metrics_pb2.R
         sla_classes=[_group_pb(g) for g in req.sla_classes], overall=_group_pb(req.overall),
         fairness_jain=req.fairness_jain, itl_source=req.itl_source,
         sla_targets=[metrics_pb2.SlaTarget(sla_class=c.name, ttft_ms=c.ttft_ms,
-                                           tpot_ms=c.tpot_ms) for c in req.sla_targets],
+                                           tpot_ms=c.tpot_ms, priority=c.priority)
+                     for c in req.sla_targets],
         cdf_quantiles=req.cdf_quantiles,
         cdfs=[metrics_pb2.LatencyCdf(group=c.group, metric=c.metric, values=c.values)
               for c in req.cdfs]))
@@ -147,7 +148,7 @@ def from_report(m: metrics_pb2.Report) -> LayeredReport | None:
             tenants=[_group(g) for g in req.tenants],
             sla_classes=[_group(g) for g in req.sla_classes], overall=_group(req.overall),
             fairness_jain=_opt(req, "fairness_jain"), itl_source=req.itl_source,
-            sla_targets=[SlaClass(t.sla_class, _opt(t, "ttft_ms"), _opt(t, "tpot_ms"))
+            sla_targets=[SlaClass(t.sla_class, _opt(t, "ttft_ms"), _opt(t, "tpot_ms"), t.priority)
                          for t in req.sla_targets],
             cdf_quantiles=list(req.cdf_quantiles),
             cdfs=[LatencyCdf(c.group, c.metric, list(c.values)) for c in req.cdfs]),

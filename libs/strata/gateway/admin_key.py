@@ -14,9 +14,6 @@ import secrets
 from strata.store.tenants import read_key_file, write_key_file
 
 ADMIN_KEY_PREFIX = "sk-strata-admin-"
-# CreateTenant(issue_key=true) returns the new tenant key in this trailing metadata entry: its
-# reply, a TenantRecord, has no field for it.
-ISSUED_KEY_METADATA = "x-strata-api-key"
 
 
 def ensure_admin_key(path: str) -> str:

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15strata/v1/admin.proto\x12\tstrata.v1\"\xb4\x01\n\x0cTenantRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tsla_class\x18\x02 \x01(\t\x12\x0e\n\x06weight\x18\x03 \x01(\x01\x12\x18\n\x10guaranteed_share\x18\x04 \x01(\x01\x12\x13\n\x0b\x62urst_share\x18\x05 \x01(\x01\x12\x16\n\x0erate_limit_rps\x18\x06 \x01(\x01\x12\x17\n\x0f\x63reated_unix_ms\x18\x07 \x01(\x03\x12\x13\n\x0b\x61\x63tive_keys\x18\x08 \x01(\x05\"Q\n\x13\x43reateTenantRequest\x12\'\n\x06tenant\x18\x01 \x01(\x0b\x32\x17.strata.v1.TenantRecord\x12\x11\n\tissue_key\x18\x02 \x01(\x08\"N\n\x13UpdateTenantRequest\x12\'\n\x06tenant\x18\x01 \x01(\x0b\x32\x17.strata.v1.TenantRecord\x12\x0e\n\x06\x66ields\x18\x02 \x03(\t\" \n\x10GetTenantRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x14\n\x12ListTenantsRequest\"?\n\x13ListTenantsResponse\x12(\n\x07tenants\x18\x01 \x03(\x0b\x32\x17.strata.v1.TenantRecord\"#\n\x13\x44\x65leteTenantRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\",\n\x14\x44\x65leteTenantResponse\x12\x14\n\x0ckeys_revoked\x18\x01 \x01(\x05\"!\n\x0fIssueKeyRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"3\n\x10IssueKeyResponse\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0f\n\x07\x61pi_key\x18\x02 \x01(\t\"#\n\x10RevokeKeyRequest\x12\x0f\n\x07\x61pi_key\x18\x01 \x01(\t\"$\n\x11RevokeKeyResponse\x12\x0f\n\x07revoked\x18\x01 \x01(\x08\"t\n\x0eSlaClassRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08priority\x18\x02 \x01(\x05\x12\x14\n\x07ttft_ms\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12\x14\n\x07tpot_ms\x18\x04 \x01(\x01H\x01\x88\x01\x01\x42\n\n\x08_ttft_msB\n\n\x08_tpot_ms\"\x17\n\x15ListSlaClassesRequest\"[\n\x16ListSlaClassesResponse\x12*\n\x07\x63lasses\x18\x01 \x03(\x0b\x32\x19.strata.v1.SlaClassRecord\x12\x15\n\rdefault_class\x18\x02 \x01(\t2\xa4\x05\n\x05\x41\x64min\x12G\n\x0c\x43reateTenant\x12\x1e.strata.v1.CreateTenantRequest\x1a\x17.strata.v1.TenantRecord\x12G\n\x0cUpdateTenant\x12\x1e.strata.v1.UpdateTenantRequest\x1a\x17.strata.v1.TenantRecord\x12\x41\n\tGetTenant\x12\x1b.strata.v1.GetTenantRequest\x1a\x17.strata.v1.TenantRecord\x12L\n\x0bListTenants\x12\x1d.strata.v1.ListTenantsRequest\x1a\x1e.strata.v1.ListTenantsResponse\x12O\n\x0c\x44\x65leteTenant\x12\x1e.strata.v1.DeleteTenantRequest\x1a\x1f.strata.v1.DeleteTenantResponse\x12\x43\n\x08IssueKey\x12\x1a.strata.v1.IssueKeyRequest\x1a\x1b.strata.v1.IssueKeyResponse\x12\x46\n\tRevokeKey\x12\x1b.strata.v1.RevokeKeyRequest\x1a\x1c.strata.v1.RevokeKeyResponse\x12U\n\x0eListSlaClasses\x12 .strata.v1.ListSlaClassesRequest\x1a!.strata.v1.ListSlaClassesResponse\x12\x43\n\x0bPutSlaClass\x12\x19.strata.v1.SlaClassRecord\x1a\x19.strata.v1.SlaClassRecordb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15strata/v1/admin.proto\x12\tstrata.v1\"\xb4\x01\n\x0cTenantRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tsla_class\x18\x02 \x01(\t\x12\x0e\n\x06weight\x18\x03 \x01(\x01\x12\x18\n\x10guaranteed_share\x18\x04 \x01(\x01\x12\x13\n\x0b\x62urst_share\x18\x05 \x01(\x01\x12\x16\n\x0erate_limit_rps\x18\x06 \x01(\x01\x12\x17\n\x0f\x63reated_unix_ms\x18\x07 \x01(\x03\x12\x13\n\x0b\x61\x63tive_keys\x18\x08 \x01(\x05\"Q\n\x13\x43reateTenantRequest\x12\'\n\x06tenant\x18\x01 \x01(\x0b\x32\x17.strata.v1.TenantRecord\x12\x11\n\tissue_key\x18\x02 \x01(\x08\"P\n\x14\x43reateTenantResponse\x12\'\n\x06tenant\x18\x01 \x01(\x0b\x32\x17.strata.v1.TenantRecord\x12\x0f\n\x07\x61pi_key\x18\x02 \x01(\t\"N\n\x13UpdateTenantRequest\x12\'\n\x06tenant\x18\x01 \x01(\x0b\x32\x17.strata.v1.TenantRecord\x12\x0e\n\x06\x66ields\x18\x02 \x03(\t\" \n\x10GetTenantRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x14\n\x12ListTenantsRequest\"?\n\x13ListTenantsResponse\x12(\n\x07tenants\x18\x01 \x03(\x0b\x32\x17.strata.v1.TenantRecord\"#\n\x13\x44\x65leteTenantRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\",\n\x14\x44\x65leteTenantResponse\x12\x14\n\x0ckeys_revoked\x18\x01 \x01(\x05\"!\n\x0fIssueKeyRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"3\n\x10IssueKeyResponse\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0f\n\x07\x61pi_key\x18\x02 \x01(\t\"#\n\x10RevokeKeyRequest\x12\x0f\n\x07\x61pi_key\x18\x01 \x01(\t\"$\n\x11RevokeKeyResponse\x12\x0f\n\x07revoked\x18\x01 \x01(\x08\"t\n\x0eSlaClassRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08priority\x18\x02 \x01(\x05\x12\x14\n\x07ttft_ms\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12\x14\n\x07tpot_ms\x18\x04 \x01(\x01H\x01\x88\x01\x01\x42\n\n\x08_ttft_msB\n\n\x08_tpot_ms\"\x17\n\x15ListSlaClassesRequest\"[\n\x16ListSlaClassesResponse\x12*\n\x07\x63lasses\x18\x01 \x03(\x0b\x32\x19.strata.v1.SlaClassRecord\x12\x15\n\rdefault_class\x18\x02 \x01(\t2\xac\x05\n\x05\x41\x64min\x12O\n\x0c\x43reateTenant\x12\x1e.strata.v1.CreateTenantRequest\x1a\x1f.strata.v1.CreateTenantResponse\x12G\n\x0cUpdateTenant\x12\x1e.strata.v1.UpdateTenantRequest\x1a\x17.strata.v1.TenantRecord\x12\x41\n\tGetTenant\x12\x1b.strata.v1.GetTenantRequest\x1a\x17.strata.v1.TenantRecord\x12L\n\x0bListTenants\x12\x1d.strata.v1.ListTenantsRequest\x1a\x1e.strata.v1.ListTenantsResponse\x12O\n\x0c\x44\x65leteTenant\x12\x1e.strata.v1.DeleteTenantRequest\x1a\x1f.strata.v1.DeleteTenantResponse\x12\x43\n\x08IssueKey\x12\x1a.strata.v1.IssueKeyRequest\x1a\x1b.strata.v1.IssueKeyResponse\x12\x46\n\tRevokeKey\x12\x1b.strata.v1.RevokeKeyRequest\x1a\x1c.strata.v1.RevokeKeyResponse\x12U\n\x0eListSlaClasses\x12 .strata.v1.ListSlaClassesRequest\x1a!.strata.v1.ListSlaClassesResponse\x12\x43\n\x0bPutSlaClass\x12\x19.strata.v1.SlaClassRecord\x1a\x19.strata.v1.SlaClassRecordb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,32 +35,34 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TENANTRECORD']._serialized_end=217
   _globals['_CREATETENANTREQUEST']._serialized_start=219
   _globals['_CREATETENANTREQUEST']._serialized_end=300
-  _globals['_UPDATETENANTREQUEST']._serialized_start=302
-  _globals['_UPDATETENANTREQUEST']._serialized_end=380
-  _globals['_GETTENANTREQUEST']._serialized_start=382
-  _globals['_GETTENANTREQUEST']._serialized_end=414
-  _globals['_LISTTENANTSREQUEST']._serialized_start=416
-  _globals['_LISTTENANTSREQUEST']._serialized_end=436
-  _globals['_LISTTENANTSRESPONSE']._serialized_start=438
-  _globals['_LISTTENANTSRESPONSE']._serialized_end=501
-  _globals['_DELETETENANTREQUEST']._serialized_start=503
-  _globals['_DELETETENANTREQUEST']._serialized_end=538
-  _globals['_DELETETENANTRESPONSE']._serialized_start=540
-  _globals['_DELETETENANTRESPONSE']._serialized_end=584
-  _globals['_ISSUEKEYREQUEST']._serialized_start=586
-  _globals['_ISSUEKEYREQUEST']._serialized_end=619
-  _globals['_ISSUEKEYRESPONSE']._serialized_start=621
-  _globals['_ISSUEKEYRESPONSE']._serialized_end=672
-  _globals['_REVOKEKEYREQUEST']._serialized_start=674
-  _globals['_REVOKEKEYREQUEST']._serialized_end=709
-  _globals['_REVOKEKEYRESPONSE']._serialized_start=711
-  _globals['_REVOKEKEYRESPONSE']._serialized_end=747
-  _globals['_SLACLASSRECORD']._serialized_start=749
-  _globals['_SLACLASSRECORD']._serialized_end=865
-  _globals['_LISTSLACLASSESREQUEST']._serialized_start=867
-  _globals['_LISTSLACLASSESREQUEST']._serialized_end=890
-  _globals['_LISTSLACLASSESRESPONSE']._serialized_start=892
-  _globals['_LISTSLACLASSESRESPONSE']._serialized_end=983
-  _globals['_ADMIN']._serialized_start=986
-  _globals['_ADMIN']._serialized_end=1662
+  _globals['_CREATETENANTRESPONSE']._serialized_start=302
+  _globals['_CREATETENANTRESPONSE']._serialized_end=382
+  _globals['_UPDATETENANTREQUEST']._serialized_start=384
+  _globals['_UPDATETENANTREQUEST']._serialized_end=462
+  _globals['_GETTENANTREQUEST']._serialized_start=464
+  _globals['_GETTENANTREQUEST']._serialized_end=496
+  _globals['_LISTTENANTSREQUEST']._serialized_start=498
+  _globals['_LISTTENANTSREQUEST']._serialized_end=518
+  _globals['_LISTTENANTSRESPONSE']._serialized_start=520
+  _globals['_LISTTENANTSRESPONSE']._serialized_end=583
+  _globals['_DELETETENANTREQUEST']._serialized_start=585
+  _globals['_DELETETENANTREQUEST']._serialized_end=620
+  _globals['_DELETETENANTRESPONSE']._serialized_start=622
+  _globals['_DELETETENANTRESPONSE']._serialized_end=666
+  _globals['_ISSUEKEYREQUEST']._serialized_start=668
+  _globals['_ISSUEKEYREQUEST']._serialized_end=701
+  _globals['_ISSUEKEYRESPONSE']._serialized_start=703
+  _globals['_ISSUEKEYRESPONSE']._serialized_end=754
+  _globals['_REVOKEKEYREQUEST']._serialized_start=756
+  _globals['_REVOKEKEYREQUEST']._serialized_end=791
+  _globals['_REVOKEKEYRESPONSE']._serialized_start=793
+  _globals['_REVOKEKEYRESPONSE']._serialized_end=829
+  _globals['_SLACLASSRECORD']._serialized_start=831
+  _globals['_SLACLASSRECORD']._serialized_end=947
+  _globals['_LISTSLACLASSESREQUEST']._serialized_start=949
+  _globals['_LISTSLACLASSESREQUEST']._serialized_end=972
+  _globals['_LISTSLACLASSESRESPONSE']._serialized_start=974
+  _globals['_LISTSLACLASSESRESPONSE']._serialized_end=1065
+  _globals['_ADMIN']._serialized_start=1068
+  _globals['_ADMIN']._serialized_end=1752
 # @@protoc_insertion_point(module_scope)

@@ -34,6 +34,14 @@ class CreateTenantRequest(_message.Message):
     issue_key: bool
     def __init__(self, tenant: _Optional[_Union[TenantRecord, _Mapping]] = ..., issue_key: _Optional[bool] = ...) -> None: ...
 
+class CreateTenantResponse(_message.Message):
+    __slots__ = ("tenant", "api_key")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    API_KEY_FIELD_NUMBER: _ClassVar[int]
+    tenant: TenantRecord
+    api_key: str
+    def __init__(self, tenant: _Optional[_Union[TenantRecord, _Mapping]] = ..., api_key: _Optional[str] = ...) -> None: ...
+
 class UpdateTenantRequest(_message.Message):
     __slots__ = ("tenant", "fields")
     TENANT_FIELD_NUMBER: _ClassVar[int]

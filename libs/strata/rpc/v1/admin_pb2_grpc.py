@@ -41,7 +41,7 @@ class AdminStub:
         self.CreateTenant = channel.unary_unary(
                 '/strata.v1.Admin/CreateTenant',
                 request_serializer=strata_dot_v1_dot_admin__pb2.CreateTenantRequest.SerializeToString,
-                response_deserializer=strata_dot_v1_dot_admin__pb2.TenantRecord.FromString,
+                response_deserializer=strata_dot_v1_dot_admin__pb2.CreateTenantResponse.FromString,
                 _registered_method=True)
         self.UpdateTenant = channel.unary_unary(
                 '/strata.v1.Admin/UpdateTenant',
@@ -152,7 +152,7 @@ def add_AdminServicer_to_server(servicer, server):
             'CreateTenant': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateTenant,
                     request_deserializer=strata_dot_v1_dot_admin__pb2.CreateTenantRequest.FromString,
-                    response_serializer=strata_dot_v1_dot_admin__pb2.TenantRecord.SerializeToString,
+                    response_serializer=strata_dot_v1_dot_admin__pb2.CreateTenantResponse.SerializeToString,
             ),
             'UpdateTenant': grpc.unary_unary_rpc_method_handler(
                     servicer.UpdateTenant,
@@ -225,7 +225,7 @@ class Admin:
             target,
             '/strata.v1.Admin/CreateTenant',
             strata_dot_v1_dot_admin__pb2.CreateTenantRequest.SerializeToString,
-            strata_dot_v1_dot_admin__pb2.TenantRecord.FromString,
+            strata_dot_v1_dot_admin__pb2.CreateTenantResponse.FromString,
             options,
             channel_credentials,
             insecure,

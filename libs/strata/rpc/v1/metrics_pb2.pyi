@@ -219,14 +219,16 @@ class Report(_message.Message):
     def __init__(self, tenants: _Optional[_Iterable[_Union[TenantReport, _Mapping]]] = ..., spans_received: _Optional[int] = ..., spans_dropped: _Optional[int] = ..., run: _Optional[_Union[RunInfo, _Mapping]] = ..., window_start_unix_ms: _Optional[int] = ..., window_end_unix_ms: _Optional[int] = ..., request_layer: _Optional[_Union[RequestLayer, _Mapping]] = ..., node_layer: _Optional[_Union[NodeLayer, _Mapping]] = ..., cluster_layer: _Optional[_Union[ClusterLayer, _Mapping]] = ...) -> None: ...
 
 class SlaTarget(_message.Message):
-    __slots__ = ("sla_class", "ttft_ms", "tpot_ms")
+    __slots__ = ("sla_class", "ttft_ms", "tpot_ms", "priority")
     SLA_CLASS_FIELD_NUMBER: _ClassVar[int]
     TTFT_MS_FIELD_NUMBER: _ClassVar[int]
     TPOT_MS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     sla_class: str
     ttft_ms: float
     tpot_ms: float
-    def __init__(self, sla_class: _Optional[str] = ..., ttft_ms: _Optional[float] = ..., tpot_ms: _Optional[float] = ...) -> None: ...
+    priority: int
+    def __init__(self, sla_class: _Optional[str] = ..., ttft_ms: _Optional[float] = ..., tpot_ms: _Optional[float] = ..., priority: _Optional[int] = ...) -> None: ...
 
 class LatencyGroup(_message.Message):
     __slots__ = ("key", "sla_class", "requests", "errors", "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_ms", "prompt_tokens", "completion_tokens", "attained", "attainment", "goodput_rps", "goodput_tokens_per_s", "weight")
