@@ -169,3 +169,16 @@ def test_quantile_interpolates_between_order_statistics():
     assert quantile([4.0, 1.0, 3.0, 2.0], 0.25) == pytest.approx(1.75)
     assert quantile([5.0], 0.25) == 5.0
     assert quantile([1.0, 2.0, 3.0], 0.5) == 2.0
+
+
+def test_even_from_the_cap_the_margin_settles_within_30_s():
+    node = Node()
+    node.run(60, 1.0)
+    assert node.run(10, 3.0)[-1][2] == MarginSettings().cap
+    ended = node.clock.now()
+    after = node.run(40, 1.0)
+    settled = next(t for t, _, m in after if m - FLOOR <= 0.05) - ended
+    # The first interval's window still pools an interfered one (ratio 2: the margin stays at
+    # the cap); from then on the distance 0.95 halves every 4 s and needs log2(0.95 / 0.05)
+    # = 4.25 half-lives: 17 s, so the 18th interval after the load ended.
+    assert settled == 18.0
