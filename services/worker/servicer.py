@@ -94,6 +94,8 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
             tier_blocks_dropped=tier.dropped if tier else 0,
             prefetched_blocks=tier.prefetched if tier else 0, kv_blocks_used=pool.num_used,
             max_seqs=e.config.max_seqs, priority_preemptions=e.scheduler.priority_preemptions,
+            prefill_tokens_per_s=(1.0 / e.costs.prefill_s_per_token
+                                  if e.costs.prefill_s_per_token else 0.0),
             step_seconds_observed=self.meter.observed_s if self.meter is not None else 0.0,
             step_seconds_solo=self.meter.solo_s if self.meter is not None else 0.0)
 

@@ -229,9 +229,12 @@ class Dispatcher:
         return [out[t] for t in sorted(out)]
 
     def tokens_per_s(self, replica: Replica) -> float:
-        """Tokens the replica's engine computes per busy second, over the window since the last
-        read that saw at least MIN_RATE_BUSY_S more busy time (the first read: since start)."""
+        """The replica's prefill throughput as its engine measured it; before it has, the
+        tokens its engine computed per busy second, over the window since the last read that
+        saw at least MIN_RATE_BUSY_S more busy time (the first read: since start)."""
         s = replica.stats
+        if s.prefill_tokens_per_s > 0:
+            return s.prefill_tokens_per_s
         m = self._rates.get(replica.replica_id)
         if m is None or s.busy_seconds < m.busy_s or s.step_tokens < m.tokens:  # new worker
             rate = s.step_tokens / s.busy_seconds if s.busy_seconds > 0 else 0.0

@@ -58,6 +58,7 @@ class ReplicaStats:
     step_tokens: int = 0            # cumulative tokens computed by the engine's steps
     busy_seconds: float = 0.0       # cumulative wall time inside steps
     priority_preemptions: int = 0   # cumulative: running requests preempted for a higher class
+    prefill_tokens_per_s: float = 0.0   # the engine's prefill throughput (0: not measured yet)
     step_seconds_observed: float = 0.0  # cumulative: steps the worker priced, as measured ...
     step_seconds_solo: float = 0.0      # ... and as its solo profile predicts (interference)
 
@@ -255,6 +256,7 @@ class ReplicaSet:
             memory_bytes=s.memory_bytes, waiting_for_memory=s.waiting_for_memory,
             max_seqs=s.max_seqs, step_tokens=s.step_tokens, busy_seconds=s.busy_seconds,
             priority_preemptions=s.priority_preemptions,
+            prefill_tokens_per_s=s.prefill_tokens_per_s,
             step_seconds_observed=s.step_seconds_observed, step_seconds_solo=s.step_seconds_solo)
 
     async def refresh_ready(self) -> None:
