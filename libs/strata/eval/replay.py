@@ -11,12 +11,20 @@ with `x-strata-run-id: <id>` and its tenant's `authorization: Bearer <key>`, Met
 after the last with the client's own summary, which the server keeps for comparison with its
 span-derived figures. The run's directory gets requests.jsonl (one RequestRecord a line) and
 summary.json; both are written before FinishRun, so a metrics outage at the end loses nothing.
+
+Refusals (opt-in, ReplayConfig.retry): a RESOURCE_EXHAUSTED answer with a retry-after-ms hint
+(a tenant over its share or its rate) is sent again after the hint, as a tenant's client would,
+until RetryPolicy.give_up_s after the first attempt; then the refusal stands. The record's
+sent_s is the first attempt, so TTFT and E2E include the waiting a user would see, and
+ReplayResult.attempts keeps when each attempt of a refused request went out. Without a policy a
+refusal is final, like any other status.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -26,17 +34,30 @@ from typing import TextIO
 import grpc
 
 from strata.client.sdk import build_request
-from strata.eval.client_metrics import RequestRecord, RunSummary, summarize_run
+from strata.eval.client_metrics import OK, RequestRecord, RunSummary, summarize_run
 from strata.eval.workload import WorkloadRequest
 from strata.rpc.server import CHANNEL_OPTIONS
-from strata.rpc.v1 import common_pb2, gateway_pb2_grpc, metrics_pb2, metrics_pb2_grpc
-from strata.telemetry.names import RUN_ID_METADATA
+from strata.rpc.v1 import (common_pb2, gateway_pb2, gateway_pb2_grpc, metrics_pb2,
+                           metrics_pb2_grpc)
+from strata.telemetry.names import RETRY_AFTER_METADATA, RUN_ID_METADATA
 
 RUN_KIND = "replay"
 TTY_PROGRESS_INTERVAL_S = 0.25
 PLAIN_PROGRESS_INTERVAL_S = 5.0
 METRICS_TIMEOUT_S = 10.0
 DEFAULT_REQUEST_TIMEOUT_S = 300.0
+
+
+@dataclass(slots=True, frozen=True)
+class RetryPolicy:
+    """Send a refused request (RESOURCE_EXHAUSTED carrying retry-after-ms) again after the hint,
+    while the next attempt would go out at most give_up_s after the first one."""
+
+    give_up_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not self.give_up_s >= 0:
+            raise ValueError(f"give_up_s must not be negative, got {self.give_up_s}")
 
 
 class ReplayError(RuntimeError):
@@ -60,6 +81,7 @@ class ReplayConfig:
     max_duration_s: float | None = None
     ignore_eos: bool = True
     prefix_public: bool = False
+    retry: RetryPolicy | None = None     # None: a refusal is final
 
     def __post_init__(self) -> None:
         if not self.request_timeout_s > 0:
@@ -78,6 +100,9 @@ class ReplayResult:
     not_sent: int
     run_dir: str
     summary_json: dict
+    # request index -> send offsets (s from the replay's start) of every attempt, for each
+    # request refused at least once: len - 1 refusals if it was served in the end, else len
+    attempts: dict[int, list[float]] = field(default_factory=dict)
 
 
 async def replay(workload: Sequence[WorkloadRequest], config: ReplayConfig, *,
@@ -101,9 +126,10 @@ async def replay(workload: Sequence[WorkloadRequest], config: ReplayConfig, *,
                 f"({err.code().name}: {err.details()}); nothing was sent. Start the stack "
                 f"(make run) or point --metrics at the metrics service") from err
         started_unix_ms = int(time.time() * 1000)
+        attempts: dict[int, list[float]] = {}
         records, not_sent, duration_s = await _send_all(
             gateway_pb2_grpc.GatewayStub(gateway_channel), workload, config, run.run_id,
-            progress_stream, time.perf_counter)
+            progress_stream, time.perf_counter, attempts)
         summary = summarize_run(records, duration_s)
         summary_json = {"run_id": run.run_id, "name": config.name, "model": config.model,
                         "started_unix_ms": started_unix_ms, "not_sent": not_sent,
@@ -118,7 +144,8 @@ async def replay(workload: Sequence[WorkloadRequest], config: ReplayConfig, *,
                 f"run {run.run_id} ran, but the metrics service at {config.metrics} did not "
                 f"close it ({err.code().name}: {err.details()}); the client's results are in "
                 f"{run_dir}") from err
-        return ReplayResult(run.run_id, records, summary, not_sent, run_dir, summary_json)
+        return ReplayResult(run.run_id, records, summary, not_sent, run_dir, summary_json,
+                            attempts)
     finally:
         await gateway_channel.close()
         await metrics_channel.close()
@@ -126,7 +153,8 @@ async def replay(workload: Sequence[WorkloadRequest], config: ReplayConfig, *,
 
 async def _send_all(stub: gateway_pb2_grpc.GatewayStub, workload: Sequence[WorkloadRequest],
                     config: ReplayConfig, run_id: int, progress_stream: TextIO | None,
-                    clock: Callable[[], float]) -> tuple[list[RequestRecord], int, float]:
+                    clock: Callable[[], float], attempts: dict[int, list[float]]
+                    ) -> tuple[list[RequestRecord], int, float]:
     due = list(workload)[:config.max_requests]
     progress = Progress(len(due), progress_stream, clock)
     tasks: list[asyncio.Task[RequestRecord]] = []
@@ -140,7 +168,7 @@ async def _send_all(stub: gateway_pb2_grpc.GatewayStub, workload: Sequence[Workl
             if config.max_duration_s is not None and clock() - start > config.max_duration_s:
                 break
             tasks.append(asyncio.create_task(
-                _send_one(stub, request, config, run_id, start, progress, clock)))
+                _send_one(stub, request, config, run_id, start, progress, clock, attempts)))
         records = list(await asyncio.gather(*tasks))
     finally:
         ticker.cancel()
@@ -153,7 +181,8 @@ async def _send_all(stub: gateway_pb2_grpc.GatewayStub, workload: Sequence[Workl
 
 async def _send_one(stub: gateway_pb2_grpc.GatewayStub, request: WorkloadRequest,
                     config: ReplayConfig, run_id: int, start: float, progress: Progress,
-                    clock: Callable[[], float]) -> RequestRecord:
+                    clock: Callable[[], float], attempts: dict[int, list[float]]
+                    ) -> RequestRecord:
     message = build_request(config.model, request.prompt, max_tokens=request.max_tokens,
                             ignore_eos=config.ignore_eos, prefix_public=config.prefix_public)
     metadata = (("authorization", f"Bearer {request.api_key}"), (RUN_ID_METADATA, str(run_id)))
@@ -163,6 +192,32 @@ async def _send_one(stub: gateway_pb2_grpc.GatewayStub, request: WorkloadRequest
                            synth_prompt_tokens=request.prompt_tokens,
                            max_tokens=request.max_tokens, sla_class=request.sla_class)
     progress.sent()
+    sent_at = [sent - start]
+    while True:
+        received, refused, retry_after_s = await _attempt(stub, message, metadata, config,
+                                                          record, sent, clock)
+        if not refused:
+            break
+        attempts[request.index] = sent_at
+        if (config.retry is None or retry_after_s is None
+                or clock() + retry_after_s - sent > config.retry.give_up_s):
+            break
+        await asyncio.sleep(retry_after_s)
+        record.status, record.error = OK, ""
+        sent_at.append(clock() - start)
+    record.finished_s = clock() - start
+    record.output_tokens = received
+    progress.done(record.ok)
+    return record
+
+
+async def _attempt(stub: gateway_pb2_grpc.GatewayStub, message: gateway_pb2.GenerateRequest,
+                   metadata: tuple[tuple[str, str], ...], config: ReplayConfig,
+                   record: RequestRecord, sent: float, clock: Callable[[], float]
+                   ) -> tuple[int, bool, float | None]:
+    """One call, streamed into `record` (latencies from `sent`, the first attempt); returns the
+    tokens received, whether it was refused before any token, and the refusal's retry-after
+    hint in seconds (None without one)."""
     received = 0
     last_token_at = sent
     call = stub.Generate(message, metadata=metadata, timeout=config.request_timeout_s)
@@ -188,12 +243,24 @@ async def _send_one(stub: gateway_pb2_grpc.GatewayStub, request: WorkloadRequest
     except grpc.aio.AioRpcError as err:
         record.status = err.code().name
         record.error = err.details() or ""
+        # Only a refusal before any token: sending again after output would duplicate it.
+        if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and record.ttft_s is None:
+            return received, True, _retry_after_s(err)
     finally:
         call.cancel()
-    record.finished_s = clock() - start
-    record.output_tokens = received
-    progress.done(record.ok)
-    return record
+    return received, False, None
+
+
+def _retry_after_s(err: grpc.aio.AioRpcError) -> float | None:
+    for key, value in err.trailing_metadata() or ():
+        if key == RETRY_AFTER_METADATA:
+            text = value.decode() if isinstance(value, bytes) else value
+            try:
+                ms = float(text)
+            except ValueError:
+                return None
+            return ms / 1000.0 if math.isfinite(ms) and ms >= 0 else None
+    return None
 
 
 def _write_results(out_dir: str, run_id: int, records: Sequence[RequestRecord],
