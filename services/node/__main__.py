@@ -30,7 +30,8 @@ async def main() -> None:
         service_name=node_pb2.DESCRIPTOR.services_by_name["NodeManager"].full_name)],
         bind=cfg.bind)
     stop = asyncio.Event()
-    beats = asyncio.create_task(heartbeat_loop(cfg, replicas, stop))
+    beats = asyncio.create_task(heartbeat_loop(cfg, replicas, stop,
+                                               dispatcher=servicer.dispatcher))
     meter = EnergyMeter(open_counter(cfg.energy_source),
                         PowerModel(cfg.power_idle_watts, cfg.power_tdp_watts))
     kv_channel = channel(cfg.kvstore_addr)

@@ -10,6 +10,7 @@ import grpc
 
 from services.node.config import NodeConfig
 from services.node.servicer import node_info
+from strata.node.dispatcher import Dispatcher
 from strata.node.interference_monitor import InterferenceMonitor, StepCounters
 from strata.node.replicas import ReplicaSet, State
 from strata.policy.clock import Clock, WallClock
@@ -35,7 +36,10 @@ def step_counters(replicas: ReplicaSet) -> dict[str, StepCounters]:
 
 
 async def heartbeat_loop(cfg: NodeConfig, replicas: ReplicaSet, stop: asyncio.Event,
-                         monitor: InterferenceMonitor | None = None) -> None:
+                         monitor: InterferenceMonitor | None = None,
+                         dispatcher: Dispatcher | None = None) -> None:
+    """Report the node every interval: replicas, per-tenant loads and replica rates (from the
+    dispatcher), interference and safety margin (from the monitor)."""
     interval = cfg.heartbeat_interval_s
     if monitor is None:
         monitor = interference_monitor(cfg)
@@ -44,7 +48,7 @@ async def heartbeat_loop(cfg: NodeConfig, replicas: ReplicaSet, stop: asyncio.Ev
         stub = scheduler_pb2_grpc.SchedulerStub(ch)
         while not stop.is_set():
             await replicas.refresh_ready()
-            info = node_info(cfg, replicas)
+            info = node_info(cfg, replicas, dispatcher)
             estimate = monitor.update(step_counters(replicas))
             info.interference = estimate.interference
             info.safety_margin = estimate.safety_margin

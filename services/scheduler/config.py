@@ -22,7 +22,7 @@ class SchedulerConfig:
     route_sample: int = 64        # replicas scored per decision beyond the prefix holders
     tie_tolerance: float = 0.1    # draw among replicas within 10% of the best estimate
     oversubscription: float = 1.0
-    horizon_s: float = 10.0       # the pool admits what it can compute in this long
+    horizon_s: float = 5.0        # the pool admits what it can compute in this long
     sla_check: bool = True
     sla_slack: float = 1.0
 
@@ -68,7 +68,7 @@ class SchedulerConfig:
             route_sample=env_int("STRATA_ROUTE_SAMPLE", 64, minimum=0),
             tie_tolerance=env_float("STRATA_ROUTE_TIE_TOLERANCE", 0.1),
             oversubscription=env_float("STRATA_ADMISSION_OVERSUBSCRIPTION", 1.0),
-            horizon_s=env_float("STRATA_ADMISSION_HORIZON_S", 10.0),
+            horizon_s=env_float("STRATA_ADMISSION_HORIZON_S", 5.0),
             sla_check=env_bool("STRATA_SLA_ADMISSION", True),
             sla_slack=env_float("STRATA_SLA_SLACK", 1.0),
         )

@@ -1,6 +1,6 @@
-"""The node manager's heartbeat carries interference and safety margin to the scheduler: a fake
-worker (in-process, port 0) whose step counters grow as a script says, the real heartbeat loop
-and replica set, and a fake scheduler that records every HeartbeatRequest."""
+"""The node manager's heartbeat carries interference and safety margin, per-tenant loads and the
+workers' prefill rates to the scheduler: a fake worker (in-process, port 0), the real heartbeat
+loop, replica set and dispatcher, and a fake scheduler that records every HeartbeatRequest."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ import pytest
 
 from services.node.config import NodeConfig
 from services.node.heartbeat import heartbeat_loop, interference_monitor
+from strata.node.dispatcher import Dispatcher
 from strata.node.replicas import Replica, ReplicaSet, State
 from strata.node.worker_process import WorkerProcess
-from strata.policy.clock import ManualClock
+from strata.policy.clock import ManualClock, WallClock
+from strata.policy.scheduling.fair_queue import FairQueue, QueueItem
 from strata.rpc.server import Registration, start_server
 from strata.rpc.v1 import scheduler_pb2, scheduler_pb2_grpc, worker_pb2, worker_pb2_grpc
 
@@ -91,3 +93,46 @@ async def test_heartbeats_carry_the_nodes_interference_and_safety_margin():
     assert got[QUIET] == pytest.approx((1.25, floor + 0.25))
     assert got[QUIET + 1:] == [pytest.approx((1.5, floor + 0.5))] * (LOADED - 1)
     assert {b.node.node_id for b in scheduler.beats} == {"node-i"}
+
+
+async def test_heartbeats_carry_tenant_loads_and_the_prefill_rate_from_the_dispatcher():
+    stop = asyncio.Event()
+    scheduler = FakeScheduler(1, stop)
+
+    class RatedWorker(worker_pb2_grpc.WorkerServicer):
+        async def GetStats(self, request, context) -> worker_pb2.WorkerStats:
+            return worker_pb2.WorkerStats(model="m", max_seqs=1, prefill_tokens_per_s=750.0)
+
+    worker_server = await start_server([Registration(
+        add=lambda s: worker_pb2_grpc.add_WorkerServicer_to_server(RatedWorker(), s),
+        service_name=worker_pb2.DESCRIPTOR.services_by_name["Worker"].full_name)])
+    scheduler_server = await start_server([Registration(
+        add=lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(scheduler, s),
+        service_name="strata.v1.Scheduler")])
+    cfg = NodeConfig(node_id="node-t", bind="127.0.0.1:0", advertise="node-t.local:50053",
+                     scheduler_addr=scheduler_server.address, kvstore_addr="", otlp_endpoint="",
+                     memory_bytes=8 << 30, device="cpu", torch_threads=1,
+                     worker_ready_timeout_s=60.0, heartbeat_interval_s=0.01)
+    replicas = ReplicaSet({}, cfg.worker_ready_timeout_s)
+    replica = Replica("m-0", "m", worker_server.address,
+                      WorkerProcess("m-0", worker_server.address, {}), state=State.READY)
+    replica.connect()
+    replicas.replicas[replica.replica_id] = replica
+    await replicas.refresh(replica)          # the cap (max_seqs 1) is known before dispatching
+    dispatcher = Dispatcher(replicas, FairQueue(WallClock()), WallClock())
+    # one chat request running (the only slot), one bulk request waiting for it
+    lease = await dispatcher.acquire(QueueItem("a", "chat", "m", 2, 100, 20))
+    waiting = asyncio.ensure_future(dispatcher.acquire(QueueItem("b", "bulk", "m", 0, 50, 10)))
+    await asyncio.sleep(0)
+    try:
+        await asyncio.wait_for(heartbeat_loop(cfg, replicas, stop, dispatcher=dispatcher),
+                               timeout=30)
+    finally:
+        waiting.cancel()
+        dispatcher.release(lease)
+        await worker_server.stop(0)
+        await scheduler_server.stop(0)
+    node = scheduler.beats[0].node
+    assert [(t.tenant, t.priority, t.running, t.queued, t.tokens) for t in node.tenants] == [
+        ("bulk", 0, 0, 1, 60), ("chat", 2, 1, 0, 120)]
+    assert node.replicas[0].tokens_per_s == 750.0

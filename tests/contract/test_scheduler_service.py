@@ -275,7 +275,8 @@ async def test_over_burst_tenant_gets_resource_exhausted_with_a_retry_hint(env):
                                                     prompt_tokens_estimate=100, max_tokens=100))
     assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert err.value.details().startswith("tenant 'acme' holds 1000 tokens of work")
-    # 688 tokens over its 512-token cap at its half of 1000 tokens/s: 1376 ms
+    # the pool admits its 1024 KV tokens (less than 5 s of compute), half of it for acme:
+    # 688 tokens over its cap, drained at its half of 1000 tokens/s: 1376 ms
     assert dict(err.value.trailing_metadata())[names.RETRY_AFTER_METADATA] == "1377"
     assert exporter.get_finished_spans()[-1].attributes[names.ROUTE_REFUSED] == "burst"
     # the pool is nearly full (1000 of 1024): a tenant within its guarantee is still

@@ -38,7 +38,9 @@ def _wait_model_ready(stack, timeout_s=120):
 def _node_replica(stack) -> common_pb2.ReplicaInfo:
     with grpc.insecure_channel(stack.addr("node")) as ch:
         info = node_pb2_grpc.NodeManagerStub(ch).GetNodeStatus(node_pb2.GetNodeStatusRequest())
-    [replica] = [r for r in info.replicas if r.model == MODEL]
+    # the serving replica (compose keeps a hot standby of it too)
+    [replica] = [r for r in info.replicas
+                 if r.model == MODEL and r.state == common_pb2.REPLICA_STATE_READY]
     return replica
 
 

@@ -64,6 +64,17 @@ def test_ledger_follows_heartbeats_pending_routes_and_expiry():
     assert (ledger.capacity_tokens, ledger.tenant_tokens["a"], ledger.nodes) == (0, 0, 0)
 
 
+def test_lower_classes_are_turned_away_first_as_the_pool_fills():
+    ledger = PoolLedger(16, capacity_tokens=1000, tokens_per_s=1000.0)
+    ledger.tenant_tokens.update({"x": 1690, "g": 10})  # of 2000: batch stops at 80%, std 90%
+    ledger.guarantees["g"] = 0.1
+    settings = AdmissionSettings(oversubscription=2.0)
+    assert admit(policy("b", priority=0), 200, ledger, settings).reason == "pool_full"
+    assert admit(policy("s", priority=1), 100, ledger, settings) is None
+    assert admit(policy("s", priority=1), 200, ledger, settings).reason == "pool_full"
+    assert admit(policy("i", priority=2), 300, ledger, settings) is None
+
+
 def test_capacity_is_what_a_replica_holds_or_computes_in_the_horizon():
     gs = scheduler(node("n1", replica("r1", total=100, rate=10.0)),     # 1600 KV, 300 in 30 s
                    node("n2", replica("r2", total=100, rate=1000.0)),   # 1600 KV, 30000
@@ -89,12 +100,18 @@ def test_full_pool_refuses_borrowers_but_admits_within_the_guarantee():
     ledger = PoolLedger(16, capacity_tokens=1000, tokens_per_s=500.0)
     ledger.tenant_tokens.update({"big": 1900, "small": 50})
     settings = AdmissionSettings(oversubscription=2.0)
+    # alone, a borrower's work queues on the nodes: nobody's guarantee is at stake
+    assert admit(policy("big"), 100, ledger, settings) is None
+    ledger.guarantees["small"] = 0.2        # small holds work within its guarantee
     refusal = admit(policy("big"), 100, ledger, settings)
-    assert refusal.reason == "pool_full" and refusal.retry_after_s == pytest.approx(0.1)
+    # a standard (priority 1) tenant is refused at 90% of the 2000 admitted: 250 tokens over,
+    # at 500 tokens/s
+    assert refusal.reason == "pool_full" and refusal.retry_after_s == pytest.approx(0.5)
     assert admit(policy("small", guaranteed=0.2), 100, ledger, settings) is None
     # Interference: a mean safety margin of 0.5 halves what the pool admits.
     ledger2 = PoolLedger(16, capacity_tokens=1000, margin_sum=0.5, nodes=1)
-    ledger2.tenant_tokens["x"] = 900        # of the 1000 admitted with the margin
+    ledger2.tenant_tokens.update({"x": 890, "g": 10})  # of 900 a standard tenant is admitted to
+    ledger2.guarantees["g"] = 0.1
     assert admit(policy("y"), 200, ledger2, settings).reason == "pool_full"
     assert admit(policy("y"), 200, ledger2, AdmissionSettings(2.0, use_margin=False)) is None
 

@@ -147,6 +147,7 @@ class Simulator:
         else:
             self.router = Router(random.Random(config.seed), sample_size=tenancy.sample_size,
                                  tie_tolerance=tenancy.tie_tolerance,
+                                 interference_weight=tenancy.interference_weight,
                                  kv_block_tokens=min((m.limits.block_size for m in models),
                                                      default=16))
             self.scheduler = GlobalScheduler(self.registry, self.router,
@@ -302,7 +303,8 @@ class Simulator:
         for item, (req, arrival) in node.front.ready(max_seqs):
             replica = self.replicas.get(item.replica_id)
             if replica is None:   # unloaded while the request waited: the node refuses it
-                node.front.left_engine(item.replica_id, item.tenant, item.cost_tokens)
+                node.front.left_engine(item.replica_id, item.tenant, item.cost_tokens,
+                                       item.priority)
                 self._fail(req, arrival, "UNAVAILABLE", e2e_ms=(now - arrival) * 1000)
                 continue
             replica.add(req, arrival, now, priority=item.priority)
@@ -353,7 +355,8 @@ class Simulator:
         front = self.nodes[self.routed_node(a)].front if self.tenancy is not None else None
         if front is not None:
             r = a.request
-            front.left_engine(self.routed[r.index], r.tenant, r.prompt_tokens + r.output_tokens)
+            front.left_engine(self.routed[r.index], r.tenant, r.prompt_tokens + r.output_tokens,
+                              a.seq.priority)
         out = self.models[a.request.model].overheads.outbound_s
         seq = a.seq
         ttft = (a.first_token_s + out - a.arrival_s) * 1000

@@ -1,13 +1,16 @@
 """Multi-tenant scheduling in the simulator: the same policy objects as the services.
 
-    arrival --GlobalScheduler.route (admission, priority/margin-aware routing, SLA check)-->
+    arrival --GlobalScheduler.route (admission, margin- and interference-aware routing, SLA
+            check)-->
             refusal: the client retries after the hint (until give_up_s), as a tenant SDK would
             decision: the node's front
     node front (the node manager's dispatcher): a NodeQueue (fair_queue.FairQueue or the fcfs
             baseline) in front of each replica's slots; a request enters its replica's engine
-            when the replica holds fewer than max_seqs of the node's requests, or at once when
-            it became urgent (its class's TTFT target at risk), with its class priority: the
-            engine's scheduler then preempts a lower class for it
+            when the replica holds fewer than max_seqs of the node's requests, or past the cap
+            when it became urgent (its class's TTFT target at risk) and its replica runs a
+            lower class with fewer of its own class or above than slots (the dispatcher's rule,
+            strata.node.dispatcher), with its class priority: the engine's scheduler then
+            preempts a lower class for it
 
 What the simulator does not model: interference between co-located work beyond the engine's own
 batching (the profiles are solo measurements), so node safety margins stay at their floor (0).
@@ -34,6 +37,7 @@ class Tenancy:
     give_up_s: float = 120.0        # ... until this long after its first attempt
     sample_size: int = 64
     tie_tolerance: float = 0.1
+    interference_weight: float = 1.0
 
     def __post_init__(self) -> None:
         if self.queue not in QUEUES:
@@ -59,6 +63,8 @@ class NodeFront:
     def __init__(self, queue: NodeQueue) -> None:
         self.queue = queue
         self.in_engine: dict[str, int] = {}          # replica id -> requests in its engine
+        # replica id -> priority -> requests of that class in its engine
+        self.classes: dict[str, dict[int, int]] = {}
         self.payloads: dict[str, object] = {}        # request id -> the caller's payload
         self._running: dict[str, _Running] = {}
 
@@ -84,13 +90,25 @@ class NodeFront:
             self._enter(item)
             out.append((item, self.payloads.pop(item.request_id)))
         for item in self.queue.urgent():
+            cap = max_seqs(item.replica_id)
+            if cap is not None and not self._displaceable(item, cap):
+                continue
             self.queue.remove(item.request_id)
             self._enter(item)
             out.append((item, self.payloads.pop(item.request_id)))
         return out
 
+    def _displaceable(self, item: QueueItem, cap: int) -> bool:
+        """Whether the item's engine would admit it by preempting a lower class: fewer
+        requests of its class or above than slots there, and at least one below it."""
+        counts = self.classes.get(item.replica_id, {})
+        at_or_above = sum(n for p, n in counts.items() if p >= item.priority)
+        return at_or_above < cap and at_or_above < sum(counts.values())
+
     def _enter(self, item: QueueItem) -> None:
         self.in_engine[item.replica_id] = self.in_engine.get(item.replica_id, 0) + 1
+        counts = self.classes.setdefault(item.replica_id, {})
+        counts[item.priority] = counts.get(item.priority, 0) + 1
         run = self._running.get(item.tenant)
         if run is None:
             run = self._running[item.tenant] = _Running(item.priority)
@@ -98,9 +116,10 @@ class NodeFront:
         run.running += 1
         run.tokens += item.cost_tokens
 
-    def left_engine(self, replica_id: str, tenant: str, tokens: int) -> None:
+    def left_engine(self, replica_id: str, tenant: str, tokens: int, priority: int) -> None:
         """A request the front handed over finished (or failed) in its engine."""
         self.in_engine[replica_id] -= 1
+        self.classes[replica_id][priority] -= 1
         run = self._running[tenant]
         run.running -= 1
         run.tokens -= tokens

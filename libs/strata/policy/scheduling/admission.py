@@ -6,11 +6,17 @@ being the pool's capacity (what its KV pools hold or its engines compute in the 
 horizon, whichever is less; strata.policy.scheduling.ledger), and shares are shares of W:
 
     burst       the tenant would hold more than burst_share x W: refused, unless it holds
-                nothing (a single request larger than the share must still be servable)
-    pool full   the pool's reserved work would pass W x (1 - margin) and the tenant is above its
-                guaranteed_share x W: refused, unless the pool holds nothing. A tenant
-                within its guarantee is always admitted; borrowers make room for it when
-                the pool is full.
+                nothing (a single request larger than the share must still be servable);
+                a burst share of 1 is no limit (what one tenant alone queues, queues)
+    pool full   the pool's reserved work would pass its class's limit, the tenant is above
+                its guaranteed_share x W, and another tenant holding work is within its own
+                guarantee: refused. A tenant within its guarantee is always admitted;
+                borrowers make room for it when the pool is full. With nobody to protect (one
+                tenant alone, or only borrowers), work queues on the nodes instead. The limit is W x (1 - margin) for the top class and
+                `class_step` of that less for each class below it (0.1: interactive 100%,
+                standard 90%, batch 80%), so as the pool fills, the lowest class is turned
+                away first and a burst of a higher class takes the room best-effort work
+                leaves, instead of the room the other tenants' guarantees need.
 
 `margin` is the mean of the nodes' interference safety margins: while nodes run slower than
 their solo profiles, the pool admits that much less. `oversubscription` lets work queue on the
@@ -46,14 +52,18 @@ class Refusal:
 @dataclass(slots=True, frozen=True)
 class AdmissionSettings:
     oversubscription: float = 1.0
-    horizon_s: float = 10.0      # the pool's capacity: what it computes in this long
+    horizon_s: float = 5.0       # the pool's capacity: what it computes in this long
     use_margin: bool = True
+    class_step: float = 0.1      # each class below the top is refused this much earlier
+    top_priority: int = 2
 
     def __post_init__(self) -> None:
         if not self.oversubscription >= 1.0:
             raise ValueError(f"oversubscription must be at least 1, got {self.oversubscription}")
         if not self.horizon_s > 0:
             raise ValueError(f"horizon_s must be positive, got {self.horizon_s}")
+        if not 0.0 <= self.class_step < 0.5:
+            raise ValueError(f"class_step must be in [0, 0.5), got {self.class_step}")
 
 
 def retry_after(excess_tokens: float, drain_tokens_per_s: float) -> float:
@@ -73,17 +83,20 @@ def admit(policy: TenantPolicy, work_tokens: int, ledger: PoolLedger,
     admitted = capacity * settings.oversubscription
     share_rate = ledger.tokens_per_s * max(policy.burst_share, 1e-3)
     burst_cap = policy.burst_share * admitted
-    if held > 0 and after > burst_cap:
+    if policy.burst_share < 1.0 and held > 0 and after > burst_cap:
         return Refusal(
             "burst", f"tenant {policy.tenant!r} holds {held} tokens of work, and this request's "
             f"{work_tokens} would pass its burst share ({policy.burst_share:.0%} of the "
             f"{admitted:.0f} the pool admits); retry when some of its requests have finished",
             retry_after(after - burst_cap, share_rate))
     margin = ledger.mean_margin() if settings.use_margin else 0.0
-    limit = admitted * (1.0 - min(0.9, margin))
+    below_top = max(0, settings.top_priority - policy.priority)
+    limit = admitted * (1.0 - min(0.9, margin)) * max(0.1, 1.0 - settings.class_step * below_top)
     used = ledger.used_tokens()
     guaranteed = policy.guaranteed_share * admitted
-    if used > 0 and used + work_tokens > limit and after > guaranteed:
+    ledger.guarantees[policy.tenant] = policy.guaranteed_share
+    if (used > 0 and used + work_tokens > limit and after > guaranteed
+            and ledger.protected_other(policy.tenant, admitted)):
         return Refusal(
             "pool_full", f"the pool is full ({used} of {limit:.0f} work tokens reserved, "
             f"{margin:.0%} held back for interference) and tenant {policy.tenant!r} is above "

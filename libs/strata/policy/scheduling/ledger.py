@@ -31,7 +31,7 @@ from strata.policy.registry import NodeState, ReplicaPhase
 @dataclass(slots=True)
 class PoolLedger:
     block_tokens: int = 16
-    horizon_s: float = 10.0
+    horizon_s: float = 5.0
     capacity_tokens: float = 0.0
     tokens_per_s: float = 0.0
     margin_sum: float = 0.0             # of the nodes' safety margins (mean = / nodes)
@@ -41,6 +41,9 @@ class PoolLedger:
     pending_replica: dict[str, dict[str, int]] = field(default_factory=dict)
     # node id -> tenant -> tokens routed there since the node's last report
     pending_tenant: dict[str, dict[str, int]] = field(default_factory=dict)
+    # tenant -> its guaranteed share, as its latest request said (soft state: requests bring
+    # it back after a restart)
+    guarantees: dict[str, float] = field(default_factory=dict)
 
     def __call__(self, old: NodeState | None, new: NodeState | None) -> None:
         """The registry's listener: replace `old`'s contribution by `new`'s."""
@@ -82,6 +85,16 @@ class PoolLedger:
     def pending(self, node_id: str, replica_id: str) -> int:
         per_replica = self.pending_replica.get(node_id)
         return per_replica.get(replica_id, 0) if per_replica else 0
+
+    def protected_other(self, tenant: str, admitted: float) -> bool:
+        """Whether another tenant holding work is within its guarantee: someone a borrower
+        would take room from."""
+        for other, share in self.guarantees.items():
+            if other != tenant and share > 0:
+                held = self.tenant_tokens.get(other, 0)
+                if 0 < held <= share * admitted:
+                    return True
+        return False
 
     def used_tokens(self) -> int:
         return sum(v for v in self.tenant_tokens.values() if v > 0)
