@@ -165,25 +165,40 @@ class Router:
         if not candidates:
             return None
         depths = index.prefix_depths(prefix_hashes) if index is not None and prefix_hashes else {}
-        known = [loc.replica.tokens_per_s for loc in candidates if loc.replica.tokens_per_s > 0]
-        fallback = sum(known) / len(known) if known else 1.0
+        known_sum, known_n = 0.0, 0
+        for loc in candidates:
+            if loc.replica.tokens_per_s > 0:
+                known_sum += loc.replica.tokens_per_s
+                known_n += 1
+        known = known_n > 0
+        fallback = known_sum / known_n if known else 1.0
+        # The hot loop of every decision: locals, no calls but the pending lookup.
+        weight = self.request_weight_tokens
+        block = self.kv_block_tokens
+        interference = self.interference_weight if priority is not None else 0.0
+        floor = max(1, priority or 0)
         keys = []
         for loc in candidates:
             node, replica = loc.node, loc.replica
-            ahead = self.load_tokens(replica)
+            ahead = replica.queued_tokens + replica.running_requests * weight
             if pending is not None:
                 ahead += pending(node.node_id, replica.replica_id)
-            cached = depths.get(node.node_id, 0)
-            prefill = max(0, prompt_tokens_estimate - cached * self.kv_block_tokens)
+            prefill = prompt_tokens_estimate - depths.get(node.node_id, 0) * block
+            if prefill < 0:
+                prefill = 0
             rate = replica.tokens_per_s if replica.tokens_per_s > 0 else fallback
-            est = (ahead + prefill) / rate * (1.0 + max(0.0, node.safety_margin))
-            if priority is not None and node.tenants and self.interference_weight:
-                floor = max(1, priority)
-                victims = sum(t.running for t in node.tenants
-                              if t.priority >= floor and t.tenant != tenant)
-                est += self.interference_weight * prefill / rate * victims
-            keys.append((self._kv_short(replica, prompt_tokens_estimate), est,
-                         -replica.kv_blocks_free))
+            margin = node.safety_margin
+            est = (ahead + prefill) / rate * (1.0 + margin if margin > 0 else 1.0)
+            if interference and node.tenants:
+                victims = 0
+                for t in node.tenants:
+                    if t.priority >= floor and t.tenant != tenant:
+                        victims += t.running
+                est += interference * prefill / rate * victims
+            free = replica.kv_blocks_free
+            short = replica.waiting_for_memory > 0 or (
+                replica.kv_blocks_total > 0 and free * block < prompt_tokens_estimate)
+            keys.append((1 if short else 0, est, -free))
         best_key = min(keys)
         if self.tie_tolerance > 0:
             bound = best_key[1] * (1.0 + self.tie_tolerance)
@@ -233,7 +248,8 @@ class Router:
                         if nodes is None or node_id in nodes:
                             picked[id(loc)] = loc
             items = list(picked.values())
-        return [loc for loc in items if registry.alive(loc.node)]
+        oldest = registry.clock.now() - registry.ttl_s
+        return [loc for loc in items if loc.node.last_seen >= oldest]
 
     @staticmethod
     def explain_miss(model: str, registry: NodeRegistry) -> RouteMiss:
