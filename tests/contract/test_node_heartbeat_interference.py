@@ -57,18 +57,16 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
         return scheduler_pb2.HeartbeatResponse()
 
 
-async def test_heartbeats_carry_the_nodes_interference_and_safety_margin():
-    clock = ManualClock()
-    stop = asyncio.Event()
-    worker = FakeWorker(clock, [1.0] * QUIET + [1.5] * LOADED)
-    scheduler = FakeScheduler(QUIET + LOADED, stop)
+async def one_replica_node(node_id: str, worker, scheduler):
+    """The fake worker and scheduler served on port 0, a node config reaching them, and a
+    replica set holding one READY replica of model "m" on that worker."""
     worker_server = await start_server([Registration(
         add=lambda s: worker_pb2_grpc.add_WorkerServicer_to_server(worker, s),
         service_name=worker_pb2.DESCRIPTOR.services_by_name["Worker"].full_name)])
     scheduler_server = await start_server([Registration(
         add=lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(scheduler, s),
         service_name="strata.v1.Scheduler")])
-    cfg = NodeConfig(node_id="node-i", bind="127.0.0.1:0", advertise="node-i.local:50053",
+    cfg = NodeConfig(node_id=node_id, bind="127.0.0.1:0", advertise=f"{node_id}.local:50053",
                      scheduler_addr=scheduler_server.address, kvstore_addr="", otlp_endpoint="",
                      memory_bytes=8 << 30, device="cpu", torch_threads=1,
                      worker_ready_timeout_s=60.0, heartbeat_interval_s=0.01)
@@ -77,6 +75,16 @@ async def test_heartbeats_carry_the_nodes_interference_and_safety_margin():
                       WorkerProcess("m-0", worker_server.address, {}), state=State.READY)
     replica.connect()
     replicas.replicas[replica.replica_id] = replica
+    return worker_server, scheduler_server, cfg, replicas, replica
+
+
+async def test_heartbeats_carry_the_nodes_interference_and_safety_margin():
+    clock = ManualClock()
+    stop = asyncio.Event()
+    worker = FakeWorker(clock, [1.0] * QUIET + [1.5] * LOADED)
+    scheduler = FakeScheduler(QUIET + LOADED, stop)
+    worker_server, scheduler_server, cfg, replicas, replica = await one_replica_node(
+        "node-i", worker, scheduler)
     monitor = interference_monitor(cfg, clock)
     try:
         await asyncio.wait_for(heartbeat_loop(cfg, replicas, stop, monitor), timeout=30)
@@ -103,21 +111,8 @@ async def test_heartbeats_carry_tenant_loads_and_the_prefill_rate_from_the_dispa
         async def GetStats(self, request, context) -> worker_pb2.WorkerStats:
             return worker_pb2.WorkerStats(model="m", max_seqs=1, prefill_tokens_per_s=750.0)
 
-    worker_server = await start_server([Registration(
-        add=lambda s: worker_pb2_grpc.add_WorkerServicer_to_server(RatedWorker(), s),
-        service_name=worker_pb2.DESCRIPTOR.services_by_name["Worker"].full_name)])
-    scheduler_server = await start_server([Registration(
-        add=lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(scheduler, s),
-        service_name="strata.v1.Scheduler")])
-    cfg = NodeConfig(node_id="node-t", bind="127.0.0.1:0", advertise="node-t.local:50053",
-                     scheduler_addr=scheduler_server.address, kvstore_addr="", otlp_endpoint="",
-                     memory_bytes=8 << 30, device="cpu", torch_threads=1,
-                     worker_ready_timeout_s=60.0, heartbeat_interval_s=0.01)
-    replicas = ReplicaSet({}, cfg.worker_ready_timeout_s)
-    replica = Replica("m-0", "m", worker_server.address,
-                      WorkerProcess("m-0", worker_server.address, {}), state=State.READY)
-    replica.connect()
-    replicas.replicas[replica.replica_id] = replica
+    worker_server, scheduler_server, cfg, replicas, replica = await one_replica_node(
+        "node-t", RatedWorker(), scheduler)
     await replicas.refresh(replica)          # the cap (max_seqs 1) is known before dispatching
     dispatcher = Dispatcher(replicas, FairQueue(WallClock()), WallClock())
     # one chat request running (the only slot), one bulk request waiting for it

@@ -32,6 +32,15 @@ def demo_key_path(environ: Mapping[str, str] = os.environ) -> str:
     return os.path.join(data_dir, defaults.DEMO_KEY_FILE)
 
 
+def read_key(path: str) -> str:
+    """The key kept in `path` (a key file the services write), or "" when there is none."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        return ""
+
+
 def api_key(explicit: str | None = None, environ: Mapping[str, str] = os.environ) -> str:
     """The key to send as `authorization: Bearer <key>`; raises MissingApiKey naming the sources."""
     if explicit:
@@ -40,11 +49,7 @@ def api_key(explicit: str | None = None, environ: Mapping[str, str] = os.environ
     if from_env:
         return from_env
     path = demo_key_path(environ)
-    try:
-        with open(path, encoding="utf-8") as f:
-            key = f.read().strip()
-    except FileNotFoundError:
-        key = ""
+    key = read_key(path)
     if not key:
         raise MissingApiKey(
             f"no API key: set STRATA_API_KEY, or start the stack (make run) so that the metrics "

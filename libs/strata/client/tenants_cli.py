@@ -28,7 +28,7 @@ from collections.abc import Mapping
 import grpc
 
 from strata import defaults
-from strata.client.settings import MissingApiKey, demo_key_path, gateway_address
+from strata.client.settings import MissingApiKey, demo_key_path, gateway_address, read_key
 from strata.client.tenants_format import (NO_TARGET, class_dict, format_class_table,
                                           format_classes, format_tenant, format_tenants,
                                           tenant_dict)
@@ -54,11 +54,7 @@ def admin_key(explicit: str | None = None, environ: Mapping[str, str] = os.envir
     if environ.get("STRATA_ADMIN_KEY"):
         return environ["STRATA_ADMIN_KEY"]
     path = admin_key_path(environ)
-    try:
-        with open(path, encoding="utf-8") as f:
-            key = f.read().strip()
-    except FileNotFoundError:
-        key = ""
+    key = read_key(path)
     if not key:
         raise MissingAdminKey(f"no admin key: pass --admin-key, set STRATA_ADMIN_KEY, or run "
                               f"where the gateway's data dir is (it writes the key to {path})")
