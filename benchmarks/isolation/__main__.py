@@ -51,7 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gpus", type=int, default=64)
     p.add_argument("--duration", type=float, default=600.0)
     p.add_argument("--rate", type=float, default=24.0, help="steady requests/s, all tenants")
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seed", type=int, default=1, help="the trace's seed")
+    p.add_argument("--sim-seeds", default="1,2,3",
+                   help="the simulator's seeds (routing draws): every way runs with each")
     p.add_argument("--nodes", type=int, default=1000, help="registered nodes, decision latency")
     p.add_argument("--no-stack", action="store_true", help="skip the real-stack part")
     p.add_argument("--stack-duration", type=float, default=90.0)
@@ -68,19 +70,21 @@ def main(argv: list[str] | None = None) -> int:
     windows = bursts.windows(args.duration)
     print(f"{len(trace)} requests over {args.duration:.0f} s on {args.gpus} simulated GPUs",
           flush=True)
-    sim = {}
-    for way in WAYS:
-        started = time.perf_counter()
-        run = run_way(way, args.gpus, profile, trace, TENANTS, table, windows,
-                      args.duration + 300.0, args.duration, seed=args.seed,
-                      max_batched_tokens=MAX_BATCHED_TOKENS, max_seqs=MAX_SEQS)
-        wall = time.perf_counter() - started
-        sim[way] = (run, wall)
-        f = run.figures
-        print(f"sim {way}: utilization {f.utilization:.1%}, worst P99 TTFT "
-              f"{f.worst_ttft_p99_ms:.0f} ms, E2E {f.worst_e2e_p99_ms:.0f} ms, victims' "
-              f"inflation {f.victim_ttft_inflation:.2f}/{f.victim_e2e_inflation:.2f}, "
-              f"{wall:.0f} s", flush=True)
+    sim: dict[int, dict] = {}
+    for seed in (int(x) for x in args.sim_seeds.split(",")):
+        sim[seed] = {}
+        for way in WAYS:
+            started = time.perf_counter()
+            run = run_way(way, args.gpus, profile, trace, TENANTS, table, windows,
+                          args.duration + 300.0, args.duration, seed=seed,
+                          max_batched_tokens=MAX_BATCHED_TOKENS, max_seqs=MAX_SEQS)
+            wall = time.perf_counter() - started
+            sim[seed][way] = (run, wall)
+            f = run.figures
+            print(f"sim seed {seed} {way}: utilization {f.utilization:.1%}, worst P99 TTFT "
+                  f"{f.worst_ttft_p99_ms:.0f} ms, E2E {f.worst_e2e_p99_ms:.0f} ms, victims' "
+                  f"inflation {f.victim_ttft_inflation:.2f}/{f.victim_e2e_inflation:.2f}, "
+                  f"{wall:.0f} s", flush=True)
     latency = route_latency.run(nodes=args.nodes)
     for r in latency:
         print(f"route {r.name}: P50 {r.p50_us:.0f} us, P99 {r.p99_us:.0f} us", flush=True)

@@ -68,7 +68,7 @@ def test_lower_classes_are_turned_away_first_as_the_pool_fills():
     ledger = PoolLedger(16, capacity_tokens=1000, tokens_per_s=1000.0)
     ledger.tenant_tokens.update({"x": 1690, "g": 10})  # of 2000: batch stops at 80%, std 90%
     ledger.guarantees["g"] = 0.1
-    settings = AdmissionSettings(oversubscription=2.0)
+    settings = AdmissionSettings(oversubscription=2.0, class_step=0.1)
     assert admit(policy("b", priority=0), 200, ledger, settings).reason == "pool_full"
     assert admit(policy("s", priority=1), 100, ledger, settings) is None
     assert admit(policy("s", priority=1), 200, ledger, settings).reason == "pool_full"
@@ -99,7 +99,7 @@ def test_burst_share_refuses_with_a_retry_hint_but_never_a_first_request():
 def test_full_pool_refuses_borrowers_but_admits_within_the_guarantee():
     ledger = PoolLedger(16, capacity_tokens=1000, tokens_per_s=500.0)
     ledger.tenant_tokens.update({"big": 1900, "small": 50})
-    settings = AdmissionSettings(oversubscription=2.0)
+    settings = AdmissionSettings(oversubscription=2.0, class_step=0.1)
     # alone, a borrower's work queues on the nodes: nobody's guarantee is at stake
     assert admit(policy("big"), 100, ledger, settings) is None
     ledger.guarantees["small"] = 0.2        # small holds work within its guarantee
@@ -113,7 +113,8 @@ def test_full_pool_refuses_borrowers_but_admits_within_the_guarantee():
     ledger2.tenant_tokens.update({"x": 890, "g": 10})  # of 900 a standard tenant is admitted to
     ledger2.guarantees["g"] = 0.1
     assert admit(policy("y"), 200, ledger2, settings).reason == "pool_full"
-    assert admit(policy("y"), 200, ledger2, AdmissionSettings(2.0, use_margin=False)) is None
+    assert admit(policy("y"), 200, ledger2,
+                 AdmissionSettings(2.0, use_margin=False, class_step=0.1)) is None
 
 
 def test_every_class_counts_all_queued_work_as_ahead_of_it():

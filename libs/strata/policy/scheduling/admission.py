@@ -13,8 +13,8 @@ horizon, whichever is less; strata.policy.scheduling.ledger), and shares are sha
                 guarantee: refused. A tenant within its guarantee is always admitted;
                 borrowers make room for it when the pool is full. With nobody to protect (one
                 tenant alone, or only borrowers), work queues on the nodes instead. The limit is W x (1 - margin) for the top class and
-                `class_step` of that less for each class below it (0.1: interactive 100%,
-                standard 90%, batch 80%), so as the pool fills, the lowest class is turned
+                `class_step` of that less for each class below it (0.15: interactive 100%,
+                standard 85%, batch 70%), so as the pool fills, the lowest class is turned
                 away first and a burst of a higher class takes the room best-effort work
                 leaves, instead of the room the other tenants' guarantees need.
 
@@ -54,7 +54,7 @@ class AdmissionSettings:
     oversubscription: float = 1.0
     horizon_s: float = 5.0       # the pool's capacity: what it computes in this long
     use_margin: bool = True
-    class_step: float = 0.1      # each class below the top is refused this much earlier
+    class_step: float = 0.15     # each class below the top is refused this much earlier
     top_priority: int = 2
 
     def __post_init__(self) -> None:
@@ -91,7 +91,8 @@ def admit(policy: TenantPolicy, work_tokens: int, ledger: PoolLedger,
             retry_after(after - burst_cap, share_rate))
     margin = ledger.mean_margin() if settings.use_margin else 0.0
     below_top = max(0, settings.top_priority - policy.priority)
-    limit = admitted * (1.0 - min(0.9, margin)) * max(0.1, 1.0 - settings.class_step * below_top)
+    limit = (admitted * (1.0 - min(0.9, margin))
+             * max(0.1, 1.0 - settings.class_step * below_top))
     used = ledger.used_tokens()
     guaranteed = policy.guaranteed_share * admitted
     ledger.guarantees[policy.tenant] = policy.guaranteed_share
