@@ -249,9 +249,12 @@ DEFAULT_TENANTS = (
 # dummy-tiny's context is 2048 tokens: the Azure conversation sizes divided by 2, prompts capped
 # at 1024 and answers at 256 (both well inside it)
 STACK_SCALING = Scaling(length_scale=2.0, max_prompt=1024, max_output=256)
-# Requests/s outside the bursts. Measured on this 2-core machine (two dummy-tiny workers, one
-# torch thread each, 8 slots): a steady 10/s kept the engines about 70% busy; with the
-# aggressor's bursts (x5 on its 15% share: 16/s inside them) a run averages about 75-80%.
+# Requests/s outside the bursts, measured on this 2-core machine (two dummy-tiny workers, one
+# torch thread and 8 slots each; mean prompt 457, answer 104 tokens). A steady ramp: 4/s kept the
+# engines 47% busy, 6/s 58%, 10/s 71%. With the aggressor's bursts (x5 on its 15% share, 16/s
+# inside them) runs of all three ways averaged 68-78% busy while the stack's processes used
+# 1.6-1.7 of the 2 cores (the replay client 0.13 more): the machine, not the engines, is what
+# runs out first, so a higher rate only melts it.
 DEFAULT_RATE = 10.0
 
 
@@ -304,7 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--burst-every", type=float, default=60.0,
                    help="s between burst starts (at most the duration)")
     p.add_argument("--burst-len", type=float, default=15.0, help="s per burst")
-    p.add_argument("--max-seqs", type=int, default=PoolSettings.max_seqs,
+    p.add_argument("--max-seqs", type=int, default=PoolSettings().max_seqs,
                    help="each worker's batch slots: beyond them requests wait in the node's queue")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", type=Path, default=Path(".strata/isolation-stack"))
