@@ -15,6 +15,12 @@ class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FINISH_REASON_ABORTED: _ClassVar[FinishReason]
     FINISH_REASON_ERROR: _ClassVar[FinishReason]
 
+class SparseMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SPARSE_MODE_DEFAULT: _ClassVar[SparseMode]
+    SPARSE_MODE_OFF: _ClassVar[SparseMode]
+    SPARSE_MODE_ON: _ClassVar[SparseMode]
+
 class ReplicaState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     REPLICA_STATE_UNSPECIFIED: _ClassVar[ReplicaState]
@@ -28,6 +34,9 @@ FINISH_REASON_STOP: FinishReason
 FINISH_REASON_LENGTH: FinishReason
 FINISH_REASON_ABORTED: FinishReason
 FINISH_REASON_ERROR: FinishReason
+SPARSE_MODE_DEFAULT: SparseMode
+SPARSE_MODE_OFF: SparseMode
+SPARSE_MODE_ON: SparseMode
 REPLICA_STATE_UNSPECIFIED: ReplicaState
 REPLICA_STATE_LOADING: ReplicaState
 REPLICA_STATE_READY: ReplicaState
@@ -102,7 +111,7 @@ class Usage(_message.Message):
     def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ..., queue_ms: _Optional[float] = ...) -> None: ...
 
 class GenerationSpec(_message.Message):
-    __slots__ = ("model", "prompt", "messages", "sampling", "max_tokens", "stop", "prefix_public")
+    __slots__ = ("model", "prompt", "messages", "sampling", "max_tokens", "stop", "prefix_public", "sparse")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
@@ -110,6 +119,7 @@ class GenerationSpec(_message.Message):
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
     PREFIX_PUBLIC_FIELD_NUMBER: _ClassVar[int]
+    SPARSE_FIELD_NUMBER: _ClassVar[int]
     model: str
     prompt: str
     messages: _containers.RepeatedCompositeFieldContainer[ChatMessage]
@@ -117,7 +127,8 @@ class GenerationSpec(_message.Message):
     max_tokens: int
     stop: _containers.RepeatedScalarFieldContainer[str]
     prefix_public: bool
-    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., max_tokens: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., prefix_public: _Optional[bool] = ...) -> None: ...
+    sparse: SparseMode
+    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., max_tokens: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., prefix_public: _Optional[bool] = ..., sparse: _Optional[_Union[SparseMode, str]] = ...) -> None: ...
 
 class GenerationChunk(_message.Message):
     __slots__ = ("request_id", "text", "token_ids", "finish_reason", "usage", "logprobs")

@@ -93,7 +93,7 @@ class ListRunsResponse(_message.Message):
     def __init__(self, runs: _Optional[_Iterable[_Union[RunInfo, _Mapping]]] = ...) -> None: ...
 
 class NodeSample(_message.Message):
-    __slots__ = ("node_id", "unix_ms", "utilization", "batch_tokens", "batch_budget", "kv_blocks_device_used", "kv_blocks_device_total", "kv_blocks_host", "kv_blocks_disk", "running", "waiting", "preemptions", "power_watts", "energy_joules", "energy_source", "prefix_hit_tokens", "tier_hit_tokens", "prompt_tokens", "kv_blocks_evicted", "block_lifetime_sum_s", "block_lifetime_p50_s", "block_lifetime_p99_s")
+    __slots__ = ("node_id", "unix_ms", "utilization", "batch_tokens", "batch_budget", "kv_blocks_device_used", "kv_blocks_device_total", "kv_blocks_host", "kv_blocks_disk", "running", "waiting", "preemptions", "power_watts", "energy_joules", "energy_source", "prefix_hit_tokens", "tier_hit_tokens", "prompt_tokens", "kv_blocks_evicted", "block_lifetime_sum_s", "block_lifetime_p50_s", "block_lifetime_p99_s", "sparse_layer_steps", "sparse_fallbacks")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     UTILIZATION_FIELD_NUMBER: _ClassVar[int]
@@ -116,6 +116,8 @@ class NodeSample(_message.Message):
     BLOCK_LIFETIME_SUM_S_FIELD_NUMBER: _ClassVar[int]
     BLOCK_LIFETIME_P50_S_FIELD_NUMBER: _ClassVar[int]
     BLOCK_LIFETIME_P99_S_FIELD_NUMBER: _ClassVar[int]
+    SPARSE_LAYER_STEPS_FIELD_NUMBER: _ClassVar[int]
+    SPARSE_FALLBACKS_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     unix_ms: int
     utilization: float
@@ -138,7 +140,9 @@ class NodeSample(_message.Message):
     block_lifetime_sum_s: float
     block_lifetime_p50_s: float
     block_lifetime_p99_s: float
-    def __init__(self, node_id: _Optional[str] = ..., unix_ms: _Optional[int] = ..., utilization: _Optional[float] = ..., batch_tokens: _Optional[int] = ..., batch_budget: _Optional[int] = ..., kv_blocks_device_used: _Optional[int] = ..., kv_blocks_device_total: _Optional[int] = ..., kv_blocks_host: _Optional[int] = ..., kv_blocks_disk: _Optional[int] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., preemptions: _Optional[int] = ..., power_watts: _Optional[float] = ..., energy_joules: _Optional[float] = ..., energy_source: _Optional[str] = ..., prefix_hit_tokens: _Optional[int] = ..., tier_hit_tokens: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., kv_blocks_evicted: _Optional[int] = ..., block_lifetime_sum_s: _Optional[float] = ..., block_lifetime_p50_s: _Optional[float] = ..., block_lifetime_p99_s: _Optional[float] = ...) -> None: ...
+    sparse_layer_steps: int
+    sparse_fallbacks: int
+    def __init__(self, node_id: _Optional[str] = ..., unix_ms: _Optional[int] = ..., utilization: _Optional[float] = ..., batch_tokens: _Optional[int] = ..., batch_budget: _Optional[int] = ..., kv_blocks_device_used: _Optional[int] = ..., kv_blocks_device_total: _Optional[int] = ..., kv_blocks_host: _Optional[int] = ..., kv_blocks_disk: _Optional[int] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., preemptions: _Optional[int] = ..., power_watts: _Optional[float] = ..., energy_joules: _Optional[float] = ..., energy_source: _Optional[str] = ..., prefix_hit_tokens: _Optional[int] = ..., tier_hit_tokens: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., kv_blocks_evicted: _Optional[int] = ..., block_lifetime_sum_s: _Optional[float] = ..., block_lifetime_p50_s: _Optional[float] = ..., block_lifetime_p99_s: _Optional[float] = ..., sparse_layer_steps: _Optional[int] = ..., sparse_fallbacks: _Optional[int] = ...) -> None: ...
 
 class NodeSamplesRequest(_message.Message):
     __slots__ = ("samples",)

@@ -28,7 +28,7 @@ class GetStatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class WorkerStats(_message.Message):
-    __slots__ = ("model", "running_requests", "waiting_requests", "kv_blocks_total", "kv_blocks_free", "kv_blocks_cached", "prefix_hit_tokens", "tier_hit_tokens", "blocks_offloaded", "queued_tokens", "context_length", "memory_bytes", "steps", "step_tokens", "step_token_budget", "preemptions", "busy_seconds", "prompt_tokens", "max_batched_tokens", "kv_blocks_evicted", "block_lifetime_sum_s", "block_lifetime_p50_s", "block_lifetime_p99_s", "waiting_for_memory", "tier_blocks_dropped", "prefetched_blocks", "kv_blocks_used", "step_seconds_observed", "step_seconds_solo", "max_seqs", "priority_preemptions", "prefill_tokens_per_s")
+    __slots__ = ("model", "running_requests", "waiting_requests", "kv_blocks_total", "kv_blocks_free", "kv_blocks_cached", "prefix_hit_tokens", "tier_hit_tokens", "blocks_offloaded", "queued_tokens", "context_length", "memory_bytes", "steps", "step_tokens", "step_token_budget", "preemptions", "busy_seconds", "prompt_tokens", "max_batched_tokens", "kv_blocks_evicted", "block_lifetime_sum_s", "block_lifetime_p50_s", "block_lifetime_p99_s", "waiting_for_memory", "tier_blocks_dropped", "prefetched_blocks", "kv_blocks_used", "step_seconds_observed", "step_seconds_solo", "max_seqs", "priority_preemptions", "prefill_tokens_per_s", "sparse_decode_rows", "sparse_layer_steps", "sparse_fallbacks", "sparse_blocks_read", "sparse_blocks_dense")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     RUNNING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     WAITING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
@@ -61,6 +61,11 @@ class WorkerStats(_message.Message):
     MAX_SEQS_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_PREEMPTIONS_FIELD_NUMBER: _ClassVar[int]
     PREFILL_TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    SPARSE_DECODE_ROWS_FIELD_NUMBER: _ClassVar[int]
+    SPARSE_LAYER_STEPS_FIELD_NUMBER: _ClassVar[int]
+    SPARSE_FALLBACKS_FIELD_NUMBER: _ClassVar[int]
+    SPARSE_BLOCKS_READ_FIELD_NUMBER: _ClassVar[int]
+    SPARSE_BLOCKS_DENSE_FIELD_NUMBER: _ClassVar[int]
     model: str
     running_requests: int
     waiting_requests: int
@@ -93,4 +98,9 @@ class WorkerStats(_message.Message):
     max_seqs: int
     priority_preemptions: int
     prefill_tokens_per_s: float
-    def __init__(self, model: _Optional[str] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., kv_blocks_free: _Optional[int] = ..., kv_blocks_cached: _Optional[int] = ..., prefix_hit_tokens: _Optional[int] = ..., tier_hit_tokens: _Optional[int] = ..., blocks_offloaded: _Optional[int] = ..., queued_tokens: _Optional[int] = ..., context_length: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., steps: _Optional[int] = ..., step_tokens: _Optional[int] = ..., step_token_budget: _Optional[int] = ..., preemptions: _Optional[int] = ..., busy_seconds: _Optional[float] = ..., prompt_tokens: _Optional[int] = ..., max_batched_tokens: _Optional[int] = ..., kv_blocks_evicted: _Optional[int] = ..., block_lifetime_sum_s: _Optional[float] = ..., block_lifetime_p50_s: _Optional[float] = ..., block_lifetime_p99_s: _Optional[float] = ..., waiting_for_memory: _Optional[int] = ..., tier_blocks_dropped: _Optional[int] = ..., prefetched_blocks: _Optional[int] = ..., kv_blocks_used: _Optional[int] = ..., step_seconds_observed: _Optional[float] = ..., step_seconds_solo: _Optional[float] = ..., max_seqs: _Optional[int] = ..., priority_preemptions: _Optional[int] = ..., prefill_tokens_per_s: _Optional[float] = ...) -> None: ...
+    sparse_decode_rows: int
+    sparse_layer_steps: int
+    sparse_fallbacks: int
+    sparse_blocks_read: int
+    sparse_blocks_dense: int
+    def __init__(self, model: _Optional[str] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., kv_blocks_free: _Optional[int] = ..., kv_blocks_cached: _Optional[int] = ..., prefix_hit_tokens: _Optional[int] = ..., tier_hit_tokens: _Optional[int] = ..., blocks_offloaded: _Optional[int] = ..., queued_tokens: _Optional[int] = ..., context_length: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., steps: _Optional[int] = ..., step_tokens: _Optional[int] = ..., step_token_budget: _Optional[int] = ..., preemptions: _Optional[int] = ..., busy_seconds: _Optional[float] = ..., prompt_tokens: _Optional[int] = ..., max_batched_tokens: _Optional[int] = ..., kv_blocks_evicted: _Optional[int] = ..., block_lifetime_sum_s: _Optional[float] = ..., block_lifetime_p50_s: _Optional[float] = ..., block_lifetime_p99_s: _Optional[float] = ..., waiting_for_memory: _Optional[int] = ..., tier_blocks_dropped: _Optional[int] = ..., prefetched_blocks: _Optional[int] = ..., kv_blocks_used: _Optional[int] = ..., step_seconds_observed: _Optional[float] = ..., step_seconds_solo: _Optional[float] = ..., max_seqs: _Optional[int] = ..., priority_preemptions: _Optional[int] = ..., prefill_tokens_per_s: _Optional[float] = ..., sparse_decode_rows: _Optional[int] = ..., sparse_layer_steps: _Optional[int] = ..., sparse_fallbacks: _Optional[int] = ..., sparse_blocks_read: _Optional[int] = ..., sparse_blocks_dense: _Optional[int] = ...) -> None: ...
