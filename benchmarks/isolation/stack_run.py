@@ -21,8 +21,10 @@ retry-after hint until give_up_s after its first attempt. The figures come from 
 the store (strata.eval.isolation.isolation_figures; stack_rows.merge_rows counts a retried
 request once, from its first attempt) and the nodes' samples over the trace's span.
 
-    python -m benchmarks.isolation.stack_run --way two-level [--duration 120] [--rate 10]
-        [--max-seqs 8] [--burst-factor 5 --burst-every 60 --burst-len 15] [--seed 0]
+    python -m benchmarks.isolation.stack_run [--way two-level|static|fcfs|all] [--duration 120]
+        [--rate 10] [--max-seqs 8] [--classes SPEC] [--seed 1]
+
+The aggressor bursts twice (stack_bursts: 5x for duration/8 s at 3/16 and 11/16 of the run).
 
 Hot standby workers are off (STRATA_NODE_STANDBY=0): they take no part in scheduling, and two
 more engine processes would only take memory and CPU from a 2-core machine.
@@ -46,7 +48,7 @@ import grpc
 from strata import defaults
 from strata.eval.isolation import IsolationFigures, isolation_figures
 from strata.eval.replay import ReplayConfig, RetryPolicy, replay
-from strata.eval.sla import DEFAULT_CLASSES, SlaTable
+from strata.eval.sla import SlaTable, parse_classes
 from strata.eval.traces import TraceRequest
 from strata.eval.workload import (PromptSynth, Scaling, TenantKey, TenantMapper, Window,
                                   WorkloadRequest, build_workload, text_for_model)
@@ -54,39 +56,24 @@ from strata.rpc.server import CHANNEL_OPTIONS
 from strata.rpc.v1 import admin_pb2, admin_pb2_grpc
 
 from benchmarks.isolation.stack_cpu import CpuMeter, CpuShare
+from benchmarks.isolation.stack_format import describe, format_run
 from benchmarks.isolation.stack_pool import PoolStack, node_ids
 from benchmarks.isolation.stack_rows import merge_rows
 from benchmarks.isolation.stack_store import read_run
+from benchmarks.isolation.stack_ways import WAYS, PoolSettings, static_partitions, way_overrides
 from benchmarks.isolation.workload import Bursts, TenantSpec, isolation_trace, trace_sizes
 
-WAYS = ("static", "fcfs", "two-level")
-
-
-@dataclass(slots=True, frozen=True)
-class PoolSettings:
-    """The pool every way runs on; the node settings are compose's unless named here."""
-
-    model: str = "dummy-tiny"
-    nodes: int = 2
-    # Each worker's batch slots. Compose's 32 never fill at this size (dummy-tiny's steps are
-    # short, a few requests run at once), so no request would wait in a node's queue and the
-    # queue policy (wfq or fcfs) would decide nothing; with 8 the bursts queue at the nodes.
-    max_seqs: int = 8
-    max_batched_tokens: int = 2048
-    torch_threads: int = 1
-    sample_interval_s: float = 2.0
-    give_up_s: float = 30.0        # a refused request's client retries this long
-    prompt_seed: int = 0
+RATE_LIMIT = "rate_limit"
 
 
 @dataclass(slots=True)
 class StackRun:
     way: str
     figures: IsolationFigures
-    refusals: dict[str, int]          # refused attempts per tenant, retried ones included
-    # (tenant, reason) -> refused attempts the store saw: the scheduler's burst | pool_full |
-    # sla | partition, or node; the gateway's rate limit leaves no row (refusals has those too)
-    refusal_reasons: dict[tuple[str, str], int]
+    # (tenant, reason) -> refused attempts, retried ones included, as SimRun.refusals: the
+    # scheduler's burst | pool_full | sla | partition (its route span), node (refused further
+    # on), rate_limit (the gateway's, before any span: what the client counted beyond those)
+    refusals: dict[tuple[str, str], int]
     partitions: dict[str, list[str]]  # static: tenant -> its nodes; otherwise empty
     requests: int
     not_sent: int
@@ -97,55 +84,6 @@ class StackRun:
     wall_s: float                     # the way as a whole, stack start to stop
     cpu: CpuShare                     # cores used during the replay: stack, client, other
     utilization_by_node: dict[str, float] = field(default_factory=dict)
-
-
-def static_partitions(tenants: Sequence[TenantSpec], trace: Sequence[TraceRequest],
-                      table: SlaTable, nodes: Sequence[str]) -> dict[str, list[str]]:
-    """The steady tenants with an SLA on the first nodes, the aggressor and the best-effort
-    tenants on the rest; nodes split by the groups' offered work (prompt + output tokens,
-    bursts included), at least one each."""
-    if len(nodes) < 2:
-        raise ValueError(f"static partitioning needs at least 2 nodes, got {len(nodes)}")
-    protected = [t.name for t in tenants
-                 if not t.aggressor and not table.lookup(t.sla_class).best_effort]
-    rest = [t.name for t in tenants if t.name not in protected]
-    if not protected or not rest:
-        raise ValueError("static partitioning here needs steady tenants with an SLA and an "
-                         "aggressor or a best-effort tenant")
-    work: dict[str, int] = defaultdict(int)
-    for r in trace:
-        work[r.tenant] += r.prompt_tokens + r.output_tokens
-    total = sum(work.values()) or 1
-    first = round(len(nodes) * sum(work[n] for n in protected) / total)
-    first = min(len(nodes) - 1, max(1, first))
-    return {**{n: list(nodes[:first]) for n in protected},
-            **{n: list(nodes[first:]) for n in rest}}
-
-
-def way_overrides(way: str, settings: PoolSettings, table: SlaTable,
-                  partitions: dict[str, list[str]]) -> dict[str, dict[str, str]]:
-    if way not in WAYS:
-        raise ValueError(f"way must be one of {', '.join(WAYS)}, got {way!r}")
-    spec = ";".join(f"{t}={','.join(ids)}" for t, ids in partitions.items())
-    classes = table.spec()
-    return {
-        "scheduler": {"STRATA_SCHEDULER_MODE": way,
-                      "STRATA_SCHEDULER_PARTITIONS": spec if way == "static" else ""},
-        "node": {"STRATA_NODE_QUEUE": "wfq" if way == "two-level" else "fcfs",
-                 "STRATA_NODE_STANDBY": "0",
-                 "STRATA_TORCH_THREADS": str(settings.torch_threads),
-                 "STRATA_MAX_SEQS": str(settings.max_seqs),
-                 "STRATA_MAX_BATCHED_TOKENS": str(settings.max_batched_tokens),
-                 "STRATA_SAMPLE_INTERVAL_S": str(settings.sample_interval_s)},
-        # dummy-tiny's blocks are small: 64 MiB of host tier instead of compose's 1 GiB each
-        "kvstore": {"STRATA_KVSTORE_HOST_BYTES": str(64 << 20),
-                    "STRATA_KVSTORE_SLAB_BYTES": str(4 << 20)},
-        # one replica per node; replans every few seconds only place them (one per node at most)
-        "placement": {"STRATA_MODELS": settings.model, "STRATA_REPLICAS": str(settings.nodes),
-                      "STRATA_REPLAN_INTERVAL_S": "2.0"},
-        "gateway": {"STRATA_SLA_CLASSES": classes},
-        "metrics": {"STRATA_SLA_CLASSES": classes},
-    }
 
 
 async def create_tenants(gateway: str, admin_key: str, tenants: Sequence[TenantSpec]
@@ -202,7 +140,7 @@ def run_stack(way: str, trace: list[TraceRequest], tenants: Sequence[TenantSpec]
             out_dir=str(data_dir / "replays"), name=f"isolation-{way}",
             params={"benchmark": "isolation", "way": way, "duration_s": duration_s,
                     "tenants": [t.name for t in tenants], "partitions": partitions},
-            retry=RetryPolicy(settings.give_up_s))
+            retry=RetryPolicy(settings.give_up_s, settings.retry_min_wait_s))
         meter = CpuMeter(p.proc.pid for p in stack.processes.values())
         result = asyncio.run(replay(workload, config,
                                     progress_stream=sys.stderr if progress else None))
@@ -228,14 +166,19 @@ def run_stack(way: str, trace: list[TraceRequest], tenants: Sequence[TenantSpec]
     by_node: dict[str, list[float]] = defaultdict(list)
     for s in stored.samples:
         by_node[s.node_id].append(s.utilization)
+    refusals = dict(stored.refusal_reasons)
+    for tenant, n in merged.refused_attempts.items():
+        seen = sum(v for (t, _), v in stored.refusal_reasons.items() if t == tenant)
+        if n > seen:
+            refusals[(tenant, RATE_LIMIT)] = n - seen
     return StackRun(
-        way, figures, merged.refused_attempts, stored.refusal_reasons, partitions,
+        way, figures, dict(sorted(refusals.items())), partitions,
         len(result.records), result.not_sent, merged.client_only, result.run_id, startup_s,
         result.summary.duration_s, time.perf_counter() - started, cpu,
         {n: sum(v) / len(v) for n, v in sorted(by_node.items())})
 
 
-# -- the driver ---------------------------------------------------------------------------------
+# -- all three ways, and the driver ------------------------------------------------------------
 
 # A default cast for the driver (the benchmark passes its own): two steady tenants with an SLA,
 # an aggressor of the standard class that bursts, and a best-effort batch tenant.
@@ -256,71 +199,76 @@ STACK_SCALING = Scaling(length_scale=2.0, max_prompt=1024, max_output=256)
 # 1.6-1.7 of the 2 cores (the replay client 0.13 more): the machine, not the engines, is what
 # runs out first, so a higher rate only melts it.
 DEFAULT_RATE = 10.0
+BURST_FACTOR = 5.0
+WORKDIR = Path(".strata/isolation-stack")
 
 
-def format_run(run: StackRun) -> str:
-    f = run.figures
+def stack_bursts(duration_s: float, factor: float = BURST_FACTOR) -> Bursts:
+    """Two bursts in the run, each a quarter of its half (120 s: 15 s at 22.5 s and 82.5 s)."""
+    return Bursts(factor, duration_s / 2, duration_s / 8)
 
-    def ms(v: float | None) -> str:
-        return "-" if v is None else f"{v:.0f}"
 
-    def x(v: float | None) -> str:
-        return "-" if v is None else f"{v:.2f}"
+@dataclass(slots=True)
+class StackComparison:
+    """The three ways on the same trace; runs in WAYS order."""
 
-    lines = [f"way {run.way}: {run.requests} requests ({run.not_sent} not sent, "
-             f"{run.client_only} rows from the client), run {run.run_id}",
-             f"  time: startup {run.startup_s:.1f} s, replay {run.replay_s:.1f} s, "
-             f"whole way {run.wall_s:.1f} s",
-             f"  cpu during the replay (cores): stack {run.cpu.stack:.2f}, client "
-             f"{run.cpu.client:.2f}, other work {run.cpu.other:.2f}",
-             f"  utilization {x(f.utilization)} ("
-             + ", ".join(f"{n} {u:.2f}" for n, u in run.utilization_by_node.items()) + ")",
-             f"  jain {x(f.jain)}; worst SLA tenant P99 TTFT {ms(f.worst_ttft_p99_ms)} ms, "
-             f"E2E {ms(f.worst_e2e_p99_ms)} ms; victims' P99 inflation in bursts TTFT "
-             f"{x(f.victim_ttft_inflation)}, E2E {x(f.victim_e2e_inflation)}"]
-    if run.refusal_reasons:
-        lines.append("  refusals by reason (store): " + ", ".join(
-            f"{t}/{why} {n}" for (t, why), n in run.refusal_reasons.items()))
-    if run.partitions:
-        lines.append("  partitions: " + "; ".join(f"{t}={','.join(n)}"
-                                                  for t, n in run.partitions.items()))
-    lines.append(f"  {'tenant':8} {'class':12} {'reqs':>5} {'refused':>8} {'gave up':>7} "
-                 f"{'failed':>6} {'TTFT p50':>9} {'TTFT p99':>9} {'E2E p50':>8} {'E2E p99':>8} "
-                 f"{'attain':>6} {'served':>6} {'infl TTFT':>9} {'infl E2E':>8}")
-    for t in f.tenants:
-        lines.append(
-            f"  {t.tenant:8} {t.sla_class:12} {t.requests:5d} {run.refusals.get(t.tenant, 0):8d} "
-            f"{t.refused:7d} {t.failed:6d} {ms(t.ttft_p50_ms):>9} {ms(t.ttft_p99_ms):>9} "
-            f"{ms(t.e2e_p50_ms):>8} {ms(t.e2e_p99_ms):>8} {t.attainment:6.2f} "
-            f"{t.served_fraction:6.2f} {x(t.ttft_inflation):>9} {x(t.e2e_inflation):>8}")
-    return "\n".join(lines)
+    runs: dict[str, StackRun]
+    settings: PoolSettings
+    rate: float
+    duration_s: float
+    bursts: Bursts
+    trace: list[TraceRequest]
+    tenants: tuple[TenantSpec, ...]
+    table: SlaTable
+
+    def describe(self) -> list[str]:
+        return describe(self)
+
+
+def run_all(tenants: Sequence[TenantSpec], table: SlaTable, duration_s: float, *,
+            rate: float = DEFAULT_RATE, seed: int = 1, workdir: Path = WORKDIR,
+            settings: PoolSettings = PoolSettings(), ways: Sequence[str] = WAYS,
+            progress: bool = True) -> StackComparison:
+    """Each way on a fresh stack, the same trace: `rate` requests/s outside the aggressor's two
+    bursts (stack_bursts), sizes STACK_SCALING. Each way takes about duration_s + 20 s."""
+    bursts = stack_bursts(duration_s)
+    trace = isolation_trace(tenants, rate, duration_s, bursts, trace_sizes(scaling=STACK_SCALING),
+                            random.Random(seed), settings.model)
+    windows = bursts.windows(duration_s)
+    runs = {}
+    for way in ways:
+        runs[way] = run_stack(way, trace, tenants, table, windows, duration_s, workdir, settings,
+                              progress)
+        if progress:
+            print(format_run(runs[way]), file=sys.stderr, flush=True)
+    return StackComparison(runs, settings, rate, duration_s, bursts, trace, tuple(tenants), table)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--way", choices=WAYS, default="two-level")
+    p.add_argument("--way", choices=(*WAYS, "all"), default="two-level")
     p.add_argument("--duration", type=float, default=120.0, help="trace span, s")
     p.add_argument("--rate", type=float, default=DEFAULT_RATE,
                    help="requests/s over all tenants outside the bursts")
-    p.add_argument("--burst-factor", type=float, default=5.0)
-    p.add_argument("--burst-every", type=float, default=60.0,
-                   help="s between burst starts (at most the duration)")
-    p.add_argument("--burst-len", type=float, default=15.0, help="s per burst")
+    p.add_argument("--classes", default="",
+                   help="SLA classes (name=TTFT_MS/TPOT_MS[@PRIORITY],...; default: the "
+                        "built-in interactive/standard/batch)")
     p.add_argument("--max-seqs", type=int, default=PoolSettings().max_seqs,
                    help="each worker's batch slots: beyond them requests wait in the node's queue")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--workdir", type=Path, default=Path(".strata/isolation-stack"))
+    p.add_argument("--retry-min-wait", type=float, default=0.0,
+                   help="s a refused client waits at least before retrying (default: the hint)")
+    p.add_argument("--seed", type=int, default=1, help="the trace's seed")
+    p.add_argument("--workdir", type=Path, default=WORKDIR)
     args = p.parse_args(argv)
-    bursts = Bursts(args.burst_factor, min(args.burst_every, args.duration), args.burst_len)
-    table = SlaTable(DEFAULT_CLASSES)
-    sizes = trace_sizes(scaling=STACK_SCALING)
-    settings = PoolSettings(max_seqs=args.max_seqs)
-    trace = isolation_trace(DEFAULT_TENANTS, args.rate, args.duration, bursts, sizes,
-                            random.Random(args.seed), settings.model)
-    run = run_stack(args.way, trace, DEFAULT_TENANTS, table, bursts.windows(args.duration),
-                    args.duration, args.workdir, settings)
-    print(format_run(run))
+    comparison = run_all(DEFAULT_TENANTS, parse_classes(args.classes), args.duration,
+                         rate=args.rate, seed=args.seed, workdir=args.workdir,
+                         settings=PoolSettings(max_seqs=args.max_seqs,
+                                               retry_min_wait_s=args.retry_min_wait),
+                         ways=WAYS if args.way == "all" else (args.way,), progress=False)
+    print("\n".join(comparison.describe()))
+    for run in comparison.runs.values():
+        print(format_run(run))
     return 0
 
 

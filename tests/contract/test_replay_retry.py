@@ -124,3 +124,20 @@ async def test_without_a_retry_policy_a_refusal_is_final(gateway, tmp_path):
         ("RESOURCE_EXHAUSTED", 0), ("OK", 3)]
     assert fake.calls == Counter({"twice": 1, "plain": 1})
     assert list(result.attempts) == [0]
+
+
+async def test_a_floor_on_the_wait_spaces_retries_given_a_short_hint(gateway, tmp_path):
+    fake, address = gateway
+    config = ReplayConfig(model="m", gateway=address, metrics=address, out_dir=str(tmp_path),
+                          retry=RetryPolicy(give_up_s=0.7, min_wait_s=0.3))
+    result = await replay(_workload("twice", "always"), config)
+    # hints of 100 and 200 ms, a floor of 300: attempts at 0, 0.3 and 0.6 s; "twice" is served
+    # on its third, "always" refused on each, and a fourth at 0.9 s would pass give_up_s
+    twice, always = result.records
+    assert fake.calls == Counter({"twice": 3, "always": 3})
+    for prompt in ("twice", "always"):
+        times = fake.times[prompt]
+        assert [b - a for a, b in zip(times, times[1:])] == pytest.approx([0.3, 0.3], abs=0.05)
+    assert (twice.status, twice.ttft_s) == ("OK", pytest.approx(0.6 + TOKEN_S, abs=0.06))
+    assert always.status == "RESOURCE_EXHAUSTED"
+    assert [len(result.attempts[i]) for i in (0, 1)] == [3, 3]

@@ -4,7 +4,7 @@
 import pytest
 
 from benchmarks.isolation.stack_rows import merge_rows
-from benchmarks.isolation.stack_run import PoolSettings, static_partitions, way_overrides
+from benchmarks.isolation.stack_ways import PoolSettings, static_partitions, way_overrides
 from benchmarks.isolation.workload import TenantSpec
 from strata.eval.client_metrics import RequestRecord as ClientRecord
 from strata.eval.sla import SlaTable

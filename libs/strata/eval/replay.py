@@ -51,13 +51,18 @@ DEFAULT_REQUEST_TIMEOUT_S = 300.0
 @dataclass(slots=True, frozen=True)
 class RetryPolicy:
     """Send a refused request (RESOURCE_EXHAUSTED carrying retry-after-ms) again after the hint,
-    while the next attempt would go out at most give_up_s after the first one."""
+    or after min_wait_s if that is longer, while the next attempt would go out at most give_up_s
+    after the first one. A floor keeps many refused requests given the same short hint from
+    coming back all at once, again and again."""
 
     give_up_s: float = 30.0
+    min_wait_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.give_up_s >= 0:
             raise ValueError(f"give_up_s must not be negative, got {self.give_up_s}")
+        if not self.min_wait_s >= 0:
+            raise ValueError(f"min_wait_s must not be negative, got {self.min_wait_s}")
 
 
 class ReplayError(RuntimeError):
@@ -199,10 +204,12 @@ async def _send_one(stub: gateway_pb2_grpc.GatewayStub, request: WorkloadRequest
         if not refused:
             break
         attempts[request.index] = sent_at
-        if (config.retry is None or retry_after_s is None
-                or clock() + retry_after_s - sent > config.retry.give_up_s):
+        if config.retry is None or retry_after_s is None:
             break
-        await asyncio.sleep(retry_after_s)
+        wait_s = max(retry_after_s, config.retry.min_wait_s)
+        if clock() + wait_s - sent > config.retry.give_up_s:
+            break
+        await asyncio.sleep(wait_s)
         record.status, record.error = OK, ""
         sent_at.append(clock() - start)
     record.finished_s = clock() - start
