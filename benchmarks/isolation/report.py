@@ -193,7 +193,11 @@ def render(args, tenants, engine: dict, trace, sim: dict, latency, stack, table,
                            for w in stack.runs]), "",
                   *_tenants([(w, stack.runs[w].figures, stack.runs[w].refusals)
                              for w in stack.runs])]
-        data["stack"] = {w: figures_json(stack.runs[w].figures) for w in stack.runs}
+        data["stack"] = {w: {"figures": figures_json(r.figures), "wall_s": r.wall_s,
+                             "cpu": {"stack": r.cpu.stack, "client": r.cpu.client,
+                                     "other": r.cpu.other},
+                             "refusals": {f"{t}/{why}": n for (t, why), n in r.refusals.items()}}
+                         for w, r in stack.runs.items()}
     else:
         lines += ["", "## Real stack", "", "Not run in this invocation (--no-stack)."]
     return "\n".join(lines) + "\n", data
