@@ -1,0 +1,142 @@
+"""docs/benchmarks/sparse.md: fidelity, needle retrieval and decode latency of the sparse path
+against dense attention, and issue 8's targets with PASS/FAIL as measured."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from benchmarks.sparse.results import (FidelityRun, LatencyRun, NeedleCell, SparseCounters,
+                                       Target, accuracy, p99_reduction)
+
+
+@dataclass(slots=True)
+class SparseBenchReport:
+    command: str
+    date: str
+    machine: str
+    setup: list[str]                  # one line each: models, dtype, threads, sparse settings
+    fidelity: list[FidelityRun]
+    needles: list[NeedleCell]
+    needle_setup: str                 # needle, question, haystack
+    latency: list[LatencyRun]
+    targets: list[Target]
+    phases: list[tuple[str, float]]   # (phase, wall seconds)
+    notes: list[str] = field(default_factory=list)
+    busy: str | None = None           # a warning when other work competed for the CPU
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.1f}%"
+
+
+def _counters(c: SparseCounters) -> str:
+    if not c.layer_steps:
+        return "no sparse layer steps"
+    return (f"{c.layer_steps} layer steps, {_pct(c.fallback_rate)} fell back, "
+            f"{_pct(c.read_share)} of dense blocks read")
+
+
+def render(r: SparseBenchReport) -> str:
+    total = sum(s for _, s in r.phases)
+    lines = [
+        "# Sparse long-context decode benchmark", "",
+        f"Run {r.date} with `{r.command}`; {total / 60:.1f} min in all "
+        f"({', '.join(f'{name} {s / 60:.1f} min' for name, s in r.phases)}).", "",
+        f"Machine: {r.machine}", "",
+        *([r.busy, ""] if r.busy else []),
+        *[f"- {line}" for line in r.setup], "",
+        "## Targets (issue 8)", "",
+        "| target | want | measured | verdict |",
+        "|---|---|---|---|",
+        *[f"| {t.name} | {t.want} | {t.measured} | **{'PASS' if t.passed else 'FAIL'}** |"
+          for t in r.targets], "",
+    ]
+    lines += _fidelity(r.fidelity) + _needles(r.needles, r.needle_setup) + _latency(r.latency)
+    if r.notes:
+        lines += ["## Notes", "", *[f"- {n}" for n in r.notes], ""]
+    return "\n".join(lines)
+
+
+def _fidelity(runs: list[FidelityRun]) -> list[str]:
+    out = ["## Fidelity per decode step", "",
+           "Dense and sparse decode the same prompt side by side in one engine (the sparse "
+           "request's prompt comes from the prefix cache, so both start from the same KV). At "
+           "each step the sparse row is given the dense row's token (teacher forcing): top-1 "
+           "agreement counts the steps whose sparse greedy token equals the dense one, and the "
+           "first disagreement is where free-running outputs would part. The attention-output "
+           "cosine compares, at every layer of every sparse step, the sparse path's output with "
+           "full attention computed on the same query and the same cache.", "",
+           "| model | prompt tokens | steps | top-1 agreement | first disagreement | cosine mean "
+           "| cosine P1 | cosine min | sparse path |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for f in runs:
+        c = f.cosine
+        cos = (f"{c.mean:.4f} | {c.p1:.4f} | {c.min:.4f}" if c else "- | - | -")
+        first = "none" if f.first_disagreement is None else str(f.first_disagreement)
+        out.append(f"| {f.model} | {f.context} | {f.steps} | {_pct(f.agreement)} | {first} | "
+                   f"{cos} | {_counters(f.counters)} |")
+    return out + [""]
+
+
+def _needles(cells: list[NeedleCell], setup: str) -> list[str]:
+    out = ["## Needle in a haystack", "", setup, ""]
+    if not cells:
+        return out + ["Not run.", ""]
+    lengths = sorted({c.length for c in cells})
+    depths = sorted({c.depth for c in cells})
+    out += ["Retrieval accuracy, dense / sparse (cells: correct of trials):", "",
+            "| prompt tokens | " + " | ".join(f"depth {d:g}%" for d in depths) + " | all |",
+            "|---|" + "---|" * (len(depths) + 1)]
+    for n in lengths:
+        row = [c for c in cells if c.length == n]
+        parts = []
+        for d in depths:
+            at = [c for c in row if c.depth == d]
+            parts.append(f"{sum(c.dense_ok for c in at)}/{len(at)} / "
+                         f"{sum(c.sparse_ok for c in at)}/{len(at)}")
+        out.append(f"| {n} | " + " | ".join(parts) +
+                   f" | {_pct(accuracy(row, False))} / {_pct(accuracy(row, True))} |")
+    out.append(f"| all | " + " | ".join("" for _ in depths) +
+               f" | {_pct(accuracy(cells, False))} / {_pct(accuracy(cells, True))} |")
+    total = SparseCounters()
+    for c in cells:
+        total = total.plus(c.counters)
+    out += ["", f"Sparse requests' decode steps: {_counters(total)}.", ""]
+    differ = [c for c in cells if c.dense_ok != c.sparse_ok or c.dense_answer != c.sparse_answer]
+    if differ:
+        out += ["Cells where the answers differ:", "",
+                "| prompt tokens | depth | trial | expected | dense answer | sparse answer |",
+                "|---|---|---|---|---|---|"]
+        out += [f"| {c.length} | {c.depth:g}% | {c.trial} | {c.expected} | "
+                f"`{_cell(c.dense_answer)}` | `{_cell(c.sparse_answer)}` |" for c in differ]
+    else:
+        out.append("Sparse answers are identical to dense answers in every cell.")
+    wrong = [c for c in cells if not c.dense_ok]
+    if wrong:
+        out += ["", "Dense misses: " + "; ".join(
+            f"{c.length} tokens at {c.depth:g}% (trial {c.trial}): expected {c.expected}, "
+            f"answered `{_cell(c.dense_answer)}`" for c in wrong) + "."]
+    return out + [""]
+
+
+def _latency(runs: list[LatencyRun]) -> list[str]:
+    out = ["## Decode step latency", "",
+           "Decode-only steps (every row generating one token), timed around the engine's whole "
+           "step; dense and sparse rounds alternate in one process over the same cached prompts.",
+           "",
+           "| context | prompt tokens | batch | path | steps | P50 ms | P99 ms | mean ms | "
+           "P99 vs dense | sparse path |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    dense = {(r.context, r.batch): r for r in runs if not r.sparse}
+    for r in sorted(runs, key=lambda x: (x.context, x.batch, x.sparse)):
+        base = dense.get((r.context, r.batch))
+        change = f"{-p99_reduction(base, r):+.1%}" if r.sparse and base else ""
+        out.append(f"| {r.context // 1024}k | {r.prompt_tokens} | {r.batch} | "
+                   f"{'sparse' if r.sparse else 'dense'} | {r.steps} | {r.p50_s * 1000:.2f} | "
+                   f"{r.p99_s * 1000:.2f} | {r.mean_s * 1000:.2f} | {change} | "
+                   f"{_counters(r.counters) if r.sparse else ''} |")
+    return out + [""]
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ").strip()

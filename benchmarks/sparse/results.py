@@ -1,0 +1,182 @@
+"""What each part of the sparse benchmark measured, and issue 8's targets checked on it.
+
+Targets (issue 8), each judged on every run it applies to, so one bad run fails it:
+
+- decode-step P99 at 32k context at least 40% lower than dense (every batch size measured);
+- attention-output cosine, sparse against dense on the same query and cache, at least 0.99
+  (the mean over a run's sparse layer steps, fallen-back layers included as computed);
+- top-1 agreement at least 99% over the generated tokens (teacher-forced: both paths decode the
+  dense path's tokens, so one early disagreement cannot drag every later step with it);
+- needle accuracy with the sparse path equal to dense, over the same prompts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+P99_REDUCTION_MIN = 0.40
+P99_CONTEXT = 32768
+COSINE_MIN = 0.99
+AGREEMENT_MIN = 0.99
+# A value exactly at a threshold passes; float rounding must not fail it.
+_EPS = 1e-9
+
+
+@dataclass(slots=True)
+class SparseCounters:
+    """The engine's cumulative sparse counters over one measured stretch (differences)."""
+
+    rows: int = 0              # decode rows that took the sparse path
+    layer_steps: int = 0       # layer computations on the sparse path
+    fallbacks: int = 0         # of those, recomputed with full attention by the trust check
+    blocks_read: int = 0       # KV blocks the sparse layers read
+    blocks_dense: int = 0      # blocks a dense read would have taken
+
+    @property
+    def fallback_rate(self) -> float:
+        return self.fallbacks / self.layer_steps if self.layer_steps else 0.0
+
+    @property
+    def read_share(self) -> float:
+        return self.blocks_read / self.blocks_dense if self.blocks_dense else 1.0
+
+    def plus(self, other: SparseCounters) -> SparseCounters:
+        return SparseCounters(self.rows + other.rows, self.layer_steps + other.layer_steps,
+                              self.fallbacks + other.fallbacks,
+                              self.blocks_read + other.blocks_read,
+                              self.blocks_dense + other.blocks_dense)
+
+    def minus(self, before: SparseCounters) -> SparseCounters:
+        return SparseCounters(self.rows - before.rows, self.layer_steps - before.layer_steps,
+                              self.fallbacks - before.fallbacks,
+                              self.blocks_read - before.blocks_read,
+                              self.blocks_dense - before.blocks_dense)
+
+
+@dataclass(slots=True)
+class CosineStats:
+    """Attention-output cosines of one run, one value per (step, layer) of the sparse row."""
+
+    count: int
+    mean: float
+    p1: float                  # 1st percentile: the bad tail
+    min: float
+
+
+@dataclass(slots=True)
+class FidelityRun:
+    model: str
+    context: int               # prompt tokens
+    steps: int                 # generated tokens compared
+    agree: int                 # steps whose sparse top-1 token equals dense's
+    first_disagreement: int | None   # step index; before it, free-running outputs are equal
+    cosine: CosineStats | None
+    counters: SparseCounters
+    wall_s: float = 0.0
+
+    @property
+    def agreement(self) -> float:
+        return self.agree / self.steps if self.steps else 0.0
+
+
+@dataclass(slots=True)
+class NeedleCell:
+    length: int                # prompt tokens
+    depth: float               # requested, percent
+    placed_depth: float        # where the needle landed, percent
+    trial: int
+    expected: str
+    dense_answer: str
+    sparse_answer: str
+    dense_ok: bool
+    sparse_ok: bool
+    counters: SparseCounters = field(default_factory=SparseCounters)
+
+
+@dataclass(slots=True)
+class LatencyRun:
+    context: int               # nominal context (8k, 16k, 32k): what the targets name
+    prompt_tokens: int         # the prompts' real length (the model's limit may cut it)
+    batch: int
+    sparse: bool
+    steps: int                 # decode-only steps timed
+    p50_s: float
+    p99_s: float
+    mean_s: float
+    counters: SparseCounters = field(default_factory=SparseCounters)
+
+
+@dataclass(slots=True, frozen=True)
+class Target:
+    name: str
+    want: str
+    measured: str
+    passed: bool
+
+
+def accuracy(cells: list[NeedleCell], sparse: bool) -> float:
+    if not cells:
+        return 0.0
+    return sum(c.sparse_ok if sparse else c.dense_ok for c in cells) / len(cells)
+
+
+def p99_reduction(dense: LatencyRun, sparse: LatencyRun) -> float:
+    return 1.0 - sparse.p99_s / dense.p99_s
+
+
+def check_targets(fidelity: list[FidelityRun], needles: list[NeedleCell],
+                  latency: list[LatencyRun], p99_context: int = P99_CONTEXT) -> list[Target]:
+    """One target row per issue-8 target; a target with nothing measured fails and says so."""
+    out: list[Target] = []
+    pairs = _latency_pairs(latency, p99_context)
+    if pairs:
+        for batch, (dense, sparse) in sorted(pairs.items()):
+            cut = p99_reduction(dense, sparse)
+            out.append(Target(
+                f"decode-step P99 at {_k(p99_context)} context, batch {batch}",
+                f">= {P99_REDUCTION_MIN:.0%} lower than dense",
+                f"{cut:.1%} lower ({sparse.p99_s * 1000:.1f} vs {dense.p99_s * 1000:.1f} ms)",
+                cut >= P99_REDUCTION_MIN - _EPS))
+    else:
+        out.append(Target(f"decode-step P99 at {_k(p99_context)} context",
+                          f">= {P99_REDUCTION_MIN:.0%} lower than dense",
+                          "not measured", False))
+    with_cos = [f for f in fidelity if f.cosine is not None]
+    if with_cos:
+        worst = min(with_cos, key=lambda f: f.cosine.mean)
+        out.append(Target("attention-output cosine (mean per run, worst run)",
+                          f">= {COSINE_MIN}",
+                          f"{worst.cosine.mean:.4f} ({worst.model} at {_k(worst.context)}; "
+                          f"min over all steps {min(f.cosine.min for f in with_cos):.4f})",
+                          worst.cosine.mean >= COSINE_MIN - _EPS))
+    else:
+        out.append(Target("attention-output cosine", f">= {COSINE_MIN}", "not measured", False))
+    if fidelity:
+        worst = min(fidelity, key=lambda f: f.agreement)
+        out.append(Target("top-1 agreement (teacher-forced, worst run)",
+                          f">= {AGREEMENT_MIN:.0%}",
+                          f"{worst.agreement:.1%} ({worst.agree}/{worst.steps}, {worst.model} "
+                          f"at {_k(worst.context)})",
+                          worst.agreement >= AGREEMENT_MIN - _EPS))
+    else:
+        out.append(Target("top-1 agreement", f">= {AGREEMENT_MIN:.0%}", "not measured", False))
+    if needles:
+        dense, sparse = accuracy(needles, False), accuracy(needles, True)
+        same = sum(c.dense_ok == c.sparse_ok for c in needles)
+        out.append(Target("needle accuracy, sparse vs dense", "equal",
+                          f"{sparse:.1%} vs {dense:.1%} ({same}/{len(needles)} cells "
+                          f"scored alike)", sparse == dense))
+    else:
+        out.append(Target("needle accuracy, sparse vs dense", "equal", "not measured", False))
+    return out
+
+
+def _latency_pairs(runs: list[LatencyRun], context: int
+                   ) -> dict[int, tuple[LatencyRun, LatencyRun]]:
+    dense = {r.batch: r for r in runs if r.context == context and not r.sparse}
+    sparse = {r.batch: r for r in runs if r.context == context and r.sparse}
+    return {b: (dense[b], sparse[b]) for b in dense if b in sparse}
+
+
+def _k(tokens: int) -> str:
+    return f"{tokens // 1024}k" if tokens % 1024 == 0 else f"{tokens}"
