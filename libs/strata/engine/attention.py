@@ -24,10 +24,14 @@ sequence's blocks in place, with no gather copy and no padding.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from strata.engine import kernels
+
+if TYPE_CHECKING:
+    from strata.engine.sparse.decode import SparseStep
 
 
 @dataclass(slots=True)
@@ -58,6 +62,7 @@ class AttentionMetadata:
     groups: list[Group]
     block_size: int
     native: bool = False                 # decode groups through the fused CPU kernel
+    sparse: SparseStep | None = None     # decode rows on the sparse path (strata.engine.sparse)
 
     @staticmethod
     def build(slices: list[SeqSlice], block_size: int, device: torch.device | str,
@@ -112,8 +117,11 @@ def kv_cache_shape(num_layers: int, kv_heads: int, num_blocks: int, block_size: 
 
 
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
-                    v_cache: torch.Tensor, meta: AttentionMetadata, scale: float) -> torch.Tensor:
-    """q: [T, H, D]; k, v: [T, KVH, D]; caches: [KVH, num_blocks, block_size, D]. Returns [T, H, D]."""
+                    v_cache: torch.Tensor, meta: AttentionMetadata, scale: float,
+                    layer: int = 0) -> torch.Tensor:
+    """q: [T, H, D]; k, v: [T, KVH, D]; caches: [KVH, num_blocks, block_size, D]. Returns [T, H, D].
+
+    `layer` picks the sparse path's index entries when meta.sparse is set."""
     kv_heads, num_blocks, block_size, head_dim = k_cache.shape
     k_cache.view(kv_heads, num_blocks * block_size, head_dim).index_copy_(
         1, meta.slot_mapping, k.transpose(0, 1))
@@ -121,14 +129,23 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
         1, meta.slot_mapping, v.transpose(0, 1))
     groups = q.shape[1] // kv_heads
     native = meta.native and q.device.type == "cpu"
-    if len(meta.groups) == 1 and meta.groups[0].queries == 1:
+
+    def decode(g: Group) -> torch.Tensor:
         if native:
-            return _decode_native(q, k_cache, v_cache, meta.groups[0], scale)
-        return _attend(q, k_cache, v_cache, meta.groups[0], scale, groups).view_as(q)
+            return _decode_native(q, k_cache, v_cache, g, scale)
+        return _attend(q, k_cache, v_cache, g, scale, groups)
+
+    if meta.sparse is not None:
+        def decode_sparse(g: Group) -> torch.Tensor:
+            return meta.sparse.attend(q, k_cache, v_cache, g, scale, layer, decode)
+    else:
+        decode_sparse = decode
+    if len(meta.groups) == 1 and meta.groups[0].queries == 1:
+        return decode_sparse(meta.groups[0]).view_as(q)
     out = torch.empty_like(q)
     for g in meta.groups:
-        if native and g.queries == 1:
-            o = _decode_native(q, k_cache, v_cache, g, scale)
+        if g.queries == 1:
+            o = decode_sparse(g)
         else:
             o = _attend(q, k_cache, v_cache, g, scale, groups)      # [S*Q, H, D]
         rows = g.token_index[g.valid]

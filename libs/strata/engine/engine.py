@@ -24,6 +24,8 @@ from strata.engine.costs import CostModel
 from strata.engine.sampler import Sampled, SeqSampler, sample_batch
 from strata.engine.scheduler import ScheduledSeq, Scheduler
 from strata.engine.sequence import FinishReason, SamplingParams, Sequence
+from strata.engine.sparse.config import SparseConfig
+from strata.engine.sparse.decode import SparseDecoder, SparseStats
 from strata.engine.tier_link import TierLink
 from strata.kvtier.hashing import HashKeys, chain_hashes
 
@@ -40,6 +42,8 @@ class EngineConfig:
     device: str = "cpu"
     dtype: str = "float32"
     attention_kernel: str = "cpp"     # cpp: fused CPU decode kernel when it builds; torch: never
+    # The long-context sparse decode path; None: no context index, every row attends densely.
+    sparse: SparseConfig | None = None
 
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.block_size & (self.block_size - 1):
@@ -66,6 +70,7 @@ class EngineRequest:
     # Failover resume: the last num_resumed prompt ids are output another worker streamed before
     # it failed (params.max_tokens already excludes them); they count as output in usage.
     num_resumed: int = 0
+    sparse: bool | None = None   # the sparse decode path; None: EngineConfig.sparse.enabled
 
 
 @dataclass(slots=True)
@@ -81,6 +86,8 @@ class RequestOutput:
     tier_tokens: int = 0
     queue_ms: float = 0.0
     logprobs: list[Sampled] | None = None
+    sparse_layer_steps: int = 0   # on the finished output: layers run sparse for this request
+    sparse_fallbacks: int = 0     # of them, those the trust check sent to full attention
 
 
 @dataclass(slots=True)
@@ -114,10 +121,15 @@ class LLMEngine:
         self.tier = tier
         if tier is not None:
             tier.attach(self.kv)
+        self.sparse = SparseDecoder(config.sparse, cfg.num_layers, cfg.num_kv_heads, num_blocks,
+                                    config.block_size, cfg.head_dim, self.device, self.dtype) \
+            if config.sparse is not None else None
+        on_commit = tier.committed if tier is not None else None
+        if self.sparse is not None:
+            on_commit = self.sparse.commit_hook(on_commit)
         self.pool = BlockPool(num_blocks, config.block_size,
                               on_evict=tier.offload if tier is not None else None,
-                              clock=time.monotonic,
-                              on_commit=tier.committed if tier is not None else None)
+                              clock=time.monotonic, on_commit=on_commit)
         if tier is not None:
             tier.pool = self.pool
         self.scheduler = Scheduler(self.pool, config.max_batched_tokens, config.max_seqs,
@@ -152,6 +164,8 @@ class LLMEngine:
         while self.has_work():
             self.step()
         self.stats = EngineStats()
+        if self.sparse is not None:
+            self.sparse.stats = SparseStats()
         return time.perf_counter() - started
 
     # -- requests ------------------------------------------------------------------------------
@@ -171,6 +185,9 @@ class LLMEngine:
                              f"{self.pool.num_blocks}; shorten the prompt or max_tokens")
         if req.request_id in self._seqs:
             raise ValueError(f"request id {req.request_id!r} is already running")
+        if req.sparse and self.sparse is None:
+            raise ValueError("this worker runs without the sparse decode path; leave the "
+                             "request's sparse mode at its default or turn it off")
 
     def add_request(self, req: EngineRequest) -> None:
         self.validate(req)
@@ -187,6 +204,8 @@ class LLMEngine:
         if req.num_resumed:
             detok.prime(req.prompt_ids[len(req.prompt_ids) - req.num_resumed:])
         self._detok[req.request_id] = detok
+        if self.sparse is not None:
+            self.sparse.register(req.request_id, req.sparse)
         self.scheduler.add(seq)
         if self.tier is not None:
             self._prefetch(seq, req.kv_source)
@@ -270,6 +289,10 @@ class LLMEngine:
         dev = self.device
         meta = AttentionMetadata.build(slices, self.config.block_size, dev,
                                        self.native_attention)
+        if self.sparse is not None:
+            decodes = meta.groups[0] if meta.groups and meta.groups[0].queries == 1 else None
+            meta.sparse = self.sparse.plan(self.kv, [i.seq.request_id for i in scheduled],
+                                           slices, decodes, self.native_attention)
         return self.model(torch.tensor(ids, dtype=torch.int64, device=dev),
                           torch.tensor(positions, dtype=torch.int64, device=dev), self.kv, meta,
                           torch.tensor(logits_rows, dtype=torch.int64, device=dev))
@@ -291,12 +314,15 @@ class LLMEngine:
                 reason = FinishReason.STOP
             elif seq.num_output >= p.max_tokens or len(seq.token_ids) >= self.max_context:
                 reason = FinishReason.LENGTH
+        sparse = None
         if reason is not None:
             text += detok.flush()
             self.stats.prefix_hit_tokens += seq.num_cached_prompt
             self.stats.tier_hit_tokens += seq.num_tier_prompt
             self.stats.prompt_tokens += seq.num_prompt
             self.scheduler.finish(seq, reason)
+            if self.sparse is not None:
+                sparse = self.sparse.forget(rid)
             self._forget(rid)
         return RequestOutput(
             request_id=rid, text=text, token_ids=[token], finished=reason is not None,
@@ -305,9 +331,13 @@ class LLMEngine:
             cached_tokens=seq.num_cached_prompt,
             tier_tokens=seq.num_tier_prompt,
             queue_ms=((seq.first_scheduled or seq.arrival) - seq.arrival) * 1000,
-            logprobs=[pick] if seq.params.logprobs else None)
+            logprobs=[pick] if seq.params.logprobs else None,
+            sparse_layer_steps=sparse.layer_steps if sparse is not None else 0,
+            sparse_fallbacks=sparse.fallbacks if sparse is not None else 0)
 
     def _forget(self, request_id: str) -> None:
+        if self.sparse is not None:
+            self.sparse.forget(request_id)
         self._seqs.pop(request_id, None)
         self._samplers.pop(request_id, None)
         self._detok.pop(request_id, None)

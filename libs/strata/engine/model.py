@@ -38,7 +38,7 @@ class DecoderLayer(nn.Module):
         self.down_proj = nn.Linear(cfg.intermediate_size, h, bias=False)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: torch.Tensor,
-                meta: AttentionMetadata) -> torch.Tensor:
+                meta: AttentionMetadata, layer: int = 0) -> torch.Tensor:
         cfg = self.cfg
         t = x.shape[0]
         h = rms_norm(x, self.input_layernorm, cfg.rms_norm_eps)
@@ -49,7 +49,7 @@ class DecoderLayer(nn.Module):
                           cos, sin)
         q, k = qk.split((cfg.num_heads, cfg.num_kv_heads), dim=1)
         v = qkv[:, self.q_size + self.kv_size:].view(t, cfg.num_kv_heads, cfg.head_dim)
-        attn = paged_attention(q, k, v, kv[0], kv[1], meta, cfg.head_dim ** -0.5)
+        attn = paged_attention(q, k, v, kv[0], kv[1], meta, cfg.head_dim ** -0.5, layer)
         x = x + self.o_proj(attn.reshape(t, -1))
         h = rms_norm(x, self.post_attention_layernorm, cfg.rms_norm_eps)
         gate, up = self.gate_up_proj(h).chunk(2, dim=-1)
@@ -79,7 +79,7 @@ class LlamaModel(nn.Module):
         cos, sin = self.rotary.get(positions)
         x = self.embed_tokens(input_ids)
         for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, kv_cache[i], meta)
+            x = layer(x, cos, sin, kv_cache[i], meta, i)
         x = rms_norm(x.index_select(0, logits_index), self.norm, self.cfg.rms_norm_eps)
         head = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         return F.linear(x, head)  # in the model's dtype: the sampler converts rows it must

@@ -1,0 +1,29 @@
+"""Long-context decode with a dual path: a block index picks candidate KV blocks, exact attention
+runs on them, and a trust check sends a layer's KV head group back to full attention when the
+attention mass left out may be too large.
+
+    config.py   SparseConfig: when a row goes sparse, its budget, sinks, window, threshold
+    index.py    BlockIndex: per physical block, layer and KV head, the keys' box and mean
+    select.py   scoring, selection, the bound and the estimate of the mass left out
+    attend.py   exact attention of (row, KV head) pairs over their own block lists
+    decode.py   the engine's side: per-step plan, per-layer run, counters, probes
+    fidelity.py side-by-side runs for measurements (dense vs sparse, teacher-forced)
+
+Using it without a worker:
+
+    from strata.engine.engine import EngineConfig, EngineRequest, LLMEngine
+    from strata.engine.sparse import SparseConfig
+    engine = LLMEngine(loaded, EngineConfig(sparse=SparseConfig(enabled=True, min_context=4096)))
+    engine.add_request(EngineRequest("a", ids, params))              # the default: sparse
+    engine.add_request(EngineRequest("b", ids, params, sparse=False))  # dense, bit for bit
+    engine.sparse.stats                                   # SparseStats, cumulative counters
+    engine.sparse.probe = callback                        # LayerProbe per layer: both outputs
+
+and `fidelity.teacher_forced(...)` runs a prompt and a fixed continuation through the dense and
+the sparse path and returns both paths' logits and per-layer attention agreement.
+"""
+
+from strata.engine.sparse.config import SparseConfig
+from strata.engine.sparse.decode import LayerProbe, SparseDecoder, SparseStats
+
+__all__ = ["LayerProbe", "SparseConfig", "SparseDecoder", "SparseStats"]

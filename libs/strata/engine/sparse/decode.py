@@ -1,0 +1,231 @@
+"""The sparse decode path in the engine: which rows of a step take it, and one layer's run of it.
+
+Per step (`SparseDecoder.plan`, before the model runs): the index summarizes the blocks that
+became full since the last step, and every decode row whose request has the path on and whose
+context passes SparseConfig.applies becomes a sparse row. Per layer (`SparseStep.attend`, called
+by paged_attention for the decode group):
+
+    dense rows            -> the usual decode attention (the same kernel, the same numbers)
+    sparse rows  -> select blocks per KV head (select.py) -> exact attention over them, with Z_in
+                 -> trust check per (row, KV head): estimated left-out mass > threshold
+                    -> that KV head group recomputed over all its blocks (full attention)
+
+Counters: a "layer step" is one sparse row through one layer; a fallback is a layer step in which
+at least one KV head group was recomputed; blocks are counted per KV head (a layer step of a row
+with n blocks and H KV heads would read n * H dense).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from strata.engine.attention import Group, SeqSlice
+from strata.engine.sparse.attend import attend_blocks, attend_full, flat_ids
+from strata.engine.sparse.config import SparseConfig
+from strata.engine.sparse.index import BlockIndex
+from strata.engine.sparse.select import Layout, left_out_mass, select_blocks
+
+DenseDecode = Callable[[Group], torch.Tensor]   # a decode group -> its output [S, H, D]
+CommitHook = Callable[[int, int], None]
+
+
+@dataclass(slots=True)
+class SparseStats:
+    """Cumulative counters (WorkerStats.sparse_*)."""
+
+    decode_rows: int = 0
+    layer_steps: int = 0
+    fallbacks: int = 0
+    blocks_read: int = 0
+    blocks_dense: int = 0
+
+
+@dataclass(slots=True)
+class RequestSparse:
+    """One request's share of the counters (its span's attributes)."""
+
+    layer_steps: int = 0
+    fallbacks: int = 0
+
+
+@dataclass(slots=True)
+class LayerProbe:
+    """One layer's sparse rows seen from both paths, for fidelity measurements (probe on)."""
+
+    layer: int
+    request_ids: list[str]
+    sparse: torch.Tensor       # [R, H, D] attention over the selected blocks only
+    dense: torch.Tensor        # [R, H, D] full attention
+    used: torch.Tensor         # [R, H, D] what the layer went on with (after fallbacks)
+    fell_back: torch.Tensor    # [R, KVH] bool
+    estimate: torch.Tensor     # [R, KVH, G] estimated left-out mass per query head
+    left_out: torch.Tensor     # [R, KVH, G] the true left-out mass
+
+
+class SparseDecoder:
+    def __init__(self, cfg: SparseConfig, num_layers: int, kv_heads: int, num_blocks: int,
+                 block_size: int, head_dim: int, device: torch.device, dtype: torch.dtype):
+        self.cfg = cfg
+        self.block_size = block_size
+        self.index = BlockIndex(num_layers, kv_heads, num_blocks, head_dim, device, dtype)
+        self.stats = SparseStats()
+        self.probe: Callable[[LayerProbe], None] | None = None
+        self._modes: dict[str, bool] = {}
+        self._requests: dict[str, RequestSparse] = {}
+
+    # -- requests ------------------------------------------------------------------------------
+    def register(self, request_id: str, sparse: bool | None) -> None:
+        """sparse None: the configured default."""
+        self._modes[request_id] = self.cfg.enabled if sparse is None else sparse
+        self._requests[request_id] = RequestSparse()
+
+    def forget(self, request_id: str) -> RequestSparse:
+        self._modes.pop(request_id, None)
+        return self._requests.pop(request_id, None) or RequestSparse()
+
+    def commit_hook(self, then: CommitHook | None) -> CommitHook:
+        """A BlockPool on_commit that marks the block for the index, then calls `then`: blocks
+        copied in from the KV tier store reach the index this way."""
+        mark = self.index.mark_one
+        if then is None:
+            return mark
+
+        def both(block_id: int, block_hash: int) -> None:
+            mark(block_id, block_hash)
+            then(block_id, block_hash)
+        return both
+
+    # -- one step ------------------------------------------------------------------------------
+    def plan(self, kv: torch.Tensor, request_ids: list[str], slices: list[SeqSlice],
+             decode_group: Group | None, native: bool) -> SparseStep | None:
+        """Bring the index up to date and pick this step's sparse rows (None: there are none).
+
+        request_ids[i] and slices[i] describe the same sequence; the decode group holds the
+        slices with one new token, in order."""
+        self.index.refresh(kv)
+        bs = self.block_size
+        for s in slices:
+            first = s.context_len - s.num_new
+            # blocks whose last slot this step writes: full after it, summarized at the next
+            self.index.mark(s.block_ids[i] for i in range(first // bs, s.context_len // bs))
+        if decode_group is None:
+            return None
+        rows: list[int] = []
+        ids: list[str] = []
+        row = 0
+        for rid, s in zip(request_ids, slices):
+            if s.num_new != 1:
+                continue
+            if self._modes.get(rid, False) and self.cfg.applies(s.context_len, bs):
+                rows.append(row)
+                ids.append(rid)
+            row += 1
+        if not rows:
+            return None
+        device = kv.device
+        sparse_rows = torch.tensor(rows, dtype=torch.int64, device=device)
+        chosen = set(rows)
+        keep = torch.tensor([r for r in range(row) if r not in chosen], dtype=torch.int64,
+                            device=device)
+        self.stats.decode_rows += len(rows)
+        return SparseStep(
+            decoder=self,
+            layout=Layout.build(decode_group.block_tables.index_select(0, sparse_rows),
+                                decode_group.context_lens.index_select(0, sparse_rows),
+                                self.cfg, bs),
+            sparse_rows=sparse_rows,
+            token_index=decode_group.token_index.index_select(0, sparse_rows),
+            request_ids=ids, dense=_subgroup(decode_group, keep) if keep.numel() else None,
+            dense_rows=keep, native=native)
+
+
+@dataclass(slots=True)
+class SparseStep:
+    """One step's sparse rows; `attend` runs one layer's decode group with them."""
+
+    decoder: SparseDecoder
+    layout: Layout
+    sparse_rows: torch.Tensor          # [R] rows of the decode group
+    token_index: torch.Tensor          # [R] their rows in the step's flattened tokens
+    request_ids: list[str]
+    dense: Group | None                # the other decode rows
+    dense_rows: torch.Tensor
+    native: bool
+
+    def attend(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+               group: Group, scale: float, layer: int, dense_decode: DenseDecode) -> torch.Tensor:
+        """The decode group's output [S, H, D], its sparse rows through the sparse path."""
+        d = self.decoder
+        cfg = d.cfg
+        kv_heads, num_blocks = k_cache.shape[0], k_cache.shape[1]
+        _, heads, dim = q.shape
+        g = heads // kv_heads
+        r = self.sparse_rows.numel()
+        out = q.new_empty((group.token_index.numel(), heads, dim))
+        if self.dense is not None:
+            out.index_copy_(0, self.dense_rows, dense_decode(self.dense))
+        qp = q.index_select(0, self.token_index).view(r * kv_heads, g, dim)
+        sel = select_blocks(qp.view(r, kv_heads, g, dim), d.index, layer, self.layout, cfg,
+                            d.block_size, scale)
+        got, lse = attend_blocks(qp, k_cache, v_cache,
+                                 flat_ids(sel.block_ids, kv_heads, num_blocks), sel.block_lens,
+                                 scale)
+        estimate = left_out_mass(sel.log_left_out, lse)                         # [P, G]
+        fail = (estimate > cfg.threshold).any(dim=-1)                           # [P]
+        failed = fail.nonzero().flatten()
+        used = got
+        if d.probe is not None:
+            full, full_lse = self._full(qp, k_cache, v_cache,
+                                        torch.arange(r * kv_heads, device=q.device), scale,
+                                        native=False)
+            used = torch.where(fail[:, None, None], full, got)
+            d.probe(LayerProbe(
+                layer=layer, request_ids=list(self.request_ids),
+                sparse=got.view(r, heads, dim), dense=full.view(r, heads, dim),
+                used=used.view(r, heads, dim), fell_back=fail.view(r, kv_heads),
+                estimate=estimate.view(r, kv_heads, g),
+                left_out=(-torch.expm1(lse - full_lse)).view(r, kv_heads, g)))
+        elif failed.numel():
+            used.index_copy_(0, failed, self._full(qp, k_cache, v_cache, failed, scale,
+                                                   self.native)[0])
+        out.index_copy_(0, self.sparse_rows, used.view(r, heads, dim))
+        self._count(fail.view(r, kv_heads).sum(dim=1).tolist(), kv_heads)
+        return out
+
+    def _full(self, qp: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+              pairs: torch.Tensor, scale: float,
+              native: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Full attention of some pairs over all their row's blocks (the fallback)."""
+        kv_heads, num_blocks = k_cache.shape[0], k_cache.shape[1]
+        row = pairs // kv_heads
+        flat = self.layout.block_tables.index_select(0, row) + \
+            ((pairs % kv_heads) * num_blocks)[:, None]
+        return attend_full(qp.index_select(0, pairs), k_cache, v_cache, flat,
+                           self.layout.context_lens.index_select(0, row), scale, native)
+
+    def _count(self, failed_heads: list[int], kv_heads: int) -> None:
+        d = self.decoder
+        st = d.stats
+        st.layer_steps += len(failed_heads)
+        for rid, n_fail, blocks, budget in zip(self.request_ids, failed_heads,
+                                               self.layout.nblocks, self.layout.budgets):
+            st.blocks_dense += blocks * kv_heads
+            st.blocks_read += budget * kv_heads + blocks * n_fail
+            req = d._requests.get(rid)
+            if req is not None:
+                req.layer_steps += 1
+            if n_fail:
+                st.fallbacks += 1
+                if req is not None:
+                    req.fallbacks += 1
+
+def _subgroup(g: Group, rows: torch.Tensor) -> Group:
+    """Some rows of a decode group (one query each), as a group of their own."""
+    return Group(token_index=g.token_index.index_select(0, rows),
+                 valid=g.valid.index_select(0, rows),
+                 block_tables=g.block_tables.index_select(0, rows),
+                 mask=g.mask.index_select(1, rows), queries=g.queries,
+                 context_lens=g.context_lens.index_select(0, rows))

@@ -1,0 +1,89 @@
+"""The context index: a small summary of every full KV block's keys, per layer and KV head.
+
+For block b of layer l and KV head h, over its keys k_1..k_n (n = block_size), per dimension d:
+
+    kmax[l, h, b, d]    max_j k_j[d]                } a box around the keys (Quest): an upper
+    kmin[l, h, b, d]    min_j k_j[d]                } bound on every score the block can give
+    spread[l, h, b, d]  ((kmax - kmin) / 3)^2       the keys' variance in that dimension, read
+                                                    from their range
+
+The box's midpoint (kmax + kmin) / 2 is the block's rank-1 summary, its center; with the spread
+it gives an estimate of the attention mass the block holds (select.py). The three are stored
+side by side, entries[l, h, b] = [kmax | kmin | spread] ([3, D]), so that one gather and one
+matrix product per layer score a row's blocks.
+
+The index is per physical block, like the cache: sequences sharing a prefix block share its
+entry. An entry is computed from the cache once the block is full and is final from then on,
+since a full block's keys never change; a block's entry is rewritten only after the block was
+handed out again and filled with new keys. A block becomes full either by the model (its last
+slot written in some step) or by a copy from the KV tier store (pool commit); both mark it, and
+`refresh` summarizes what was marked at the start of the next step, all layers in one pass.
+
+The summary is a few vectors per block and never refers to where the block's data is: a block
+that is not selected at a step only needs its entry, so its keys and values may sit in a lower
+tier (host memory, disk) while its entry stays valid for scoring and for the trust check. The
+memory it takes is 3 D numbers per block, layer and KV head, in the cache's dtype, against 2 n D
+for the block's keys and values: 9.4% of the cache at n = 16.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+# A block's range in a dimension, taken as this many standard deviations of its keys there: the
+# range of 16 normal draws is about 3.5 of them, and a smaller divisor leans towards estimating
+# more mass than there is (measured on SmolLM2-135M, select.py).
+RANGE_SIGMAS = 3.0
+
+
+class BlockIndex:
+    def __init__(self, num_layers: int, kv_heads: int, num_blocks: int, head_dim: int,
+                 device: torch.device | str, dtype: torch.dtype):
+        self.entries = torch.zeros((num_layers, kv_heads, num_blocks, 3, head_dim),
+                                   device=device, dtype=dtype)
+        self._marked: set[int] = set()
+        self.summarized = 0     # cumulative blocks summarized (every layer at once)
+
+    @property
+    def kmax(self) -> torch.Tensor:
+        return self.entries[:, :, :, 0]
+
+    @property
+    def kmin(self) -> torch.Tensor:
+        return self.entries[:, :, :, 1]
+
+    @property
+    def spread(self) -> torch.Tensor:
+        return self.entries[:, :, :, 2]
+
+    def nbytes(self) -> int:
+        return self.entries.numel() * self.entries.element_size()
+
+    def mark(self, block_ids: Iterable[int]) -> None:
+        """These blocks just became full (their keys are final): summarize them at `refresh`."""
+        self._marked.update(block_ids)
+
+    def mark_one(self, block_id: int, _block_hash: int = 0) -> None:
+        """BlockPool's on_commit signature: a block's content became final."""
+        self._marked.add(block_id)
+
+    def refresh(self, kv: torch.Tensor) -> int:
+        """Summarize the marked blocks from the cache kv[layer, k|v, kv_head, block, slot, dim];
+        returns how many there were."""
+        if not self._marked:
+            return 0
+        ids = sorted(self._marked)
+        self._marked.clear()
+        self.summarize(kv, ids)
+        return len(ids)
+
+    def summarize(self, kv: torch.Tensor, block_ids: list[int]) -> None:
+        """(Re)compute the entries of full blocks from their keys in the cache."""
+        idx = torch.tensor(block_ids, dtype=torch.int64, device=kv.device)
+        keys = kv[:, 0].index_select(2, idx)                   # [L, KVH, n, BS, D]
+        kmax, kmin = keys.amax(dim=3), keys.amin(dim=3)
+        spread = (kmax.float() - kmin.float()).div_(RANGE_SIGMAS).square_().to(keys.dtype)
+        self.entries.index_copy_(2, idx, torch.stack([kmax, kmin, spread], dim=3))
+        self.summarized += len(block_ids)
