@@ -68,7 +68,9 @@ def _replicas(address: str) -> list[common_pb2.ReplicaInfo]:
     with grpc.insecure_channel(address) as ch:
         info = node_pb2_grpc.NodeManagerStub(ch).GetNodeStatus(node_pb2.GetNodeStatusRequest(),
                                                                 timeout=5)
-    return [r for r in info.replicas if r.model == MODEL]
+    # serving replicas: compose keeps a hot standby beside each, which never serves by itself
+    return [r for r in info.replicas
+            if r.model == MODEL and r.state != common_pb2.REPLICA_STATE_STANDBY]
 
 
 def _wait(predicate, timeout_s: float, what: str, stack) -> None:

@@ -157,7 +157,9 @@ def test_concurrent_requests_are_batched_not_serialized(ready):
         client = _client(ready)
         barrier.wait()
         # ~0.5 s each on dummy-tiny: long enough that arrival skew cannot explain an overlap
-        return list(client.generate(MODEL, prompt=f"request {i} " * 4, max_tokens=300))
+        # (ignore_eos: dummy-tiny's random weights end "request 1 ..." after 11 tokens)
+        return list(client.generate(MODEL, prompt=f"request {i} " * 4, max_tokens=300,
+                                    ignore_eos=True))
 
     with cf.ThreadPoolExecutor(4) as pool:
         results = list(pool.map(one, range(4)))
