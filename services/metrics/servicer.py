@@ -72,7 +72,8 @@ def _sample(m: metrics_pb2.NodeSample) -> NodeSampleRecord:
         energy_source=m.energy_source, prefix_hit_tokens=m.prefix_hit_tokens,
         tier_hit_tokens=m.tier_hit_tokens, prompt_tokens=m.prompt_tokens,
         kv_blocks_evicted=m.kv_blocks_evicted, block_lifetime_sum_s=m.block_lifetime_sum_s,
-        block_lifetime_p50_s=m.block_lifetime_p50_s, block_lifetime_p99_s=m.block_lifetime_p99_s)
+        block_lifetime_p50_s=m.block_lifetime_p50_s, block_lifetime_p99_s=m.block_lifetime_p99_s,
+        sparse_layer_steps=m.sparse_layer_steps, sparse_fallbacks=m.sparse_fallbacks)
 
 
 class MetricsServicer(metrics_pb2_grpc.MetricsServicer):

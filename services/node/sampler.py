@@ -44,6 +44,8 @@ class EngineCounters:
     tier_hit_tokens: int = 0
     kv_blocks_evicted: int = 0
     block_lifetime_sum_s: float = 0.0
+    sparse_layer_steps: int = 0
+    sparse_fallbacks: int = 0
 
     @classmethod
     def from_stats(cls, s: worker_pb2.WorkerStats) -> EngineCounters:
@@ -132,7 +134,8 @@ class NodeSampler:
             energy_source=energy.source, prefix_hit_tokens=c.prefix_hit_tokens,
             tier_hit_tokens=c.tier_hit_tokens, prompt_tokens=c.prompt_tokens,
             kv_blocks_evicted=c.kv_blocks_evicted, block_lifetime_sum_s=c.block_lifetime_sum_s,
-            block_lifetime_p50_s=lifetime_p50, block_lifetime_p99_s=lifetime_p99)
+            block_lifetime_p50_s=lifetime_p50, block_lifetime_p99_s=lifetime_p99,
+            sparse_layer_steps=c.sparse_layer_steps, sparse_fallbacks=c.sparse_fallbacks)
 
     async def _kv_tier_blocks(self) -> tuple[int, int]:
         """(host, disk) blocks of the node's KV tier store; each block is in exactly one."""

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 from strata import defaults
 from strata.engine.engine import EngineConfig
+from strata.engine.sparse.config import SparseConfig, parse_budget
 from strata.engine.step_meter import PROFILES_DIR, find_profile
-from strata.envconfig import ConfigError, env_int, env_str
+from strata.envconfig import ConfigError, env_bool, env_float, env_int, env_str
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +28,7 @@ class WorkerConfig:
     @classmethod
     def from_env(cls) -> WorkerConfig:
         threads = env_int("STRATA_TORCH_THREADS", max(1, (os.cpu_count() or 2) - 1), minimum=1)
+        sparse = sparse_from_env()
         try:
             engine = EngineConfig(
                 block_size=env_int("STRATA_BLOCK_SIZE", 16, minimum=1),
@@ -37,6 +39,7 @@ class WorkerConfig:
                 device=env_str("STRATA_DEVICE", "cpu"),
                 dtype=env_str("STRATA_DTYPE", "float32"),
                 attention_kernel=env_str("STRATA_ATTENTION_KERNEL", "cpp"),
+                sparse=sparse,
             )
         except ValueError as err:
             raise ConfigError(f"engine settings: {err}") from None
@@ -60,3 +63,27 @@ class WorkerConfig:
             engine=engine,
             profile_path=profile,
         )
+
+
+def sparse_from_env() -> SparseConfig:
+    """The sparse decode path's settings. STRATA_SPARSE sets the default for requests that leave
+    GenerationSpec.sparse unset; it is off, because dense attention is exact and the sparse path
+    pays only where a model's attention is concentrated: on SmolLM2-135M (the default model, 8k
+    context) a 12.5% budget leaves out about a quarter of the attention mass on average, so the
+    trust check sends most layers back to full attention. A request may still ask for it: the
+    context index is kept either way."""
+    try:
+        blocks, fraction = parse_budget(env_str("STRATA_SPARSE_BUDGET", "0.125"))
+    except ValueError as err:
+        raise ConfigError(f"STRATA_SPARSE_BUDGET: {err}") from None
+    try:
+        return SparseConfig(
+            enabled=env_bool("STRATA_SPARSE", False),
+            min_context=env_int("STRATA_SPARSE_MIN_CONTEXT", 4096, minimum=1),
+            budget_blocks=blocks, budget_fraction=fraction,
+            sink_blocks=env_int("STRATA_SPARSE_SINK_BLOCKS", 1, minimum=0),
+            window_blocks=env_int("STRATA_SPARSE_WINDOW_BLOCKS", 4, minimum=1),
+            threshold=env_float("STRATA_SPARSE_THRESHOLD", 0.1),
+            estimate=env_str("STRATA_SPARSE_ESTIMATE", "moment"))
+    except ValueError as err:
+        raise ConfigError(f"sparse decode settings (STRATA_SPARSE_*): {err}") from None

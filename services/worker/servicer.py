@@ -9,7 +9,7 @@ import grpc
 from opentelemetry import trace
 
 from strata.engine.async_engine import AsyncEngine, EngineFailed
-from strata.engine.engine import EngineRequest, RequestOutput
+from strata.engine.engine import EngineRequest, LLMEngine, RequestOutput
 from strata.engine.prompt import prompt_ids
 from strata.engine.resume import resume
 from strata.engine.sequence import FinishReason, SamplingParams
@@ -21,6 +21,9 @@ from strata.telemetry import names
 _FINISH = {FinishReason.STOP: common_pb2.FINISH_REASON_STOP,
            FinishReason.LENGTH: common_pb2.FINISH_REASON_LENGTH,
            FinishReason.ABORTED: common_pb2.FINISH_REASON_ABORTED}
+
+_SPARSE = {common_pb2.SPARSE_MODE_DEFAULT: None, common_pb2.SPARSE_MODE_OFF: False,
+           common_pb2.SPARSE_MODE_ON: True}
 
 _tracer = trace.get_tracer("strata.worker")
 
@@ -41,7 +44,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
                 request_id=request.request_id or uuid.uuid4().hex, prompt_ids=ids,
                 params=sampling_from_pb(spec), tenant=request.tenant,
                 prefix_public=spec.prefix_public, priority=request.priority,
-                kv_source=request.kv_source_address)
+                kv_source=request.kv_source_address, sparse=sparse_from_pb(spec))
             if request.resume_output_ids:   # failover: continue another worker's stream
                 req = resume(req, request.resume_output_ids,
                              self.engine.engine.loaded.config.vocab_size, tok)
@@ -63,6 +66,8 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
                                                out.completion_tokens)
                             span.set_attribute(names.CACHED_TOKENS, out.cached_tokens)
                             span.set_attribute(names.TIER_TOKENS, out.tier_tokens)
+                            span.set_attribute(names.SPARSE_LAYER_STEPS, out.sparse_layer_steps)
+                            span.set_attribute(names.SPARSE_FALLBACKS, out.sparse_fallbacks)
                         yield chunk_to_pb(out, tok)
             except ValueError as err:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
@@ -97,7 +102,26 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
             prefill_tokens_per_s=(1.0 / e.costs.prefill_s_per_token
                                   if e.costs.prefill_s_per_token else 0.0),
             step_seconds_observed=self.meter.observed_s if self.meter is not None else 0.0,
-            step_seconds_solo=self.meter.solo_s if self.meter is not None else 0.0)
+            step_seconds_solo=self.meter.solo_s if self.meter is not None else 0.0,
+            **sparse_stats(e))
+
+
+def sparse_from_pb(spec: common_pb2.GenerationSpec) -> bool | None:
+    """The request's sparse decode choice; None: the worker's default (STRATA_SPARSE)."""
+    if spec.sparse not in _SPARSE:
+        raise ValueError(f"sparse must be SPARSE_MODE_DEFAULT (0), SPARSE_MODE_OFF (1) or "
+                         f"SPARSE_MODE_ON (2), got {spec.sparse}")
+    return _SPARSE[spec.sparse]
+
+
+def sparse_stats(e: LLMEngine) -> dict[str, int]:
+    """WorkerStats' cumulative sparse decode counters (zero on an engine without the path)."""
+    if e.sparse is None:
+        return {}
+    s = e.sparse.stats
+    return {"sparse_decode_rows": s.decode_rows, "sparse_layer_steps": s.layer_steps,
+            "sparse_fallbacks": s.fallbacks, "sparse_blocks_read": s.blocks_read,
+            "sparse_blocks_dense": s.blocks_dense}
 
 
 def sampling_from_pb(spec: common_pb2.GenerationSpec) -> SamplingParams:

@@ -63,7 +63,7 @@ def test_configs_are_not_shared_with_callers():
 
 
 def test_names_and_the_large_one_is_about_a_billion_parameters():
-    assert dummy_names() == ("dummy-tiny", "dummy-small", "dummy-bench", "dummy-1b")
+    assert dummy_names() == ("dummy-tiny", "dummy-small", "dummy-bench", "dummy-1b", "dummy-long")
     # the engine benchmark's shape: embeddings and head 2 x 32000 x 512, 8 layers of 2.88M
     assert DUMMY_CONFIGS["dummy-bench"].param_count() == 2 * 32000 * 512 + 8 * (
         512 * 512 + 2 * 512 * 128 + 512 * 512 + 3 * 512 * 1536 + 2 * 512) + 512

@@ -14,7 +14,7 @@ def _one_thread():
 
 def test_known_models():
     assert known_models() == ("smollm2-135m-instruct", "dummy-tiny", "dummy-small", "dummy-bench",
-                              "dummy-1b")
+                              "dummy-1b", "dummy-long")
     assert DEFAULT_MODEL == "smollm2-135m-instruct"
 
 
@@ -27,8 +27,8 @@ def test_unknown_name_lists_the_known_ones():
     with pytest.raises(ValueError) as err:
         load_model("gpt-5")
     assert str(err.value) == ("unknown model 'gpt-5'; known models: smollm2-135m-instruct, "
-                              "dummy-tiny, dummy-small, dummy-bench, dummy-1b, a path to a .gguf "
-                              "file, or a Hugging Face checkpoint folder")
+                              "dummy-tiny, dummy-small, dummy-bench, dummy-1b, dummy-long, a path "
+                              "to a .gguf file, or a Hugging Face checkpoint folder")
 
 
 def test_missing_gguf_path(tmp_path):

@@ -23,7 +23,18 @@ DUMMY_CONFIGS: dict[str, ModelConfig] = {
     "dummy-1b": ModelConfig(name="dummy-1b", vocab_size=32768, hidden_size=2048,
                             intermediate_size=5632, num_layers=22, num_heads=32, num_kv_heads=4,
                             max_position_embeddings=4096, tie_word_embeddings=False, **_BASE),
+    # long-context decode (issue 8): 32k positions, and attention drawn to recent tokens
+    # (RECENCY_NATS) as a trained model's is; random weights alone attend almost uniformly
+    "dummy-long": ModelConfig(name="dummy-long", vocab_size=512, hidden_size=256,
+                              intermediate_size=704, num_layers=4, num_heads=4, num_kv_heads=2,
+                              max_position_embeddings=32768 + 512, tie_word_embeddings=False,
+                              attention_bias=True, rms_norm_eps=1e-5, rope_theta=500000.0),
 }
+
+
+# Models whose q and k biases make a query's score for a key this many nats higher at distance 0
+# than on average far away (strata.engine.dummy.recency_biases); biases are zero elsewhere.
+RECENCY_NATS: dict[str, float] = {"dummy-long": 12.0}
 
 
 def dummy_names() -> tuple[str, ...]:

@@ -44,6 +44,8 @@ class NodeSampleRecord:
     block_lifetime_sum_s: float = 0.0   # cumulative, commit-to-eviction seconds of those
     block_lifetime_p50_s: float = 0.0   # recent evictions (0 without any)
     block_lifetime_p99_s: float = 0.0
+    sparse_layer_steps: int = 0     # cumulative, layer computations on the sparse decode path
+    sparse_fallbacks: int = 0       # cumulative, those sent back to full attention
 
     def problem(self) -> str | None:
         """A sentence saying what is wrong with this sample, or None when it can be stored."""
@@ -66,6 +68,9 @@ class NodeSampleRecord:
         if self.kv_blocks_device_used > self.kv_blocks_device_total:
             return (f"{where}: kv_blocks_device_used ({self.kv_blocks_device_used}) cannot "
                     f"exceed kv_blocks_device_total ({self.kv_blocks_device_total})")
+        if self.sparse_fallbacks > self.sparse_layer_steps:
+            return (f"{where}: sparse_fallbacks ({self.sparse_fallbacks}) cannot exceed "
+                    f"sparse_layer_steps ({self.sparse_layer_steps})")
         if self.energy_source not in ENERGY_SOURCES:
             return (f"{where}: energy_source must be one of {', '.join(ENERGY_SOURCES)}, "
                     f"got {self.energy_source!r}")

@@ -1,0 +1,217 @@
+"""Sparse decode, pure parts: the index entries, block bounds and mass estimates, selection of
+sinks, window and best blocks within a budget, exact attention over the selection and the
+estimate of the attention mass left out."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from strata.engine.sparse.attend import attend_blocks, attend_full, flat_ids
+from strata.engine.sparse.config import SparseConfig, parse_budget
+from strata.engine.sparse.index import BlockIndex
+from strata.engine.sparse.select import Layout, left_out_mass, score_blocks, select_blocks
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+
+
+def indexed(keys: torch.Tensor) -> tuple[torch.Tensor, BlockIndex]:
+    """keys [L, KVH, NB, BS, D] -> (cache kv with random values, an index of every block)."""
+    layers, kv_heads, nb, _, dim = keys.shape
+    values = torch.randn(keys.shape, generator=torch.Generator().manual_seed(7))
+    kv = torch.stack([keys, values], dim=1).contiguous()
+    index = BlockIndex(layers, kv_heads, nb, dim, "cpu", torch.float32)
+    index.summarize(kv, list(range(nb)))
+    return kv, index
+
+
+def layout(tables: list[list[int]], lens: list[int], cfg: SparseConfig, bs: int) -> Layout:
+    width = max(len(t) for t in tables)
+    padded = torch.tensor([t + [0] * (width - len(t)) for t in tables])
+    return Layout.build(padded, torch.tensor(lens), cfg, bs)
+
+
+def test_index_entries_are_the_box_and_spread_of_each_blocks_keys():
+    keys = torch.randn(2, 3, 5, 4, 8, generator=torch.Generator().manual_seed(1))
+    _, index = indexed(keys)
+    assert torch.equal(index.kmax, keys.amax(dim=3))
+    assert torch.equal(index.kmin, keys.amin(dim=3))
+    assert torch.allclose(index.spread, ((keys.amax(3) - keys.amin(3)) / 3) ** 2)
+    assert index.nbytes() == 2 * 3 * 5 * 3 * 8 * 4
+
+
+def test_marked_blocks_are_summarized_once_at_refresh():
+    keys = torch.zeros(1, 1, 4, 2, 2)
+    kv, index = indexed(keys)
+    kv[0, 0, 0, 2] = torch.tensor([[1.0, -2.0], [3.0, 0.5]])
+    index.mark([2])
+    index.mark_one(2, 0xABC)
+    assert index.refresh(kv) == 1
+    assert index.kmax[0, 0, 2].tolist() == [3.0, 0.5]
+    assert index.kmin[0, 0, 2].tolist() == [1.0, -2.0]
+    assert index.refresh(kv) == 0
+    assert index.summarized == 4 + 1
+
+
+def test_the_bound_is_never_below_a_score_and_exact_for_a_block_of_equal_keys():
+    gen = torch.Generator().manual_seed(3)
+    keys = torch.randn(1, 2, 40, 8, 16, generator=gen) * 2.0
+    keys[0, :, 5] = keys[0, :, 5, :1]           # block 5: eight copies of one key
+    _, index = indexed(keys)
+    q = torch.randn(2, 3, 16, generator=gen) * 1.5    # [KVH, G, D]
+    scale = 16 ** -0.5
+    bounds, log_mass = score_blocks(q, index.entries[0].flatten(-2), scale, 8, "bound")
+    true_max = torch.einsum("hgd,hbjd->hgbj", q.double(), keys[0].double()).amax(-1) * scale
+    assert (bounds.double() >= true_max - 1e-5).all()
+    assert torch.allclose(bounds[:, :, 5].double(), true_max[:, :, 5], atol=1e-5)
+    assert torch.allclose(log_mass, bounds + math.log(8))
+
+
+def test_the_moment_estimate_is_exact_for_equal_keys_and_capped_by_the_bound():
+    gen = torch.Generator().manual_seed(4)
+    keys = torch.randn(1, 1, 6, 4, 8, generator=gen)
+    keys[0, 0, 2] = keys[0, 0, 2, :1]
+    _, index = indexed(keys)
+    q = torch.randn(1, 2, 8, generator=gen)
+    bounds, log_mass = score_blocks(q, index.entries[0].flatten(-2), 0.5, 4, "moment")
+    exact = math.log(4) + 0.5 * (q[0] @ keys[0, 0, 2, 0])
+    assert torch.allclose(log_mass[0, :, 2], exact, atol=1e-5)
+    assert (log_mass <= bounds + math.log(4) + 1e-6).all()
+
+
+def test_selection_keeps_sinks_and_window_and_takes_each_kv_heads_best_blocks():
+    # 12 blocks of 4 keys, the last one holding 2; block at position p is physical block 11 - p
+    bs, dim = 4, 4
+    keys = torch.zeros(1, 2, 12, bs, dim)
+    table = list(range(11, -1, -1))
+    for head, dims_values in ((0, {3: 5.0, 7: 4.0, 5: 3.0}), (1, {2: 6.0, 9: 2.0, 8: 1.0})):
+        for pos, v in dims_values.items():
+            keys[0, head, table[pos], 0, head] = v
+    kv, index = indexed(keys)
+    cfg = SparseConfig(enabled=True, min_context=1, budget_blocks=5, sink_blocks=1,
+                       window_blocks=2, estimate="bound")
+    lay = layout([table], [11 * bs + 2], cfg, bs)
+    q = torch.zeros(1, 2, 1, dim)
+    q[0, 0, 0, 0] = 1.0
+    q[0, 1, 0, 1] = 1.0
+    sel = select_blocks(q, index, 0, lay, cfg, bs, scale=0.5)
+    # sinks (position 0), window (10, 11), then the two best middle blocks of each head
+    assert sel.block_ids.tolist() == [[11, 1, 0, 8, 4], [11, 1, 0, 9, 2]]
+    assert sel.block_lens.tolist() == [[4, 4, 2, 4, 4]] * 2
+    # left out of head 0: middle positions 1 2 4 5 6 8 9, only position 5 (3.0) scoring above 0
+    head0 = math.log(bs * (math.exp(1.5) + 6))
+    head1 = math.log(bs * (math.exp(0.5) + 6))
+    assert sel.log_left_out.flatten().tolist() == pytest.approx([head0, head1], abs=1e-6)
+
+
+def test_query_heads_of_a_group_rank_blocks_relative_to_their_own_best():
+    bs, dim = 2, 2
+    keys = torch.zeros(1, 1, 10, bs, dim)
+    keys[0, 0, 2, 0, 0] = 1.0      # query head 0's best block
+    keys[0, 0, 3, 0, 0] = 0.9      # its second best: raw score far above head 1's best
+    keys[0, 0, 5, 0, 1] = 1.0      # query head 1's best
+    kv, index = indexed(keys)
+    cfg = SparseConfig(enabled=True, min_context=1, budget_blocks=5, sink_blocks=1,
+                       window_blocks=2)
+    lay = layout([list(range(10))], [20], cfg, bs)
+    q = torch.tensor([[[[10.0, 0.0], [0.0, 1.0]]]])     # [R=1, KVH=1, G=2, D]
+    sel = select_blocks(q, index, 0, lay, cfg, bs, scale=0.5)
+    assert sorted(sel.block_ids[0, 3:].tolist()) == [2, 5]
+
+
+def test_rows_of_different_lengths_read_their_own_budget():
+    bs = 4
+    cfg = SparseConfig(enabled=True, min_context=1, budget_fraction=0.5, sink_blocks=1,
+                       window_blocks=1)
+    lay = layout([list(range(8)), list(range(8, 20))], [30, 47], cfg, bs)
+    assert (lay.nblocks, lay.budgets, lay.picks) == ([8, 12], [4, 6], 4)
+    assert lay.chosen.tolist() == [[[True, True, False, False], [True, True, True, True]]]
+    assert lay.fixed_ids.tolist() == [[[0, 7]], [[8, 19]]]
+    assert lay.block_lens.tolist() == [[[4, 2, 4, 4, 0, 0]], [[4, 3, 4, 4, 4, 4]]]
+
+
+def test_attention_over_the_selection_is_exact_and_the_bound_covers_the_mass_left_out():
+    gen = torch.Generator().manual_seed(11)
+    bs, dim, kv_heads, g = 8, 16, 2, 3
+    keys = torch.randn(1, kv_heads, 40, bs, dim, generator=gen) * 1.5
+    kv, index = indexed(keys)
+    cfg = SparseConfig(enabled=True, min_context=1, budget_fraction=0.3, sink_blocks=1,
+                       window_blocks=2, estimate="bound")
+    tables = [list(range(0, 17)), list(range(17, 40))]
+    lens = [16 * bs + 3, 23 * bs]
+    lay = layout(tables, lens, cfg, bs)
+    q = torch.randn(2, kv_heads, g, dim, generator=gen)
+    scale = dim ** -0.5
+    sel = select_blocks(q, index, 0, lay, cfg, bs, scale)
+    qp = q.reshape(2 * kv_heads, g, dim)
+    out, lse = attend_blocks(qp, kv[0, 0], kv[0, 1], flat_ids(sel.block_ids, kv_heads, 40),
+                             sel.block_lens, scale)
+    estimate = left_out_mass(sel.log_left_out, lse)
+    for p in range(2 * kv_heads):
+        row, head = divmod(p, kv_heads)
+        table, n = tables[row], lens[row]
+        k_all = keys[0, head, table].reshape(-1, dim)[:n].double()
+        v_all = kv[0, 1, head, table].reshape(-1, dim)[:n].double()
+        scores = qp[p].double() @ k_all.T * scale                       # [G, n]
+        read = torch.zeros(n, dtype=torch.bool)
+        for block, length in zip(sel.block_ids[p].tolist(), sel.block_lens[p].tolist()):
+            start = table.index(block) * bs
+            read[start:start + length] = True
+        want_lse = torch.logsumexp(scores[:, read], -1)
+        want_out = torch.softmax(scores[:, read], -1) @ v_all[read]
+        true_left = 1 - torch.exp(want_lse - torch.logsumexp(scores, -1))
+        assert int(read.sum()) == (lay.budgets[row] - 1) * bs + (n - (lay.nblocks[row] - 1) * bs)
+        assert torch.allclose(lse[p].double(), want_lse, atol=1e-5)
+        assert torch.allclose(out[p].double(), want_out, atol=1e-5)
+        assert (estimate[p].double() >= true_left - 1e-6).all()
+        assert (true_left > 0.05).all()          # the case is not trivial: mass is left out
+
+
+def test_full_attention_of_pairs_matches_the_kernel_and_the_torch_path():
+    from strata.engine import kernels
+    gen = torch.Generator().manual_seed(5)
+    kv_heads, nb, bs, dim = 2, 9, 4, 8
+    kc = torch.randn(kv_heads, nb, bs, dim, generator=gen)
+    vc = torch.randn(kv_heads, nb, bs, dim, generator=gen)
+    q = torch.randn(kv_heads, 2, dim, generator=gen)                    # one row, 2 pairs
+    flat = flat_ids(torch.tensor([[3, 1, 7]] * kv_heads), kv_heads, nb)
+    lens = torch.tensor([10, 10])
+    out, lse = attend_full(q, kc, vc, flat, lens, 0.3, native=False)
+    for h in range(kv_heads):
+        k = kc[h, [3, 1, 7]].reshape(-1, dim)[:10]
+        v = vc[h, [3, 1, 7]].reshape(-1, dim)[:10]
+        s = q[h] @ k.T * 0.3
+        assert torch.allclose(out[h], torch.softmax(s, -1) @ v, atol=1e-6)
+        assert torch.allclose(lse[h], torch.logsumexp(s, -1), atol=1e-6)
+    if kernels.load() is not None:
+        native, none = attend_full(q, kc, vc, flat, lens, 0.3, native=True)
+        assert none is None and torch.allclose(native, out, atol=1e-5)
+
+
+def test_config_is_validated_and_budgets_parse():
+    with pytest.raises(ValueError, match=r"budget_blocks \(5\) must exceed sink_blocks \+ "
+                                         r"window_blocks \(5\)"):
+        SparseConfig(budget_blocks=5, sink_blocks=1, window_blocks=4)
+    with pytest.raises(ValueError, match=r"budget_fraction must be in \(0, 1\], got 1.5"):
+        SparseConfig(budget_fraction=1.5)
+    with pytest.raises(ValueError, match="estimate must be one of moment, bound, got 'exact'"):
+        SparseConfig(estimate="exact")
+    with pytest.raises(ValueError, match=r"threshold must be a fraction of attention mass in "
+                                         r"\[0, 1\], got -0.1"):
+        SparseConfig(threshold=-0.1)
+    assert parse_budget("256") == (256, 0.125)
+    assert parse_budget("0.25") == (0, 0.25)
+    assert parse_budget("12.5%") == (0, 0.125)
+    with pytest.raises(ValueError, match=r"a sparse budget is a block count \(256\) or a "
+                                         r"fraction of the context \(0.125 or 12.5%\), got 'x'"):
+        parse_budget("x")
+    cfg = SparseConfig(min_context=100, budget_fraction=0.25, sink_blocks=1, window_blocks=2)
+    assert [cfg.budget_for(n) for n in (4, 10, 40)] == [4, 4, 10]
+    # below min_context, or a budget that covers every block: dense
+    assert (cfg.applies(99, 16), cfg.applies(100, 16), cfg.applies(100, 32)) == \
+        (False, True, False)
