@@ -66,8 +66,10 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
                                                out.completion_tokens)
                             span.set_attribute(names.CACHED_TOKENS, out.cached_tokens)
                             span.set_attribute(names.TIER_TOKENS, out.tier_tokens)
-                            span.set_attribute(names.SPARSE_LAYER_STEPS, out.sparse_layer_steps)
-                            span.set_attribute(names.SPARSE_FALLBACKS, out.sparse_fallbacks)
+                            if self.engine.engine.sparse is not None:
+                                span.set_attribute(names.SPARSE_LAYER_STEPS,
+                                                   out.sparse_layer_steps)
+                                span.set_attribute(names.SPARSE_FALLBACKS, out.sparse_fallbacks)
                         yield chunk_to_pb(out, tok)
             except ValueError as err:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))

@@ -172,6 +172,27 @@ def test_attention_over_the_selection_is_exact_and_the_bound_covers_the_mass_lef
         assert (true_left > 0.05).all()          # the case is not trivial: mass is left out
 
 
+def test_scoring_the_whole_pool_selects_what_a_gather_of_the_rows_blocks_selects():
+    gen = torch.Generator().manual_seed(12)
+    bs, dim = 4, 8
+    keys = torch.randn(2, 2, 30, bs, dim, generator=gen)
+    _, index = indexed(keys)
+    tables = [list(range(29, 9, -1)), list(range(0, 10))]
+    q = torch.randn(2, 2, 2, dim, generator=gen)
+    for estimate in ("moment", "bound"):
+        cfg = SparseConfig(enabled=True, min_context=1, budget_fraction=0.4, sink_blocks=1,
+                           window_blocks=1, estimate=estimate)
+        width = max(len(t) for t in tables)
+        padded = torch.tensor([t + [0] * (width - len(t)) for t in tables])
+        gather = Layout.build(padded, torch.tensor([79, 37]), cfg, bs)
+        pool = Layout.build(padded, torch.tensor([79, 37]), cfg, bs, pool_blocks=30)
+        assert (gather.score_all, pool.score_all) == (False, True)
+        a = select_blocks(q, index, 1, gather, cfg, bs, 0.35)
+        b = select_blocks(q, index, 1, pool, cfg, bs, 0.35)
+        assert torch.equal(a.block_ids, b.block_ids) and torch.equal(a.block_lens, b.block_lens)
+        assert torch.allclose(a.log_left_out, b.log_left_out, atol=1e-5)
+
+
 def test_full_attention_of_pairs_matches_the_kernel_and_the_torch_path():
     from strata.engine import kernels
     gen = torch.Generator().manual_seed(5)

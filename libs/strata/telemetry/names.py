@@ -54,7 +54,7 @@ SLA_CLASS = "strata.sla_class"
 PRIORITY = "strata.priority"
 ERROR_CODE = "strata.error.code"
 # Sparse long-context decode, on the worker span: layer steps a request ran on the sparse path
-# and those the trust check sent back to full attention.
+# and those the trust check sent back to full attention (absent: the worker has no sparse path).
 SPARSE_LAYER_STEPS = "strata.sparse.layer_steps"
 SPARSE_FALLBACKS = "strata.sparse.fallbacks"
 # The evaluation run a request belongs to (from the caller's `x-strata-run-id` metadata).

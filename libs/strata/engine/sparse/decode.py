@@ -98,6 +98,23 @@ class SparseDecoder:
             then(block_id, block_hash)
         return both
 
+    def record(self, request_ids: list[str], failed_heads: list[int], layout: Layout,
+               kv_heads: int) -> None:
+        """Count one layer of a step's sparse rows; failed_heads[i]: row i's KV head groups
+        recomputed with full attention."""
+        st = self.stats
+        st.layer_steps += len(request_ids)
+        for rid, n_fail, blocks, budget in zip(request_ids, failed_heads, layout.nblocks,
+                                               layout.budgets):
+            st.blocks_dense += blocks * kv_heads
+            st.blocks_read += budget * kv_heads + blocks * n_fail
+            fell = int(n_fail > 0)
+            st.fallbacks += fell
+            req = self._requests.get(rid)
+            if req is not None:
+                req.layer_steps += 1
+                req.fallbacks += fell
+
     # -- one step ------------------------------------------------------------------------------
     def plan(self, kv: torch.Tensor, request_ids: list[str], slices: list[SeqSlice],
              decode_group: Group | None, native: bool) -> SparseStep | None:
@@ -135,7 +152,7 @@ class SparseDecoder:
             decoder=self,
             layout=Layout.build(decode_group.block_tables.index_select(0, sparse_rows),
                                 decode_group.context_lens.index_select(0, sparse_rows),
-                                self.cfg, bs),
+                                self.cfg, bs, pool_blocks=kv.shape[3]),
             sparse_rows=sparse_rows,
             token_index=decode_group.token_index.index_select(0, sparse_rows),
             request_ids=ids, dense=_subgroup(decode_group, keep) if keep.numel() else None,
@@ -192,7 +209,8 @@ class SparseStep:
             used.index_copy_(0, failed, self._full(qp, k_cache, v_cache, failed, scale,
                                                    self.native)[0])
         out.index_copy_(0, self.sparse_rows, used.view(r, heads, dim))
-        self._count(fail.view(r, kv_heads).sum(dim=1).tolist(), kv_heads)
+        d.record(self.request_ids, fail.view(r, kv_heads).sum(dim=1).tolist(), self.layout,
+                 kv_heads)
         return out
 
     def _full(self, qp: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -206,21 +224,6 @@ class SparseStep:
         return attend_full(qp.index_select(0, pairs), k_cache, v_cache, flat,
                            self.layout.context_lens.index_select(0, row), scale, native)
 
-    def _count(self, failed_heads: list[int], kv_heads: int) -> None:
-        d = self.decoder
-        st = d.stats
-        st.layer_steps += len(failed_heads)
-        for rid, n_fail, blocks, budget in zip(self.request_ids, failed_heads,
-                                               self.layout.nblocks, self.layout.budgets):
-            st.blocks_dense += blocks * kv_heads
-            st.blocks_read += budget * kv_heads + blocks * n_fail
-            req = d._requests.get(rid)
-            if req is not None:
-                req.layer_steps += 1
-            if n_fail:
-                st.fallbacks += 1
-                if req is not None:
-                    req.fallbacks += 1
 
 def _subgroup(g: Group, rows: torch.Tensor) -> Group:
     """Some rows of a decode group (one query each), as a group of their own."""

@@ -1,4 +1,4 @@
-"""Scoring and selection of a decode row's KV blocks, and the estimate of the attention mass left out.
+"""Scoring and selection of a decode row's KV blocks; the estimate of the attention mass left out.
 
 For a query q (scores scaled by `scale`) and a full block b of n keys, from its index entry:
 
@@ -53,13 +53,23 @@ def score_blocks(q: torch.Tensor, entries: torch.Tensor, scale: float, block_siz
     (bounds on scale * q.k, log of the estimate of sum_j exp(scale * q.k_j)), each [..., G, M]
     in float32.
     """
-    g = q.shape[-2]
+    product = torch.matmul(query_rows(q, scale, estimate), entries.float().transpose(-1, -2))
+    return split_scores(product, q.shape[-2], block_size, estimate)
+
+
+def query_rows(q: torch.Tensor, scale: float, estimate: str) -> torch.Tensor:
+    """[..., G, D] -> the rows [..., G or 2G, 3D] whose products with the entries give the
+    bounds (first G) and, for the moment estimate, the log-normal exponents (next G)."""
     q32 = q.float() * scale
     rows = [torch.cat([q32.clamp(min=0), q32.clamp(max=0), torch.zeros_like(q32)], dim=-1)]
     if estimate == "moment":
         half = q32 * 0.5
         rows.append(torch.cat([half, half, q32 * half], dim=-1))
-    product = torch.matmul(torch.cat(rows, dim=-2), entries.float().transpose(-1, -2))
+    return torch.cat(rows, dim=-2)
+
+
+def split_scores(product: torch.Tensor, g: int, block_size: int,
+                 estimate: str) -> tuple[torch.Tensor, torch.Tensor]:
     bounds = product[..., :g, :]
     if estimate == "bound":
         return bounds, bounds + math.log(block_size)
@@ -75,6 +85,7 @@ class Layout:
     nblocks: list[int]           # blocks of each row's context
     budgets: list[int]           # blocks each row reads per KV head
     mid_ids: torch.Tensor        # [R*M] middle blocks' physical ids (0 past a row's middle)
+    score_all: bool              # score every block of the pool, then pick the rows' ones
     mid_mask: torch.Tensor       # [1, R, 1, M] float32: 0, or -inf past a row's middle
     mid_valid: torch.Tensor      # [1, R, M] bool
     picks: int                   # K: the most middle blocks a row reads
@@ -84,8 +95,12 @@ class Layout:
 
     @staticmethod
     def build(block_tables: torch.Tensor, context_lens: torch.Tensor, cfg: SparseConfig,
-              block_size: int) -> Layout:
-        """Every row must satisfy cfg.applies (its budget leaves a middle block out)."""
+              block_size: int, pool_blocks: int = 0) -> Layout:
+        """Every row must satisfy cfg.applies (its budget leaves a middle block out).
+
+        With `pool_blocks` (the pool's size), the rows score every block of the pool in place
+        when that reads at most twice the entries a gather of their own would copy: a gather
+        costs a read, a write and a read again."""
         dev = block_tables.device
         sinks, window = cfg.sink_blocks, cfg.window_blocks
         lens = context_lens.tolist()
@@ -110,6 +125,7 @@ class Layout:
         return Layout(
             block_tables=block_tables, context_lens=context_lens, nblocks=nblocks,
             budgets=budgets, mid_ids=mid_ids.masked_fill(~valid, 0).reshape(-1),
+            score_all=0 < len(lens) * pool_blocks <= 2 * len(lens) * width,
             mid_mask=torch.zeros(valid.shape, device=dev).masked_fill_(~valid, _NEG)[None, :,
                                                                                      None],
             mid_valid=valid[None], picks=picks, chosen=chosen[None],
@@ -131,9 +147,18 @@ def select_blocks(q: torch.Tensor, index: BlockIndex, layer: int, layout: Layout
     """q [R, KVH, G, D]: the rows' queries grouped by KV head."""
     r, kv_heads, g, dim = q.shape
     width = layout.mid_valid.shape[-1]
-    entries = index.entries[layer].index_select(1, layout.mid_ids)           # [KVH, R*M, 3, D]
-    bounds, mass = score_blocks(q.transpose(0, 1), entries.view(kv_heads, r, width, 3 * dim),
-                                scale, block_size, cfg.estimate)             # [KVH, R, G, M]
+    rows = query_rows(q.transpose(0, 1), scale, cfg.estimate)                # [KVH, R, G', 3D]
+    layer_entries = index.entries[layer]                                      # [KVH, NB, 3, D]
+    if layout.score_all:
+        everything = layer_entries.view(kv_heads, -1, 3 * dim).float().transpose(-1, -2)
+        product = torch.matmul(rows.reshape(kv_heads, -1, 3 * dim), everything)  # [KVH, R*G', NB]
+        product = product.view(kv_heads, r, rows.shape[2], -1).gather(
+            -1, layout.mid_ids.view(1, r, 1, width).expand(kv_heads, r, rows.shape[2], width))
+    else:
+        entries = layer_entries.index_select(1, layout.mid_ids)              # [KVH, R*M, 3, D]
+        product = torch.matmul(rows, entries.view(kv_heads, r, width, 3 * dim).float()
+                               .transpose(-1, -2))                           # [KVH, R, G', M]
+    bounds, mass = split_scores(product, g, block_size, cfg.estimate)        # [KVH, R, G, M]
     bounds = bounds + layout.mid_mask
     rank = (bounds - bounds.amax(dim=-1, keepdim=True)).amax(dim=2)           # [KVH, R, M]
     top = rank.topk(layout.picks, dim=-1).indices                             # [KVH, R, K]
