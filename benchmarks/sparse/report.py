@@ -59,22 +59,25 @@ def render(r: SparseBenchReport) -> str:
 
 def _fidelity(runs: list[FidelityRun]) -> list[str]:
     out = ["## Fidelity per decode step", "",
-           "Dense and sparse decode the same prompt side by side in one engine (the sparse "
-           "request's prompt comes from the prefix cache, so both start from the same KV). At "
-           "each step the sparse row is given the dense row's token (teacher forcing): top-1 "
-           "agreement counts the steps whose sparse greedy token equals the dense one, and the "
-           "first disagreement is where free-running outputs would part. The attention-output "
-           "cosine compares, at every layer of every sparse step, the sparse path's output with "
-           "full attention computed on the same query and the same cache.", "",
+           "The engine generates the continuation greedily on the dense path; the engine's "
+           "side-by-side tool (`strata.engine.sparse.fidelity.teacher_forced`) then feeds it "
+           "one token per decode step through the dense and the sparse path from the same "
+           "prefilled prompt. Top-1 agreement counts the steps whose greedy tokens match; the "
+           "first disagreement is where free-running outputs would part. Cosine: each sparse "
+           "layer step's attention output (after the trust check) against full attention on the "
+           "same query and cache; \"selection\" is the selected blocks' output before "
+           "fallbacks. Dense replay: the tool's dense top-1 against the engine's own tokens "
+           "(a check of the harness).", "",
            "| model | prompt tokens | steps | top-1 agreement | first disagreement | cosine mean "
-           "| cosine P1 | cosine min | sparse path |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           "| cosine P1 | cosine min | selection mean / min | dense replay | sparse path |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for f in runs:
-        c = f.cosine
-        cos = (f"{c.mean:.4f} | {c.p1:.4f} | {c.min:.4f}" if c else "- | - | -")
+        c, s = f.cosine, f.cosine_selected
+        cos = f"{c.mean:.4f} | {c.p1:.4f} | {c.min:.4f}" if c else "- | - | -"
+        sel = f"{s.mean:.4f} / {s.min:.4f}" if s else "-"
         first = "none" if f.first_disagreement is None else str(f.first_disagreement)
         out.append(f"| {f.model} | {f.context} | {f.steps} | {_pct(f.agreement)} | {first} | "
-                   f"{cos} | {_counters(f.counters)} |")
+                   f"{cos} | {sel} | {_pct(f.dense_replay)} | {_counters(f.counters)} |")
     return out + [""]
 
 

