@@ -214,6 +214,32 @@ def test_full_attention_of_pairs_matches_the_kernel_and_the_torch_path():
         assert none is None and torch.allclose(native, out, atol=1e-5)
 
 
+@pytest.mark.parametrize("dim", [64, 24])
+def test_the_fused_cpu_kernels_compute_what_the_torch_path_does(dim):
+    from strata.engine.sparse import native
+    if native.load() is None:
+        pytest.skip("the sparse CPU kernels did not build")
+    gen = torch.Generator().manual_seed(13)
+    bs, kv_heads, g = 4, 2, 3
+    keys = torch.randn(1, kv_heads, 30, bs, dim, generator=gen)
+    kv, index = indexed(keys)
+    cfg = SparseConfig(enabled=True, min_context=1, budget_fraction=0.4, sink_blocks=1,
+                       window_blocks=1)
+    tables = [list(range(29, 9, -1)), list(range(0, 10))]
+    lay = layout(tables, [79, 37], cfg, bs)
+    q = torch.randn(2, kv_heads, g, dim, generator=gen)
+    a = select_blocks(q, index, 0, lay, cfg, bs, 0.35)
+    b = select_blocks(q, index, 0, lay, cfg, bs, 0.35, fused=True)
+    assert torch.equal(a.block_ids, b.block_ids) and torch.equal(a.block_lens, b.block_lens)
+    assert torch.allclose(a.log_left_out, b.log_left_out, atol=1e-4)
+    qp = q.reshape(2 * kv_heads, g, dim)
+    flat = flat_ids(a.block_ids, kv_heads, 30)
+    want, want_lse = attend_blocks(qp, kv[0, 0], kv[0, 1], flat, a.block_lens, 0.35)
+    got, got_lse = attend_blocks(qp, kv[0, 0], kv[0, 1], flat, a.block_lens, 0.35, fused=True)
+    assert (a.block_lens == 0).any()            # padding entries are skipped, not read
+    assert torch.allclose(got, want, atol=1e-5) and torch.allclose(got_lse, want_lse, atol=1e-5)
+
+
 def test_config_is_validated_and_budgets_parse():
     with pytest.raises(ValueError, match=r"budget_blocks \(5\) must exceed sink_blocks \+ "
                                          r"window_blocks \(5\)"):

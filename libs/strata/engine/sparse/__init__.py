@@ -6,6 +6,8 @@ attention mass left out may be too large.
     index.py    BlockIndex: per physical block, layer and KV head, the keys' box and mean
     select.py   scoring, selection, the bound and the estimate of the mass left out
     attend.py   exact attention of (row, KV head) pairs over their own block lists
+    native.py   sparse_kernels.cpp: block scoring and attention with the log partition, fused
+                for the CPU (reading index and cache in place); torch operations elsewhere
     decode.py   the engine's side: per-step plan, per-layer run, counters, probes
     fidelity.py side-by-side runs for measurements (dense vs sparse, teacher-forced)
 

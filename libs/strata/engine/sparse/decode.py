@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from strata.engine.attention import Group, SeqSlice
+from strata.engine.sparse import native as sparse_native
 from strata.engine.sparse.attend import attend_blocks, attend_full, flat_ids
 from strata.engine.sparse.config import SparseConfig
 from strata.engine.sparse.index import BlockIndex
@@ -71,6 +72,8 @@ class SparseDecoder:
         self.cfg = cfg
         self.block_size = block_size
         self.index = BlockIndex(num_layers, kv_heads, num_blocks, head_dim, device, dtype)
+        # Built (or loaded from its cache) now, so a first compile never lands on a request.
+        self.fused = torch.device(device).type == "cpu" and sparse_native.load() is not None
         self.stats = SparseStats()
         self.probe: Callable[[LayerProbe], None] | None = None
         self._modes: dict[str, bool] = {}
@@ -156,7 +159,7 @@ class SparseDecoder:
             sparse_rows=sparse_rows,
             token_index=decode_group.token_index.index_select(0, sparse_rows),
             request_ids=ids, dense=_subgroup(decode_group, keep) if keep.numel() else None,
-            dense_rows=keep, native=native)
+            dense_rows=keep, native=native, fused=native and self.fused)
 
 
 @dataclass(slots=True)
@@ -170,7 +173,8 @@ class SparseStep:
     request_ids: list[str]
     dense: Group | None                # the other decode rows
     dense_rows: torch.Tensor
-    native: bool
+    native: bool                       # fallbacks through the dense decode kernel
+    fused: bool                        # selection and attention through sparse_kernels.cpp
 
     def attend(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                group: Group, scale: float, layer: int, dense_decode: DenseDecode) -> torch.Tensor:
@@ -186,10 +190,10 @@ class SparseStep:
             out.index_copy_(0, self.dense_rows, dense_decode(self.dense))
         qp = q.index_select(0, self.token_index).view(r * kv_heads, g, dim)
         sel = select_blocks(qp.view(r, kv_heads, g, dim), d.index, layer, self.layout, cfg,
-                            d.block_size, scale)
+                            d.block_size, scale, self.fused)
         got, lse = attend_blocks(qp, k_cache, v_cache,
                                  flat_ids(sel.block_ids, kv_heads, num_blocks), sel.block_lens,
-                                 scale)
+                                 scale, self.fused)
         estimate = left_out_mass(sel.log_left_out, lse)                         # [P, G]
         fail = (estimate > cfg.threshold).any(dim=-1)                           # [P]
         failed = fail.nonzero().flatten()
@@ -197,7 +201,7 @@ class SparseStep:
         if d.probe is not None:
             full, full_lse = self._full(qp, k_cache, v_cache,
                                         torch.arange(r * kv_heads, device=q.device), scale,
-                                        native=False)
+                                        native=False, fused=self.fused)
             used = torch.where(fail[:, None, None], full, got)
             d.probe(LayerProbe(
                 layer=layer, request_ids=list(self.request_ids),
@@ -214,15 +218,15 @@ class SparseStep:
         return out
 
     def _full(self, qp: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-              pairs: torch.Tensor, scale: float,
-              native: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+              pairs: torch.Tensor, scale: float, native: bool,
+              fused: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Full attention of some pairs over all their row's blocks (the fallback)."""
         kv_heads, num_blocks = k_cache.shape[0], k_cache.shape[1]
         row = pairs // kv_heads
         flat = self.layout.block_tables.index_select(0, row) + \
             ((pairs % kv_heads) * num_blocks)[:, None]
         return attend_full(qp.index_select(0, pairs), k_cache, v_cache, flat,
-                           self.layout.context_lens.index_select(0, row), scale, native)
+                           self.layout.context_lens.index_select(0, row), scale, native, fused)
 
 
 def _subgroup(g: Group, rows: torch.Tensor) -> Group:

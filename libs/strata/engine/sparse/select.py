@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 import torch
 
+from strata.engine.sparse import native as sparse_native
 from strata.engine.sparse.config import SparseConfig
 from strata.engine.sparse.index import BlockIndex
 
@@ -86,7 +87,8 @@ class Layout:
     budgets: list[int]           # blocks each row reads per KV head
     mid_ids: torch.Tensor        # [R*M] middle blocks' physical ids (0 past a row's middle)
     score_all: bool              # score every block of the pool, then pick the rows' ones
-    mid_mask: torch.Tensor       # [1, R, 1, M] float32: 0, or -inf past a row's middle
+    mid_mask: torch.Tensor | None  # [1, R, 1, M] float32: 0, or -inf past a row's middle;
+    #                                None when every row's middle is M blocks long
     mid_valid: torch.Tensor      # [1, R, M] bool
     picks: int                   # K: the most middle blocks a row reads
     chosen: torch.Tensor         # [1, R, K] bool: the row reads its j-th best middle block
@@ -125,9 +127,9 @@ class Layout:
         return Layout(
             block_tables=block_tables, context_lens=context_lens, nblocks=nblocks,
             budgets=budgets, mid_ids=mid_ids.masked_fill(~valid, 0).reshape(-1),
-            score_all=0 < len(lens) * pool_blocks <= 2 * len(lens) * width,
-            mid_mask=torch.zeros(valid.shape, device=dev).masked_fill_(~valid, _NEG)[None, :,
-                                                                                     None],
+            score_all=0 < pool_blocks <= 2 * width,
+            mid_mask=None if bool(valid.all()) else
+            torch.zeros(valid.shape, device=dev).masked_fill_(~valid, _NEG)[None, :, None],
             mid_valid=valid[None], picks=picks, chosen=chosen[None],
             fixed_ids=block_tables.gather(1, fixed_pos)[:, None],
             block_lens=block_lens[:, None])
@@ -143,13 +145,20 @@ class Selection:
 
 
 def select_blocks(q: torch.Tensor, index: BlockIndex, layer: int, layout: Layout,
-                  cfg: SparseConfig, block_size: int, scale: float) -> Selection:
-    """q [R, KVH, G, D]: the rows' queries grouped by KV head."""
+                  cfg: SparseConfig, block_size: int, scale: float,
+                  fused: bool = False) -> Selection:
+    """q [R, KVH, G, D]: the rows' queries grouped by KV head. `fused`: the products with the
+    index entries through sparse_kernels.cpp, which reads the entries in place."""
     r, kv_heads, g, dim = q.shape
     width = layout.mid_valid.shape[-1]
     rows = query_rows(q.transpose(0, 1), scale, cfg.estimate)                # [KVH, R, G', 3D]
     layer_entries = index.entries[layer]                                      # [KVH, NB, 3, D]
-    if layout.score_all:
+    if fused:
+        ops = sparse_native.load()
+        assert ops is not None, "fused is set only when the sparse kernels loaded"
+        product = ops.block_scores(rows.contiguous(), layer_entries.view(kv_heads, -1, 3 * dim),
+                                   layout.mid_ids.view(r, width))           # [KVH, R, G', M]
+    elif layout.score_all:
         everything = layer_entries.view(kv_heads, -1, 3 * dim).float().transpose(-1, -2)
         product = torch.matmul(rows.reshape(kv_heads, -1, 3 * dim), everything)  # [KVH, R*G', NB]
         product = product.view(kv_heads, r, rows.shape[2], -1).gather(
@@ -159,7 +168,8 @@ def select_blocks(q: torch.Tensor, index: BlockIndex, layer: int, layout: Layout
         product = torch.matmul(rows, entries.view(kv_heads, r, width, 3 * dim).float()
                                .transpose(-1, -2))                           # [KVH, R, G', M]
     bounds, mass = split_scores(product, g, block_size, cfg.estimate)        # [KVH, R, G, M]
-    bounds = bounds + layout.mid_mask
+    if layout.mid_mask is not None:
+        bounds = bounds + layout.mid_mask
     rank = (bounds - bounds.amax(dim=-1, keepdim=True)).amax(dim=2)           # [KVH, R, M]
     top = rank.topk(layout.picks, dim=-1).indices                             # [KVH, R, K]
     taken = torch.zeros(rank.shape, dtype=torch.bool, device=q.device)
