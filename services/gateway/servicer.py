@@ -241,4 +241,4 @@ def _params(r: gateway_pb2.GenerateRequest) -> GenerateParams:
 def _spec(r: gateway_pb2.GenerateRequest) -> common_pb2.GenerationSpec:
     return common_pb2.GenerationSpec(model=r.model, prompt=r.prompt, messages=r.messages,
                                      sampling=r.sampling, max_tokens=r.max_tokens, stop=r.stop,
-                                     prefix_public=r.prefix_public)
+                                     prefix_public=r.prefix_public, sparse=r.sparse)

@@ -361,3 +361,13 @@ async def test_a_refused_route_reaches_the_caller_with_its_retry_after(env):
     assert (err.code(), err.details()) == (RESOURCE_EXHAUSTED, details)
     assert [v for k, v in err.trailing_metadata() if k == "retry-after-ms"] == ["250"]
     assert env.node.submits == []
+
+
+async def test_the_requests_sparse_choice_reaches_the_node(env):
+    _, key = await create(env.admin, name="doc", sla_class="standard")
+    for mode in (common_pb2.SPARSE_MODE_ON, common_pb2.SPARSE_MODE_OFF,
+                 common_pb2.SPARSE_MODE_DEFAULT):
+        [_ async for _ in env.gateway.Generate(gateway_pb2.GenerateRequest(
+            model=MODEL, prompt=PROMPT, max_tokens=16, sparse=mode), metadata=bearer(key))]
+    assert [s.spec.sparse for s in env.node.submits] == [
+        common_pb2.SPARSE_MODE_ON, common_pb2.SPARSE_MODE_OFF, common_pb2.SPARSE_MODE_DEFAULT]

@@ -33,8 +33,9 @@ def build_request(model: str, prompt: str | None = None,
                   repetition_penalty: float = 0.0, frequency_penalty: float = 0.0,
                   presence_penalty: float = 0.0, logprobs: int = 0,
                   stop_token_ids: Sequence[int] = (), ignore_eos: bool = False,
-                  ) -> gateway_pb2.GenerateRequest:
-    """The GenerateRequest for these arguments. Value ranges are the gateway's to check."""
+                  sparse: bool | None = None) -> gateway_pb2.GenerateRequest:
+    """The GenerateRequest for these arguments. Value ranges are the gateway's to check.
+    `sparse`: None = the worker's default decode path, True/False = the sparse path on/off."""
     if (prompt is None) == (messages is None):
         raise ValueError("give exactly one of prompt (plain text) or messages (chat turns)")
     sampling = common_pb2.SamplingParams(
@@ -46,6 +47,8 @@ def build_request(model: str, prompt: str | None = None,
         sampling.seed = seed
     request = gateway_pb2.GenerateRequest(model=model, sampling=sampling, max_tokens=max_tokens,
                                           stop=list(stop), prefix_public=prefix_public)
+    if sparse is not None:
+        request.sparse = common_pb2.SPARSE_MODE_ON if sparse else common_pb2.SPARSE_MODE_OFF
     if prompt is not None:
         request.prompt = prompt
     else:

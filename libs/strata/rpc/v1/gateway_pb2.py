@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from strata.rpc.v1 import common_pb2 as strata_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17strata/v1/gateway.proto\x12\tstrata.v1\x1a\x16strata/v1/common.proto\"\xc0\x01\n\x0fGenerateRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12(\n\x08messages\x18\x03 \x03(\x0b\x32\x16.strata.v1.ChatMessage\x12+\n\x08sampling\x18\x04 \x01(\x0b\x32\x19.strata.v1.SamplingParams\x12\x12\n\nmax_tokens\x18\x05 \x01(\x05\x12\x0c\n\x04stop\x18\x06 \x03(\t\x12\x15\n\rprefix_public\x18\x07 \x01(\x08\"\xd5\x01\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x11\n\ttoken_ids\x18\x03 \x03(\x05\x12.\n\rfinish_reason\x18\x04 \x01(\x0e\x32\x17.strata.v1.FinishReason\x12\x1f\n\x05usage\x18\x05 \x01(\x0b\x32\x10.strata.v1.Usage\x12\x10\n\x08trace_id\x18\x06 \x01(\t\x12)\n\x08logprobs\x18\x07 \x03(\x0b\x32\x17.strata.v1.TokenLogprob2\x9b\x01\n\x07Gateway\x12\x45\n\x08Generate\x12\x1a.strata.v1.GenerateRequest\x1a\x1b.strata.v1.GenerateResponse0\x01\x12I\n\nListModels\x12\x1c.strata.v1.ListModelsRequest\x1a\x1d.strata.v1.ListModelsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17strata/v1/gateway.proto\x12\tstrata.v1\x1a\x16strata/v1/common.proto\"\xe7\x01\n\x0fGenerateRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12(\n\x08messages\x18\x03 \x03(\x0b\x32\x16.strata.v1.ChatMessage\x12+\n\x08sampling\x18\x04 \x01(\x0b\x32\x19.strata.v1.SamplingParams\x12\x12\n\nmax_tokens\x18\x05 \x01(\x05\x12\x0c\n\x04stop\x18\x06 \x03(\t\x12\x15\n\rprefix_public\x18\x07 \x01(\x08\x12%\n\x06sparse\x18\x08 \x01(\x0e\x32\x15.strata.v1.SparseMode\"\xd5\x01\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x11\n\ttoken_ids\x18\x03 \x03(\x05\x12.\n\rfinish_reason\x18\x04 \x01(\x0e\x32\x17.strata.v1.FinishReason\x12\x1f\n\x05usage\x18\x05 \x01(\x0b\x32\x10.strata.v1.Usage\x12\x10\n\x08trace_id\x18\x06 \x01(\t\x12)\n\x08logprobs\x18\x07 \x03(\x0b\x32\x17.strata.v1.TokenLogprob2\x9b\x01\n\x07Gateway\x12\x45\n\x08Generate\x12\x1a.strata.v1.GenerateRequest\x1a\x1b.strata.v1.GenerateResponse0\x01\x12I\n\nListModels\x12\x1c.strata.v1.ListModelsRequest\x1a\x1d.strata.v1.ListModelsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,9 +33,9 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'strata.v1.gateway_pb2', _gl
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_GENERATEREQUEST']._serialized_start=63
-  _globals['_GENERATEREQUEST']._serialized_end=255
-  _globals['_GENERATERESPONSE']._serialized_start=258
-  _globals['_GENERATERESPONSE']._serialized_end=471
-  _globals['_GATEWAY']._serialized_start=474
-  _globals['_GATEWAY']._serialized_end=629
+  _globals['_GENERATEREQUEST']._serialized_end=294
+  _globals['_GENERATERESPONSE']._serialized_start=297
+  _globals['_GENERATERESPONSE']._serialized_end=510
+  _globals['_GATEWAY']._serialized_start=513
+  _globals['_GATEWAY']._serialized_end=668
 # @@protoc_insertion_point(module_scope)
