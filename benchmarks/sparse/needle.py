@@ -3,14 +3,15 @@ the scoring of the model's answer.
 
 The prompt is built from token ids, not text, so its length is exact:
 
-    [chat template up to the user's text][haystack ... needle ... haystack][question, template
-     up to the assistant's turn, the answer's first words]
+    [chat template up to the user's text, preamble][haystack ... needle ... haystack]
+    [question, template up to the assistant's turn, the answer's first words]
 
 The needle goes in the way the `needlehaystack` tester puts it: at `depth` percent of the
 haystack's tokens, moved back to just after the nearest sentence end ('.'), or last at 100%.
-The answer's first words are given ("The special magic number is"), as RULER does: a 135M model
-then only has to copy the number, which is what retrieval is about; without them it often
-restates the question instead.
+Preamble, question and the answer's first words follow RULER's single-needle template: told
+beforehand that a number is hidden, SmolLM2-135M finds it at 8k at most depths (without the
+preamble it found it only at the very end), and with the answer begun it only has to copy the
+number, which is what retrieval is about.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ from dataclasses import dataclass
 
 from strata.engine.tokenizer import Tokenizer
 
+PREAMBLE = ("A special magic number is hidden within the following text. Make sure to memorize "
+            "it. I will quiz you about the number afterwards.\n")
 NEEDLE = " The special magic number is {number}."
-QUESTION = ("What is the special magic number mentioned in the document above? "
-            "Answer with the number only.")
-ANSWER_PREFIX = "The special magic number is"
+QUESTION = "What is the special magic number mentioned in the provided text?"
+ANSWER_PREFIX = "The special magic number mentioned in the provided text is"
 _SENTINEL = "\u2063DOCUMENT\u2063"
 _NUMBER = re.compile(r"\d[\d,]*")
 
@@ -53,9 +55,10 @@ class NeedlePrompt:
 
 
 def chat_pieces(tokenizer: Tokenizer, question: str = QUESTION,
-                answer_prefix: str = ANSWER_PREFIX) -> ChatPieces:
+                answer_prefix: str = ANSWER_PREFIX, preamble: str = PREAMBLE) -> ChatPieces:
     """Split the model's chat template around the document; the tail ends inside the answer."""
-    rendered = tokenizer.apply_chat_template([("user", _SENTINEL + "\n\n" + question)])
+    rendered = tokenizer.apply_chat_template(
+        [("user", preamble + _SENTINEL + "\n\n" + question)])
     before, after = rendered.split(_SENTINEL)
     return ChatPieces(head=tokenizer.encode(before),
                       tail=tokenizer.encode(after + answer_prefix))

@@ -67,17 +67,22 @@ def _fidelity(runs: list[FidelityRun]) -> list[str]:
            "layer step's attention output (after the trust check) against full attention on the "
            "same query and cache; \"selection\" is the selected blocks' output before "
            "fallbacks. Dense replay: the tool's dense top-1 against the engine's own tokens "
-           "(a check of the harness).", "",
-           "| model | prompt tokens | steps | top-1 agreement | first disagreement | cosine mean "
-           "| cosine P1 | cosine min | selection mean / min | dense replay | sparse path |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "(a check of the harness). Lead: the dense top-1 logit minus the runner-up's, the "
+           "median over steps and the widest among steps where the paths disagreed (a "
+           "disagreement at a lead near 0 is a near-tie flipped by rounding).", "",
+           "| model | prompt tokens | steps | top-1 agreement | first disagreement | lead median "
+           "/ widest disagreeing | cosine mean | cosine P1 | cosine min | selection mean / min "
+           "| dense replay | sparse path |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for f in runs:
         c, s = f.cosine, f.cosine_selected
         cos = f"{c.mean:.4f} | {c.p1:.4f} | {c.min:.4f}" if c else "- | - | -"
         sel = f"{s.mean:.4f} / {s.min:.4f}" if s else "-"
         first = "none" if f.first_disagreement is None else str(f.first_disagreement)
+        widest = "-" if f.disagree_margin_max is None else f"{f.disagree_margin_max:.3f}"
         out.append(f"| {f.model} | {f.context} | {f.steps} | {_pct(f.agreement)} | {first} | "
-                   f"{cos} | {sel} | {_pct(f.dense_replay)} | {_counters(f.counters)} |")
+                   f"{f.margin_median:.3f} / {widest} | {cos} | {sel} | "
+                   f"{_pct(f.dense_replay)} | {_counters(f.counters)} |")
     return out + [""]
 
 

@@ -75,6 +75,8 @@ class FidelityRun:
     cosine_selected: CosineStats | None    # the selection alone, before fallbacks
     counters: SparseCounters
     dense_replay: float = 1.0  # teacher-forced dense top-1 equal to the engine's own tokens
+    margin_median: float = 0.0       # dense top-1 logit minus the runner-up's, median over steps
+    disagree_margin_max: float | None = None   # the widest such lead where the paths disagreed
     wall_s: float = 0.0
 
     @property

@@ -83,8 +83,8 @@ def test_prompt_refuses_lengths_it_cannot_fill():
 
 def test_chat_pieces_split_the_template_around_the_document_and_end_in_the_answer():
     tok = CharTokenizer()
-    pieces = chat_pieces(tok, question="Q?", answer_prefix="The number is")
-    assert tok.decode(pieces.head) == "<|im_start|>user\n"
+    pieces = chat_pieces(tok, question="Q?", answer_prefix="The number is", preamble="Look.\n")
+    assert tok.decode(pieces.head) == "<|im_start|>user\nLook.\n"
     assert tok.decode(pieces.tail) == ("\n\nQ?<|im_end|>\n<|im_start|>assistant\n"
                                        "The number is")
 
@@ -146,7 +146,7 @@ def _fid(agree=256, mean=0.995, model="m", context=4096) -> FidelityRun:
                        cosine=CosineStats(count=100, mean=mean, p1=mean - 0.01,
                                           min=mean - 0.02),
                        cosine_selected=CosineStats(count=100, mean=0.98, p1=0.9, min=0.8),
-                       counters=SparseCounters(256, 1024, 8, 100, 800))
+                       counters=SparseCounters(256, 1024, 8, 100, 800), margin_median=1.25)
 
 
 def _lat(sparse: bool, p99: float, batch: int = 1, context: int = 32768) -> LatencyRun:
@@ -213,6 +213,7 @@ def test_report_shows_command_verdicts_tables_and_differing_answers():
            "alike) | **FAIL** |" in md
     assert "| 2048 | 1/1 / 1/1 | 1/1 / 0/1 | 100.0% / 50.0% |" in md
     assert "| 2048 | 100% | 0 | 1234567 | `1234567` | `7` |" in md
-    assert "| m | 4096 | 256 | 100.0% | none | 0.9950 | 0.9850 | 0.9750 | 0.9800 / 0.8000 | " \
+    assert "| m | 4096 | 256 | 100.0% | none | 1.250 / - | 0.9950 | 0.9850 | 0.9750 | " \
+           "0.9800 / 0.8000 | " \
            "100.0% | 1024 layer steps, 0.8% fell back, 12.5% of dense blocks read |" in md
     assert "| 32k | 32768 | 1 | sparse | 48 | 25.00 | 50.00 | 25.00 | -50.0% |" in md
