@@ -72,8 +72,7 @@ from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 
 from strata.policy.kv_index import KVSource, PrefixIndex
-from strata.policy.registry import (NodeRegistry, NodeState, ReplicaLocation, ReplicaPhase,
-                                    ReplicaState)
+from strata.policy.registry import NodeRegistry, ReplicaLocation, ReplicaPhase
 
 REQUEST_WEIGHT_TOKENS = 128   # decode tokens a running request still costs, on average
 KV_BLOCK_TOKENS = 16          # tokens per KV block in the engine's paged pool
@@ -125,26 +124,6 @@ class Router:
         if self.min_source_gain_blocks < 1:
             raise ValueError(f"min_source_gain_blocks must be positive, got "
                              f"{self.min_source_gain_blocks}")
-
-    def load_tokens(self, replica: ReplicaState) -> int:
-        return replica.queued_tokens + replica.running_requests * self.request_weight_tokens
-
-    def score(self, replica: ReplicaState, prompt_tokens_estimate: int,
-              cached_blocks: int = 0) -> tuple[int, int, int]:
-        """The key of a replica alone (no node margin, priority or pending work): est_s in
-        tokens at rate 1."""
-        kv_short = self._kv_short(replica, prompt_tokens_estimate)
-        prefill = max(0, prompt_tokens_estimate - cached_blocks * self.kv_block_tokens)
-        return kv_short, self.load_tokens(replica) + prefill, -replica.kv_blocks_free
-
-    def _kv_short(self, replica: ReplicaState, prompt_tokens_estimate: int) -> int:
-        # A replica reporting no pool (total 0) has not measured it yet: do not penalise it.
-        # Cached blocks do not relieve kv_short: the index counts every tier, and a block on
-        # disk still needs a free device block to be loaded into.
-        return int(replica.waiting_for_memory > 0
-                   or (replica.kv_blocks_total > 0
-                       and replica.kv_blocks_free * self.kv_block_tokens
-                       < prompt_tokens_estimate))
 
     def route(self, model: str, tenant: str, prompt_tokens_estimate: int,
               registry: NodeRegistry, prefix_hashes: Sequence[int] = (),
