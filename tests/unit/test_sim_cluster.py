@@ -8,7 +8,8 @@ import pytest
 
 from strata.eval.synthetic import Uniform, poisson_arrivals, requests_at
 from strata.eval.workload import Scaling, Window
-from strata.policy.placement import ModelDemand, PlacementPlan, plan_placement
+from strata.policy.placement import (Assignment, ModelDemand, PlacementPlan, Unload,
+                                     plan_placement)
 from strata.policy.registry import ReplicaPhase
 from strata.sim.cluster import ModelSpec, SimConfig, Simulator
 from strata.sim.profile import RequestOverheads, StepCosts
@@ -117,6 +118,31 @@ def test_placement_runs_at_start_and_every_replan():
     assert [sim.routed[i] for i in range(3)] == ["a@node-0"] * 3
     assert "a@node-1" in {sim.routed[i] for i in range(3, 6)}
     assert sim.nodes["node-1"].phases["a@node-1"] is ReplicaPhase.READY
+
+
+def test_a_moved_replica_serves_until_its_replacement_is_ready():
+    # The plan moves "a" from node-0 to node-1 at t=1.0; the new replica loads until 1.5.
+    def placement(nodes, models):
+        if not any(n.replicas for n in nodes):
+            return plan_placement(nodes[:1], models)
+        if not nodes[0].replicas:
+            return PlacementPlan(assignments=[Assignment("a", "node-1", "a@node-1", "kept")])
+        return PlacementPlan(assignments=[Assignment("a", "node-1", "a@node-1", "moved")],
+                             loads=[Assignment("a", "node-1", "a@node-1", "moved")],
+                             unloads=[Unload("a", "node-0", "a@node-0", "moved")])
+
+    sim = Simulator([("node-0", 100 * MB), ("node-1", 100 * MB)], [spec("a")],
+                    lambda now: [ModelDemand("a", 10 * MB, 1)],
+                    SimConfig(replan_s=1.0, load_s=0.5, heartbeat_s=0.25,
+                              horizon_s=2.9), placement)
+    result = sim.run([req(i, 0.6 + 0.2 * i, output=2) for i in range(10)])
+    rows = by_id(result)
+    # requests between the replan and the new replica's first heartbeat as READY still find
+    # the old one (no UNAVAILABLE gap); it drains only once a@node-1 is READY and announced
+    assert all(rows[i].error_code == "" for i in range(10))
+    assert [sim.routed[i] for i in range(5)] == ["a@node-0"] * 5
+    assert [sim.routed[i] for i in range(8, 10)] == ["a@node-1"] * 2
+    assert "a@node-0" not in sim.nodes["node-0"].phases
 
 
 def test_node_samples_measure_utilization_as_busy_over_wall_time():

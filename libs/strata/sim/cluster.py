@@ -165,6 +165,9 @@ class Simulator:
         self.routed: dict[int, str] = {}      # request index -> replica id
         self._outstanding = 0
         self._retired_steps = 0
+        # Make before break, as the planner service migrates: a replica a replan unloads while
+        # it loads the same model elsewhere keeps serving until the new ones are READY.
+        self._leaving: dict[str, list[tuple[SimNode, str]]] = {}
 
     # -- event queue ---------------------------------------------------------------------------
     def _push(self, t: float, prio: int, kind: int, a=None, b=None) -> None:
@@ -489,6 +492,8 @@ class Simulator:
             node.last_figures = (figures, loads)
         # An unchanged report is the same NodeState object again: the registry only stamps it.
         self.registry.heartbeat(node.last_state)
+        for model in [m for m in self._leaving if any(r.model == m for r in node.replicas)]:
+            self._drain_left(model)
 
     @staticmethod
     def _rate(replica: SimReplica, now: float) -> float:
@@ -539,19 +544,48 @@ class Simulator:
 
     # -- placement -----------------------------------------------------------------------------
     def _replan(self, now: float) -> None:
+        leaving = {rid for pairs in self._leaving.values() for _, rid in pairs}
         capacities = [NodeCapacity(n.node_id, n.memory_bytes, tuple(
             PlacedReplica(r.model, r.replica_id, self.models[r.model].memory_bytes, managed=True)
-            for r in n.replicas if n.phases[r.replica_id] is not ReplicaPhase.DRAINING))
+            for r in n.replicas if n.phases[r.replica_id] is not ReplicaPhase.DRAINING
+            and r.replica_id not in leaving))
             for n in self.nodes.values()]
         plan = self.placement(capacities, list(self.demands(now)))
         self.plans.append(plan)
-        for unload in plan.unloads:
-            node = self.nodes[unload.node_id]
-            if unload.replica_id in node.phases:
-                node.phases[unload.replica_id] = ReplicaPhase.DRAINING
-                self._retire_drained(node)
         for load in plan.loads:
             self._load(load, now)
+        for unload in plan.unloads:
+            node = self.nodes[unload.node_id]
+            if unload.replica_id not in node.phases:
+                continue
+            if self._loading(unload.model):
+                self._leaving.setdefault(unload.model, []).append((node, unload.replica_id))
+            else:
+                node.phases[unload.replica_id] = ReplicaPhase.DRAINING
+                self._retire_drained(node)
+
+    def _loading(self, model: str) -> bool:
+        """A replica of the model loads, or is READY but not yet announced by a heartbeat."""
+        for n in self.nodes.values():
+            announced = {s.replica_id: s.phase for s in n.last_state.replicas} \
+                if n.last_state is not None else {}
+            for r in n.replicas:
+                phase = n.phases.get(r.replica_id)
+                if r.model == model and (phase is ReplicaPhase.LOADING or (
+                        phase is ReplicaPhase.READY
+                        and announced.get(r.replica_id) is not ReplicaPhase.READY)):
+                    return True
+        return False
+
+    def _drain_left(self, model: str) -> None:
+        """The model's new replicas are all READY and announced (the scheduler routes to them):
+        the ones they replace start draining."""
+        if self._loading(model):
+            return
+        for node, replica_id in self._leaving.pop(model, []):
+            if node.phases.get(replica_id) is ReplicaPhase.READY:
+                node.phases[replica_id] = ReplicaPhase.DRAINING
+                self._retire_drained(node)
 
     def _load(self, a: Assignment, now: float) -> None:
         node = self.nodes[a.node_id]
