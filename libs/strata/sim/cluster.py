@@ -47,7 +47,7 @@ from strata.store.spans import RequestRecord
 
 # Event priorities at one instant, and kinds.
 _P_ADMIT, _P_STEP, _P_PERIODIC = 0, 1, 2
-_ADMIT, _RUN, _STEP_END, _HEARTBEAT, _SAMPLE, _REPLAN, _LOADED, _RETRY = range(8)
+_ADMIT, _RUN, _STEP_END, _HEARTBEAT, _SAMPLE, _REPLAN, _LOADED, _RETRY, _SETTLED = range(9)
 _STEP, _STRETCH, _FREE = range(3)   # what a node's pending step end applies
 
 PlacementFn = Callable[[Sequence[NodeCapacity], Sequence[ModelDemand]], PlacementPlan]
@@ -100,6 +100,7 @@ class SimNode:
     memory_bytes: int
     replicas: list[SimReplica] = field(default_factory=list)
     phases: dict[str, ReplicaPhase] = field(default_factory=dict)
+    settles: dict[str, float] = field(default_factory=dict)   # DRAINING: routing grace ends
     current: SimReplica | None = None
     mode: int = _STEP
     gen: int = 0
@@ -234,6 +235,8 @@ class Simulator:
                 node, replica = a, b
                 if node.phases.get(replica.replica_id) is ReplicaPhase.LOADING:
                     node.phases[replica.replica_id] = ReplicaPhase.READY
+            elif kind == _SETTLED:
+                self._retire_drained(a)
         for node in self.nodes.values():
             if node.last_sample_s < now:
                 self._sample(node, now)
@@ -561,8 +564,7 @@ class Simulator:
             if self._loading(unload.model):
                 self._leaving.setdefault(unload.model, []).append((node, unload.replica_id))
             else:
-                node.phases[unload.replica_id] = ReplicaPhase.DRAINING
-                self._retire_drained(node)
+                self._drain(node, unload.replica_id, now)
 
     def _loading(self, model: str) -> bool:
         """A replica of the model loads, or is READY but not yet announced by a heartbeat."""
@@ -584,8 +586,15 @@ class Simulator:
             return
         for node, replica_id in self._leaving.pop(model, []):
             if node.phases.get(replica_id) is ReplicaPhase.READY:
-                node.phases[replica_id] = ReplicaPhase.DRAINING
-                self._retire_drained(node)
+                self._drain(node, replica_id, self.clock.now())
+
+    def _drain(self, node: SimNode, replica_id: str, now: float) -> None:
+        """DRAINING, as the node manager's unload: it still takes the requests the scheduler
+        routes by heartbeats older than the drain (the routing grace, two heartbeat intervals
+        as the node manager sets it) and leaves once that has passed and it has no work."""
+        node.phases[replica_id] = ReplicaPhase.DRAINING
+        node.settles[replica_id] = now + 2 * self.cfg.heartbeat_s
+        self._push(node.settles[replica_id], _P_PERIODIC, _SETTLED, node)
 
     def _load(self, a: Assignment, now: float) -> None:
         node = self.nodes[a.node_id]
@@ -605,11 +614,14 @@ class Simulator:
             node.phases[a.replica_id] = ReplicaPhase.READY
 
     def _retire_drained(self, node: SimNode) -> None:
+        now = self.clock.now()
         for r in list(node.replicas):
             if node.phases[r.replica_id] is ReplicaPhase.DRAINING and not r.has_work() \
-                    and node.current is not r and r.stretch is None:
+                    and node.current is not r and r.stretch is None \
+                    and now >= node.settles[r.replica_id]:
                 node.replicas.remove(r)
                 del node.phases[r.replica_id]
+                del node.settles[r.replica_id]
                 del self.replicas[r.replica_id]
                 self._retired_steps += r.counters.steps
                 node.next_rr = 0
