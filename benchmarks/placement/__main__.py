@@ -1,6 +1,7 @@
 """Batch-aware placement against the batch-unaware baseline, same trace, same simulated cluster.
 
-    python -m benchmarks.placement [--gpus 64] [--models 32] [--period 1800] [--p99-inflation F]
+    python -m benchmarks.placement [--gpus 64] [--models 32] [--period 1800]
+        [--red-lines class,1.5,1.25,1.1,1.03] [--lookahead 2] [--load-s 10]
 
 Workload: `models` small models (each one's diurnal peak needs --peak-replicas of a replica:
 the long tail of a fleet, where dedicated GPUs idle most of the day) with phase-shifted diurnal
@@ -15,12 +16,16 @@ memory and SLA.
                  for its model's busiest window; blind to when each model is busy
     batch-aware  strata.policy.placement.plan_batch_aware with the learned curves: replicas
                  take their weights + KV pool, complementary ones share a GPU under the SLA
-                 red line
+                 red line; one run per red line (the class targets first: the judged run;
+                 then tighter ones relative to each model running alone), and one run that
+                 judges only the coming windows (--lookahead), replanning every window
 
-Both get the same replica counts (the busiest window's need, decided by the batch-aware
-planner's capacity model) and run in the same simulator (strata.sim) on the same requests.
-Utilization is busy time over wall time averaged over the GPUs that host a replica (an idle GPU
-is a GPU the operator can give back); P99s per model, SLA attainment, migrations.
+Every run is configured with the same replica counts (the busiest window's need, decided by the
+batch-aware planner's capacity model under the class targets; a tighter red line may make the
+planner add replicas) and runs in the same simulator (strata.sim)
+on the same requests. Utilization is busy time over wall time averaged over the samples of
+GPUs that host a replica at the time (an idle GPU is a GPU the operator can give back); P99s
+per model, SLA attainment, migrations.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ from strata.eval.workload import Scaling, Window
 from strata.policy.placement import ModelDemand, NodeCapacity, plan_placement
 from strata.policy.placement.batch_aware import plan_batch_aware
 from strata.policy.placement.capacity import Demand, SlaTarget, predict, replica_capacity
-from strata.policy.placement.curves import RequestRow, WindowGrid, arrival_curves
+from strata.policy.placement.curves import RequestRow, WindowGrid, arrival_curves, upcoming
 from strata.sim.cluster import SimConfig, Simulator, model_spec
 from strata.sim.profile import load_profile
 from strata.sim.workload import sim_requests
@@ -72,12 +77,15 @@ def _p(values: list[float], q: float) -> float:
     return percentile(values, q) if values else float("nan")
 
 
-def _figures(name: str, result, hosted: set[str], span_s: float) -> dict:
-    busy: dict[str, list[float]] = defaultdict(list)
-    for s in result.samples:
-        busy[s.node_id].append(s.utilization)
-    used = sorted(hosted)
-    util = sum(sum(busy[n]) / max(1, len(busy[n])) for n in used) / max(1, len(used))
+def _figures(name: str, result, span_s: float) -> dict:
+    # A GPU counts while it hosts a replica (its samples show a KV pool): with a replan loop the
+    # set of GPUs in use changes, and an empty GPU is one the operator can give back.
+    busy = [s.utilization for s in result.samples if s.kv_blocks_device_total > 0]
+    util = sum(busy) / max(1, len(busy))
+    nodes = {s.node_id for s in result.samples}
+    per_sample = len(result.samples) / max(1, len(nodes))
+    gpus_mean = len(busy) / max(1.0, per_sample)
+    hosted = {a.node_id for p in result.placements for a in p.assignments}
     per_model: dict[str, dict] = {}
     ok = total = failed = 0
     by_model: dict[str, list] = defaultdict(list)
@@ -100,7 +108,7 @@ def _figures(name: str, result, hosted: set[str], span_s: float) -> dict:
     all_ttft = [r.ttft_ms for r in result.rows if not r.error_code and r.ttft_ms is not None]
     loads = sum(len(p.loads) for p in result.placements[1:])
     unloads = sum(len(p.unloads) for p in result.placements[1:])
-    return {"name": name, "gpus_used": len(used), "utilization": util,
+    return {"name": name, "gpus_used": len(hosted), "gpus_mean": gpus_mean, "utilization": util,
             "ttft_p99": _p(all_ttft, 99), "e2e_p99": _p(all_e2e, 99),
             "e2e_p50": _p(all_e2e, 50), "sla": ok / total if total else 1.0,
             "failed": failed, "requests": total, "migrations": loads + unloads,
@@ -117,6 +125,27 @@ def _relative_sla(costs, curve, factor: float) -> SlaTarget:
                      tpot_ms=min(SLA.tpot_ms, factor * alone.tpot_p99_ms))
 
 
+class _Lookahead:
+    """plan_batch_aware over the coming windows of the learned day: the window the simulated
+    clock is in and the next `count - 1` (strata.policy.placement.curves.upcoming)."""
+
+    def __init__(self, curves, sla, lookup, count: int) -> None:
+        self.curves, self.sla, self.lookup, self.count = curves, sla, lookup, count
+        self.clock = None
+        self.cache: dict = {}
+
+    def __call__(self, ns, ms):
+        some = next(iter(self.curves.values()))
+        first = int(self.clock.now() // some.window_s) % some.windows
+        cut = upcoming(self.curves, first, self.count)
+        return plan_batch_aware(ns, ms, cut, self.sla, self.lookup,
+                                capacity_cache=self.cache).applicable()
+
+
+def _red_line_name(factor: float | None) -> str:
+    return "class targets" if factor is None else f"{factor:g}x alone"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.placement", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -126,14 +155,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--windows", type=int, default=12)
     p.add_argument("--peak-replicas", type=float, default=0.6,
                    help="replicas a model's diurnal peak needs (sets the request rate)")
-    p.add_argument("--p99-inflation", type=float, default=0.0,
-                   help="red line: P99 at most this factor above running alone at the model's "
-                        "busiest window (omit the class targets); 0 = the class targets only")
+    p.add_argument("--red-lines", default="class,1.5,1.25,1.1,1.03",
+                   help="batch-aware runs, one per red line: 'class' = the class targets, F = "
+                        "each model's P99 at most F x its own alone at its busiest window "
+                        "(capped by the class targets); the first is the one judged")
+    p.add_argument("--lookahead", type=int, default=2,
+                   help="one more batch-aware run (class targets) judging only the window in "
+                        "progress and the next N-1, the replan loop moving replicas before "
+                        "peaks; 0 = no such run")
+    p.add_argument("--load-s", type=float, default=10.0,
+                   help="seconds a replica placed by a replan loads and warms before it serves "
+                        "(the replica it replaces keeps serving meanwhile)")
     p.add_argument("--out", default=str(OUT))
     p.add_argument("--command", default="")
     args = p.parse_args(argv)
-    if args.p99_inflation == 0:
-        args.p99_inflation = None
+    red_lines = [None if x.strip() == "class" else float(x) for x in args.red_lines.split(",")]
 
     profile = load_profile(PROFILE)
     costs = ProfileCosts(profile)
@@ -146,43 +182,57 @@ def main(argv: list[str] | None = None) -> int:
     grid = WindowGrid.recent(args.period / args.windows, args.windows, args.period)
     curves = arrival_curves([RequestRow(r.model, r.arrival_s, r.prompt_tokens,
                                         r.output_tokens) for r in history], grid)
-    sla = {m: SLA for m in names}
-    if args.p99_inflation is not None:
-        # A tail-latency red line relative to running alone: a model may share a GPU only while
-        # its predicted P99s stay within this factor of its own at its busiest window alone.
-        sla = {m: _relative_sla(costs, curves[m], args.p99_inflation) for m in names}
+    class_sla = {m: SLA for m in names}
+
+    def red_line(factor: float | None) -> dict[str, SlaTarget]:
+        # Relative to running alone: a model may share a GPU only while its predicted P99s
+        # stay within `factor` of its own at its busiest window alone.
+        if factor is None:
+            return class_sla
+        return {m: _relative_sla(costs, curves[m], factor) for m in names}
+
     nodes = [NodeCapacity(f"gpu-{i:03d}", GPU_BYTES) for i in range(args.gpus)]
     memory = {m: _memory(i) for i, m in enumerate(names)}
 
     def lookup(model: str, device: str):
         return costs
 
-    first = plan_batch_aware(nodes, [ModelDemand(m, memory[m], 1) for m in names], curves, sla,
-                             lookup)
+    first = plan_batch_aware(nodes, [ModelDemand(m, memory[m], 1) for m in names], curves,
+                             class_sla, lookup)
     counts = {mp.model: max(1, mp.replicas) for mp in first.explanation.models}
     print(f"capacity {cap:.3f} req/s a replica, mean rate {mean_rate:.3f} req/s a model, "
           f"replicas {counts}", flush=True)
     base_spec = model_spec(profile, 0)
     requests = sim_requests(evaluation, Scaling(max_prompt=1024, max_output=256), Window(),
                             names[0])
+    ways: list[tuple[str, object, float | None, int]] = [("baseline", None, None, 0)]
+    ways += [(f"batch-aware, {_red_line_name(f)}", f, f, 0) for f in red_lines]
+    if args.lookahead:
+        ways.append((f"batch-aware, class targets, lookahead {args.lookahead}", None, None,
+                     args.lookahead))
     results = []
-    for name in ("baseline", "batch-aware"):
+    for name, _, factor, lookahead in ways:
         share = int(BASELINE_SHARE * GPU_BYTES) if name == "baseline" else None
         specs = [replace(base_spec, name=m, memory_bytes=share or memory[m]) for m in names]
         demands = [ModelDemand(m, share or memory[m], counts[m]) for m in names]
+        sla = red_line(factor)
         if name == "baseline":
             placement = plan_placement
+        elif lookahead:
+            placement = _Lookahead(curves, sla, lookup, lookahead)
         else:
-            def placement(ns, ms):
+            def placement(ns, ms, sla=sla):
                 return plan_batch_aware(ns, ms, curves, sla, lookup).applicable()
         sim = Simulator([(n.node_id, n.memory_bytes) for n in nodes], specs,
                         lambda now, d=demands: d,
-                        SimConfig(sample_s=10.0, replan_s=args.period / args.windows, seed=3),
+                        SimConfig(sample_s=10.0, replan_s=args.period / args.windows, seed=3,
+                                  load_s=args.load_s),
                         placement)
+        if isinstance(placement, _Lookahead):
+            placement.clock = sim.clock
         started = time.perf_counter()
         result = sim.run(requests)
-        hosted = {a.node_id for a in result.placements[-1].assignments}
-        fig = _figures(name, result, hosted, args.period)
+        fig = _figures(name, result, args.period)
         fig["bench_wall_s"] = time.perf_counter() - started
         results.append(fig)
         errors = defaultdict(int)

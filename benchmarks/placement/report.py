@@ -10,11 +10,15 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
+def _change(a: float, b: float) -> float:
+    return a / b - 1 if b else 0.0
+
+
 def render(results: list[dict], args, counts: dict[str, int], cap: float, mean_rate: float,
            requests: int, command: str) -> str:
-    base, aware = results
-    gain = aware["utilization"] / base["utilization"] - 1 if base["utilization"] else 0.0
-    p99 = aware["e2e_p99"] / base["e2e_p99"] - 1 if base["e2e_p99"] else 0.0
+    base, aware = results[0], results[1]
+    gain = _change(aware["utilization"], base["utilization"])
+    p99 = _change(aware["e2e_p99"], base["e2e_p99"])
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         "# Placement benchmark (simulated cluster)", "",
@@ -28,21 +32,28 @@ def render(results: list[dict], args, counts: dict[str, int], cap: float, mean_r
         f"planner's capacity model; each model's mean rate is {mean_rate:.2f} req/s, so its "
         f"peak needs about {args.peak_replicas:g} replicas. Arrival curves are learned from one "
         f"period of history (seed 1); the evaluation period (seed 2, {requests} requests) is "
-        f"simulated by strata.sim with both placements, replanning every window.", "",
-        "Replica counts (both placements): " + ", ".join(f"{m} {n}" for m, n in
-                                                          sorted(counts.items())) + ".", "",
+        f"simulated by strata.sim for every placement, replanning every window; a replica a "
+        f"replan places loads for {args.load_s:g} s while the one it replaces keeps serving.",
+        "",
+        "Replica counts configured for every run (batch-aware adds replicas where a tighter "
+        "red line needs them): " + ", ".join(f"{m} {n}" for m, n in
+                                                    sorted(counts.items())) + ".", "",
         "- **baseline**: first-fit-decreasing by memory (strata.policy.placement.plan_placement) "
         "with each replica taking 90% of a GPU's memory, as vLLM reserves by default: one "
         "replica per GPU, blind to when models are busy.",
         "- **batch-aware**: strata.policy.placement.plan_batch_aware with the learned curves; "
         "replicas take their own memory (12 or 20 GiB of 80), complementary ones share a GPU, "
-        "and any plan whose predicted P99 breaks the red line in a window is rejected. Red line "
-        "in this run: " + ("the class targets (P99 TTFT 2000 ms, TPOT 200 ms)."
-                           if args.p99_inflation is None else
-                           f"each model's predicted P99 at most {args.p99_inflation:g}x its own "
-                           f"running alone at its busiest window (capped by the class targets)."),
+        "and any plan whose predicted P99 breaks the red line in a window is rejected. One run "
+        "per red line: the class targets (the judged run), then tighter ones, each model's "
+        "predicted P99 at most F x its own running alone at its busiest window (capped by the "
+        "class targets)" + (f"; and one run judging only the coming {args.lookahead} windows "
+                            f"(`--lookahead`: models share off-peak and part before a peak)"
+                            if args.lookahead else "") + ".",
         "",
-        "| placement | GPUs used | utilization (used GPUs) | E2E P50 ms | E2E P99 ms | "
+        "Utilization is busy time over wall time, averaged over the node samples (every 10 s) "
+        "of GPUs that host a replica at the time; GPUs used counts every GPU that hosted one.",
+        "",
+        "| placement | GPUs used | utilization | E2E P50 ms | E2E P99 ms | "
         "TTFT P99 ms | SLA attainment | failed | migrations | sim wall s |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
@@ -50,7 +61,17 @@ def render(results: list[dict], args, counts: dict[str, int], cap: float, mean_r
                      f"{r['e2e_p50']:.0f} | {r['e2e_p99']:.0f} | {r['ttft_p99']:.0f} | "
                      f"{_pct(r['sla'])} | {r['failed']} | {r['migrations']} | "
                      f"{r['bench_wall_s']:.0f} |")
-    lines += ["", "P99 per model (E2E ms / TTFT ms / TPOT ms, SLA attainment):", "",
+    lines += ["", "The trade-off, each batch-aware run against the baseline:", "",
+              "| placement | utilization | E2E P99 | TTFT P99 | both targets |",
+              "|---|---:|---:|---:|---|"]
+    for r in results[1:]:
+        g, e = _change(r["utilization"], base["utilization"]), _change(r["e2e_p99"],
+                                                                      base["e2e_p99"])
+        t = _change(r["ttft_p99"], base["ttft_p99"])
+        lines.append(f"| {r['name']} | {g:+.1%} | {e:+.1%} | {t:+.1%} | "
+                     f"{'yes' if g >= 0.20 and e <= 0.03 else 'no'} |")
+    lines += ["", f"P99 per model, baseline against {aware['name']} (E2E ms / TTFT ms / TPOT ms, "
+              f"SLA attainment):", "",
               "| model | baseline | batch-aware |", "|---|---|---|"]
     for m in sorted(base["per_model"]):
         b, a = base["per_model"][m], aware["per_model"].get(m, {})
@@ -60,11 +81,34 @@ def render(results: list[dict], args, counts: dict[str, int], cap: float, mean_r
                      f"{_pct(a.get('sla', 0))} |")
     util_ok = gain >= 0.20
     p99_ok = p99 <= 0.03
-    lines += ["", "## Targets (issue 6)", "",
+    lines += ["", f"## Targets (issue 6), judged on {aware['name']}", "",
               "| target | wanted | measured | result |", "|---|---|---|---|",
               f"| average utilization vs baseline | >= 20% higher | {gain:+.1%} "
               f"({_pct(aware['utilization'])} vs {_pct(base['utilization'])}) | "
               f"{'PASS' if util_ok else 'FAIL'} |",
               f"| E2E P99 vs baseline | <= 3% higher | {p99:+.1%} ({aware['e2e_p99']:.0f} vs "
               f"{base['e2e_p99']:.0f} ms) | {'PASS' if p99_ok else 'FAIL'} |", ""]
+    meets = [r["name"] for r in results[1:]
+             if _change(r["utilization"], base["utilization"]) >= 0.20
+             and _change(r["e2e_p99"], base["e2e_p99"]) <= 0.03]
+    tpot = [_change(aware["per_model"][m]["tpot_p99"], base["per_model"][m]["tpot_p99"])
+            for m in base["per_model"] if m in aware["per_model"]
+            and base["per_model"][m]["tpot_p99"] > 0]
+    lines += ["## Notes", "",
+              "- Runs meeting both targets: " + (", ".join(meets) if meets else "none") + ".",
+              f"- Where the tail goes: engines that share a simulated GPU take turns step by "
+              f"step (capacity.py's model, and the simulator's), as two compute-bound CPU "
+              f"engines on the same cores do; a co-located model's decode step waits for its "
+              f"neighbour's whenever both have work. In the judged run the models' TPOT P99 "
+              f"moved by {sum(tpot) / max(1, len(tpot)):+.1%} on average (median "
+              f"{sorted(tpot)[len(tpot) // 2] if tpot else 0:+.1%}), while TTFT P99 moved "
+              f"{_change(aware['ttft_p99'], base['ttft_p99']):+.1%}: the E2E tail is the "
+              f"longest answers decoded at the shared step.",
+              "- Tighter red lines trade the utilization back: the planner co-locates only "
+              "where the predicted P99 stays within the factor, and on this profile any active "
+              "neighbour costs more than a few percent, so below some factor nothing shares "
+              "(and a model needs more replicas to stay within its own tighter target).",
+              "- A GPU profile (`strata profile --device cuda`) prices steps whose cost barely "
+              "grows with the batch, where the same planner's trade-off differs; no GPU was "
+              "lent to measure one.", ""]
     return "\n".join(lines) + "\n"

@@ -34,7 +34,7 @@ def make_policy(cfg: PlacementConfig) -> PlacementPolicy:
     log.info("batch-aware placement; engine profiles: %s", profiles.describe())
     return BatchAwarePolicy(profiles, BatchAwareSettings(
         MigrationCost(cfg.load_bytes_per_s, cfg.warmup_s, cfg.planning_horizon_s),
-        cfg.max_moves))
+        cfg.max_moves), lookahead=cfg.lookahead_windows)
 
 
 async def main() -> None:

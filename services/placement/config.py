@@ -37,6 +37,7 @@ class PlacementConfig:
     warmup_s: float = 30.0               # ... plus warm-up and a cold prefix cache ...
     horizon_s: float = 0.0               # ... over this horizon (0: window_s x windows)
     max_moves: int = 8                   # optional moves per round
+    lookahead_windows: int = 0           # > 0 (daily curves): judge only the coming windows
 
     def __post_init__(self) -> None:
         if not self.models:
@@ -54,6 +55,14 @@ class PlacementConfig:
         if self.curve_days and abs(86_400 / self.window_s - round(86_400 / self.window_s)) > 1e-9:
             raise ConfigError(f"STRATA_PLACEMENT_WINDOW_S must divide a day (86400 s) when "
                               f"STRATA_PLACEMENT_CURVE_DAYS > 0, got {self.window_s}")
+        if self.lookahead_windows and not self.curve_days:
+            raise ConfigError("STRATA_PLACEMENT_LOOKAHEAD_WINDOWS needs daily arrival curves "
+                              "(STRATA_PLACEMENT_CURVE_DAYS > 0): only a time-of-day window "
+                              "says which windows come next")
+        if self.lookahead_windows > round(86_400 / self.window_s):
+            raise ConfigError(f"STRATA_PLACEMENT_LOOKAHEAD_WINDOWS must be at most the windows "
+                              f"in a day ({round(86_400 / self.window_s)}), got "
+                              f"{self.lookahead_windows}")
         if self.warmup_s < 0 or self.horizon_s < 0:
             raise ConfigError(f"STRATA_PLACEMENT_WARMUP_S and STRATA_PLACEMENT_HORIZON_S must "
                               f"not be negative, got {self.warmup_s} and {self.horizon_s}")
@@ -63,6 +72,8 @@ class PlacementConfig:
         """How long a plan is expected to hold: the configured horizon, else the curve's span."""
         if self.horizon_s:
             return self.horizon_s
+        if self.lookahead_windows:
+            return self.window_s * self.lookahead_windows
         return 86_400.0 if self.curve_days else self.window_s * self.windows
 
     @classmethod
@@ -88,6 +99,7 @@ class PlacementConfig:
             warmup_s=env_float("STRATA_PLACEMENT_WARMUP_S", 30.0),
             horizon_s=env_float("STRATA_PLACEMENT_HORIZON_S", 0.0),
             max_moves=env_int("STRATA_PLACEMENT_MAX_MOVES", 8, minimum=0),
+            lookahead_windows=env_int("STRATA_PLACEMENT_LOOKAHEAD_WINDOWS", 0, minimum=0),
         )
 
 

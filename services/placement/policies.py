@@ -8,7 +8,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -16,6 +17,7 @@ from services.placement.curves_source import CurveSnapshot
 from strata.policy.placement import (BatchAwareSettings, Decision, Explanation, ModelDemand,
                                      Move, NodeCapacity, NodeLoad, PlacementPlan,
                                      plan_batch_aware, plan_placement)
+from strata.policy.placement.curves import DAY_S, upcoming
 from strata.policy.placement.loads import CostsLookup
 
 
@@ -49,10 +51,15 @@ class BatchAwarePolicy:
     name = "batch-aware"
     needs_curves = True
 
-    def __init__(self, costs: CostsLookup, settings: BatchAwareSettings) -> None:
+    def __init__(self, costs: CostsLookup, settings: BatchAwareSettings, lookahead: int = 0,
+                 unix_now: Callable[[], float] = time.time) -> None:
         self._costs = costs
         self._settings = settings
         self._capacities: dict = {}     # bisected capacities, reused across rounds
+        # > 0 (daily curves only): judge the window of the day in progress and the next
+        # lookahead - 1, so the replan loop separates models before their peaks
+        self._lookahead = lookahead
+        self._unix_now = unix_now
 
     def plan(self, nodes: Sequence[NodeCapacity], models: Sequence[ModelDemand],
              devices: Mapping[str, str], curves: CurveSnapshot | None) -> Outcome:
@@ -61,7 +68,11 @@ class BatchAwarePolicy:
             # Without curves every load looks like zero: consolidating on that would undo
             # itself when the curves come back, so only keep and place this round.
             settings = replace(settings, max_moves=0)
-        result = plan_batch_aware(nodes, models, curves.curves if curves else {},
+        judged = curves.curves if curves else {}
+        if self._lookahead and judged:
+            first = int((self._unix_now() % DAY_S) // curves.window_s)
+            judged = upcoming(judged, first, self._lookahead)
+        result = plan_batch_aware(nodes, models, judged,
                                   curves.sla if curves else {}, self._costs, devices=devices,
                                   settings=settings, capacity_cache=self._capacities)
         return Outcome(result.applicable(), result.explanation, result.rejected, result.moves)

@@ -211,3 +211,34 @@ def test_memory_still_binds_and_unplaced_replicas_say_why():
 def test_curves_must_share_their_windows():
     with pytest.raises(ValueError, match="every arrival curve must have the same windows"):
         plan(empty("n1"), {"a": curve("a", 0.1, 0.1), "b": curve("b", 0.1)})
+
+
+def test_a_lookahead_shares_a_gpu_until_the_peaks_that_conflict_come_near():
+    from services.placement.curves_source import CurveSnapshot
+    from services.placement.policies import BatchAwarePolicy
+
+    # a and c peak together in window 3 (1.0 of a GPU): over the whole period they never
+    # share; judged two windows ahead they share from window 0 and part before window 3.
+    curves = {"a": curve("a", 0.5, 0.1, 0.1, 0.5), "c": curve("c", 0.1, 0.1, 0.5, 0.5)}
+    snap = CurveSnapshot(600.0, curves, {m: SLA for m in curves})
+    models = [ModelDemand(m, 2 * GB, 1) for m in sorted(curves)]
+    now = [0.0]
+    policy = BatchAwarePolicy(lambda model, device: COSTS, BatchAwareSettings(), lookahead=2,
+                              unix_now=lambda: now[0])
+    early = policy.plan(empty("n1", "n2"), models, {}, snap)
+    assert [(a.model, a.node_id) for a in early.plan.assignments] == [("a", "n1"), ("c", "n1")]
+    assert early.explanation.windows == 2
+    now[0] = 86_400.0 * 3 + 1200.0           # window 2 of a later day: window 3 is next
+    nodes = [NodeCapacity("n1", 10 * GB, (Replica("a", "a@n1", 2 * GB, managed=True),
+                                          Replica("c", "c@n1", 2 * GB, managed=True))),
+             NodeCapacity("n2", 10 * GB)]
+    late = policy.plan(nodes, models, {}, snap)
+    # the red line breaks in window 3 on n1: a (the smaller move, by name on equal memory)
+    # moves to n2 before the peak
+    assert sorted((a.model, a.node_id) for a in late.plan.assignments) == [("a", "n2"),
+                                                                           ("c", "n1")]
+    assert [(m.model, m.from_node, m.to_node, m.forced) for m in late.moves] == [
+        ("a", "n1", "n2", True)]
+    whole = BatchAwarePolicy(lambda model, device: COSTS, BatchAwareSettings())
+    apart = whole.plan(empty("n1", "n2"), models, {}, snap)
+    assert [(a.model, a.node_id) for a in apart.plan.assignments] == [("a", "n1"), ("c", "n2")]

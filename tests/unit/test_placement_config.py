@@ -28,10 +28,22 @@ def test_defaults_plan_batch_aware_over_the_last_hour_with_the_bundled_profiles(
                                                                   BUNDLED_PROFILES, 3600.0)
 
 
+def test_a_lookahead_plans_the_coming_windows_of_the_day(monkeypatch):
+    monkeypatch.setenv("STRATA_PLACEMENT_WINDOW_S", "1800")
+    monkeypatch.setenv("STRATA_PLACEMENT_CURVE_DAYS", "3")
+    monkeypatch.setenv("STRATA_PLACEMENT_LOOKAHEAD_WINDOWS", "2")
+    cfg = PlacementConfig.from_env()
+    assert cfg.lookahead_windows == 2
+    assert cfg.planning_horizon_s == 3600.0          # a plan is expected to hold two windows
+
+
 @pytest.mark.parametrize("fields, message", [
     (dict(policy="best"), "STRATA_PLACEMENT_POLICY must be one of batch-aware, ffd, got 'best'"),
     (dict(window_s=0), "STRATA_PLACEMENT_WINDOW_S must be positive, got 0"),
     (dict(window_s=7000, curve_days=1), "STRATA_PLACEMENT_WINDOW_S must divide a day"),
+    (dict(lookahead_windows=2), "STRATA_PLACEMENT_LOOKAHEAD_WINDOWS needs daily arrival curves"),
+    (dict(window_s=3600, curve_days=1, lookahead_windows=25),
+     r"LOOKAHEAD_WINDOWS must be at most the windows in a day \(24\), got 25"),
     (dict(warmup_s=-1), "STRATA_PLACEMENT_WARMUP_S and STRATA_PLACEMENT_HORIZON_S must not be "
                         "negative"),
 ])

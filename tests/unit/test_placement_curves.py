@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from strata.policy.placement import ArrivalCurve, RequestRow, WindowGrid, arrival_curves
+from strata.policy.placement.curves import upcoming
 
 DAY = 86_400.0
 
@@ -60,3 +61,14 @@ def test_curve_from_aggregated_counts():
     assert c.rates == (0.1, 0.0) and c.requests == (3, 0) and c.output_tokens == (4.0, 0.0)
     with pytest.raises(ValueError, match="one entry per window"):
         ArrivalCurve.from_counts("m", 30, [1], [30.0, 30.0], [1.0], [1.0])
+
+
+def test_upcoming_cuts_the_coming_windows_and_wraps_around_the_period():
+    c = ArrivalCurve.from_counts("a", 60.0, [6, 12, 18, 24], [60.0] * 4, [10, 20, 30, 40],
+                                 [1, 2, 3, 4])
+    [cut] = upcoming({"a": c}, 3, 2).values()
+    assert (cut.model, cut.window_s, cut.requests, cut.rates) == ("a", 60.0, (24, 6), (0.4, 0.1))
+    assert (cut.prompt_tokens, cut.output_tokens) == ((40.0, 10.0), (4.0, 1.0))
+    assert upcoming({"a": c}, 5, 4)["a"].rates == (0.2, 0.3, 0.4, 0.1)
+    with pytest.raises(ValueError, match="a lookahead needs 1 to 4 windows, got 5"):
+        upcoming({"a": c}, 0, 5)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 DAY_S = 86_400.0
@@ -141,6 +141,27 @@ def arrival_curves(rows: Iterable[RequestRow], grid: WindowGrid) -> dict[str, Ar
         m, grid.window_s, count[m], observed,
         [p / c if c else 0.0 for p, c in zip(prompt[m], ok[m])],
         [o / c if c else 0.0 for o, c in zip(output[m], ok[m])]) for m in sorted(count)}
+
+
+def upcoming(curves: Mapping[str, ArrivalCurve], first: int, count: int
+             ) -> dict[str, ArrivalCurve]:
+    """The curves cut to the `count` windows from `first` on, wrapping around the period.
+
+    A plan judged over the whole period must hold at every model's busiest window at once, so
+    two models share a GPU only if they can at both peaks. A plan judged over the coming windows
+    (the one in progress and the ones before the next replan's moves land) lets models whose
+    peaks are elsewhere share now and separate before their peaks: the replan loop turns the
+    day's windows into moves. Windows are periodic, as a daily grid's are."""
+    out = {}
+    for model, c in curves.items():
+        if not 1 <= count <= c.windows:
+            raise ValueError(f"a lookahead needs 1 to {c.windows} windows, got {count}")
+        idx = [(first + k) % c.windows for k in range(count)]
+        out[model] = ArrivalCurve(model, c.window_s, tuple(c.requests[i] for i in idx),
+                                  tuple(c.rates[i] for i in idx),
+                                  tuple(c.prompt_tokens[i] for i in idx),
+                                  tuple(c.output_tokens[i] for i in idx))
+    return out
 
 
 def _divides_day(window_s: float) -> bool:
