@@ -10,6 +10,13 @@
                     (routing sees them as stale as the scheduler does)
     node sample     every sample_s: the NodeSampleRecord a node manager would send
     replan          at 0 and every replan_s: the placement function, loads and drains applied
+    KV report       with prefix routing, every kv_events_s: each node's block set changes into
+                    the scheduler's prefix index (strata.sim.kv_tiers), which routing reads
+                    with each request's prompt block hashes
+
+Off by default, so results without them stay as they were: SimConfig.kv_tiers gives every node
+host and disk tiers below its replicas' device pools (evicted blocks go there, prefixes load back
+from there), SimConfig.prefix_routing the prefix index and hashes.
 
 Events at one instant run in this order: arrivals and admissions, then step ends and starts,
 then heartbeats, samples and replans; so requests admitted at the instant a step ends join the
@@ -28,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from strata.defaults import HEARTBEAT_INTERVAL_S
 from strata.eval.energy import PowerModel
 from strata.policy.clock import ManualClock
+from strata.policy.kv_index import PrefixIndex
 from strata.policy.placement import (Assignment, ModelDemand, NodeCapacity, PlacementPlan,
                                      plan_placement)
 from strata.policy.placement import Replica as PlacedReplica
@@ -38,6 +46,7 @@ from strata.policy.scheduling.admission import Refusal
 from strata.policy.scheduling.fair_queue import QueueItem
 from strata.policy.scheduling.global_scheduler import GlobalScheduler
 from strata.policy.scheduling.ledger import PoolLedger
+from strata.sim.kv_tiers import KVTierSpec, NodeKV
 from strata.sim.profile import EngineProfile, RequestOverheads, StepCosts
 from strata.sim.replica import Active, Counters, EngineLimits, SimReplica
 from strata.sim.tenancy import NodeFront, Tenancy
@@ -47,7 +56,8 @@ from strata.store.spans import RequestRecord
 
 # Event priorities at one instant, and kinds.
 _P_ADMIT, _P_STEP, _P_PERIODIC = 0, 1, 2
-_ADMIT, _RUN, _STEP_END, _HEARTBEAT, _SAMPLE, _REPLAN, _LOADED, _RETRY, _SETTLED = range(9)
+(_ADMIT, _RUN, _STEP_END, _HEARTBEAT, _SAMPLE, _REPLAN, _LOADED, _RETRY, _SETTLED,
+ _KV_REPORT) = range(10)
 _STEP, _STRETCH, _FREE = range(3)   # what a node's pending step end applies
 
 PlacementFn = Callable[[Sequence[NodeCapacity], Sequence[ModelDemand]], PlacementPlan]
@@ -60,6 +70,7 @@ class ModelSpec:
     limits: EngineLimits
     memory_bytes: int
     overheads: RequestOverheads = RequestOverheads()
+    kv_block_bytes: int = 0      # one KV block's bytes (prices tier loads; 0: unknown)
 
 
 def model_spec(profile: EngineProfile, memory_bytes: int, kv_cache_bytes: int = 256 << 20,
@@ -71,7 +82,8 @@ def model_spec(profile: EngineProfile, memory_bytes: int, kv_cache_bytes: int = 
     return ModelSpec(profile.model, profile.costs,
                      EngineLimits(blocks, block_size, max_batched_tokens, max_seqs,
                                   profile.max_context),
-                     memory_bytes, overheads or profile.overheads)
+                     memory_bytes, overheads or profile.overheads,
+                     profile.kv_bytes_per_token * block_size)
 
 
 @dataclass(slots=True, frozen=True)
@@ -85,6 +97,9 @@ class SimConfig:
     epoch_unix_ms: int = 1_700_000_000_000   # virtual time 0 in reports
     power: PowerModel = PowerModel(idle_watts=60.0, tdp_watts=700.0)
     horizon_s: float | None = None      # stop there; unfinished requests fail DEADLINE_EXCEEDED
+    kv_tiers: KVTierSpec | None = None  # every node's host/disk tiers; None: evicted blocks vanish
+    prefix_routing: bool = False        # route by the prefix index, fed by nodes' KV reports
+    kv_events_s: float = 0.5            # KV report interval (the KV tier store's default)
 
     def __post_init__(self) -> None:
         if self.heartbeat_s <= 0 or self.sample_s <= 0 or self.replan_s < 0 or self.load_s < 0:
@@ -92,6 +107,8 @@ class SimConfig:
                              f"non-negative, got {self}")
         if self.horizon_s is not None and self.horizon_s <= 0:
             raise ValueError(f"horizon_s must be positive, got {self.horizon_s}")
+        if not self.kv_events_s > 0:
+            raise ValueError(f"kv_events_s must be positive, got {self.kv_events_s}")
 
 
 @dataclass(slots=True)
@@ -114,6 +131,7 @@ class SimNode:
     last_state: NodeState | None = None     # the last heartbeat's report, and its figures
     last_figures: tuple = ()
     front: NodeFront | None = None          # with a Tenancy: the node's queue for engine slots
+    kv: NodeKV | None = None                # with tiers or prefix routing: the node's blocks
 
 
 @dataclass(slots=True)
@@ -142,6 +160,15 @@ class Simulator:
         self.registry = NodeRegistry(self.clock, ttl_s=max(5.0, 5 * config.heartbeat_s))
         self.tenancy = tenancy
         self.refusals: dict[tuple[str, str], int] = {}    # (tenant, reason) -> refused attempts
+        self.kv_index = PrefixIndex() if config.prefix_routing else None
+        for m in models if config.kv_tiers is not None else ():
+            if m.kv_block_bytes <= 0:
+                raise ValueError(f"model {m.name!r} has no kv_block_bytes, which prices its tier "
+                                 f"loads; build its ModelSpec with model_spec() from a profile "
+                                 f"or set kv_block_bytes")
+        if config.kv_tiers is not None or config.prefix_routing:
+            for node in self.nodes.values():
+                node.kv = NodeKV(config.kv_tiers)
         if tenancy is None:
             self.router = Router(random.Random(config.seed))
             self.scheduler = None
@@ -152,8 +179,8 @@ class Simulator:
                                  kv_block_tokens=min((m.limits.block_size for m in models),
                                                      default=16))
             self.scheduler = GlobalScheduler(self.registry, self.router,
-                                             PoolLedger(self.router.kv_block_tokens), None,
-                                             tenancy.settings)
+                                             PoolLedger(self.router.kv_block_tokens),
+                                             self.kv_index, tenancy.settings)
             for node in self.nodes.values():
                 node.front = NodeFront.build(tenancy.queue, self.clock)
         self.replicas: dict[str, SimReplica] = {}
@@ -185,6 +212,8 @@ class Simulator:
             offset = (i + 1) / (len(self.nodes) + 1)
             self._push(self.cfg.heartbeat_s * offset, _P_PERIODIC, _HEARTBEAT, node)
             self._push(self.cfg.sample_s * offset, _P_PERIODIC, _SAMPLE, node)
+            if self.kv_index is not None:
+                self._push(self.cfg.kv_events_s * offset, _P_PERIODIC, _KV_REPORT, node)
         if self.cfg.replan_s:
             self._push(self.cfg.replan_s, _P_PERIODIC, _REPLAN)
         ordered = sorted(requests, key=lambda r: r.arrival_s)
@@ -231,6 +260,9 @@ class Simulator:
                 self._push(now + self.cfg.replan_s, _P_PERIODIC, _REPLAN)
             elif kind == _RETRY:
                 self._arrive(a, now, first_s=b)
+            elif kind == _KV_REPORT:
+                self._kv_report(a, now)
+                self._push(now + self.cfg.kv_events_s, _P_PERIODIC, _KV_REPORT, a)
             elif kind == _LOADED:
                 node, replica = a, b
                 if node.phases.get(replica.replica_id) is ReplicaPhase.LOADING:
@@ -254,12 +286,13 @@ class Simulator:
         if problem is not None:
             self._fail(req, first, "INVALID_ARGUMENT")
             return
+        hashes = req.prefix_hashes(spec.limits.block_size) if self.kv_index is not None else ()
         if self.scheduler is None:
             decision = self.router.route(req.model, req.tenant, req.prompt_tokens,
-                                         self.registry)
+                                         self.registry, prefix_hashes=hashes, index=self.kv_index)
         else:
             decision = self.scheduler.route(req.model, self.tenancy.policy(req.tenant),
-                                            req.prompt_tokens, req.output_tokens)
+                                            req.prompt_tokens, req.output_tokens, hashes)
             if isinstance(decision, Refusal):
                 key = (req.tenant, decision.reason)
                 self.refusals[key] = self.refusals.get(key, 0) + 1
@@ -471,6 +504,12 @@ class Simulator:
 
     # -- heartbeats, samples -------------------------------------------------------------------
     def _heartbeat(self, node: SimNode, now: float) -> None:
+        if node.kv is not None:
+            # Before the scheduler can route to a replica (this report announces it), it is on
+            # its node's KV, as a worker starts with its tier link.
+            for r in node.replicas:
+                r.connect(node.kv, self.models[r.model].kv_block_bytes)
+            node.kv.disconnect_others({r.replica_id for r in node.replicas})
         tenancy = node.front is not None
         figures = tuple((r.replica_id, node.phases[r.replica_id], len(r.scheduler.running),
                          len(r.scheduler.waiting), r.queued_tokens(), r.free_blocks(now),
@@ -506,7 +545,17 @@ class Simulator:
             return 0.0
         return replica.costs.prefill_tokens_per_s(replica.limits.block_size)
 
+    def _kv_report(self, node: SimNode, now: float) -> None:
+        for r in node.stretching:
+            r.sync(now)
+        node.kv.report(node.node_id, self.kv_index)
+
     def _sample(self, node: SimNode, now: float) -> None:
+        host = disk = 0
+        if node.kv is not None:
+            for r in node.stretching:
+                r.sync(now)
+            host, disk = node.kv.tier_blocks()
         total = Counters()
         used = blocks = running = waiting = evicted = 0
         lifetime_sum = 0.0
@@ -518,6 +567,7 @@ class Simulator:
             total.busy_seconds += c.busy_seconds
             total.prompt_tokens += c.prompt_tokens
             total.prefix_hit_tokens += c.prefix_hit_tokens
+            total.tier_hit_tokens += c.tier_hit_tokens
             used += r.used_blocks(now)
             blocks += r.limits.num_blocks
             running += len(r.scheduler.running)
@@ -535,7 +585,8 @@ class Simulator:
             utilization=utilization,
             batch_tokens=max(0, total.step_tokens - last.step_tokens),
             batch_budget=max(0, total.step_token_budget - last.step_token_budget),
-            kv_blocks_device_used=used, kv_blocks_device_total=blocks, running=running,
+            kv_blocks_device_used=used, kv_blocks_device_total=blocks, kv_blocks_host=host,
+            kv_blocks_disk=disk, tier_hit_tokens=total.tier_hit_tokens, running=running,
             waiting=waiting, preemptions=node.preemptions, power_watts=watts,
             energy_joules=node.energy_j, energy_source="model",
             prefix_hit_tokens=total.prefix_hit_tokens, prompt_tokens=total.prompt_tokens,

@@ -12,11 +12,21 @@ sequence one decode token behind, the pool able to give every block the stretch'
 and no sequence finishing before the stretch's last step. Its k steps are priced at once (the
 decode keys grow by the batch size each step, so the times are a closed form) and their effects
 are applied when needed: the blocks the k steps allocate, in the order exact stepping would
-allocate them (step by step, sequences in the scheduler's order), the tokens, the block hashes
-(Scheduler.advance over the whole stretch) and the finishes at the last step. An arrival routed
-to the replica before the stretch ends cuts it: the steps already started are applied and exact
-stepping resumes after the one in progress, as the engine would take the arrival in after it.
-Reads in between (heartbeats, node samples) see the state the exact steps would have shown.
+allocate them (step by step, sequences in the scheduler's order), each after the sequence's
+previous block is published (Scheduler.advance up to the step before, as the engine publishes it
+before it plans the next step), the tokens, the remaining block hashes and the finishes at the
+last step. An arrival routed to the replica before the stretch ends cuts it: the steps already
+started are applied and exact stepping resumes after the one in progress, as the engine would
+take the arrival in after it. Reads in between (heartbeats, node samples) see the state the
+exact steps would have shown.
+
+Connected to its node's KV (`connect`, strata.sim.tier_link), the replica's pool reports its
+commits and evictions to the node, and with tiers the scheduler loads stored prefixes through its
+TierLoader hook: the step that admits a request pays the load (strata.sim.tier_link says how).
+A stretch admits nothing, so it loads nothing; its evictions reach the node stamped with the
+start of the step that makes them, and `sync` makes those of the steps started so far before a
+read of the node's blocks (a KV report, a node sample). A waiting request whose first block is
+anywhere on the node may be admitted by a load, so it stops a stretch as a device hit does.
 """
 
 from __future__ import annotations
@@ -29,8 +39,10 @@ from dataclasses import dataclass, field
 from strata.engine.block_pool import BlockPool
 from strata.engine.scheduler import ScheduledSeq, Scheduler, StepPlan
 from strata.engine.sequence import FinishReason, SamplingParams, Sequence
-from strata.kvtier.hashing import ROOT_HASH, HashKeys, block_hash
+from strata.kvtier.hashing import ROOT_HASH, HashKeys, block_hash, chain_hashes
+from strata.sim.kv_tiers import NodeKV
 from strata.sim.profile import StepCosts, StepShape, step_shape
+from strata.sim.tier_link import SimTierLink
 from strata.sim.workload import OUTPUT_TOKEN, SimRequest
 
 MIN_STRETCH_STEPS = 2   # a stretch of one step is an exact step
@@ -95,6 +107,8 @@ class Stretch:
     end1_s: float = 0.0
     gap_s: float = 0.0
     gap_growth_s: float = 0.0
+    done: int = 0                     # allocations already made (sync, or a cut's apply)
+    base: list[int] = field(default_factory=list)   # each sequence's computed tokens at start
 
     def end_of(self, j: int) -> float:
         """End of step j (1..steps)."""
@@ -162,6 +176,7 @@ class Counters:
     busy_seconds: float = 0.0
     prompt_tokens: int = 0
     prefix_hit_tokens: int = 0
+    tier_hit_tokens: int = 0
 
 
 class SimReplica:
@@ -181,9 +196,21 @@ class SimReplica:
         self._unstamped: list[Sequence] = []
         self._plan: StepPlan | None = None
         self._step_start = 0.0
+        self.link: SimTierLink | None = None
 
     def _pool_clock(self) -> float:
         return self._pool_now
+
+    def connect(self, node: NodeKV, block_bytes: int) -> None:
+        """Join the node's KV before serving, as a worker starts with its node's tier link: the
+        pool's events go to the node, and with tiers the scheduler loads through the link."""
+        if self.link is not None:
+            return
+        self.link = SimTierLink(node, self.replica_id, self.pool, block_bytes)
+        self.pool.on_evict = self.link.offload
+        self.pool.on_commit = self.link.committed
+        if node.spec is not None:
+            self.scheduler.tier = self.link
 
     # -- membership ----------------------------------------------------------------------------
     def add(self, request: SimRequest, arrival_s: float, now: float, priority: int = 0) -> None:
@@ -204,7 +231,21 @@ class SimReplica:
         apart in add order, as its successive monotonic() reads are."""
         for k, seq in enumerate(self._unstamped):
             seq.arrival = now + k * 1e-6
+            if self.scheduler.tier is not None:
+                self._prefetch(seq)
         self._unstamped.clear()
+
+    def _prefetch(self, seq: Sequence) -> None:
+        """The engine's add_request asks the tier for the prefix the device pool lacks."""
+        hashes = chain_hashes(seq.token_ids[:len(seq.token_ids) - 1], self.limits.block_size,
+                              seq.hash_keys)
+        on_device = 0
+        for h in hashes:
+            if self.pool.lookup(h) is None:
+                break
+            on_device += 1
+        if on_device < len(hashes):
+            self.link.prefetch(hashes[on_device:])
 
     def has_work(self) -> bool:
         return self.scheduler.has_work()
@@ -212,6 +253,9 @@ class SimReplica:
     # -- exact stepping ------------------------------------------------------------------------
     def begin_step(self, now: float) -> float | None:
         """Plan a step at `now`; its duration, or None when nothing could be scheduled."""
+        link = self.link
+        if link is not None:
+            link.now = now
         self.take_adds(now)
         plan = self.scheduler.schedule()
         if not plan.scheduled:
@@ -220,7 +264,11 @@ class SimReplica:
             if item.seq.first_scheduled is None:
                 item.seq.first_scheduled = now
         self._plan, self._step_start = plan, now
-        return self.costs.seconds(self.shape(plan.scheduled))
+        seconds = self.costs.seconds(self.shape(plan.scheduled))
+        if link is not None:
+            link.costs.observe_step(plan.num_tokens, seconds)
+            seconds += link.take_load_s()
+        return seconds
 
     def shape(self, items: list[ScheduledSeq]) -> StepShape:
         # Priced before the step runs: a sequence's context then grows by the step's tokens.
@@ -231,6 +279,8 @@ class SimReplica:
         """Apply the planned step at its end; returns the requests it finished."""
         plan, self._plan = self._plan, None
         self._pool_now = now
+        if self.link is not None:
+            self.link.now = now
         for item in plan.scheduled:
             self.scheduler.advance(item)
         finished = []
@@ -259,6 +309,7 @@ class SimReplica:
     def _retire(self, seq: Sequence) -> None:
         self.counters.prompt_tokens += seq.num_prompt
         self.counters.prefix_hit_tokens += seq.num_cached_prompt
+        self.counters.tier_hit_tokens += seq.num_tier_prompt
         self.scheduler.finish(seq, FinishReason.LENGTH)
 
     # -- fast-forward --------------------------------------------------------------------------
@@ -309,7 +360,8 @@ class SimReplica:
         batch = len(order)
         c = self.costs
         return Stretch(steps, batch, c.decode_seconds(batch, context), c.decode_attend_s * batch,
-                       [self.active[id(q)] for q in order], allocs, [j for j, _ in allocs])
+                       [self.active[id(q)] for q in order], allocs, [j for j, _ in allocs],
+                       base=[q.num_computed for q in order])
 
     def start_stretch(self, st: Stretch, steps: int, end1_s: float, gap_s: float,
                       gap_growth_s: float) -> None:
@@ -345,9 +397,13 @@ class SimReplica:
         if head.num_computed or head.block_ids:
             return None
         bs = self.limits.block_size
-        if len(head.token_ids) - 1 >= bs and self.pool.lookup(
-                block_hash(ROOT_HASH, head.token_ids[:bs], head.hash_keys)) is not None:
-            return None
+        if len(head.token_ids) - 1 >= bs:
+            first = block_hash(ROOT_HASH, head.token_ids[:bs], head.hash_keys)
+            if self.pool.lookup(first) is not None:
+                return None
+            # Elsewhere on the node it may reach the tiers during the stretch, if not there yet.
+            if self.scheduler.tier is not None and self.link.node.holds(first):
+                return None
         return "memory"
 
     def apply_started(self, now: float) -> int:
@@ -370,18 +426,17 @@ class SimReplica:
         st = self.stretch
         if m == 0:
             return []
-        for j, idx in st.allocs:
-            if j > m:
-                break
-            st.order[idx].seq.block_ids.extend(self.pool.allocate(1))
+        self._allocate(st.allocated_by(m))
         end = st.end_of(m)
         self._pool_now = end
+        link = self.link
+        if link is not None:
+            link.now = end
+            for j in range(1, m + 1):
+                link.costs.observe_step(st.batch, st.duration(j))
         first_end = st.end_of(1)
-        for active in st.order:
-            seq = active.seq
-            seq.token_ids.extend([OUTPUT_TOKEN] * (m - 1))
-            self.scheduler.advance(ScheduledSeq(seq, m, True))
-            seq.token_ids.append(OUTPUT_TOKEN)
+        for idx, active in enumerate(st.order):
+            self._advance_to(idx, m)
             if active.first_token_s is None:
                 active.first_token_s = first_end
         finished = []
@@ -397,12 +452,61 @@ class SimReplica:
         c.busy_seconds += st.busy_of(m)
         return finished
 
+    def _allocate(self, upto: int) -> None:
+        """Make the stretch's allocations up to the upto-th (whole steps), in exact stepping's
+        order. A sequence needs a block at step j because its last one filled at the end of
+        step j - 1: those blocks are published first, as the engine publishes them before it
+        plans step j, so an eviction and a publication of one hash (two requests with equal
+        prompts) happen in the engine's order. The pool's clock reads the end of step j - 1,
+        as it does when exact stepping plans step j."""
+        st = self.stretch
+        link = self.link
+        allocs = st.allocs
+        k = st.done
+        while k < upto:
+            j = allocs[k][0]
+            group = k
+            while group < upto and allocs[group][0] == j:
+                group += 1
+            if j > 1:
+                self._pool_now = st.end_of(j - 1)
+                if link is not None:
+                    link.now = self._pool_now
+                for _, idx in allocs[k:group]:
+                    self._advance_to(idx, j - 1)
+            if link is not None:
+                link.now = st.start_of(j)
+            for _, idx in allocs[k:group]:
+                st.order[idx].seq.block_ids.extend(self.pool.allocate(1))
+            k = group
+        st.done = max(st.done, upto)
+
+    def _advance_to(self, idx: int, steps: int) -> None:
+        """Apply the stretch's first `steps` steps to its idx-th sequence: their tokens, and
+        the blocks they fill published (Scheduler.advance)."""
+        st = self.stretch
+        seq = st.order[idx].seq
+        n = steps - (seq.num_computed - st.base[idx])
+        if n <= 0:
+            return
+        seq.token_ids.extend([OUTPUT_TOKEN] * (n - 1))
+        self.scheduler.advance(ScheduledSeq(seq, n, True))
+        seq.token_ids.append(OUTPUT_TOKEN)
+
+    def sync(self, now: float) -> None:
+        """Make the allocations of the stretch's steps started by `now` (their evictions reach
+        the node's tiers and presence), before a read of the node's blocks at `now`."""
+        st = self.stretch
+        if st is not None:
+            self._allocate(st.allocated_by(st.count_before(now, inclusive=True)))
+
     # -- reads ---------------------------------------------------------------------------------
     def free_blocks(self, now: float) -> int:
         st = self.stretch
         if st is None:
             return self.pool.num_free
-        return self.pool.num_free - st.allocated_by(st.count_before(now, inclusive=True))
+        return self.pool.num_free - (st.allocated_by(st.count_before(now, inclusive=True))
+                                     - st.done)
 
     def used_blocks(self, now: float) -> int:
         """Device blocks holding data. Mid-stretch, a block the stretch allocated counts as
@@ -419,9 +523,10 @@ class SimReplica:
         st = self.stretch
         if st is None:
             return Counters(c.steps, c.step_tokens, c.step_token_budget, c.busy_seconds,
-                            c.prompt_tokens, c.prefix_hit_tokens)
+                            c.prompt_tokens, c.prefix_hit_tokens, c.tier_hit_tokens)
         e = st.ended_by(now)
         return Counters(c.steps + e, c.step_tokens + st.batch * e,
                         c.step_token_budget + self.limits.max_batched_tokens * e,
-                        c.busy_seconds + st.busy_of(e), c.prompt_tokens, c.prefix_hit_tokens)
+                        c.busy_seconds + st.busy_of(e), c.prompt_tokens, c.prefix_hit_tokens,
+                        c.tier_hit_tokens)
 

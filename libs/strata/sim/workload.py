@@ -5,7 +5,9 @@ token ids a simulated engine sequence carries.
 Token ids stand in for text: the simulated engine runs the real block pool and prefix cache,
 which only compare token ids. A trace hash id h becomes `block_tokens` copies of one id drawn
 from h, so requests with equal leading hash ids share their leading blocks as they would in a
-replay; the rest of a prompt is one id unique to the request, so it shares nothing.
+replay; the rest of a prompt is one id unique to the request, so it shares nothing. A request's
+prompt block hashes are the ones the gateway sends the scheduler for it
+(strata.gateway.prefix_hashes), so routing by prefix sees what the engines' pools hold.
 
 Rate scaling (`superpose`) keeps a trace's duration and multiplies its rate: k copies of the
 trace, each shifted circularly by a random offset within the trace's span. Sizes keep their
@@ -22,6 +24,7 @@ from dataclasses import dataclass, replace
 
 from strata.eval.traces import TraceRequest
 from strata.eval.workload import Scaling, Window
+from strata.kvtier.hashing import HashKeys, chain_hashes
 
 OUTPUT_TOKEN = 1                 # the id every simulated output token gets
 _ID_SPACE = 1 << 29              # two ranges of ids, both within int32 (the block hash packs int32)
@@ -50,6 +53,13 @@ class SimRequest:
             ids.extend([_ID_SPACE + 2 + self.index % _ID_SPACE] *
                        (self.prompt_tokens - len(ids)))
         return ids
+
+    def prefix_hashes(self, block_size: int) -> list[int]:
+        """The prompt's block hash chain as the gateway computes it: every full block of the
+        prompt but its last token, keyed by model and tenant (no prefix is public here)."""
+        ids = self.prompt_ids()
+        return chain_hashes(ids[:len(ids) - 1], block_size,
+                            HashKeys.for_request(self.model, self.tenant, False))
 
 
 def sim_requests(requests: Sequence[TraceRequest], scaling: Scaling, window: Window,
