@@ -4,6 +4,7 @@ prefix from there at the priced cost instead of recomputing it; the engine's cos
 a load slower than recompute; routing follows the nodes' KV reports; with the feature off (or
 idle) nothing changes; fast-forward and exact stepping still agree with it on."""
 
+import json
 import random
 
 import pytest
@@ -271,3 +272,27 @@ def test_fast_forward_agrees_with_exact_stepping_with_tiers_and_prefix_routing()
             (t.unix_ms, t.kv_blocks_host, t.kv_blocks_disk, t.tier_hit_tokens,
              t.kv_blocks_evicted, t.kv_blocks_device_used)
         assert s.block_lifetime_sum_s == pytest.approx(t.block_lifetime_sum_s, abs=1e-9)
+
+
+# -- the benchmark's pure parts -----------------------------------------------------------------
+
+def test_the_benchmark_scales_mooncake_as_bench_kv_and_counts_the_bound(tmp_path):
+    from benchmarks.sim.kv_tiers import WAYS, bound_blocks, mooncake_requests, run_kv_tiers
+    from strata.eval.traces import read_mooncake
+
+    rows = [(1000, 1100, 40, [1, 2, 3]), (1500, 1030, 5, [1, 2, 4]), (3000, 600, 9, [1, 5])]
+    path = tmp_path / "mooncake.jsonl"
+    path.write_text("".join(json.dumps({"timestamp": t, "input_length": n, "output_length": o,
+                                        "hash_ids": ids}) + "\n" for t, n, o, ids in rows))
+    reqs = mooncake_requests(read_mooncake(path).requests, "m")
+    # a hash id (512 tokens) is one 16-token block: 1100 tokens -> 35, outputs capped at 16
+    assert [(r.arrival_s, r.prompt_tokens, r.output_tokens) for r in reqs] == \
+        [(0.0, 35, 16), (0.5, 33, 5), (2.0, 19, 9)]
+    assert [len(r.prefix_hashes(16)) for r in reqs] == [2, 2, 1]
+    # the second prompt's first two blocks were the first's; the third's one block too
+    assert bound_blocks(reqs) == (5, 3)
+    bench = run_kv_tiers(path, nodes=2)
+    assert [w.way for w in bench.ways] == list(WAYS) and bench.window == (0, 3)
+    assert all(w.requests == 3 and w.failed == 0 for w in bench.ways)
+    text = bench.describe()
+    assert "requests 0 to 2 (3" in text and "| tiers, prefix routing |" in text
