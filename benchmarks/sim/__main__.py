@@ -10,6 +10,8 @@ the trace keeps its hour and its shape, its rate multiplied by superposing shift
 (strata.sim.workload.superpose) by the factor that loads the GPUs to --target-util, found by
 pilot runs on a slice of the cluster. The fidelity numbers come from running
 tests/integration/test_sim_fidelity.py (the real stack next to the simulator) in a subprocess.
+The KV tiers and prefix-aware routing section (benchmarks.sim.kv_tiers: the Mooncake trace three
+ways on 8 simulated nodes) comes from the same run.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks.engine.machine import cpu_model
+from benchmarks.sim.kv_tiers import run_kv_tiers
 from benchmarks.sim.report import SimBench, render
 from benchmarks.sim.run import find_rate_factor, simulate
 from strata.eval.traces import read_trace
@@ -119,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
                                    fast_forward=False)
     fast, fast_result = simulate(profile, trace, args.baseline_nodes, base_s, factor * scale)
     say(f"baseline: exact {exact.wall_s:.1f} s, fast-forward {fast.wall_s:.1f} s")
+    tiers = run_kv_tiers()
+    say(f"kv tiers: {tiers.wall_s:.1f} s")
     a = {r.request_id: r for r in exact_result.rows}
     diffs = [max(abs((r.ttft_ms or 0) - (a[r.request_id].ttft_ms or 0)),
                  abs(r.e2e_ms - a[r.request_id].e2e_ms)) for r in fast_result.rows]
@@ -130,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         profile=profile, target_util=args.target_util, pilots=pilots, main=main_run,
         also=also, also_label=also_label if also else "",
         exact=exact, fast=fast, max_diff_ms=max(diffs, default=0.0),
-        fidelity=None if args.no_fidelity else fidelity(),
+        fidelity=None if args.no_fidelity else fidelity(), kv_tiers=tiers.describe(),
         report_path=os.path.relpath(report_path, ROOT),
         total_s=time.perf_counter() - started)
     Path(args.out).write_text(render(bench), encoding="utf-8")

@@ -28,6 +28,7 @@ class SimBench:
     fast: RunFigures
     max_diff_ms: float
     fidelity: dict | None
+    kv_tiers: str                       # the KV tiers and prefix routing section (markdown)
     report_path: str
     total_s: float
 
@@ -128,6 +129,7 @@ def render(b: SimBench) -> str:
         f"its routing and heartbeats.", "",
         HEADER, _row("exact stepping", b.exact), _row("fast-forward", b.fast), "",
         "## Fidelity", "", *_fidelity(b.fidelity), "",
+        b.kv_tiers.rstrip("\n"), "",
         "## Notes", "",
         f"- The simulated run's layered report (request, node and cluster layers, utilization "
         f"per GPU over time) is in `{b.report_path}` (not in git); `strata report --compare "
