@@ -50,7 +50,10 @@ def _cpu_signature() -> str:
     return platform.processor() or platform.machine()
 
 
-def _command(out: Path) -> list[str]:
+_HEADER = Path(__file__).with_name("cpu_math.h")     # shared by every kernel source
+
+
+def _command(source: Path, out: Path) -> list[str]:
     from torch.utils import cpp_extension
 
     cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
@@ -58,18 +61,21 @@ def _command(out: Path) -> list[str]:
         raise FileNotFoundError("no C++ compiler (set CXX or install g++)")
     libs = cpp_extension.library_paths()
     return [cxx, *_FLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
-            *(f"-I{p}" for p in cpp_extension.include_paths()), str(_SOURCE), "-o", str(out),
-            *(f"-L{p}" for p in libs), *(f"-Wl,-rpath,{p}" for p in libs),
-            "-ltorch", "-ltorch_cpu", "-lc10"]
+            f"-I{_HEADER.parent}", *(f"-I{p}" for p in cpp_extension.include_paths()),
+            str(source), "-o", str(out), *(f"-L{p}" for p in libs),
+            *(f"-Wl,-rpath,{p}" for p in libs), "-ltorch", "-ltorch_cpu", "-lc10"]
 
 
-def _build() -> Path:
+def build_library(source: Path, stem: str) -> Path:
+    """Compile `source` (which may include cpu_math.h) into the cache, once per source, header,
+    flags, torch version and CPU; the cached library's path."""
     key = hashlib.sha256()
-    key.update(_SOURCE.read_bytes())
+    key.update(source.read_bytes())
+    key.update(_HEADER.read_bytes())
     key.update(" ".join(_FLAGS).encode())
     key.update(torch.__version__.encode())
     key.update(_cpu_signature().encode())
-    target = cache_dir() / f"decode_attention_{key.hexdigest()[:16]}.so"
+    target = cache_dir() / f"{stem}_{key.hexdigest()[:16]}.so"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -78,7 +84,7 @@ def _build() -> Path:
     os.close(fd)
     try:
         started = time.monotonic()
-        done = subprocess.run(_command(Path(tmp)), capture_output=True, text=True)
+        done = subprocess.run(_command(source, Path(tmp)), capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"compiler exited {done.returncode}: {done.stderr.strip()[-2000:]}")
         os.replace(tmp, target)
@@ -104,7 +110,7 @@ def load():
         return _state["ops"]
     ops = None
     try:
-        torch.ops.load_library(str(_build()))
+        torch.ops.load_library(str(build_library(_SOURCE, "decode_attention")))
         runtimes = _openmp_runtimes()
         if len(runtimes) > 1:
             raise RuntimeError(f"two OpenMP runtimes are loaded ({', '.join(sorted(runtimes))}); "

@@ -8,8 +8,8 @@
 //                     KVH * NB blocks), reading the first block_lens[p, b] tokens of each
 //                     block -> the output [P, G, D] and log sum exp of the scores [P, G]
 //
-// The helpers (widening, dot, axpy, exp of a non-positive float) are those of
-// strata/engine/kernels/decode_attention.cpp; see there for their accuracy.
+// The helpers (widening, dot, axpy, exp of a non-positive float) are shared with strata's
+// decode_attention kernel: strata/engine/kernels/cpu_math.h, with their accuracy.
 
 #include <torch/library.h>
 #include <ATen/ATen.h>
@@ -26,53 +26,7 @@
 
 namespace {
 
-inline void widen_row(const float* src, float* dst, int64_t n) {
-  std::memcpy(dst, src, sizeof(float) * n);
-}
-
-inline void widen_row(const c10::BFloat16* src, float* dst, int64_t n) {
-  const uint16_t* bits = reinterpret_cast<const uint16_t*>(src);
-  uint32_t* out = reinterpret_cast<uint32_t*>(dst);
-#pragma GCC ivdep
-  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<uint32_t>(bits[i]) << 16;
-}
-
-inline void store_row(const float* src, float* dst, int64_t n) {
-  std::memcpy(dst, src, sizeof(float) * n);
-}
-
-inline void store_row(const float* src, c10::BFloat16* dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = c10::BFloat16(src[i]);
-}
-
-inline float dot(const float* __restrict a, const float* __restrict b, int64_t n) {
-  float total = 0.f;
-#pragma omp simd reduction(+ : total)
-  for (int64_t i = 0; i < n; ++i) total += a[i] * b[i];
-  return total;
-}
-
-inline void axpy(float alpha, const float* __restrict x, float* __restrict y, int64_t n) {
-#pragma GCC ivdep
-  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
-}
-
-inline float exp_nonpositive(float in) {
-  const float x = in < -87.f ? -87.f : in;
-  const float n = std::nearbyint(x * 1.44269504088896341f);
-  const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
-  float p = 1.f / 720.f;
-  p = p * r + 1.f / 120.f;
-  p = p * r + 1.f / 24.f;
-  p = p * r + 1.f / 6.f;
-  p = p * r + 0.5f;
-  p = p * r + 1.f;
-  p = p * r + 1.f;
-  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return in < -87.f ? 0.f : p * scale;
-}
+#include "cpu_math.h"
 
 template <typename scalar_t, int64_t kE>
 void block_scores_impl(const at::Tensor& rows, const at::Tensor& entries, const at::Tensor& ids,
