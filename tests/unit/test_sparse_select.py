@@ -12,7 +12,8 @@ import torch
 from strata.engine.sparse.attend import attend_blocks, attend_full, flat_ids
 from strata.engine.sparse.config import SparseConfig, parse_budget
 from strata.engine.sparse.index import BlockIndex
-from strata.engine.sparse.select import Layout, left_out_mass, score_blocks, select_blocks
+from strata.engine.sparse.select import (Layout, left_out_mass, query_rows, score_blocks,
+                                         select_blocks, split_scores)
 
 
 @pytest.fixture(autouse=True)
@@ -214,8 +215,8 @@ def test_full_attention_of_pairs_matches_the_kernel_and_the_torch_path():
         assert none is None and torch.allclose(native, out, atol=1e-5)
 
 
-@pytest.mark.parametrize("dim", [64, 24])
-def test_the_fused_cpu_kernels_compute_what_the_torch_path_does(dim):
+@pytest.mark.parametrize("dim, estimate", [(64, "moment"), (24, "moment"), (64, "bound")])
+def test_the_fused_cpu_kernels_compute_what_the_torch_path_does(dim, estimate):
     from strata.engine.sparse import native
     if native.load() is None:
         pytest.skip("the sparse CPU kernels did not build")
@@ -224,15 +225,40 @@ def test_the_fused_cpu_kernels_compute_what_the_torch_path_does(dim):
     keys = torch.randn(1, kv_heads, 30, bs, dim, generator=gen)
     kv, index = indexed(keys)
     cfg = SparseConfig(enabled=True, min_context=1, budget_fraction=0.4, sink_blocks=1,
-                       window_blocks=1)
-    tables = [list(range(29, 9, -1)), list(range(0, 10))]
-    lay = layout(tables, [79, 37], cfg, bs)
-    q = torch.randn(2, kv_heads, g, dim, generator=gen)
+                       window_blocks=1, estimate=estimate)
+    # the third row has fewer middle blocks (3) than the longest row's picks (6): padding
+    tables = [list(range(29, 9, -1)), list(range(0, 10)), [12, 4, 22, 8, 17]]
+    lay = layout(tables, [79, 37, 18], cfg, bs)
+    q = torch.randn(3, kv_heads, g, dim, generator=gen)
     a = select_blocks(q, index, 0, lay, cfg, bs, 0.35)
     b = select_blocks(q, index, 0, lay, cfg, bs, 0.35, fused=True)
-    assert torch.equal(a.block_ids, b.block_ids) and torch.equal(a.block_lens, b.block_lens)
-    assert torch.allclose(a.log_left_out, b.log_left_out, atol=1e-4)
-    qp = q.reshape(2 * kv_heads, g, dim)
+    assert torch.equal(a.block_lens, b.block_lens)
+    # Both read a best-ranked set of middle blocks of the row's size. Each query head's best
+    # block ranks exactly 0, so blocks can tie; the kernel breaks ties by position, torch's
+    # topk as it may: where the ranks at the cut differ the two sets are the same.
+    rows = query_rows(q.transpose(0, 1), 0.35, estimate)
+    entries = index.entries[0].index_select(1, lay.mid_ids).view(kv_heads, 3, -1, 3 * dim)
+    bounds = split_scores(rows @ entries.transpose(-1, -2), g, bs, estimate)[0]
+    rank = (bounds + (lay.mid_mask if lay.mid_mask is not None else 0))
+    rank = (rank - rank.amax(-1, keepdim=True)).amax(dim=2)                  # [KVH, R, M]
+    fixed = lay.fixed_ids.shape[-1]
+    for sel in (a, b):
+        for p, (ids, lens) in enumerate(zip(sel.block_ids.tolist(), sel.block_lens.tolist())):
+            row, head = divmod(p, kv_heads)
+            mids = lay.mid_ids.view(3, -1)[row].tolist()[:int(lay.mid_counts[row])]
+            chosen = {i for i, n in zip(ids[fixed:], lens[fixed:]) if n}
+            assert len(chosen) == int(lay.takes[row])
+            inside = [rank[head, row, j] for j, i in enumerate(mids) if i in chosen]
+            outside = [rank[head, row, j] for j, i in enumerate(mids) if i not in chosen]
+            assert min(inside) >= max(outside, default=float("-inf"))
+
+    def read(sel):
+        return [sorted(i for i, n in zip(ids.tolist(), lens.tolist()) if n)
+                for ids, lens in zip(sel.block_ids, sel.block_lens)]
+    same = [p for p, (x, y) in enumerate(zip(read(a), read(b))) if x == y]
+    assert len(same) >= 5                       # a tie at the cut changes at most one pair here
+    assert torch.allclose(a.log_left_out[same], b.log_left_out[same], atol=1e-4)
+    qp = q.reshape(3 * kv_heads, g, dim)
     flat = flat_ids(a.block_ids, kv_heads, 30)
     want, want_lse = attend_blocks(qp, kv[0, 0], kv[0, 1], flat, a.block_lens, 0.35)
     got, got_lse = attend_blocks(qp, kv[0, 0], kv[0, 1], flat, a.block_lens, 0.35, fused=True)

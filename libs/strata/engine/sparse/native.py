@@ -3,7 +3,7 @@
 Built the way strata.engine.kernels builds the dense decode kernel (same compiler flags, same
 cache folder, keyed by source, flags, torch version and CPU), and used only where that kernel
 is: an engine on the CPU with attention_kernel "cpp". `load()` returns the `torch.ops.
-strata_sparse` namespace (block_scores, sparse_attention) or None, and the sparse path then
+strata_sparse` namespace (select_blocks, sparse_attention) or None, and the sparse path then
 runs on torch operations; any failure to build is logged once and leaves it there.
 """
 

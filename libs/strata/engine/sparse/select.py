@@ -91,6 +91,8 @@ class Layout:
     #                                None when every row's middle is M blocks long
     mid_valid: torch.Tensor      # [1, R, M] bool
     picks: int                   # K: the most middle blocks a row reads
+    mid_counts: torch.Tensor     # [R] int64: each row's middle blocks
+    takes: torch.Tensor          # [R] int64: the middle blocks each row reads
     chosen: torch.Tensor         # [1, R, K] bool: the row reads its j-th best middle block
     fixed_ids: torch.Tensor      # [R, 1, S+W] sinks then window (the block being written last)
     block_lens: torch.Tensor     # [R, 1, S+W+K] tokens read from each block (0: not read)
@@ -130,7 +132,10 @@ class Layout:
             score_all=0 < pool_blocks <= 2 * width,
             mid_mask=None if bool(valid.all()) else
             torch.zeros(valid.shape, device=dev).masked_fill_(~valid, _NEG)[None, :, None],
-            mid_valid=valid[None], picks=picks, chosen=chosen[None],
+            mid_valid=valid[None], picks=picks,
+            mid_counts=(nb - sinks - window).clamp_(min=0),
+            takes=torch.tensor([b - sinks - window for b in budgets], device=dev),
+            chosen=chosen[None],
             fixed_ids=block_tables.gather(1, fixed_pos)[:, None],
             block_lens=block_lens[:, None])
 
@@ -147,18 +152,27 @@ class Selection:
 def select_blocks(q: torch.Tensor, index: BlockIndex, layer: int, layout: Layout,
                   cfg: SparseConfig, block_size: int, scale: float,
                   fused: bool = False) -> Selection:
-    """q [R, KVH, G, D]: the rows' queries grouped by KV head. `fused`: the products with the
-    index entries through sparse_kernels.cpp, which reads the entries in place."""
+    """q [R, KVH, G, D]: the rows' queries grouped by KV head. `fused`: scoring and selection
+    through sparse_kernels.cpp (select_blocks), which reads the entries in place; it orders
+    blocks of equal rank by position, where torch's topk may not (attention does not depend
+    on the order)."""
     r, kv_heads, g, dim = q.shape
     width = layout.mid_valid.shape[-1]
     rows = query_rows(q.transpose(0, 1), scale, cfg.estimate)                # [KVH, R, G', 3D]
     layer_entries = index.entries[layer]                                      # [KVH, NB, 3, D]
     if fused:
+        # the same selection in one pass over each pair's middle blocks, entries read in place
         ops = sparse_native.load()
         assert ops is not None, "fused is set only when the sparse kernels loaded"
-        product = ops.block_scores(rows.contiguous(), layer_entries.view(kv_heads, -1, 3 * dim),
-                                   layout.mid_ids.view(r, width))           # [KVH, R, G', M]
-    elif layout.score_all:
+        ids, log_left = ops.select_blocks(
+            rows.contiguous(), layer_entries.view(kv_heads, -1, 3 * dim),
+            layout.mid_ids.view(r, width), layout.mid_counts, layout.takes,
+            layout.fixed_ids.view(r, -1), layout.picks, cfg.estimate == "moment",
+            math.log(block_size))
+        return Selection(block_ids=ids,
+                         block_lens=layout.block_lens.expand(r, kv_heads, -1).reshape(
+                             r * kv_heads, -1), log_left_out=log_left)
+    if layout.score_all:
         everything = layer_entries.view(kv_heads, -1, 3 * dim).float().transpose(-1, -2)
         product = torch.matmul(rows.reshape(kv_heads, -1, 3 * dim), everything)  # [KVH, R*G', NB]
         product = product.view(kv_heads, r, rows.shape[2], -1).gather(

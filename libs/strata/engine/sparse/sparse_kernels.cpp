@@ -3,7 +3,11 @@
 // selected blocks or a row's index entries first would copy every byte read, and on the CPU the
 // sparse path is bound by memory traffic, not arithmetic.
 //
-//   block_scores      rows [KVH, R, Q, E] x entries [KVH, NB, E] at ids [R, M] -> [KVH, R, Q, M]
+//   select_blocks     rows [KVH, R, Q, E] x entries [KVH, NB, E] at each row's middle block ids,
+//                     ranked and cut to the row's budget in one pass -> the blocks each pair
+//                     reads and the log of the estimated mass of the middle blocks it leaves
+//                     out (select.py's selection, without a dozen small tensor operations per
+//                     layer)
 //   sparse_attention  pairs over their own block lists (flat ids into the cache seen as
 //                     KVH * NB blocks), reading the first block_lens[p, b] tokens of each
 //                     block -> the output [P, G, D] and log sum exp of the scores [P, G]
@@ -29,27 +33,80 @@ namespace {
 #include "cpu_math.h"
 
 template <typename scalar_t, int64_t kE>
-void block_scores_impl(const at::Tensor& rows, const at::Tensor& entries, const at::Tensor& ids,
-                       at::Tensor& out) {
+void select_impl(const at::Tensor& rows, const at::Tensor& entries, const at::Tensor& mid_ids,
+                 const at::Tensor& counts, const at::Tensor& takes, const at::Tensor& fixed,
+                 int64_t picks, int64_t group, bool moment, double log_block, at::Tensor& ids,
+                 at::Tensor& log_left) {
   const int64_t kv_heads = rows.size(0), r = rows.size(1), nq = rows.size(2);
   const int64_t e = kE > 0 ? kE : rows.size(3);
-  const int64_t nb = entries.size(1), m = ids.size(1);
+  const int64_t nb = entries.size(1), m = mid_ids.size(1), nf = fixed.size(1);
   const float* rp = rows.data_ptr<float>();
   const scalar_t* ep = entries.data_ptr<scalar_t>();
-  const int64_t* ip = ids.data_ptr<int64_t>();
-  float* op = out.data_ptr<float>();
-  constexpr int64_t kChunk = 256;   // blocks per task: enough work to amortize the task
-  const int64_t chunks = (m + kChunk - 1) / kChunk;
-  at::parallel_for(0, kv_heads * r * chunks, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> row(e);
+  const int64_t* mp = mid_ids.data_ptr<int64_t>();
+  const int64_t* cp = counts.data_ptr<int64_t>();
+  const int64_t* kp = takes.data_ptr<int64_t>();
+  const int64_t* fp = fixed.data_ptr<int64_t>();
+  int64_t* op = ids.data_ptr<int64_t>();
+  float* lp = log_left.data_ptr<float>();
+  const float lb = static_cast<float>(log_block);
+  const float neg = -std::numeric_limits<float>::infinity();
+  at::parallel_for(0, kv_heads * r, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> row(e), bound(group * m), mass(group * m), rank(m), best(group);
+    std::vector<int64_t> order(m);
+    std::vector<char> taken(m);
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t c = item % chunks, hr = item / chunks, s = hr % r, h = hr / r;
-      const float* q = rp + hr * nq * e;
-      float* o = op + hr * nq * m;
-      const int64_t* sid = ip + s * m;
-      for (int64_t j = c * kChunk; j < std::min(m, (c + 1) * kChunk); ++j) {
+      const int64_t h = item / r, s = item % r, count = cp[s], take = kp[s];
+      const float* q = rp + item * nq * e;
+      const int64_t* sid = mp + s * m;
+      std::fill(best.begin(), best.end(), neg);
+      for (int64_t j = 0; j < count; ++j) {
         widen_row(ep + (h * nb + sid[j]) * e, row.data(), e);
-        for (int64_t g = 0; g < nq; ++g) o[g * m + j] = dot(q + g * e, row.data(), e);
+        for (int64_t g = 0; g < group; ++g) {
+          const float b = dot(q + g * e, row.data(), e);
+          bound[g * m + j] = b;
+          best[g] = b > best[g] ? b : best[g];
+          const float est = moment ? std::min(dot(q + (group + g) * e, row.data(), e), b) : b;
+          mass[g * m + j] = est + lb;
+        }
+      }
+      // a block's rank: its best query head's bound relative to that head's best block, so a
+      // head whose scores are all large does not outrank the others
+      for (int64_t j = 0; j < count; ++j) {
+        float v = neg;
+        for (int64_t g = 0; g < group; ++g) v = std::max(v, bound[g * m + j] - best[g]);
+        rank[j] = v;
+      }
+      for (int64_t j = 0; j < count; ++j) order[j] = j;
+      const int64_t top = std::min(picks, count);
+      const auto before = [&](int64_t a, int64_t b) {
+        return rank[a] > rank[b] || (rank[a] == rank[b] && a < b);
+      };
+      // the best `top` first (linear), then in rank order (a budget is a small share of M)
+      if (top < count) std::nth_element(order.begin(), order.begin() + top,
+                                        order.begin() + count, before);
+      std::sort(order.begin(), order.begin() + top, before);
+      int64_t* out = op + (s * kv_heads + h) * (nf + picks);
+      for (int64_t f = 0; f < nf; ++f) out[f] = fp[s * nf + f];
+      std::fill(taken.begin(), taken.begin() + count, 0);
+      for (int64_t k = 0; k < picks; ++k) {
+        // past the row's own budget a pick is padding (read for 0 tokens); past its middle
+        // blocks it is block 0, as select.py pads
+        out[nf + k] = k < top ? sid[order[k]] : 0;
+        if (k < top && k < take) taken[order[k]] = 1;
+      }
+      float* left = lp + (s * kv_heads + h) * group;
+      for (int64_t g = 0; g < group; ++g) {
+        float mx = neg;
+        for (int64_t j = 0; j < count; ++j)
+          if (!taken[j]) mx = std::max(mx, mass[g * m + j]);
+        if (mx == neg) {
+          left[g] = neg;
+          continue;
+        }
+        float sum = 0.f;
+        for (int64_t j = 0; j < count; ++j)
+          sum += taken[j] ? 0.f : exp_nonpositive(mass[g * m + j] - mx);
+        left[g] = mx + std::log(sum);
       }
     }
   });
@@ -140,35 +197,65 @@ void dispatch_dim(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   }
 }
 
-at::Tensor block_scores(const at::Tensor& rows, const at::Tensor& entries, const at::Tensor& ids) {
-  TORCH_CHECK(rows.device().is_cpu(), "strata_sparse::block_scores runs on the CPU only");
+std::tuple<at::Tensor, at::Tensor> select_blocks(
+    const at::Tensor& rows, const at::Tensor& entries, const at::Tensor& mid_ids,
+    const at::Tensor& counts, const at::Tensor& takes, const at::Tensor& fixed, int64_t picks,
+    bool moment, double log_block) {
+  TORCH_CHECK(rows.device().is_cpu(), "strata_sparse::select_blocks runs on the CPU only");
   TORCH_CHECK(rows.dim() == 4 && rows.scalar_type() == at::kFloat,
               "rows must be float32 [KVH, R, Q, E]");
+  const int64_t group = moment ? rows.size(2) / 2 : rows.size(2);
+  TORCH_CHECK(group > 0 && (!moment || rows.size(2) == 2 * group),
+              "moment rows come in two halves of G query heads");
   TORCH_CHECK(entries.dim() == 3 && entries.size(0) == rows.size(0) &&
               entries.size(2) == rows.size(3), "entries must be [KVH, NB, E] matching rows");
-  TORCH_CHECK(ids.dim() == 2 && ids.size(0) == rows.size(1) && ids.scalar_type() == at::kLong,
-              "ids must be int64 [R, M]");
+  const int64_t r = rows.size(1);
+  TORCH_CHECK(mid_ids.dim() == 2 && mid_ids.size(0) == r && mid_ids.scalar_type() == at::kLong,
+              "mid_ids must be int64 [R, M]");
+  TORCH_CHECK(counts.dim() == 1 && counts.size(0) == r && counts.scalar_type() == at::kLong &&
+              takes.sizes() == counts.sizes() && takes.scalar_type() == at::kLong,
+              "counts and takes must be int64 [R]");
+  TORCH_CHECK(fixed.dim() == 2 && fixed.size(0) == r && fixed.scalar_type() == at::kLong,
+              "fixed must be int64 [R, F]");
+  TORCH_CHECK(picks >= 0, "picks must not be negative");
   auto rc = rows.contiguous();
   auto ec = entries.contiguous();
-  auto ic = ids.contiguous();
-  const int64_t* ip = ic.data_ptr<int64_t>();
-  for (int64_t i = 0; i < ic.numel(); ++i)
-    TORCH_CHECK(ip[i] >= 0 && ip[i] < ec.size(1), "block id ", ip[i], " is outside the index's ",
-                ec.size(1), " blocks");
-  auto out = at::empty({rc.size(0), rc.size(1), rc.size(2), ic.size(1)}, rc.options());
+  auto mc = mid_ids.contiguous();
+  auto cc = counts.contiguous();
+  auto kc = takes.contiguous();
+  auto fc = fixed.contiguous();
+  const int64_t* mp = mc.data_ptr<int64_t>();
+  const int64_t* cp = cc.data_ptr<int64_t>();
+  const int64_t* kp = kc.data_ptr<int64_t>();
+  for (int64_t s = 0; s < r; ++s) {
+    TORCH_CHECK(cp[s] >= 0 && cp[s] <= mc.size(1), "row ", s, " counts ", cp[s],
+                " middle blocks of ", mc.size(1));
+    TORCH_CHECK(kp[s] >= 0 && kp[s] <= picks, "row ", s, " takes ", kp[s], " of ", picks,
+                " picks");
+    for (int64_t j = 0; j < cp[s]; ++j)
+      TORCH_CHECK(mp[s * mc.size(1) + j] >= 0 && mp[s * mc.size(1) + j] < ec.size(1),
+                  "block id ", mp[s * mc.size(1) + j], " is outside the index's ", ec.size(1),
+                  " blocks");
+  }
+  auto ids = at::empty({r * rc.size(0), fc.size(1) + picks}, mc.options());
+  auto left = at::empty({r * rc.size(0), group}, rc.options());
   const bool d64 = rc.size(3) == 3 * 64;
   switch (ec.scalar_type()) {
     case at::kFloat:
-      d64 ? block_scores_impl<float, 3 * 64>(rc, ec, ic, out)
-          : block_scores_impl<float, 0>(rc, ec, ic, out);
+      d64 ? select_impl<float, 3 * 64>(rc, ec, mc, cc, kc, fc, picks, group, moment, log_block,
+                                       ids, left)
+          : select_impl<float, 0>(rc, ec, mc, cc, kc, fc, picks, group, moment, log_block, ids,
+                                  left);
       break;
     case at::kBFloat16:
-      d64 ? block_scores_impl<c10::BFloat16, 3 * 64>(rc, ec, ic, out)
-          : block_scores_impl<c10::BFloat16, 0>(rc, ec, ic, out);
+      d64 ? select_impl<c10::BFloat16, 3 * 64>(rc, ec, mc, cc, kc, fc, picks, group, moment,
+                                               log_block, ids, left)
+          : select_impl<c10::BFloat16, 0>(rc, ec, mc, cc, kc, fc, picks, group, moment,
+                                          log_block, ids, left);
       break;
     default: TORCH_CHECK(false, "index entries must be float32 or bfloat16");
   }
-  return out;
+  return {ids, left};
 }
 
 std::tuple<at::Tensor, at::Tensor> sparse_attention(
@@ -215,12 +302,14 @@ std::tuple<at::Tensor, at::Tensor> sparse_attention(
 }  // namespace
 
 TORCH_LIBRARY(strata_sparse, m) {
-  m.def("block_scores(Tensor rows, Tensor entries, Tensor ids) -> Tensor");
+  m.def("select_blocks(Tensor rows, Tensor entries, Tensor mid_ids, Tensor counts, "
+        "Tensor takes, Tensor fixed, int picks, bool moment, float log_block) -> "
+        "(Tensor, Tensor)");
   m.def("sparse_attention(Tensor q, Tensor k_flat, Tensor v_flat, Tensor tables, "
         "Tensor block_lens, float scale) -> (Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(strata_sparse, CPU, m) {
-  m.impl("block_scores", &block_scores);
+  m.impl("select_blocks", &select_blocks);
   m.impl("sparse_attention", &sparse_attention);
 }
