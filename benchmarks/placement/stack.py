@@ -1,7 +1,7 @@
 """Batch-aware placement against first-fit-decreasing at small size on the real stack.
 
     python -m benchmarks.placement.stack [--window 25] [--windows 6] [--seed 1]
-        [--ways ffd,batch-aware] [--workdir .strata/placement-stack]
+        [--capacity 2.5] [--ways ffd,batch-aware] [--workdir .strata/placement-stack]
 
 Three node managers ("GPUs", 8 GiB each) and three dummy models with phase-shifted load: two in
 antiphase, one steady with a burst (stack_workload). Each way runs on a fresh stack with the
