@@ -158,20 +158,20 @@ def select_blocks(q: torch.Tensor, index: BlockIndex, layer: int, layout: Layout
     on the order)."""
     r, kv_heads, g, dim = q.shape
     width = layout.mid_valid.shape[-1]
-    rows = query_rows(q.transpose(0, 1), scale, cfg.estimate)                # [KVH, R, G', 3D]
     layer_entries = index.entries[layer]                                      # [KVH, NB, 3, D]
     if fused:
         # the same selection in one pass over each pair's middle blocks, entries read in place
         ops = sparse_native.load()
         assert ops is not None, "fused is set only when the sparse kernels loaded"
         ids, log_left = ops.select_blocks(
-            rows.contiguous(), layer_entries.view(kv_heads, -1, 3 * dim),
+            q.transpose(0, 1).float().contiguous(), layer_entries.view(kv_heads, -1, 3 * dim),
             layout.mid_ids.view(r, width), layout.mid_counts, layout.takes,
-            layout.fixed_ids.view(r, -1), layout.picks, cfg.estimate == "moment",
+            layout.fixed_ids.view(r, -1), layout.picks, scale, cfg.estimate == "moment",
             math.log(block_size))
         return Selection(block_ids=ids,
                          block_lens=layout.block_lens.expand(r, kv_heads, -1).reshape(
                              r * kv_heads, -1), log_left_out=log_left)
+    rows = query_rows(q.transpose(0, 1), scale, cfg.estimate)                # [KVH, R, G', 3D]
     if layout.score_all:
         everything = layer_entries.view(kv_heads, -1, 3 * dim).float().transpose(-1, -2)
         product = torch.matmul(rows.reshape(kv_heads, -1, 3 * dim), everything)  # [KVH, R*G', NB]

@@ -3,7 +3,7 @@
 // selected blocks or a row's index entries first would copy every byte read, and on the CPU the
 // sparse path is bound by memory traffic, not arithmetic.
 //
-//   select_blocks     rows [KVH, R, Q, E] x entries [KVH, NB, E] at each row's middle block ids,
+//   select_blocks     queries [KVH, R, G, D] x entries [KVH, NB, 3D] at each row's middle blocks,
 //                     ranked and cut to the row's budget in one pass -> the blocks each pair
 //                     reads and the log of the estimated mass of the middle blocks it leaves
 //                     out (select.py's selection, without a dozen small tensor operations per
@@ -32,15 +32,26 @@ namespace {
 
 #include "cpu_math.h"
 
+// Selected blocks (and a row's index entries) lie anywhere in the cache, where the hardware
+// prefetcher cannot guess the next one: ask for the next rows while these are read.
+template <typename scalar_t>
+inline void prefetch_block(const scalar_t* block, int64_t rows, int64_t slot, int64_t dim) {
+  constexpr int64_t kLine = 64 / sizeof(scalar_t);
+  for (int64_t j = 0; j < rows; ++j)
+    for (int64_t i = 0; i < dim; i += kLine) __builtin_prefetch(block + j * slot + i, 0, 3);
+}
+
 template <typename scalar_t, int64_t kE>
-void select_impl(const at::Tensor& rows, const at::Tensor& entries, const at::Tensor& mid_ids,
+void select_impl(const at::Tensor& queries, const at::Tensor& entries, const at::Tensor& mid_ids,
                  const at::Tensor& counts, const at::Tensor& takes, const at::Tensor& fixed,
-                 int64_t picks, int64_t group, bool moment, double log_block, at::Tensor& ids,
+                 int64_t picks, double scale, bool moment, double log_block, at::Tensor& ids,
                  at::Tensor& log_left) {
-  const int64_t kv_heads = rows.size(0), r = rows.size(1), nq = rows.size(2);
-  const int64_t e = kE > 0 ? kE : rows.size(3);
+  const int64_t kv_heads = queries.size(0), r = queries.size(1), group = queries.size(2);
+  const int64_t dim = queries.size(3), nq = moment ? 2 * group : group;
+  const int64_t e = kE > 0 ? kE : 3 * dim;
   const int64_t nb = entries.size(1), m = mid_ids.size(1), nf = fixed.size(1);
-  const float* rp = rows.data_ptr<float>();
+  const float* qp = queries.data_ptr<float>();
+  const float fscale = static_cast<float>(scale);
   const scalar_t* ep = entries.data_ptr<scalar_t>();
   const int64_t* mp = mid_ids.data_ptr<int64_t>();
   const int64_t* cp = counts.data_ptr<int64_t>();
@@ -51,18 +62,41 @@ void select_impl(const at::Tensor& rows, const at::Tensor& entries, const at::Te
   const float lb = static_cast<float>(log_block);
   const float neg = -std::numeric_limits<float>::infinity();
   at::parallel_for(0, kv_heads * r, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> row(e), bound(group * m), mass(group * m), rank(m), best(group);
+    std::vector<float> row(e), qrows(nq * e), bound(group * m), mass(group * m), rank(m),
+        best(group);
     std::vector<int64_t> order(m);
     std::vector<char> taken(m);
     for (int64_t item = begin; item < end; ++item) {
       const int64_t h = item / r, s = item % r, count = cp[s], take = kp[s];
-      const float* q = rp + item * nq * e;
+      // rows whose products with an entry [kmax | kmin | spread] give the bound on the
+      // scores, [relu(q) | min(q, 0) | 0], and the log-normal exponent, [q/2 | q/2 | q^2/2]
+      // (select.py's query_rows, with the same float arithmetic)
+      const float* qs = qp + item * group * dim;
+      for (int64_t g = 0; g < group; ++g) {
+        float* b = qrows.data() + g * e;
+        float* w = qrows.data() + (group + g) * e;
+        for (int64_t i = 0; i < dim; ++i) {
+          const float x = qs[g * dim + i] * fscale;
+          b[i] = x > 0.f ? x : 0.f;
+          b[dim + i] = x < 0.f ? x : 0.f;
+          b[2 * dim + i] = 0.f;
+          if (moment) {
+            const float half = x * 0.5f;
+            w[i] = half;
+            w[dim + i] = half;
+            w[2 * dim + i] = x * half;
+          }
+        }
+      }
+      const float* q = qrows.data();
       const int64_t* sid = mp + s * m;
       std::fill(best.begin(), best.end(), neg);
       for (int64_t j = 0; j < count; ++j) {
+        if (j + 2 < count) prefetch_block(ep + (h * nb + sid[j + 2]) * e, 1, e, e);
         widen_row(ep + (h * nb + sid[j]) * e, row.data(), e);
         for (int64_t g = 0; g < group; ++g) {
-          const float b = dot(q + g * e, row.data(), e);
+          // the bound row's last third is zeros: [kmax | kmin] is all it reads
+          const float b = dot(q + g * e, row.data(), 2 * (e / 3));
           bound[g * m + j] = b;
           best[g] = b > best[g] ? b : best[g];
           const float est = moment ? std::min(dot(q + (group + g) * e, row.data(), e), b) : b;
@@ -138,30 +172,30 @@ void sparse_attention_impl(const at::Tensor& q, const at::Tensor& k_flat, const 
       const int64_t* lens = lp + p * width;
       int64_t total = 0;
       for (int64_t b = 0; b < width; ++b) total += lens[b];
-      // scores key-major ([token][group]) so a key's G scores sit together
+      // scores head-major ([group][token]), as decode_attention lays them out, so the softmax
+      // loops run over contiguous floats and vectorize
       for (int64_t g = 0; g < group; ++g)
         widen_row(qp + (p * group + g) * dim, qf.data() + g * dim, dim);
       scores.resize(group * std::max<int64_t>(total, 1));
       int64_t t = 0;
       for (int64_t b = 0; b < width; ++b) {
         const scalar_t* kblock = kp + table[b] * k_block;
+        if (b + 1 < width) prefetch_block(kp + table[b + 1] * k_block, lens[b + 1], k_slot, dim);
         for (int64_t j = 0; j < lens[b]; ++j, ++t) {
           widen_row(kblock + j * k_slot, row.data(), dim);
           for (int64_t g = 0; g < group; ++g)
-            scores[t * group + g] = dot(qf.data() + g * dim, row.data(), dim) * fscale;
+            scores[g * total + t] = dot(qf.data() + g * dim, row.data(), dim) * fscale;
         }
       }
       for (int64_t g = 0; g < group; ++g) {
+        float* sc = scores.data() + g * total;
         float mx = -std::numeric_limits<float>::infinity();
-        for (int64_t i = 0; i < total; ++i) {
-          const float v = scores[i * group + g];
-          mx = v > mx ? v : mx;
-        }
+        for (int64_t i = 0; i < total; ++i) mx = sc[i] > mx ? sc[i] : mx;
         float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
         for (int64_t i = 0; i < total; ++i) {
-          const float e = exp_nonpositive(scores[i * group + g] - mx);
-          scores[i * group + g] = e;
-          sum += e;
+          sc[i] = exp_nonpositive(sc[i] - mx);
+          sum += sc[i];
         }
         sums[g] = sum;
         sp[p * group + g] = total > 0 ? mx + std::log(sum) : -std::numeric_limits<float>::infinity();
@@ -170,10 +204,11 @@ void sparse_attention_impl(const at::Tensor& q, const at::Tensor& k_flat, const 
       t = 0;
       for (int64_t b = 0; b < width; ++b) {
         const scalar_t* vblock = vp + table[b] * v_block;
+        if (b + 1 < width) prefetch_block(vp + table[b + 1] * v_block, lens[b + 1], v_slot, dim);
         for (int64_t j = 0; j < lens[b]; ++j, ++t) {
           widen_row(vblock + j * v_slot, row.data(), dim);
           for (int64_t g = 0; g < group; ++g)
-            axpy(scores[t * group + g], row.data(), acc.data() + g * dim, dim);
+            axpy(scores[g * total + t], row.data(), acc.data() + g * dim, dim);
         }
       }
       for (int64_t g = 0; g < group; ++g) {
@@ -198,18 +233,16 @@ void dispatch_dim(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 }
 
 std::tuple<at::Tensor, at::Tensor> select_blocks(
-    const at::Tensor& rows, const at::Tensor& entries, const at::Tensor& mid_ids,
+    const at::Tensor& queries, const at::Tensor& entries, const at::Tensor& mid_ids,
     const at::Tensor& counts, const at::Tensor& takes, const at::Tensor& fixed, int64_t picks,
-    bool moment, double log_block) {
-  TORCH_CHECK(rows.device().is_cpu(), "strata_sparse::select_blocks runs on the CPU only");
-  TORCH_CHECK(rows.dim() == 4 && rows.scalar_type() == at::kFloat,
-              "rows must be float32 [KVH, R, Q, E]");
-  const int64_t group = moment ? rows.size(2) / 2 : rows.size(2);
-  TORCH_CHECK(group > 0 && (!moment || rows.size(2) == 2 * group),
-              "moment rows come in two halves of G query heads");
-  TORCH_CHECK(entries.dim() == 3 && entries.size(0) == rows.size(0) &&
-              entries.size(2) == rows.size(3), "entries must be [KVH, NB, E] matching rows");
-  const int64_t r = rows.size(1);
+    double scale, bool moment, double log_block) {
+  TORCH_CHECK(queries.device().is_cpu(), "strata_sparse::select_blocks runs on the CPU only");
+  TORCH_CHECK(queries.dim() == 4 && queries.scalar_type() == at::kFloat,
+              "queries must be float32 [KVH, R, G, D]");
+  TORCH_CHECK(entries.dim() == 3 && entries.size(0) == queries.size(0) &&
+              entries.size(2) == 3 * queries.size(3),
+              "entries must be [KVH, NB, 3 * D] matching the queries");
+  const int64_t r = queries.size(1);
   TORCH_CHECK(mid_ids.dim() == 2 && mid_ids.size(0) == r && mid_ids.scalar_type() == at::kLong,
               "mid_ids must be int64 [R, M]");
   TORCH_CHECK(counts.dim() == 1 && counts.size(0) == r && counts.scalar_type() == at::kLong &&
@@ -218,7 +251,7 @@ std::tuple<at::Tensor, at::Tensor> select_blocks(
   TORCH_CHECK(fixed.dim() == 2 && fixed.size(0) == r && fixed.scalar_type() == at::kLong,
               "fixed must be int64 [R, F]");
   TORCH_CHECK(picks >= 0, "picks must not be negative");
-  auto rc = rows.contiguous();
+  auto qc = queries.contiguous();
   auto ec = entries.contiguous();
   auto mc = mid_ids.contiguous();
   auto cc = counts.contiguous();
@@ -237,20 +270,20 @@ std::tuple<at::Tensor, at::Tensor> select_blocks(
                   "block id ", mp[s * mc.size(1) + j], " is outside the index's ", ec.size(1),
                   " blocks");
   }
-  auto ids = at::empty({r * rc.size(0), fc.size(1) + picks}, mc.options());
-  auto left = at::empty({r * rc.size(0), group}, rc.options());
-  const bool d64 = rc.size(3) == 3 * 64;
+  auto ids = at::empty({r * qc.size(0), fc.size(1) + picks}, mc.options());
+  auto left = at::empty({r * qc.size(0), qc.size(2)}, qc.options());
+  const bool d64 = qc.size(3) == 64;
   switch (ec.scalar_type()) {
     case at::kFloat:
-      d64 ? select_impl<float, 3 * 64>(rc, ec, mc, cc, kc, fc, picks, group, moment, log_block,
+      d64 ? select_impl<float, 3 * 64>(qc, ec, mc, cc, kc, fc, picks, scale, moment, log_block,
                                        ids, left)
-          : select_impl<float, 0>(rc, ec, mc, cc, kc, fc, picks, group, moment, log_block, ids,
+          : select_impl<float, 0>(qc, ec, mc, cc, kc, fc, picks, scale, moment, log_block, ids,
                                   left);
       break;
     case at::kBFloat16:
-      d64 ? select_impl<c10::BFloat16, 3 * 64>(rc, ec, mc, cc, kc, fc, picks, group, moment,
+      d64 ? select_impl<c10::BFloat16, 3 * 64>(qc, ec, mc, cc, kc, fc, picks, scale, moment,
                                                log_block, ids, left)
-          : select_impl<c10::BFloat16, 0>(rc, ec, mc, cc, kc, fc, picks, group, moment,
+          : select_impl<c10::BFloat16, 0>(qc, ec, mc, cc, kc, fc, picks, scale, moment,
                                           log_block, ids, left);
       break;
     default: TORCH_CHECK(false, "index entries must be float32 or bfloat16");
@@ -302,8 +335,8 @@ std::tuple<at::Tensor, at::Tensor> sparse_attention(
 }  // namespace
 
 TORCH_LIBRARY(strata_sparse, m) {
-  m.def("select_blocks(Tensor rows, Tensor entries, Tensor mid_ids, Tensor counts, "
-        "Tensor takes, Tensor fixed, int picks, bool moment, float log_block) -> "
+  m.def("select_blocks(Tensor queries, Tensor entries, Tensor mid_ids, Tensor counts, "
+        "Tensor takes, Tensor fixed, int picks, float scale, bool moment, float log_block) -> "
         "(Tensor, Tensor)");
   m.def("sparse_attention(Tensor q, Tensor k_flat, Tensor v_flat, Tensor tables, "
         "Tensor block_lens, float scale) -> (Tensor, Tensor)");
