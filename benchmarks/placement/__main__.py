@@ -25,7 +25,8 @@ batch-aware planner's capacity model under the class targets; a tighter red line
 planner add replicas) and runs in the same simulator (strata.sim)
 on the same requests. Utilization is busy time over wall time averaged over the samples of
 GPUs that host a replica at the time (an idle GPU is a GPU the operator can give back); P99s
-per model, SLA attainment, migrations.
+per model, SLA attainment, migrations. Then the same comparison at small size on the real stack
+(benchmarks.placement.stack: three node managers, three models; --no-stack skips it).
 """
 
 from __future__ import annotations
@@ -166,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--load-s", type=float, default=10.0,
                    help="seconds a replica placed by a replan loads and warms before it serves "
                         "(the replica it replaces keeps serving meanwhile)")
+    p.add_argument("--no-stack", action="store_true",
+                   help="skip the real-stack comparison (benchmarks.placement.stack, ~7 min)")
     p.add_argument("--out", default=str(OUT))
     p.add_argument("--command", default="")
     args = p.parse_args(argv)
@@ -244,8 +247,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: {fig['gpus_used']} GPUs, utilization {fig['utilization']:.1%}, "
               f"E2E P99 {fig['e2e_p99']:.0f} ms, SLA {fig['sla']:.1%}, "
               f"migrations {fig['migrations']}, {fig['bench_wall_s']:.0f} s", flush=True)
+    stack = ""
+    if not args.no_stack:
+        from benchmarks.placement.stack import run_stack_comparison
+        stack = run_stack_comparison().describe()
     from benchmarks.placement.report import render
-    Path(args.out).write_text(render(results, args, counts, cap, mean_rate, len(requests),
+    Path(args.out).write_text(render(results, args, counts, cap, mean_rate, len(requests), stack,
                                      args.command or " ".join(["python -m benchmarks.placement",
                                                                *sys.argv[1:]])))
     print(f"wrote {args.out}")

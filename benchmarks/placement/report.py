@@ -15,7 +15,9 @@ def _change(a: float, b: float) -> float:
 
 
 def render(results: list[dict], args, counts: dict[str, int], cap: float, mean_rate: float,
-           requests: int, command: str) -> str:
+           requests: int, stack: str, command: str) -> str:
+    """The simulated comparison, then `stack` (the real-stack section, markdown; "" when it
+    was not run)."""
     base, aware = results[0], results[1]
     gain = _change(aware["utilization"], base["utilization"])
     p99 = _change(aware["e2e_p99"], base["e2e_p99"])
@@ -111,4 +113,6 @@ def render(results: list[dict], args, counts: dict[str, int], cap: float, mean_r
               "- A GPU profile (`strata profile --device cuda`) prices steps whose cost barely "
               "grows with the batch, where the same planner's trade-off differs; no GPU was "
               "lent to measure one.", ""]
+    if stack:
+        lines += [stack.strip(), ""]
     return "\n".join(lines) + "\n"
