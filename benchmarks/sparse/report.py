@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from benchmarks.sparse.results import (FidelityRun, LatencyRun, NeedleCell, SparseCounters,
-                                       Target, accuracy, p99_reduction)
+                                       Target, accuracy, floor_note, p99_reduction)
 
 
 @dataclass(slots=True)
@@ -51,6 +51,9 @@ def render(r: SparseBenchReport) -> str:
         *[f"| {t.name} | {t.want} | {t.measured} | **{'PASS' if t.passed else 'FAIL'}** |"
           for t in r.targets], "",
     ]
+    note = floor_note(r.fidelity)
+    if note:
+        lines += [note, ""]
     lines += _fidelity(r.fidelity) + _needles(r.needles, r.needle_setup) + _latency(r.latency)
     if r.notes:
         lines += ["## Notes", "", *[f"- {n}" for n in r.notes], ""]
@@ -69,19 +72,25 @@ def _fidelity(runs: list[FidelityRun]) -> list[str]:
            "fallbacks. Dense replay: the tool's dense top-1 against the engine's own tokens "
            "(a check of the harness). Lead: the dense top-1 logit minus the runner-up's, the "
            "median over steps and the widest among steps where the paths disagreed (a "
-           "disagreement at a lead near 0 is a near-tie flipped by rounding).", "",
-           "| model | prompt tokens | steps | top-1 agreement | first disagreement | lead median "
-           "/ widest disagreeing | cosine mean | cosine P1 | cosine min | selection mean / min "
-           "| dense replay | sparse path |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "disagreement at a lead near 0 is a near-tie flipped by rounding). Dense floor: "
+           "the top-1 agreement of the dense path with itself, its decode attention computed "
+           "by the fused CPU kernel and again by the pure-torch path (the same attention, the "
+           "same dtype and cache, different float rounding): how often rounding alone flips "
+           "the top token; \"-\" where the engine had no kernel.", "",
+           "| model | prompt tokens | steps | top-1 agreement | dense floor | first disagreement "
+           "| lead median / widest disagreeing | cosine mean | cosine P1 | cosine min | "
+           "selection mean / min | dense replay | sparse path |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for f in runs:
         c, s = f.cosine, f.cosine_selected
         cos = f"{c.mean:.4f} | {c.p1:.4f} | {c.min:.4f}" if c else "- | - | -"
         sel = f"{s.mean:.4f} / {s.min:.4f}" if s else "-"
         first = "none" if f.first_disagreement is None else str(f.first_disagreement)
         widest = "-" if f.disagree_margin_max is None else f"{f.disagree_margin_max:.3f}"
-        out.append(f"| {f.model} | {f.context} | {f.steps} | {_pct(f.agreement)} | {first} | "
-                   f"{f.margin_median:.3f} / {widest} | {cos} | {sel} | "
+        floor = "-" if f.dense_floor is None else \
+            f"{_pct(f.dense_floor)} ({f.dense_floor_agree}/{f.steps})"
+        out.append(f"| {f.model} | {f.context} | {f.steps} | {_pct(f.agreement)} | {floor} | "
+                   f"{first} | {f.margin_median:.3f} / {widest} | {cos} | {sel} | "
                    f"{_pct(f.dense_replay)} | {_counters(f.counters)} |")
     return out + [""]
 

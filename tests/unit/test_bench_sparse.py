@@ -13,7 +13,7 @@ from benchmarks.sparse.needle import (ChatPieces, build_prompt, chat_pieces, fir
                                       insert_at_depth, is_correct, needle_number)
 from benchmarks.sparse.report import SparseBenchReport, render
 from benchmarks.sparse.results import (CosineStats, FidelityRun, LatencyRun, NeedleCell,
-                                       SparseCounters, accuracy, check_targets)
+                                       SparseCounters, accuracy, check_targets, floor_note)
 from strata.engine.chat_template import ChatTemplate
 
 END = 9          # the "." token in these tests
@@ -140,13 +140,14 @@ def test_counters_give_rates_and_differences():
     assert SparseCounters().fallback_rate == 0.0
 
 
-def _fid(agree=256, mean=0.995, model="m", context=4096) -> FidelityRun:
+def _fid(agree=256, mean=0.995, model="m", context=4096, floor=None) -> FidelityRun:
     return FidelityRun(model=model, context=context, steps=256, agree=agree,
                        first_disagreement=None if agree == 256 else 3,
                        cosine=CosineStats(count=100, mean=mean, p1=mean - 0.01,
                                           min=mean - 0.02),
                        cosine_selected=CosineStats(count=100, mean=0.98, p1=0.9, min=0.8),
-                       counters=SparseCounters(256, 1024, 8, 100, 800), margin_median=1.25)
+                       counters=SparseCounters(256, 1024, 8, 100, 800), margin_median=1.25,
+                       dense_floor_agree=floor)
 
 
 def _lat(sparse: bool, p99: float, batch: int = 1, context: int = 32768) -> LatencyRun:
@@ -195,9 +196,26 @@ def test_needle_accuracy_counts_each_path():
     assert accuracy([], sparse=True) == 0.0
 
 
+def test_dense_floor_is_the_share_of_steps_and_its_note_names_the_worst_run():
+    assert _fid(floor=231).dense_floor == 231 / 256
+    assert _fid().dense_floor is None
+    # the note follows the run the top-1 target is judged on, not the run with the lowest floor
+    fid = [_fid(agree=250, floor=200), _fid(agree=212, floor=231, model="long", context=32768)]
+    assert floor_note(fid) == (
+        "Top-1 noise floor: on the top-1 target's worst run (long at 32k), the dense path "
+        "computed two exact ways that differ only in float rounding (the fused CPU decode "
+        "kernel and the pure-torch attention path, same dtype, same prefilled cache) agrees "
+        "with itself on 90.2% of steps (231/256): rounding alone flips 9.8% of the top tokens, "
+        "the sparse path 17.2%.")
+    assert floor_note([_fid(agree=212, context=5000)]) == (
+        "Top-1 noise floor: not measured on the top-1 target's worst run (m at 5000): the "
+        "engine had no fused CPU attention kernel to set against the torch path.")
+    assert floor_note([]) is None
+
+
 def test_report_shows_command_verdicts_tables_and_differing_answers():
     lat = [_lat(False, 0.100), _lat(True, 0.050)]
-    fid = [_fid()]
+    fid = [_fid(), _fid(agree=212, model="long", context=32768, floor=231)]
     cells = [_cell(True, True, 0.0), _cell(True, False, 100.0)]
     report = SparseBenchReport(
         command="make bench-sparse", date="2026-11-29 18:00 UTC", machine="2 cores",
@@ -213,7 +231,13 @@ def test_report_shows_command_verdicts_tables_and_differing_answers():
            "alike) | **FAIL** |" in md
     assert "| 2048 | 1/1 / 1/1 | 1/1 / 0/1 | 100.0% / 50.0% |" in md
     assert "| 2048 | 100% | 0 | 1234567 | `1234567` | `7` |" in md
-    assert "| m | 4096 | 256 | 100.0% | none | 1.250 / - | 0.9950 | 0.9850 | 0.9750 | " \
+    assert "| m | 4096 | 256 | 100.0% | - | none | 1.250 / - | 0.9950 | 0.9850 | 0.9750 | " \
            "0.9800 / 0.8000 | " \
            "100.0% | 1024 layer steps, 0.8% fell back, 12.5% of dense blocks read |" in md
+    assert "| long | 32768 | 256 | 82.8% | 90.2% (231/256) | 3 | 1.250 / - | 0.9950 |" in md
+    # the floor's sentence sits right under the targets table (the needle row is its last)
+    assert "scored alike) | **FAIL** |\n\nTop-1 noise floor: on the top-1 target's worst run " \
+           "(long at 32k)" in md
+    assert "| top-1 agreement (teacher-forced, worst run) | >= 99% | 82.8% (212/256, long at " \
+           "32k) | **FAIL** |" in md
     assert "| 32k | 32768 | 1 | sparse | 48 | 25.00 | 50.00 | 25.00 | -50.0% |" in md
