@@ -11,6 +11,7 @@ folder. Overrides (a dummy model, small KV pools) come last.
 from __future__ import annotations
 
 import os
+import random
 import re
 import signal
 import socket
@@ -28,10 +29,27 @@ ROOT = Path(__file__).resolve().parents[2]
 INFRA = {"postgres", "jaeger", "otel-collector"}
 
 
+# Below Linux's ephemeral range (32768-60999 by default): the stack's ports are chosen before its
+# processes start, and a port the kernel handed out as ephemeral could meanwhile go to a worker
+# that a node manager started on port 0 (seen as "Address already in use" at a node's start).
+_PORTS = range(20000, 32000)
+_rng = random.Random()
+_given: set[int] = set()        # handed out by this process: never twice
+
+
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    for _ in range(200):
+        port = _rng.choice(_PORTS)
+        if port in _given:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _given.add(port)
+        return port
+    raise RuntimeError(f"no free port in {_PORTS.start}-{_PORTS.stop - 1} after 200 tries")
 
 
 @dataclass
