@@ -504,12 +504,6 @@ class Simulator:
 
     # -- heartbeats, samples -------------------------------------------------------------------
     def _heartbeat(self, node: SimNode, now: float) -> None:
-        if node.kv is not None:
-            # Before the scheduler can route to a replica (this report announces it), it is on
-            # its node's KV, as a worker starts with its tier link.
-            for r in node.replicas:
-                r.connect(node.kv, self.models[r.model].kv_block_bytes)
-            node.kv.disconnect_others({r.replica_id for r in node.replicas})
         tenancy = node.front is not None
         figures = tuple((r.replica_id, node.phases[r.replica_id], len(r.scheduler.running),
                          len(r.scheduler.waiting), r.queued_tokens(), r.free_blocks(now),
@@ -656,6 +650,8 @@ class Simulator:
             costs = replace(costs, step_s=costs.step_s + o.step_extra_s,
                             sample_s=costs.sample_s + o.token_send_s)
         replica = SimReplica(a.replica_id, a.model, a.node_id, spec.limits, costs)
+        if node.kv is not None:     # a worker starts with its tier link
+            replica.connect(node.kv, spec.kv_block_bytes)
         node.replicas.append(replica)
         self.replicas[a.replica_id] = replica
         if now > 0 and self.cfg.load_s > 0:
@@ -676,6 +672,8 @@ class Simulator:
                 del self.replicas[r.replica_id]
                 self._retired_steps += r.counters.steps
                 node.next_rr = 0
+        if node.kv is not None:
+            node.kv.disconnect_others({r.replica_id for r in node.replicas})
 
 
 def params_json(**params) -> str:
