@@ -288,3 +288,15 @@ def test_config_is_validated_and_budgets_parse():
     # below min_context, or a budget that covers every block: dense
     assert (cfg.applies(99, 16), cfg.applies(100, 16), cfg.applies(100, 32)) == \
         (False, True, False)
+
+
+@pytest.mark.parametrize("threshold", [0.0, 0.1, 0.5, 0.97, 1.0])
+def test_the_trust_check_in_logs_decides_as_the_mass_estimate_does(threshold):
+    cfg = SparseConfig(threshold=threshold)
+    x = torch.cat([torch.linspace(-12, 12, 2001, dtype=torch.float64),
+                   torch.tensor([float("-inf")], dtype=torch.float64)])
+    in_logs = x > cfg.logit_threshold
+    in_mass = torch.sigmoid(x) > threshold
+    # the two may differ only where the estimate sits on the threshold within rounding
+    differ = in_logs != in_mass
+    assert not differ.any() or (torch.sigmoid(x[differ]) - threshold).abs().max() < 1e-12

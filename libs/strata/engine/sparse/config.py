@@ -57,6 +57,16 @@ class SparseConfig:
             raise ValueError(f"threshold must be a fraction of attention mass in [0, 1], got "
                              f"{self.threshold}")
 
+    @property
+    def logit_threshold(self) -> float:
+        """log(t / (1 - t)) of the threshold t: E / (Z_in + E) > t exactly when
+        log E - log Z_in exceeds it, one comparison of the logs the kernels return."""
+        if self.threshold <= 0.0:
+            return -math.inf
+        if self.threshold >= 1.0:
+            return math.inf
+        return math.log(self.threshold / (1.0 - self.threshold))
+
     def budget_for(self, num_blocks: int) -> int:
         """Blocks a row with `num_blocks` blocks of context reads: never fewer than the sinks,
         the window and one scored block."""

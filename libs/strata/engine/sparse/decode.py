@@ -194,11 +194,11 @@ class SparseStep:
         got, lse = attend_blocks(qp, k_cache, v_cache,
                                  flat_ids(sel.block_ids, kv_heads, num_blocks), sel.block_lens,
                                  scale, self.fused)
-        estimate = left_out_mass(sel.log_left_out, lse)                         # [P, G]
-        fail = (estimate > cfg.threshold).any(dim=-1)                           # [P]
-        failed = fail.nonzero().flatten()
+        # the trust check: E / (Z_in + E) > threshold, i.e. log E - log Z_in > logit(threshold)
+        fail = (sel.log_left_out - lse).gt_(cfg.logit_threshold).any(dim=-1)    # [P]
         used = got
         if d.probe is not None:
+            estimate = left_out_mass(sel.log_left_out, lse)                     # [P, G]
             full, full_lse = self._full(qp, k_cache, v_cache,
                                         torch.arange(r * kv_heads, device=q.device), scale,
                                         native=False, fused=self.fused)
@@ -209,7 +209,8 @@ class SparseStep:
                 used=used.view(r, heads, dim), fell_back=fail.view(r, kv_heads),
                 estimate=estimate.view(r, kv_heads, g),
                 left_out=(-torch.expm1(lse - full_lse)).view(r, kv_heads, g)))
-        elif failed.numel():
+        elif bool(fail.any()):
+            failed = fail.nonzero().flatten()
             used.index_copy_(0, failed, self._full(qp, k_cache, v_cache, failed, scale,
                                                    self.native)[0])
         out.index_copy_(0, self.sparse_rows, used.view(r, heads, dim))
