@@ -103,3 +103,14 @@ def test_recent_lifetimes_keep_the_last_window_and_no_clock_measures_nothing():
     untimed.allocate(1)
     assert untimed.evictions == 1 and untimed.evicted_lifetimes_count == 0
     assert untimed.evicted_lifetime_sum_s == 0.0 and not untimed.recent_lifetimes_s
+
+
+def test_missing_suffix_is_the_chain_after_its_leading_held_blocks():
+    pool = BlockPool(num_blocks=4, block_size=2)
+    a, b = pool.allocate(2)
+    pool.commit(a, 11)
+    pool.commit(b, 33)          # held, but after a gap: the chain breaks at 22
+    assert pool.missing_suffix([11, 22, 33]) == [22, 33]
+    assert pool.missing_suffix([11]) == []
+    assert pool.missing_suffix([44, 11]) == [44, 11]
+    assert pool.missing_suffix([]) == []

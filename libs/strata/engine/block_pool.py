@@ -78,6 +78,16 @@ class BlockPool:
     def lookup(self, block_hash: int) -> int | None:
         return self._cached.get(block_hash)
 
+    def missing_suffix(self, hashes: list[int]) -> list[int]:
+        """The hashes of a prefix chain after its leading blocks this pool holds: what a tier
+        would have to supply (the engine's prefetch at admission, and the simulator's)."""
+        held = 0
+        for h in hashes:
+            if self.lookup(h) is None:
+                break
+            held += 1
+        return hashes[held:]
+
     # -- transitions ---------------------------------------------------------------------------
     def allocate(self, n: int) -> list[int] | None:
         """Take n blocks (ref_count 1 each) or None when fewer than n are available."""

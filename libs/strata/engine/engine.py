@@ -212,15 +212,10 @@ class LLMEngine:
 
     def _prefetch(self, seq: Sequence, peer: str) -> None:
         """Ask the tier store for the part of the prompt's prefix the device pool lacks now."""
-        hashes = chain_hashes(seq.token_ids[:len(seq.token_ids) - 1], self.config.block_size,
-                              seq.hash_keys)
-        on_device = 0
-        for h in hashes:
-            if self.pool.lookup(h) is None:
-                break
-            on_device += 1
-        if on_device < len(hashes):
-            self.tier.prefetch(hashes[on_device:], peer)
+        missing = self.pool.missing_suffix(chain_hashes(
+            seq.token_ids[:len(seq.token_ids) - 1], self.config.block_size, seq.hash_keys))
+        if missing:
+            self.tier.prefetch(missing, peer)
 
     def abort(self, request_id: str) -> bool:
         seq = self._seqs.get(request_id)

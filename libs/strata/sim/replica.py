@@ -237,15 +237,10 @@ class SimReplica:
 
     def _prefetch(self, seq: Sequence) -> None:
         """The engine's add_request asks the tier for the prefix the device pool lacks."""
-        hashes = chain_hashes(seq.token_ids[:len(seq.token_ids) - 1], self.limits.block_size,
-                              seq.hash_keys)
-        on_device = 0
-        for h in hashes:
-            if self.pool.lookup(h) is None:
-                break
-            on_device += 1
-        if on_device < len(hashes):
-            self.link.prefetch(hashes[on_device:])
+        missing = self.pool.missing_suffix(chain_hashes(
+            seq.token_ids[:len(seq.token_ids) - 1], self.limits.block_size, seq.hash_keys))
+        if missing:
+            self.link.prefetch(missing)
 
     def has_work(self) -> bool:
         return self.scheduler.has_work()
