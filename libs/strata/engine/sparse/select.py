@@ -110,36 +110,34 @@ class Layout:
         lens = context_lens.tolist()
         nblocks = [-(-n // block_size) for n in lens]
         budgets = [cfg.budget_for(n) for n in nblocks]
-        counts = [n - sinks - window for n in nblocks]
-        takes = [b - sinks - window for b in budgets]
-        width, picks = max(counts), max(takes)
-        # small per-row lists built in Python and turned into tensors once: this runs every
-        # step, and at batch 1 a dozen tiny tensor operations cost more than the lists
-        fixed_pos = [list(range(sinks)) + list(range(n - window, n)) for n in nblocks]
-        block_lens = [[block_size] * (sinks + window - 1) + [n - (b - 1) * block_size]
-                      + [block_size] * k + [0] * (picks - k)
-                      for n, b, k in zip(lens, nblocks, takes)]
-        mid_pos = torch.arange(sinks, sinks + width, device=dev)
+        width = max(n - sinks - window for n in nblocks)
+        picks = max(b - sinks - window for b in budgets)
+        nb = torch.tensor(nblocks, device=dev)
+        mid_pos = sinks + torch.arange(width, device=dev)
+        valid = mid_pos[None, :] < (nb - window)[:, None]                     # [R, M]
         mid_ids = block_tables.gather(
             1, mid_pos.clamp(max=block_tables.shape[1] - 1).expand(len(lens), -1))
-        ragged = min(counts) < width
-        valid = (mid_pos[None, :] < torch.tensor(nblocks, device=dev)[:, None] - window) \
-            if ragged else torch.ones((len(lens), width), dtype=torch.bool, device=dev)
-        if ragged:
-            mid_ids = mid_ids.masked_fill(~valid, 0)
+        chosen = torch.arange(picks, device=dev)[None, :] < \
+            (torch.tensor(budgets, device=dev) - sinks - window)[:, None]     # [R, K]
+        fixed_pos = torch.cat([torch.arange(sinks, device=dev).expand(len(lens), -1),
+                               (nb - window)[:, None] + torch.arange(window, device=dev)], 1)
+        last = torch.tensor([n - (b - 1) * block_size for n, b in zip(lens, nblocks)],
+                            device=dev)
+        fixed_lens = torch.full(fixed_pos.shape, block_size, device=dev)
+        fixed_lens[:, -1] = last
+        block_lens = torch.cat([fixed_lens, chosen.long() * block_size], 1)
         return Layout(
             block_tables=block_tables, context_lens=context_lens, nblocks=nblocks,
-            budgets=budgets, mid_ids=mid_ids.reshape(-1),
+            budgets=budgets, mid_ids=mid_ids.masked_fill(~valid, 0).reshape(-1),
             score_all=0 < pool_blocks <= 2 * width,
-            mid_mask=torch.zeros(valid.shape, device=dev).masked_fill_(~valid, _NEG)[None, :, None]
-            if ragged else None,
+            mid_mask=None if bool(valid.all()) else
+            torch.zeros(valid.shape, device=dev).masked_fill_(~valid, _NEG)[None, :, None],
             mid_valid=valid[None], picks=picks,
-            mid_counts=torch.tensor(counts, device=dev),
-            takes=torch.tensor(takes, device=dev),
-            chosen=torch.tensor([[j < k for j in range(picks)] for k in takes],
-                                device=dev)[None],
-            fixed_ids=block_tables.gather(1, torch.tensor(fixed_pos, device=dev))[:, None],
-            block_lens=torch.tensor(block_lens, device=dev)[:, None])
+            mid_counts=(nb - sinks - window).clamp_(min=0),
+            takes=torch.tensor([b - sinks - window for b in budgets], device=dev),
+            chosen=chosen[None],
+            fixed_ids=block_tables.gather(1, fixed_pos)[:, None],
+            block_lens=block_lens[:, None])
 
 
 @dataclass(slots=True)
