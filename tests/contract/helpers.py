@@ -14,6 +14,10 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from services.worker.servicer import WorkerServicer
+from strata.rpc.server import Registration, start_server
+from strata.rpc.v1 import worker_pb2, worker_pb2_grpc
+
 _EXPORTER = InMemorySpanExporter()
 _installed = False
 
@@ -40,3 +44,11 @@ def global_spans() -> InMemorySpanExporter:
 
 def spans_named(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
     return [s for s in exporter.get_finished_spans() if s.name == name]
+
+
+async def serve_worker(engine, memory_bytes: int = 1, meter=None):
+    """A decode worker servicer over `engine` (an AsyncEngine) on port 0; the running server."""
+    servicer = WorkerServicer(engine, memory_bytes, meter)
+    return await start_server([Registration(
+        add=lambda s: worker_pb2_grpc.add_WorkerServicer_to_server(servicer, s),
+        service_name=worker_pb2.DESCRIPTOR.services_by_name["Worker"].full_name)])

@@ -10,15 +10,15 @@ import pytest
 import torch
 
 from services.worker.config import WorkerConfig
-from services.worker.servicer import WorkerServicer
 from strata.engine.async_engine import AsyncEngine
 from strata.engine.dummy import load_dummy
 from strata.engine.engine import EngineConfig, LLMEngine
 from strata.engine.loaded import LoadedModel
 from strata.engine.step_meter import StepMeter, find_profile, meter_from_profile
 from strata.envconfig import ConfigError
-from strata.rpc.server import Registration, channel, start_server
+from strata.rpc.server import channel
 from strata.rpc.v1 import common_pb2, worker_pb2, worker_pb2_grpc
+from tests.contract.helpers import serve_worker
 
 MODEL = "dummy-tiny"
 CONFIG = EngineConfig(block_size=16, num_blocks=64, max_batched_tokens=256, max_seqs=8)
@@ -34,10 +34,7 @@ async def serve(loaded: LoadedModel, meter: StepMeter | None):
     llm = LLMEngine(loaded, CONFIG)
     llm.step_observer = meter
     engine = AsyncEngine(llm)
-    servicer = WorkerServicer(engine, 1, meter)
-    running = await start_server([Registration(
-        add=lambda s: worker_pb2_grpc.add_WorkerServicer_to_server(servicer, s),
-        service_name=worker_pb2.DESCRIPTOR.services_by_name["Worker"].full_name)])
+    running = await serve_worker(engine, 1, meter)
     return running, engine
 
 

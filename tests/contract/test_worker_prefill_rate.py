@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from services.worker.servicer import WorkerServicer
 from strata.engine.async_engine import AsyncEngine
 from strata.engine.dummy import load_dummy
 from strata.engine.engine import EngineConfig, LLMEngine
-from strata.rpc.server import Registration, channel, start_server
+from strata.rpc.server import channel
 from strata.rpc.v1 import common_pb2, worker_pb2, worker_pb2_grpc
+from tests.contract.helpers import serve_worker
 
 MODEL = "dummy-tiny"
 
@@ -22,10 +22,7 @@ async def test_prefill_throughput_is_reported_once_a_prompt_was_prefilled():
     llm = LLMEngine(load_dummy(MODEL), EngineConfig(block_size=16, num_blocks=64,
                                                     max_batched_tokens=256, max_seqs=4))
     engine = AsyncEngine(llm)
-    servicer = WorkerServicer(engine, 1)
-    running = await start_server([Registration(
-        add=lambda s: worker_pb2_grpc.add_WorkerServicer_to_server(servicer, s),
-        service_name=worker_pb2.DESCRIPTOR.services_by_name["Worker"].full_name)])
+    running = await serve_worker(engine, 1)
     try:
         async with channel(running.address) as ch:
             stub = worker_pb2_grpc.WorkerStub(ch)

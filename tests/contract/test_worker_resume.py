@@ -9,12 +9,12 @@ import grpc
 import pytest
 import torch
 
-from services.worker.servicer import WorkerServicer
 from strata.engine.async_engine import AsyncEngine
 from strata.engine.dummy import load_dummy
 from strata.engine.engine import EngineConfig, LLMEngine
-from strata.rpc.server import Registration, channel, start_server
+from strata.rpc.server import channel
 from strata.rpc.v1 import common_pb2, worker_pb2, worker_pb2_grpc
+from tests.contract.helpers import serve_worker
 
 MODEL = "dummy-tiny"
 CONFIG = EngineConfig(block_size=16, num_blocks=64, max_batched_tokens=256, max_seqs=8)
@@ -26,10 +26,7 @@ PROMPT = "Resume me, please"
 async def stub():
     torch.set_num_threads(1)
     engine = AsyncEngine(LLMEngine(load_dummy(MODEL), CONFIG))
-    servicer = WorkerServicer(engine, 1)
-    running = await start_server([Registration(
-        add=lambda s: worker_pb2_grpc.add_WorkerServicer_to_server(servicer, s),
-        service_name=worker_pb2.DESCRIPTOR.services_by_name["Worker"].full_name)])
+    running = await serve_worker(engine, 1)
     ch = channel(running.address)
     yield worker_pb2_grpc.WorkerStub(ch)
     await ch.close()

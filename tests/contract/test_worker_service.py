@@ -9,16 +9,15 @@ import grpc
 import pytest
 import torch
 
-from services.worker.servicer import WorkerServicer
 from strata.engine.async_engine import AsyncEngine
 from strata.engine.dummy import load_dummy
 from strata.engine.engine import EngineConfig, EngineRequest, LLMEngine
 from strata.engine.loaded import LoadedModel
 from strata.engine.sequence import SamplingParams
-from strata.rpc.server import Registration, channel, start_server
+from strata.rpc.server import channel
 from strata.rpc.v1 import common_pb2, worker_pb2, worker_pb2_grpc
 from strata.telemetry import names
-from tests.contract.helpers import global_spans, spans_named
+from tests.contract.helpers import global_spans, serve_worker, spans_named
 from tests.engine_helpers import run_to_end
 
 MODEL = "dummy-tiny"
@@ -37,10 +36,7 @@ def loaded() -> LoadedModel:
 @pytest.fixture
 async def worker(loaded):
     engine = AsyncEngine(LLMEngine(loaded, CONFIG))
-    servicer = WorkerServicer(engine, MEMORY_BYTES)
-    running = await start_server([Registration(
-        add=lambda s: worker_pb2_grpc.add_WorkerServicer_to_server(servicer, s),
-        service_name=worker_pb2.DESCRIPTOR.services_by_name["Worker"].full_name)])
+    running = await serve_worker(engine, MEMORY_BYTES)
     ch = channel(running.address)
     yield worker_pb2_grpc.WorkerStub(ch), engine
     await ch.close()

@@ -12,7 +12,6 @@ import torch
 from services.metrics.servicer import _sample
 from services.node.sampler import NodeSampler
 from services.worker.config import WorkerConfig
-from services.worker.servicer import WorkerServicer
 from strata.engine.async_engine import AsyncEngine
 from strata.engine.dummy import load_dummy
 from strata.engine.engine import EngineConfig, EngineRequest, LLMEngine
@@ -26,7 +25,7 @@ from strata.rpc.server import Registration, channel, start_server
 from strata.rpc.v1 import common_pb2, metrics_pb2, worker_pb2, worker_pb2_grpc
 from strata.store.samples import insert_samples, samples_between
 from strata.telemetry import names
-from tests.contract.helpers import global_spans, spans_named
+from tests.contract.helpers import global_spans, serve_worker, spans_named
 from tests.engine_helpers import run_to_end
 
 pytest_plugins = ["tests.pg"]
@@ -48,10 +47,7 @@ def loaded():
 @pytest.fixture
 async def worker(loaded):
     engine = AsyncEngine(LLMEngine(loaded, CONFIG))
-    servicer = WorkerServicer(engine, 1)
-    running = await start_server([Registration(
-        add=lambda s: worker_pb2_grpc.add_WorkerServicer_to_server(servicer, s),
-        service_name=worker_pb2.DESCRIPTOR.services_by_name["Worker"].full_name)])
+    running = await serve_worker(engine, 1)
     ch = channel(running.address)
     yield worker_pb2_grpc.WorkerStub(ch)
     await ch.close()
