@@ -2,17 +2,24 @@
 in one process (device-only, tiered over a real KV tier store, recompute); then
 docs/benchmarks/kv.md.
 
-    python -m benchmarks.kv [--requests 100] [--start N] [--rate 0.8] [--out docs/benchmarks/kv.md]
-                            [--command "make bench-kv"]
+    python -m benchmarks.kv [--requests 100] [--start N] [--rate 0.8] [--rounds 4]
+                            [--out docs/benchmarks/kv.md] [--command "make bench-kv"]
+
+Device-only and tiered, the two the latency target compares, replay the window --rounds times
+each, back to back and in alternating order (device-only first, then tiered first, ...; an even
+number of rounds gives each the first place equally often), and their figures pool the rounds:
+one replay's P50 of 100 requests on this shared 2-core machine moved by more than the 5% the
+target allows between runs with nothing changed (a slow spell lands on whichever configuration
+is running). Recompute, a reference, runs once at the end.
 
 The window is the trace's last --requests requests unless --start says otherwise: the Mooncake
 synthetic trace reuses prefixes mostly across long distances, so its opening requests share
 almost nothing among themselves (the first 100, scaled: 4.7% of prompt blocks) while its last 100
 share 62.7%: a window there is a workload a KV tier can matter for.
 
-Defaults fit a 2-core CPU in about 7 minutes: 100 requests at 0.8 requests/s (about 2 minutes a
-configuration, the engine busy about half the time when prefixes are cached), prompts of at most
-512 tokens (a 512-token prefill takes about 0.8 s here; 2048 tokens, 8 s), 16 output tokens.
+Defaults fit a 2-core CPU in about 20 minutes: 100 requests at 0.8 requests/s (about 2 minutes
+a replay, nine replays, the engine busy about half the time when prefixes are cached), prompts of
+at most 512 tokens (a 512-token prefill takes about 0.8 s here; 2048 tokens, 8 s), 16 output tokens.
 """
 
 from __future__ import annotations
@@ -25,18 +32,18 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
 import torch
 
 from benchmarks.engine.machine import machine_facts
-from benchmarks.kv.cpu_meter import CpuMeter
-from benchmarks.kv.replay import replay
+from benchmarks.kv.cpu_meter import Cores, CpuMeter
+from benchmarks.kv.replay import ReplayResult, replay
 from benchmarks.kv.report import KVBenchReport, render
-from benchmarks.kv.results import ConfigResult, check_targets, summarize
+from benchmarks.kv.results import ConfigResult, RoundFigures, check_targets, round_figures, summarize
 from benchmarks.kv.sizing import Sizing, size_configs
-from benchmarks.kv.store_process import StoreProcess
+from benchmarks.kv.store_process import StoreFigures, StoreProcess
 from benchmarks.kv.trace_scale import ScaledRequest, Scaling, cache_figures, scale, select_window
 from strata.engine.engine import EngineConfig, LLMEngine
 from strata.engine.loaded import LoadedModel
@@ -60,6 +67,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--requests", type=int, default=100, help="requests in the window")
     p.add_argument("--start", type=int, default=None,
                    help="index of the window's first request (default: the last --requests)")
+    p.add_argument("--rounds", type=int, default=4,
+                   help="replays of device-only and of tiered, interleaved (recompute: one)")
     p.add_argument("--rate", type=float, default=0.8,
                    help="mean requests/s after time compression (0 = the trace's own times)")
     p.add_argument("--tokens-per-hash", type=int, default=16,
@@ -88,29 +97,60 @@ def new_engine(loaded: LoadedModel, args: argparse.Namespace, num_blocks: int,
         max_seqs=args.max_seqs, dtype=args.dtype), tier=tier)
 
 
-def run_config(name: str, description: str, engine: LLMEngine, reqs: list[ScaledRequest],
-               tenant_of: Callable[[ScaledRequest], str], raw: list[dict]) -> ConfigResult:
-    print(f"== {name}: {engine.pool.num_blocks} device blocks", flush=True)
-    meter = CpuMeter()
+@dataclass(slots=True)
+class Runs:
+    """One configuration's replays so far."""
+
+    name: str
+    description: str = ""
+    pool_blocks: int = 0
+    block_bytes: int = 0
+    replays: list[ReplayResult] = field(default_factory=list)
+    rounds: list[RoundFigures] = field(default_factory=list)
+    store: StoreFigures | None = None
+    counters: dict[str, int] = field(default_factory=dict)
+
+    def add(self, engine: LLMEngine, description: str, result: ReplayResult, cores: Cores,
+            round_index: int, position: int, raw: list[dict]) -> None:
+        self.description, self.pool_blocks = description, engine.pool.num_blocks
+        self.block_bytes = block_bytes(engine)
+        self.replays.append(result)
+        fig = round_figures(result, round_index, position, cores.own, cores.other)
+        self.rounds.append(fig)
+        raw.extend({"config": self.name, "round": round_index, **asdict(r)}
+                   for r in result.records)
+        print(f"   {self.name} (round {round_index + 1}): E2E P50 {fig.e2e_p50_s * 1000:.0f} ms "
+              f"P99 {fig.e2e_p99_s * 1000:.0f} ms, TTFT P50 {fig.ttft_p50_s * 1000:.0f} ms, "
+              f"{result.wall_s:.0f} s, other work {cores.other:.2f} cores", flush=True)
+
+    def summary(self) -> ConfigResult:
+        s = summarize(self.name, self.description, self.replays, self.pool_blocks,
+                      self.block_bytes, BLOCK_SIZE)
+        walls = [r.wall_s for r in self.replays]
+        s.own_cores = sum(f.own_cores * w for f, w in zip(self.rounds, walls)) / sum(walls)
+        s.other_cores = sum(f.other_cores * w for f, w in zip(self.rounds, walls)) / sum(walls)
+        s.rounds, s.store = list(self.rounds), self.store
+        s.notes += tier_notes(self.counters, len(self.replays))
+        return s
+
+
+def run_once(runs: Runs, description: str, engine: LLMEngine, reqs: list[ScaledRequest],
+             tenant_of: Callable[[ScaledRequest], str], round_index: int, position: int,
+             raw: list[dict], helper_pid: int | None = None) -> None:
+    print(f"== {runs.name} (round {round_index + 1}): {engine.pool.num_blocks} device blocks",
+          flush=True)
+    meter = CpuMeter(helper_pid)
     result = replay(engine, reqs, tenant_of)
-    cores = meter.stop()
-    summary = summarize(name, description, result, engine.pool.num_blocks,
-                        block_bytes(engine), BLOCK_SIZE)
-    summary.own_cores, summary.other_cores = cores.own, cores.other
-    raw.extend({"config": name, **asdict(r)} for r in result.records)
-    print(f"   {name}: peak {summary.peak_mib:.1f} MiB, mean {summary.mean_mib:.1f} MiB, "
-          f"hits device {summary.share(summary.device_hit_blocks):.1%} tier "
-          f"{summary.share(summary.tier_hit_blocks):.1%}, E2E P50 {summary.e2e_p50_s * 1000:.0f} "
-          f"ms P99 {summary.e2e_p99_s * 1000:.0f} ms, {summary.wall_s:.0f} s", flush=True)
-    return summary
+    runs.add(engine, description, result, meter.stop(), round_index, position, raw)
 
 
 def block_bytes(engine: LLMEngine) -> int:
     return engine.kv[:, :, :, 0].numel() * engine.kv.element_size()
 
 
-def run_tiered(loaded: LoadedModel, args: argparse.Namespace, sizing: Sizing,
-               reqs: list[ScaledRequest], raw: list[dict]) -> ConfigResult:
+def run_tiered(runs: Runs, loaded: LoadedModel, args: argparse.Namespace, sizing: Sizing,
+               reqs: list[ScaledRequest], round_index: int, position: int,
+               raw: list[dict]) -> None:
     disk_dir = tempfile.mkdtemp(prefix="strata-bench-kv-")
     store = StoreProcess(sizing.host_bytes, sizing.disk_bytes, disk_dir,
                          os.path.join(args.raw, "kv-store.log"), sizing.slab_bytes)
@@ -118,39 +158,45 @@ def run_tiered(loaded: LoadedModel, args: argparse.Namespace, sizing: Sizing,
     description = (f"device pool {sizing.tiered_blocks} blocks ({args.device_share:.0%} of the "
                    f"working set); below it a KV tier store process (`python -m "
                    f"services.kvstore`, host tier {sizing.host_bytes / mib:.1f} MiB, disk tier "
-                   f"{sizing.disk_bytes / mib:.1f} MiB in a fresh temporary folder) holding the "
-                   f"other {sizing.tier_rest_blocks} working-set blocks; evicted blocks are "
-                   f"offloaded to it and prefix hits there loaded back")
+                   f"{sizing.disk_bytes / mib:.1f} MiB in a fresh temporary folder, a new store "
+                   f"each round) holding the other {sizing.tier_rest_blocks} working-set "
+                   f"blocks; evicted blocks are offloaded to it and prefix hits there loaded "
+                   f"back; the store's CPU time counts as own cores")
     try:
         store.start()
         client = TierClient(store.address)
         engine = new_engine(loaded, args, sizing.tiered_blocks, TierLink(client))
-        summary = run_config("tiered", description, engine, reqs, lambda r: SHARED_TENANT, raw)
+        run_once(runs, description, engine, reqs, lambda r: SHARED_TENANT, round_index,
+                 position, raw, store.pid)
         client.flush()
-        summary.store = store.stats()
-        summary.notes += tier_notes(client, engine)
+        runs.store = store.stats()
+        count_tier_work(runs.counters, client, engine)
         client.close()
     finally:
         store.stop()
         shutil.rmtree(disk_dir, ignore_errors=True)
-    return summary
 
 
-def tier_notes(client: TierClient, engine: LLMEngine) -> list[str]:
-    notes = []
-    dropped = getattr(client, "dropped", None)
-    offloaded = getattr(client, "offloaded", None)
-    if dropped is not None and offloaded is not None:
-        notes.append(f"tiered: the tier client handed {offloaded} evicted blocks to the store "
-                     f"and dropped {dropped} (no reserved host slot free, or its queue full: "
-                     f"each costs a recompute if the block is wanted again); "
-                     f"{getattr(client, 'failed', 0)} blocks failed to deliver.")
-    costs = getattr(engine, "costs", None)
-    if costs is not None and hasattr(costs, "loads_chosen"):
-        notes.append(f"tiered: when the store held a prefix the engine loaded it "
-                     f"{costs.loads_chosen} times and chose to recompute it "
-                     f"{costs.recomputes_chosen} times (its measured load vs prefill cost).")
-    return notes
+def count_tier_work(counters: dict[str, int], client: TierClient, engine: LLMEngine) -> None:
+    costs = engine.costs
+    for key, value in (("offloaded", client.offloaded), ("dropped", client.dropped),
+                       ("failed", client.failed), ("loads", costs.loads_chosen),
+                       ("recomputes", costs.recomputes_chosen)):
+        counters[key] = counters.get(key, 0) + value
+
+
+def tier_notes(counters: dict[str, int], rounds: int) -> list[str]:
+    if not counters:
+        return []
+    c = counters
+    over = f" over {rounds} rounds" if rounds > 1 else ""
+    return [f"tiered: the tier client handed {c['offloaded']} evicted blocks to the store and "
+            f"dropped {c['dropped']}{over} (no reserved host slot free, or its queue full: each "
+            f"costs a recompute if the block is wanted again); {c['failed']} blocks failed to "
+            f"deliver.",
+            f"tiered: when the store held a prefix the engine loaded it {c['loads']} times and "
+            f"chose to recompute it {c['recomputes']} times{over} (its measured load vs prefill "
+            f"cost)."]
 
 
 def window_note(requests: Sequence[TraceRequest], start: int, count: int, scaling: Scaling, bound: float) -> str:
@@ -185,6 +231,8 @@ def machine_line() -> str:
 
 def main() -> None:
     args = parse_args()
+    if args.rounds < 1:
+        sys.exit(f"bench-kv: --rounds must be at least 1, got {args.rounds}")
     torch.set_num_threads(THREADS)
     if not os.path.exists(args.trace):
         sys.exit(f"bench-kv: the Mooncake trace is not at {args.trace} (relative to "
@@ -217,22 +265,29 @@ def main() -> None:
     print(f"warm-up: {warm.warm_up():.1f} s", flush=True)
     del warm
     raw: list[dict] = []
-    results = [run_config(
-        "device-only",
+    device_only, tiered = Runs("device-only"), Runs("tiered")
+    device_description = (
         f"device pool {sizing.device_only_blocks} blocks: the working set "
         f"({sizing.working_set_blocks}) plus room for {args.max_seqs} requests of the largest "
-        f"size ({figures.max_request_blocks} blocks), so nothing is ever evicted; no tier",
-        new_engine(loaded, args, sizing.device_only_blocks), reqs,
-        lambda r: SHARED_TENANT, raw)]
-    results.append(run_tiered(loaded, args, sizing, reqs, raw))
-    results.append(run_config(
-        "recompute",
-        f"device pool {sizing.recompute_blocks} blocks, just enough for {args.max_seqs} "
-        f"concurrent requests of the largest size; every request is its own tenant, so no "
-        f"block hash ever matches (tenants never share prefixes) and every prompt is computed "
-        f"in full; no tier",
-        new_engine(loaded, args, sizing.recompute_blocks), reqs,
-        lambda r: f"request-{r.index}", raw))
+        f"size ({figures.max_request_blocks} blocks), so nothing is ever evicted; no tier")
+    for i in range(args.rounds):
+        order = ("device-only", "tiered") if i % 2 == 0 else ("tiered", "device-only")
+        for position, name in enumerate(order):
+            if name == "tiered":
+                run_tiered(tiered, loaded, args, sizing, reqs, i, position, raw)
+            else:
+                run_once(device_only, device_description,
+                         new_engine(loaded, args, sizing.device_only_blocks), reqs,
+                         lambda r: SHARED_TENANT, i, position, raw)
+    recompute = Runs("recompute")
+    run_once(recompute,
+             f"device pool {sizing.recompute_blocks} blocks, just enough for {args.max_seqs} "
+             f"concurrent requests of the largest size; every request is its own tenant, so no "
+             f"block hash ever matches (tenants never share prefixes) and every prompt is "
+             f"computed in full; no tier; one round",
+             new_engine(loaded, args, sizing.recompute_blocks), reqs,
+             lambda r: f"request-{r.index}", 0, 0, raw)
+    results = [device_only.summary(), tiered.summary(), recompute.summary()]
     targets = check_targets(results[0], results[1], figures.bound)
     notes = [window_note(trace.requests, start, len(reqs), scaling, figures.bound)]
     c = loaded.config

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from benchmarks.kv.results import MIB, ConfigResult, Target
+from benchmarks.kv.results import MIB, ConfigResult, Target, noise_floor, pair_ratios
 from benchmarks.kv.sizing import Sizing
 from benchmarks.kv.trace_scale import CacheFigures, Scaling
 
@@ -84,9 +84,10 @@ def render(r: KVBenchReport) -> str:
     for c in r.results:
         lines.append(f"| {c.name} | {c.steps} | {c.preemptions} | {c.evictions} | "
                      f"{c.own_cores:.2f} | {c.other_cores:.2f} |")
+    lines += _round_lines(r.results)
     for c in r.results:
         if c.store is not None:
-            lines += ["", f"### KV tier store ({c.name})", "", *_store_lines(c)]
+            lines += ["", f"### KV tier store ({c.name}, last round)", "", *_store_lines(c)]
     lines += ["", "## Targets (issue 5)", "", "| target | wanted | measured | result |",
               "|---|---|---|---|"]
     lines += [f"| {t.name} | {t.want} | {t.measured} | {'PASS' if t.passed else 'FAIL'} |"
@@ -97,6 +98,31 @@ def render(r: KVBenchReport) -> str:
     lines += ["", f"Per-request data: `{r.raw_dir}/kv-requests.jsonl`, summary "
               f"`{r.raw_dir}/kv.json`, store log `{r.raw_dir}/kv-store.log` (not in git).", ""]
     return "\n".join(lines)
+
+
+def _round_lines(results: list[ConfigResult]) -> list[str]:
+    by_name = {c.name: c for c in results}
+    device_only, tiered = by_name.get("device-only"), by_name.get("tiered")
+    if device_only is None or tiered is None or len(tiered.rounds) < 2:
+        return []
+    out = ["", "### Rounds", "",
+           "Device-only and tiered replay the window back to back in each round, their order "
+           "alternating from round to round; the results above pool every round's requests.", "",
+           "| round | ran first | device-only TTFT / E2E P50 ms | tiered TTFT / E2E P50 ms | "
+           "tiered E2E P50 vs device-only | other work, cores |",
+           "|---:|---|---:|---:|---:|---:|"]
+    base = {x.round: x for x in device_only.rounds}
+    for t, ratio in zip(tiered.rounds, pair_ratios(device_only, tiered)):
+        d = base[t.round]
+        first = "tiered" if t.position == 0 else "device-only"
+        out.append(f"| {t.round + 1} | {first} | {_ms(d.ttft_p50_s)} / {_ms(d.e2e_p50_s)} | "
+                   f"{_ms(t.ttft_p50_s)} / {_ms(t.e2e_p50_s)} | {ratio:+.1%} | "
+                   f"{max(d.other_cores, t.other_cores):.2f} |")
+    floor = noise_floor(device_only)
+    if floor is not None:
+        out += ["", f"Noise floor: device-only's own P50 E2E moved {floor:.1%} between rounds "
+                f"(highest over lowest) with nothing changed but the time it ran."]
+    return out
 
 
 def _store_lines(c: ConfigResult) -> list[str]:

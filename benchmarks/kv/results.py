@@ -1,4 +1,8 @@
-"""What one configuration's replay measured, summarized, and the issue's targets checked on it.
+"""What one configuration's replays measured, summarized, and the issue's targets checked on it.
+
+A configuration may replay the window several times (rounds, interleaved with the other
+configurations so that a slow spell of this shared machine lands on both sides): its figures
+pool every round's requests, and each round's own latencies are kept beside them.
 
 Hit figures are in engine blocks, over the blocks the engine looks up (each prompt's full blocks
 minus its always-recomputed last token): the same denominator as the infinite-cache bound.
@@ -6,6 +10,7 @@ minus its always-recomputed last token): the same denominator as the infinite-ca
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from benchmarks.kv.replay import ReplayResult
@@ -20,6 +25,20 @@ E2E_P50_INCREASE_MAX = 0.05
 BOUND_SHORTFALL_MAX = 0.05
 # A result exactly at a threshold passes; float rounding (2.1 / 2.0 - 1 > 0.05) must not fail it.
 _EPS = 1e-9
+
+
+@dataclass(slots=True, frozen=True)
+class RoundFigures:
+    """One replay of the window by one configuration."""
+
+    round: int
+    position: int                     # 0: ran first in its round, 1: second
+    ttft_p50_s: float
+    ttft_p99_s: float
+    e2e_p50_s: float
+    e2e_p99_s: float
+    own_cores: float = 0.0
+    other_cores: float = 0.0
 
 
 @dataclass(slots=True)
@@ -47,6 +66,7 @@ class ConfigResult:
     other_cores: float = 0.0
     store: StoreFigures | None = None
     notes: list[str] = field(default_factory=list)
+    rounds: list[RoundFigures] = field(default_factory=list)
 
     @property
     def pool_mib(self) -> float:
@@ -68,23 +88,52 @@ class ConfigResult:
         return self.share(self.device_hit_blocks + self.tier_hit_blocks)
 
 
-def summarize(name: str, description: str, result: ReplayResult, pool_blocks: int,
+def round_figures(result: ReplayResult, round_index: int, position: int, own_cores: float,
+                  other_cores: float) -> RoundFigures:
+    done = _finished(result)
+    ttft = percentiles([r.ttft_s for r in done], (50, 99))
+    e2e = percentiles([r.e2e_s for r in done], (50, 99))
+    return RoundFigures(round_index, position, ttft[0], ttft[1], e2e[0], e2e[1], own_cores,
+                        other_cores)
+
+
+def summarize(name: str, description: str, results: Sequence[ReplayResult], pool_blocks: int,
               block_bytes: int, block_size: int) -> ConfigResult:
-    done = [r for r in result.records if r.finish_s is not None]
+    """Pool the rounds: every round's requests in one set of percentiles and hit counts; the
+    peak is the highest of the rounds, the mean their average."""
+    done = [r for result in results for r in _finished(result)]
     if not done:
         raise RuntimeError(f"{name}: no request finished; nothing to summarize")
     ttft = percentiles([r.ttft_s for r in done], (50, 99))
     e2e = percentiles([r.e2e_s for r in done], (50, 99))
     return ConfigResult(
         name=name, description=description, pool_blocks=pool_blocks, block_bytes=block_bytes,
-        requests=len(result.records), completed=len(done),
-        peak_blocks=result.memory.peak_blocks, mean_blocks=result.memory.mean_blocks,
+        requests=sum(len(r.records) for r in results), completed=len(done),
+        peak_blocks=max(r.memory.peak_blocks for r in results),
+        mean_blocks=sum(r.memory.mean_blocks for r in results) / len(results),
         prompt_blocks=sum((r.prompt_tokens - 1) // block_size for r in done),
         device_hit_blocks=sum(r.cached_tokens // block_size for r in done),
         tier_hit_blocks=sum(r.tier_tokens // block_size for r in done),
         ttft_p50_s=ttft[0], ttft_p99_s=ttft[1], e2e_p50_s=e2e[0], e2e_p99_s=e2e[1],
-        wall_s=result.wall_s, steps=result.steps, preemptions=result.preemptions,
-        evictions=result.evictions)
+        wall_s=sum(r.wall_s for r in results), steps=sum(r.steps for r in results),
+        preemptions=sum(r.preemptions for r in results),
+        evictions=sum(r.evictions for r in results))
+
+
+def _finished(result: ReplayResult) -> list:
+    return [r for r in result.records if r.finish_s is not None]
+
+
+def pair_ratios(device_only: ConfigResult, tiered: ConfigResult) -> list[float]:
+    """Tiered P50 E2E over device-only's, round by round (the two ran back to back)."""
+    base = {r.round: r.e2e_p50_s for r in device_only.rounds}
+    return [r.e2e_p50_s / base[r.round] - 1 for r in tiered.rounds if r.round in base]
+
+
+def noise_floor(result: ConfigResult) -> float | None:
+    """How far one configuration's own P50 E2E moved between rounds: highest over lowest - 1."""
+    p50 = [r.e2e_p50_s for r in result.rounds]
+    return max(p50) / min(p50) - 1 if len(p50) > 1 else None
 
 
 @dataclass(slots=True, frozen=True)

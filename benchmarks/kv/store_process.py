@@ -122,6 +122,10 @@ class StoreProcess:
                                        f"within {READY_TIMEOUT_S:.0f} s (log: {self.log_path})")
                 time.sleep(0.2)
 
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
     def stats(self) -> StoreFigures:
         with grpc.insecure_channel(self.address, options=CHANNEL_OPTIONS) as ch:
             stub = kvstore_pb2_grpc.KVStoreStub(ch)

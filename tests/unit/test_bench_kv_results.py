@@ -5,7 +5,8 @@ import pytest
 
 from benchmarks.kv.replay import MemoryTrack, ReplayResult, RequestRecord
 from benchmarks.kv.report import KVBenchReport, render
-from benchmarks.kv.results import ConfigResult, check_targets, summarize
+from benchmarks.kv.results import (ConfigResult, RoundFigures, check_targets, noise_floor,
+                                   pair_ratios, round_figures, summarize)
 from benchmarks.kv.sizing import size_configs
 from benchmarks.kv.store_process import StoreFigures, TierFigures
 from benchmarks.kv.trace_scale import CacheFigures, Scaling
@@ -63,7 +64,7 @@ def test_summary_counts_hits_in_looked_up_blocks_and_takes_percentiles():
     memory = MemoryTrack()
     memory.sample(0.0, 3)
     memory.sample(2.0, 5)
-    r = summarize("tiered", "d", ReplayResult(records, memory, 3.0, 10, 0, 2), 8, 1024, 16)
+    r = summarize("tiered", "d", [ReplayResult(records, memory, 3.0, 10, 0, 2)], 8, 1024, 16)
     assert (r.requests, r.completed) == (3, 2)
     assert r.prompt_blocks == 2 + 2                       # (33 - 1) // 16 + (40 - 1) // 16
     assert (r.device_hit_blocks, r.tier_hit_blocks) == (3, 1)
@@ -92,3 +93,54 @@ def test_report_shows_command_tables_store_tiers_and_verdicts():
            "(246.1 vs 703.1 MiB) | PASS |" in text
     assert "| P50 E2E latency vs device-only | <= 5% higher | +25.0% (2500 vs 2000 ms) | " \
            "FAIL |" in text
+
+
+def test_rounds_pool_their_requests_and_keep_their_own_latencies():
+    def replay_of(offset, peak):
+        memory = MemoryTrack()
+        memory.sample(0.0, peak)
+        records = [RequestRecord(0, 0.0, 33, 0.5 + offset, 1.0 + offset, 4, 32, 0),
+                   RequestRecord(1, 1.0, 33, 1.5 + offset, 2.0 + offset, 4, 0, 32)]
+        return ReplayResult(records, memory, 3.0 + offset, 10, 1, 2)
+
+    first, second = replay_of(0.0, 5), replay_of(1.0, 7)
+    pooled = summarize("tiered", "d", [first, second], 8, 1024, 16)
+    assert (pooled.requests, pooled.completed, pooled.prompt_blocks) == (4, 4, 8)
+    assert (pooled.device_hit_blocks, pooled.tier_hit_blocks) == (4, 4)
+    assert (pooled.peak_blocks, pooled.mean_blocks) == (7, 6.0)
+    assert (pooled.wall_s, pooled.steps, pooled.preemptions, pooled.evictions) == (7.0, 20, 2, 4)
+    assert pooled.e2e_p50_s == pytest.approx(1.5)          # of 1.0, 1.0, 2.0, 2.0
+    assert round_figures(second, 1, 0, 0.9, 0.1) == RoundFigures(
+        1, 0, pytest.approx(1.5), pytest.approx(1.5), pytest.approx(2.0), pytest.approx(2.0),
+        0.9, 0.1)
+
+
+def rounds_of(*p50s, first=True):
+    """Rounds alternate who runs first, starting with this configuration when `first`."""
+    return [RoundFigures(i, (i + (0 if first else 1)) % 2, 0.1, 0.2, p50, 1.0)
+            for i, p50 in enumerate(p50s)]
+
+
+def test_pair_ratios_compare_rounds_that_ran_back_to_back_and_the_floor_is_the_spread():
+    device_only = result("device-only", 2000, 2.0, 2500, 0)
+    tiered = result("tiered", 700, 2.1, 1500, 875)
+    device_only.rounds = rounds_of(1.0, 1.25, 0.8)
+    tiered.rounds = rounds_of(1.1, 1.0, 0.8, first=False)
+    assert pair_ratios(device_only, tiered) == pytest.approx([0.1, -0.2, 0.0])
+    assert noise_floor(device_only) == pytest.approx(1.25 / 0.8 - 1)
+    assert noise_floor(result("one round", 1, 1.0, 0, 0)) is None
+
+
+def test_report_has_a_round_table_with_the_noise_floor():
+    figures = CacheFigures(4000, 2500, 1800, 200, 33)
+    device_only = result("device-only", 2000, 2.0, 2500, 0)
+    tiered = result("tiered", 700, 2.1, 1500, 875)
+    device_only.rounds = rounds_of(1.0, 1.25)
+    tiered.rounds = rounds_of(1.1, 1.0, first=False)
+    text = render(KVBenchReport(
+        command="make bench-kv", date="d", machine="m", setup="s", trace="t.",
+        scaling=Scaling(), figures=figures, sizing=size_configs(figures, 8, BLOCK),
+        results=[device_only, tiered], targets=check_targets(device_only, tiered, 0.625)))
+    assert "| 1 | device-only | 100 / 1000 | 100 / 1100 | +10.0% | 0.00 |" in text
+    assert "| 2 | tiered | 100 / 1250 | 100 / 1000 | -20.0% | 0.00 |" in text
+    assert "device-only's own P50 E2E moved 25.0% between rounds" in text
