@@ -81,6 +81,9 @@ def parse_args() -> argparse.Namespace:
                    help="tiered device pool as a share of the working set")
     p.add_argument("--host-share", type=float, default=0.5,
                    help="share of the rest of the working set held in host DRAM (rest: disk)")
+    p.add_argument("--store-cpu", choices=("idle", "normal"), default="idle",
+                   help="the KV tier store's CPU class (STRATA_KVSTORE_CPU_PRIORITY): idle runs "
+                        "it on time the engine leaves unused")
     p.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16")
     p.add_argument("--model", default=DEFAULT_MODEL)
     p.add_argument("--trace", default=TRACE, help="Mooncake JSONL trace")
@@ -153,15 +156,17 @@ def run_tiered(runs: Runs, loaded: LoadedModel, args: argparse.Namespace, sizing
                raw: list[dict]) -> None:
     disk_dir = tempfile.mkdtemp(prefix="strata-bench-kv-")
     store = StoreProcess(sizing.host_bytes, sizing.disk_bytes, disk_dir,
-                         os.path.join(args.raw, "kv-store.log"), sizing.slab_bytes)
+                         os.path.join(args.raw, "kv-store.log"), sizing.slab_bytes,
+                         cpu_priority=args.store_cpu)
     mib = 1024 * 1024
     description = (f"device pool {sizing.tiered_blocks} blocks ({args.device_share:.0%} of the "
                    f"working set); below it a KV tier store process (`python -m "
                    f"services.kvstore`, host tier {sizing.host_bytes / mib:.1f} MiB, disk tier "
                    f"{sizing.disk_bytes / mib:.1f} MiB in a fresh temporary folder, a new store "
-                   f"each round) holding the other {sizing.tier_rest_blocks} working-set "
-                   f"blocks; evicted blocks are offloaded to it and prefix hits there loaded "
-                   f"back; the store's CPU time counts as own cores")
+                   f"each round, CPU class {args.store_cpu}: STRATA_KVSTORE_CPU_PRIORITY) "
+                   f"holding the other {sizing.tier_rest_blocks} working-set blocks; evicted "
+                   f"blocks are offloaded to it and prefix hits there loaded back; the store's "
+                   f"CPU time counts as own cores")
     try:
         store.start()
         client = TierClient(store.address)

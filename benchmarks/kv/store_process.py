@@ -78,7 +78,7 @@ class StoreProcess:
     """Start with `start()`, stop with `stop()`; `address` is what a TierClient dials."""
 
     def __init__(self, host_bytes: int, disk_bytes: int, disk_dir: str, log_path: str,
-                 slab_bytes: int = 0, node_id: str = "bench-kv"):
+                 slab_bytes: int = 0, node_id: str = "bench-kv", cpu_priority: str = "normal"):
         self.address = f"127.0.0.1:{free_port()}"
         self.env = {**os.environ, "STRATA_KVSTORE_BIND": self.address,
                     "STRATA_KVSTORE_HOST_BYTES": str(host_bytes),
@@ -86,7 +86,7 @@ class StoreProcess:
                     "STRATA_KVSTORE_DISK_DIR": disk_dir, "STRATA_KVSTORE_NODE_ID": node_id,
                     # alone: no spans, no block events to a scheduler
                     "STRATA_OTLP_ENDPOINT": "", "STRATA_SCHEDULER_ADDR": "",
-                    "OMP_NUM_THREADS": "1",
+                    "STRATA_KVSTORE_CPU_PRIORITY": cpu_priority, "OMP_NUM_THREADS": "1",
                     "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
         if slab_bytes:
             self.env["STRATA_KVSTORE_SLAB_BYTES"] = str(slab_bytes)

@@ -9,6 +9,7 @@ import time
 from services.kvstore.config import KVStoreConfig
 from services.kvstore.events import EventPublisher
 from services.kvstore.servicer import KVStoreServicer
+from strata import cpu_priority
 from strata.kvtier.disk_tier import DiskTier
 from strata.kvtier.migrator import Migrator
 from strata.kvtier.shm_segment import ShmSegment, segment_path
@@ -23,6 +24,8 @@ log = logging.getLogger("services.kvstore")
 
 async def main() -> None:
     cfg = KVStoreConfig.from_env()
+    if cfg.cpu_priority == "idle":
+        cpu_priority.to_background()      # threads started below inherit the class
     init_tracing("kvstore", cfg.otlp_endpoint)
     port = int(cfg.bind.rsplit(":", 1)[1])
     segment = ShmSegment(segment_path(cfg.shm_dir, cfg.node_id, port),
@@ -39,16 +42,18 @@ async def main() -> None:
         add=lambda s: kvstore_pb2_grpc.add_KVStoreServicer_to_server(servicer, s),
         service_name=kvstore_pb2.DESCRIPTOR.services_by_name["KVStore"].full_name)],
         bind=cfg.bind)
+    if cfg.cpu_priority == "idle":
+        cpu_priority.to_background()      # and the gRPC runtime's own threads
     publisher = None
     if cfg.scheduler_addr:
         publisher = EventPublisher(store, cfg.scheduler_addr, cfg.node_id, cfg.advertise,
                                    cfg.events_interval_s)
         events = asyncio.create_task(publisher.run())
     log.info("kvstore listening on %s (host tier %d MiB in %s, disk tier %d MiB in %s, "
-             "%d blocks recovered, %d dropped as corrupt)", cfg.bind,
+             "%d blocks recovered, %d dropped as corrupt, CPU class %s)", cfg.bind,
              cfg.host_capacity_bytes >> 20, segment.path, cfg.disk_capacity_bytes >> 20,
              cfg.disk_dir if disk is not None else "-", store.counters.recovered,
-             store.counters.dropped_corrupt)
+             store.counters.dropped_corrupt, cpu_priority.scheduling_class())
     try:
         await serve_until_signal(running)
     finally:

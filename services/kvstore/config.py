@@ -6,7 +6,7 @@ import os
 import socket
 from dataclasses import dataclass
 
-from strata import defaults
+from strata import cpu_priority, defaults
 from strata.envconfig import ConfigError, data_dir, env_bool, env_float, env_int, env_str
 from strata.kvtier import shm_segment
 from strata.policy.kv_tiering import POLICIES
@@ -31,6 +31,9 @@ class KVStoreConfig:
     high_watermark: float = 0.90
     low_watermark: float = 0.75
     events_interval_s: float = 0.5
+    # "idle": the store runs in SCHED_IDLE, on CPU time the node's engines leave unused (for
+    # nodes where it shares cores with CPU-bound engines); "normal": the default class.
+    cpu_priority: str = "normal"
 
     @classmethod
     def from_env(cls) -> KVStoreConfig:
@@ -50,6 +53,10 @@ class KVStoreConfig:
         if not 0 < low < high <= 1:
             raise ConfigError(f"need 0 < STRATA_KVSTORE_LOW_WATERMARK < "
                               f"STRATA_KVSTORE_HIGH_WATERMARK <= 1, got {low} and {high}")
+        cpu = env_str("STRATA_KVSTORE_CPU_PRIORITY", "normal")
+        if cpu not in cpu_priority.CLASSES:
+            raise ConfigError(f"STRATA_KVSTORE_CPU_PRIORITY must be one of "
+                              f"{', '.join(cpu_priority.CLASSES)}, got {cpu!r}")
         return cls(
             node_id=node_id, bind=bind,
             advertise=env_str("STRATA_KVSTORE_ADVERTISE", bind),
@@ -65,4 +72,5 @@ class KVStoreConfig:
             disk_durable=env_bool("STRATA_KVSTORE_DISK_DURABLE", False),
             policy=policy, high_watermark=high, low_watermark=low,
             events_interval_s=env_float("STRATA_KVSTORE_EVENTS_INTERVAL_S", 0.5),
+            cpu_priority=cpu,
         )

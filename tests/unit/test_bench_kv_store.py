@@ -28,6 +28,21 @@ def test_store_process_serves_with_the_given_tier_sizes(tmp_path):
     assert store.shm_dir and not os.path.exists(store.shm_dir)     # its segment is gone
 
 
+def test_an_idle_class_store_serves_with_every_thread_in_sched_idle(tmp_path):
+    store = StoreProcess(host_bytes=4 * MIB, disk_bytes=0, disk_dir=str(tmp_path / "disk"),
+                         log_path=str(tmp_path / "store.log"), slab_bytes=MIB,
+                         cpu_priority="idle")
+    try:
+        store.start()
+        assert store.stats().blocks == 0
+        tids = os.listdir(f"/proc/{store.pid}/task")
+        classes = {os.sched_getscheduler(int(t)) for t in tids}
+    finally:
+        assert store.stop() == 0
+    assert classes == {os.SCHED_IDLE}
+    assert "CPU class idle" in (tmp_path / "store.log").read_text()
+
+
 def test_a_store_that_cannot_start_is_reported_with_its_log(tmp_path):
     # the disk tier's folder would have to live inside a plain file
     (tmp_path / "file").write_text("")

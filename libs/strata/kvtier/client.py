@@ -33,7 +33,11 @@ from strata.rpc.v1 import kvstore_pb2, kvstore_pb2_grpc
 
 log = logging.getLogger(__name__)
 
-SLOT_TARGET = 32          # reserved slots kept per block size (at most 1/16 of the segment)
+# Reserved slots kept per block size, at most 1/8 of the segment: one long prompt's allocation
+# evicts up to its own size in cached blocks at once, and a burst that empties the reserve costs
+# the engine thread a synchronous Reserve.
+SLOT_TARGET = 64
+SLOT_SHARE = 8
 COMMIT_BATCH = 64
 REFUSAL_BACKOFF_S = 0.1   # after the store refused slots, drop evictions this long before asking
 
@@ -117,7 +121,7 @@ class TierClient:
         """Start keeping slots of this size reserved (the engine's block size)."""
         if self.segment is None or nbytes in self._slot_target:
             return
-        target = max(1, min(SLOT_TARGET, self.segment.size // nbytes // 16))
+        target = max(1, min(SLOT_TARGET, self.segment.size // nbytes // SLOT_SHARE))
         self._slot_target[nbytes] = target
         self._slots[nbytes] = deque()
         self._refill.set()
