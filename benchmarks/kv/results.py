@@ -90,9 +90,7 @@ class ConfigResult:
 
 def round_figures(result: ReplayResult, round_index: int, position: int, own_cores: float,
                   other_cores: float) -> RoundFigures:
-    done = _finished(result)
-    ttft = percentiles([r.ttft_s for r in done], (50, 99))
-    e2e = percentiles([r.e2e_s for r in done], (50, 99))
+    ttft, e2e = _latencies(_finished(result))
     return RoundFigures(round_index, position, ttft[0], ttft[1], e2e[0], e2e[1], own_cores,
                         other_cores)
 
@@ -104,8 +102,7 @@ def summarize(name: str, description: str, results: Sequence[ReplayResult], pool
     done = [r for result in results for r in _finished(result)]
     if not done:
         raise RuntimeError(f"{name}: no request finished; nothing to summarize")
-    ttft = percentiles([r.ttft_s for r in done], (50, 99))
-    e2e = percentiles([r.e2e_s for r in done], (50, 99))
+    ttft, e2e = _latencies(done)
     return ConfigResult(
         name=name, description=description, pool_blocks=pool_blocks, block_bytes=block_bytes,
         requests=sum(len(r.records) for r in results), completed=len(done),
@@ -122,6 +119,12 @@ def summarize(name: str, description: str, results: Sequence[ReplayResult], pool
 
 def _finished(result: ReplayResult) -> list:
     return [r for r in result.records if r.finish_s is not None]
+
+
+def _latencies(done: list) -> tuple[list[float], list[float]]:
+    """TTFT and E2E, each as (P50, P99)."""
+    return (percentiles([r.ttft_s for r in done], (50, 99)),
+            percentiles([r.e2e_s for r in done], (50, 99)))
 
 
 def pair_ratios(device_only: ConfigResult, tiered: ConfigResult) -> list[float]:
