@@ -11,6 +11,7 @@ raw measurements and the fit's error, as JSON. Exit 0 on success, 2 on bad argum
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 import time
 
@@ -36,11 +37,20 @@ def add_profile_parser(sub: argparse._SubParsersAction) -> None:
                    help="KV blocks for profiling (default: enough for the grid)")
     p.add_argument("--quick", action="store_true",
                    help="a smaller grid (about a third of the shapes) for slow models")
+    p.add_argument("--colocate", type=int, default=0, metavar="N",
+                   help="also measure N engines decoding together on the device against one "
+                        "alone (strata.engine.colocation); the simulator prices co-located "
+                        "replicas with it (default 0: not measured, engines take turns)")
+    p.add_argument("--colocate-batches", default="1,8,32",
+                   help="decode batch sizes of the co-location measurement (default 1,8,32)")
+    p.add_argument("--colocate-seconds", type=float, default=4.0,
+                   help="seconds each co-location phase steps (default 4)")
     p.set_defaults(handler=run_profile)
 
 
 async def run_profile(args: argparse.Namespace) -> int:
     # Imported here: torch takes seconds to import and no other subcommand needs it.
+    from strata.engine.colocation import ColocationPlan, measure_colocation
     from strata.engine.engine import EngineConfig
     from strata.engine.profiler import QUICK_GRID, ProfileGrid, profile_engine
     from strata.engine.registry import load_model
@@ -53,6 +63,12 @@ async def run_profile(args: argparse.Namespace) -> int:
     need = max(grid.decode_batches) * (max(grid.decode_contexts) + grid.decode_steps + 16)
     blocks = args.kv_blocks or -(-need // 16) + 256
     try:
+        together = None
+        if args.colocate:
+            together = ColocationPlan(
+                model=args.model, device=args.device, dtype=args.dtype, threads=args.threads,
+                engines=args.colocate, seconds=args.colocate_seconds,
+                batches=tuple(int(b) for b in args.colocate_batches.split(",") if b.strip()))
         config = EngineConfig(num_blocks=blocks, max_batched_tokens=args.max_batched_tokens,
                               max_seqs=args.max_seqs, device=args.device, dtype=args.dtype)
         loaded = load_model(args.model)
@@ -61,6 +77,10 @@ async def run_profile(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     started = time.perf_counter()
     profile = profile_engine(loaded, config, args.threads, grid, progress=print)
+    if together is not None:
+        del loaded      # the co-located engines load their own copies
+        profile.colocation = measure_colocation(together, progress=print)
+        print(f"co-location share: {profile.colocation_share:.3f} of a neighbour's step")
     profile.save(args.out)
     c, e = profile.costs, profile.fit_error
     print(f"fit: {c.step_s * 1e3:.3f} ms/step + {c.token_s * 1e6:.2f} us/token + "
@@ -70,3 +90,16 @@ async def run_profile(args: argparse.Namespace) -> int:
     print(f"profile of {profile.model} ({args.dtype}, {args.threads} threads) written to "
           f"{args.out} in {time.perf_counter() - started:.0f} s")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m strata.client.profile_cli ARGS`: `strata profile ARGS` without the rest of
+    the command line's imports (a GPU machine with torch but no OpenTelemetry or SQLAlchemy)."""
+    parser = argparse.ArgumentParser(prog="strata")
+    add_profile_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["profile", *(sys.argv[1:] if argv is None else argv)])
+    return asyncio.run(args.handler(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

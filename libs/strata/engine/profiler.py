@@ -82,7 +82,7 @@ def machine_description() -> dict:
     return out
 
 
-class _Bench:
+class StepBench:
     """One engine and the bookkeeping to set up shapes on it."""
 
     def __init__(self, engine: LLMEngine, seed: int) -> None:
@@ -178,7 +178,7 @@ def profile_engine(loaded: LoadedModel, config: EngineConfig, threads: int,
     engine = LLMEngine(loaded, config)
     engine.warm_up()
     grid = grid.fitted_to(engine.max_context, config.max_seqs)
-    bench = _Bench(engine, seed)
+    bench = StepBench(engine, seed)
     say = progress or (lambda _: None)
     points: list[Measurement] = []
     for n in grid.prefill_tokens:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
@@ -208,6 +209,28 @@ class RequestOverheads:
     token_send_s: float = 0.0
 
 
+@dataclass(slots=True, frozen=True)
+class ColocationPoint:
+    """Median decode step of one engine alone and of each of `engines` identical engines
+    stepping together on the same device (strata.engine.colocation), and the share of a
+    neighbour's step that lands in each step: (together / alone - 1) / (engines - 1)."""
+
+    engines: int
+    batch: int
+    context: int
+    alone_s: float
+    together_s: float
+    alone_steps: int = 0
+    together_steps: int = 0
+
+    @property
+    def share(self) -> float:
+        return (self.together_s / self.alone_s - 1.0) / (self.engines - 1)
+
+
+DEFAULT_SHARE = 1.0     # not measured: engines take turns, step by step
+
+
 @dataclass(slots=True)
 class EngineProfile:
     model: str
@@ -224,6 +247,16 @@ class EngineProfile:
     overheads: RequestOverheads = field(default_factory=RequestOverheads)
     created_unix_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    colocation: list[ColocationPoint] = field(default_factory=list)
+
+    @property
+    def colocation_share(self) -> float:
+        """The share of an active neighbour's step that lands in each of this engine's steps
+        on a shared device: the median over the measured batch sizes, within [0, 1];
+        DEFAULT_SHARE (take turns) when nothing was measured."""
+        if not self.colocation:
+            return DEFAULT_SHARE
+        return min(1.0, max(0.0, statistics.median(p.share for p in self.colocation)))
 
     def to_json(self) -> dict:
         doc = asdict(self)
@@ -244,7 +277,8 @@ class EngineProfile:
             measurements=[Measurement(**m) for m in doc["measurements"]],
             overheads=RequestOverheads(**doc.get("overheads", {})),
             created_unix_s=float(doc.get("created_unix_s", 0.0)),
-            notes=list(doc.get("notes", [])))
+            notes=list(doc.get("notes", [])),
+            colocation=[ColocationPoint(**p) for p in doc.get("colocation", [])])
 
     def save(self, path: str | os.PathLike[str]) -> None:
         directory = os.path.dirname(os.path.abspath(path))
