@@ -2,7 +2,7 @@
 one process; then docs/benchmarks/sparse.md and .json.
 
     python -m benchmarks.sparse [--quick] [--dtype bfloat16] [--fidelity-dtype float32]
-                                [--trials 1] [--min-context 1024]
+                                [--trials 1] [--min-context 1024] [--no-compensate]
                                 [--out docs/benchmarks/sparse.md] [--command "make bench-sparse"]
 
 Parts, in order:
@@ -103,6 +103,10 @@ def parse_args() -> argparse.Namespace:
                         "engine's")
     p.add_argument("--threshold", type=float, default=None,
                    help="trust-check threshold on left-out attention mass; default the engine's")
+    p.add_argument("--no-compensate", action="store_true",
+                   help="drop the attention mass the selection leaves out instead of giving it "
+                        "to the left-out tokens' mean value (SparseConfig.compensate off: the "
+                        "ablation)")
     p.add_argument("--parts", default="smol,long",
                    help="smol: dtype probe, needles and fidelity on SmolLM2; long: fidelity and "
                         "latency on dummy-long (a report of one part judges only its targets)")
@@ -122,7 +126,8 @@ def sparse_config(args: argparse.Namespace) -> SparseConfig:
         extra["budget_blocks"], extra["budget_fraction"] = parse_budget(args.budget)
     if args.threshold is not None:
         extra["threshold"] = args.threshold
-    return SparseConfig(enabled=False, min_context=args.min_context, **extra)
+    return SparseConfig(enabled=False, min_context=args.min_context,
+                        compensate=not args.no_compensate, **extra)
 
 
 def summary_prompt(tokenizer, essays, length: int) -> list[int]:
@@ -261,6 +266,10 @@ def main() -> None:
                   if args.fidelity_dtype == "float32" else ""),
                f"sparse path: {sparse_cfg} (min_context lowered from the engine's default so "
                f"every measured prompt goes sparse)",
+               "left-out mass compensation: " + (
+                   "on (the mass the selection leaves out goes to the left-out tokens' mean "
+                   "value)" if sparse_cfg.compensate else
+                   "off (--no-compensate: the mass the selection leaves out is dropped)"),
                f"long-context model: {describe_model(long_model.config)}",
                f"default model: {DEFAULT_MODEL} (SmolLM2-135M-Instruct, Q4_1 GGUF "
                f"dequantized), context limit 8,192 tokens",

@@ -102,19 +102,25 @@ async def test_an_unknown_sparse_mode_is_refused(worker):
 def test_worker_settings_for_the_sparse_path(monkeypatch):
     monkeypatch.setenv("STRATA_WORKER_BIND", "127.0.0.1:1")
     for k in ("STRATA_SPARSE", "STRATA_SPARSE_MIN_CONTEXT", "STRATA_SPARSE_BUDGET",
-              "STRATA_SPARSE_THRESHOLD", "STRATA_SPARSE_ESTIMATE"):
+              "STRATA_SPARSE_THRESHOLD", "STRATA_SPARSE_ESTIMATE", "STRATA_SPARSE_COMPENSATE"):
         monkeypatch.delenv(k, raising=False)
     assert WorkerConfig.from_env().engine.sparse == SparseConfig(
         enabled=False, min_context=4096, budget_blocks=0, budget_fraction=0.125, sink_blocks=1,
-        window_blocks=4, threshold=0.1, estimate="moment")
+        window_blocks=4, threshold=0.1, estimate="moment", compensate=True)
     monkeypatch.setenv("STRATA_SPARSE", "on")
     monkeypatch.setenv("STRATA_SPARSE_MIN_CONTEXT", "8192")
     monkeypatch.setenv("STRATA_SPARSE_BUDGET", "256")
     monkeypatch.setenv("STRATA_SPARSE_THRESHOLD", "0.05")
     monkeypatch.setenv("STRATA_SPARSE_ESTIMATE", "bound")
+    monkeypatch.setenv("STRATA_SPARSE_COMPENSATE", "off")
     got = WorkerConfig.from_env().engine.sparse
-    assert (got.enabled, got.min_context, got.budget_blocks, got.threshold, got.estimate) == \
-        (True, 8192, 256, 0.05, "bound")
+    assert (got.enabled, got.min_context, got.budget_blocks, got.threshold, got.estimate,
+            got.compensate) == (True, 8192, 256, 0.05, "bound", False)
+    monkeypatch.setenv("STRATA_SPARSE_COMPENSATE", "sometimes")
+    with pytest.raises(ConfigError, match="STRATA_SPARSE_COMPENSATE must be true or false, "
+                                          "got 'sometimes'"):
+        WorkerConfig.from_env()
+    monkeypatch.delenv("STRATA_SPARSE_COMPENSATE")
     monkeypatch.setenv("STRATA_SPARSE_BUDGET", "a lot")
     with pytest.raises(ConfigError, match="STRATA_SPARSE_BUDGET: a sparse budget is a block "
                                           "count"):

@@ -1,12 +1,14 @@
 """Sparse benchmark's pure parts: needle placement at a depth (moved back to a sentence end),
 token-exact prompts, answer scoring, the haystack read from a wheel, latency prompts sharing a
-prefix, and issue 8's targets with PASS/FAIL on each side of every threshold, in the report."""
+prefix, the sparse settings a run passes on (compensation on unless --no-compensate), and issue
+8's targets with PASS/FAIL on each side of every threshold, in the report."""
 
 import random
 import zipfile
 
 import pytest
 
+from benchmarks.sparse.__main__ import parse_args, sparse_config
 from benchmarks.sparse.haystack import haystack_text, read_essays
 from benchmarks.sparse.latency import TAIL, request_prompts
 from benchmarks.sparse.needle import (ChatPieces, build_prompt, chat_pieces, first_number,
@@ -128,6 +130,14 @@ def test_latency_prompts_share_the_prefix_and_differ_in_their_tails():
     assert len({tuple(p) for p in prompts}) == 3
     with pytest.raises(ValueError, match="64 tokens, 65 wanted"):
         request_prompts(base, 65, 1, vocab=40)
+
+
+@pytest.mark.parametrize("flags, compensate", [([], True), (["--no-compensate"], False)])
+def test_the_run_compensates_unless_told_not_to(monkeypatch, flags, compensate):
+    monkeypatch.setattr("sys.argv", ["bench", "--quick", "--threshold", "0.2", *flags])
+    cfg = sparse_config(parse_args())
+    assert (cfg.compensate, cfg.threshold, cfg.enabled, cfg.min_context) == \
+        (compensate, 0.2, False, 1024)
 
 
 def test_counters_give_rates_and_differences():

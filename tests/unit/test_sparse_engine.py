@@ -1,6 +1,7 @@
 """Sparse decode inside the engine: bit-for-bit dense outputs when the path is off or the context
 is short, the trust check falling back exactly when its estimate passes the threshold, fidelity
-on the long-context dummy model, counters, and the index under prefix sharing and tier loads."""
+on the long-context dummy model (closer to dense with the left-out mass compensated), counters,
+and the index under prefix sharing and tier loads."""
 
 from __future__ import annotations
 
@@ -217,6 +218,25 @@ def test_cosine_against_dense_on_the_long_context_dummy():
     assert (tf.estimate.amax(-1) < 0.1).all()
     assert e.sparse.stats.layer_steps == 8 * 4 and not e.has_work()
     assert e.pool.num_free == 160
+
+
+def test_compensation_brings_the_long_context_dummy_closer_to_dense():
+    loaded = load_dummy("dummy-long")
+    ids, more = prompt(2048, vocab=512), prompt(8, seed=3, vocab=512)
+    gap, logits = {}, {}
+    for compensate in (False, True):
+        # a small budget (8 of 128 blocks) leaves out up to 2% of the mass
+        e = LLMEngine(loaded, EngineConfig(num_blocks=160, max_batched_tokens=1024,
+                                           sparse=SparseConfig(enabled=True, min_context=1024,
+                                                               budget_fraction=0.0625,
+                                                               threshold=1.0,
+                                                               compensate=compensate)))
+        tf = teacher_forced(e, ids, more)
+        assert bool(tf.sparse_steps.all())
+        gap[compensate] = (1 - tf.cosine_selected.double()).mean().item()
+        logits[compensate] = (tf.sparse_logits - tf.dense_logits).abs().max().item()
+    assert gap[True] < gap[False] / 2
+    assert logits[True] < logits[False]
 
 
 def test_shared_prefix_blocks_share_entries_and_tier_copies_are_summarized(tiny):

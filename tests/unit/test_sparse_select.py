@@ -43,7 +43,30 @@ def test_index_entries_are_the_box_and_spread_of_each_blocks_keys():
     assert torch.equal(index.kmax, keys.amax(dim=3))
     assert torch.equal(index.kmin, keys.amin(dim=3))
     assert torch.allclose(index.spread, ((keys.amax(3) - keys.amin(3)) / 3) ** 2)
-    assert index.nbytes() == 2 * 3 * 5 * 3 * 8 * 4
+    # the entries (3 D in the cache's dtype) and the value sums (D in float32)
+    assert index.nbytes() == 2 * 3 * 5 * (3 * 8 * 4 + 8 * 4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_index_value_sums_are_each_blocks_values_summed_in_float32(dtype):
+    kv = torch.randn(2, 2, 3, 6, 4, 8, generator=torch.Generator().manual_seed(3)).to(dtype)
+    index = BlockIndex(2, 3, 6, 8, "cpu", dtype)
+    index.summarize(kv, [4, 1, 2])
+    assert index.vsum.dtype == torch.float32
+    for layer in range(2):
+        for head in range(3):
+            for block in range(6):
+                want = kv[layer, 1, head, block].double().sum(0) if block in (1, 2, 4) else \
+                    torch.zeros(8, dtype=torch.float64)
+                assert torch.allclose(index.vsum[layer, head, block].double(), want,
+                                      rtol=0, atol=1e-5), (layer, head, block)
+    # a block handed out again and refilled is summed anew
+    kv[:, 1, :, 2] = 1.0
+    index.mark([2])
+    index.refresh(kv)
+    assert torch.equal(index.vsum[:, :, 2], torch.full((2, 3, 8), 4.0))
+    if dtype == torch.bfloat16:
+        assert index.nbytes() == 2 * 3 * 6 * (3 * 8 * 2 + 8 * 4)
 
 
 def test_marked_blocks_are_summarized_once_at_refresh():

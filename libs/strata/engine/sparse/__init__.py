@@ -1,11 +1,14 @@
 """Long-context decode with a dual path: a block index picks candidate KV blocks, exact attention
-runs on them, and a trust check sends a layer's KV head group back to full attention when the
-attention mass left out may be too large.
+runs on them, the estimated attention mass left out goes to the left-out tokens' mean value, and
+a trust check sends a layer's KV head group back to full attention when that mass may be too
+large.
 
     config.py   SparseConfig: when a row goes sparse, its budget, sinks, window, threshold
-    index.py    BlockIndex: per physical block, layer and KV head, the keys' box and mean
+    index.py    BlockIndex: per physical block, layer and KV head, the keys' box and mean, and
+                the values' sum
     select.py   scoring, selection, the bound and the estimate of the mass left out
     attend.py   exact attention of (row, KV head) pairs over their own block lists
+    compensate.py  per-request running sums of the values; (1 - m) got + m v_left
     native.py   sparse_kernels.cpp: block scoring and attention with the log partition, fused
                 for the CPU (reading index and cache in place); torch operations elsewhere
     decode.py   the engine's side: per-step plan, per-layer run, counters, probes

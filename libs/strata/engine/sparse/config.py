@@ -21,7 +21,10 @@ class SparseConfig:
     layer's KV head group whose estimate of the attention mass left out exceeds `threshold` is
     recomputed with full attention (the trust check). The estimate is `moment` (close to the
     true mass, occasionally below it) or `bound` (never below it, and on real keys so far above
-    that nearly every layer falls back): see select.py.
+    that nearly every layer falls back): see select.py. With `compensate`, the estimated mass
+    left out is given to the left-out tokens' mean value instead of being dropped (compensate.py);
+    off, the selection's output is used as it is (the ablation; the trust check decides the
+    same either way).
     """
 
     enabled: bool = False          # the default for requests that do not choose
@@ -32,6 +35,7 @@ class SparseConfig:
     window_blocks: int = 4         # includes the last block, the one being written
     threshold: float = 0.1         # largest estimate of left-out attention mass still trusted
     estimate: str = "moment"       # moment: calibrated estimate; bound: never below the truth
+    compensate: bool = True        # the left-out mass goes to the left-out tokens' mean value
 
     def __post_init__(self) -> None:
         if self.min_context < 1:
@@ -53,6 +57,8 @@ class SparseConfig:
         if self.estimate not in ESTIMATES:
             raise ValueError(f"estimate must be one of {', '.join(ESTIMATES)}, got "
                              f"{self.estimate!r}")
+        if not isinstance(self.compensate, bool):
+            raise ValueError(f"compensate must be True or False, got {self.compensate!r}")
         if not 0.0 <= self.threshold <= 1.0:
             raise ValueError(f"threshold must be a fraction of attention mass in [0, 1], got "
                              f"{self.threshold}")

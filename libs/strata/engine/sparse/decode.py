@@ -7,8 +7,14 @@ by paged_attention for the decode group):
 
     dense rows            -> the usual decode attention (the same kernel, the same numbers)
     sparse rows  -> select blocks per KV head (select.py) -> exact attention over them, with Z_in
+                 -> compensation (compensate.py, cfg.compensate): the estimated left-out mass m
+                    goes to the left-out tokens' mean value, (1 - m) got + m v_left
                  -> trust check per (row, KV head): estimated left-out mass > threshold
                     -> that KV head group recomputed over all its blocks (full attention)
+
+The plan also brings each sparse row's running sum of its full blocks' values up to date
+(compensate.RunningSums, per request: the new full blocks added, or all of them again when the
+block table no longer starts with the blocks summed or the request ran a prefill chunk).
 
 Counters: a "layer step" is one sparse row through one layer; a fallback is a layer step in which
 at least one KV head group was recomputed; blocks are counted per KV head (a layer step of a row
@@ -25,6 +31,7 @@ import torch
 from strata.engine.attention import Group, SeqSlice
 from strata.engine.sparse import native as sparse_native
 from strata.engine.sparse.attend import attend_blocks, attend_full, flat_ids
+from strata.engine.sparse.compensate import LeftOut, RunningSums
 from strata.engine.sparse.config import SparseConfig
 from strata.engine.sparse.index import BlockIndex
 from strata.engine.sparse.select import Layout, left_out_mass, select_blocks
@@ -54,11 +61,14 @@ class RequestSparse:
 
 @dataclass(slots=True)
 class LayerProbe:
-    """One layer's sparse rows seen from both paths, for fidelity measurements (probe on)."""
+    """One layer's sparse rows seen from both paths, for fidelity measurements (probe on).
+
+    `sparse` is what the sparse path gives before the trust check: attention over the selected
+    blocks, compensated for the mass left out when SparseConfig.compensate is on."""
 
     layer: int
     request_ids: list[str]
-    sparse: torch.Tensor       # [R, H, D] attention over the selected blocks only
+    sparse: torch.Tensor       # [R, H, D] the selection's output (compensated when on)
     dense: torch.Tensor        # [R, H, D] full attention
     used: torch.Tensor         # [R, H, D] what the layer went on with (after fallbacks)
     fell_back: torch.Tensor    # [R, KVH] bool
@@ -78,6 +88,7 @@ class SparseDecoder:
         self.probe: Callable[[LayerProbe], None] | None = None
         self._modes: dict[str, bool] = {}
         self._requests: dict[str, RequestSparse] = {}
+        self.sums = RunningSums(self.index)
 
     # -- requests ------------------------------------------------------------------------------
     def register(self, request_id: str, sparse: bool | None) -> None:
@@ -87,6 +98,7 @@ class SparseDecoder:
 
     def forget(self, request_id: str) -> RequestSparse:
         self._modes.pop(request_id, None)
+        self.sums.drop(request_id)
         return self._requests.pop(request_id, None) or RequestSparse()
 
     def commit_hook(self, then: CommitHook | None) -> CommitHook:
@@ -127,14 +139,17 @@ class SparseDecoder:
         slices with one new token, in order."""
         self.index.refresh(kv)
         bs = self.block_size
-        for s in slices:
+        for rid, s in zip(request_ids, slices):
             first = s.context_len - s.num_new
             # blocks whose last slot this step writes: full after it, summarized at the next
             self.index.mark(s.block_ids[i] for i in range(first // bs, s.context_len // bs))
+            if s.num_new != 1:
+                self.sums.drop(rid)     # (re)computing its context: its blocks may be rewritten
         if decode_group is None:
             return None
         rows: list[int] = []
         ids: list[str] = []
+        row_slices: list[SeqSlice] = []
         row = 0
         for rid, s in zip(request_ids, slices):
             if s.num_new != 1:
@@ -142,6 +157,7 @@ class SparseDecoder:
             if self._modes.get(rid, False) and self.cfg.applies(s.context_len, bs):
                 rows.append(row)
                 ids.append(rid)
+                row_slices.append(s)
             row += 1
         if not rows:
             return None
@@ -151,11 +167,17 @@ class SparseDecoder:
         keep = torch.tensor([r for r in range(row) if r not in chosen], dtype=torch.int64,
                             device=device)
         self.stats.decode_rows += len(rows)
+        layout = Layout.build(decode_group.block_tables.index_select(0, sparse_rows),
+                              decode_group.context_lens.index_select(0, sparse_rows),
+                              self.cfg, bs, pool_blocks=kv.shape[3])
+        left_out = None
+        if self.cfg.compensate:
+            # the blocks before this step's token: summarized by the refresh above
+            totals = torch.stack([self.sums.update(rid, s.block_ids, (s.context_len - 1) // bs)
+                                  for rid, s in zip(ids, row_slices)])
+            left_out = LeftOut.build(layout, totals, bs)
         return SparseStep(
-            decoder=self,
-            layout=Layout.build(decode_group.block_tables.index_select(0, sparse_rows),
-                                decode_group.context_lens.index_select(0, sparse_rows),
-                                self.cfg, bs, pool_blocks=kv.shape[3]),
+            decoder=self, layout=layout, left_out=left_out,
             sparse_rows=sparse_rows,
             token_index=decode_group.token_index.index_select(0, sparse_rows),
             request_ids=ids, dense=_subgroup(decode_group, keep) if keep.numel() else None,
@@ -168,6 +190,7 @@ class SparseStep:
 
     decoder: SparseDecoder
     layout: Layout
+    left_out: LeftOut | None           # compensation's sums (None: compensation off)
     sparse_rows: torch.Tensor          # [R] rows of the decode group
     token_index: torch.Tensor          # [R] their rows in the step's flattened tokens
     request_ids: list[str]
@@ -191,9 +214,10 @@ class SparseStep:
         qp = q.index_select(0, self.token_index).view(r * kv_heads, g, dim)
         sel = select_blocks(qp.view(r, kv_heads, g, dim), d.index, layer, self.layout, cfg,
                             d.block_size, scale, self.fused)
-        got, lse = attend_blocks(qp, k_cache, v_cache,
-                                 flat_ids(sel.block_ids, kv_heads, num_blocks), sel.block_lens,
-                                 scale, self.fused)
+        flat = flat_ids(sel.block_ids, kv_heads, num_blocks)
+        got, lse = attend_blocks(qp, k_cache, v_cache, flat, sel.block_lens, scale, self.fused)
+        if self.left_out is not None:
+            got = self.left_out.apply(got, lse, sel.log_left_out, flat, d.index.vsum, layer)
         # the trust check: E / (Z_in + E) > threshold, i.e. log E - log Z_in > logit(threshold)
         fail = (sel.log_left_out - lse).gt_(cfg.logit_threshold).any(dim=-1)    # [P]
         used = got

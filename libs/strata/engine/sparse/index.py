@@ -1,16 +1,21 @@
-"""The context index: a small summary of every full KV block's keys, per layer and KV head.
+"""The context index: a small summary of every full KV block, per layer and KV head.
 
-For block b of layer l and KV head h, over its keys k_1..k_n (n = block_size), per dimension d:
+For block b of layer l and KV head h, over its keys k_1..k_n and values v_1..v_n (n =
+block_size), per dimension d:
 
     kmax[l, h, b, d]    max_j k_j[d]                } a box around the keys (Quest): an upper
     kmin[l, h, b, d]    min_j k_j[d]                } bound on every score the block can give
     spread[l, h, b, d]  ((kmax - kmin) / 3)^2       the keys' variance in that dimension, read
                                                     from their range
+    vsum[l, h, b, d]    sum_j v_j[d], in float32    the values' sum: a request's running sum of
+                                                    these gives the mean value of the blocks a
+                                                    step leaves out (compensate.py)
 
 The box's midpoint (kmax + kmin) / 2 is the block's rank-1 summary, its center; with the spread
 it gives an estimate of the attention mass the block holds (select.py). The three are stored
 side by side, entries[l, h, b] = [kmax | kmin | spread] ([3, D]), so that one gather and one
-matrix product per layer score a row's blocks.
+matrix product per layer score a row's blocks; vsum is a tensor of its own, since only the blocks
+a step reads are summed from it.
 
 The index is per physical block, like the cache: sequences sharing a prefix block share its
 entry. An entry is computed from the cache once the block is full and is final from then on,
@@ -20,10 +25,12 @@ slot written in some step) or by a copy from the KV tier store (pool commit); bo
 `refresh` summarizes what was marked at the start of the next step, all layers in one pass.
 
 The summary is a few vectors per block and never refers to where the block's data is: a block
-that is not selected at a step only needs its entry, so its keys and values may sit in a lower
-tier (host memory, disk) while its entry stays valid for scoring and for the trust check. The
-memory it takes is 3 D numbers per block, layer and KV head, in the cache's dtype, against 2 n D
-for the block's keys and values: 9.4% of the cache at n = 16.
+that is not selected at a step only needs its entry and its value sum, so its keys and values may
+sit in a lower tier (host memory, disk) while the summary stays valid for scoring, for the trust
+check and for the compensation of the mass left out. The memory it takes is, per block, layer
+and KV head, 3 D numbers in the cache's dtype and D float32 numbers, against 2 n D numbers in
+the cache's dtype for the block's keys and values: at n = 16, 12.5% of a float32 cache (9.4% of
+it the key entries) and 15.6% of a bfloat16 one (the float32 sums count twice there).
 """
 
 from __future__ import annotations
@@ -43,6 +50,9 @@ class BlockIndex:
                  device: torch.device | str, dtype: torch.dtype):
         self.entries = torch.zeros((num_layers, kv_heads, num_blocks, 3, head_dim),
                                    device=device, dtype=dtype)
+        # float32 whatever the cache's dtype: a request sums thousands of these (compensate.py)
+        self.vsum = torch.zeros((num_layers, kv_heads, num_blocks, head_dim), device=device,
+                                dtype=torch.float32)
         self._marked: set[int] = set()
         self.summarized = 0     # cumulative blocks summarized (every layer at once)
 
@@ -59,7 +69,8 @@ class BlockIndex:
         return self.entries[:, :, :, 2]
 
     def nbytes(self) -> int:
-        return self.entries.numel() * self.entries.element_size()
+        return self.entries.numel() * self.entries.element_size() + \
+            self.vsum.numel() * self.vsum.element_size()
 
     def mark(self, block_ids: Iterable[int]) -> None:
         """These blocks just became full (their keys are final): summarize them at `refresh`."""
@@ -80,10 +91,12 @@ class BlockIndex:
         return len(ids)
 
     def summarize(self, kv: torch.Tensor, block_ids: list[int]) -> None:
-        """(Re)compute the entries of full blocks from their keys in the cache."""
+        """(Re)compute the entries and value sums of full blocks from the cache."""
         idx = torch.tensor(block_ids, dtype=torch.int64, device=kv.device)
         keys = kv[:, 0].index_select(2, idx)                   # [L, KVH, n, BS, D]
         kmax, kmin = keys.amax(dim=3), keys.amin(dim=3)
         spread = (kmax.float() - kmin.float()).div_(RANGE_SIGMAS).square_().to(keys.dtype)
         self.entries.index_copy_(2, idx, torch.stack([kmax, kmin, spread], dim=3))
+        self.vsum.index_copy_(2, idx, kv[:, 1].index_select(2, idx).sum(dim=3,
+                                                                          dtype=torch.float32))
         self.summarized += len(block_ids)
