@@ -2,7 +2,7 @@
 one process; then docs/benchmarks/sparse.md and .json.
 
     python -m benchmarks.sparse [--quick] [--dtype bfloat16] [--fidelity-dtype float32]
-                                [--trials 1] [--min-context 1024] [--no-compensate]
+                                [--trials 1] [--min-context 1024] [--compensate]
                                 [--out docs/benchmarks/sparse.md] [--command "make bench-sparse"]
 
 Parts, in order:
@@ -103,10 +103,10 @@ def parse_args() -> argparse.Namespace:
                         "engine's")
     p.add_argument("--threshold", type=float, default=None,
                    help="trust-check threshold on left-out attention mass; default the engine's")
-    p.add_argument("--no-compensate", action="store_true",
-                   help="drop the attention mass the selection leaves out instead of giving it "
-                        "to the left-out tokens' mean value (SparseConfig.compensate off: the "
-                        "ablation)")
+    p.add_argument("--compensate", action="store_true",
+                   help="give the attention mass the selection leaves out to the left-out "
+                        "tokens' mean value instead of dropping it (SparseConfig.compensate; "
+                        "off by default, as in the engine)")
     p.add_argument("--parts", default="smol,long",
                    help="smol: dtype probe, needles and fidelity on SmolLM2; long: fidelity and "
                         "latency on dummy-long (a report of one part judges only its targets)")
@@ -127,7 +127,7 @@ def sparse_config(args: argparse.Namespace) -> SparseConfig:
     if args.threshold is not None:
         extra["threshold"] = args.threshold
     return SparseConfig(enabled=False, min_context=args.min_context,
-                        compensate=not args.no_compensate, **extra)
+                        compensate=args.compensate, **extra)
 
 
 def summary_prompt(tokenizer, essays, length: int) -> list[int]:
@@ -267,9 +267,10 @@ def main() -> None:
                f"sparse path: {sparse_cfg} (min_context lowered from the engine's default so "
                f"every measured prompt goes sparse)",
                "left-out mass compensation: " + (
-                   "on (the mass the selection leaves out goes to the left-out tokens' mean "
-                   "value)" if sparse_cfg.compensate else
-                   "off (--no-compensate: the mass the selection leaves out is dropped)"),
+                   "on (--compensate: the mass the selection leaves out goes to the left-out "
+                   "tokens' mean value)" if sparse_cfg.compensate else
+                   "off (the mass the selection leaves out is dropped; --compensate gives it to "
+                   "the left-out tokens' mean value)"),
                f"long-context model: {describe_model(long_model.config)}",
                f"default model: {DEFAULT_MODEL} (SmolLM2-135M-Instruct, Q4_1 GGUF "
                f"dequantized), context limit 8,192 tokens",
