@@ -2,14 +2,18 @@
 
     python -m benchmarks.placement [--gpus 64] [--models 32] [--period 1800]
         [--red-lines class,1.5,1.25,1.1,1.03] [--lookahead 2] [--load-s 10]
+        [--profile h200|cpu|PATH] [--compare-profile cpu|h200|PATH|'']
 
 Workload: `models` small models (each one's diurnal peak needs --peak-replicas of a replica:
 the long tail of a fleet, where dedicated GPUs idle most of the day) with phase-shifted diurnal
 curves (four phases a quarter period apart, assigned by a fixed shuffle) and bursts (3x for
 20 s in every 300 s); one period of history to learn arrival curves from (seed 1) and one
-period to evaluate on (seed 2). Engines: every model is priced by the committed SmolLM2-135M
-CPU profile (a simulated "GPU" is that engine on this machine's cores), with its own name,
-memory and SLA.
+period to evaluate on (seed 2). Engines: every model is priced by one committed engine profile
+(--profile; default the H200 one, TinyLlama-1.1B's shape in bfloat16 measured on an NVIDIA H200
+with its co-location shares: benchmarks/placement/gpu_profile.sh), with its own name, memory and
+SLA; the baseline and the class-target run are repeated priced by a second profile
+(--compare-profile; default SmolLM2-135M on this machine's CPU, where co-located engines take
+strict turns).
 
     baseline     first-fit-decreasing by memory, each replica taking 90% of a GPU's memory
                  (the vLLM default gpu_memory_utilization): one replica per GPU, provisioned
@@ -40,6 +44,7 @@ from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 
+from benchmarks.placement.report import describe_profile
 from services.placement.profiles import ProfileCosts
 from strata.eval.model_mix import ModelLoad, model_mix
 from strata.eval.stats import percentile
@@ -54,7 +59,8 @@ from strata.sim.profile import load_profile
 from strata.sim.workload import sim_requests
 
 ROOT = Path(__file__).resolve().parents[2]
-PROFILE = ROOT / "libs/strata/sim/profiles/smollm2-135m-instruct-cpu.json"
+PROFILES = {"h200": ROOT / "libs/strata/sim/profiles/dummy-1b-h200.json",
+            "cpu": ROOT / "libs/strata/sim/profiles/smollm2-135m-instruct-cpu.json"}
 OUT = ROOT / "docs/benchmarks/placement.md"
 GPU_BYTES = 80 << 30
 BASELINE_SHARE = 0.9           # vLLM's default gpu_memory_utilization
@@ -147,34 +153,10 @@ def _red_line_name(factor: float | None) -> str:
     return "class targets" if factor is None else f"{factor:g}x alone"
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.placement", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--gpus", type=int, default=64)
-    p.add_argument("--models", type=int, default=32)
-    p.add_argument("--period", type=float, default=1800.0, help="seconds of one 'day'")
-    p.add_argument("--windows", type=int, default=12)
-    p.add_argument("--peak-replicas", type=float, default=0.6,
-                   help="replicas a model's diurnal peak needs (sets the request rate)")
-    p.add_argument("--red-lines", default="class,1.5,1.25,1.1,1.03",
-                   help="batch-aware runs, one per red line: 'class' = the class targets, F = "
-                        "each model's P99 at most F x its own alone at its busiest window "
-                        "(capped by the class targets); the first is the one judged")
-    p.add_argument("--lookahead", type=int, default=2,
-                   help="one more batch-aware run (class targets) judging only the window in "
-                        "progress and the next N-1, the replan loop moving replicas before "
-                        "peaks; 0 = no such run")
-    p.add_argument("--load-s", type=float, default=10.0,
-                   help="seconds a replica placed by a replan loads and warms before it serves "
-                        "(the replica it replaces keeps serving meanwhile)")
-    p.add_argument("--no-stack", action="store_true",
-                   help="skip the real-stack comparison (benchmarks.placement.stack, ~7 min)")
-    p.add_argument("--out", default=str(OUT))
-    p.add_argument("--command", default="")
-    args = p.parse_args(argv)
-    red_lines = [None if x.strip() == "class" else float(x) for x in args.red_lines.split(",")]
-
-    profile = load_profile(PROFILE)
+def _compare(profile, args, red_lines: list[float | None], lookahead_windows: int):
+    """Baseline and one batch-aware run per red line (and the lookahead run), every model
+    priced by `profile`: (figures per run, replica counts, one replica's capacity, a model's
+    mean rate, evaluation requests)."""
     costs = ProfileCosts(profile)
     names = [f"m{i}" for i in range(args.models)]
     cap = replica_capacity(costs, SLA, 160.0, 40.0)
@@ -210,9 +192,9 @@ def main(argv: list[str] | None = None) -> int:
                             names[0])
     ways: list[tuple[str, object, float | None, int]] = [("baseline", None, None, 0)]
     ways += [(f"batch-aware, {_red_line_name(f)}", f, f, 0) for f in red_lines]
-    if args.lookahead:
-        ways.append((f"batch-aware, class targets, lookahead {args.lookahead}", None, None,
-                     args.lookahead))
+    if lookahead_windows:
+        ways.append((f"batch-aware, class targets, lookahead {lookahead_windows}", None,
+                     None, lookahead_windows))
     results = []
     for name, _, factor, lookahead in ways:
         share = int(BASELINE_SHARE * GPU_BYTES) if name == "baseline" else None
@@ -247,14 +229,67 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: {fig['gpus_used']} GPUs, utilization {fig['utilization']:.1%}, "
               f"E2E P99 {fig['e2e_p99']:.0f} ms, SLA {fig['sla']:.1%}, "
               f"migrations {fig['migrations']}, {fig['bench_wall_s']:.0f} s", flush=True)
+    return results, counts, cap, mean_rate, len(requests)
+
+
+def _rel(path) -> str:
+    return str(Path(path).resolve().relative_to(ROOT)) if str(path).startswith(str(ROOT)) \
+        else str(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.placement", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--gpus", type=int, default=64)
+    p.add_argument("--models", type=int, default=32)
+    p.add_argument("--period", type=float, default=1800.0, help="seconds of one 'day'")
+    p.add_argument("--windows", type=int, default=12)
+    p.add_argument("--peak-replicas", type=float, default=0.6,
+                   help="replicas a model's diurnal peak needs (sets the request rate)")
+    p.add_argument("--red-lines", default="class,1.5,1.25,1.1,1.03",
+                   help="batch-aware runs, one per red line: 'class' = the class targets, F = "
+                        "each model's P99 at most F x its own alone at its busiest window "
+                        "(capped by the class targets); the first is the one judged")
+    p.add_argument("--lookahead", type=int, default=2,
+                   help="one more batch-aware run (class targets) judging only the window in "
+                        "progress and the next N-1, the replan loop moving replicas before "
+                        "peaks; 0 = no such run")
+    p.add_argument("--load-s", type=float, default=10.0,
+                   help="seconds a replica placed by a replan loads and warms before it serves "
+                        "(the replica it replaces keeps serving meanwhile)")
+    p.add_argument("--profile", default="h200",
+                   help="engine profile pricing every model: h200 (TinyLlama-1.1B's shape in "
+                        "bfloat16 on an H200), cpu (SmolLM2-135M on this machine's cores) or a "
+                        "path")
+    p.add_argument("--compare-profile", default="cpu",
+                   help="price the baseline and the class-target run again by this profile "
+                        "(the same names as --profile; '' for none)")
+    p.add_argument("--no-stack", action="store_true",
+                   help="skip the real-stack comparison (benchmarks.placement.stack, ~7 min)")
+    p.add_argument("--out", default=str(OUT))
+    p.add_argument("--command", default="")
+    args = p.parse_args(argv)
+    red_lines = [None if x.strip() == "class" else float(x) for x in args.red_lines.split(",")]
+    path = PROFILES.get(args.profile, args.profile)
+    profile = load_profile(path)
+    results, counts, cap, mean_rate, n_requests = _compare(profile, args, red_lines,
+                                                           args.lookahead)
+    other = None
+    if args.compare_profile:
+        other_path = PROFILES.get(args.compare_profile, args.compare_profile)
+        other_profile = load_profile(other_path)
+        print(f"== the judged pair again, priced by {other_path}", flush=True)
+        pair = _compare(other_profile, args, red_lines[:1], 0)[0]
+        other = (describe_profile(other_profile, _rel(other_path)), pair)
     stack = ""
     if not args.no_stack:
         from benchmarks.placement.stack import run_stack_comparison
         stack = run_stack_comparison().describe()
     from benchmarks.placement.report import render
-    Path(args.out).write_text(render(results, args, counts, cap, mean_rate, len(requests), stack,
+    Path(args.out).write_text(render(results, args, counts, cap, mean_rate, n_requests, stack,
                                      args.command or " ".join(["python -m benchmarks.placement",
-                                                               *sys.argv[1:]])))
+                                                               *sys.argv[1:]]),
+                                     describe_profile(profile, _rel(path)), other))
     print(f"wrote {args.out}")
     return 0
 

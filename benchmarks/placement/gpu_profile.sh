@@ -5,8 +5,9 @@
 #
 # Needs python3 with a CUDA torch. Wheels in .whl/ (grpcio, protobuf, gguf: the versions the
 # stubs were generated for) are installed to /tmp/site first where the machine lacks them.
-# Writes $OUT/dummy-1b-h200.json (strata profile of TinyLlama-1.1B's shape in bfloat16 with
-# 2 engines co-located), $OUT/colocate4.json (4 engines at batch 8) and the logs.
+# Writes $OUT/dummy-1b-h200.json (the profile of TinyLlama-1.1B's shape in bfloat16 with 2
+# engines co-located), $OUT/colocate4.json (4 engines at batch 8) and the log
+# (benchmarks/placement/gpu_profile.py).
 set -u
 OUT=${OUT:-.strata/gpu-profile}
 mkdir -p "$OUT"
@@ -20,14 +21,4 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=c
     | tee "$OUT/gpu.txt"
 python3 -c "import torch, grpc, google.protobuf as p; print('torch', torch.__version__, \
 'cuda', torch.cuda.is_available(), 'grpc', grpc.__version__, 'protobuf', p.__version__)"
-timeout 330 python3 -m strata.client.profile_cli --model dummy-1b --device cuda \
-    --dtype bfloat16 --threads 1 --colocate 2 --colocate-batches 1,8,32 \
-    --out "$OUT/dummy-1b-h200.json" 2>&1 | tee "$OUT/dummy-1b.log"
-timeout 150 python3 - "$OUT/colocate4.json" <<'PY' 2>&1 | tee "$OUT/colocate4.log"
-import dataclasses, json, sys
-from strata.engine.colocation import ColocationPlan, measure_colocation
-points = measure_colocation(ColocationPlan(model="dummy-1b", device="cuda", dtype="bfloat16",
-                                           threads=1, engines=4, batches=(8,)), progress=print)
-with open(sys.argv[1], "w") as f:
-    json.dump([dataclasses.asdict(p) for p in points], f, indent=1)
-PY
+timeout 420 python3 benchmarks/placement/gpu_profile.py "$OUT" dummy-1b 2>&1 | tee "$OUT/dummy-1b.log"

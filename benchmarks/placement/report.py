@@ -14,10 +14,28 @@ def _change(a: float, b: float) -> float:
     return a / b - 1 if b else 0.0
 
 
+def describe_profile(profile, path: str) -> str:
+    """One sentence on the engine profile pricing every simulated model."""
+    decodes = [m.seconds for m in profile.measurements if m.kind == "decode"]
+    gpu = profile.machine.get("gpu")
+    where = f"on an {gpu}" if gpu else f"on {profile.threads} thread(s) of this machine's CPU"
+    shares = ("co-location shares as measured there (strata.engine.colocation): a neighbour's "
+              f"decode step adds {profile.colocation_share:.2f} of itself to each of mine, a "
+              f"neighbour's prefill {profile.prefill_colocation_share:.2f}"
+              if profile.colocation else
+              "co-location not measured: engines sharing a GPU take strict turns")
+    return (f"the engine profile {path} ({profile.model}, {profile.dtype}, {where}; decode "
+            f"steps {min(decodes) * 1e3:.1f}-{max(decodes) * 1e3:.1f} ms over batches "
+            f"{min(m.batch for m in profile.measurements if m.kind == 'decode')}-"
+            f"{max(m.batch for m in profile.measurements if m.kind == 'decode')}; {shares})")
+
+
 def render(results: list[dict], args, counts: dict[str, int], cap: float, mean_rate: float,
-           requests: int, stack: str, command: str) -> str:
-    """The simulated comparison, then `stack` (the real-stack section, markdown; "" when it
-    was not run)."""
+           requests: int, stack: str, command: str, profile: str,
+           other: tuple[str, list[dict]] | None = None) -> str:
+    """The simulated comparison, then the judged pair on `other` (another profile's
+    description and its baseline and class-target results), then `stack` (the real-stack
+    section, markdown; "" when it was not run)."""
     base, aware = results[0], results[1]
     gain = _change(aware["utilization"], base["utilization"])
     p99 = _change(aware["e2e_p99"], base["e2e_p99"])
@@ -28,8 +46,7 @@ def render(results: list[dict], args, counts: dict[str, int], cap: float, mean_r
         f"{args.models} models on {args.gpus} simulated GPUs, one 'day' of {args.period:.0f} s in "
         f"{args.windows} windows: diurnal curves (amplitude 0.8) at four phases a quarter period "
         f"apart, bursts of 3x for 20 s in every 300 s; prompts 64-256 tokens, outputs 16-64. "
-        f"Every model is priced by the committed SmolLM2-135M CPU engine profile "
-        f"(libs/strata/sim/profiles/smollm2-135m-instruct-cpu.json): one replica alone sustains "
+        f"Every model is priced by {profile}: one replica alone sustains "
         f"{cap:.2f} req/s within the interactive SLA (P99 TTFT 2000 ms, TPOT 200 ms) by the "
         f"planner's capacity model; each model's mean rate is {mean_rate:.2f} req/s, so its "
         f"peak needs about {args.peak_replicas:g} replicas. Arrival curves are learned from one "
@@ -98,21 +115,31 @@ def render(results: list[dict], args, counts: dict[str, int], cap: float, mean_r
             and base["per_model"][m]["tpot_p99"] > 0]
     lines += ["## Notes", "",
               "- Runs meeting both targets: " + (", ".join(meets) if meets else "none") + ".",
-              f"- Where the tail goes: engines that share a simulated GPU take turns step by "
-              f"step (capacity.py's model, and the simulator's), as two compute-bound CPU "
-              f"engines on the same cores do; a co-located model's decode step waits for its "
-              f"neighbour's whenever both have work. In the judged run the models' TPOT P99 "
-              f"moved by {sum(tpot) / max(1, len(tpot)):+.1%} on average (median "
+              f"- Where the tail goes: a co-located model's steps share its GPU with its "
+              f"neighbours' by the profile's co-location shares (capacity.py's model, and the "
+              f"simulator's: strata.sim.replica.shared_factor). In the judged run the models' "
+              f"TPOT P99 moved by {sum(tpot) / max(1, len(tpot)):+.1%} on average (median "
               f"{sorted(tpot)[len(tpot) // 2] if tpot else 0:+.1%}), while TTFT P99 moved "
-              f"{_change(aware['ttft_p99'], base['ttft_p99']):+.1%}: the E2E tail is the "
-              f"longest answers decoded at the shared step.",
+              f"{_change(aware['ttft_p99'], base['ttft_p99']):+.1%}.",
               "- Tighter red lines trade the utilization back: the planner co-locates only "
-              "where the predicted P99 stays within the factor, and on this profile any active "
-              "neighbour costs more than a few percent, so below some factor nothing shares "
-              "(and a model needs more replicas to stay within its own tighter target).",
-              "- A GPU profile (`strata profile --device cuda`) prices steps whose cost barely "
-              "grows with the batch, where the same planner's trade-off differs; no GPU was "
-              "lent to measure one.", ""]
+              "where the predicted P99 stays within the factor (and a model needs more replicas "
+              "to stay within its own tighter target).", ""]
+    if other is not None:
+        desc, pair = other
+        ob, oa = pair[0], pair[1]
+        lines += ["## The same comparison priced by another profile", "",
+                  f"Baseline and {oa['name']} again, every model priced by {desc}; same "
+                  f"models, same arrival curves in units of one replica's capacity on that "
+                  f"profile.", "",
+                  "| placement | GPUs used | utilization | E2E P99 ms | TTFT P99 ms | SLA "
+                  "attainment | failed |", "|---|---:|---:|---:|---:|---:|---:|"]
+        for r in pair:
+            lines.append(f"| {r['name']} | {r['gpus_used']} | {_pct(r['utilization'])} | "
+                         f"{r['e2e_p99']:.0f} | {r['ttft_p99']:.0f} | {_pct(r['sla'])} | "
+                         f"{r['failed']} |")
+        lines += ["", f"Against the baseline: utilization "
+                  f"{_change(oa['utilization'], ob['utilization']):+.1%}, E2E P99 "
+                  f"{_change(oa['e2e_p99'], ob['e2e_p99']):+.1%}.", ""]
     if stack:
         lines += [stack.strip(), ""]
     return "\n".join(lines) + "\n"

@@ -36,11 +36,21 @@ class ProfileCosts:
         self._block = int(profile.engine.get("block_size", 16))
         self._chunk = max(1, int(profile.engine.get("max_batched_tokens", 2048)))
         self._max_batch = int(profile.engine.get("max_seqs", 32))
+        self._share = profile.colocation_share
+        self._prefill_share = profile.prefill_colocation_share
         self._prefill: dict[int, float] = {}
 
     @property
     def max_batch(self) -> int:
         return self._max_batch
+
+    @property
+    def colocation_share(self) -> float:
+        return self._share
+
+    @property
+    def prefill_colocation_share(self) -> float:
+        return self._prefill_share
 
     def prefill_s(self, tokens: float) -> float:
         n = max(1, round(tokens))

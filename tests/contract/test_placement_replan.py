@@ -154,6 +154,8 @@ async def test_replan_refuses_unknown_and_contradictory_cordons(cluster):
 @dataclass(frozen=True)
 class LinearCosts:
     max_batch: int = 64
+    colocation_share: float = 1.0
+    prefill_colocation_share: float = 1.0
 
     def prefill_s(self, tokens: float) -> float:
         return tokens / 10_000

@@ -22,6 +22,8 @@ SLA = SlaTarget("interactive", ttft_ms=500, tpot_ms=40)
 @dataclass(frozen=True)
 class LinearCosts:
     max_batch: int = 64
+    colocation_share: float = 1.0
+    prefill_colocation_share: float = 1.0
 
     def prefill_s(self, tokens: float) -> float:
         return tokens / 10_000

@@ -18,6 +18,8 @@ class LinearCosts:
     """prefill = tokens / 10,000 s; a decode step = 10 ms + 1 ms per sequence."""
 
     max_batch: int = 64
+    colocation_share: float = 1.0
+    prefill_colocation_share: float = 1.0
 
     def prefill_s(self, tokens: float) -> float:
         return tokens / 10_000
@@ -83,3 +85,29 @@ def test_migration_cost_is_load_and_warm_up_seconds_over_the_horizon():
     assert cost.of(4 * 10**9) == 32.0 / 600
     with pytest.raises(ValueError, match="positive load_bytes_per_s and horizon_s"):
         MigrationCost(horizon_s=0)
+
+
+def test_the_neighbours_shares_scale_what_their_steps_and_prefills_add():
+    mine = Demand(10.0, 100, 50)
+    alone = predict([(COSTS, mine)])[0]
+    # a neighbour with no prompt to prefill: at shares 0 it costs nothing at all
+    quiet = Demand(2.0, 0, 50)
+    free = predict([(LinearCosts(colocation_share=0.0, prefill_colocation_share=0.0), mine),
+                    (LinearCosts(colocation_share=0.0, prefill_colocation_share=0.0), quiet)])[0]
+    assert free.tpot_p99_ms == pytest.approx(alone.tpot_p99_ms)
+    assert free.ttft_p99_ms == pytest.approx(alone.ttft_p99_ms)
+    tpot = {s: predict([(LinearCosts(colocation_share=s), mine),
+                        (LinearCosts(colocation_share=s), quiet)])[0].tpot_p99_ms
+            for s in (0.0, 0.5, 1.0)}
+    assert tpot[0.0] < tpot[0.5] < tpot[1.0]
+    # the neighbour's prefills count by the prefill share: 1 is the GPU-wide load of strict turns
+    pair = Demand(4.0, 400, 20)         # prefills of 40 ms, 16% of the GPU each
+    ttft = {f: predict([(LinearCosts(prefill_colocation_share=f), pair),
+                        (LinearCosts(prefill_colocation_share=f), pair)])[0].ttft_p99_ms
+            for f in (0.0, 0.5, 1.0)}
+    assert ttft[0.0] < ttft[0.5] < ttft[1.0]
+    # and a load that overflows only by the neighbour's prefills is no overload at share 0
+    heavy = Demand(60.0, 100, 1)        # 60 prefills of 10 ms a second: 0.6 each
+    assert not predict([(COSTS, heavy), (COSTS, heavy)])[0].stable
+    assert predict([(LinearCosts(prefill_colocation_share=0.0), heavy),
+                    (LinearCosts(prefill_colocation_share=0.0), heavy)])[0].stable

@@ -11,8 +11,9 @@ interference at all (each engine mostly waits on its own host code, and the devi
 neighbour's kernels in the gaps). Which one a device is, is measured here, not assumed:
 
     N identical engines, each in its own process on the same device, decode B sequences at
-    context C. Each process sets its batch up, waits at a barrier, then steps for `seconds`
-    (re-adding its sequences as they finish, so the batch stays B). Alone: engine 0 steps while
+    context C (decode points), or prefill B prompts of P tokens a step (prefill points). Each
+    process sets its work up, waits at a barrier, then steps for `seconds` (re-adding its
+    sequences as they finish, so every step has the same shape). Alone: engine 0 steps while
     the others wait; together: all N step. Steps that start after `warmup_s` and end before the
     deadline count, so every counted step of the together phase ran while all N were stepping.
 
@@ -44,14 +45,22 @@ class ColocationPlan:
     engines: int = 2
     batches: tuple[int, ...] = (1, 8, 32)
     context: int = 512
+    prefill_batches: tuple[int, ...] = ()
+    prefill_tokens: int = 512
     seconds: float = 4.0
     warmup_s: float = 1.0
+
+    def shapes(self) -> list[tuple[str, int]]:
+        return [("decode", b) for b in self.batches] + \
+            [("prefill", b) for b in self.prefill_batches]
 
     def __post_init__(self) -> None:
         if self.engines < 2:
             raise ValueError(f"co-location needs at least 2 engines, got {self.engines}")
-        if not self.batches or min(self.batches) < 1:
-            raise ValueError(f"batches must be positive sizes, got {self.batches}")
+        shapes = self.batches + self.prefill_batches
+        if not shapes or min(shapes) < 1:
+            raise ValueError(f"batches must be positive sizes, got {self.batches} and "
+                             f"{self.prefill_batches}")
         if self.seconds <= 0 or self.warmup_s < 0:
             raise ValueError(f"seconds must be positive and warmup_s not negative, got "
                              f"{self.seconds} and {self.warmup_s}")
@@ -73,7 +82,7 @@ def measure_colocation(plan: ColocationPlan,
     points = []
     try:
         barrier.wait(_READY_TIMEOUT_S)                         # every engine built
-        for batch in plan.batches:
+        for kind, batch in plan.shapes():
             samples = {}
             for phase in ("alone", "together"):
                 barrier.wait(_READY_TIMEOUT_S)                 # batches set up
@@ -86,12 +95,13 @@ def measure_colocation(plan: ColocationPlan,
             if not samples["alone"] or not samples["together"]:
                 raise RuntimeError(f"batch {batch}: no step fell inside the measured window; "
                                    f"give the measurement more seconds than {plan.seconds}")
-            point = ColocationPoint(plan.engines, batch, plan.context,
-                                       statistics.median(samples["alone"]),
-                                       statistics.median(samples["together"]),
-                                       len(samples["alone"]), len(samples["together"]))
+            size = plan.context if kind == "decode" else plan.prefill_tokens
+            point = ColocationPoint(plan.engines, batch, size,
+                                    statistics.median(samples["alone"]),
+                                    statistics.median(samples["together"]),
+                                    len(samples["alone"]), len(samples["together"]), kind)
             points.append(point)
-            say(f"co-location batch {batch} at context {plan.context}: alone "
+            say(f"co-location {kind} batch {batch} at {size} tokens: alone "
                 f"{point.alone_s * 1e3:.2f} ms, {plan.engines} together "
                 f"{point.together_s * 1e3:.2f} ms per step: share {point.share:.3f}")
     finally:
@@ -103,7 +113,7 @@ def measure_colocation(plan: ColocationPlan,
 
 
 def _engine_process(plan: ColocationPlan, index: int, barrier, results) -> None:
-    """One engine: built once, then for each batch an alone phase (engine 0 steps) and a
+    """One engine: built once, then for each shape an alone phase (engine 0 steps) and a
     together phase (every engine steps), in lockstep with the parent through the barrier."""
     import torch
 
@@ -113,17 +123,26 @@ def _engine_process(plan: ColocationPlan, index: int, barrier, results) -> None:
 
     torch.set_num_threads(plan.threads)
     round_steps = 32
-    biggest = max(plan.batches)
-    blocks = biggest * -(-(plan.context + round_steps + 2) // 16) + 64
-    config = EngineConfig(num_blocks=blocks, max_batched_tokens=max(2048, biggest),
+    biggest = max(plan.batches, default=1)
+    prompts = max(plan.prefill_batches, default=0) * plan.prefill_tokens
+    blocks = max(biggest * -(-(plan.context + round_steps + 2) // 16),
+                 -(-prompts // 16) + max(plan.prefill_batches, default=0)) + 64
+    config = EngineConfig(num_blocks=blocks, max_batched_tokens=max(2048, biggest, prompts),
                           max_seqs=max(32, biggest), device=plan.device, dtype=plan.dtype)
     bench = StepBench(LLMEngine(load_model(plan.model), config), seed=index)
     barrier.wait()
-    for batch in plan.batches:
+    for kind, batch in plan.shapes():
+        if kind == "decode":
+            def run(deadline=None, warm=False, batch=batch):
+                return _decode_round(bench, batch, plan.context, 2 if warm else round_steps,
+                                     deadline)
+        else:
+            def run(deadline=None, warm=False, batch=batch):
+                return _prefill_round(bench, batch, plan.prefill_tokens)
         for phase in ("alone", "together"):
             active = phase == "together" or index == 0
             if active:      # compile and warm this shape before the clock starts
-                _decode_round(bench, batch, plan.context, 2)
+                run(warm=True)
             barrier.wait()
             barrier.wait()
             steps: list[float] = []
@@ -132,12 +151,22 @@ def _engine_process(plan: ColocationPlan, index: int, barrier, results) -> None:
                 count_from = begin + plan.warmup_s
                 deadline = count_from + plan.seconds
                 while time.monotonic() < deadline:
-                    for started, ended in _decode_round(bench, batch, plan.context, round_steps,
-                                                        deadline):
+                    for started, ended in run(deadline):
                         if started >= count_from and ended <= deadline:
                             steps.append(ended - started)
             results.put((index, phase, steps))
             barrier.wait()
+
+
+def _prefill_round(bench, batch: int, tokens: int) -> Sequence[tuple[float, float]]:
+    """One step prefilling `batch` prompts of `tokens` tokens (each sampling its one token)."""
+    for _ in range(batch):
+        bench.add(tokens, 0, 1)
+    started = time.monotonic()
+    bench.engine.step()
+    ended = time.monotonic()
+    bench.drain()
+    return [(started, ended)]
 
 
 def _decode_round(bench, batch: int, context: int, steps: int,

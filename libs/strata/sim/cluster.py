@@ -48,7 +48,7 @@ from strata.policy.scheduling.global_scheduler import GlobalScheduler
 from strata.policy.scheduling.ledger import PoolLedger
 from strata.sim.kv_tiers import KVTierSpec, NodeKV
 from strata.sim.profile import EngineProfile, RequestOverheads, StepCosts
-from strata.sim.replica import Active, Counters, EngineLimits, SimReplica
+from strata.sim.replica import Active, Counters, EngineLimits, SimReplica, shared_factor
 from strata.sim.tenancy import NodeFront, Tenancy
 from strata.sim.workload import SimRequest
 from strata.store.samples import NodeSampleRecord
@@ -71,6 +71,8 @@ class ModelSpec:
     memory_bytes: int
     overheads: RequestOverheads = RequestOverheads()
     kv_block_bytes: int = 0      # one KV block's bytes (prices tier loads; 0: unknown)
+    colocation_share: float = 1.0   # of a neighbour's decode step (strata.sim.replica)
+    prefill_colocation_share: float = 1.0   # of a neighbour's step that prefills
 
 
 def model_spec(profile: EngineProfile, memory_bytes: int, kv_cache_bytes: int = 256 << 20,
@@ -83,7 +85,8 @@ def model_spec(profile: EngineProfile, memory_bytes: int, kv_cache_bytes: int = 
                      EngineLimits(blocks, block_size, max_batched_tokens, max_seqs,
                                   profile.max_context),
                      memory_bytes, overheads or profile.overheads,
-                     profile.kv_bytes_per_token * block_size)
+                     profile.kv_bytes_per_token * block_size, profile.colocation_share,
+                     profile.prefill_colocation_share)
 
 
 @dataclass(slots=True, frozen=True)
@@ -422,23 +425,30 @@ class Simulator:
         if not busy:
             self._retire_drained(node)
             return
-        if self.cfg.fast_forward and self._stretch(node, busy, now):
+        ready = [r for r in busy if r.ready_at <= now]
+        if not ready:       # each busy replica is still in a step that no longer holds the GPU
+            self._occupy(node, None, _FREE, min(r.ready_at for r in busy))
             return
-        for replica in busy:
+        if self.cfg.fast_forward and len(ready) == len(busy) and self._stretch(node, busy, now):
+            return
+        for replica in ready:
             before = replica.scheduler.preemptions
             # A step that only preempted schedules nothing; the engine loops straight on.
-            duration = replica.begin_step(now) or replica.begin_step(now)
+            hold = replica.begin_step(now, len(busy)) or replica.begin_step(now, len(busy))
             node.preemptions += replica.scheduler.preemptions - before
-            if duration is not None:
+            if hold is not None:
                 node.next_rr = (node.replicas.index(replica) + 1) % n
                 node.stretching = []
-                self._occupy(node, replica, _STEP, now + duration)
+                self._occupy(node, replica, _STEP, now + hold)
                 return
 
     def _stretch(self, node: SimNode, busy: list[SimReplica], now: float) -> bool:
         """Fast-forward every busy replica of the node together, if each can: they take turns,
         one step each per round in round-robin order, until the first step (in time) after
-        which a batch would change."""
+        which a batch would change. Each step holds the GPU for its shared_factor of itself, and
+        a round lasts the sum of the holds; a replica whose own step outlasts a round (unequal
+        steps at a share below 1) would make exact stepping leave the round-robin, so then the
+        node steps exactly."""
         plans = []
         for replica in busy:
             plan = replica.plan_stretch()
@@ -447,18 +457,25 @@ class Simulator:
             plans.append(plan)
         rounds = min(p.steps for p in plans)
         last = next(i for i, p in enumerate(plans) if p.steps == rounds)
-        per_round = sum(p.first_s for p in plans)
-        growth = sum(p.growth_s for p in plans)
+        factors = [shared_factor(r.share, len(busy)) for r in busy]
+        per_round = sum(p.first_s * f for p, f in zip(plans, factors))
+        growth = sum(p.growth_s * f for p, f in zip(plans, factors))
+        late = per_round + growth * (rounds - 1)
+        if any(p.first_s > per_round or p.first_s + p.growth_s * (rounds - 1) > late
+               for p in plans):
+            return False
         before = before_growth = 0.0
-        for i, (replica, plan) in enumerate(zip(busy, plans)):
-            before += plan.first_s
-            before_growth += plan.growth_s
-            replica.start_stretch(plan, rounds if i <= last else rounds - 1, now + before,
-                                  per_round + before_growth, growth)
+        for i, (replica, plan, f) in enumerate(zip(busy, plans, factors)):
+            replica.start_stretch(plan, rounds if i <= last else rounds - 1,
+                                  now + before + plan.first_s,
+                                  per_round + before_growth + plan.growth_s, growth)
+            before += plan.first_s * f
+            before_growth += plan.growth_s * f
         node.stretching = busy
         node.next_rr = (node.replicas.index(busy[last]) + 1) % len(node.replicas)
         self.stretches += 1
-        self._occupy(node, busy[0], _STRETCH, busy[last].stretch.end_of(rounds))
+        end = max(r.stretch.end_of(r.stretch.steps) for r in busy if r.stretch.steps)
+        self._occupy(node, busy[0], _STRETCH, end)
         return True
 
     def _cut(self, node: SimNode, now: float) -> None:
@@ -649,7 +666,8 @@ class Simulator:
         if o.token_send_s or o.step_extra_s:
             costs = replace(costs, step_s=costs.step_s + o.step_extra_s,
                             sample_s=costs.sample_s + o.token_send_s)
-        replica = SimReplica(a.replica_id, a.model, a.node_id, spec.limits, costs)
+        replica = SimReplica(a.replica_id, a.model, a.node_id, spec.limits, costs,
+                             spec.colocation_share, spec.prefill_colocation_share)
         if node.kv is not None:     # a worker starts with its tier link
             replica.connect(node.kv, spec.kv_block_bytes)
         node.replicas.append(replica)

@@ -211,9 +211,10 @@ class RequestOverheads:
 
 @dataclass(slots=True, frozen=True)
 class ColocationPoint:
-    """Median decode step of one engine alone and of each of `engines` identical engines
-    stepping together on the same device (strata.engine.colocation), and the share of a
-    neighbour's step that lands in each step: (together / alone - 1) / (engines - 1)."""
+    """Median step of one engine alone and of each of `engines` identical engines stepping
+    together on the same device (strata.engine.colocation), and the share of a neighbour's step
+    that lands in each step: (together / alone - 1) / (engines - 1). kind: decode (batch
+    sequences at context tokens) or prefill (batch prompts of context tokens in one step)."""
 
     engines: int
     batch: int
@@ -222,6 +223,7 @@ class ColocationPoint:
     together_s: float
     alone_steps: int = 0
     together_steps: int = 0
+    kind: str = "decode"
 
     @property
     def share(self) -> float:
@@ -251,12 +253,15 @@ class EngineProfile:
 
     @property
     def colocation_share(self) -> float:
-        """The share of an active neighbour's step that lands in each of this engine's steps
-        on a shared device: the median over the measured batch sizes, within [0, 1];
+        """The share of an active neighbour's decode step that lands in each of this engine's
+        steps on a shared device: the median over the measured batch sizes, within [0, 1];
         DEFAULT_SHARE (take turns) when nothing was measured."""
-        if not self.colocation:
-            return DEFAULT_SHARE
-        return min(1.0, max(0.0, statistics.median(p.share for p in self.colocation)))
+        return _median_share([p for p in self.colocation if p.kind == "decode"])
+
+    @property
+    def prefill_colocation_share(self) -> float:
+        """The same for steps that prefill (DEFAULT_SHARE when not measured)."""
+        return _median_share([p for p in self.colocation if p.kind == "prefill"])
 
     def to_json(self) -> dict:
         doc = asdict(self)
@@ -286,6 +291,12 @@ class EngineProfile:
         with open(path, "w", encoding="utf-8") as f:
             json.dump(self.to_json(), f, indent=1)
             f.write("\n")
+
+
+def _median_share(points: Sequence[ColocationPoint]) -> float:
+    if not points:
+        return DEFAULT_SHARE
+    return min(1.0, max(0.0, statistics.median(p.share for p in points)))
 
 
 def load_profile(path: str | os.PathLike[str]) -> EngineProfile:

@@ -179,14 +179,37 @@ class Counters:
     tier_hit_tokens: int = 0
 
 
+def shared_factor(share: float, busy: int) -> float:
+    """How much of a step's own time it holds its GPU for while `busy` replicas (itself
+    included) have work there: s + (1 - s) / n, s the profile's co-location share for the
+    step's kind (decode, or prefill for a step with a prefill chunk).
+
+    The node starts one step at a time, round-robin over its busy replicas; a step holds the
+    GPU for its hold, while the step itself lasts its own time (the replica starts its next step
+    only after that). With equal steps d and every hold s d + (1 - s) d / n, each replica's step
+    period is max(d, n hold) = d (1 + s (n - 1)), strata.policy.placement.capacity's
+    d_k + s sum_{j != k} d_j. s = 1 is strict turns (a step holds the GPU for all of itself);
+    s = 0 lets equal engines each step at their own pace, and no step is ever shorter than
+    alone. Between unequal steps the holds are an approximation on the safe side: a short step
+    beside a long one waits out the long one's hold, where the share alone (capacity.py) would
+    have it wait s of the long step."""
+    if busy <= 1:
+        return 1.0
+    return share + (1.0 - share) / busy
+
+
 class SimReplica:
     def __init__(self, replica_id: str, model: str, node_id: str, limits: EngineLimits,
-                 costs: StepCosts) -> None:
+                 costs: StepCosts, share: float = 1.0, prefill_share: float = 1.0) -> None:
         self.replica_id = replica_id
         self.model = model
         self.node_id = node_id
         self.limits = limits
         self.costs = costs
+        self.share = share                # co-location shares (shared_factor)
+        self.prefill_share = prefill_share
+        self.ready_at = 0.0               # when its last step ends (its next may start)
+        self._own_end = 0.0               # the planned step's own end
         self._pool_now = 0.0
         self.pool = BlockPool(limits.num_blocks, limits.block_size, clock=self._pool_clock)
         self.scheduler = Scheduler(self.pool, limits.max_batched_tokens, limits.max_seqs)
@@ -246,8 +269,9 @@ class SimReplica:
         return self.scheduler.has_work()
 
     # -- exact stepping ------------------------------------------------------------------------
-    def begin_step(self, now: float) -> float | None:
-        """Plan a step at `now`; its duration, or None when nothing could be scheduled."""
+    def begin_step(self, now: float, busy: int = 1) -> float | None:
+        """Plan a step at `now`, `busy` replicas of the GPU (this one included) having work;
+        how long it holds the GPU (shared_factor), or None when nothing could be scheduled."""
         link = self.link
         if link is not None:
             link.now = now
@@ -263,6 +287,10 @@ class SimReplica:
         if link is not None:
             link.costs.observe_step(plan.num_tokens, seconds)
             seconds += link.take_load_s()
+        self._own_end = now + seconds
+        if busy > 1:
+            decode = all(i.num_new == 1 for i in plan.scheduled)
+            seconds *= shared_factor(self.share if decode else self.prefill_share, busy)
         return seconds
 
     def shape(self, items: list[ScheduledSeq]) -> StepShape:
@@ -271,8 +299,10 @@ class SimReplica:
                           self.limits.block_size)
 
     def end_step(self, now: float) -> list[Active]:
-        """Apply the planned step at its end; returns the requests it finished."""
+        """Apply the planned step when its hold of the GPU ends at `now`, its tokens stamped at
+        the step's own end; returns the requests it finished."""
         plan, self._plan = self._plan, None
+        now = self.ready_at = max(now, self._own_end)
         self._pool_now = now
         if self.link is not None:
             self.link.now = now
@@ -422,7 +452,7 @@ class SimReplica:
         if m == 0:
             return []
         self._allocate(st.allocated_by(m))
-        end = st.end_of(m)
+        end = self.ready_at = st.end_of(m)
         self._pool_now = end
         link = self.link
         if link is not None:
