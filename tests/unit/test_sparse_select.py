@@ -45,6 +45,10 @@ def test_index_entries_are_the_box_and_spread_of_each_blocks_keys():
     assert torch.allclose(index.spread, ((keys.amax(3) - keys.amin(3)) / 3) ** 2)
     # the entries (3 D in the cache's dtype) and the value sums (D in float32)
     assert index.nbytes() == 2 * 3 * 5 * (3 * 8 * 4 + 8 * 4)
+    # without compensation there are no value sums: the entries alone
+    bare = BlockIndex(2, 3, 5, 8, "cpu", torch.float32, value_sums=False)
+    bare.summarize(torch.randn(2, 2, 3, 5, 4, 8), [0, 3])
+    assert bare.vsum is None and bare.nbytes() == 2 * 3 * 5 * 3 * 8 * 4
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -81,7 +81,8 @@ class SparseDecoder:
                  block_size: int, head_dim: int, device: torch.device, dtype: torch.dtype):
         self.cfg = cfg
         self.block_size = block_size
-        self.index = BlockIndex(num_layers, kv_heads, num_blocks, head_dim, device, dtype)
+        self.index = BlockIndex(num_layers, kv_heads, num_blocks, head_dim, device, dtype,
+                                value_sums=cfg.compensate)
         # Built (or loaded from its cache) now, so a first compile never lands on a request.
         self.fused = torch.device(device).type == "cpu" and sparse_native.load() is not None
         self.stats = SparseStats()

@@ -28,9 +28,10 @@ The summary is a few vectors per block and never refers to where the block's dat
 that is not selected at a step only needs its entry and its value sum, so its keys and values may
 sit in a lower tier (host memory, disk) while the summary stays valid for scoring, for the trust
 check and for the compensation of the mass left out. The memory it takes is, per block, layer
-and KV head, 3 D numbers in the cache's dtype and D float32 numbers, against 2 n D numbers in
-the cache's dtype for the block's keys and values: at n = 16, 12.5% of a float32 cache (9.4% of
-it the key entries) and 15.6% of a bfloat16 one (the float32 sums count twice there).
+and KV head, 3 D numbers in the cache's dtype, and D float32 numbers for the value sums when
+compensation is on (`value_sums`), against 2 n D numbers in the cache's dtype for the block's
+keys and values: at n = 16, 9.4% of the cache for the key entries; with the sums, 12.5% of a
+float32 cache and 15.6% of a bfloat16 one (the float32 sums count twice there).
 """
 
 from __future__ import annotations
@@ -47,12 +48,13 @@ RANGE_SIGMAS = 3.0
 
 class BlockIndex:
     def __init__(self, num_layers: int, kv_heads: int, num_blocks: int, head_dim: int,
-                 device: torch.device | str, dtype: torch.dtype):
+                 device: torch.device | str, dtype: torch.dtype, value_sums: bool = True):
         self.entries = torch.zeros((num_layers, kv_heads, num_blocks, 3, head_dim),
                                    device=device, dtype=dtype)
-        # float32 whatever the cache's dtype: a request sums thousands of these (compensate.py)
+        # float32 whatever the cache's dtype: a request sums thousands of these (compensate.py);
+        # None without compensation, which alone reads them
         self.vsum = torch.zeros((num_layers, kv_heads, num_blocks, head_dim), device=device,
-                                dtype=torch.float32)
+                                dtype=torch.float32) if value_sums else None
         self._marked: set[int] = set()
         self.summarized = 0     # cumulative blocks summarized (every layer at once)
 
@@ -69,8 +71,8 @@ class BlockIndex:
         return self.entries[:, :, :, 2]
 
     def nbytes(self) -> int:
-        return self.entries.numel() * self.entries.element_size() + \
-            self.vsum.numel() * self.vsum.element_size()
+        sums = 0 if self.vsum is None else self.vsum.numel() * self.vsum.element_size()
+        return self.entries.numel() * self.entries.element_size() + sums
 
     def mark(self, block_ids: Iterable[int]) -> None:
         """These blocks just became full (their keys are final): summarize them at `refresh`."""
@@ -97,6 +99,7 @@ class BlockIndex:
         kmax, kmin = keys.amax(dim=3), keys.amin(dim=3)
         spread = (kmax.float() - kmin.float()).div_(RANGE_SIGMAS).square_().to(keys.dtype)
         self.entries.index_copy_(2, idx, torch.stack([kmax, kmin, spread], dim=3))
-        self.vsum.index_copy_(2, idx, kv[:, 1].index_select(2, idx).sum(dim=3,
-                                                                          dtype=torch.float32))
+        if self.vsum is not None:
+            self.vsum.index_copy_(2, idx, kv[:, 1].index_select(2, idx).sum(
+                dim=3, dtype=torch.float32))
         self.summarized += len(block_ids)
