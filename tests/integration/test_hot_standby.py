@@ -134,7 +134,8 @@ async def test_killed_worker_mid_stream_resumes_on_the_promoted_standby(node):
         assert replicas(info)["a"][0] == READY, replicas(info)
         info = await until(stub, lambda i: i.standby_workers == 1, 60)
         standby = {rid: addr for rid, (state, addr) in replicas(info).items() if state == STANDBY}
-        assert info.standby_workers == 1 and len(standby) == 1, replicas(info)
+        assert info.standby_workers == 1 and len(standby) == 1, (
+            replicas(info), proc.log_path.read_text()[-3000:])
         (standby_id, standby_address), = standby.items()
         dead_address = replicas(info)["a"][1]
         workers.update(_children(proc.proc.pid))
@@ -190,7 +191,7 @@ async def test_killed_worker_mid_stream_resumes_on_the_promoted_standby(node):
         assert now["a"] == (READY, standby_address), now
         fresh = [rid for rid, (state, _) in now.items() if state == STANDBY]
         assert info.standby_workers == 1 and len(fresh) == 1 and fresh[0] not in (
-            "a", standby_id), now
+            "a", standby_id), (now, proc.log_path.read_text()[-3000:])
         workers.update(_children(proc.proc.pid))
 
         # Unloading the model stops its standby too (counted apart from the replicas).
