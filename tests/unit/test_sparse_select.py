@@ -21,12 +21,12 @@ def _one_thread():
     torch.set_num_threads(1)
 
 
-def indexed(keys: torch.Tensor) -> tuple[torch.Tensor, BlockIndex]:
+def indexed(keys: torch.Tensor, compensation: bool = True) -> tuple[torch.Tensor, BlockIndex]:
     """keys [L, KVH, NB, BS, D] -> (cache kv with random values, an index of every block)."""
     layers, kv_heads, nb, _, dim = keys.shape
     values = torch.randn(keys.shape, generator=torch.Generator().manual_seed(7))
     kv = torch.stack([keys, values], dim=1).contiguous()
-    index = BlockIndex(layers, kv_heads, nb, dim, "cpu", torch.float32)
+    index = BlockIndex(layers, kv_heads, nb, dim, "cpu", torch.float32, compensation)
     index.summarize(kv, list(range(nb)))
     return kv, index
 
@@ -43,12 +43,15 @@ def test_index_entries_are_the_box_and_spread_of_each_blocks_keys():
     assert torch.equal(index.kmax, keys.amax(dim=3))
     assert torch.equal(index.kmin, keys.amin(dim=3))
     assert torch.allclose(index.spread, ((keys.amax(3) - keys.amin(3)) / 3) ** 2)
-    # the entries (3 D in the cache's dtype) and the value sums (D in float32)
-    assert index.nbytes() == 2 * 3 * 5 * (3 * 8 * 4 + 8 * 4)
-    # without compensation there are no value sums: the entries alone
-    bare = BlockIndex(2, 3, 5, 8, "cpu", torch.float32, value_sums=False)
+    # compensation's row: the keys' exact (population) variance per dimension
+    assert torch.allclose(index.var, keys.var(dim=3, correction=0), atol=1e-6)
+    # the entries (4 D in the cache's dtype) and the value sums (D in float32)
+    assert index.nbytes() == 2 * 3 * 5 * (4 * 8 * 4 + 8 * 4)
+    # without compensation there are no var row and no value sums: 3 D a block
+    bare = BlockIndex(2, 3, 5, 8, "cpu", torch.float32, compensation=False)
     bare.summarize(torch.randn(2, 2, 3, 5, 4, 8), [0, 3])
-    assert bare.vsum is None and bare.nbytes() == 2 * 3 * 5 * 3 * 8 * 4
+    assert bare.vsum is None and bare.var is None and not bare.compensation
+    assert bare.nbytes() == 2 * 3 * 5 * 3 * 8 * 4
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -70,7 +73,7 @@ def test_index_value_sums_are_each_blocks_values_summed_in_float32(dtype):
     index.refresh(kv)
     assert torch.equal(index.vsum[:, :, 2], torch.full((2, 3, 8), 4.0))
     if dtype == torch.bfloat16:
-        assert index.nbytes() == 2 * 3 * 6 * (3 * 8 * 2 + 8 * 4)
+        assert index.nbytes() == 2 * 3 * 6 * (4 * 8 * 2 + 8 * 4)
 
 
 def test_marked_blocks_are_summarized_once_at_refresh():
@@ -93,7 +96,7 @@ def test_the_bound_is_never_below_a_score_and_exact_for_a_block_of_equal_keys():
     _, index = indexed(keys)
     q = torch.randn(2, 3, 16, generator=gen) * 1.5    # [KVH, G, D]
     scale = 16 ** -0.5
-    bounds, log_mass = score_blocks(q, index.entries[0].flatten(-2), scale, 8, "bound")
+    bounds, log_mass, _ = score_blocks(q, index.entries[0].flatten(-2), scale, 8, "bound")
     true_max = torch.einsum("hgd,hbjd->hgbj", q.double(), keys[0].double()).amax(-1) * scale
     assert (bounds.double() >= true_max - 1e-5).all()
     assert torch.allclose(bounds[:, :, 5].double(), true_max[:, :, 5], atol=1e-5)
@@ -106,10 +109,34 @@ def test_the_moment_estimate_is_exact_for_equal_keys_and_capped_by_the_bound():
     keys[0, 0, 2] = keys[0, 0, 2, :1]
     _, index = indexed(keys)
     q = torch.randn(1, 2, 8, generator=gen)
-    bounds, log_mass = score_blocks(q, index.entries[0].flatten(-2), 0.5, 4, "moment")
+    bounds, log_mass, comp = score_blocks(q, index.entries[0].flatten(-2), 0.5, 4, "moment")
     exact = math.log(4) + 0.5 * (q[0] @ keys[0, 0, 2, 0])
     assert torch.allclose(log_mass[0, :, 2], exact, atol=1e-5)
+    assert torch.allclose(comp[0, :, 2], exact, atol=1e-5)
     assert (log_mass <= bounds + math.log(4) + 1e-6).all()
+    assert (comp <= bounds + math.log(4) + 1e-6).all()
+
+
+def test_compensations_estimate_is_the_log_normal_mean_from_the_exact_variance():
+    gen = torch.Generator().manual_seed(5)
+    keys = torch.randn(1, 1, 6, 16, 8, generator=gen) * 0.3
+    _, index = indexed(keys)
+    q = torch.randn(1, 2, 8, generator=gen)
+    scale = 0.5
+    bounds, trust, comp = score_blocks(q, index.entries[0].flatten(-2), scale, 16, "moment")
+    qs = q[0] * scale                                                  # [G, D]
+    center = (keys.amax(3) + keys.amin(3))[0, 0] / 2                  # [NB, D]
+    var = keys.var(dim=3, correction=0)[0, 0]
+    want = torch.minimum(qs @ center.T + 0.5 * (qs * qs) @ var.T, bounds[0]) + math.log(16)
+    assert torch.allclose(comp[0], want, atol=1e-5)
+    # where every dimension's range-based spread exceeds its variance, the trust check's
+    # estimate is the larger (it leans high on purpose)
+    wide = (index.spread[0, 0] >= index.var[0, 0]).all(dim=-1)         # [NB]
+    assert wide.any() and (trust[0][:, wide] >= comp[0][:, wide] - 1e-6).all()
+    # an index without the var row has no compensation estimate
+    bare = BlockIndex(1, 1, 6, 8, "cpu", torch.float32, compensation=False)
+    bare.summarize(torch.stack([keys, keys], dim=1), list(range(6)))
+    assert score_blocks(q, bare.entries[0].flatten(-2), scale, 16, "moment")[2] is None
 
 
 def test_selection_keeps_sinks_and_window_and_takes_each_kv_heads_best_blocks():
@@ -242,17 +269,19 @@ def test_full_attention_of_pairs_matches_the_kernel_and_the_torch_path():
         assert none is None and torch.allclose(native, out, atol=1e-5)
 
 
-@pytest.mark.parametrize("dim, estimate", [(64, "moment"), (24, "moment"), (64, "bound")])
-def test_the_fused_cpu_kernels_compute_what_the_torch_path_does(dim, estimate):
+@pytest.mark.parametrize("dim, estimate, comp", [(64, "moment", True), (64, "moment", False),
+                                                 (24, "moment", True), (64, "bound", True),
+                                                 (24, "bound", False)])
+def test_the_fused_cpu_kernels_compute_what_the_torch_path_does(dim, estimate, comp):
     from strata.engine.sparse import native
     if native.load() is None:
         pytest.skip("the sparse CPU kernels did not build")
     gen = torch.Generator().manual_seed(13)
     bs, kv_heads, g = 4, 2, 3
     keys = torch.randn(1, kv_heads, 30, bs, dim, generator=gen)
-    kv, index = indexed(keys)
+    kv, index = indexed(keys, compensation=comp)
     cfg = SparseConfig(enabled=True, min_context=1, budget_fraction=0.4, sink_blocks=1,
-                       window_blocks=1, estimate=estimate)
+                       window_blocks=1, estimate=estimate, compensate=comp)
     # the third row has fewer middle blocks (3) than the longest row's picks (6): padding
     tables = [list(range(29, 9, -1)), list(range(0, 10)), [12, 4, 22, 8, 17]]
     lay = layout(tables, [79, 37, 18], cfg, bs)
@@ -263,9 +292,10 @@ def test_the_fused_cpu_kernels_compute_what_the_torch_path_does(dim, estimate):
     # Both read a best-ranked set of middle blocks of the row's size. Each query head's best
     # block ranks exactly 0, so blocks can tie; the kernel breaks ties by position, torch's
     # topk as it may: where the ranks at the cut differ the two sets are the same.
-    rows = query_rows(q.transpose(0, 1), 0.35, estimate)
-    entries = index.entries[0].index_select(1, lay.mid_ids).view(kv_heads, 3, -1, 3 * dim)
-    bounds = split_scores(rows @ entries.transpose(-1, -2), g, bs, estimate)[0]
+    rows = query_rows(q.transpose(0, 1), 0.35, estimate, comp)
+    e = index.entries.shape[3] * dim
+    entries = index.entries[0].index_select(1, lay.mid_ids).view(kv_heads, 3, -1, e)
+    bounds = split_scores(rows @ entries.transpose(-1, -2), g, bs, estimate, comp)[0]
     rank = (bounds + (lay.mid_mask if lay.mid_mask is not None else 0))
     rank = (rank - rank.amax(-1, keepdim=True)).amax(dim=2)                  # [KVH, R, M]
     fixed = lay.fixed_ids.shape[-1]
@@ -285,6 +315,12 @@ def test_the_fused_cpu_kernels_compute_what_the_torch_path_does(dim, estimate):
     same = [p for p, (x, y) in enumerate(zip(read(a), read(b))) if x == y]
     assert len(same) >= 5                       # a tie at the cut changes at most one pair here
     assert torch.allclose(a.log_left_out[same], b.log_left_out[same], atol=1e-4)
+    if comp:
+        assert torch.allclose(a.log_left_comp[same], b.log_left_comp[same], atol=1e-4)
+        # compensation's estimate differs from the trust check's where it is computed at all
+        assert not torch.allclose(a.log_left_comp, a.log_left_out, atol=1e-3)
+    else:
+        assert a.log_left_comp is None and b.log_left_comp is None
     qp = q.reshape(3 * kv_heads, g, dim)
     flat = flat_ids(a.block_ids, kv_heads, 30)
     want, want_lse = attend_blocks(qp, kv[0, 0], kv[0, 1], flat, a.block_lens, 0.35)

@@ -7,8 +7,9 @@ by paged_attention for the decode group):
 
     dense rows            -> the usual decode attention (the same kernel, the same numbers)
     sparse rows  -> select blocks per KV head (select.py) -> exact attention over them, with Z_in
-                 -> compensation (compensate.py, cfg.compensate): the estimated left-out mass m
-                    goes to the left-out tokens' mean value, (1 - m) got + m v_left
+                 -> compensation (compensate.py, cfg.compensate): the left-out mass m, by
+                    compensation's estimate, goes to the left-out tokens' mean value,
+                    (1 - m) got + m v_left
                  -> trust check per (row, KV head): estimated left-out mass > threshold
                     -> that KV head group recomputed over all its blocks (full attention)
 
@@ -82,7 +83,7 @@ class SparseDecoder:
         self.cfg = cfg
         self.block_size = block_size
         self.index = BlockIndex(num_layers, kv_heads, num_blocks, head_dim, device, dtype,
-                                value_sums=cfg.compensate)
+                                compensation=cfg.compensate)
         # Built (or loaded from its cache) now, so a first compile never lands on a request.
         self.fused = torch.device(device).type == "cpu" and sparse_native.load() is not None
         self.stats = SparseStats()
@@ -218,7 +219,7 @@ class SparseStep:
         flat = flat_ids(sel.block_ids, kv_heads, num_blocks)
         got, lse = attend_blocks(qp, k_cache, v_cache, flat, sel.block_lens, scale, self.fused)
         if self.left_out is not None:
-            got = self.left_out.apply(got, lse, sel.log_left_out, flat, d.index.vsum, layer)
+            got = self.left_out.apply(got, lse, sel.log_left_comp, flat, d.index.vsum, layer)
         # the trust check: E / (Z_in + E) > threshold, i.e. log E - log Z_in > logit(threshold)
         fail = (sel.log_left_out - lse).gt_(cfg.logit_threshold).any(dim=-1)    # [P]
         used = got

@@ -6,16 +6,20 @@ block_size), per dimension d:
     kmax[l, h, b, d]    max_j k_j[d]                } a box around the keys (Quest): an upper
     kmin[l, h, b, d]    min_j k_j[d]                } bound on every score the block can give
     spread[l, h, b, d]  ((kmax - kmin) / 3)^2       the keys' variance in that dimension, read
-                                                    from their range
+                                                    from their range (on the generous side)
+    var[l, h, b, d]     the keys' variance there    exact (population variance of the n keys);
+                                                    kept with compensation only
     vsum[l, h, b, d]    sum_j v_j[d], in float32    the values' sum: a request's running sum of
                                                     these gives the mean value of the blocks a
-                                                    step leaves out (compensate.py)
+                                                    step leaves out (compensate.py); kept with
+                                                    compensation only
 
 The box's midpoint (kmax + kmin) / 2 is the block's rank-1 summary, its center; with the spread
-it gives an estimate of the attention mass the block holds (select.py). The three are stored
-side by side, entries[l, h, b] = [kmax | kmin | spread] ([3, D]), so that one gather and one
-matrix product per layer score a row's blocks; vsum is a tensor of its own, since only the blocks
-a step reads are summed from it.
+it gives the trust check's estimate of the attention mass the block holds, and with the exact
+variance the compensation's (select.py). They are stored side by side, entries[l, h, b] =
+[kmax | kmin | spread] ([3, D]), or [kmax | kmin | spread | var] ([4, D]) with compensation, so
+that one gather and one matrix product per layer score a row's blocks; vsum is a tensor of its
+own, since only the blocks a step reads are summed from it.
 
 The index is per physical block, like the cache: sequences sharing a prefix block share its
 entry. An entry is computed from the cache once the block is full and is final from then on,
@@ -29,9 +33,10 @@ that is not selected at a step only needs its entry and its value sum, so its ke
 sit in a lower tier (host memory, disk) while the summary stays valid for scoring, for the trust
 check and for the compensation of the mass left out. The memory it takes is, per block, layer
 and KV head, 3 D numbers in the cache's dtype, and D float32 numbers for the value sums when
-compensation is on (`value_sums`), against 2 n D numbers in the cache's dtype for the block's
-keys and values: at n = 16, 9.4% of the cache for the key entries; with the sums, 12.5% of a
-float32 cache and 15.6% of a bfloat16 one (the float32 sums count twice there).
+compensation is on (`compensation`, which also adds the var row), against 2 n D numbers in the
+cache's dtype for the block's keys and values: at n = 16, 9.4% of the cache without
+compensation; with it, 15.6% of a float32 cache and 18.8% of a bfloat16 one (the float32 sums
+count twice there).
 """
 
 from __future__ import annotations
@@ -48,13 +53,14 @@ RANGE_SIGMAS = 3.0
 
 class BlockIndex:
     def __init__(self, num_layers: int, kv_heads: int, num_blocks: int, head_dim: int,
-                 device: torch.device | str, dtype: torch.dtype, value_sums: bool = True):
-        self.entries = torch.zeros((num_layers, kv_heads, num_blocks, 3, head_dim),
+                 device: torch.device | str, dtype: torch.dtype, compensation: bool = True):
+        rows = 4 if compensation else 3
+        self.entries = torch.zeros((num_layers, kv_heads, num_blocks, rows, head_dim),
                                    device=device, dtype=dtype)
         # float32 whatever the cache's dtype: a request sums thousands of these (compensate.py);
         # None without compensation, which alone reads them
         self.vsum = torch.zeros((num_layers, kv_heads, num_blocks, head_dim), device=device,
-                                dtype=torch.float32) if value_sums else None
+                                dtype=torch.float32) if compensation else None
         self._marked: set[int] = set()
         self.summarized = 0     # cumulative blocks summarized (every layer at once)
 
@@ -69,6 +75,15 @@ class BlockIndex:
     @property
     def spread(self) -> torch.Tensor:
         return self.entries[:, :, :, 2]
+
+    @property
+    def var(self) -> torch.Tensor | None:
+        return self.entries[:, :, :, 3] if self.entries.shape[3] == 4 else None
+
+    @property
+    def compensation(self) -> bool:
+        """Whether the index keeps what compensation needs (the var row, the value sums)."""
+        return self.vsum is not None
 
     def nbytes(self) -> int:
         sums = 0 if self.vsum is None else self.vsum.numel() * self.vsum.element_size()
@@ -98,7 +113,10 @@ class BlockIndex:
         keys = kv[:, 0].index_select(2, idx)                   # [L, KVH, n, BS, D]
         kmax, kmin = keys.amax(dim=3), keys.amin(dim=3)
         spread = (kmax.float() - kmin.float()).div_(RANGE_SIGMAS).square_().to(keys.dtype)
-        self.entries.index_copy_(2, idx, torch.stack([kmax, kmin, spread], dim=3))
+        rows = [kmax, kmin, spread]
+        if self.vsum is not None:
+            rows.append(keys.float().var(dim=3, correction=0).to(keys.dtype))
+        self.entries.index_copy_(2, idx, torch.stack(rows, dim=3))
         if self.vsum is not None:
             self.vsum.index_copy_(2, idx, kv[:, 1].index_select(2, idx).sum(
                 dim=3, dtype=torch.float32))

@@ -8,8 +8,12 @@ For a query q (scores scaled by `scale`) and a full block b of n keys, from its 
             log-normal: center = (kmax + kmin) / 2, spread_d = ((kmax_d - kmin_d) / 3)^2;
             capped by n exp(bound), which always holds
 
-Both come out of one matrix product of [relu(q), min(q, 0), 0 ; q/2, q/2, q^2/2] with the
-entries [kmax | kmin | spread].
+    comp    the same log-normal mean with the keys' exact variance var_d in place of spread_d
+            (an index with compensation keeps it as a fourth row), also capped by the bound
+
+All come out of one matrix product of [relu(q), min(q, 0), 0, 0 ; q/2, q/2, q^2/2, 0 ;
+q/2, q/2, 0, q^2/2] with the entries [kmax | kmin | spread | var] (without compensation, the
+first two rows and three columns).
 
 A row's blocks, in position order, split into sinks | middle | window (the window ends with the
 block being written, which has no index entry yet). Sinks and window are always read; middle
@@ -25,6 +29,16 @@ bound is far above the scores (by about 12 nats on SmolLM2-135M at 3k tokens: a 
 dimensions), so a trust check on it sends nearly every step to full attention; the `moment`
 estimate tracks m (on the same data at a 12.5% budget: median 1.6x m over KV head groups, taking
 the largest over each group's query heads; below m for 4% of them).
+
+Compensation (compensate.py) needs m itself rather than a number on the safe side, so it takes
+`comp`. Measured on SmolLM2-135M at 4k tokens (16 steps x 30 layers x 9 query heads, float32,
+2026-11-30), the ratio of the estimated to the true left-out mass per query head: `moment`
+median 3.5x (10th-90th percentile 1.3x-18.7x), `comp` 1.6x (0.9x-5.6x). Over 64 teacher-forced
+steps, compensation by `moment` raised the mean KL divergence of the next-token distribution from
+dense from 3.9e-4 (no compensation) to 1.1e-3, and by `comp` lowered it to 7.6e-5 (by the true
+mass: 3.9e-5). The trust check stays on `moment`: judged by `comp`, 79% of layer steps fell back
+instead of 93% and the KL rose to 6.8e-4, since `comp` is below m for some heads that need full
+attention.
 
 A pair (row, KV head), p = row * kv_heads + kv_head, reads its blocks in the order sinks,
 window, chosen middle blocks (attention does not depend on the order; the partly filled block's
@@ -47,34 +61,47 @@ _NEG = float("-inf")
 
 
 def score_blocks(q: torch.Tensor, entries: torch.Tensor, scale: float, block_size: int,
-                 estimate: str) -> tuple[torch.Tensor, torch.Tensor]:
+                 estimate: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Bounds on every score and estimates of the log mass of each block.
 
-    q [..., G, D]; entries [..., M, 3 * D] ([kmax | kmin | spread] per block). Returns
-    (bounds on scale * q.k, log of the estimate of sum_j exp(scale * q.k_j)), each [..., G, M]
-    in float32.
+    q [..., G, D]; entries [..., M, 3 * D] ([kmax | kmin | spread] per block) or [..., M, 4 * D]
+    (with var). Returns (bounds on scale * q.k, log of the trust check's estimate of
+    sum_j exp(scale * q.k_j), log of compensation's estimate or None without the var row), each
+    [..., G, M] in float32.
     """
-    product = torch.matmul(query_rows(q, scale, estimate), entries.float().transpose(-1, -2))
-    return split_scores(product, q.shape[-2], block_size, estimate)
+    comp = entries.shape[-1] == 4 * q.shape[-1]
+    product = torch.matmul(query_rows(q, scale, estimate, comp), entries.float().transpose(-1, -2))
+    return split_scores(product, q.shape[-2], block_size, estimate, comp)
 
 
-def query_rows(q: torch.Tensor, scale: float, estimate: str) -> torch.Tensor:
-    """[..., G, D] -> the rows [..., G or 2G, 3D] whose products with the entries give the
-    bounds (first G) and, for the moment estimate, the log-normal exponents (next G)."""
+def query_rows(q: torch.Tensor, scale: float, estimate: str, comp: bool = False) -> torch.Tensor:
+    """[..., G, D] -> the rows whose products with the entries give the bounds (first G), for
+    the moment estimate the log-normal exponents (next G) and with `comp` compensation's
+    exponents (last G): [..., G to 3G, 3D], or 4D with `comp`."""
     q32 = q.float() * scale
-    rows = [torch.cat([q32.clamp(min=0), q32.clamp(max=0), torch.zeros_like(q32)], dim=-1)]
+    zero = torch.zeros_like(q32)
+    pad = [zero] if comp else []
+    rows = [torch.cat([q32.clamp(min=0), q32.clamp(max=0), zero, *pad], dim=-1)]
+    half = q32 * 0.5
     if estimate == "moment":
-        half = q32 * 0.5
-        rows.append(torch.cat([half, half, q32 * half], dim=-1))
+        rows.append(torch.cat([half, half, q32 * half, *pad], dim=-1))
+    if comp:
+        rows.append(torch.cat([half, half, zero, q32 * half], dim=-1))
     return torch.cat(rows, dim=-2)
 
 
-def split_scores(product: torch.Tensor, g: int, block_size: int,
-                 estimate: str) -> tuple[torch.Tensor, torch.Tensor]:
+def split_scores(product: torch.Tensor, g: int, block_size: int, estimate: str,
+                 comp: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The product of query_rows and the entries -> (bounds, trust log mass, comp log mass)."""
     bounds = product[..., :g, :]
+    log_n = math.log(block_size)
     if estimate == "bound":
-        return bounds, bounds + math.log(block_size)
-    return bounds, torch.minimum(product[..., g:, :], bounds).add_(math.log(block_size))
+        mass = bounds + log_n
+    else:
+        mass = torch.minimum(product[..., g:2 * g, :], bounds).add_(log_n)
+    if not comp:
+        return bounds, mass, None
+    return bounds, mass, torch.minimum(product[..., -g:, :], bounds).add_(log_n)
 
 
 @dataclass(slots=True)
@@ -147,6 +174,8 @@ class Selection:
     block_ids: torch.Tensor      # [P, B] physical blocks: sinks, window, then chosen middle
     block_lens: torch.Tensor     # [P, B] tokens read from each (0: a padding entry)
     log_left_out: torch.Tensor   # [P, G] log of the estimate of sum exp(score) left out
+    log_left_comp: torch.Tensor | None   # [P, G] the same by compensation's estimate (None:
+    #                                      the index has no var row)
 
 
 def select_blocks(q: torch.Tensor, index: BlockIndex, layer: int, layout: Layout,
@@ -158,30 +187,33 @@ def select_blocks(q: torch.Tensor, index: BlockIndex, layer: int, layout: Layout
     on the order)."""
     r, kv_heads, g, dim = q.shape
     width = layout.mid_valid.shape[-1]
-    layer_entries = index.entries[layer]                                      # [KVH, NB, 3, D]
+    layer_entries = index.entries[layer]                                      # [KVH, NB, 3|4, D]
+    e = layer_entries.shape[2] * dim
+    comp = index.compensation
     if fused:
         # the same selection in one pass over each pair's middle blocks, entries read in place
         ops = sparse_native.load()
         assert ops is not None, "fused is set only when the sparse kernels loaded"
-        ids, log_left = ops.select_blocks(
-            q.transpose(0, 1).float().contiguous(), layer_entries.view(kv_heads, -1, 3 * dim),
+        ids, log_left, log_comp = ops.select_blocks(
+            q.transpose(0, 1).float().contiguous(), layer_entries.view(kv_heads, -1, e),
             layout.mid_ids.view(r, width), layout.mid_counts, layout.takes,
             layout.fixed_ids.view(r, -1), layout.picks, scale, cfg.estimate == "moment",
-            math.log(block_size))
+            math.log(block_size), comp)
         return Selection(block_ids=ids,
                          block_lens=layout.block_lens.expand(r, kv_heads, -1).reshape(
-                             r * kv_heads, -1), log_left_out=log_left)
-    rows = query_rows(q.transpose(0, 1), scale, cfg.estimate)                # [KVH, R, G', 3D]
+                             r * kv_heads, -1), log_left_out=log_left,
+                         log_left_comp=log_comp if comp else None)
+    rows = query_rows(q.transpose(0, 1), scale, cfg.estimate, comp)          # [KVH, R, G', E]
     if layout.score_all:
-        everything = layer_entries.view(kv_heads, -1, 3 * dim).float().transpose(-1, -2)
-        product = torch.matmul(rows.reshape(kv_heads, -1, 3 * dim), everything)  # [KVH, R*G', NB]
+        everything = layer_entries.view(kv_heads, -1, e).float().transpose(-1, -2)
+        product = torch.matmul(rows.reshape(kv_heads, -1, e), everything)    # [KVH, R*G', NB]
         product = product.view(kv_heads, r, rows.shape[2], -1).gather(
             -1, layout.mid_ids.view(1, r, 1, width).expand(kv_heads, r, rows.shape[2], width))
     else:
-        entries = layer_entries.index_select(1, layout.mid_ids)              # [KVH, R*M, 3, D]
-        product = torch.matmul(rows, entries.view(kv_heads, r, width, 3 * dim).float()
+        entries = layer_entries.index_select(1, layout.mid_ids)              # [KVH, R*M, 3|4, D]
+        product = torch.matmul(rows, entries.view(kv_heads, r, width, e).float()
                                .transpose(-1, -2))                           # [KVH, R, G', M]
-    bounds, mass = split_scores(product, g, block_size, cfg.estimate)        # [KVH, R, G, M]
+    bounds, mass, comp_mass = split_scores(product, g, block_size, cfg.estimate, comp)
     if layout.mid_mask is not None:
         bounds = bounds + layout.mid_mask
     rank = (bounds - bounds.amax(dim=-1, keepdim=True)).amax(dim=2)           # [KVH, R, M]
@@ -189,13 +221,19 @@ def select_blocks(q: torch.Tensor, index: BlockIndex, layer: int, layout: Layout
     taken = torch.zeros(rank.shape, dtype=torch.bool, device=q.device)
     taken.scatter_(-1, top, layout.chosen.expand_as(top))
     left = layout.mid_valid & ~taken                                          # [KVH, R, M]
-    log_left = torch.logsumexp(mass.masked_fill_(~left[:, :, None, :], _NEG), dim=-1)
+    out = ~left[:, :, None, :]
+
+    def log_left(log_mass: torch.Tensor) -> torch.Tensor:
+        lse = torch.logsumexp(log_mass.masked_fill_(out, _NEG), dim=-1)       # [KVH, R, G]
+        return lse.transpose(0, 1).reshape(r * kv_heads, g)
+
     picked = layout.mid_ids.view(1, r, width).expand(kv_heads, r, width).gather(2, top)
     ids = torch.cat([layout.fixed_ids.expand(r, kv_heads, -1), picked.transpose(0, 1)], dim=-1)
     lens = layout.block_lens.expand(r, kv_heads, -1)
     return Selection(block_ids=ids.reshape(r * kv_heads, -1),
                      block_lens=lens.reshape(r * kv_heads, -1),
-                     log_left_out=log_left.transpose(0, 1).reshape(r * kv_heads, g))
+                     log_left_out=log_left(mass),
+                     log_left_comp=None if comp_mass is None else log_left(comp_mass))
 
 
 def left_out_mass(log_left_out: torch.Tensor, lse_in: torch.Tensor) -> torch.Tensor:

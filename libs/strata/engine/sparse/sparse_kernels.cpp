@@ -3,11 +3,12 @@
 // selected blocks or a row's index entries first would copy every byte read, and on the CPU the
 // sparse path is bound by memory traffic, not arithmetic.
 //
-//   select_blocks     queries [KVH, R, G, D] x entries [KVH, NB, 3D] at each row's middle blocks,
-//                     ranked and cut to the row's budget in one pass -> the blocks each pair
-//                     reads and the log of the estimated mass of the middle blocks it leaves
-//                     out (select.py's selection, without a dozen small tensor operations per
-//                     layer)
+//   select_blocks     queries [KVH, R, G, D] x entries [KVH, NB, 3D or 4D] at each row's middle
+//                     blocks, ranked and cut to the row's budget in one pass -> the blocks each
+//                     pair reads and the log of the estimated mass of the middle blocks it leaves
+//                     out, by the trust check's estimate and (with comp, entries 4D) by
+//                     compensation's (select.py's selection, without a dozen small tensor
+//                     operations per layer)
 //   sparse_attention  pairs over their own block lists (flat ids into the cache seen as
 //                     KVH * NB blocks), reading the first block_lens[p, b] tokens of each
 //                     block -> the output [P, G, D] and log sum exp of the scores [P, G]
@@ -41,14 +42,15 @@ inline void prefetch_block(const scalar_t* block, int64_t rows, int64_t slot, in
     for (int64_t i = 0; i < dim; i += kLine) __builtin_prefetch(block + j * slot + i, 0, 3);
 }
 
-template <typename scalar_t, int64_t kE>
+// kD > 0 fixes head_dim at compile time (64), so the dot products' lengths are constants.
+template <typename scalar_t, int64_t kD>
 void select_impl(const at::Tensor& queries, const at::Tensor& entries, const at::Tensor& mid_ids,
                  const at::Tensor& counts, const at::Tensor& takes, const at::Tensor& fixed,
-                 int64_t picks, double scale, bool moment, double log_block, at::Tensor& ids,
-                 at::Tensor& log_left) {
+                 int64_t picks, double scale, bool moment, double log_block, bool comp,
+                 at::Tensor& ids, at::Tensor& log_left, at::Tensor& log_comp) {
   const int64_t kv_heads = queries.size(0), r = queries.size(1), group = queries.size(2);
-  const int64_t dim = queries.size(3), nq = moment ? 2 * group : group;
-  const int64_t e = kE > 0 ? kE : 3 * dim;
+  const int64_t dim = kD > 0 ? kD : queries.size(3), nq = moment || comp ? 2 * group : group;
+  const int64_t e = entries.size(2);
   const int64_t nb = entries.size(1), m = mid_ids.size(1), nf = fixed.size(1);
   const float* qp = queries.data_ptr<float>();
   const float fscale = static_cast<float>(scale);
@@ -59,18 +61,20 @@ void select_impl(const at::Tensor& queries, const at::Tensor& entries, const at:
   const int64_t* fp = fixed.data_ptr<int64_t>();
   int64_t* op = ids.data_ptr<int64_t>();
   float* lp = log_left.data_ptr<float>();
+  float* cp_out = comp ? log_comp.data_ptr<float>() : nullptr;
   const float lb = static_cast<float>(log_block);
   const float neg = -std::numeric_limits<float>::infinity();
   at::parallel_for(0, kv_heads * r, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> row(e), qrows(nq * e), bound(group * m), mass(group * m), rank(m),
-        best(group);
+        best(group), cmass(comp ? group * m : 0);
     std::vector<int64_t> order(m);
     std::vector<char> taken(m);
     for (int64_t item = begin; item < end; ++item) {
       const int64_t h = item / r, s = item % r, count = cp[s], take = kp[s];
-      // rows whose products with an entry [kmax | kmin | spread] give the bound on the
-      // scores, [relu(q) | min(q, 0) | 0], and the log-normal exponent, [q/2 | q/2 | q^2/2]
-      // (select.py's query_rows, with the same float arithmetic)
+      // rows whose products with an entry [kmax | kmin | spread (| var)] give the bound on
+      // the scores, [relu(q) | min(q, 0) | 0], and the log-normal exponent, [q/2 | q/2 | q^2/2]
+      // (select.py's query_rows, with the same float arithmetic); compensation's exponent is
+      // the second row's [q/2 | q/2] against [kmax | kmin] plus its q^2/2 against var
       const float* qs = qp + item * group * dim;
       for (int64_t g = 0; g < group; ++g) {
         float* b = qrows.data() + g * e;
@@ -80,7 +84,7 @@ void select_impl(const at::Tensor& queries, const at::Tensor& entries, const at:
           b[i] = x > 0.f ? x : 0.f;
           b[dim + i] = x < 0.f ? x : 0.f;
           b[2 * dim + i] = 0.f;
-          if (moment) {
+          if (moment || comp) {
             const float half = x * 0.5f;
             w[i] = half;
             w[dim + i] = half;
@@ -96,11 +100,17 @@ void select_impl(const at::Tensor& queries, const at::Tensor& entries, const at:
         widen_row(ep + (h * nb + sid[j]) * e, row.data(), e);
         for (int64_t g = 0; g < group; ++g) {
           // the bound row's last third is zeros: [kmax | kmin] is all it reads
-          const float b = dot(q + g * e, row.data(), 2 * (e / 3));
+          const float b = dot(q + g * e, row.data(), 2 * dim);
           bound[g * m + j] = b;
           best[g] = b > best[g] ? b : best[g];
-          const float est = moment ? std::min(dot(q + (group + g) * e, row.data(), e), b) : b;
+          const float* w = q + (group + g) * e;
+          const float est = moment ? std::min(dot(w, row.data(), 3 * dim), b) : b;
           mass[g * m + j] = est + lb;
+          if (comp) {
+            const float c = dot(w, row.data(), 2 * dim) +
+                            dot(w + 2 * dim, row.data() + 3 * dim, dim);
+            cmass[g * m + j] = std::min(c, b) + lb;
+          }
         }
       }
       // a block's rank: its best query head's bound relative to that head's best block, so a
@@ -128,19 +138,21 @@ void select_impl(const at::Tensor& queries, const at::Tensor& entries, const at:
         out[nf + k] = k < top ? sid[order[k]] : 0;
         if (k < top && k < take) taken[order[k]] = 1;
       }
-      float* left = lp + (s * kv_heads + h) * group;
-      for (int64_t g = 0; g < group; ++g) {
+      // log sum exp of a head's log masses over the blocks left out (-inf: none)
+      const auto left_out = [&](const float* lm) {
         float mx = neg;
         for (int64_t j = 0; j < count; ++j)
-          if (!taken[j]) mx = std::max(mx, mass[g * m + j]);
-        if (mx == neg) {
-          left[g] = neg;
-          continue;
-        }
+          if (!taken[j]) mx = std::max(mx, lm[j]);
+        if (mx == neg) return neg;
         float sum = 0.f;
         for (int64_t j = 0; j < count; ++j)
-          sum += taken[j] ? 0.f : exp_nonpositive(mass[g * m + j] - mx);
-        left[g] = mx + std::log(sum);
+          sum += taken[j] ? 0.f : exp_nonpositive(lm[j] - mx);
+        return mx + std::log(sum);
+      };
+      const int64_t at = (s * kv_heads + h) * group;
+      for (int64_t g = 0; g < group; ++g) {
+        lp[at + g] = left_out(mass.data() + g * m);
+        if (comp) cp_out[at + g] = left_out(cmass.data() + g * m);
       }
     }
   });
@@ -232,16 +244,17 @@ void dispatch_dim(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   }
 }
 
-std::tuple<at::Tensor, at::Tensor> select_blocks(
+std::tuple<at::Tensor, at::Tensor, at::Tensor> select_blocks(
     const at::Tensor& queries, const at::Tensor& entries, const at::Tensor& mid_ids,
     const at::Tensor& counts, const at::Tensor& takes, const at::Tensor& fixed, int64_t picks,
-    double scale, bool moment, double log_block) {
+    double scale, bool moment, double log_block, bool comp) {
   TORCH_CHECK(queries.device().is_cpu(), "strata_sparse::select_blocks runs on the CPU only");
   TORCH_CHECK(queries.dim() == 4 && queries.scalar_type() == at::kFloat,
               "queries must be float32 [KVH, R, G, D]");
   TORCH_CHECK(entries.dim() == 3 && entries.size(0) == queries.size(0) &&
-              entries.size(2) == 3 * queries.size(3),
-              "entries must be [KVH, NB, 3 * D] matching the queries");
+              entries.size(2) == (comp ? 4 : 3) * queries.size(3),
+              "entries must be [KVH, NB, 3 * D] matching the queries, or [KVH, NB, 4 * D] "
+              "with comp (the var row)");
   const int64_t r = queries.size(1);
   TORCH_CHECK(mid_ids.dim() == 2 && mid_ids.size(0) == r && mid_ids.scalar_type() == at::kLong,
               "mid_ids must be int64 [R, M]");
@@ -272,23 +285,24 @@ std::tuple<at::Tensor, at::Tensor> select_blocks(
   }
   auto ids = at::empty({r * qc.size(0), fc.size(1) + picks}, mc.options());
   auto left = at::empty({r * qc.size(0), qc.size(2)}, qc.options());
+  auto left_comp = comp ? at::empty_like(left) : at::empty({0}, qc.options());
   const bool d64 = qc.size(3) == 64;
   switch (ec.scalar_type()) {
     case at::kFloat:
-      d64 ? select_impl<float, 3 * 64>(qc, ec, mc, cc, kc, fc, picks, scale, moment, log_block,
-                                       ids, left)
-          : select_impl<float, 0>(qc, ec, mc, cc, kc, fc, picks, scale, moment, log_block, ids,
-                                  left);
+      d64 ? select_impl<float, 64>(qc, ec, mc, cc, kc, fc, picks, scale, moment, log_block,
+                                   comp, ids, left, left_comp)
+          : select_impl<float, 0>(qc, ec, mc, cc, kc, fc, picks, scale, moment, log_block, comp,
+                                  ids, left, left_comp);
       break;
     case at::kBFloat16:
-      d64 ? select_impl<c10::BFloat16, 3 * 64>(qc, ec, mc, cc, kc, fc, picks, scale, moment,
-                                               log_block, ids, left)
+      d64 ? select_impl<c10::BFloat16, 64>(qc, ec, mc, cc, kc, fc, picks, scale, moment,
+                                           log_block, comp, ids, left, left_comp)
           : select_impl<c10::BFloat16, 0>(qc, ec, mc, cc, kc, fc, picks, scale, moment,
-                                          log_block, ids, left);
+                                          log_block, comp, ids, left, left_comp);
       break;
     default: TORCH_CHECK(false, "index entries must be float32 or bfloat16");
   }
-  return {ids, left};
+  return {ids, left, left_comp};
 }
 
 std::tuple<at::Tensor, at::Tensor> sparse_attention(
@@ -336,8 +350,8 @@ std::tuple<at::Tensor, at::Tensor> sparse_attention(
 
 TORCH_LIBRARY(strata_sparse, m) {
   m.def("select_blocks(Tensor queries, Tensor entries, Tensor mid_ids, Tensor counts, "
-        "Tensor takes, Tensor fixed, int picks, float scale, bool moment, float log_block) -> "
-        "(Tensor, Tensor)");
+        "Tensor takes, Tensor fixed, int picks, float scale, bool moment, float log_block, "
+        "bool comp) -> (Tensor, Tensor, Tensor)");
   m.def("sparse_attention(Tensor q, Tensor k_flat, Tensor v_flat, Tensor tables, "
         "Tensor block_lens, float scale) -> (Tensor, Tensor)");
 }
