@@ -103,10 +103,10 @@ def parse_args() -> argparse.Namespace:
                         "engine's")
     p.add_argument("--threshold", type=float, default=None,
                    help="trust-check threshold on left-out attention mass; default the engine's")
-    p.add_argument("--compensate", action="store_true",
+    p.add_argument("--compensate", action=argparse.BooleanOptionalAction, default=True,
                    help="give the attention mass the selection leaves out to the left-out "
                         "tokens' mean value instead of dropping it (SparseConfig.compensate; "
-                        "off by default, as in the engine)")
+                        "on by default, as in the engine; --no-compensate drops it)")
     p.add_argument("--parts", default="smol,long",
                    help="smol: dtype probe, needles and fidelity on SmolLM2; long: fidelity and "
                         "latency on dummy-long (a report of one part judges only its targets)")
@@ -267,10 +267,9 @@ def main() -> None:
                f"sparse path: {sparse_cfg} (min_context lowered from the engine's default so "
                f"every measured prompt goes sparse)",
                "left-out mass compensation: " + (
-                   "on (--compensate: the mass the selection leaves out goes to the left-out "
-                   "tokens' mean value)" if sparse_cfg.compensate else
-                   "off (the mass the selection leaves out is dropped; --compensate gives it to "
-                   "the left-out tokens' mean value)"),
+                   "on (the default: the mass the selection leaves out, by compensation's "
+                   "estimate, goes to the left-out tokens' mean value)" if sparse_cfg.compensate
+                   else "off (--no-compensate: the mass the selection leaves out is dropped)"),
                f"long-context model: {describe_model(long_model.config)}",
                f"default model: {DEFAULT_MODEL} (SmolLM2-135M-Instruct, Q4_1 GGUF "
                f"dequantized), context limit 8,192 tokens",

@@ -85,6 +85,6 @@ def sparse_from_env() -> SparseConfig:
             window_blocks=env_int("STRATA_SPARSE_WINDOW_BLOCKS", 4, minimum=1),
             threshold=env_float("STRATA_SPARSE_THRESHOLD", 0.1),
             estimate=env_str("STRATA_SPARSE_ESTIMATE", "moment"),
-            compensate=env_bool("STRATA_SPARSE_COMPENSATE", False))
+            compensate=env_bool("STRATA_SPARSE_COMPENSATE", True))
     except ValueError as err:
         raise ConfigError(f"sparse decode settings (STRATA_SPARSE_*): {err}") from None

@@ -106,16 +106,16 @@ def test_worker_settings_for_the_sparse_path(monkeypatch):
         monkeypatch.delenv(k, raising=False)
     assert WorkerConfig.from_env().engine.sparse == SparseConfig(
         enabled=False, min_context=4096, budget_blocks=0, budget_fraction=0.125, sink_blocks=1,
-        window_blocks=4, threshold=0.1, estimate="moment", compensate=False)
+        window_blocks=4, threshold=0.1, estimate="moment", compensate=True)
     monkeypatch.setenv("STRATA_SPARSE", "on")
     monkeypatch.setenv("STRATA_SPARSE_MIN_CONTEXT", "8192")
     monkeypatch.setenv("STRATA_SPARSE_BUDGET", "256")
     monkeypatch.setenv("STRATA_SPARSE_THRESHOLD", "0.05")
     monkeypatch.setenv("STRATA_SPARSE_ESTIMATE", "bound")
-    monkeypatch.setenv("STRATA_SPARSE_COMPENSATE", "on")
+    monkeypatch.setenv("STRATA_SPARSE_COMPENSATE", "off")
     got = WorkerConfig.from_env().engine.sparse
     assert (got.enabled, got.min_context, got.budget_blocks, got.threshold, got.estimate,
-            got.compensate) == (True, 8192, 256, 0.05, "bound", True)
+            got.compensate) == (True, 8192, 256, 0.05, "bound", False)
     monkeypatch.setenv("STRATA_SPARSE_COMPENSATE", "sometimes")
     with pytest.raises(ConfigError, match="STRATA_SPARSE_COMPENSATE must be true or false, "
                                           "got 'sometimes'"):

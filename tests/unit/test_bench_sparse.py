@@ -1,6 +1,6 @@
 """Sparse benchmark's pure parts: needle placement at a depth (moved back to a sentence end),
 token-exact prompts, answer scoring, the haystack read from a wheel, latency prompts sharing a
-prefix, the sparse settings a run passes on (compensation off unless --compensate), and issue
+prefix, the sparse settings a run passes on (compensation on unless --no-compensate), and issue
 8's targets with PASS/FAIL on each side of every threshold, in the report."""
 
 import random
@@ -132,8 +132,9 @@ def test_latency_prompts_share_the_prefix_and_differ_in_their_tails():
         request_prompts(base, 65, 1, vocab=40)
 
 
-@pytest.mark.parametrize("flags, compensate", [([], False), (["--compensate"], True)])
-def test_the_run_compensates_only_when_told_to(monkeypatch, flags, compensate):
+@pytest.mark.parametrize("flags, compensate", [([], True), (["--no-compensate"], False),
+                                               (["--compensate"], True)])
+def test_the_run_compensates_unless_told_not_to(monkeypatch, flags, compensate):
     monkeypatch.setattr("sys.argv", ["bench", "--quick", "--threshold", "0.2", *flags])
     cfg = sparse_config(parse_args())
     assert (cfg.compensate, cfg.threshold, cfg.enabled, cfg.min_context) == \

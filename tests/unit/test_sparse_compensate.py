@@ -229,7 +229,7 @@ def test_a_pair_with_nothing_left_out_keeps_its_output():
     assert torch.equal(out, got)
 
 
-def test_the_compensate_setting_is_a_bool_and_off_by_default():
-    assert SparseConfig().compensate is False
+def test_the_compensate_setting_is_a_bool_and_on_by_default():
+    assert SparseConfig().compensate is True
     with pytest.raises(ValueError, match="compensate must be True or False, got 'no'"):
         SparseConfig(compensate="no")

@@ -38,7 +38,7 @@ class SparseConfig:
     window_blocks: int = 4         # includes the last block, the one being written
     threshold: float = 0.1         # largest estimate of left-out attention mass still trusted
     estimate: str = "moment"       # moment: calibrated estimate; bound: never below the truth
-    compensate: bool = False       # the left-out mass goes to the left-out tokens' mean value
+    compensate: bool = True        # the left-out mass goes to the left-out tokens' mean value
 
     def __post_init__(self) -> None:
         if self.min_context < 1:
