@@ -233,3 +233,29 @@ def test_the_compensate_setting_is_a_bool_and_on_by_default():
     assert SparseConfig().compensate is True
     with pytest.raises(ValueError, match="compensate must be True or False, got 'no'"):
         SparseConfig(compensate="no")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_fused_compensate_kernel_computes_what_the_torch_path_does(dtype):
+    if sparse_native.load() is None:
+        pytest.skip("the sparse CPU kernels did not build")
+    gen = torch.Generator().manual_seed(4)
+    cfg = SparseConfig(enabled=True, min_context=1, budget_blocks=8, sink_blocks=1,
+                       window_blocks=2)
+    lay = Layout.build(torch.tensor([list(range(0, 20)), list(range(20, 40))]),
+                       torch.tensor([19 * BS + 4, 20 * BS]), cfg, BS)
+    left = LeftOut.build(lay, torch.randn(2, 1, KVH, DIM, generator=gen), BS)
+    got = torch.randn(4, G, DIM, generator=gen).to(dtype)
+    lse = torch.randn(4, G, generator=gen)
+    log_comp = torch.randn(4, G, generator=gen) - 1.0
+    log_comp[1] = float("-inf")                 # nothing left out: the output stays as it is
+    vsum = torch.randn(1, KVH, NB, DIM, generator=gen)
+    ids = torch.cat([lay.fixed_ids.expand(2, KVH, -1),
+                     lay.mid_ids.view(2, 1, -1)[..., :5].expand(2, KVH, -1)], -1)
+    flat = flat_ids(ids.reshape(4, -1), KVH, NB)
+    want = left.apply(got, lse, log_comp, flat, vsum, 0)
+    out = left.apply(got, lse, log_comp, flat, vsum, 0, fused=True)
+    assert out.dtype == dtype
+    tol = 1e-5 if dtype == torch.float32 else 1e-2
+    assert torch.allclose(out.float(), want.float(), rtol=0, atol=tol)
+    assert torch.equal(out[1], got[1]) and not torch.allclose(out[0], got[0])

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 import torch
 
+from strata.engine.sparse import native as sparse_native
 from strata.engine.sparse.index import BlockIndex
 from strata.engine.sparse.select import Layout, left_out_mass
 
@@ -96,8 +97,8 @@ class LeftOut:
     tokens, v_left = S / n + sum over the entries read of (-1/n if summed in S) * vsum."""
 
     totals: torch.Tensor        # [R, L, KVH, D] float32: each row's S
-    per_token: torch.Tensor     # [R, L, KVH, D] float32: S / n
-    weights: torch.Tensor       # [P, 1, B] float32: -1 / n where the entry is a full block in S
+    per_token: torch.Tensor     # [L, P, D] float32: S / n (a layer's slice is contiguous)
+    weights: torch.Tensor       # [P, B] float32: -1 / n where the entry is a full block in S
     tokens: torch.Tensor        # [P, 1] float32: n, the pair's tokens left out
     live: torch.Tensor | None   # [P, 1] float32: 0 where n is 0; None: n > 0 for every pair
 
@@ -118,24 +119,31 @@ class LeftOut:
         width = full.shape[-1]
         weights = (full.float() * -inv[:, None, None]).expand(r, kv_heads, width)
         tokens = torch.tensor(left, dtype=torch.float32, device=totals.device)
+        per_token = (totals * inv[:, None, None, None]).transpose(0, 1)        # [L, R, KVH, D]
         return LeftOut(
-            totals=totals, per_token=totals * inv[:, None, None, None],
-            weights=weights.reshape(r * kv_heads, 1, width),
+            totals=totals, per_token=per_token.reshape(per_token.shape[0], r * kv_heads, -1),
+            weights=weights.reshape(r * kv_heads, width),
             tokens=tokens.repeat_interleave(kv_heads)[:, None],
             live=None if min(left) > 0 else
             (tokens > 0).float().repeat_interleave(kv_heads)[:, None])
 
     def apply(self, got: torch.Tensor, lse: torch.Tensor, log_left_out: torch.Tensor,
-              flat: torch.Tensor, vsum: torch.Tensor, layer: int) -> torch.Tensor:
+              flat: torch.Tensor, vsum: torch.Tensor, layer: int,
+              fused: bool = False) -> torch.Tensor:
         """got [P, G, D] over the selection with its lse [P, G]; log_left_out [P, G] the log of
         compensation's estimate of the mass left out (Selection.log_left_comp); flat [P, B] the
         selection's flat block ids (attend.flat_ids); vsum the index's [L, KVH, NB, D]. Returns
-        (1 - m) * got +
-        m * v_left [P, G, D] in got's dtype; a pair with nothing left out keeps got."""
+        (1 - m) * got + m * v_left [P, G, D] in got's dtype; a pair with nothing left out keeps
+        got. `fused`: in one pass through sparse_kernels.cpp (compensate)."""
         pairs, _, dim = got.shape
+        if fused:
+            ops = sparse_native.load()
+            assert ops is not None, "fused is set only when the sparse kernels loaded"
+            return ops.compensate(got, lse, log_left_out, self.per_token[layer], self.weights,
+                                  vsum[layer].view(-1, dim), flat)
         read = vsum[layer].reshape(-1, dim).index_select(0, flat.reshape(-1))
-        v_left = torch.baddbmm(self.per_token[:, layer].reshape(pairs, 1, dim), self.weights,
-                               read.view(pairs, -1, dim))                         # [P, 1, D]
+        v_left = torch.baddbmm(self.per_token[layer].view(pairs, 1, dim),
+                               self.weights.view(pairs, 1, -1), read.view(pairs, -1, dim))
         m = left_out_mass(log_left_out, lse)                                      # [P, G]
         if self.live is not None:
             m = m * self.live

@@ -21,13 +21,14 @@ class SparseConfig:
     layer's KV head group whose estimate of the attention mass left out exceeds `threshold` is
     recomputed with full attention (the trust check). The estimate is `moment` (close to the
     true mass, occasionally below it) or `bound` (never below it, and on real keys so far above
-    that nearly every layer falls back): see select.py. With `compensate`, the estimated mass
-    left out is given to the left-out tokens' mean value instead of being dropped (compensate.py);
-    off (the default), the selection's output is used as it is; the trust check decides the
-    same either way. Measured in float32 (bench-sparse, 2026-11-30): on the random-weight
-    dummy-long, whose far attention is near uniform, compensation took top-1 agreement with
-    dense from 91.4% / 84.0% to 98.8% / 99.2% (16k / 32k); on SmolLM2, whose left-out tokens are
-    not an average, it lowered it from 100.0% / 99.2% to 98.4% / 98.0% (4k / 8k).
+    that nearly every layer falls back): see select.py. With `compensate` (the default), the
+    mass left out, by compensation's own estimate (select.py's `comp`, from each block's exact
+    key variance), is given to the left-out tokens' mean value instead of being dropped
+    (compensate.py); off, the selection's output is used as it is. The trust check decides the
+    same either way. Measured in float32 over 64 teacher-forced steps (2026-11-30), the mean KL
+    divergence of the next-token distribution from dense: SmolLM2 at 4k 3.9e-4 off, 7.6e-5 on;
+    the random-weight dummy-long at 16k 4.2e-5 off, 7.3e-8 on. bench-sparse's top-1 figures
+    are in docs/benchmarks/sparse.md (on) and sparse-compensate-off.md (off).
     """
 
     enabled: bool = False          # the default for requests that do not choose

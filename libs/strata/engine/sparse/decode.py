@@ -219,7 +219,8 @@ class SparseStep:
         flat = flat_ids(sel.block_ids, kv_heads, num_blocks)
         got, lse = attend_blocks(qp, k_cache, v_cache, flat, sel.block_lens, scale, self.fused)
         if self.left_out is not None:
-            got = self.left_out.apply(got, lse, sel.log_left_comp, flat, d.index.vsum, layer)
+            got = self.left_out.apply(got, lse, sel.log_left_comp, flat, d.index.vsum, layer,
+                                      self.fused)
         # the trust check: E / (Z_in + E) > threshold, i.e. log E - log Z_in > logit(threshold)
         fail = (sel.log_left_out - lse).gt_(cfg.logit_threshold).any(dim=-1)    # [P]
         used = got

@@ -12,6 +12,9 @@
 //   sparse_attention  pairs over their own block lists (flat ids into the cache seen as
 //                     KVH * NB blocks), reading the first block_lens[p, b] tokens of each
 //                     block -> the output [P, G, D] and log sum exp of the scores [P, G]
+//   compensate        the selection's output [P, G, D] moved towards the left-out tokens' mean
+//                     value by compensation's estimate of the mass left out (compensate.py's
+//                     LeftOut.apply in one pass instead of a handful of small tensor operations)
 //
 // The helpers (widening, dot, axpy, exp of a non-positive float) are shared with strata's
 // decode_attention kernel: strata/engine/kernels/cpu_math.h, with their accuracy.
@@ -346,6 +349,75 @@ std::tuple<at::Tensor, at::Tensor> sparse_attention(
   return {out, lse};
 }
 
+template <typename scalar_t>
+void compensate_impl(const at::Tensor& got, const at::Tensor& lse, const at::Tensor& log_comp,
+                     const at::Tensor& base, const at::Tensor& weights, const at::Tensor& vsum,
+                     const at::Tensor& tables, at::Tensor& out) {
+  const int64_t pairs = got.size(0), group = got.size(1), dim = got.size(2);
+  const int64_t width = tables.size(1);
+  const scalar_t* gp = got.data_ptr<scalar_t>();
+  const float* lp = lse.data_ptr<float>();
+  const float* cp = log_comp.data_ptr<float>();
+  const float* bp = base.data_ptr<float>();
+  const float* wp = weights.data_ptr<float>();
+  const float* vp = vsum.data_ptr<float>();
+  const int64_t* tp = tables.data_ptr<int64_t>();
+  scalar_t* op = out.data_ptr<scalar_t>();
+  const float neg = -std::numeric_limits<float>::infinity();
+  at::parallel_for(0, pairs, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> v(dim), row(dim);
+    for (int64_t p = begin; p < end; ++p) {
+      // v_left = S / n - sum over the full blocks read of vsum / n (weights hold the -1 / n)
+      std::memcpy(v.data(), bp + p * dim, sizeof(float) * dim);
+      for (int64_t b = 0; b < width; ++b) {
+        const float w = wp[p * width + b];
+        if (w != 0.f) axpy(w, vp + tp[p * width + b] * dim, v.data(), dim);
+      }
+      for (int64_t g = 0; g < group; ++g) {
+        const int64_t at = p * group + g;
+        // m = sigmoid(log E - log Z_in); nothing left out (log E = -inf) keeps the output
+        const float m = cp[at] == neg ? 0.f : 1.f / (1.f + std::exp(lp[at] - cp[at]));
+        widen_row(gp + at * dim, row.data(), dim);
+        for (int64_t i = 0; i < dim; ++i) row[i] += m * (v[i] - row[i]);
+        store_row(row.data(), op + at * dim, dim);
+      }
+    }
+  });
+}
+
+at::Tensor compensate(const at::Tensor& got, const at::Tensor& lse, const at::Tensor& log_comp,
+                      const at::Tensor& base, const at::Tensor& weights, const at::Tensor& vsum,
+                      const at::Tensor& tables) {
+  TORCH_CHECK(got.device().is_cpu(), "strata_sparse::compensate runs on the CPU only");
+  TORCH_CHECK(got.dim() == 3, "got must be [P, G, D]");
+  const int64_t pairs = got.size(0), group = got.size(1), dim = got.size(2);
+  TORCH_CHECK(lse.sizes() == log_comp.sizes() && lse.dim() == 2 && lse.size(0) == pairs &&
+              lse.size(1) == group && lse.scalar_type() == at::kFloat &&
+              log_comp.scalar_type() == at::kFloat, "lse and log_comp must be float32 [P, G]");
+  TORCH_CHECK(base.dim() == 2 && base.size(0) == pairs && base.size(1) == dim &&
+              base.scalar_type() == at::kFloat, "base must be float32 [P, D]");
+  TORCH_CHECK(tables.dim() == 2 && tables.size(0) == pairs && tables.scalar_type() == at::kLong &&
+              weights.sizes() == tables.sizes() && weights.scalar_type() == at::kFloat,
+              "tables (int64) and weights (float32) must be [P, B]");
+  TORCH_CHECK(vsum.dim() == 2 && vsum.size(1) == dim && vsum.scalar_type() == at::kFloat,
+              "vsum must be float32 [blocks, D]");
+  auto tc = tables.contiguous();
+  const int64_t* tp = tc.data_ptr<int64_t>();
+  for (int64_t i = 0; i < tc.numel(); ++i)
+    TORCH_CHECK(tp[i] >= 0 && tp[i] < vsum.size(0), "block id ", tp[i],
+                " is outside the index's ", vsum.size(0), " blocks");
+  auto gc = got.contiguous();
+  auto out = at::empty_like(gc);
+  auto lc = lse.contiguous(), cc = log_comp.contiguous(), bc = base.contiguous();
+  auto wc = weights.contiguous(), vc = vsum.contiguous();
+  switch (got.scalar_type()) {
+    case at::kFloat: compensate_impl<float>(gc, lc, cc, bc, wc, vc, tc, out); break;
+    case at::kBFloat16: compensate_impl<c10::BFloat16>(gc, lc, cc, bc, wc, vc, tc, out); break;
+    default: TORCH_CHECK(false, "strata_sparse::compensate supports float32 and bfloat16");
+  }
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY(strata_sparse, m) {
@@ -354,9 +426,12 @@ TORCH_LIBRARY(strata_sparse, m) {
         "bool comp) -> (Tensor, Tensor, Tensor)");
   m.def("sparse_attention(Tensor q, Tensor k_flat, Tensor v_flat, Tensor tables, "
         "Tensor block_lens, float scale) -> (Tensor, Tensor)");
+  m.def("compensate(Tensor got, Tensor lse, Tensor log_comp, Tensor base, Tensor weights, "
+        "Tensor vsum, Tensor tables) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(strata_sparse, CPU, m) {
   m.impl("select_blocks", &select_blocks);
   m.impl("sparse_attention", &sparse_attention);
+  m.impl("compensate", &compensate);
 }
