@@ -102,18 +102,32 @@ void select_impl(const at::Tensor& queries, const at::Tensor& entries, const at:
         if (j + 2 < count) prefetch_block(ep + (h * nb + sid[j + 2]) * e, 1, e, e);
         widen_row(ep + (h * nb + sid[j]) * e, row.data(), e);
         for (int64_t g = 0; g < group; ++g) {
+          const float* w = q + (group + g) * e;
+          if (comp) {
+            // one pass over the entry for every number a head needs: the bound, the center's
+            // exponent (shared by both estimates), and the spread's and the var's terms
+            const float* qb = q + g * e;
+            const float *hi = row.data(), *lo = hi + dim, *sp = hi + 2 * dim, *vr = hi + 3 * dim;
+            float b = 0.f, c = 0.f, ms = 0.f, cv = 0.f;
+#pragma omp simd reduction(+ : b, c, ms, cv)
+            for (int64_t i = 0; i < dim; ++i) {
+              b += qb[i] * hi[i] + qb[dim + i] * lo[i];
+              c += w[i] * (hi[i] + lo[i]);
+              ms += w[2 * dim + i] * sp[i];
+              cv += w[2 * dim + i] * vr[i];
+            }
+            bound[g * m + j] = b;
+            best[g] = b > best[g] ? b : best[g];
+            mass[g * m + j] = (moment ? std::min(c + ms, b) : b) + lb;
+            cmass[g * m + j] = std::min(c + cv, b) + lb;
+            continue;
+          }
           // the bound row's last third is zeros: [kmax | kmin] is all it reads
           const float b = dot(q + g * e, row.data(), 2 * dim);
           bound[g * m + j] = b;
           best[g] = b > best[g] ? b : best[g];
-          const float* w = q + (group + g) * e;
           const float est = moment ? std::min(dot(w, row.data(), 3 * dim), b) : b;
           mass[g * m + j] = est + lb;
-          if (comp) {
-            const float c = dot(w, row.data(), 2 * dim) +
-                            dot(w + 2 * dim, row.data() + 3 * dim, dim);
-            cmass[g * m + j] = std::min(c, b) + lb;
-          }
         }
       }
       // a block's rank: its best query head's bound relative to that head's best block, so a
