@@ -78,7 +78,7 @@ class BlockIndex:
 
     @property
     def var(self) -> torch.Tensor | None:
-        return self.entries[:, :, :, 3] if self.entries.shape[3] == 4 else None
+        return self.entries[:, :, :, 3] if self.compensation else None
 
     @property
     def compensation(self) -> bool:

@@ -76,8 +76,10 @@ void select_impl(const at::Tensor& queries, const at::Tensor& entries, const at:
       const int64_t h = item / r, s = item % r, count = cp[s], take = kp[s];
       // rows whose products with an entry [kmax | kmin | spread (| var)] give the bound on
       // the scores, [relu(q) | min(q, 0) | 0], and the log-normal exponent, [q/2 | q/2 | q^2/2]
-      // (select.py's query_rows, with the same float arithmetic); compensation's exponent is
-      // the second row's [q/2 | q/2] against [kmax | kmin] plus its q^2/2 against var
+      // (select.py's query_rows); compensation's exponent is the second row's [q/2 | q/2]
+      // against [kmax | kmin] plus its q^2/2 against var. Without comp the products are the
+      // dot products select.py's matrix product takes; with comp one pass per head sums them
+      // in another order (equal to within float rounding, tested)
       const float* qs = qp + item * group * dim;
       for (int64_t g = 0; g < group; ++g) {
         float* b = qrows.data() + g * e;
