@@ -54,12 +54,19 @@ def test_kill_dash_nine_then_restart_rebuilds_the_directory_from_disk(tmp_path):
             for i in range(0, 40, 8):
                 stub.PutBlocks(kvstore_pb2.PutBlocksRequest(blocks=blocks[i:i + 8]), timeout=10)
             deadline = time.monotonic() + 20
-            while time.monotonic() < deadline:   # the migrator demotes below the watermark
+            # The migrator demotes once the host tier passes its high watermark (0.90 of 16
+            # slots), down to the low one (12 slots); puts landing meanwhile can leave it
+            # anywhere at or under 14. Wait until it is under the high one and has held still
+            # for half a second, so that the disk holds what the stats say when the kill lands.
+            seen, still_since = None, time.monotonic()
+            while time.monotonic() < deadline:
                 stats = stub.GetStats(kvstore_pb2.KVStatsRequest(), timeout=5)
                 tiers = {t.tier: t.blocks for t in stats.tiers}
-                if tiers["host"] <= 0.90 * 16:   # the default high watermark of 16 slots
+                if (tiers["host"], tiers["disk"]) != seen:
+                    seen, still_since = (tiers["host"], tiers["disk"]), time.monotonic()
+                elif tiers["host"] <= 0.90 * 16 and time.monotonic() - still_since >= 0.5:
                     break
-                time.sleep(0.1)
+                time.sleep(0.05)
             assert stats.blocks == 40 and tiers["host"] + tiers["disk"] == 40
             on_disk = tiers["disk"]
             assert on_disk >= 26
