@@ -21,12 +21,14 @@ def _one_thread():
     torch.set_num_threads(1)
 
 
-def indexed(keys: torch.Tensor, compensation: bool = True) -> tuple[torch.Tensor, BlockIndex]:
-    """keys [L, KVH, NB, BS, D] -> (cache kv with random values, an index of every block)."""
+def indexed(keys: torch.Tensor, compensation: bool = True,
+            dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, BlockIndex]:
+    """keys [L, KVH, NB, BS, D] -> (cache kv with random values, an index of every block),
+    both in `dtype`."""
     layers, kv_heads, nb, _, dim = keys.shape
     values = torch.randn(keys.shape, generator=torch.Generator().manual_seed(7))
-    kv = torch.stack([keys, values], dim=1).contiguous()
-    index = BlockIndex(layers, kv_heads, nb, dim, "cpu", torch.float32, compensation)
+    kv = torch.stack([keys, values], dim=1).to(dtype).contiguous()
+    index = BlockIndex(layers, kv_heads, nb, dim, "cpu", dtype, compensation)
     index.summarize(kv, list(range(nb)))
     return kv, index
 
@@ -269,17 +271,21 @@ def test_full_attention_of_pairs_matches_the_kernel_and_the_torch_path():
         assert none is None and torch.allclose(native, out, atol=1e-5)
 
 
-@pytest.mark.parametrize("dim, estimate, comp", [(64, "moment", True), (64, "moment", False),
-                                                 (24, "moment", True), (64, "bound", True),
-                                                 (24, "bound", False)])
-def test_the_fused_cpu_kernels_compute_what_the_torch_path_does(dim, estimate, comp):
+@pytest.mark.parametrize("dim, estimate, comp, dtype", [
+    (64, "moment", True, torch.float32), (64, "moment", False, torch.float32),
+    (24, "moment", True, torch.float32), (64, "bound", True, torch.float32),
+    (24, "bound", False, torch.float32),
+    # a bfloat16 index: the kernel widens its entries (AVX-512 or not) as torch's .float() does
+    (64, "moment", True, torch.bfloat16), (24, "moment", True, torch.bfloat16)])
+def test_the_fused_cpu_kernels_compute_what_the_torch_path_does(dim, estimate, comp, dtype):
     from strata.engine.sparse import native
     if native.load() is None:
         pytest.skip("the sparse CPU kernels did not build")
     gen = torch.Generator().manual_seed(13)
     bs, kv_heads, g = 4, 2, 3
     keys = torch.randn(1, kv_heads, 30, bs, dim, generator=gen)
-    kv, index = indexed(keys, compensation=comp)
+    kv, index = indexed(keys, compensation=comp, dtype=dtype)
+    kv = kv.float()     # attention below is compared in float32 whatever the index's dtype
     cfg = SparseConfig(enabled=True, min_context=1, budget_fraction=0.4, sink_blocks=1,
                        window_blocks=1, estimate=estimate, compensate=comp)
     # the third row has fewer middle blocks (3) than the longest row's picks (6): padding
@@ -294,7 +300,7 @@ def test_the_fused_cpu_kernels_compute_what_the_torch_path_does(dim, estimate, c
     # topk as it may: where the ranks at the cut differ the two sets are the same.
     rows = query_rows(q.transpose(0, 1), 0.35, estimate, comp)
     e = index.entries.shape[3] * dim
-    entries = index.entries[0].index_select(1, lay.mid_ids).view(kv_heads, 3, -1, e)
+    entries = index.entries[0].index_select(1, lay.mid_ids).view(kv_heads, 3, -1, e).float()
     bounds = split_scores(rows @ entries.transpose(-1, -2), g, bs, estimate, comp)[0]
     rank = (bounds + (lay.mid_mask if lay.mid_mask is not None else 0))
     rank = (rank - rank.amax(-1, keepdim=True)).amax(dim=2)                  # [KVH, R, M]

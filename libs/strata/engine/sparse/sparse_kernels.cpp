@@ -32,9 +32,77 @@
 #include <tuple>
 #include <vector>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 namespace {
 
 #include "cpu_math.h"
+
+// comp_terms64 for any head_dim, over an entry already widened to float.
+inline void comp_terms(const float* hi, const float* qb, const float* w, int64_t e, int64_t dim,
+                       int64_t group, float* out4) {
+  const float *lo = hi + dim, *sp = hi + 2 * dim, *vr = hi + 3 * dim;
+  for (int64_t g = 0; g < group; ++g) {
+    const float* b_row = qb + g * e;
+    const float* w_row = w + g * e;
+    float b = 0.f, c = 0.f, ms = 0.f, cv = 0.f;
+#pragma omp simd reduction(+ : b, c, ms, cv)
+    for (int64_t i = 0; i < dim; ++i) {
+      b += b_row[i] * hi[i] + b_row[dim + i] * lo[i];
+      c += w_row[i] * (hi[i] + lo[i]);
+      ms += w_row[2 * dim + i] * sp[i];
+      cv += w_row[2 * dim + i] * vr[i];
+    }
+    out4[4 * g] = b;
+    out4[4 * g + 1] = c;
+    out4[4 * g + 2] = ms;
+    out4[4 * g + 3] = cv;
+  }
+}
+
+#if defined(__AVX512F__)
+// 16 floats of an index entry, widened from bfloat16 by the same exact shift as widen_row
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const c10::BFloat16* p) {
+  const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+}
+// One entry [kmax | kmin | spread | var] (head_dim 64) against every query head's rows: per
+// head the bound, the center term and both variance terms, 16 dimensions at a time with one
+// reduction each at the end, the entry widened once for all heads (out4: 4 numbers a head).
+template <typename scalar_t>
+inline void comp_terms64(const scalar_t* entry, const float* qb, const float* w, int64_t e,
+                         int64_t group, float* out4) {
+  __m512 hi[4], lo[4], sp[4], vr[4], mid[4];
+  for (int k = 0; k < 4; ++k) {
+    hi[k] = load16(entry + 16 * k);
+    lo[k] = load16(entry + 64 + 16 * k);
+    sp[k] = load16(entry + 128 + 16 * k);
+    vr[k] = load16(entry + 192 + 16 * k);
+    mid[k] = _mm512_add_ps(hi[k], lo[k]);
+  }
+  for (int64_t g = 0; g < group; ++g) {
+    const float* b_row = qb + g * e;
+    const float* w_row = w + g * e;
+    __m512 b = _mm512_setzero_ps(), c = _mm512_setzero_ps(), ms = _mm512_setzero_ps(),
+           cv = _mm512_setzero_ps();
+    for (int k = 0; k < 4; ++k) {
+      b = _mm512_fmadd_ps(_mm512_loadu_ps(b_row + 16 * k), hi[k], b);
+      b = _mm512_fmadd_ps(_mm512_loadu_ps(b_row + 64 + 16 * k), lo[k], b);
+      c = _mm512_fmadd_ps(_mm512_loadu_ps(w_row + 16 * k), mid[k], c);
+      const __m512 w2 = _mm512_loadu_ps(w_row + 128 + 16 * k);
+      ms = _mm512_fmadd_ps(w2, sp[k], ms);
+      cv = _mm512_fmadd_ps(w2, vr[k], cv);
+    }
+    out4[4 * g] = _mm512_reduce_add_ps(b);
+    out4[4 * g + 1] = _mm512_reduce_add_ps(c);
+    out4[4 * g + 2] = _mm512_reduce_add_ps(ms);
+    out4[4 * g + 3] = _mm512_reduce_add_ps(cv);
+  }
+}
+#endif
 
 // Selected blocks (and a row's index entries) lie anywhere in the cache, where the hardware
 // prefetcher cannot guess the next one: ask for the next rows while these are read.
@@ -69,17 +137,17 @@ void select_impl(const at::Tensor& queries, const at::Tensor& entries, const at:
   const float neg = -std::numeric_limits<float>::infinity();
   at::parallel_for(0, kv_heads * r, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> row(e), qrows(nq * e), bound(group * m), mass(group * m), rank(m),
-        best(group), cmass(comp ? group * m : 0);
+        best(group), cmass(comp ? group * m : 0), terms(comp ? 4 * group : 0);
     std::vector<int64_t> order(m);
-    std::vector<char> taken(m);
     for (int64_t item = begin; item < end; ++item) {
       const int64_t h = item / r, s = item % r, count = cp[s], take = kp[s];
       // rows whose products with an entry [kmax | kmin | spread (| var)] give the bound on
       // the scores, [relu(q) | min(q, 0) | 0], and the log-normal exponent, [q/2 | q/2 | q^2/2]
       // (select.py's query_rows); compensation's exponent is the second row's [q/2 | q/2]
       // against [kmax | kmin] plus its q^2/2 against var. Without comp the products are the
-      // dot products select.py's matrix product takes; with comp one pass per head sums them
-      // in another order (equal to within float rounding, tested)
+      // dot products select.py's matrix product takes; with comp one pass over the entry gives
+      // every head's four sums (16 lanes at a time with AVX-512, comp_terms64), in another
+      // order (equal to within float rounding, tested)
       const float* qs = qp + item * group * dim;
       for (int64_t g = 0; g < group; ++g) {
         float* b = qrows.data() + g * e;
@@ -102,28 +170,31 @@ void select_impl(const at::Tensor& queries, const at::Tensor& entries, const at:
       std::fill(best.begin(), best.end(), neg);
       for (int64_t j = 0; j < count; ++j) {
         if (j + 2 < count) prefetch_block(ep + (h * nb + sid[j + 2]) * e, 1, e, e);
+        if (comp) {
+          // one pass over the entry for every number a head needs: the bound, the center's
+          // exponent (shared by both estimates), and the spread's and the var's terms
+          float* t4 = terms.data();
+#if defined(__AVX512F__)
+          if (kD == 64) {
+            comp_terms64(ep + (h * nb + sid[j]) * e, q, q + group * e, e, group, t4);
+          } else
+#endif
+          {
+            widen_row(ep + (h * nb + sid[j]) * e, row.data(), e);
+            comp_terms(row.data(), q, q + group * e, e, dim, group, t4);
+          }
+          for (int64_t g = 0; g < group; ++g) {
+            const float b = t4[4 * g], c = t4[4 * g + 1];
+            bound[g * m + j] = b;
+            best[g] = b > best[g] ? b : best[g];
+            mass[g * m + j] = (moment ? std::min(c + t4[4 * g + 2], b) : b) + lb;
+            cmass[g * m + j] = std::min(c + t4[4 * g + 3], b) + lb;
+          }
+          continue;
+        }
         widen_row(ep + (h * nb + sid[j]) * e, row.data(), e);
         for (int64_t g = 0; g < group; ++g) {
           const float* w = q + (group + g) * e;
-          if (comp) {
-            // one pass over the entry for every number a head needs: the bound, the center's
-            // exponent (shared by both estimates), and the spread's and the var's terms
-            const float* qb = q + g * e;
-            const float *hi = row.data(), *lo = hi + dim, *sp = hi + 2 * dim, *vr = hi + 3 * dim;
-            float b = 0.f, c = 0.f, ms = 0.f, cv = 0.f;
-#pragma omp simd reduction(+ : b, c, ms, cv)
-            for (int64_t i = 0; i < dim; ++i) {
-              b += qb[i] * hi[i] + qb[dim + i] * lo[i];
-              c += w[i] * (hi[i] + lo[i]);
-              ms += w[2 * dim + i] * sp[i];
-              cv += w[2 * dim + i] * vr[i];
-            }
-            bound[g * m + j] = b;
-            best[g] = b > best[g] ? b : best[g];
-            mass[g * m + j] = (moment ? std::min(c + ms, b) : b) + lb;
-            cmass[g * m + j] = std::min(c + cv, b) + lb;
-            continue;
-          }
           // the bound row's last third is zeros: [kmax | kmin] is all it reads
           const float b = dot(q + g * e, row.data(), 2 * dim);
           bound[g * m + j] = b;
@@ -150,22 +221,24 @@ void select_impl(const at::Tensor& queries, const at::Tensor& entries, const at:
       std::sort(order.begin(), order.begin() + top, before);
       int64_t* out = op + (s * kv_heads + h) * (nf + picks);
       for (int64_t f = 0; f < nf; ++f) out[f] = fp[s * nf + f];
-      std::fill(taken.begin(), taken.begin() + count, 0);
       for (int64_t k = 0; k < picks; ++k) {
         // past the row's own budget a pick is padding (read for 0 tokens); past its middle
         // blocks it is block 0, as select.py pads
         out[nf + k] = k < top ? sid[order[k]] : 0;
-        if (k < top && k < take) taken[order[k]] = 1;
       }
-      // log sum exp of a head's log masses over the blocks left out (-inf: none)
-      const auto left_out = [&](const float* lm) {
+      // log sum exp of a head's log masses over the blocks left out (-inf: none); the blocks
+      // read are set to -inf first (their masses are not needed again), so both passes run
+      // over plain arrays and vectorize
+      const int64_t read = std::min(top, take);
+      const auto left_out = [&](float* lm) {
+        for (int64_t k = 0; k < read; ++k) lm[order[k]] = neg;
         float mx = neg;
-        for (int64_t j = 0; j < count; ++j)
-          if (!taken[j]) mx = std::max(mx, lm[j]);
+#pragma omp simd reduction(max : mx)
+        for (int64_t j = 0; j < count; ++j) mx = lm[j] > mx ? lm[j] : mx;
         if (mx == neg) return neg;
         float sum = 0.f;
-        for (int64_t j = 0; j < count; ++j)
-          sum += taken[j] ? 0.f : exp_nonpositive(lm[j] - mx);
+#pragma omp simd reduction(+ : sum)
+        for (int64_t j = 0; j < count; ++j) sum += exp_nonpositive(lm[j] - mx);
         return mx + std::log(sum);
       };
       const int64_t at = (s * kv_heads + h) * group;
