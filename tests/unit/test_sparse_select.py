@@ -295,6 +295,8 @@ def test_the_fused_cpu_kernels_compute_what_the_torch_path_does(dim, estimate, c
     a = select_blocks(q, index, 0, lay, cfg, bs, 0.35)
     b = select_blocks(q, index, 0, lay, cfg, bs, 0.35, fused=True)
     assert torch.equal(a.block_lens, b.block_lens)
+    for sel in (a, b):      # block b of KV head h is flat block h * NB + b in both paths
+        assert torch.equal(sel.flat_ids, flat_ids(sel.block_ids, kv_heads, 30))
     # Both read a best-ranked set of middle blocks of the row's size. Each query head's best
     # block ranks exactly 0, so blocks can tie; the kernel breaks ties by position, torch's
     # topk as it may: where the ranks at the cut differ the two sets are the same.

@@ -112,20 +112,22 @@ class LeftOut:
         other block read is full, so a row reads budget - 1 blocks of S and leaves out
         nblocks - budget (at least one: Layout.build takes rows whose budget leaves one out)."""
         r, _, kv_heads, _ = totals.shape
-        full = layout.block_lens == block_size                                   # [R, 1, B]
-        full[..., layout.fixed_ids.shape[-1] - 1] = False
+        dev = totals.device
+        fixed = layout.fixed_ids.shape[-1]
         left = [(n - b) * block_size for n, b in zip(layout.nblocks, layout.budgets)]
-        inv = torch.tensor([1.0 / n if n > 0 else 0.0 for n in left], device=totals.device)
-        width = full.shape[-1]
-        weights = (full.float() * -inv[:, None, None]).expand(r, kv_heads, width)
-        tokens = torch.tensor(left, dtype=torch.float32, device=totals.device)
-        per_token = (totals * inv[:, None, None, None]).transpose(0, 1)        # [L, R, KVH, D]
+        inv = [1.0 / n if n > 0 else 0.0 for n in left]
+        # per row: the fixed blocks but the last, then the middle blocks it reads (each full),
+        # then padding; one list per pair
+        weights = [[-w] * (fixed - 1) + [0.0] + [-w] * (b - fixed) +
+                   [0.0] * (layout.picks - b + fixed)
+                   for w, b in zip(inv, layout.budgets) for _ in range(kv_heads)]
+        per_token = (totals * torch.tensor(inv, device=dev)[:, None, None, None]).transpose(0, 1)
         return LeftOut(
             totals=totals, per_token=per_token.reshape(per_token.shape[0], r * kv_heads, -1),
-            weights=weights.reshape(r * kv_heads, width),
-            tokens=tokens.repeat_interleave(kv_heads)[:, None],
+            weights=torch.tensor(weights, device=dev),
+            tokens=torch.tensor([[float(n)] for n in left for _ in range(kv_heads)], device=dev),
             live=None if min(left) > 0 else
-            (tokens > 0).float().repeat_interleave(kv_heads)[:, None])
+            torch.tensor([[float(n > 0)] for n in left for _ in range(kv_heads)], device=dev))
 
     def apply(self, got: torch.Tensor, lse: torch.Tensor, log_left_out: torch.Tensor,
               flat: torch.Tensor, vsum: torch.Tensor, layer: int,

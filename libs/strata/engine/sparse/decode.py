@@ -31,7 +31,7 @@ import torch
 
 from strata.engine.attention import Group, SeqSlice
 from strata.engine.sparse import native as sparse_native
-from strata.engine.sparse.attend import attend_blocks, attend_full, flat_ids
+from strata.engine.sparse.attend import attend_blocks, attend_full
 from strata.engine.sparse.compensate import LeftOut, RunningSums
 from strata.engine.sparse.config import SparseConfig
 from strata.engine.sparse.index import BlockIndex
@@ -183,7 +183,8 @@ class SparseDecoder:
             sparse_rows=sparse_rows,
             token_index=decode_group.token_index.index_select(0, sparse_rows),
             request_ids=ids, dense=_subgroup(decode_group, keep) if keep.numel() else None,
-            dense_rows=keep, native=native, fused=native and self.fused)
+            dense_rows=keep, native=native, fused=native and self.fused,
+            all_rows=rows == list(range(row)))
 
 
 @dataclass(slots=True)
@@ -200,29 +201,30 @@ class SparseStep:
     dense_rows: torch.Tensor
     native: bool                       # fallbacks through the dense decode kernel
     fused: bool                        # selection and attention through sparse_kernels.cpp
+    all_rows: bool = False             # the sparse rows are the whole decode group, in order
 
     def attend(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                group: Group, scale: float, layer: int, dense_decode: DenseDecode) -> torch.Tensor:
         """The decode group's output [S, H, D], its sparse rows through the sparse path."""
         d = self.decoder
         cfg = d.cfg
-        kv_heads, num_blocks = k_cache.shape[0], k_cache.shape[1]
+        kv_heads = k_cache.shape[0]
+        # the index is per physical block of this cache: its flat ids are the cache's
+        assert d.index.entries.shape[2] == k_cache.shape[1], "index and cache differ in blocks"
         _, heads, dim = q.shape
         g = heads // kv_heads
         r = self.sparse_rows.numel()
-        out = q.new_empty((group.token_index.numel(), heads, dim))
-        if self.dense is not None:
-            out.index_copy_(0, self.dense_rows, dense_decode(self.dense))
         qp = q.index_select(0, self.token_index).view(r * kv_heads, g, dim)
         sel = select_blocks(qp.view(r, kv_heads, g, dim), d.index, layer, self.layout, cfg,
                             d.block_size, scale, self.fused)
-        flat = flat_ids(sel.block_ids, kv_heads, num_blocks)
+        flat = sel.flat_ids
         got, lse = attend_blocks(qp, k_cache, v_cache, flat, sel.block_lens, scale, self.fused)
         if self.left_out is not None:
             got = self.left_out.apply(got, lse, sel.log_left_comp, flat, d.index.vsum, layer,
                                       self.fused)
         # the trust check: E / (Z_in + E) > threshold, i.e. log E - log Z_in > logit(threshold)
         fail = (sel.log_left_out - lse).gt_(cfg.logit_threshold).any(dim=-1)    # [P]
+        fails = fail.tolist()
         used = got
         if d.probe is not None:
             estimate = left_out_mass(sel.log_left_out, lse)                     # [P, G]
@@ -236,13 +238,19 @@ class SparseStep:
                 used=used.view(r, heads, dim), fell_back=fail.view(r, kv_heads),
                 estimate=estimate.view(r, kv_heads, g),
                 left_out=(-torch.expm1(lse - full_lse)).view(r, kv_heads, g)))
-        elif bool(fail.any()):
-            failed = fail.nonzero().flatten()
+        elif any(fails):
+            failed = torch.tensor([p for p, f in enumerate(fails) if f], dtype=torch.int64,
+                                  device=q.device)
             used.index_copy_(0, failed, self._full(qp, k_cache, v_cache, failed, scale,
                                                    self.native)[0])
+        d.record(self.request_ids, [sum(fails[i * kv_heads:(i + 1) * kv_heads])
+                                    for i in range(r)], self.layout, kv_heads)
+        if self.dense is None and self.all_rows:
+            return used.view(r, heads, dim)     # every row sparse, in order: nothing to merge
+        out = q.new_empty((group.token_index.numel(), heads, dim))
+        if self.dense is not None:
+            out.index_copy_(0, self.dense_rows, dense_decode(self.dense))
         out.index_copy_(0, self.sparse_rows, used.view(r, heads, dim))
-        d.record(self.request_ids, fail.view(r, kv_heads).sum(dim=1).tolist(), self.layout,
-                 kv_heads)
         return out
 
     def _full(self, qp: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,

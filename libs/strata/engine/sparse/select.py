@@ -54,6 +54,7 @@ from dataclasses import dataclass
 import torch
 
 from strata.engine.sparse import native as sparse_native
+from strata.engine.sparse.attend import flat_ids
 from strata.engine.sparse.config import SparseConfig
 from strata.engine.sparse.index import BlockIndex
 
@@ -123,6 +124,17 @@ class Layout:
     chosen: torch.Tensor         # [1, R, K] bool: the row reads its j-th best middle block
     fixed_ids: torch.Tensor      # [R, 1, S+W] sinks then window (the block being written last)
     block_lens: torch.Tensor     # [R, 1, S+W+K] tokens read from each block (0: not read)
+    pair_block_lens: torch.Tensor | None = None   # [R*KVH, S+W+K]: block_lens per pair, laid
+    #                                               out by the first layer's selection
+
+    def pair_lens(self, kv_heads: int) -> torch.Tensor:
+        """block_lens per pair (pair = row * KVH + head), [R*KVH, S+W+K]; the same every layer."""
+        lens = self.pair_block_lens
+        if lens is None or lens.shape[0] != self.block_lens.shape[0] * kv_heads:
+            r = self.block_lens.shape[0]
+            lens = self.block_lens.expand(r, kv_heads, -1).reshape(r * kv_heads, -1)
+            self.pair_block_lens = lens
+        return lens
 
     @staticmethod
     def build(block_tables: torch.Tensor, context_lens: torch.Tensor, cfg: SparseConfig,
@@ -137,34 +149,33 @@ class Layout:
         lens = context_lens.tolist()
         nblocks = [-(-n // block_size) for n in lens]
         budgets = [cfg.budget_for(n) for n in nblocks]
-        width = max(n - sinks - window for n in nblocks)
-        picks = max(b - sinks - window for b in budgets)
-        nb = torch.tensor(nblocks, device=dev)
-        mid_pos = sinks + torch.arange(width, device=dev)
-        valid = mid_pos[None, :] < (nb - window)[:, None]                     # [R, M]
-        mid_ids = block_tables.gather(
-            1, mid_pos.clamp(max=block_tables.shape[1] - 1).expand(len(lens), -1))
-        chosen = torch.arange(picks, device=dev)[None, :] < \
-            (torch.tensor(budgets, device=dev) - sinks - window)[:, None]     # [R, K]
-        fixed_pos = torch.cat([torch.arange(sinks, device=dev).expand(len(lens), -1),
-                               (nb - window)[:, None] + torch.arange(window, device=dev)], 1)
-        last = torch.tensor([n - (b - 1) * block_size for n, b in zip(lens, nblocks)],
-                            device=dev)
-        fixed_lens = torch.full(fixed_pos.shape, block_size, device=dev)
-        fixed_lens[:, -1] = last
-        block_lens = torch.cat([fixed_lens, chosen.long() * block_size], 1)
+        counts = [n - sinks - window for n in nblocks]         # middle blocks of each row
+        takes = [b - sinks - window for b in budgets]          # the ones it reads
+        width, picks = max(counts), max(takes)
+        # A handful of tensors built from these per-row numbers (a step has a few rows), not a
+        # chain of small tensor operations: this runs every step.
+        mid_ids = block_tables[:, sinks:sinks + width]          # a row's middle, then padding
+        full_width = min(counts) == width
+        valid = torch.arange(width, device=dev)[None, :] < \
+            torch.tensor(counts, device=dev)[:, None]                          # [R, M]
+        fixed_pos = [[*range(sinks), *range(n - window, n)] for n in nblocks]
+        fixed_lens = [[block_size] * (sinks + window - 1) + [n - (b - 1) * block_size]
+                      for n, b in zip(lens, nblocks)]
+        takes_t = torch.tensor(takes, device=dev)
+        chosen = torch.arange(picks, device=dev)[None, :] < takes_t[:, None]    # [R, K]
         return Layout(
             block_tables=block_tables, context_lens=context_lens, nblocks=nblocks,
-            budgets=budgets, mid_ids=mid_ids.masked_fill(~valid, 0).reshape(-1),
+            budgets=budgets,
+            mid_ids=(mid_ids if full_width else mid_ids.masked_fill(~valid, 0)).reshape(-1),
             score_all=0 < pool_blocks <= 2 * width,
-            mid_mask=None if bool(valid.all()) else
+            mid_mask=None if full_width else
             torch.zeros(valid.shape, device=dev).masked_fill_(~valid, _NEG)[None, :, None],
             mid_valid=valid[None], picks=picks,
-            mid_counts=(nb - sinks - window).clamp_(min=0),
-            takes=torch.tensor([b - sinks - window for b in budgets], device=dev),
-            chosen=chosen[None],
-            fixed_ids=block_tables.gather(1, fixed_pos)[:, None],
-            block_lens=block_lens[:, None])
+            mid_counts=torch.tensor(counts, device=dev),
+            takes=takes_t, chosen=chosen[None],
+            fixed_ids=block_tables.gather(1, torch.tensor(fixed_pos, device=dev))[:, None],
+            block_lens=torch.cat([torch.tensor(fixed_lens, device=dev),
+                                  chosen.long() * block_size], 1)[:, None])
 
 
 @dataclass(slots=True)
@@ -172,6 +183,7 @@ class Selection:
     """What each pair reads, and the estimate of what it leaves out (P = R * KVH pairs)."""
 
     block_ids: torch.Tensor      # [P, B] physical blocks: sinks, window, then chosen middle
+    flat_ids: torch.Tensor       # [P, B] the same as ids into the cache seen as KVH * NB blocks
     block_lens: torch.Tensor     # [P, B] tokens read from each (0: a padding entry)
     log_left_out: torch.Tensor   # [P, G] log of the estimate of sum exp(score) left out
     log_left_comp: torch.Tensor | None   # [P, G] the same by compensation's estimate (None:
@@ -181,7 +193,8 @@ class Selection:
 def select_blocks(q: torch.Tensor, index: BlockIndex, layer: int, layout: Layout,
                   cfg: SparseConfig, block_size: int, scale: float,
                   fused: bool = False) -> Selection:
-    """q [R, KVH, G, D]: the rows' queries grouped by KV head. `fused`: scoring and selection
+    """q [R, KVH, G, D]: the rows' queries grouped by KV head. Flat ids count the index's
+    blocks, which are the cache's (attend.flat_ids). `fused`: scoring and selection
     through sparse_kernels.cpp (select_blocks), which reads the entries in place; it orders
     blocks of equal rank by position, where torch's topk may not (attention does not depend
     on the order)."""
@@ -194,15 +207,13 @@ def select_blocks(q: torch.Tensor, index: BlockIndex, layer: int, layout: Layout
         # the same selection in one pass over each pair's middle blocks, entries read in place
         ops = sparse_native.load()
         assert ops is not None, "fused is set only when the sparse kernels loaded"
-        ids, log_left, log_comp = ops.select_blocks(
-            q.transpose(0, 1).float().contiguous(), layer_entries.view(kv_heads, -1, e),
+        ids, flat, log_left, log_comp = ops.select_blocks(
+            q.reshape(r * kv_heads, g, dim), layer_entries.view(kv_heads, -1, e),
             layout.mid_ids.view(r, width), layout.mid_counts, layout.takes,
             layout.fixed_ids.view(r, -1), layout.picks, scale, cfg.estimate == "moment",
             math.log(block_size), comp)
-        return Selection(block_ids=ids,
-                         block_lens=layout.block_lens.expand(r, kv_heads, -1).reshape(
-                             r * kv_heads, -1), log_left_out=log_left,
-                         log_left_comp=log_comp if comp else None)
+        return Selection(block_ids=ids, flat_ids=flat, block_lens=layout.pair_lens(kv_heads),
+                         log_left_out=log_left, log_left_comp=log_comp if comp else None)
     rows = query_rows(q.transpose(0, 1), scale, cfg.estimate, comp)          # [KVH, R, G', E]
     if layout.score_all:
         everything = layer_entries.view(kv_heads, -1, e).float().transpose(-1, -2)
@@ -229,9 +240,9 @@ def select_blocks(q: torch.Tensor, index: BlockIndex, layer: int, layout: Layout
 
     picked = layout.mid_ids.view(1, r, width).expand(kv_heads, r, width).gather(2, top)
     ids = torch.cat([layout.fixed_ids.expand(r, kv_heads, -1), picked.transpose(0, 1)], dim=-1)
-    lens = layout.block_lens.expand(r, kv_heads, -1)
-    return Selection(block_ids=ids.reshape(r * kv_heads, -1),
-                     block_lens=lens.reshape(r * kv_heads, -1),
+    ids = ids.reshape(r * kv_heads, -1)
+    return Selection(block_ids=ids, flat_ids=flat_ids(ids, kv_heads, index.entries.shape[2]),
+                     block_lens=layout.pair_lens(kv_heads),
                      log_left_out=log_left(mass),
                      log_left_comp=None if comp_mass is None else log_left(comp_mass))
 

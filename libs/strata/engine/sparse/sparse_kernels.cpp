@@ -3,12 +3,13 @@
 // selected blocks or a row's index entries first would copy every byte read, and on the CPU the
 // sparse path is bound by memory traffic, not arithmetic.
 //
-//   select_blocks     queries [KVH, R, G, D] x entries [KVH, NB, 3D or 4D] at each row's middle
-//                     blocks, ranked and cut to the row's budget in one pass -> the blocks each
-//                     pair reads and the log of the estimated mass of the middle blocks it leaves
-//                     out, by the trust check's estimate and (with comp, entries 4D) by
-//                     compensation's (select.py's selection, without a dozen small tensor
-//                     operations per layer)
+//   select_blocks     queries [R * KVH, G, D] (pair-major, float32 or bfloat16) x entries
+//                     [KVH, NB, 3D or 4D] at each row's middle blocks, ranked and cut to the
+//                     row's budget in one pass -> the blocks each pair reads (physical ids, and
+//                     flat ids into the cache seen as KVH * NB blocks) and the log of the
+//                     estimated mass of the middle blocks it leaves out, by the trust check's
+//                     estimate and (with comp, entries 4D) by compensation's (select.py's
+//                     selection, without a dozen small tensor operations per layer)
 //   sparse_attention  pairs over their own block lists (flat ids into the cache seen as
 //                     KVH * NB blocks), reading the first block_lens[p, b] tokens of each
 //                     block -> the output [P, G, D] and log sum exp of the scores [P, G]
@@ -118,12 +119,15 @@ template <typename scalar_t, int64_t kD>
 void select_impl(const at::Tensor& queries, const at::Tensor& entries, const at::Tensor& mid_ids,
                  const at::Tensor& counts, const at::Tensor& takes, const at::Tensor& fixed,
                  int64_t picks, double scale, bool moment, double log_block, bool comp,
-                 at::Tensor& ids, at::Tensor& log_left, at::Tensor& log_comp) {
-  const int64_t kv_heads = queries.size(0), r = queries.size(1), group = queries.size(2);
-  const int64_t dim = kD > 0 ? kD : queries.size(3), nq = moment || comp ? 2 * group : group;
+                 at::Tensor& ids, at::Tensor& flat, at::Tensor& log_left, at::Tensor& log_comp) {
+  const int64_t kv_heads = entries.size(0), pairs = queries.size(0), group = queries.size(1);
+  const int64_t dim = kD > 0 ? kD : queries.size(2), nq = moment || comp ? 2 * group : group;
   const int64_t e = entries.size(2);
   const int64_t nb = entries.size(1), m = mid_ids.size(1), nf = fixed.size(1);
-  const float* qp = queries.data_ptr<float>();
+  // the pairs' queries, float32 or bfloat16 (widened exactly, as the entries are)
+  const bool q_bf16 = queries.scalar_type() == at::kBFloat16;
+  const float* q32 = q_bf16 ? nullptr : queries.data_ptr<float>();
+  const c10::BFloat16* q16 = q_bf16 ? queries.data_ptr<c10::BFloat16>() : nullptr;
   const float fscale = static_cast<float>(scale);
   const scalar_t* ep = entries.data_ptr<scalar_t>();
   const int64_t* mp = mid_ids.data_ptr<int64_t>();
@@ -131,16 +135,18 @@ void select_impl(const at::Tensor& queries, const at::Tensor& entries, const at:
   const int64_t* kp = takes.data_ptr<int64_t>();
   const int64_t* fp = fixed.data_ptr<int64_t>();
   int64_t* op = ids.data_ptr<int64_t>();
+  int64_t* fo = flat.data_ptr<int64_t>();
   float* lp = log_left.data_ptr<float>();
   float* cp_out = comp ? log_comp.data_ptr<float>() : nullptr;
   const float lb = static_cast<float>(log_block);
   const float neg = -std::numeric_limits<float>::infinity();
-  at::parallel_for(0, kv_heads * r, 1, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, pairs, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> row(e), qrows(nq * e), bound(group * m), mass(group * m), rank(m),
-        best(group), cmass(comp ? group * m : 0), terms(comp ? 4 * group : 0);
+        best(group), cmass(comp ? group * m : 0), terms(comp ? 4 * group : 0), qs(group * dim);
     std::vector<int64_t> order(m);
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t h = item / r, s = item % r, count = cp[s], take = kp[s];
+      // pair item = row s * kv_heads + KV head h
+      const int64_t h = item % kv_heads, s = item / kv_heads, count = cp[s], take = kp[s];
       // rows whose products with an entry [kmax | kmin | spread (| var)] give the bound on
       // the scores, [relu(q) | min(q, 0) | 0], and the log-normal exponent, [q/2 | q/2 | q^2/2]
       // (select.py's query_rows); compensation's exponent is the second row's [q/2 | q/2]
@@ -148,7 +154,8 @@ void select_impl(const at::Tensor& queries, const at::Tensor& entries, const at:
       // dot products select.py's matrix product takes; with comp one pass over the entry gives
       // every head's four sums (16 lanes at a time with AVX-512, comp_terms64), in another
       // order (equal to within float rounding, tested)
-      const float* qs = qp + item * group * dim;
+      if (q_bf16) widen_row(q16 + item * group * dim, qs.data(), group * dim);
+      else widen_row(q32 + item * group * dim, qs.data(), group * dim);
       for (int64_t g = 0; g < group; ++g) {
         float* b = qrows.data() + g * e;
         float* w = qrows.data() + (group + g) * e;
@@ -219,13 +226,16 @@ void select_impl(const at::Tensor& queries, const at::Tensor& entries, const at:
       if (top < count) std::nth_element(order.begin(), order.begin() + top,
                                         order.begin() + count, before);
       std::sort(order.begin(), order.begin() + top, before);
-      int64_t* out = op + (s * kv_heads + h) * (nf + picks);
+      int64_t* out = op + item * (nf + picks);
       for (int64_t f = 0; f < nf; ++f) out[f] = fp[s * nf + f];
       for (int64_t k = 0; k < picks; ++k) {
         // past the row's own budget a pick is padding (read for 0 tokens); past its middle
         // blocks it is block 0, as select.py pads
         out[nf + k] = k < top ? sid[order[k]] : 0;
       }
+      // the same blocks as ids into the cache seen as KVH * NB blocks (attend.flat_ids)
+      int64_t* flat_out = fo + item * (nf + picks);
+      for (int64_t k = 0; k < nf + picks; ++k) flat_out[k] = out[k] + h * nb;
       // log sum exp of a head's log masses over the blocks left out (-inf: none); the blocks
       // read are set to -inf first (their masses are not needed again), so both passes run
       // over plain arrays and vectorize
@@ -241,7 +251,7 @@ void select_impl(const at::Tensor& queries, const at::Tensor& entries, const at:
         for (int64_t j = 0; j < count; ++j) sum += exp_nonpositive(lm[j] - mx);
         return mx + std::log(sum);
       };
-      const int64_t at = (s * kv_heads + h) * group;
+      const int64_t at = item * group;
       for (int64_t g = 0; g < group; ++g) {
         lp[at + g] = left_out(mass.data() + g * m);
         if (comp) cp_out[at + g] = left_out(cmass.data() + g * m);
@@ -336,18 +346,21 @@ void dispatch_dim(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   }
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> select_blocks(
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> select_blocks(
     const at::Tensor& queries, const at::Tensor& entries, const at::Tensor& mid_ids,
     const at::Tensor& counts, const at::Tensor& takes, const at::Tensor& fixed, int64_t picks,
     double scale, bool moment, double log_block, bool comp) {
   TORCH_CHECK(queries.device().is_cpu(), "strata_sparse::select_blocks runs on the CPU only");
-  TORCH_CHECK(queries.dim() == 4 && queries.scalar_type() == at::kFloat,
-              "queries must be float32 [KVH, R, G, D]");
-  TORCH_CHECK(entries.dim() == 3 && entries.size(0) == queries.size(0) &&
-              entries.size(2) == (comp ? 4 : 3) * queries.size(3),
+  TORCH_CHECK(queries.dim() == 3 && (queries.scalar_type() == at::kFloat ||
+                                     queries.scalar_type() == at::kBFloat16),
+              "queries must be float32 or bfloat16 [R * KVH, G, D], pair-major");
+  TORCH_CHECK(entries.dim() == 3 && entries.size(2) == (comp ? 4 : 3) * queries.size(2),
               "entries must be [KVH, NB, 3 * D] matching the queries, or [KVH, NB, 4 * D] "
               "with comp (the var row)");
-  const int64_t r = queries.size(1);
+  TORCH_CHECK(entries.size(0) > 0 && queries.size(0) % entries.size(0) == 0,
+              "queries hold ", queries.size(0), " pairs, not a multiple of the entries' ",
+              entries.size(0), " KV heads");
+  const int64_t r = queries.size(0) / entries.size(0);
   TORCH_CHECK(mid_ids.dim() == 2 && mid_ids.size(0) == r && mid_ids.scalar_type() == at::kLong,
               "mid_ids must be int64 [R, M]");
   TORCH_CHECK(counts.dim() == 1 && counts.size(0) == r && counts.scalar_type() == at::kLong &&
@@ -375,26 +388,27 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> select_blocks(
                   "block id ", mp[s * mc.size(1) + j], " is outside the index's ", ec.size(1),
                   " blocks");
   }
-  auto ids = at::empty({r * qc.size(0), fc.size(1) + picks}, mc.options());
-  auto left = at::empty({r * qc.size(0), qc.size(2)}, qc.options());
-  auto left_comp = comp ? at::empty_like(left) : at::empty({0}, qc.options());
-  const bool d64 = qc.size(3) == 64;
+  auto ids = at::empty({qc.size(0), fc.size(1) + picks}, mc.options());
+  auto flat = at::empty_like(ids);
+  auto left = at::empty({qc.size(0), qc.size(1)}, qc.options().dtype(at::kFloat));
+  auto left_comp = comp ? at::empty_like(left) : at::empty({0}, left.options());
+  const bool d64 = qc.size(2) == 64;
   switch (ec.scalar_type()) {
     case at::kFloat:
       d64 ? select_impl<float, 64>(qc, ec, mc, cc, kc, fc, picks, scale, moment, log_block,
-                                   comp, ids, left, left_comp)
+                                   comp, ids, flat, left, left_comp)
           : select_impl<float, 0>(qc, ec, mc, cc, kc, fc, picks, scale, moment, log_block, comp,
-                                  ids, left, left_comp);
+                                  ids, flat, left, left_comp);
       break;
     case at::kBFloat16:
       d64 ? select_impl<c10::BFloat16, 64>(qc, ec, mc, cc, kc, fc, picks, scale, moment,
-                                           log_block, comp, ids, left, left_comp)
+                                           log_block, comp, ids, flat, left, left_comp)
           : select_impl<c10::BFloat16, 0>(qc, ec, mc, cc, kc, fc, picks, scale, moment,
-                                          log_block, comp, ids, left, left_comp);
+                                          log_block, comp, ids, flat, left, left_comp);
       break;
     default: TORCH_CHECK(false, "index entries must be float32 or bfloat16");
   }
-  return {ids, left, left_comp};
+  return {ids, flat, left, left_comp};
 }
 
 std::tuple<at::Tensor, at::Tensor> sparse_attention(
@@ -512,7 +526,7 @@ at::Tensor compensate(const at::Tensor& got, const at::Tensor& lse, const at::Te
 TORCH_LIBRARY(strata_sparse, m) {
   m.def("select_blocks(Tensor queries, Tensor entries, Tensor mid_ids, Tensor counts, "
         "Tensor takes, Tensor fixed, int picks, float scale, bool moment, float log_block, "
-        "bool comp) -> (Tensor, Tensor, Tensor)");
+        "bool comp) -> (Tensor, Tensor, Tensor, Tensor)");
   m.def("sparse_attention(Tensor q, Tensor k_flat, Tensor v_flat, Tensor tables, "
         "Tensor block_lens, float scale) -> (Tensor, Tensor)");
   m.def("compensate(Tensor got, Tensor lse, Tensor log_comp, Tensor base, Tensor weights, "
