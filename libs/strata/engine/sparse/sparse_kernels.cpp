@@ -106,7 +106,9 @@ inline void comp_terms64(const scalar_t* entry, const float* qb, const float* w,
 #endif
 
 // Selected blocks (and a row's index entries) lie anywhere in the cache, where the hardware
-// prefetcher cannot guess the next one: ask for the next rows while these are read.
+// prefetcher cannot guess the next one: ask for the next rows while these are read. Attention
+// asks kAhead blocks ahead: one block's 16 tokens take less time than a read from memory.
+constexpr int64_t kAhead = 2;
 template <typename scalar_t>
 inline void prefetch_block(const scalar_t* block, int64_t rows, int64_t slot, int64_t dim) {
   constexpr int64_t kLine = 64 / sizeof(scalar_t);
@@ -222,10 +224,14 @@ void select_impl(const at::Tensor& queries, const at::Tensor& entries, const at:
       const auto before = [&](int64_t a, int64_t b) {
         return rank[a] > rank[b] || (rank[a] == rank[b] && a < b);
       };
-      // the best `top` first (linear), then in rank order (a budget is a small share of M)
-      if (top < count) std::nth_element(order.begin(), order.begin() + top,
-                                        order.begin() + count, before);
-      std::sort(order.begin(), order.begin() + top, before);
+      // the best `read` first (linear), then in position order: a fresh sequence's blocks lie
+      // in the pool in position order, so the reads go forward through memory and the
+      // hardware prefetcher follows them (attention does not depend on the order); picks past
+      // `read` are padding, read for 0 tokens
+      const int64_t read = std::min(top, take);
+      if (read < count) std::nth_element(order.begin(), order.begin() + read,
+                                         order.begin() + count, before);
+      std::sort(order.begin(), order.begin() + read);
       int64_t* out = op + item * (nf + picks);
       for (int64_t f = 0; f < nf; ++f) out[f] = fp[s * nf + f];
       for (int64_t k = 0; k < picks; ++k) {
@@ -239,7 +245,6 @@ void select_impl(const at::Tensor& queries, const at::Tensor& entries, const at:
       // log sum exp of a head's log masses over the blocks left out (-inf: none); the blocks
       // read are set to -inf first (their masses are not needed again), so both passes run
       // over plain arrays and vectorize
-      const int64_t read = std::min(top, take);
       const auto left_out = [&](float* lm) {
         for (int64_t k = 0; k < read; ++k) lm[order[k]] = neg;
         float mx = neg;
@@ -292,18 +297,24 @@ void sparse_attention_impl(const at::Tensor& q, const at::Tensor& k_flat, const 
         widen_row(qp + (p * group + g) * dim, qf.data() + g * dim, dim);
       scores.resize(group * std::max<int64_t>(total, 1));
       int64_t t = 0;
+      for (int64_t b = 0; b < std::min(kAhead, width); ++b)
+        prefetch_block(kp + table[b] * k_block, lens[b], k_slot, dim);
       for (int64_t b = 0; b < width; ++b) {
         const scalar_t* kblock = kp + table[b] * k_block;
-        if (b + 1 < width) prefetch_block(kp + table[b + 1] * k_block, lens[b + 1], k_slot, dim);
+        if (b + kAhead < width)
+          prefetch_block(kp + table[b + kAhead] * k_block, lens[b + kAhead], k_slot, dim);
         for (int64_t j = 0; j < lens[b]; ++j, ++t) {
           widen_row(kblock + j * k_slot, row.data(), dim);
           for (int64_t g = 0; g < group; ++g)
             scores[g * total + t] = dot(qf.data() + g * dim, row.data(), dim) * fscale;
         }
       }
+      for (int64_t b = 0; b < std::min(kAhead, width); ++b)   // the value pass's first blocks
+        prefetch_block(vp + table[b] * v_block, lens[b], v_slot, dim);
       for (int64_t g = 0; g < group; ++g) {
         float* sc = scores.data() + g * total;
         float mx = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : mx)
         for (int64_t i = 0; i < total; ++i) mx = sc[i] > mx ? sc[i] : mx;
         float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
@@ -318,7 +329,8 @@ void sparse_attention_impl(const at::Tensor& q, const at::Tensor& k_flat, const 
       t = 0;
       for (int64_t b = 0; b < width; ++b) {
         const scalar_t* vblock = vp + table[b] * v_block;
-        if (b + 1 < width) prefetch_block(vp + table[b + 1] * v_block, lens[b + 1], v_slot, dim);
+        if (b + kAhead < width)
+          prefetch_block(vp + table[b + kAhead] * v_block, lens[b + kAhead], v_slot, dim);
         for (int64_t j = 0; j < lens[b]; ++j, ++t) {
           widen_row(vblock + j * v_slot, row.data(), dim);
           for (int64_t g = 0; g < group; ++g)
