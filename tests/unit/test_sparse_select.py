@@ -12,8 +12,8 @@ import torch
 from strata.engine.sparse.attend import attend_blocks, attend_full, flat_ids
 from strata.engine.sparse.config import SparseConfig, parse_budget
 from strata.engine.sparse.index import BlockIndex
-from strata.engine.sparse.select import (Layout, left_out_mass, query_rows, score_blocks,
-                                         select_blocks, split_scores)
+from strata.engine.sparse.select import (Layout, full_entries, left_out_mass, query_rows,
+                                         score_blocks, select_blocks, split_scores)
 
 
 @pytest.fixture(autouse=True)
@@ -44,16 +44,18 @@ def test_index_entries_are_the_box_and_spread_of_each_blocks_keys():
     _, index = indexed(keys)
     assert torch.equal(index.kmax, keys.amax(dim=3))
     assert torch.equal(index.kmin, keys.amin(dim=3))
+    # the spread is computed from the box where it is used, not stored
     assert torch.allclose(index.spread, ((keys.amax(3) - keys.amin(3)) / 3) ** 2)
     # compensation's row: the keys' exact (population) variance per dimension
     assert torch.allclose(index.var, keys.var(dim=3, correction=0), atol=1e-6)
-    # the entries (4 D in the cache's dtype) and the value sums (D in float32)
-    assert index.nbytes() == 2 * 3 * 5 * (4 * 8 * 4 + 8 * 4)
-    # without compensation there are no var row and no value sums: 3 D a block
+    # the entries (3 D in the cache's dtype: kmax, kmin, var) and the value sums (D in float32)
+    assert index.entries.shape == (2, 3, 5, 3, 8)
+    assert index.nbytes() == 2 * 3 * 5 * (3 * 8 * 4 + 8 * 4)
+    # without compensation there are no var row and no value sums: 2 D a block
     bare = BlockIndex(2, 3, 5, 8, "cpu", torch.float32, compensation=False)
     bare.summarize(torch.randn(2, 2, 3, 5, 4, 8), [0, 3])
     assert bare.vsum is None and bare.var is None and not bare.compensation
-    assert bare.nbytes() == 2 * 3 * 5 * 3 * 8 * 4
+    assert bare.nbytes() == 2 * 3 * 5 * 2 * 8 * 4
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -75,7 +77,7 @@ def test_index_value_sums_are_each_blocks_values_summed_in_float32(dtype):
     index.refresh(kv)
     assert torch.equal(index.vsum[:, :, 2], torch.full((2, 3, 8), 4.0))
     if dtype == torch.bfloat16:
-        assert index.nbytes() == 2 * 3 * 6 * (4 * 8 * 2 + 8 * 4)
+        assert index.nbytes() == 2 * 3 * 6 * (3 * 8 * 2 + 8 * 4)
 
 
 def test_marked_blocks_are_summarized_once_at_refresh():
@@ -302,7 +304,8 @@ def test_the_fused_cpu_kernels_compute_what_the_torch_path_does(dim, estimate, c
     # topk as it may: where the ranks at the cut differ the two sets are the same.
     rows = query_rows(q.transpose(0, 1), 0.35, estimate, comp)
     e = index.entries.shape[3] * dim
-    entries = index.entries[0].index_select(1, lay.mid_ids).view(kv_heads, 3, -1, e).float()
+    entries = full_entries(index.entries[0].index_select(1, lay.mid_ids).view(kv_heads, 3, -1, e),
+                           dim)
     bounds = split_scores(rows @ entries.transpose(-1, -2), g, bs, estimate, comp)[0]
     rank = (bounds + (lay.mid_mask if lay.mid_mask is not None else 0))
     rank = (rank - rank.amax(-1, keepdim=True)).amax(dim=2)                  # [KVH, R, M]

@@ -5,8 +5,6 @@ block_size), per dimension d:
 
     kmax[l, h, b, d]    max_j k_j[d]                } a box around the keys (Quest): an upper
     kmin[l, h, b, d]    min_j k_j[d]                } bound on every score the block can give
-    spread[l, h, b, d]  ((kmax - kmin) / 3)^2       the keys' variance in that dimension, read
-                                                    from their range (on the generous side)
     var[l, h, b, d]     the keys' variance there    exact (population variance of the n keys);
                                                     kept with compensation only
     vsum[l, h, b, d]    sum_j v_j[d], in float32    the values' sum: a request's running sum of
@@ -14,12 +12,14 @@ block_size), per dimension d:
                                                     step leaves out (compensate.py); kept with
                                                     compensation only
 
-The box's midpoint (kmax + kmin) / 2 is the block's rank-1 summary, its center; with the spread
-it gives the trust check's estimate of the attention mass the block holds, and with the exact
-variance the compensation's (select.py). They are stored side by side, entries[l, h, b] =
-[kmax | kmin | spread] ([3, D]), or [kmax | kmin | spread | var] ([4, D]) with compensation, so
-that one gather and one matrix product per layer score a row's blocks; vsum is a tensor of its
-own, since only the blocks a step reads are summed from it.
+The box's midpoint (kmax + kmin) / 2 is the block's rank-1 summary, its center. With the
+spread, ((kmax - kmin) / 3)^2 per dimension (the keys' variance read from their range, on the
+generous side), it gives the trust check's estimate of the attention mass the block holds, and
+with the exact variance the compensation's (select.py). The spread is computed from the box
+where it is used (`spread_of`), in float32, not stored: it would cost as much as another row.
+The rows are stored side by side, entries[l, h, b] = [kmax | kmin] ([2, D]), or
+[kmax | kmin | var] ([3, D]) with compensation, so that one gather per layer reads a row's
+blocks; vsum is a tensor of its own, since only the blocks a step reads are summed from it.
 
 The index is per physical block, like the cache: sequences sharing a prefix block share its
 entry. An entry is computed from the cache once the block is full and is final from then on,
@@ -32,11 +32,11 @@ The summary is a few vectors per block and never refers to where the block's dat
 that is not selected at a step only needs its entry and its value sum, so its keys and values may
 sit in a lower tier (host memory, disk) while the summary stays valid for scoring, for the trust
 check and for the compensation of the mass left out. The memory it takes is, per block, layer
-and KV head, 3 D numbers in the cache's dtype, and D float32 numbers for the value sums when
-compensation is on (`compensation`, which also adds the var row), against 2 n D numbers in the
-cache's dtype for the block's keys and values: at n = 16, 9.4% of the cache without
-compensation; with it, 15.6% of a float32 cache and 18.8% of a bfloat16 one (the float32 sums
-count twice there).
+and KV head, 2 D numbers in the cache's dtype, and with compensation (`compensation`) another D
+for the var row and D float32 numbers for the value sums, against 2 n D numbers in the cache's
+dtype for the block's keys and values: at n = 16, 6.25% of the cache without compensation;
+with it, 12.5% of a float32 cache and 15.6% of a bfloat16 one (the float32 sums count twice
+there).
 """
 
 from __future__ import annotations
@@ -51,10 +51,16 @@ import torch
 RANGE_SIGMAS = 3.0
 
 
+def spread_of(kmax: torch.Tensor, kmin: torch.Tensor) -> torch.Tensor:
+    """The range-based variance ((kmax - kmin) / RANGE_SIGMAS)^2, in float32: the same float
+    operations as the CPU selection kernel's, so both paths see the same numbers."""
+    return (kmax.float() - kmin.float()).div_(RANGE_SIGMAS).square_()
+
+
 class BlockIndex:
     def __init__(self, num_layers: int, kv_heads: int, num_blocks: int, head_dim: int,
                  device: torch.device | str, dtype: torch.dtype, compensation: bool = True):
-        rows = 4 if compensation else 3
+        rows = 3 if compensation else 2
         self.entries = torch.zeros((num_layers, kv_heads, num_blocks, rows, head_dim),
                                    device=device, dtype=dtype)
         # float32 whatever the cache's dtype: a request sums thousands of these (compensate.py);
@@ -74,11 +80,12 @@ class BlockIndex:
 
     @property
     def spread(self) -> torch.Tensor:
-        return self.entries[:, :, :, 2]
+        """Computed from the box (float32), not a view: the index does not store it."""
+        return spread_of(self.kmax, self.kmin)
 
     @property
     def var(self) -> torch.Tensor | None:
-        return self.entries[:, :, :, 3] if self.compensation else None
+        return self.entries[:, :, :, 2] if self.compensation else None
 
     @property
     def compensation(self) -> bool:
@@ -111,9 +118,7 @@ class BlockIndex:
         """(Re)compute the entries and value sums of full blocks from the cache."""
         idx = torch.tensor(block_ids, dtype=torch.int64, device=kv.device)
         keys = kv[:, 0].index_select(2, idx)                   # [L, KVH, n, BS, D]
-        kmax, kmin = keys.amax(dim=3), keys.amin(dim=3)
-        spread = (kmax.float() - kmin.float()).div_(RANGE_SIGMAS).square_().to(keys.dtype)
-        rows = [kmax, kmin, spread]
+        rows = [keys.amax(dim=3), keys.amin(dim=3)]
         if self.vsum is not None:
             rows.append(keys.float().var(dim=3, correction=0).to(keys.dtype))
         self.entries.index_copy_(2, idx, torch.stack(rows, dim=3))

@@ -9,11 +9,12 @@ For a query q (scores scaled by `scale`) and a full block b of n keys, from its 
             capped by n exp(bound), which always holds
 
     comp    the same log-normal mean with the keys' exact variance var_d in place of spread_d
-            (an index with compensation keeps it as a fourth row), also capped by the bound
+            (an index with compensation keeps it as a third row), also capped by the bound
 
 All come out of one matrix product of [relu(q), min(q, 0), 0, 0 ; q/2, q/2, q^2/2, 0 ;
-q/2, q/2, 0, q^2/2] with the entries [kmax | kmin | spread | var] (without compensation, the
-first two rows and three columns).
+q/2, q/2, 0, q^2/2] with [kmax | kmin | spread | var] (without compensation, the first two
+rows and three columns): the index stores [kmax | kmin (| var)], and the spread is computed
+from the box in float32 (`full_entries`; the CPU kernel computes it per block as it reads).
 
 A row's blocks, in position order, split into sinks | middle | window (the window ends with the
 block being written, which has no index entry yet). Sinks and window are always read; middle
@@ -56,7 +57,7 @@ import torch
 from strata.engine.sparse import native as sparse_native
 from strata.engine.sparse.attend import flat_ids
 from strata.engine.sparse.config import SparseConfig
-from strata.engine.sparse.index import BlockIndex
+from strata.engine.sparse.index import RANGE_SIGMAS, BlockIndex, spread_of
 
 _NEG = float("-inf")
 
@@ -65,14 +66,23 @@ def score_blocks(q: torch.Tensor, entries: torch.Tensor, scale: float, block_siz
                  estimate: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Bounds on every score and estimates of the log mass of each block.
 
-    q [..., G, D]; entries [..., M, 3 * D] ([kmax | kmin | spread] per block) or [..., M, 4 * D]
-    (with var). Returns (bounds on scale * q.k, log of the trust check's estimate of
-    sum_j exp(scale * q.k_j), log of compensation's estimate or None without the var row), each
-    [..., G, M] in float32.
+    q [..., G, D]; entries [..., M, 2 * D] ([kmax | kmin] per block, as the index stores them)
+    or [..., M, 3 * D] (with var). Returns (bounds on scale * q.k, log of the trust check's
+    estimate of sum_j exp(scale * q.k_j), log of compensation's estimate or None without the var
+    row), each [..., G, M] in float32.
     """
-    comp = entries.shape[-1] == 4 * q.shape[-1]
-    product = torch.matmul(query_rows(q, scale, estimate, comp), entries.float().transpose(-1, -2))
+    comp = entries.shape[-1] == 3 * q.shape[-1]
+    full = full_entries(entries, q.shape[-1])
+    product = torch.matmul(query_rows(q, scale, estimate, comp), full.transpose(-1, -2))
     return split_scores(product, q.shape[-2], block_size, estimate, comp)
+
+
+def full_entries(entries: torch.Tensor, dim: int) -> torch.Tensor:
+    """Stored entries [..., 2D or 3D] -> [kmax | kmin | spread (| var)] [..., 3D or 4D] in
+    float32, the columns query_rows' rows multiply."""
+    kmax, kmin = entries[..., :dim], entries[..., dim:2 * dim]
+    return torch.cat([kmax.float(), kmin.float(), spread_of(kmax, kmin),
+                      entries[..., 2 * dim:].float()], dim=-1)
 
 
 def query_rows(q: torch.Tensor, scale: float, estimate: str, comp: bool = False) -> torch.Tensor:
@@ -200,7 +210,7 @@ def select_blocks(q: torch.Tensor, index: BlockIndex, layer: int, layout: Layout
     on the order)."""
     r, kv_heads, g, dim = q.shape
     width = layout.mid_valid.shape[-1]
-    layer_entries = index.entries[layer]                                      # [KVH, NB, 3|4, D]
+    layer_entries = index.entries[layer]                                      # [KVH, NB, 2|3, D]
     e = layer_entries.shape[2] * dim
     comp = index.compensation
     if fused:
@@ -211,18 +221,19 @@ def select_blocks(q: torch.Tensor, index: BlockIndex, layer: int, layout: Layout
             q.reshape(r * kv_heads, g, dim), layer_entries.view(kv_heads, -1, e),
             layout.mid_ids.view(r, width), layout.mid_counts, layout.takes,
             layout.fixed_ids.view(r, -1), layout.picks, scale, cfg.estimate == "moment",
-            math.log(block_size), comp)
+            math.log(block_size), comp, RANGE_SIGMAS)
         return Selection(block_ids=ids, flat_ids=flat, block_lens=layout.pair_lens(kv_heads),
                          log_left_out=log_left, log_left_comp=log_comp if comp else None)
-    rows = query_rows(q.transpose(0, 1), scale, cfg.estimate, comp)          # [KVH, R, G', E]
+    rows = query_rows(q.transpose(0, 1), scale, cfg.estimate, comp)          # [KVH, R, G', E']
+    wide = rows.shape[-1]                                                     # E + D: the spread
     if layout.score_all:
-        everything = layer_entries.view(kv_heads, -1, e).float().transpose(-1, -2)
-        product = torch.matmul(rows.reshape(kv_heads, -1, e), everything)    # [KVH, R*G', NB]
+        everything = full_entries(layer_entries.view(kv_heads, -1, e), dim).transpose(-1, -2)
+        product = torch.matmul(rows.reshape(kv_heads, -1, wide), everything)  # [KVH, R*G', NB]
         product = product.view(kv_heads, r, rows.shape[2], -1).gather(
             -1, layout.mid_ids.view(1, r, 1, width).expand(kv_heads, r, rows.shape[2], width))
     else:
-        entries = layer_entries.index_select(1, layout.mid_ids)              # [KVH, R*M, 3|4, D]
-        product = torch.matmul(rows, entries.view(kv_heads, r, width, e).float()
+        entries = layer_entries.index_select(1, layout.mid_ids)              # [KVH, R*M, 2|3, D]
+        product = torch.matmul(rows, full_entries(entries.view(kv_heads, r, width, e), dim)
                                .transpose(-1, -2))                           # [KVH, R, G', M]
     bounds, mass, comp_mass = split_scores(product, g, block_size, cfg.estimate, comp)
     if layout.mid_mask is not None:

@@ -4,11 +4,11 @@
 // sparse path is bound by memory traffic, not arithmetic.
 //
 //   select_blocks     queries [R * KVH, G, D] (pair-major, float32 or bfloat16) x entries
-//                     [KVH, NB, 3D or 4D] at each row's middle blocks, ranked and cut to the
+//                     [KVH, NB, 2D or 3D] at each row's middle blocks, ranked and cut to the
 //                     row's budget in one pass -> the blocks each pair reads (physical ids, and
 //                     flat ids into the cache seen as KVH * NB blocks) and the log of the
 //                     estimated mass of the middle blocks it leaves out, by the trust check's
-//                     estimate and (with comp, entries 4D) by compensation's (select.py's
+//                     estimate and (with comp, entries 3D) by compensation's (select.py's
 //                     selection, without a dozen small tensor operations per layer)
 //   sparse_attention  pairs over their own block lists (flat ids into the cache seen as
 //                     KVH * NB blocks), reading the first block_lens[p, b] tokens of each
@@ -41,7 +41,16 @@ namespace {
 
 #include "cpu_math.h"
 
-// comp_terms64 for any head_dim, over an entry already widened to float.
+// The range-based variance of a block's keys from its box, ((kmax - kmin) / sigmas)^2 per
+// dimension, with index.py's spread_of float operations: row [kmax | kmin] -> out [spread].
+inline void spread_row(const float* row, int64_t dim, float sigmas, float* out) {
+  for (int64_t i = 0; i < dim; ++i) {
+    const float d = (row[i] - row[dim + i]) / sigmas;
+    out[i] = d * d;
+  }
+}
+
+// comp_terms64 for any head_dim, over an entry laid out [kmax | kmin | spread | var] in float.
 inline void comp_terms(const float* hi, const float* qb, const float* w, int64_t e, int64_t dim,
                        int64_t group, float* out4) {
   const float *lo = hi + dim, *sp = hi + 2 * dim, *vr = hi + 3 * dim;
@@ -70,19 +79,22 @@ inline __m512 load16(const c10::BFloat16* p) {
   const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
 }
-// One entry [kmax | kmin | spread | var] (head_dim 64) against every query head's rows: per
-// head the bound, the center term and both variance terms, 16 dimensions at a time with one
-// reduction each at the end, the entry widened once for all heads (out4: 4 numbers a head).
+// One entry [kmax | kmin | var] (head_dim 64) against every query head's rows: per head the
+// bound, the center term and both variance terms (the spread computed from the box as
+// spread_row does), 16 dimensions at a time with one reduction each at the end, the entry
+// widened once for all heads (out4: 4 numbers a head).
 template <typename scalar_t>
 inline void comp_terms64(const scalar_t* entry, const float* qb, const float* w, int64_t e,
-                         int64_t group, float* out4) {
+                         int64_t group, float sigmas, float* out4) {
   __m512 hi[4], lo[4], sp[4], vr[4], mid[4];
+  const __m512 by = _mm512_set1_ps(sigmas);
   for (int k = 0; k < 4; ++k) {
     hi[k] = load16(entry + 16 * k);
     lo[k] = load16(entry + 64 + 16 * k);
-    sp[k] = load16(entry + 128 + 16 * k);
-    vr[k] = load16(entry + 192 + 16 * k);
+    vr[k] = load16(entry + 128 + 16 * k);
     mid[k] = _mm512_add_ps(hi[k], lo[k]);
+    const __m512 d = _mm512_div_ps(_mm512_sub_ps(hi[k], lo[k]), by);
+    sp[k] = _mm512_mul_ps(d, d);
   }
   for (int64_t g = 0; g < group; ++g) {
     const float* b_row = qb + g * e;
@@ -121,10 +133,14 @@ template <typename scalar_t, int64_t kD>
 void select_impl(const at::Tensor& queries, const at::Tensor& entries, const at::Tensor& mid_ids,
                  const at::Tensor& counts, const at::Tensor& takes, const at::Tensor& fixed,
                  int64_t picks, double scale, bool moment, double log_block, bool comp,
-                 at::Tensor& ids, at::Tensor& flat, at::Tensor& log_left, at::Tensor& log_comp) {
+                 double range_sigmas, at::Tensor& ids, at::Tensor& flat, at::Tensor& log_left,
+                 at::Tensor& log_comp) {
   const int64_t kv_heads = entries.size(0), pairs = queries.size(0), group = queries.size(1);
   const int64_t dim = kD > 0 ? kD : queries.size(2), nq = moment || comp ? 2 * group : group;
-  const int64_t e = entries.size(2);
+  // an entry holds e numbers, [kmax | kmin (| var)]; the query rows and the widened entry are
+  // qe wide, [kmax | kmin | spread (| var)], the spread computed from the box per block
+  const int64_t e = entries.size(2), qe = e + dim;
+  const float sigmas = static_cast<float>(range_sigmas);
   const int64_t nb = entries.size(1), m = mid_ids.size(1), nf = fixed.size(1);
   // the pairs' queries, float32 or bfloat16 (widened exactly, as the entries are)
   const bool q_bf16 = queries.scalar_type() == at::kBFloat16;
@@ -143,13 +159,13 @@ void select_impl(const at::Tensor& queries, const at::Tensor& entries, const at:
   const float lb = static_cast<float>(log_block);
   const float neg = -std::numeric_limits<float>::infinity();
   at::parallel_for(0, pairs, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> row(e), qrows(nq * e), bound(group * m), mass(group * m), rank(m),
+    std::vector<float> row(qe), qrows(nq * qe), bound(group * m), mass(group * m), rank(m),
         best(group), cmass(comp ? group * m : 0), terms(comp ? 4 * group : 0), qs(group * dim);
     std::vector<int64_t> order(m);
     for (int64_t item = begin; item < end; ++item) {
       // pair item = row s * kv_heads + KV head h
       const int64_t h = item % kv_heads, s = item / kv_heads, count = cp[s], take = kp[s];
-      // rows whose products with an entry [kmax | kmin | spread (| var)] give the bound on
+      // rows whose products with [kmax | kmin | spread (| var)] give the bound on
       // the scores, [relu(q) | min(q, 0) | 0], and the log-normal exponent, [q/2 | q/2 | q^2/2]
       // (select.py's query_rows); compensation's exponent is the second row's [q/2 | q/2]
       // against [kmax | kmin] plus its q^2/2 against var. Without comp the products are the
@@ -159,8 +175,8 @@ void select_impl(const at::Tensor& queries, const at::Tensor& entries, const at:
       if (q_bf16) widen_row(q16 + item * group * dim, qs.data(), group * dim);
       else widen_row(q32 + item * group * dim, qs.data(), group * dim);
       for (int64_t g = 0; g < group; ++g) {
-        float* b = qrows.data() + g * e;
-        float* w = qrows.data() + (group + g) * e;
+        float* b = qrows.data() + g * qe;
+        float* w = qrows.data() + (group + g) * qe;
         for (int64_t i = 0; i < dim; ++i) {
           const float x = qs[g * dim + i] * fscale;
           b[i] = x > 0.f ? x : 0.f;
@@ -185,12 +201,15 @@ void select_impl(const at::Tensor& queries, const at::Tensor& entries, const at:
           float* t4 = terms.data();
 #if defined(__AVX512F__)
           if (kD == 64) {
-            comp_terms64(ep + (h * nb + sid[j]) * e, q, q + group * e, e, group, t4);
+            comp_terms64(ep + (h * nb + sid[j]) * e, q, q + group * qe, qe, group, sigmas, t4);
           } else
 #endif
           {
-            widen_row(ep + (h * nb + sid[j]) * e, row.data(), e);
-            comp_terms(row.data(), q, q + group * e, e, dim, group, t4);
+            const scalar_t* entry = ep + (h * nb + sid[j]) * e;
+            widen_row(entry, row.data(), 2 * dim);
+            spread_row(row.data(), dim, sigmas, row.data() + 2 * dim);
+            widen_row(entry + 2 * dim, row.data() + 3 * dim, dim);
+            comp_terms(row.data(), q, q + group * qe, qe, dim, group, t4);
           }
           for (int64_t g = 0; g < group; ++g) {
             const float b = t4[4 * g], c = t4[4 * g + 1];
@@ -202,10 +221,11 @@ void select_impl(const at::Tensor& queries, const at::Tensor& entries, const at:
           continue;
         }
         widen_row(ep + (h * nb + sid[j]) * e, row.data(), e);
+        if (moment) spread_row(row.data(), dim, sigmas, row.data() + 2 * dim);
         for (int64_t g = 0; g < group; ++g) {
-          const float* w = q + (group + g) * e;
+          const float* w = q + (group + g) * qe;
           // the bound row's last third is zeros: [kmax | kmin] is all it reads
-          const float b = dot(q + g * e, row.data(), 2 * dim);
+          const float b = dot(q + g * qe, row.data(), 2 * dim);
           bound[g * m + j] = b;
           best[g] = b > best[g] ? b : best[g];
           const float est = moment ? std::min(dot(w, row.data(), 3 * dim), b) : b;
@@ -323,7 +343,8 @@ void sparse_attention_impl(const at::Tensor& q, const at::Tensor& k_flat, const 
           sum += sc[i];
         }
         sums[g] = sum;
-        sp[p * group + g] = total > 0 ? mx + std::log(sum) : -std::numeric_limits<float>::infinity();
+        sp[p * group + g] =
+            total > 0 ? mx + std::log(sum) : -std::numeric_limits<float>::infinity();
       }
       std::fill(acc.begin(), acc.end(), 0.f);
       t = 0;
@@ -361,14 +382,15 @@ void dispatch_dim(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> select_blocks(
     const at::Tensor& queries, const at::Tensor& entries, const at::Tensor& mid_ids,
     const at::Tensor& counts, const at::Tensor& takes, const at::Tensor& fixed, int64_t picks,
-    double scale, bool moment, double log_block, bool comp) {
+    double scale, bool moment, double log_block, bool comp, double range_sigmas) {
   TORCH_CHECK(queries.device().is_cpu(), "strata_sparse::select_blocks runs on the CPU only");
   TORCH_CHECK(queries.dim() == 3 && (queries.scalar_type() == at::kFloat ||
                                      queries.scalar_type() == at::kBFloat16),
               "queries must be float32 or bfloat16 [R * KVH, G, D], pair-major");
-  TORCH_CHECK(entries.dim() == 3 && entries.size(2) == (comp ? 4 : 3) * queries.size(2),
-              "entries must be [KVH, NB, 3 * D] matching the queries, or [KVH, NB, 4 * D] "
+  TORCH_CHECK(entries.dim() == 3 && entries.size(2) == (comp ? 3 : 2) * queries.size(2),
+              "entries must be [KVH, NB, 2 * D] matching the queries, or [KVH, NB, 3 * D] "
               "with comp (the var row)");
+  TORCH_CHECK(range_sigmas > 0, "range_sigmas must be positive");
   TORCH_CHECK(entries.size(0) > 0 && queries.size(0) % entries.size(0) == 0,
               "queries hold ", queries.size(0), " pairs, not a multiple of the entries' ",
               entries.size(0), " KV heads");
@@ -408,15 +430,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> select_blocks(
   switch (ec.scalar_type()) {
     case at::kFloat:
       d64 ? select_impl<float, 64>(qc, ec, mc, cc, kc, fc, picks, scale, moment, log_block,
-                                   comp, ids, flat, left, left_comp)
+                                   comp, range_sigmas, ids, flat, left, left_comp)
           : select_impl<float, 0>(qc, ec, mc, cc, kc, fc, picks, scale, moment, log_block, comp,
-                                  ids, flat, left, left_comp);
+                                  range_sigmas, ids, flat, left, left_comp);
       break;
     case at::kBFloat16:
       d64 ? select_impl<c10::BFloat16, 64>(qc, ec, mc, cc, kc, fc, picks, scale, moment,
-                                           log_block, comp, ids, flat, left, left_comp)
+                                           log_block, comp, range_sigmas, ids, flat, left,
+                                           left_comp)
           : select_impl<c10::BFloat16, 0>(qc, ec, mc, cc, kc, fc, picks, scale, moment,
-                                          log_block, comp, ids, flat, left, left_comp);
+                                          log_block, comp, range_sigmas, ids, flat, left,
+                                          left_comp);
       break;
     default: TORCH_CHECK(false, "index entries must be float32 or bfloat16");
   }
@@ -538,7 +562,7 @@ at::Tensor compensate(const at::Tensor& got, const at::Tensor& lse, const at::Te
 TORCH_LIBRARY(strata_sparse, m) {
   m.def("select_blocks(Tensor queries, Tensor entries, Tensor mid_ids, Tensor counts, "
         "Tensor takes, Tensor fixed, int picks, float scale, bool moment, float log_block, "
-        "bool comp) -> (Tensor, Tensor, Tensor, Tensor)");
+        "bool comp, float range_sigmas) -> (Tensor, Tensor, Tensor, Tensor)");
   m.def("sparse_attention(Tensor q, Tensor k_flat, Tensor v_flat, Tensor tables, "
         "Tensor block_lens, float scale) -> (Tensor, Tensor)");
   m.def("compensate(Tensor got, Tensor lse, Tensor log_comp, Tensor base, Tensor weights, "
