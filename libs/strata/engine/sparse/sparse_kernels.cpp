@@ -52,7 +52,7 @@ inline void spread_row(const float* row, int64_t dim, float sigmas, float* out) 
 
 // comp_terms64 for any head_dim, over an entry laid out [kmax | kmin | spread | var] in float.
 inline void comp_terms(const float* hi, const float* qb, const float* w, int64_t e, int64_t dim,
-                       int64_t group, float* out4) {
+                       int64_t group, float* out3) {
   const float *lo = hi + dim, *sp = hi + 2 * dim, *vr = hi + 3 * dim;
   for (int64_t g = 0; g < group; ++g) {
     const float* b_row = qb + g * e;
@@ -65,10 +65,9 @@ inline void comp_terms(const float* hi, const float* qb, const float* w, int64_t
       ms += w_row[2 * dim + i] * sp[i];
       cv += w_row[2 * dim + i] * vr[i];
     }
-    out4[4 * g] = b;
-    out4[4 * g + 1] = c;
-    out4[4 * g + 2] = ms;
-    out4[4 * g + 3] = cv;
+    out3[3 * g] = b;
+    out3[3 * g + 1] = c + ms;
+    out3[3 * g + 2] = c + cv;
   }
 }
 
@@ -80,39 +79,39 @@ inline __m512 load16(const c10::BFloat16* p) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
 }
 // One entry [kmax | kmin | var] (head_dim 64) against every query head's rows: per head the
-// bound, the center term and both variance terms (the spread computed from the box as
-// spread_row does), 16 dimensions at a time with one reduction each at the end, the entry
-// widened once for all heads (out4: 4 numbers a head).
+// bound, the trust check's exponent (center term plus spread term) and compensation's (center
+// term plus var term), 16 dimensions at a time with one reduction each at the end, the entry
+// widened once for all heads (out3: 3 numbers a head). The spread term is taken as
+// (kmax - kmin)^2 against the row's q^2 / (2 sigmas^2) (`w3`), the same product as spread_row's
+// without a division per block.
 template <typename scalar_t>
-inline void comp_terms64(const scalar_t* entry, const float* qb, const float* w, int64_t e,
-                         int64_t group, float sigmas, float* out4) {
-  __m512 hi[4], lo[4], sp[4], vr[4], mid[4];
-  const __m512 by = _mm512_set1_ps(sigmas);
+inline void comp_terms64(const scalar_t* entry, const float* qb, const float* w,
+                         const float* w3, int64_t e, int64_t group, float* out3) {
+  __m512 hi[4], lo[4], sq[4], vr[4], mid[4];
   for (int k = 0; k < 4; ++k) {
     hi[k] = load16(entry + 16 * k);
     lo[k] = load16(entry + 64 + 16 * k);
     vr[k] = load16(entry + 128 + 16 * k);
     mid[k] = _mm512_add_ps(hi[k], lo[k]);
-    const __m512 d = _mm512_div_ps(_mm512_sub_ps(hi[k], lo[k]), by);
-    sp[k] = _mm512_mul_ps(d, d);
+    const __m512 d = _mm512_sub_ps(hi[k], lo[k]);
+    sq[k] = _mm512_mul_ps(d, d);
   }
   for (int64_t g = 0; g < group; ++g) {
     const float* b_row = qb + g * e;
     const float* w_row = w + g * e;
-    __m512 b = _mm512_setzero_ps(), c = _mm512_setzero_ps(), ms = _mm512_setzero_ps(),
-           cv = _mm512_setzero_ps();
+    const float* w3_row = w3 + g * 64;
+    __m512 b = _mm512_setzero_ps(), tm = _mm512_setzero_ps(), cm = _mm512_setzero_ps();
     for (int k = 0; k < 4; ++k) {
       b = _mm512_fmadd_ps(_mm512_loadu_ps(b_row + 16 * k), hi[k], b);
       b = _mm512_fmadd_ps(_mm512_loadu_ps(b_row + 64 + 16 * k), lo[k], b);
-      c = _mm512_fmadd_ps(_mm512_loadu_ps(w_row + 16 * k), mid[k], c);
-      const __m512 w2 = _mm512_loadu_ps(w_row + 128 + 16 * k);
-      ms = _mm512_fmadd_ps(w2, sp[k], ms);
-      cv = _mm512_fmadd_ps(w2, vr[k], cv);
+      const __m512 center = _mm512_mul_ps(_mm512_loadu_ps(w_row + 16 * k), mid[k]);
+      tm = _mm512_fmadd_ps(_mm512_loadu_ps(w3_row + 16 * k), sq[k], _mm512_add_ps(tm, center));
+      cm = _mm512_fmadd_ps(_mm512_loadu_ps(w_row + 128 + 16 * k), vr[k],
+                           _mm512_add_ps(cm, center));
     }
-    out4[4 * g] = _mm512_reduce_add_ps(b);
-    out4[4 * g + 1] = _mm512_reduce_add_ps(c);
-    out4[4 * g + 2] = _mm512_reduce_add_ps(ms);
-    out4[4 * g + 3] = _mm512_reduce_add_ps(cv);
+    out3[3 * g] = _mm512_reduce_add_ps(b);
+    out3[3 * g + 1] = _mm512_reduce_add_ps(tm);
+    out3[3 * g + 2] = _mm512_reduce_add_ps(cm);
   }
 }
 #endif
@@ -160,7 +159,8 @@ void select_impl(const at::Tensor& queries, const at::Tensor& entries, const at:
   const float neg = -std::numeric_limits<float>::infinity();
   at::parallel_for(0, pairs, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> row(qe), qrows(nq * qe), bound(group * m), mass(group * m), rank(m),
-        best(group), cmass(comp ? group * m : 0), terms(comp ? 4 * group : 0), qs(group * dim);
+        best(group), cmass(comp ? group * m : 0), terms(comp ? 3 * group : 0), qs(group * dim),
+        w3rows(comp ? group * dim : 0);
     std::vector<int64_t> order(m);
     for (int64_t item = begin; item < end; ++item) {
       // pair item = row s * kv_heads + KV head h
@@ -187,6 +187,7 @@ void select_impl(const at::Tensor& queries, const at::Tensor& entries, const at:
             w[i] = half;
             w[dim + i] = half;
             w[2 * dim + i] = x * half;
+            if (comp) w3rows[g * dim + i] = x * half / (sigmas * sigmas);
           }
         }
       }
@@ -198,10 +199,11 @@ void select_impl(const at::Tensor& queries, const at::Tensor& entries, const at:
         if (comp) {
           // one pass over the entry for every number a head needs: the bound, the center's
           // exponent (shared by both estimates), and the spread's and the var's terms
-          float* t4 = terms.data();
+          float* t3 = terms.data();
 #if defined(__AVX512F__)
           if (kD == 64) {
-            comp_terms64(ep + (h * nb + sid[j]) * e, q, q + group * qe, qe, group, sigmas, t4);
+            comp_terms64(ep + (h * nb + sid[j]) * e, q, q + group * qe, w3rows.data(), qe,
+                         group, t3);
           } else
 #endif
           {
@@ -209,14 +211,14 @@ void select_impl(const at::Tensor& queries, const at::Tensor& entries, const at:
             widen_row(entry, row.data(), 2 * dim);
             spread_row(row.data(), dim, sigmas, row.data() + 2 * dim);
             widen_row(entry + 2 * dim, row.data() + 3 * dim, dim);
-            comp_terms(row.data(), q, q + group * qe, qe, dim, group, t4);
+            comp_terms(row.data(), q, q + group * qe, qe, dim, group, t3);
           }
           for (int64_t g = 0; g < group; ++g) {
-            const float b = t4[4 * g], c = t4[4 * g + 1];
+            const float b = t3[3 * g];
             bound[g * m + j] = b;
             best[g] = b > best[g] ? b : best[g];
-            mass[g * m + j] = (moment ? std::min(c + t4[4 * g + 2], b) : b) + lb;
-            cmass[g * m + j] = std::min(c + t4[4 * g + 3], b) + lb;
+            mass[g * m + j] = (moment ? std::min(t3[3 * g + 1], b) : b) + lb;
+            cmass[g * m + j] = std::min(t3[3 * g + 2], b) + lb;
           }
           continue;
         }
