@@ -51,9 +51,25 @@ class Group:
     token_index: torch.Tensor    # [S*Q] rows of the flattened step (padding repeats a row)
     valid: torch.Tensor          # [S*Q] bool: which of those rows are real
     block_tables: torch.Tensor   # [S, W] int64 (padded with 0)
-    mask: torch.Tensor           # [1, S, 1, Q, W*block_size] additive (0 or -inf), float32
     queries: int                 # Q
     context_lens: torch.Tensor   # [S] int64: keys each sequence attends over (its last query's)
+    positions: torch.Tensor      # [S, Q] int64: each query's position (padding repeats the last)
+    block_size: int
+    _mask: torch.Tensor | None = None
+
+    @property
+    def mask(self) -> torch.Tensor:
+        """[1, S, 1, Q, W*block_size] additive (0 or -inf), float32: key k is visible to a query
+        at position p when k <= p (causal) and k < the context length (padding). Built on first
+        use: it is as long as the context, and the fused CPU decode kernel never reads it."""
+        if self._mask is None:
+            key_pos = torch.arange(self.block_tables.shape[1] * self.block_size,
+                                   device=self.positions.device)
+            allowed = (key_pos[None, None, :] <= self.positions[:, :, None]) & \
+                (key_pos[None, None, :] < self.context_lens[:, None, None])
+            mask = torch.zeros(allowed.shape, dtype=torch.float32, device=allowed.device)
+            self._mask = mask.masked_fill_(~allowed, float("-inf"))[None, :, None]
+        return self._mask
 
 
 @dataclass(slots=True)
@@ -93,22 +109,17 @@ def _group(slices: list[SeqSlice], block_size: int, device) -> Group:
         token_index.extend(s.start + min(j, s.num_new - 1) for j in range(q))
         valid.extend(j < s.num_new for j in range(q))
         tables.append(s.block_ids + [0] * (width - len(s.block_ids)))
-    num_new = torch.tensor([s.num_new for s in slices])
-    limits = torch.tensor([s.context_len for s in slices])
-    # query j of a sequence sits at position past + min(j, num_new - 1); key k is visible to it
-    # when k <= that position (causal) and k < the context length (padding)
-    positions = (limits - num_new)[:, None] + torch.minimum(torch.arange(q)[None, :],
-                                                            (num_new - 1)[:, None])
-    key_pos = torch.arange(width * block_size)
-    allowed = (key_pos[None, None, :] <= positions[:, :, None]) & \
-        (key_pos[None, None, :] < limits[:, None, None])
-    mask = torch.zeros(allowed.shape, dtype=torch.float32).masked_fill_(~allowed, float("-inf"))
+    # query j of a sequence sits at position past + min(j, num_new - 1)
+    positions = [[s.context_len - s.num_new + min(j, s.num_new - 1) for j in range(q)]
+                 for s in slices]
     return Group(
         token_index=torch.tensor(token_index, dtype=torch.int64, device=device),
         valid=torch.tensor(valid, dtype=torch.bool, device=device),
-        block_tables=torch.tensor(tables, dtype=torch.int64, device=device),
-        mask=mask[None, :, None].to(device), queries=q,
-        context_lens=limits.to(device))
+        block_tables=torch.tensor(tables, dtype=torch.int64, device=device), queries=q,
+        context_lens=torch.tensor([s.context_len for s in slices], dtype=torch.int64,
+                                  device=device),
+        positions=torch.tensor(positions, dtype=torch.int64, device=device),
+        block_size=block_size)
 
 
 def kv_cache_shape(num_layers: int, kv_heads: int, num_blocks: int, block_size: int,

@@ -270,5 +270,5 @@ def _subgroup(g: Group, rows: torch.Tensor) -> Group:
     return Group(token_index=g.token_index.index_select(0, rows),
                  valid=g.valid.index_select(0, rows),
                  block_tables=g.block_tables.index_select(0, rows),
-                 mask=g.mask.index_select(1, rows), queries=g.queries,
-                 context_lens=g.context_lens.index_select(0, rows))
+                 queries=g.queries, context_lens=g.context_lens.index_select(0, rows),
+                 positions=g.positions.index_select(0, rows), block_size=g.block_size)
