@@ -52,8 +52,9 @@ RANGE_SIGMAS = 3.0
 
 
 def spread_of(kmax: torch.Tensor, kmin: torch.Tensor) -> torch.Tensor:
-    """The range-based variance ((kmax - kmin) / RANGE_SIGMAS)^2, in float32: the same float
-    operations as the CPU selection kernel's, so both paths see the same numbers."""
+    """The range-based variance ((kmax - kmin) / RANGE_SIGMAS)^2, in float32. The CPU selection
+    kernel computes it with the same float operations (spread_row), except its AVX-512 path,
+    which folds 1 / RANGE_SIGMAS^2 into the query's row instead (equal within rounding)."""
     return (kmax.float() - kmin.float()).div_(RANGE_SIGMAS).square_()
 
 

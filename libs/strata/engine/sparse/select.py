@@ -205,9 +205,9 @@ def select_blocks(q: torch.Tensor, index: BlockIndex, layer: int, layout: Layout
                   fused: bool = False) -> Selection:
     """q [R, KVH, G, D]: the rows' queries grouped by KV head. Flat ids count the index's
     blocks, which are the cache's (attend.flat_ids). `fused`: scoring and selection
-    through sparse_kernels.cpp (select_blocks), which reads the entries in place; it orders
-    blocks of equal rank by position, where torch's topk may not (attention does not depend
-    on the order)."""
+    through sparse_kernels.cpp (select_blocks), which reads the entries in place; it breaks
+    ties at the cut by position, where torch's topk may not, and lists a pair's chosen blocks in
+    position order, torch in rank order (attention does not depend on the order)."""
     r, kv_heads, g, dim = q.shape
     width = layout.mid_valid.shape[-1]
     layer_entries = index.entries[layer]                                      # [KVH, NB, 2|3, D]
