@@ -84,5 +84,6 @@ def way_overrides(way: str, models: Sequence[str], settings: StackSettings,
             "STRATA_PLACEMENT_WINDOW_S": f"{settings.window_s:g}",
             "STRATA_PLACEMENT_WINDOWS": str(settings.windows),
             "STRATA_PLACEMENT_CURVE_DAYS": "0",
+            "STRATA_PLACEMENT_BURST_S": f"{settings.window_s / 5:g}",
             "STRATA_PLACEMENT_PROFILES": profiles_dir},
     }

@@ -7,7 +7,7 @@ import math
 from collections.abc import Iterable, Mapping
 
 from strata.eval.sla import SlaClass, SlaTable
-from strata.policy.placement.curves import DAY_S, WindowGrid
+from strata.policy.placement.curves import DAY_S, BurstSlices, WindowGrid
 from strata.rpc.v1 import metrics_pb2
 from strata.store.arrivals import ModelArrivals
 
@@ -39,6 +39,18 @@ def grid_for(request: metrics_pb2.ArrivalCurvesRequest, now_ms: int) -> WindowGr
     return WindowGrid.recent(w, request.windows, end_s)
 
 
+def burst_for(request: metrics_pb2.ArrivalCurvesRequest, grid: WindowGrid) -> float:
+    """The burst slice a request asks for (0: none); ValueError with a sentence to act on."""
+    b = request.burst_s
+    if b == 0:
+        return 0.0
+    if not (math.isfinite(b) and b > 0):
+        raise ValueError(f"burst_s must be 0 (window means only) or a positive number of "
+                         f"seconds that divides window_s, got {b}")
+    BurstSlices(grid, b)
+    return b
+
+
 def tightest(classes: Iterable[SlaClass]) -> SlaClass:
     """One class holding each target's smallest value over `classes`, named after them all."""
     classes = sorted(set(classes), key=lambda c: c.name)
@@ -49,10 +61,10 @@ def tightest(classes: Iterable[SlaClass]) -> SlaClass:
 
 
 def curves_reply(grid: WindowGrid, found: list[ModelArrivals], tenant_classes: Mapping[str, str],
-                 table: SlaTable) -> metrics_pb2.ArrivalCurvesResponse:
+                 table: SlaTable, burst_s: float = 0.0) -> metrics_pb2.ArrivalCurvesResponse:
     reply = metrics_pb2.ArrivalCurvesResponse(
         window_s=grid.window_s, start_unix_ms=round(grid.start_s * 1000),
-        end_unix_ms=round(grid.end_s * 1000), observed_s=grid.observed_s())
+        end_unix_ms=round(grid.end_s * 1000), observed_s=grid.observed_s(), burst_s=burst_s)
     for m in found:
         sla = tightest(table.lookup(tenant_classes.get(t, table.default)) for t in m.tenants)
         target = metrics_pb2.SlaTarget(sla_class=sla.name)
@@ -62,5 +74,5 @@ def curves_reply(grid: WindowGrid, found: list[ModelArrivals], tenant_classes: M
             target.tpot_ms = sla.tpot_ms
         reply.curves.append(metrics_pb2.ArrivalCurve(
             model=m.model, requests=m.requests, prompt_tokens_mean=m.prompt_mean,
-            output_tokens_mean=m.output_mean, sla=target))
+            output_tokens_mean=m.output_mean, sla=target, burst_requests=m.burst_requests))
     return reply

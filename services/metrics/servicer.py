@@ -25,7 +25,7 @@ from strata.store.sla_classes import load_sla_table
 from strata.store.spans import SpanRecord, get_trace, trace_id_of_request
 from strata.telemetry.receiver import OtlpReceiver
 
-from services.metrics.arrival_curves import curves_reply, grid_for
+from services.metrics.arrival_curves import burst_for, curves_reply, grid_for
 
 log = logging.getLogger(__name__)
 
@@ -187,13 +187,14 @@ class MetricsServicer(metrics_pb2_grpc.MetricsServicer):
                                ) -> metrics_pb2.ArrivalCurvesResponse:
         try:
             grid = grid_for(request, self._now_ms())
+            burst_s = burst_for(request, grid)
         except ValueError as err:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         async with self._sessions() as session:
-            found = await arrivals(session, grid)
+            found = await arrivals(session, grid, burst_s)
             classes = await tenant_sla_classes(session)
             sla = await load_sla_table(session, self._settings.sla)
-        return curves_reply(grid, found, classes, sla)
+        return curves_reply(grid, found, classes, sla, burst_s)
 
     async def GetTrace(self, request: metrics_pb2.GetTraceRequest,
                        context: grpc.aio.ServicerContext) -> metrics_pb2.Trace:

@@ -44,7 +44,8 @@ async def main() -> None:
     scheduler_channel, metrics_channel, nodes = (channel(cfg.scheduler_addr),
                                                  channel(cfg.metrics_addr), NodeClients())
     curves = MetricsCurves(metrics_pb2_grpc.MetricsStub(metrics_channel), cfg.metrics_addr,
-                           cfg.window_s, cfg.windows, cfg.curve_days, cfg.rpc_timeout_s)
+                           cfg.window_s, cfg.windows, cfg.curve_days, cfg.rpc_timeout_s,
+                           burst_s=cfg.burst_s)
     planner = Planner(
         scheduler=scheduler_pb2_grpc.SchedulerStub(scheduler_channel),
         scheduler_addr=cfg.scheduler_addr, nodes=nodes, models=cfg.models, replicas=cfg.replicas,

@@ -32,6 +32,8 @@ class PlacementConfig:
     window_s: float = 300.0              # arrival curve window
     windows: int = 12                    # curve_days = 0: the last `windows` windows
     curve_days: int = 0                  # > 0: the UTC day cut into windows, over these days
+    burst_s: float = 30.0                # replicas are sized for each window's busiest slice
+                                         # of this many seconds (divides window_s; 0: means)
     profiles: str = BUNDLED_PROFILES     # engine profiles: a JSON file or a folder of them
     load_bytes_per_s: float = 2e9        # migration cost: weights onto a new node ...
     warmup_s: float = 30.0               # ... plus warm-up and a cold prefix cache ...
@@ -55,6 +57,11 @@ class PlacementConfig:
         if self.curve_days and abs(86_400 / self.window_s - round(86_400 / self.window_s)) > 1e-9:
             raise ConfigError(f"STRATA_PLACEMENT_WINDOW_S must divide a day (86400 s) when "
                               f"STRATA_PLACEMENT_CURVE_DAYS > 0, got {self.window_s}")
+        if self.burst_s < 0 or self.burst_s > self.window_s or (self.burst_s and abs(
+                self.window_s / self.burst_s - round(self.window_s / self.burst_s)) > 1e-9):
+            raise ConfigError(f"STRATA_PLACEMENT_BURST_S must be 0 (window means only) or "
+                              f"divide STRATA_PLACEMENT_WINDOW_S ({self.window_s:g} s), got "
+                              f"{self.burst_s:g}")
         if self.lookahead_windows and not self.curve_days:
             raise ConfigError("STRATA_PLACEMENT_LOOKAHEAD_WINDOWS needs daily arrival curves "
                               "(STRATA_PLACEMENT_CURVE_DAYS > 0): only a time-of-day window "
@@ -94,6 +101,7 @@ class PlacementConfig:
             window_s=env_float("STRATA_PLACEMENT_WINDOW_S", 300.0),
             windows=env_int("STRATA_PLACEMENT_WINDOWS", 12, minimum=1),
             curve_days=env_int("STRATA_PLACEMENT_CURVE_DAYS", 0, minimum=0),
+            burst_s=env_float("STRATA_PLACEMENT_BURST_S", 30.0),
             profiles=env_str("STRATA_PLACEMENT_PROFILES", BUNDLED_PROFILES),
             load_bytes_per_s=env_float("STRATA_PLACEMENT_LOAD_BYTES_PER_S", 2e9),
             warmup_s=env_float("STRATA_PLACEMENT_WARMUP_S", 30.0),

@@ -25,11 +25,11 @@ class MetricsCurves:
     """GetArrivalCurves over the configured grid; None (and a warning) when it cannot answer."""
 
     def __init__(self, stub: metrics_pb2_grpc.MetricsStub, address: str, window_s: float,
-                 windows: int, days: int, timeout_s: float) -> None:
+                 windows: int, days: int, timeout_s: float, burst_s: float = 0.0) -> None:
         self._stub = stub
         self._address = address
         self._request = metrics_pb2.ArrivalCurvesRequest(window_s=window_s, windows=windows,
-                                                         days=days)
+                                                         days=days, burst_s=burst_s)
         self._timeout_s = timeout_s
         self.problem = ""          # why the last fetch came back empty ("" when it did not)
 
@@ -56,7 +56,8 @@ def snapshot(reply: metrics_pb2.ArrivalCurvesResponse, models: Sequence[str]) ->
             continue
         curves[c.model] = ArrivalCurve.from_counts(c.model, reply.window_s, list(c.requests),
                                                    observed, list(c.prompt_tokens_mean),
-                                                   list(c.output_tokens_mean))
+                                                   list(c.output_tokens_mean), reply.burst_s,
+                                                   list(c.burst_requests))
         sla[c.model] = SlaTarget(c.sla.sla_class or "best-effort",
                                  c.sla.ttft_ms if c.sla.HasField("ttft_ms") else None,
                                  c.sla.tpot_ms if c.sla.HasField("tpot_ms") else None)

@@ -87,7 +87,24 @@ async def test_daily_windows_fold_by_time_of_day(metrics):
     assert list(b.requests)[0] == 2 and sum(b.requests) == 2
 
 
+async def test_burst_slices_count_each_windows_busiest_slice(metrics):
+    reply = await metrics.GetArrivalCurves(metrics_pb2.ArrivalCurvesRequest(
+        window_s=60, windows=3, burst_s=20))
+    assert reply.burst_s == 20.0
+    a, b = reply.curves
+    # a: one arrival in window 0; two (one failed) 10 s apart in one slice of window 1.
+    assert (list(a.burst_requests), list(b.burst_requests)) == ([1, 2, 0], [0, 0, 1])
+    plain = await metrics.GetArrivalCurves(metrics_pb2.ArrivalCurvesRequest(window_s=60,
+                                                                            windows=3))
+    assert plain.burst_s == 0.0 and all(not c.burst_requests for c in plain.curves)
+
+
 @pytest.mark.parametrize("request_fields, message", [
+    (dict(window_s=60, windows=3, burst_s=25), "burst_s must divide the window: 25 s does "
+                                               "not divide 60 s (try 6 or 12)"),
+    (dict(window_s=60, windows=3, burst_s=-1), "burst_s must be 0 (window means only) or a "
+                                               "positive number of seconds that divides "
+                                               "window_s, got -1.0"),
     (dict(window_s=0, windows=3), "window_s must be between 0 and 86400 seconds, got 0.0"),
     (dict(window_s=60, windows=0), "windows must be between 1 and 10080, got 0"),
     (dict(window_s=7000, days=1), "with days > 0 the day is cut into windows of window_s, so "

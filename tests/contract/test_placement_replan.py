@@ -228,3 +228,14 @@ def test_curves_from_the_metrics_reply_fill_silent_models_with_zeros():
     assert sorted(got.curves) == ["a", "b"]
     assert got.curves["a"].rates == (0.1, 0.0) and got.curves["b"].rates == (0.0, 0.0)
     assert got.sla == {"a": SlaTarget("interactive", 300.0, None)}
+
+
+def test_curves_from_the_metrics_reply_keep_the_busiest_slices():
+    reply = metrics_pb2.ArrivalCurvesResponse(window_s=60, observed_s=[60.0, 60.0], burst_s=15,
+                                              curves=[metrics_pb2.ArrivalCurve(
+                                                  model="a", requests=[6, 0],
+                                                  prompt_tokens_mean=[10.0, 0.0],
+                                                  output_tokens_mean=[5.0, 0.0],
+                                                  burst_requests=[3, 0])])
+    a = snapshot(reply, ["a"]).curves["a"]
+    assert (a.burst_s, a.burst_rates) == (15.0, (0.2, 0.0))

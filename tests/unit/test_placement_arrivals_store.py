@@ -55,3 +55,17 @@ async def test_daily_windows_fold_days_by_time_of_day(store):
 async def test_no_rows_no_curves(store):
     async with store() as s:
         assert await arrivals(s, WindowGrid.recent(60, 2, T0_S)) == []
+
+
+async def test_burst_slices_counted_in_sql(store):
+    async with store() as s:
+        await insert_spans(s, [request(i, "a", "t", T0_S + 1 + i, 10, 1) for i in range(3)]
+                           + [request(10 + i, "a", "t", T0_S + 31 + i / 10, 10, 1)
+                              for i in range(5)]
+                           + [request(20, "a", "t", T0_S + 95, 10, 1, error="UNAVAILABLE"),
+                              request(21, "b", "t", T0_S + 100, 10, 1)])
+        got = await arrivals(s, WindowGrid.recent(60, 2, T0_S + 120), burst_s=15)
+        plain = await arrivals(s, WindowGrid.recent(60, 2, T0_S + 120))
+    assert [(m.model, m.requests, m.burst_requests) for m in got] == [
+        ("a", (8, 1), (5, 1)), ("b", (0, 1), (0, 1))]
+    assert all(m.burst_requests == () for m in plain)

@@ -7,6 +7,7 @@ Loads are given as fractions of one replica's capacity (11.01 req/s for 100-toke
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import pytest
@@ -38,6 +39,19 @@ CAP = replica_capacity(COSTS, SLA, 100, 50)
 
 def curve(model: str, *fractions: float) -> ArrivalCurve:
     return ArrivalCurve.flat(model, 600, [f * CAP for f in fractions], 100, 50)
+
+
+def bursty(model: str, fractions, bursts) -> ArrivalCurve:
+    """curve() plus each window's busiest 30 s slice, counted so that its provisioned rate
+    (the lower 99% bound of the slice's rate) is the given fraction of CAP."""
+    def count(f: float) -> int:
+        x = f * CAP * 30
+        root = (2.326 + math.sqrt(2.326 ** 2 + 4 * x)) / 2
+        return math.ceil(root * root)
+    return ArrivalCurve.from_counts(model, 600, [round(f * CAP * 600) for f in fractions],
+                                    [600.0] * len(fractions), [100] * len(fractions),
+                                    [50] * len(fractions), burst_s=30,
+                                    burst_requests=[count(b) for b in bursts])
 
 
 def plan(nodes, curves, *, memory=2 * GB, replicas=None, settings=BatchAwareSettings(),
@@ -187,6 +201,26 @@ def test_replica_count_follows_the_busiest_window():
     assert model.reason == (f"peak {2.5 * CAP:.3g} req/s in window 0, one replica sustains "
                             f"{CAP:.3g} req/s there within interactive (TTFT 500 ms, TPOT 40 ms)")
     assert where(result) == [("a", "n1"), ("a", "n2"), ("a", "n3")]
+
+
+def test_replica_count_follows_the_busiest_slice_of_a_window():
+    result = plan(empty("n1", "n2", "n3"), {"a": bursty("a", (0.8, 0.2), (1.6, 0.2))})
+    [model] = result.explanation.models
+    assert model.replicas == 2
+    assert model.reason.startswith("busiest 30 s at ")
+    assert model.reason.endswith(f"req/s in window 0, one replica sustains {CAP:.3g} req/s "
+                                 f"there within interactive (TTFT 500 ms, TPOT 40 ms)")
+
+
+def test_a_neighbours_burst_keeps_models_apart_that_share_by_their_means():
+    means = {"a": curve("a", 0.5, 0.1), "b": curve("b", 0.1, 0.5)}
+    assert where(plan(empty("n1", "n2"), means)) == [("a", "n1"), ("b", "n1")]
+    # b bursts to 0.7 of a replica in a's busy window: a alone at 0.5 beside it breaks its
+    # TPOT target there, though b's own replica absorbs the burst.
+    bursts = {"a": curve("a", 0.5, 0.1), "b": bursty("b", (0.1, 0.5), (0.7, 0.5))}
+    result = plan(empty("n1", "n2"), bursts)
+    assert where(result) == [("a", "n1"), ("b", "n2")]
+    assert [m.replicas for m in result.explanation.models] == [1, 1]
 
 
 def test_a_model_without_engine_costs_is_placed_by_memory_and_said_to_be_unmodelled():

@@ -13,13 +13,14 @@ def test_batch_aware_settings_from_env(monkeypatch):
                        "STRATA_PLACEMENT_CURVE_DAYS": "7", "STRATA_PLACEMENT_PROFILES": "none",
                        "STRATA_PLACEMENT_LOAD_BYTES_PER_S": "1e9",
                        "STRATA_PLACEMENT_WARMUP_S": "5", "STRATA_PLACEMENT_HORIZON_S": "0",
-                       "STRATA_PLACEMENT_MAX_MOVES": "2"}.items():
+                       "STRATA_PLACEMENT_MAX_MOVES": "2", "STRATA_PLACEMENT_BURST_S": "60"}.items():
         monkeypatch.setenv(var, value)
     cfg = PlacementConfig.from_env()
     assert (cfg.policy, cfg.metrics_addr, cfg.window_s, cfg.windows, cfg.curve_days,
             cfg.profiles, cfg.load_bytes_per_s, cfg.warmup_s, cfg.max_moves) == (
         "ffd", "metrics:1", 900.0, 4, 7, "none", 1e9, 5.0, 2)
     assert cfg.planning_horizon_s == 86_400.0        # a daily curve plans a day ahead
+    assert cfg.burst_s == 60.0
 
 
 def test_defaults_plan_batch_aware_over_the_last_hour_with_the_bundled_profiles():
@@ -44,6 +45,9 @@ def test_a_lookahead_plans_the_coming_windows_of_the_day(monkeypatch):
     (dict(lookahead_windows=2), "STRATA_PLACEMENT_LOOKAHEAD_WINDOWS needs daily arrival curves"),
     (dict(window_s=3600, curve_days=1, lookahead_windows=25),
      r"LOOKAHEAD_WINDOWS must be at most the windows in a day \(24\), got 25"),
+    (dict(window_s=25), r"STRATA_PLACEMENT_BURST_S must be 0 \(window means only\) or divide "
+                        r"STRATA_PLACEMENT_WINDOW_S \(25 s\), got 30"),
+    (dict(burst_s=-5), "STRATA_PLACEMENT_BURST_S must be 0"),
     (dict(warmup_s=-1), "STRATA_PLACEMENT_WARMUP_S and STRATA_PLACEMENT_HORIZON_S must not be "
                         "negative"),
 ])

@@ -72,3 +72,46 @@ def test_upcoming_cuts_the_coming_windows_and_wraps_around_the_period():
     assert upcoming({"a": c}, 5, 4)["a"].rates == (0.2, 0.3, 0.4, 0.1)
     with pytest.raises(ValueError, match="a lookahead needs 1 to 4 windows, got 5"):
         upcoming({"a": c}, 0, 5)
+
+
+def test_burst_slices_keep_each_windows_busiest_slice():
+    grid = WindowGrid.recent(window_s=60, windows=2, end_s=1_000_120.0)
+    rows = ([RequestRow("a", 1_000_000.0 + i, 10, 1) for i in range(3)]          # slice 0: 3
+            + [RequestRow("a", 1_000_045.0 + i / 10, 10, 1) for i in range(5)]   # slice 3: 5
+            + [RequestRow("a", 1_000_075.0, 10, 1, failed=True)])                # slice 5: 1
+    [a] = arrival_curves(rows, grid, burst_s=15).values()
+    assert a.requests == (8, 1)
+    assert (a.burst_s, a.burst_rates) == (15, (5 / 15, 1 / 15))
+    assert upcoming({"a": a}, 1, 2)["a"].burst_rates == (1 / 15, 5 / 15)
+    # Without burst_s the curve measures no slices and provisions for the window's mean.
+    [plain] = arrival_curves(rows, grid).values()
+    assert plain.burst_rates == () and plain.provision_rate(0) == 8 / 60
+
+
+def test_daily_burst_slices_take_the_busiest_over_every_day():
+    grid = WindowGrid(window_s=DAY / 2, start_s=0.0, end_s=2 * DAY, daily=True)
+    rows = ([RequestRow("m", 100.0 + i, 1, 1) for i in range(4)]              # day 0: 4
+            + [RequestRow("m", DAY + 200.0 + i, 1, 1) for i in range(6)])     # day 1: 6
+    [m] = arrival_curves(rows, grid, burst_s=3600).values()
+    assert m.burst_rates == (6 / 3600, 0.0)
+
+
+def test_provision_rate_discounts_chance_and_never_goes_below_the_mean():
+    # 900 arrivals in one 30 s slice of a window averaging 10/s: a burst, counted at its lower
+    # 99% bound (900 - 2.326 * 30) / 30; 340 in the busiest slice of a steady 10/s window is
+    # within chance, so the mean stands.
+    c = ArrivalCurve.from_counts("m", 300, [6000, 3000], [300.0, 300.0], [1, 1], [1, 1],
+                                 burst_s=30, burst_requests=[900, 340])
+    assert c.provision_rate(0) == pytest.approx((900 - 2.326 * 30) / 30)
+    assert c.provision_rate(1) == 10.0
+    with pytest.raises(ValueError, match="burst counts need one entry per window"):
+        ArrivalCurve.from_counts("m", 300, [1, 1], [300.0] * 2, [1, 1], [1, 1], burst_s=30,
+                                 burst_requests=[1])
+
+
+def test_burst_slices_must_divide_the_window():
+    grid = WindowGrid.recent(150, 2, 300)
+    with pytest.raises(ValueError, match="20 s does not divide 150 s"):
+        arrival_curves([], grid, burst_s=20)
+    with pytest.raises(ValueError, match="burst_s must be between 0 and the window"):
+        arrival_curves([], grid, burst_s=300)

@@ -6,6 +6,10 @@ grouped by model and window; only one row per (model, window) comes back. Window
 milliseconds counted from the span's start (recent grids) or from the Unix epoch (daily grids,
 then folded by time of day, which works because a daily window divides the day). The integer
 division is the same on SQLite and PostgreSQL since times are never before the origin.
+
+With `burst_s` > 0 a second query counts arrivals per (model, slice of burst_s), one row per
+slice that saw any, and each window keeps its busiest slice's count (the curves module's
+BurstSlices maps slices to windows).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from dataclasses import dataclass
 from sqlalchemy import and_, case, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from strata.policy.placement.curves import DAY_S, WindowGrid
+from strata.policy.placement.curves import DAY_S, BurstSlices, WindowGrid
 from strata.store.models import Request
 from strata.store.spans import STATUS_ERROR
 
@@ -28,10 +32,15 @@ class ModelArrivals:
     prompt_mean: tuple[float, ...]      # per window, over succeeded requests (0: none)
     output_mean: tuple[float, ...]
     tenants: tuple[str, ...]            # who sent them, sorted
+    burst_requests: tuple[int, ...] = ()  # per window, its busiest burst_s slice (): not asked
 
 
-async def arrivals(session: AsyncSession, grid: WindowGrid) -> list[ModelArrivals]:
-    """Per model (sorted), the grid's windows filled from requests that started in its span."""
+async def arrivals(session: AsyncSession, grid: WindowGrid,
+                   burst_s: float = 0.0) -> list[ModelArrivals]:
+    """Per model (sorted), the grid's windows filled from requests that started in its span;
+    with `burst_s` > 0 also each window's busiest slice (ValueError: it does not divide the
+    window)."""
+    slices = BurstSlices(grid, burst_s) if burst_s else None
     window_ms = round(grid.window_s * 1000)
     start_ms, end_ms = round(grid.start_s * 1000), round(grid.end_s * 1000)
     origin = 0 if grid.daily else start_ms
@@ -61,8 +70,22 @@ async def arrivals(session: AsyncSession, grid: WindowGrid) -> list[ModelArrival
             in_span, Request.model.in_(sorted(count))).distinct()
         for model, tenant in (await session.execute(pairs)).all():
             tenants[model].add(tenant)
+    busiest = await _busiest(session, slices, in_span) if slices is not None else {}
     return [ModelArrivals(
         m, tuple(count[m]),
         tuple(p / c if c else 0.0 for p, c in zip(prompt[m], good[m])),
         tuple(o / c if c else 0.0 for o, c in zip(output[m], good[m])),
-        tuple(sorted(tenants[m]))) for m in sorted(count)]
+        tuple(sorted(tenants[m])),
+        tuple(busiest.get(m, [0] * n)) if slices is not None else ()) for m in sorted(count)]
+
+
+async def _busiest(session: AsyncSession, slices: BurstSlices, in_span) -> dict[str, list[int]]:
+    burst_ms = round(slices.burst_s * 1000)
+    origin_ms = round(slices.origin * 1000)
+    piece = ((Request.start_unix_ms - origin_ms) // burst_ms).label("piece")
+    stmt = (select(Request.model, piece, func.count().label("n"))
+            .where(in_span).group_by(Request.model, piece))
+    per_model: dict[str, dict[int, int]] = defaultdict(dict)
+    for row in (await session.execute(stmt)).all():
+        per_model[row.model][int(row.piece)] = int(row.n)
+    return {m: slices.busiest(counts) for m, counts in per_model.items()}

@@ -93,6 +93,17 @@ class WindowLoads:
         return Demand(curve.rates[window] * share, max(curve.prompt_tokens[window], 1.0),
                       max(curve.output_tokens[window], 1.0))
 
+    def burst_demand(self, model: str, window: int) -> Demand | None:
+        """demand() at the window's busiest-slice rate (ArrivalCurve.provision_rate); None
+        where the curve saw no burst above its mean there."""
+        curve = self.curves.get(model)
+        if curve is None or curve.provision_rate(window) <= curve.rates[window]:
+            return None
+        base = self.demand(model, window)
+        share = 1 / max(1, self.replicas.get(model, 1))
+        return Demand(curve.provision_rate(window) * share, base.prompt_tokens,
+                      base.output_tokens)
+
     def load(self, model: str, device: str) -> np.ndarray:
         """One replica's load per window on `device` (inf where no rate meets the targets)."""
         key = (model, device)
@@ -122,14 +133,18 @@ class WindowLoads:
         else:
             curve = self.curves[model]
             need, worst = 0, 0
-            for w, (rate, cap) in enumerate(zip(curve.rates, caps)):
+            for w, cap in enumerate(caps):
+                rate = curve.provision_rate(w)
                 n = math.inf if cap == 0 and rate > 0 else math.ceil(rate / cap - 1e-9)
                 if n > need:
                     need, worst = n, w
             if need > minimum:
                 cap = caps[worst]
+                peak = (f"busiest {curve.burst_s:g} s at {curve.provision_rate(worst):.3g} "
+                        f"req/s" if curve.provision_rate(worst) > curve.rates[worst] else
+                        f"peak {curve.rates[worst]:.3g} req/s")
                 count = ReplicaCount(model, need if math.isfinite(need) else limit, (
-                    f"peak {curve.rates[worst]:.3g} req/s in window {worst}, one replica "
+                    f"{peak} in window {worst}, one replica "
                     f"sustains {cap:.3g} req/s there within {_targets(self.target(model))}"))
             else:
                 count = ReplicaCount(model, minimum, f"{minimum} replica(s) configured; the "

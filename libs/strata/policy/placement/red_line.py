@@ -6,6 +6,12 @@ its class's target in any window breaks the red line, and a plan that does so an
 rejected, whatever it would gain. Each model's check reports its worst window (the one closest
 to, or furthest past, a target), which is the number an explanation needs.
 
+Window means hide bursts, and a neighbour's burst is when sharing costs most. Where a curve
+measured its windows' busiest slices, each window is judged once more per such neighbour j,
+with j at its busiest-slice rate and the others at their means; every model but j must keep its
+targets then too. j's own burst is not its neighbours' doing: its replica count is provisioned
+for it (strata.policy.placement.loads.decide_replicas).
+
 Results are cached per (device, models on the GPU): the planner asks about the same few
 combinations over and over while it searches.
 """
@@ -69,25 +75,41 @@ class RedLine:
             return True
         total = sum(loads.load(m, device) for m in modelled)
         for w in sorted(range(loads.windows), key=lambda w: (-float(total[w]), w)):
-            demands = [loads.demand(m, w) for m in modelled]
-            if all(d.rate <= 0 for d in demands):
-                continue
-            preds = predict([(loads.costs(m, device), d) for m, d in zip(modelled, demands)])
-            if any(_margin(loads.target(m), p.ttft_p99_ms, p.tpot_p99_ms) > 1.0
-                   for m, p in zip(modelled, preds)):
-                return False
+            for judged, preds in self._scenarios(device, modelled, w):
+                if any(_margin(loads.target(m), p.ttft_p99_ms, p.tpot_p99_ms) > 1.0
+                       for m, p in zip(modelled, preds) if m in judged):
+                    return False
         return True
+
+    def _scenarios(self, device: str, modelled: list[str], w: int):
+        """(models judged, predictions) in window w: every model at its mean rate, then one
+        neighbour at a time at its busiest-slice rate with the others judged (module
+        docstring)."""
+        loads = self._loads
+        demands = [loads.demand(m, w) for m in modelled]
+        costs = [loads.costs(m, device) for m in modelled]
+        yield set(modelled), predict(list(zip(costs, demands)))
+        if len(modelled) < 2 or all(d.rate <= 0 for d in demands):
+            return
+        for j, m in enumerate(modelled):
+            burst = loads.burst_demand(m, w)
+            if burst is None:
+                continue
+            yield set(modelled) - {m}, predict(list(zip(costs, [
+                burst if k == j else d for k, d in enumerate(demands)])))
 
     def _judge(self, device: str, models: tuple[str, ...]) -> tuple[RedLineCheck, ...]:
         loads = self._loads
         modelled = [m for m in models if loads.modelled(m, device)]
         worst: dict[str, tuple[float, int, float, float]] = {}
         for w in range(loads.windows):
-            preds = predict([(loads.costs(m, device), loads.demand(m, w)) for m in modelled])
-            for m, p in zip(modelled, preds):
-                score = _margin(loads.target(m), p.ttft_p99_ms, p.tpot_p99_ms)
-                if m not in worst or score > worst[m][0]:
-                    worst[m] = (score, w, p.ttft_p99_ms, p.tpot_p99_ms)
+            for judged, preds in self._scenarios(device, modelled, w):
+                for m, p in zip(modelled, preds):
+                    if m not in judged:
+                        continue
+                    score = _margin(loads.target(m), p.ttft_p99_ms, p.tpot_p99_ms)
+                    if m not in worst or score > worst[m][0]:
+                        worst[m] = (score, w, p.ttft_p99_ms, p.tpot_p99_ms)
         checks = []
         for m in models:
             sla = loads.target(m)

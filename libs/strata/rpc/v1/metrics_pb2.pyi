@@ -7,44 +7,50 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ArrivalCurvesRequest(_message.Message):
-    __slots__ = ("window_s", "windows", "end_unix_ms", "days")
+    __slots__ = ("window_s", "windows", "end_unix_ms", "days", "burst_s")
     WINDOW_S_FIELD_NUMBER: _ClassVar[int]
     WINDOWS_FIELD_NUMBER: _ClassVar[int]
     END_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     DAYS_FIELD_NUMBER: _ClassVar[int]
+    BURST_S_FIELD_NUMBER: _ClassVar[int]
     window_s: float
     windows: int
     end_unix_ms: int
     days: int
-    def __init__(self, window_s: _Optional[float] = ..., windows: _Optional[int] = ..., end_unix_ms: _Optional[int] = ..., days: _Optional[int] = ...) -> None: ...
+    burst_s: float
+    def __init__(self, window_s: _Optional[float] = ..., windows: _Optional[int] = ..., end_unix_ms: _Optional[int] = ..., days: _Optional[int] = ..., burst_s: _Optional[float] = ...) -> None: ...
 
 class ArrivalCurve(_message.Message):
-    __slots__ = ("model", "requests", "prompt_tokens_mean", "output_tokens_mean", "sla")
+    __slots__ = ("model", "requests", "prompt_tokens_mean", "output_tokens_mean", "sla", "burst_requests")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     REQUESTS_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_MEAN_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_TOKENS_MEAN_FIELD_NUMBER: _ClassVar[int]
     SLA_FIELD_NUMBER: _ClassVar[int]
+    BURST_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     model: str
     requests: _containers.RepeatedScalarFieldContainer[int]
     prompt_tokens_mean: _containers.RepeatedScalarFieldContainer[float]
     output_tokens_mean: _containers.RepeatedScalarFieldContainer[float]
     sla: SlaTarget
-    def __init__(self, model: _Optional[str] = ..., requests: _Optional[_Iterable[int]] = ..., prompt_tokens_mean: _Optional[_Iterable[float]] = ..., output_tokens_mean: _Optional[_Iterable[float]] = ..., sla: _Optional[_Union[SlaTarget, _Mapping]] = ...) -> None: ...
+    burst_requests: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, model: _Optional[str] = ..., requests: _Optional[_Iterable[int]] = ..., prompt_tokens_mean: _Optional[_Iterable[float]] = ..., output_tokens_mean: _Optional[_Iterable[float]] = ..., sla: _Optional[_Union[SlaTarget, _Mapping]] = ..., burst_requests: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ArrivalCurvesResponse(_message.Message):
-    __slots__ = ("window_s", "start_unix_ms", "end_unix_ms", "observed_s", "curves")
+    __slots__ = ("window_s", "start_unix_ms", "end_unix_ms", "observed_s", "curves", "burst_s")
     WINDOW_S_FIELD_NUMBER: _ClassVar[int]
     START_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     END_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     OBSERVED_S_FIELD_NUMBER: _ClassVar[int]
     CURVES_FIELD_NUMBER: _ClassVar[int]
+    BURST_S_FIELD_NUMBER: _ClassVar[int]
     window_s: float
     start_unix_ms: int
     end_unix_ms: int
     observed_s: _containers.RepeatedScalarFieldContainer[float]
     curves: _containers.RepeatedCompositeFieldContainer[ArrivalCurve]
-    def __init__(self, window_s: _Optional[float] = ..., start_unix_ms: _Optional[int] = ..., end_unix_ms: _Optional[int] = ..., observed_s: _Optional[_Iterable[float]] = ..., curves: _Optional[_Iterable[_Union[ArrivalCurve, _Mapping]]] = ...) -> None: ...
+    burst_s: float
+    def __init__(self, window_s: _Optional[float] = ..., start_unix_ms: _Optional[int] = ..., end_unix_ms: _Optional[int] = ..., observed_s: _Optional[_Iterable[float]] = ..., curves: _Optional[_Iterable[_Union[ArrivalCurve, _Mapping]]] = ..., burst_s: _Optional[float] = ...) -> None: ...
 
 class StartRunRequest(_message.Message):
     __slots__ = ("name", "kind", "params_json")
