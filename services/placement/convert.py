@@ -44,7 +44,8 @@ def plan_to_pb(plan: PlacementPlan, version: int, created_unix_ms: int, policy: 
 def check_pb(c: RedLineCheck) -> placement_pb2.RedLineCheck:
     pb = placement_pb2.RedLineCheck(model=c.model, node_id=c.node_id, window=c.window,
                                     ttft_p99_ms=c.ttft_p99_ms, tpot_p99_ms=c.tpot_p99_ms,
-                                    sla_class=c.sla.name, ok=c.ok, modelled=c.modelled)
+                                    sla_class=c.sla.name, ok=c.ok, modelled=c.modelled,
+                                    bursting=c.bursting)
     if c.sla.ttft_ms is not None:
         pb.ttft_target_ms = c.sla.ttft_ms
     if c.sla.tpot_ms is not None:

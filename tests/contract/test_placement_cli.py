@@ -6,9 +6,12 @@ import asyncio
 
 import pytest
 
+from services.placement.convert import check_pb
 from services.placement.policies import BatchAwarePolicy
 from strata.client import cli
-from strata.policy.placement import ArrivalCurve, BatchAwareSettings, SlaTarget, replica_capacity
+from strata.client.placement_cli import format_explanation
+from strata.policy.placement import (ArrivalCurve, BatchAwareSettings, RedLineCheck, SlaTarget,
+                                     replica_capacity)
 from strata.rpc.v1 import common_pb2, placement_pb2
 from tests.contract.test_placement_replan import FixedCurves, LinearCosts, beat, planner
 from tests.contract.test_placement_service import Cluster, FakeNode
@@ -82,3 +85,14 @@ async def test_plan_before_any_round_is_unavailable(placement, capsys):
     address, _ = placement
     assert await run("placement", "--placement", address, "plan") == 2
     assert capsys.readouterr().err.startswith("error: UNAVAILABLE: no plan yet")
+
+
+def test_a_check_broken_by_a_neighbours_burst_says_so():
+    check = RedLineCheck("a", "n1", 0, 612.5, 38.0, SlaTarget("interactive", 500, 40), False,
+                         bursting="b")
+    e = placement_pb2.PlacementExplanation(plan_version=3, summary="s",
+                                           violations=[check_pb(check)])
+    assert format_explanation(e).splitlines()[2:4] == [
+        "red-line violations:",
+        "  a on n1 window 0 while b bursts: P99 TTFT 612.5/500 ms, TPOT 38.0/40 ms "
+        "(interactive) BREAKS"]

@@ -15,6 +15,8 @@ import pytest
 from strata.policy.placement import (ArrivalCurve, BatchAwareSettings, MigrationCost,
                                      ModelDemand, NodeCapacity, Replica, SlaTarget,
                                      plan_batch_aware, replica_capacity)
+from strata.policy.placement.loads import WindowLoads
+from strata.policy.placement.red_line import RedLine
 
 GB = 10**9
 SLA = SlaTarget("interactive", ttft_ms=500, tpot_ms=40)
@@ -221,6 +223,14 @@ def test_a_neighbours_burst_keeps_models_apart_that_share_by_their_means():
     result = plan(empty("n1", "n2"), bursts)
     assert where(result) == [("a", "n1"), ("b", "n2")]
     assert [m.replicas for m in result.explanation.models] == [1, 1]
+    # The check of the pair says whose burst breaks whom.
+    loads = WindowLoads(2, bursts, {m: SLA for m in bursts}, lambda model, device: COSTS)
+    loads.replicas.update(a=1, b=1)
+    a_check, b_check = RedLine(loads).check("n1", "gpu", ["a", "b"])
+    assert (a_check.ok, a_check.window, a_check.bursting) == (False, 0, "b")
+    assert a_check.describe().startswith("a: window 0 while b bursts P99 TTFT ")
+    assert a_check.describe().endswith("BREAKS interactive")
+    assert b_check.ok and "bursts" not in b_check.describe()
 
 
 def test_a_model_without_engine_costs_is_placed_by_memory_and_said_to_be_unmodelled():

@@ -144,6 +144,8 @@ def _check(c: placement_pb2.RedLineCheck) -> str:
 
     ttft = f"{c.ttft_target_ms:g}" if c.HasField("ttft_target_ms") else "-"
     tpot = f"{c.tpot_target_ms:g}" if c.HasField("tpot_target_ms") else "-"
-    return (f"{c.model} on {c.node_id} window {c.window}: P99 TTFT {ms(c.ttft_p99_ms)}/{ttft} "
+    when = f" while {c.bursting} bursts" if c.bursting else ""
+    return (f"{c.model} on {c.node_id} window {c.window}{when}: P99 TTFT "
+            f"{ms(c.ttft_p99_ms)}/{ttft} "
             f"ms, TPOT {ms(c.tpot_p99_ms)}/{tpot} ms ({c.sla_class}) "
             f"{'ok' if c.ok else 'BREAKS'}")

@@ -36,12 +36,14 @@ class RedLineCheck:
     sla: SlaTarget
     ok: bool
     modelled: bool = True       # False: no engine costs or no traffic, nothing was predicted
+    bursting: str = ""          # the neighbour at its busiest slice there ("": at the means)
 
     def describe(self) -> str:
         if not self.modelled:
             return f"{self.model}: not modelled (no engine profile or no traffic), not checked"
         verdict = "within" if self.ok else "BREAKS"
-        return (f"{self.model}: window {self.window} P99 TTFT {_ms(self.ttft_p99_ms)} / "
+        when = f" while {self.bursting} bursts" if self.bursting else ""
+        return (f"{self.model}: window {self.window}{when} P99 TTFT {_ms(self.ttft_p99_ms)} / "
                 f"{_ms(self.sla.ttft_ms)}, TPOT {_ms(self.tpot_p99_ms)} / "
                 f"{_ms(self.sla.tpot_ms)}: {verdict} {self.sla.name}")
 
@@ -57,7 +59,7 @@ class RedLine:
         if key not in self._cache:
             self._cache[key] = self._judge(device, key[1])
         return [RedLineCheck(c.model, node_id, c.window, c.ttft_p99_ms, c.tpot_p99_ms, c.sla,
-                             c.ok, c.modelled) for c in self._cache[key]]
+                             c.ok, c.modelled, c.bursting) for c in self._cache[key]]
 
     def holds(self, device: str, models: Sequence[str]) -> bool:
         """check()'s verdict, stopping at the first window that breaks (busiest first)."""
@@ -75,49 +77,50 @@ class RedLine:
             return True
         total = sum(loads.load(m, device) for m in modelled)
         for w in sorted(range(loads.windows), key=lambda w: (-float(total[w]), w)):
-            for judged, preds in self._scenarios(device, modelled, w):
+            for judged, _, preds in self._scenarios(device, modelled, w):
                 if any(_margin(loads.target(m), p.ttft_p99_ms, p.tpot_p99_ms) > 1.0
                        for m, p in zip(modelled, preds) if m in judged):
                     return False
         return True
 
     def _scenarios(self, device: str, modelled: list[str], w: int):
-        """(models judged, predictions) in window w: every model at its mean rate, then one
-        neighbour at a time at its busiest-slice rate with the others judged (module
-        docstring)."""
+        """(models judged, the model bursting or "", predictions) in window w: every model at
+        its mean rate, then one neighbour at a time at its busiest-slice rate with the others
+        judged (module docstring)."""
         loads = self._loads
         demands = [loads.demand(m, w) for m in modelled]
         costs = [loads.costs(m, device) for m in modelled]
-        yield set(modelled), predict(list(zip(costs, demands)))
+        yield set(modelled), "", predict(list(zip(costs, demands)))
         if len(modelled) < 2 or all(d.rate <= 0 for d in demands):
             return
         for j, m in enumerate(modelled):
             burst = loads.burst_demand(m, w)
             if burst is None:
                 continue
-            yield set(modelled) - {m}, predict(list(zip(costs, [
+            yield set(modelled) - {m}, m, predict(list(zip(costs, [
                 burst if k == j else d for k, d in enumerate(demands)])))
 
     def _judge(self, device: str, models: tuple[str, ...]) -> tuple[RedLineCheck, ...]:
         loads = self._loads
         modelled = [m for m in models if loads.modelled(m, device)]
-        worst: dict[str, tuple[float, int, float, float]] = {}
+        worst: dict[str, tuple[float, int, float, float, str]] = {}
         for w in range(loads.windows):
-            for judged, preds in self._scenarios(device, modelled, w):
+            for judged, bursting, preds in self._scenarios(device, modelled, w):
                 for m, p in zip(modelled, preds):
                     if m not in judged:
                         continue
                     score = _margin(loads.target(m), p.ttft_p99_ms, p.tpot_p99_ms)
                     if m not in worst or score > worst[m][0]:
-                        worst[m] = (score, w, p.ttft_p99_ms, p.tpot_p99_ms)
+                        worst[m] = (score, w, p.ttft_p99_ms, p.tpot_p99_ms, bursting)
         checks = []
         for m in models:
             sla = loads.target(m)
             if m not in worst:
                 checks.append(RedLineCheck(m, "", 0, 0.0, 0.0, sla, True, modelled=False))
                 continue
-            score, w, ttft, tpot = worst[m]
-            checks.append(RedLineCheck(m, "", w, ttft, tpot, sla, score <= 1.0))
+            score, w, ttft, tpot, bursting = worst[m]
+            checks.append(RedLineCheck(m, "", w, ttft, tpot, sla, score <= 1.0,
+                                       bursting=bursting))
         return tuple(checks)
 
 

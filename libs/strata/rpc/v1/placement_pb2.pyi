@@ -77,7 +77,7 @@ class ExplainRequest(_message.Message):
     def __init__(self, model: _Optional[str] = ..., node_id: _Optional[str] = ...) -> None: ...
 
 class RedLineCheck(_message.Message):
-    __slots__ = ("model", "node_id", "window", "ttft_p99_ms", "tpot_p99_ms", "sla_class", "ttft_target_ms", "tpot_target_ms", "ok", "modelled")
+    __slots__ = ("model", "node_id", "window", "ttft_p99_ms", "tpot_p99_ms", "sla_class", "ttft_target_ms", "tpot_target_ms", "ok", "modelled", "bursting")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     WINDOW_FIELD_NUMBER: _ClassVar[int]
@@ -88,6 +88,7 @@ class RedLineCheck(_message.Message):
     TPOT_TARGET_MS_FIELD_NUMBER: _ClassVar[int]
     OK_FIELD_NUMBER: _ClassVar[int]
     MODELLED_FIELD_NUMBER: _ClassVar[int]
+    BURSTING_FIELD_NUMBER: _ClassVar[int]
     model: str
     node_id: str
     window: int
@@ -98,7 +99,8 @@ class RedLineCheck(_message.Message):
     tpot_target_ms: float
     ok: bool
     modelled: bool
-    def __init__(self, model: _Optional[str] = ..., node_id: _Optional[str] = ..., window: _Optional[int] = ..., ttft_p99_ms: _Optional[float] = ..., tpot_p99_ms: _Optional[float] = ..., sla_class: _Optional[str] = ..., ttft_target_ms: _Optional[float] = ..., tpot_target_ms: _Optional[float] = ..., ok: _Optional[bool] = ..., modelled: _Optional[bool] = ...) -> None: ...
+    bursting: str
+    def __init__(self, model: _Optional[str] = ..., node_id: _Optional[str] = ..., window: _Optional[int] = ..., ttft_p99_ms: _Optional[float] = ..., tpot_p99_ms: _Optional[float] = ..., sla_class: _Optional[str] = ..., ttft_target_ms: _Optional[float] = ..., tpot_target_ms: _Optional[float] = ..., ok: _Optional[bool] = ..., modelled: _Optional[bool] = ..., bursting: _Optional[str] = ...) -> None: ...
 
 class PairBenefit(_message.Message):
     __slots__ = ("model", "other", "benefit")
