@@ -113,5 +113,7 @@ def test_burst_slices_must_divide_the_window():
     grid = WindowGrid.recent(150, 2, 300)
     with pytest.raises(ValueError, match="20 s does not divide 150 s"):
         arrival_curves([], grid, burst_s=20)
-    with pytest.raises(ValueError, match="burst_s must be between 0 and the window"):
+    with pytest.raises(ValueError, match="burst_s must be between 1 ms and the window"):
         arrival_curves([], grid, burst_s=300)
+    with pytest.raises(ValueError, match="burst_s must be between 1 ms and the window"):
+        arrival_curves([], grid, burst_s=0.0005)

@@ -186,9 +186,9 @@ class BurstSlices:
     grids) or the Unix epoch (daily grids), so each lies inside one window."""
 
     def __init__(self, grid: WindowGrid, burst_s: float) -> None:
-        if not (math.isfinite(burst_s) and 0 < burst_s <= grid.window_s):
-            raise ValueError(f"burst_s must be between 0 and the window ({grid.window_s:g} s), "
-                             f"got {burst_s}")
+        if not (math.isfinite(burst_s) and 0.001 <= burst_s <= grid.window_s):
+            raise ValueError(f"burst_s must be between 1 ms and the window ({grid.window_s:g} "
+                             f"s), got {burst_s}")
         per_window = grid.window_s / burst_s
         if abs(per_window - round(per_window)) > 1e-9:
             raise ValueError(f"burst_s must divide the window: {burst_s:g} s does not divide "
