@@ -1,10 +1,12 @@
-"""Metrics.GetArrivalCurves in-process on port 0: per-model arrivals per window from stored
-request rows, the tightest SLA targets of each model's tenants, and refused requests."""
+"""Metrics.GetArrivalCurves in-process on port 0: per-model arrivals per window (and each
+window's busiest slice) from stored request rows, the tightest SLA targets of each model's
+tenants, refused requests, and the placement planner's client of it (MetricsCurves)."""
 
 import grpc
 import pytest
 
 from services.metrics.servicer import MetricsServicer
+from services.placement.curves_source import MetricsCurves
 from strata.eval.layers import LayerSettings
 from strata.eval.sla import parse_classes
 from strata.rpc.server import Registration, channel, start_server
@@ -117,3 +119,24 @@ async def test_impossible_grids_are_refused_with_the_reason(metrics, request_fie
         await metrics.GetArrivalCurves(metrics_pb2.ArrivalCurvesRequest(**request_fields))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert err.value.details() == message
+
+
+async def test_the_planners_client_asks_for_burst_slices_and_fills_silent_models(metrics):
+    curves = MetricsCurves(metrics, "in-process", window_s=60, windows=3, days=0, timeout_s=5,
+                           burst_s=20)
+    got = await curves.fetch(["a", "c"])
+    assert curves.problem == "" and sorted(got.curves) == ["a", "c"]
+    a = got.curves["a"]
+    assert (a.requests, a.burst_s, a.burst_rates) == ((1, 2, 0), 20.0, (0.05, 0.1, 0.0))
+    assert got.curves["c"].requests == (0, 0, 0)
+    assert got.sla["a"].ttft_ms == 300.0
+
+
+async def test_the_planners_client_says_why_when_the_collector_does_not_answer():
+    async with channel("127.0.0.1:1") as ch:
+        curves = MetricsCurves(metrics_pb2_grpc.MetricsStub(ch), "127.0.0.1:1", window_s=60,
+                               windows=3, days=0, timeout_s=2, burst_s=20)
+        assert await curves.fetch(["a"]) is None
+    assert curves.problem.startswith("the metrics collector at 127.0.0.1:1 did not answer "
+                                     "GetArrivalCurves (")
+    assert curves.problem.endswith("planning without arrival curves and without optional moves")
