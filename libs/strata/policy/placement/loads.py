@@ -85,24 +85,25 @@ class WindowLoads:
             out.append(self._capacity_cache[key])
         return tuple(out)
 
-    def demand(self, model: str, window: int) -> Demand:
+    def demand(self, model: str, window: int, rate: float | None = None) -> Demand:
+        """One replica's share of the window's traffic; `rate`: the model's rate to split
+        instead of the window's mean."""
         curve = self.curves.get(model)
         if curve is None:
             return Demand(0.0, 0.0, 0.0)
         share = 1 / max(1, self.replicas.get(model, 1))
-        return Demand(curve.rates[window] * share, max(curve.prompt_tokens[window], 1.0),
+        return Demand((curve.rates[window] if rate is None else rate) * share,
+                      max(curve.prompt_tokens[window], 1.0),
                       max(curve.output_tokens[window], 1.0))
 
     def burst_demand(self, model: str, window: int) -> Demand | None:
         """demand() at the window's busiest-slice rate (ArrivalCurve.provision_rate); None
         where the curve saw no burst above its mean there."""
         curve = self.curves.get(model)
-        if curve is None or curve.provision_rate(window) <= curve.rates[window]:
+        if curve is None:
             return None
-        base = self.demand(model, window)
-        share = 1 / max(1, self.replicas.get(model, 1))
-        return Demand(curve.provision_rate(window) * share, base.prompt_tokens,
-                      base.output_tokens)
+        rate = curve.provision_rate(window)
+        return self.demand(model, window, rate) if rate > curve.rates[window] else None
 
     def load(self, model: str, device: str) -> np.ndarray:
         """One replica's load per window on `device` (inf where no rate meets the targets)."""
@@ -139,10 +140,9 @@ class WindowLoads:
                 if n > need:
                     need, worst = n, w
             if need > minimum:
-                cap = caps[worst]
-                peak = (f"busiest {curve.burst_s:g} s at {curve.provision_rate(worst):.3g} "
-                        f"req/s" if curve.provision_rate(worst) > curve.rates[worst] else
-                        f"peak {curve.rates[worst]:.3g} req/s")
+                cap, rate = caps[worst], curve.provision_rate(worst)
+                peak = (f"busiest {curve.burst_s:g} s at {rate:.3g} req/s"
+                        if rate > curve.rates[worst] else f"peak {rate:.3g} req/s")
                 count = ReplicaCount(model, need if math.isfinite(need) else limit, (
                     f"{peak} in window {worst}, one replica "
                     f"sustains {cap:.3g} req/s there within {_targets(self.target(model))}"))
