@@ -31,6 +31,7 @@ import torch
 from strata.engine import kernels
 
 if TYPE_CHECKING:
+    from strata.engine.block_tables import BlockTables
     from strata.engine.sparse.decode import SparseStep
 
 
@@ -82,7 +83,9 @@ class AttentionMetadata:
 
     @staticmethod
     def build(slices: list[SeqSlice], block_size: int, device: torch.device | str,
-              native: bool = False) -> AttentionMetadata:
+              native: bool = False, tables: BlockTables | None = None) -> AttentionMetadata:
+        """`tables`: the engine's block tables kept across steps (block_tables.py); without it
+        each group's table is made from the slices' lists."""
         slots: list[int] = []
         for s in slices:
             first = s.context_len - s.num_new
@@ -91,35 +94,50 @@ class AttentionMetadata:
             else:
                 slots.extend(s.block_ids[p // block_size] * block_size + p % block_size
                              for p in range(first, s.context_len))
+        rows = dict(zip(map(id, slices), tables.step([s.block_ids for s in slices]))) \
+            if tables is not None else None
         decodes = [s for s in slices if s.num_new == 1]
         prefills = [s for s in slices if s.num_new > 1]
-        groups = [_group(g, block_size, device) for g in (decodes, prefills) if g]
+        groups = [_group(g, block_size, device, rows) for g in (decodes, prefills) if g]
         return AttentionMetadata(
             slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
             groups=groups, block_size=block_size, native=native)
 
 
-def _group(slices: list[SeqSlice], block_size: int, device) -> Group:
+def _group(slices: list[SeqSlice], block_size: int, device,
+           rows: dict[int, torch.Tensor] | None) -> Group:
     q = max(s.num_new for s in slices)
     width = max(len(s.block_ids) for s in slices)
     token_index: list[int] = []
     valid: list[bool] = []
-    tables: list[list[int]] = []
     for s in slices:
         token_index.extend(s.start + min(j, s.num_new - 1) for j in range(q))
         valid.extend(j < s.num_new for j in range(q))
-        tables.append(s.block_ids + [0] * (width - len(s.block_ids)))
     # query j of a sequence sits at position past + min(j, num_new - 1)
     positions = [[s.context_len - s.num_new + min(j, s.num_new - 1) for j in range(q)]
                  for s in slices]
     return Group(
         token_index=torch.tensor(token_index, dtype=torch.int64, device=device),
         valid=torch.tensor(valid, dtype=torch.bool, device=device),
-        block_tables=torch.tensor(tables, dtype=torch.int64, device=device), queries=q,
+        block_tables=_tables(slices, width, device, rows), queries=q,
         context_lens=torch.tensor([s.context_len for s in slices], dtype=torch.int64,
                                   device=device),
         positions=torch.tensor(positions, dtype=torch.int64, device=device),
         block_size=block_size)
+
+
+def _tables(slices: list[SeqSlice], width: int, device,
+            rows: dict[int, torch.Tensor] | None) -> torch.Tensor:
+    """[S, width] int64: each slice's block ids, padded with 0."""
+    if rows is None:
+        return torch.tensor([s.block_ids + [0] * (width - len(s.block_ids)) for s in slices],
+                            dtype=torch.int64, device=device)
+    if len(slices) == 1:
+        return rows[id(slices[0])][None]
+    out = torch.zeros((len(slices), width), dtype=torch.int64, device=device)
+    for i, s in enumerate(slices):
+        out[i, :len(s.block_ids)] = rows[id(s)]
+    return out
 
 
 def kv_cache_shape(num_layers: int, kv_heads: int, num_blocks: int, block_size: int,

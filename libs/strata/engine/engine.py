@@ -17,6 +17,7 @@ import torch
 from strata.engine import kernels
 from strata.engine.attention import AttentionMetadata, SeqSlice, kv_cache_shape
 from strata.engine.block_pool import BlockPool
+from strata.engine.block_tables import BlockTables
 from strata.engine.detokenizer import Detokenizer
 from strata.engine.loaded import LoadedModel
 from strata.engine.model import build_model
@@ -110,6 +111,7 @@ class LLMEngine:
         self.model_name = loaded.config.name
         self.tokenizer = loaded.tokenizer
         self.device = torch.device(config.device)
+        self._tables = BlockTables(self.device)     # block tables kept across steps
         self.dtype = getattr(torch, config.dtype)
         cfg = loaded.config
         self.model = build_model(cfg, loaded.weights, self.device, self.dtype)
@@ -283,7 +285,7 @@ class LLMEngine:
                 logits_rows.append(start + item.num_new - 1)
         dev = self.device
         meta = AttentionMetadata.build(slices, self.config.block_size, dev,
-                                       self.native_attention)
+                                       self.native_attention, self._tables)
         if self.sparse is not None:
             decodes = meta.groups[0] if meta.groups and meta.groups[0].queries == 1 else None
             meta.sparse = self.sparse.plan(self.kv, [i.seq.request_id for i in scheduled],

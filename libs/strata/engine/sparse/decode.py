@@ -91,6 +91,7 @@ class SparseDecoder:
         self._modes: dict[str, bool] = {}
         self._requests: dict[str, RequestSparse] = {}
         self.sums = RunningSums(self.index)
+        self._prepared: _Prepared | None = None
 
     # -- requests ------------------------------------------------------------------------------
     def register(self, request_id: str, sparse: bool | None) -> None:
@@ -101,6 +102,8 @@ class SparseDecoder:
     def forget(self, request_id: str) -> RequestSparse:
         self._modes.pop(request_id, None)
         self.sums.drop(request_id)
+        if self._prepared is not None and request_id in self._prepared.request_ids:
+            self._prepared = None
         return self._requests.pop(request_id, None) or RequestSparse()
 
     def commit_hook(self, then: CommitHook | None) -> CommitHook:
@@ -147,6 +150,8 @@ class SparseDecoder:
             self.index.mark(s.block_ids[i] for i in range(first // bs, s.context_len // bs))
             if s.num_new != 1:
                 self.sums.drop(rid)     # (re)computing its context: its blocks may be rewritten
+                if self._prepared is not None and rid in self._prepared.request_ids:
+                    self._prepared = None
         if decode_group is None:
             return None
         rows: list[int] = []
@@ -163,13 +168,37 @@ class SparseDecoder:
             row += 1
         if not rows:
             return None
+        self.stats.decode_rows += len(rows)
+        nblocks = [-(-s.context_len // bs) for s in row_slices]
+        prep = self._prepared
+        if prep is None or not prep.holds(row, rows, ids, nblocks, row_slices):
+            prep = self._prepared = self._prepare(kv, decode_group, row, rows, ids, row_slices)
+        else:
+            prep.advance(decode_group, row_slices, bs)
+        all_rows = prep.all_rows
+        return SparseStep(
+            decoder=self, layout=prep.layout, left_out=prep.left_out,
+            sparse_rows=prep.sparse_rows,
+            token_index=decode_group.token_index if all_rows else
+            decode_group.token_index.index_select(0, prep.sparse_rows),
+            request_ids=ids, dense=_subgroup(decode_group, prep.keep) if prep.keep.numel()
+            else None, dense_rows=prep.keep, native=native, fused=native and self.fused,
+            all_rows=all_rows)
+
+    def _prepare(self, kv: torch.Tensor, decode_group: Group, row: int, rows: list[int],
+                 ids: list[str], row_slices: list[SeqSlice]) -> _Prepared:
+        """Lay out the sparse rows from scratch (Layout, LeftOut): their first step, or the first
+        after one of them began a block."""
+        bs = self.block_size
         device = kv.device
         sparse_rows = torch.tensor(rows, dtype=torch.int64, device=device)
         chosen = set(rows)
         keep = torch.tensor([r for r in range(row) if r not in chosen], dtype=torch.int64,
                             device=device)
-        self.stats.decode_rows += len(rows)
-        layout = Layout.build(decode_group.block_tables.index_select(0, sparse_rows),
+        all_rows = rows == list(range(row))
+        layout = Layout.build(decode_group.block_tables if all_rows else
+                              decode_group.block_tables.index_select(0, sparse_rows),
+                              decode_group.context_lens if all_rows else
                               decode_group.context_lens.index_select(0, sparse_rows),
                               self.cfg, bs, pool_blocks=kv.shape[3])
         left_out = None
@@ -178,13 +207,58 @@ class SparseDecoder:
             totals = torch.stack([self.sums.update(rid, s.block_ids, (s.context_len - 1) // bs)
                                   for rid, s in zip(ids, row_slices)])
             left_out = LeftOut.build(layout, totals, bs)
-        return SparseStep(
-            decoder=self, layout=layout, left_out=left_out,
-            sparse_rows=sparse_rows,
-            token_index=decode_group.token_index.index_select(0, sparse_rows),
-            request_ids=ids, dense=_subgroup(decode_group, keep) if keep.numel() else None,
-            dense_rows=keep, native=native, fused=native and self.fused,
-            all_rows=rows == list(range(row)))
+        return _Prepared(decode_rows=row, rows=rows, request_ids=ids,
+                         nblocks=list(layout.nblocks),
+                         context_lens=[s.context_len for s in row_slices],
+                         tables=[list(s.block_ids) for s in row_slices], layout=layout,
+                         left_out=left_out, sparse_rows=sparse_rows, keep=keep,
+                         all_rows=all_rows)
+
+
+@dataclass(slots=True)
+class _Prepared:
+    """A step's layout of its sparse rows, kept for the steps after it.
+
+    Everything a row's Layout and LeftOut hold depends on its block table and on how many blocks
+    its context spans, except the context length itself and the length of the block being
+    written. While the same rows decode in the same blocks (every step between two block
+    boundaries), the next step updates those two and keeps the rest: Layout.build and
+    LeftOut.build cost more than the attention they lay out at batch 1. A row that runs a prefill
+    chunk (a recompute may rewrite its blocks) drops the whole entry (SparseDecoder.plan)."""
+
+    decode_rows: int             # rows in the decode group
+    rows: list[int]              # the sparse rows among them
+    request_ids: list[str]
+    nblocks: list[int]           # blocks each row's context spans
+    context_lens: list[int]      # each row's context at the last step laid out
+    tables: list[list[int]]      # each row's block ids, copied when laid out
+    layout: Layout
+    left_out: LeftOut | None
+    sparse_rows: torch.Tensor
+    keep: torch.Tensor           # the decode group's other rows
+    all_rows: bool
+
+    def holds(self, decode_rows: int, rows: list[int], ids: list[str], nblocks: list[int],
+              slices: list[SeqSlice]) -> bool:
+        """Whether this step's sparse rows are the same requests, each one token further on
+        in the same blocks."""
+        return (decode_rows == self.decode_rows and rows == self.rows and
+                ids == self.request_ids and nblocks == self.nblocks and
+                all(s.context_len == n + 1 for s, n in zip(slices, self.context_lens)) and
+                all(s.block_ids == t for s, t in zip(slices, self.tables)))
+
+    def advance(self, decode_group: Group, slices: list[SeqSlice], block_size: int) -> None:
+        """This step's context lengths, and the tokens read from the block being written."""
+        lay = self.layout
+        self.context_lens = [s.context_len for s in slices]
+        lay.context_lens = decode_group.context_lens if self.all_rows else \
+            decode_group.context_lens.index_select(0, self.sparse_rows)
+        last = torch.tensor([s.context_len - (n - 1) * block_size
+                             for s, n in zip(slices, self.nblocks)],
+                            dtype=lay.block_lens.dtype, device=lay.block_lens.device)
+        at = lay.fixed_ids.shape[-1] - 1     # the fixed blocks end with the one being written
+        lay.block_lens[:, 0, at] = last
+        lay.pair_block_lens = None        # laid out again per pair by the first layer
 
 
 @dataclass(slots=True)
