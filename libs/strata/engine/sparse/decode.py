@@ -92,6 +92,7 @@ class SparseDecoder:
         self._requests: dict[str, RequestSparse] = {}
         self.sums = RunningSums(self.index)
         self._prepared: _Prepared | None = None
+        self.layouts = 0        # cumulative step layouts built from scratch (_prepare)
 
     # -- requests ------------------------------------------------------------------------------
     def register(self, request_id: str, sparse: bool | None) -> None:
@@ -171,7 +172,8 @@ class SparseDecoder:
         self.stats.decode_rows += len(rows)
         nblocks = [-(-s.context_len // bs) for s in row_slices]
         prep = self._prepared
-        if prep is None or not prep.holds(row, rows, ids, nblocks, row_slices):
+        if prep is None or prep.cfg is not self.cfg or \
+                not prep.holds(row, rows, ids, nblocks, row_slices):
             prep = self._prepared = self._prepare(kv, decode_group, row, rows, ids, row_slices)
         else:
             prep.advance(decode_group, row_slices, bs)
@@ -191,6 +193,7 @@ class SparseDecoder:
         after one of them began a block."""
         bs = self.block_size
         device = kv.device
+        self.layouts += 1
         sparse_rows = torch.tensor(rows, dtype=torch.int64, device=device)
         chosen = set(rows)
         keep = torch.tensor([r for r in range(row) if r not in chosen], dtype=torch.int64,
@@ -207,7 +210,7 @@ class SparseDecoder:
             totals = torch.stack([self.sums.update(rid, s.block_ids, (s.context_len - 1) // bs)
                                   for rid, s in zip(ids, row_slices)])
             left_out = LeftOut.build(layout, totals, bs)
-        return _Prepared(decode_rows=row, rows=rows, request_ids=ids,
+        return _Prepared(cfg=self.cfg, decode_rows=row, rows=rows, request_ids=ids,
                          nblocks=list(layout.nblocks),
                          context_lens=[s.context_len for s in row_slices],
                          tables=[list(s.block_ids) for s in row_slices], layout=layout,
@@ -226,6 +229,7 @@ class _Prepared:
     LeftOut.build cost more than the attention they lay out at batch 1. A row that runs a prefill
     chunk (a recompute may rewrite its blocks) drops the whole entry (SparseDecoder.plan)."""
 
+    cfg: SparseConfig            # the configuration it was laid out by
     decode_rows: int             # rows in the decode group
     rows: list[int]              # the sparse rows among them
     request_ids: list[str]
