@@ -24,6 +24,7 @@ with n blocks and H KV heads would read n * H dense).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -34,7 +35,7 @@ from strata.engine.sparse import native as sparse_native
 from strata.engine.sparse.attend import attend_blocks, attend_full
 from strata.engine.sparse.compensate import LeftOut, RunningSums
 from strata.engine.sparse.config import SparseConfig
-from strata.engine.sparse.index import BlockIndex
+from strata.engine.sparse.index import RANGE_SIGMAS, BlockIndex
 from strata.engine.sparse.select import Layout, left_out_mass, select_blocks
 
 DenseDecode = Callable[[Group], torch.Tensor]   # a decode group -> its output [S, H, D]
@@ -292,18 +293,26 @@ class SparseStep:
         _, heads, dim = q.shape
         g = heads // kv_heads
         r = self.sparse_rows.numel()
-        qp = q.index_select(0, self.token_index).view(r * kv_heads, g, dim)
-        sel = select_blocks(qp.view(r, kv_heads, g, dim), d.index, layer, self.layout, cfg,
-                            d.block_size, scale, self.fused)
-        flat = sel.flat_ids
-        got, lse = attend_blocks(qp, k_cache, v_cache, flat, sel.block_lens, scale, self.fused)
-        if self.left_out is not None:
-            got = self.left_out.apply(got, lse, sel.log_left_comp, flat, d.index.vsum, layer,
-                                      self.fused)
-        # the trust check: E / (Z_in + E) > threshold, i.e. log E - log Z_in > logit(threshold)
-        fail = (sel.log_left_out - lse).gt_(cfg.logit_threshold).any(dim=-1)    # [P]
-        fails = fail.tolist()
-        used = got
+        # a step of decode rows only, every one sparse: q's rows are the pairs' rows in order
+        qp = (q if self.all_rows and q.shape[0] == r else
+              q.index_select(0, self.token_index)).view(r * kv_heads, g, dim)
+        if d.probe is None and self.fused and \
+                d.index.compensation == (self.left_out is not None):
+            used, fail = self._fused(qp, k_cache, v_cache, scale, layer)
+            fails = fail.tolist()
+        else:
+            sel = select_blocks(qp.view(r, kv_heads, g, dim), d.index, layer, self.layout, cfg,
+                                d.block_size, scale, self.fused)
+            flat = sel.flat_ids
+            got, lse = attend_blocks(qp, k_cache, v_cache, flat, sel.block_lens, scale,
+                                     self.fused)
+            if self.left_out is not None:
+                got = self.left_out.apply(got, lse, sel.log_left_comp, flat, d.index.vsum,
+                                          layer, self.fused)
+            # the trust check: E / (Z_in + E) > threshold, i.e. log E - log Z_in > logit(thr.)
+            fail = (sel.log_left_out - lse).gt_(cfg.logit_threshold).any(dim=-1)    # [P]
+            fails = fail.tolist()
+            used = got
         if d.probe is not None:
             estimate = left_out_mass(sel.log_left_out, lse)                     # [P, G]
             full, full_lse = self._full(qp, k_cache, v_cache,
@@ -330,6 +339,30 @@ class SparseStep:
             out.index_copy_(0, self.dense_rows, dense_decode(self.dense))
         out.index_copy_(0, self.sparse_rows, used.view(r, heads, dim))
         return out
+
+    def _fused(self, qp: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+               scale: float, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Selection, attention over it, compensation and the trust check of every pair in one
+        call (sparse_kernels.cpp's sparse_decode: the same passes as select_blocks,
+        attend_blocks and LeftOut.apply with fused on, so the same numbers) -> the output
+        [P, G, D] before fallbacks and which pairs fail the check [P] bool."""
+        d = self.decoder
+        ops = sparse_native.load()
+        assert ops is not None, "fused is set only when the sparse kernels loaded"
+        kv_heads, _, block_size, dim = k_cache.shape
+        lay, left = self.layout, self.left_out
+        r = lay.mid_counts.shape[0]
+        entries = d.index.entries[layer]
+        none = qp.new_empty(0, dtype=torch.float32)
+        return ops.sparse_decode(
+            qp, entries.view(kv_heads, entries.shape[1], -1), lay.mid_ids.view(r, -1),
+            lay.mid_counts, lay.takes, lay.fixed_ids.view(r, -1), lay.picks, scale,
+            d.cfg.estimate == "moment", math.log(block_size), left is not None, RANGE_SIGMAS,
+            k_cache.reshape(-1, block_size, dim), v_cache.reshape(-1, block_size, dim),
+            lay.pair_lens(kv_heads),
+            none if left is None else left.per_token[layer],
+            none if left is None else left.weights,
+            none if left is None else d.index.vsum[layer].view(-1, dim), d.cfg.logit_threshold)
 
     def _full(self, qp: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
               pairs: torch.Tensor, scale: float, native: bool,

@@ -16,6 +16,9 @@
 //   compensate        the selection's output [P, G, D] moved towards the left-out tokens' mean
 //                     value by compensation's estimate of the mass left out (compensate.py's
 //                     LeftOut.apply in one pass instead of a handful of small tensor operations)
+//   sparse_decode     the three above per pair in one call, and the trust check: a layer's
+//                     sparse rows -> their output [P, G, D] and which pairs must fall back [P]
+//                     (decode.py's SparseStep.attend without a probe)
 //
 // The helpers (widening, dot, axpy, exp of a non-positive float) are shared with strata's
 // decode_attention kernel: strata/engine/kernels/cpu_math.h, with their accuracy.
@@ -127,246 +130,363 @@ inline void prefetch_block(const scalar_t* block, int64_t rows, int64_t slot, in
     for (int64_t i = 0; i < dim; i += kLine) __builtin_prefetch(block + j * slot + i, 0, 3);
 }
 
-// kD > 0 fixes head_dim at compile time (64), so the dot products' lengths are constants.
+// One pair's selection (select_blocks): its query heads' rows against the index entries of the
+// row's middle blocks, ranked and cut to the row's budget. Built once per call from the tensors,
+// run per pair with a thread's own scratch; select_blocks and sparse_decode share it, so both
+// give the same numbers. kD > 0 fixes head_dim at compile time (64), so the dot products'
+// lengths are constants.
+template <typename scalar_t, int64_t kD>
+struct SelectPass {
+  const float* q32;
+  const c10::BFloat16* q16;
+  const scalar_t* ep;
+  const int64_t *mp, *cp, *kp, *fp;
+  int64_t kv_heads, group, dim, nq, e, qe, nb, m, nf, picks;
+  float fscale, sigmas, lb;
+  bool moment, comp;
+
+  SelectPass(const at::Tensor& queries, const at::Tensor& entries, const at::Tensor& mid_ids,
+             const at::Tensor& counts, const at::Tensor& takes, const at::Tensor& fixed,
+             int64_t picks_, double scale, bool moment_, double log_block, bool comp_,
+             double range_sigmas)
+      : q32(queries.scalar_type() == at::kBFloat16 ? nullptr : queries.data_ptr<float>()),
+        q16(queries.scalar_type() == at::kBFloat16 ? queries.data_ptr<c10::BFloat16>()
+                                                    : nullptr),
+        ep(entries.data_ptr<scalar_t>()),
+        mp(mid_ids.data_ptr<int64_t>()),
+        cp(counts.data_ptr<int64_t>()),
+        kp(takes.data_ptr<int64_t>()),
+        fp(fixed.data_ptr<int64_t>()),
+        kv_heads(entries.size(0)),
+        group(queries.size(1)),
+        dim(kD > 0 ? kD : queries.size(2)),
+        nq(moment_ || comp_ ? 2 * queries.size(1) : queries.size(1)),
+        // an entry holds e numbers, [kmax | kmin (| var)]; the query rows and the widened entry
+        // are qe wide, [kmax | kmin | spread (| var)], the spread computed from the box per block
+        e(entries.size(2)),
+        qe(entries.size(2) + (kD > 0 ? kD : queries.size(2))),
+        nb(entries.size(1)),
+        m(mid_ids.size(1)),
+        nf(fixed.size(1)),
+        picks(picks_),
+        fscale(static_cast<float>(scale)),
+        sigmas(static_cast<float>(range_sigmas)),
+        lb(static_cast<float>(log_block)),
+        moment(moment_),
+        comp(comp_) {}
+
+  int64_t width() const { return nf + picks; }
+
+  struct Scratch {
+    std::vector<float> row, qrows, bound, mass, rank, best, cmass, terms, qs, w3rows;
+    std::vector<int64_t> order;
+  };
+  Scratch scratch() const {
+    return Scratch{std::vector<float>(qe), std::vector<float>(nq * qe),
+                   std::vector<float>(group * m), std::vector<float>(group * m),
+                   std::vector<float>(m), std::vector<float>(group),
+                   std::vector<float>(comp ? group * m : 0), std::vector<float>(comp ? 3 * group : 0),
+                   std::vector<float>(group * dim), std::vector<float>(comp ? group * dim : 0),
+                   std::vector<int64_t>(m)};
+  }
+
+  // pair item = row s * kv_heads + KV head h -> the blocks it reads (out: physical ids,
+  // flat_out: ids into the cache seen as KVH * NB blocks, width() each) and the log of the
+  // estimated mass of the middle blocks it leaves out per query head (left; left_comp by
+  // compensation's estimate when comp)
+  void run(int64_t item, Scratch& sc, int64_t* out, int64_t* flat_out, float* left,
+           float* left_comp) const {
+    const float neg = -std::numeric_limits<float>::infinity();
+    const int64_t h = item % kv_heads, s = item / kv_heads, count = cp[s], take = kp[s];
+    // rows whose products with [kmax | kmin | spread (| var)] give the bound on
+    // the scores, [relu(q) | min(q, 0) | 0], and the log-normal exponent, [q/2 | q/2 | q^2/2]
+    // (select.py's query_rows); compensation's exponent is the second row's [q/2 | q/2]
+    // against [kmax | kmin] plus its q^2/2 against var. Without comp the products are the
+    // dot products select.py's matrix product takes; with comp one pass over the entry gives
+    // every head's four sums (16 lanes at a time with AVX-512, comp_terms64), in another
+    // order (equal to within float rounding, tested)
+    if (q16 != nullptr) widen_row(q16 + item * group * dim, sc.qs.data(), group * dim);
+    else widen_row(q32 + item * group * dim, sc.qs.data(), group * dim);
+    for (int64_t g = 0; g < group; ++g) {
+      float* b = sc.qrows.data() + g * qe;
+      float* w = sc.qrows.data() + (group + g) * qe;
+      for (int64_t i = 0; i < dim; ++i) {
+        const float x = sc.qs[g * dim + i] * fscale;
+        b[i] = x > 0.f ? x : 0.f;
+        b[dim + i] = x < 0.f ? x : 0.f;
+        b[2 * dim + i] = 0.f;
+        if (moment || comp) {
+          const float half = x * 0.5f;
+          w[i] = half;
+          w[dim + i] = half;
+          w[2 * dim + i] = x * half;
+          if (comp) sc.w3rows[g * dim + i] = x * half / (sigmas * sigmas);
+        }
+      }
+    }
+    const float* q = sc.qrows.data();
+    const int64_t* sid = mp + s * m;
+    float* bound = sc.bound.data();
+    float* mass = sc.mass.data();
+    float* cmass = sc.cmass.data();
+    float* best = sc.best.data();
+    float* rank = sc.rank.data();
+    std::fill(sc.best.begin(), sc.best.end(), neg);
+    for (int64_t j = 0; j < count; ++j) {
+      if (j + 2 < count) prefetch_block(ep + (h * nb + sid[j + 2]) * e, 1, e, e);
+      if (comp) {
+        // one pass over the entry for every number a head needs: the bound, the center's
+        // exponent (shared by both estimates), and the spread's and the var's terms
+        float* t3 = sc.terms.data();
+#if defined(__AVX512F__)
+        if (kD == 64) {
+          comp_terms64(ep + (h * nb + sid[j]) * e, q, q + group * qe, sc.w3rows.data(), qe,
+                       group, t3);
+        } else
+#endif
+        {
+          const scalar_t* entry = ep + (h * nb + sid[j]) * e;
+          widen_row(entry, sc.row.data(), 2 * dim);
+          spread_row(sc.row.data(), dim, sigmas, sc.row.data() + 2 * dim);
+          widen_row(entry + 2 * dim, sc.row.data() + 3 * dim, dim);
+          comp_terms(sc.row.data(), q, q + group * qe, qe, dim, group, t3);
+        }
+        for (int64_t g = 0; g < group; ++g) {
+          const float b = t3[3 * g];
+          bound[g * m + j] = b;
+          best[g] = b > best[g] ? b : best[g];
+          mass[g * m + j] = (moment ? std::min(t3[3 * g + 1], b) : b) + lb;
+          cmass[g * m + j] = std::min(t3[3 * g + 2], b) + lb;
+        }
+        continue;
+      }
+      widen_row(ep + (h * nb + sid[j]) * e, sc.row.data(), e);
+      if (moment) spread_row(sc.row.data(), dim, sigmas, sc.row.data() + 2 * dim);
+      for (int64_t g = 0; g < group; ++g) {
+        const float* w = q + (group + g) * qe;
+        // the bound row's last third is zeros: [kmax | kmin] is all it reads
+        const float b = dot(q + g * qe, sc.row.data(), 2 * dim);
+        bound[g * m + j] = b;
+        best[g] = b > best[g] ? b : best[g];
+        const float est = moment ? std::min(dot(w, sc.row.data(), 3 * dim), b) : b;
+        mass[g * m + j] = est + lb;
+      }
+    }
+    // a block's rank: its best query head's bound relative to that head's best block, so a
+    // head whose scores are all large does not outrank the others
+    for (int64_t j = 0; j < count; ++j) {
+      float v = neg;
+      for (int64_t g = 0; g < group; ++g) v = std::max(v, bound[g * m + j] - best[g]);
+      rank[j] = v;
+    }
+    std::vector<int64_t>& order = sc.order;
+    for (int64_t j = 0; j < count; ++j) order[j] = j;
+    const int64_t top = std::min(picks, count);
+    const auto before = [&](int64_t a, int64_t b) {
+      return rank[a] > rank[b] || (rank[a] == rank[b] && a < b);
+    };
+    // the best `read` first (linear), then in position order: a fresh sequence's blocks lie
+    // in the pool in position order, so the reads go forward through memory and the
+    // hardware prefetcher follows them (attention does not depend on the order); picks past
+    // `read` are padding, read for 0 tokens
+    const int64_t read = std::min(top, take);
+    if (read < count) std::nth_element(order.begin(), order.begin() + read,
+                                       order.begin() + count, before);
+    std::sort(order.begin(), order.begin() + read);
+    for (int64_t f = 0; f < nf; ++f) out[f] = fp[s * nf + f];
+    for (int64_t k = 0; k < picks; ++k) {
+      // past the row's own budget a pick is padding (read for 0 tokens); past its middle
+      // blocks it is block 0, as select.py pads
+      out[nf + k] = k < top ? sid[order[k]] : 0;
+    }
+    // the same blocks as ids into the cache seen as KVH * NB blocks (attend.flat_ids)
+    for (int64_t k = 0; k < nf + picks; ++k) flat_out[k] = out[k] + h * nb;
+    // log sum exp of a head's log masses over the blocks left out (-inf: none); the blocks
+    // read are set to -inf first (their masses are not needed again), so both passes run
+    // over plain arrays and vectorize
+    const auto left_out = [&](float* lm) {
+      for (int64_t k = 0; k < read; ++k) lm[order[k]] = neg;
+      float mx = neg;
+#pragma omp simd reduction(max : mx)
+      for (int64_t j = 0; j < count; ++j) mx = lm[j] > mx ? lm[j] : mx;
+      if (mx == neg) return neg;
+      float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t j = 0; j < count; ++j) sum += exp_nonpositive(lm[j] - mx);
+      return mx + std::log(sum);
+    };
+    for (int64_t g = 0; g < group; ++g) {
+      left[g] = left_out(mass + g * m);
+      if (comp) left_comp[g] = left_out(cmass + g * m);
+    }
+  }
+};
+
+// One pair's exact attention over its own block list (sparse_attention): its G query rows over
+// blocks table[0, width) of the cache seen as KVH * NB blocks, the first lens[b] tokens of each.
+// kDim > 0 fixes head_dim at compile time (the common 64 and 128) so the per-key loops unroll
+// into straight vector code, as in decode_attention; kDim == 0 handles any other size.
+template <typename scalar_t, int64_t kDim>
+struct AttendPass {
+  const scalar_t *kp, *vp;
+  int64_t group, dim, k_block, k_slot, v_block, v_slot;
+  float fscale;
+
+  AttendPass(const at::Tensor& k_flat, const at::Tensor& v_flat, int64_t group_, int64_t dim_,
+             double scale)
+      : kp(k_flat.data_ptr<scalar_t>()),
+        vp(v_flat.data_ptr<scalar_t>()),
+        group(group_),
+        dim(kDim > 0 ? kDim : dim_),
+        k_block(k_flat.stride(0)),
+        k_slot(k_flat.stride(1)),
+        v_block(v_flat.stride(0)),
+        v_slot(v_flat.stride(1)),
+        fscale(static_cast<float>(scale)) {}
+
+  struct Scratch {
+    std::vector<float> qf, acc, row, scores, sums;
+  };
+  Scratch scratch() const {
+    return Scratch{std::vector<float>(group * dim), std::vector<float>(group * dim),
+                   std::vector<float>(dim), {}, std::vector<float>(group)};
+  }
+
+  // q [G, D] -> out [G, D] (rounded to scalar_t) and the log sum exp of the scores [G]
+  void run(const scalar_t* q, const int64_t* table, const int64_t* lens, int64_t width,
+           Scratch& sc, scalar_t* out, float* lse) const {
+    int64_t total = 0;
+    for (int64_t b = 0; b < width; ++b) total += lens[b];
+    // scores head-major ([group][token]), as decode_attention lays them out, so the softmax
+    // loops run over contiguous floats and vectorize
+    float* qf = sc.qf.data();
+    float* row = sc.row.data();
+    for (int64_t g = 0; g < group; ++g) widen_row(q + g * dim, qf + g * dim, dim);
+    sc.scores.resize(group * std::max<int64_t>(total, 1));
+    float* scores = sc.scores.data();
+    int64_t t = 0;
+    for (int64_t b = 0; b < std::min(kAhead, width); ++b)
+      prefetch_block(kp + table[b] * k_block, lens[b], k_slot, dim);
+    for (int64_t b = 0; b < width; ++b) {
+      const scalar_t* kblock = kp + table[b] * k_block;
+      if (b + kAhead < width)
+        prefetch_block(kp + table[b + kAhead] * k_block, lens[b + kAhead], k_slot, dim);
+      for (int64_t j = 0; j < lens[b]; ++j, ++t) {
+        widen_row(kblock + j * k_slot, row, dim);
+        for (int64_t g = 0; g < group; ++g)
+          scores[g * total + t] = dot(qf + g * dim, row, dim) * fscale;
+      }
+    }
+    for (int64_t b = 0; b < std::min(kAhead, width); ++b)   // the value pass's first blocks
+      prefetch_block(vp + table[b] * v_block, lens[b], v_slot, dim);
+    for (int64_t g = 0; g < group; ++g) {
+      float* s = scores + g * total;
+      float mx = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : mx)
+      for (int64_t i = 0; i < total; ++i) mx = s[i] > mx ? s[i] : mx;
+      float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t i = 0; i < total; ++i) {
+        s[i] = exp_nonpositive(s[i] - mx);
+        sum += s[i];
+      }
+      sc.sums[g] = sum;
+      lse[g] = total > 0 ? mx + std::log(sum) : -std::numeric_limits<float>::infinity();
+    }
+    float* acc = sc.acc.data();
+    std::fill(sc.acc.begin(), sc.acc.end(), 0.f);
+    t = 0;
+    for (int64_t b = 0; b < width; ++b) {
+      const scalar_t* vblock = vp + table[b] * v_block;
+      if (b + kAhead < width)
+        prefetch_block(vp + table[b + kAhead] * v_block, lens[b + kAhead], v_slot, dim);
+      for (int64_t j = 0; j < lens[b]; ++j, ++t) {
+        widen_row(vblock + j * v_slot, row, dim);
+        for (int64_t g = 0; g < group; ++g)
+          axpy(scores[g * total + t], row, acc + g * dim, dim);
+      }
+    }
+    for (int64_t g = 0; g < group; ++g) {
+      float* a = acc + g * dim;
+      const float inv = sc.sums[g] > 0.f ? 1.f / sc.sums[g] : 0.f;
+      for (int64_t i = 0; i < dim; ++i) a[i] *= inv;
+      store_row(a, out + g * dim, dim);
+    }
+  }
+};
+
+// One pair's compensation (compensate): the selection's output moved towards the left-out
+// tokens' mean value by compensation's estimate of the mass left out.
+struct CompensatePass {
+  const float* vp;
+  int64_t group, dim;
+
+  struct Scratch {
+    std::vector<float> v, row;
+  };
+  Scratch scratch() const { return Scratch{std::vector<float>(dim), std::vector<float>(dim)}; }
+
+  // got [G, D], lse [G], log_comp [G], base [D] (S / n), weights and table [width] -> out [G, D]
+  template <typename scalar_t>
+  void run(const scalar_t* got, const float* lse, const float* log_comp, const float* base,
+           const float* weights, const int64_t* table, int64_t width, Scratch& sc,
+           scalar_t* out) const {
+    const float neg = -std::numeric_limits<float>::infinity();
+    float* v = sc.v.data();
+    float* row = sc.row.data();
+    // v_left = S / n - sum over the full blocks read of vsum / n (weights hold the -1 / n)
+    std::memcpy(v, base, sizeof(float) * dim);
+    for (int64_t b = 0; b < width; ++b) {
+      const float w = weights[b];
+      if (w != 0.f) axpy(w, vp + table[b] * dim, v, dim);
+    }
+    for (int64_t g = 0; g < group; ++g) {
+      // m = sigmoid(log E - log Z_in); nothing left out (log E = -inf) keeps the output
+      const float m = log_comp[g] == neg ? 0.f : 1.f / (1.f + std::exp(lse[g] - log_comp[g]));
+      widen_row(got + g * dim, row, dim);
+      for (int64_t i = 0; i < dim; ++i) row[i] += m * (v[i] - row[i]);
+      store_row(row, out + g * dim, dim);
+    }
+  }
+};
+
 template <typename scalar_t, int64_t kD>
 void select_impl(const at::Tensor& queries, const at::Tensor& entries, const at::Tensor& mid_ids,
                  const at::Tensor& counts, const at::Tensor& takes, const at::Tensor& fixed,
                  int64_t picks, double scale, bool moment, double log_block, bool comp,
                  double range_sigmas, at::Tensor& ids, at::Tensor& flat, at::Tensor& log_left,
                  at::Tensor& log_comp) {
-  const int64_t kv_heads = entries.size(0), pairs = queries.size(0), group = queries.size(1);
-  const int64_t dim = kD > 0 ? kD : queries.size(2), nq = moment || comp ? 2 * group : group;
-  // an entry holds e numbers, [kmax | kmin (| var)]; the query rows and the widened entry are
-  // qe wide, [kmax | kmin | spread (| var)], the spread computed from the box per block
-  const int64_t e = entries.size(2), qe = e + dim;
-  const float sigmas = static_cast<float>(range_sigmas);
-  const int64_t nb = entries.size(1), m = mid_ids.size(1), nf = fixed.size(1);
-  // the pairs' queries, float32 or bfloat16 (widened exactly, as the entries are)
-  const bool q_bf16 = queries.scalar_type() == at::kBFloat16;
-  const float* q32 = q_bf16 ? nullptr : queries.data_ptr<float>();
-  const c10::BFloat16* q16 = q_bf16 ? queries.data_ptr<c10::BFloat16>() : nullptr;
-  const float fscale = static_cast<float>(scale);
-  const scalar_t* ep = entries.data_ptr<scalar_t>();
-  const int64_t* mp = mid_ids.data_ptr<int64_t>();
-  const int64_t* cp = counts.data_ptr<int64_t>();
-  const int64_t* kp = takes.data_ptr<int64_t>();
-  const int64_t* fp = fixed.data_ptr<int64_t>();
+  const SelectPass<scalar_t, kD> pass(queries, entries, mid_ids, counts, takes, fixed, picks,
+                                      scale, moment, log_block, comp, range_sigmas);
+  const int64_t w = pass.width(), group = pass.group;
   int64_t* op = ids.data_ptr<int64_t>();
   int64_t* fo = flat.data_ptr<int64_t>();
   float* lp = log_left.data_ptr<float>();
-  float* cp_out = comp ? log_comp.data_ptr<float>() : nullptr;
-  const float lb = static_cast<float>(log_block);
-  const float neg = -std::numeric_limits<float>::infinity();
-  at::parallel_for(0, pairs, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> row(qe), qrows(nq * qe), bound(group * m), mass(group * m), rank(m),
-        best(group), cmass(comp ? group * m : 0), terms(comp ? 3 * group : 0), qs(group * dim),
-        w3rows(comp ? group * dim : 0);
-    std::vector<int64_t> order(m);
-    for (int64_t item = begin; item < end; ++item) {
-      // pair item = row s * kv_heads + KV head h
-      const int64_t h = item % kv_heads, s = item / kv_heads, count = cp[s], take = kp[s];
-      // rows whose products with [kmax | kmin | spread (| var)] give the bound on
-      // the scores, [relu(q) | min(q, 0) | 0], and the log-normal exponent, [q/2 | q/2 | q^2/2]
-      // (select.py's query_rows); compensation's exponent is the second row's [q/2 | q/2]
-      // against [kmax | kmin] plus its q^2/2 against var. Without comp the products are the
-      // dot products select.py's matrix product takes; with comp one pass over the entry gives
-      // every head's four sums (16 lanes at a time with AVX-512, comp_terms64), in another
-      // order (equal to within float rounding, tested)
-      if (q_bf16) widen_row(q16 + item * group * dim, qs.data(), group * dim);
-      else widen_row(q32 + item * group * dim, qs.data(), group * dim);
-      for (int64_t g = 0; g < group; ++g) {
-        float* b = qrows.data() + g * qe;
-        float* w = qrows.data() + (group + g) * qe;
-        for (int64_t i = 0; i < dim; ++i) {
-          const float x = qs[g * dim + i] * fscale;
-          b[i] = x > 0.f ? x : 0.f;
-          b[dim + i] = x < 0.f ? x : 0.f;
-          b[2 * dim + i] = 0.f;
-          if (moment || comp) {
-            const float half = x * 0.5f;
-            w[i] = half;
-            w[dim + i] = half;
-            w[2 * dim + i] = x * half;
-            if (comp) w3rows[g * dim + i] = x * half / (sigmas * sigmas);
-          }
-        }
-      }
-      const float* q = qrows.data();
-      const int64_t* sid = mp + s * m;
-      std::fill(best.begin(), best.end(), neg);
-      for (int64_t j = 0; j < count; ++j) {
-        if (j + 2 < count) prefetch_block(ep + (h * nb + sid[j + 2]) * e, 1, e, e);
-        if (comp) {
-          // one pass over the entry for every number a head needs: the bound, the center's
-          // exponent (shared by both estimates), and the spread's and the var's terms
-          float* t3 = terms.data();
-#if defined(__AVX512F__)
-          if (kD == 64) {
-            comp_terms64(ep + (h * nb + sid[j]) * e, q, q + group * qe, w3rows.data(), qe,
-                         group, t3);
-          } else
-#endif
-          {
-            const scalar_t* entry = ep + (h * nb + sid[j]) * e;
-            widen_row(entry, row.data(), 2 * dim);
-            spread_row(row.data(), dim, sigmas, row.data() + 2 * dim);
-            widen_row(entry + 2 * dim, row.data() + 3 * dim, dim);
-            comp_terms(row.data(), q, q + group * qe, qe, dim, group, t3);
-          }
-          for (int64_t g = 0; g < group; ++g) {
-            const float b = t3[3 * g];
-            bound[g * m + j] = b;
-            best[g] = b > best[g] ? b : best[g];
-            mass[g * m + j] = (moment ? std::min(t3[3 * g + 1], b) : b) + lb;
-            cmass[g * m + j] = std::min(t3[3 * g + 2], b) + lb;
-          }
-          continue;
-        }
-        widen_row(ep + (h * nb + sid[j]) * e, row.data(), e);
-        if (moment) spread_row(row.data(), dim, sigmas, row.data() + 2 * dim);
-        for (int64_t g = 0; g < group; ++g) {
-          const float* w = q + (group + g) * qe;
-          // the bound row's last third is zeros: [kmax | kmin] is all it reads
-          const float b = dot(q + g * qe, row.data(), 2 * dim);
-          bound[g * m + j] = b;
-          best[g] = b > best[g] ? b : best[g];
-          const float est = moment ? std::min(dot(w, row.data(), 3 * dim), b) : b;
-          mass[g * m + j] = est + lb;
-        }
-      }
-      // a block's rank: its best query head's bound relative to that head's best block, so a
-      // head whose scores are all large does not outrank the others
-      for (int64_t j = 0; j < count; ++j) {
-        float v = neg;
-        for (int64_t g = 0; g < group; ++g) v = std::max(v, bound[g * m + j] - best[g]);
-        rank[j] = v;
-      }
-      for (int64_t j = 0; j < count; ++j) order[j] = j;
-      const int64_t top = std::min(picks, count);
-      const auto before = [&](int64_t a, int64_t b) {
-        return rank[a] > rank[b] || (rank[a] == rank[b] && a < b);
-      };
-      // the best `read` first (linear), then in position order: a fresh sequence's blocks lie
-      // in the pool in position order, so the reads go forward through memory and the
-      // hardware prefetcher follows them (attention does not depend on the order); picks past
-      // `read` are padding, read for 0 tokens
-      const int64_t read = std::min(top, take);
-      if (read < count) std::nth_element(order.begin(), order.begin() + read,
-                                         order.begin() + count, before);
-      std::sort(order.begin(), order.begin() + read);
-      int64_t* out = op + item * (nf + picks);
-      for (int64_t f = 0; f < nf; ++f) out[f] = fp[s * nf + f];
-      for (int64_t k = 0; k < picks; ++k) {
-        // past the row's own budget a pick is padding (read for 0 tokens); past its middle
-        // blocks it is block 0, as select.py pads
-        out[nf + k] = k < top ? sid[order[k]] : 0;
-      }
-      // the same blocks as ids into the cache seen as KVH * NB blocks (attend.flat_ids)
-      int64_t* flat_out = fo + item * (nf + picks);
-      for (int64_t k = 0; k < nf + picks; ++k) flat_out[k] = out[k] + h * nb;
-      // log sum exp of a head's log masses over the blocks left out (-inf: none); the blocks
-      // read are set to -inf first (their masses are not needed again), so both passes run
-      // over plain arrays and vectorize
-      const auto left_out = [&](float* lm) {
-        for (int64_t k = 0; k < read; ++k) lm[order[k]] = neg;
-        float mx = neg;
-#pragma omp simd reduction(max : mx)
-        for (int64_t j = 0; j < count; ++j) mx = lm[j] > mx ? lm[j] : mx;
-        if (mx == neg) return neg;
-        float sum = 0.f;
-#pragma omp simd reduction(+ : sum)
-        for (int64_t j = 0; j < count; ++j) sum += exp_nonpositive(lm[j] - mx);
-        return mx + std::log(sum);
-      };
-      const int64_t at = item * group;
-      for (int64_t g = 0; g < group; ++g) {
-        lp[at + g] = left_out(mass.data() + g * m);
-        if (comp) cp_out[at + g] = left_out(cmass.data() + g * m);
-      }
-    }
+  float* cp = comp ? log_comp.data_ptr<float>() : nullptr;
+  at::parallel_for(0, queries.size(0), 1, [&](int64_t begin, int64_t end) {
+    auto sc = pass.scratch();
+    for (int64_t item = begin; item < end; ++item)
+      pass.run(item, sc, op + item * w, fo + item * w, lp + item * group,
+               comp ? cp + item * group : nullptr);
   });
 }
 
-// kDim > 0 fixes head_dim at compile time (the common 64 and 128) so the per-key loops unroll
-// into straight vector code, as in decode_attention; kDim == 0 handles any other size.
 template <typename scalar_t, int64_t kDim>
 void sparse_attention_impl(const at::Tensor& q, const at::Tensor& k_flat, const at::Tensor& v_flat,
                            const at::Tensor& tables, const at::Tensor& block_lens, double scale,
                            at::Tensor& out, at::Tensor& lse) {
-  const int64_t pairs = q.size(0), group = q.size(1), dim = kDim > 0 ? kDim : q.size(2);
-  const int64_t block_size = k_flat.size(1), width = tables.size(1);
-  const float fscale = static_cast<float>(scale);
+  const AttendPass<scalar_t, kDim> pass(k_flat, v_flat, q.size(1), q.size(2), scale);
+  const int64_t width = tables.size(1), rows = pass.group * pass.dim;
   const scalar_t* qp = q.data_ptr<scalar_t>();
-  const scalar_t* kp = k_flat.data_ptr<scalar_t>();
-  const scalar_t* vp = v_flat.data_ptr<scalar_t>();
   const int64_t* tp = tables.data_ptr<int64_t>();
   const int64_t* lp = block_lens.data_ptr<int64_t>();
   scalar_t* op = out.data_ptr<scalar_t>();
   float* sp = lse.data_ptr<float>();
-  const int64_t k_block = k_flat.stride(0), k_slot = k_flat.stride(1);
-  const int64_t v_block = v_flat.stride(0), v_slot = v_flat.stride(1);
-
-  at::parallel_for(0, pairs, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> qf(group * dim), acc(group * dim), row(dim), scores, sums(group);
-    for (int64_t p = begin; p < end; ++p) {
-      const int64_t* table = tp + p * width;
-      const int64_t* lens = lp + p * width;
-      int64_t total = 0;
-      for (int64_t b = 0; b < width; ++b) total += lens[b];
-      // scores head-major ([group][token]), as decode_attention lays them out, so the softmax
-      // loops run over contiguous floats and vectorize
-      for (int64_t g = 0; g < group; ++g)
-        widen_row(qp + (p * group + g) * dim, qf.data() + g * dim, dim);
-      scores.resize(group * std::max<int64_t>(total, 1));
-      int64_t t = 0;
-      for (int64_t b = 0; b < std::min(kAhead, width); ++b)
-        prefetch_block(kp + table[b] * k_block, lens[b], k_slot, dim);
-      for (int64_t b = 0; b < width; ++b) {
-        const scalar_t* kblock = kp + table[b] * k_block;
-        if (b + kAhead < width)
-          prefetch_block(kp + table[b + kAhead] * k_block, lens[b + kAhead], k_slot, dim);
-        for (int64_t j = 0; j < lens[b]; ++j, ++t) {
-          widen_row(kblock + j * k_slot, row.data(), dim);
-          for (int64_t g = 0; g < group; ++g)
-            scores[g * total + t] = dot(qf.data() + g * dim, row.data(), dim) * fscale;
-        }
-      }
-      for (int64_t b = 0; b < std::min(kAhead, width); ++b)   // the value pass's first blocks
-        prefetch_block(vp + table[b] * v_block, lens[b], v_slot, dim);
-      for (int64_t g = 0; g < group; ++g) {
-        float* sc = scores.data() + g * total;
-        float mx = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : mx)
-        for (int64_t i = 0; i < total; ++i) mx = sc[i] > mx ? sc[i] : mx;
-        float sum = 0.f;
-#pragma omp simd reduction(+ : sum)
-        for (int64_t i = 0; i < total; ++i) {
-          sc[i] = exp_nonpositive(sc[i] - mx);
-          sum += sc[i];
-        }
-        sums[g] = sum;
-        sp[p * group + g] =
-            total > 0 ? mx + std::log(sum) : -std::numeric_limits<float>::infinity();
-      }
-      std::fill(acc.begin(), acc.end(), 0.f);
-      t = 0;
-      for (int64_t b = 0; b < width; ++b) {
-        const scalar_t* vblock = vp + table[b] * v_block;
-        if (b + kAhead < width)
-          prefetch_block(vp + table[b + kAhead] * v_block, lens[b + kAhead], v_slot, dim);
-        for (int64_t j = 0; j < lens[b]; ++j, ++t) {
-          widen_row(vblock + j * v_slot, row.data(), dim);
-          for (int64_t g = 0; g < group; ++g)
-            axpy(scores[g * total + t], row.data(), acc.data() + g * dim, dim);
-        }
-      }
-      for (int64_t g = 0; g < group; ++g) {
-        float* a = acc.data() + g * dim;
-        const float inv = sums[g] > 0.f ? 1.f / sums[g] : 0.f;
-        for (int64_t i = 0; i < dim; ++i) a[i] *= inv;
-        store_row(a, op + (p * group + g) * dim, dim);
-      }
-    }
+  at::parallel_for(0, q.size(0), 1, [&](int64_t begin, int64_t end) {
+    auto sc = pass.scratch();
+    for (int64_t p = begin; p < end; ++p)
+      pass.run(qp + p * rows, tp + p * width, lp + p * width, width, sc, op + p * rows,
+               sp + p * pass.group);
   });
 }
 
@@ -381,11 +501,13 @@ void dispatch_dim(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   }
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> select_blocks(
-    const at::Tensor& queries, const at::Tensor& entries, const at::Tensor& mid_ids,
-    const at::Tensor& counts, const at::Tensor& takes, const at::Tensor& fixed, int64_t picks,
-    double scale, bool moment, double log_block, bool comp, double range_sigmas) {
-  TORCH_CHECK(queries.device().is_cpu(), "strata_sparse::select_blocks runs on the CPU only");
+// The selection's arguments, checked as select_blocks and sparse_decode both need them: every
+// block id a pair may read lies in the index (and so in the cache, which has as many blocks).
+void check_selection(const at::Tensor& queries, const at::Tensor& entries,
+                     const at::Tensor& mid_ids, const at::Tensor& counts,
+                     const at::Tensor& takes, const at::Tensor& fixed, int64_t picks, bool comp,
+                     double range_sigmas, const char* op) {
+  TORCH_CHECK(queries.device().is_cpu(), "strata_sparse::", op, " runs on the CPU only");
   TORCH_CHECK(queries.dim() == 3 && (queries.scalar_type() == at::kFloat ||
                                      queries.scalar_type() == at::kBFloat16),
               "queries must be float32 or bfloat16 [R * KVH, G, D], pair-major");
@@ -396,34 +518,46 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> select_blocks(
   TORCH_CHECK(entries.size(0) > 0 && queries.size(0) % entries.size(0) == 0,
               "queries hold ", queries.size(0), " pairs, not a multiple of the entries' ",
               entries.size(0), " KV heads");
-  const int64_t r = queries.size(0) / entries.size(0);
-  TORCH_CHECK(mid_ids.dim() == 2 && mid_ids.size(0) == r && mid_ids.scalar_type() == at::kLong,
-              "mid_ids must be int64 [R, M]");
+  const int64_t r = queries.size(0) / entries.size(0), nb = entries.size(1);
+  TORCH_CHECK(mid_ids.dim() == 2 && mid_ids.size(0) == r && mid_ids.scalar_type() == at::kLong &&
+              mid_ids.is_contiguous(), "mid_ids must be contiguous int64 [R, M]");
   TORCH_CHECK(counts.dim() == 1 && counts.size(0) == r && counts.scalar_type() == at::kLong &&
-              takes.sizes() == counts.sizes() && takes.scalar_type() == at::kLong,
-              "counts and takes must be int64 [R]");
-  TORCH_CHECK(fixed.dim() == 2 && fixed.size(0) == r && fixed.scalar_type() == at::kLong,
-              "fixed must be int64 [R, F]");
+              takes.sizes() == counts.sizes() && takes.scalar_type() == at::kLong &&
+              counts.is_contiguous() && takes.is_contiguous(),
+              "counts and takes must be contiguous int64 [R]");
+  TORCH_CHECK(fixed.dim() == 2 && fixed.size(0) == r && fixed.scalar_type() == at::kLong &&
+              fixed.is_contiguous(), "fixed must be contiguous int64 [R, F]");
   TORCH_CHECK(picks >= 0, "picks must not be negative");
+  const int64_t* mp = mid_ids.data_ptr<int64_t>();
+  const int64_t* cp = counts.data_ptr<int64_t>();
+  const int64_t* kp = takes.data_ptr<int64_t>();
+  const int64_t* fp = fixed.data_ptr<int64_t>();
+  for (int64_t s = 0; s < r; ++s) {
+    TORCH_CHECK(cp[s] >= 0 && cp[s] <= mid_ids.size(1), "row ", s, " counts ", cp[s],
+                " middle blocks of ", mid_ids.size(1));
+    TORCH_CHECK(kp[s] >= 0 && kp[s] <= picks, "row ", s, " takes ", kp[s], " of ", picks,
+                " picks");
+    for (int64_t j = 0; j < cp[s]; ++j)
+      TORCH_CHECK(mp[s * mid_ids.size(1) + j] >= 0 && mp[s * mid_ids.size(1) + j] < nb,
+                  "block id ", mp[s * mid_ids.size(1) + j], " is outside the index's ", nb,
+                  " blocks");
+  }
+  for (int64_t i = 0; i < fixed.numel(); ++i)
+    TORCH_CHECK(fp[i] >= 0 && fp[i] < nb, "block id ", fp[i], " is outside the index's ", nb,
+                " blocks");
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> select_blocks(
+    const at::Tensor& queries, const at::Tensor& entries, const at::Tensor& mid_ids,
+    const at::Tensor& counts, const at::Tensor& takes, const at::Tensor& fixed, int64_t picks,
+    double scale, bool moment, double log_block, bool comp, double range_sigmas) {
   auto qc = queries.contiguous();
   auto ec = entries.contiguous();
   auto mc = mid_ids.contiguous();
   auto cc = counts.contiguous();
   auto kc = takes.contiguous();
   auto fc = fixed.contiguous();
-  const int64_t* mp = mc.data_ptr<int64_t>();
-  const int64_t* cp = cc.data_ptr<int64_t>();
-  const int64_t* kp = kc.data_ptr<int64_t>();
-  for (int64_t s = 0; s < r; ++s) {
-    TORCH_CHECK(cp[s] >= 0 && cp[s] <= mc.size(1), "row ", s, " counts ", cp[s],
-                " middle blocks of ", mc.size(1));
-    TORCH_CHECK(kp[s] >= 0 && kp[s] <= picks, "row ", s, " takes ", kp[s], " of ", picks,
-                " picks");
-    for (int64_t j = 0; j < cp[s]; ++j)
-      TORCH_CHECK(mp[s * mc.size(1) + j] >= 0 && mp[s * mc.size(1) + j] < ec.size(1),
-                  "block id ", mp[s * mc.size(1) + j], " is outside the index's ", ec.size(1),
-                  " blocks");
-  }
+  check_selection(qc, ec, mc, cc, kc, fc, picks, comp, range_sigmas, "select_blocks");
   auto ids = at::empty({qc.size(0), fc.size(1) + picks}, mc.options());
   auto flat = at::empty_like(ids);
   auto left = at::empty({qc.size(0), qc.size(1)}, qc.options().dtype(at::kFloat));
@@ -449,10 +583,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> select_blocks(
   return {ids, flat, left, left_comp};
 }
 
-std::tuple<at::Tensor, at::Tensor> sparse_attention(
-    const at::Tensor& q, const at::Tensor& k_flat, const at::Tensor& v_flat,
-    const at::Tensor& tables, const at::Tensor& block_lens, double scale) {
-  TORCH_CHECK(q.device().is_cpu(), "strata_sparse::sparse_attention runs on the CPU only");
+// The caches seen as KVH * NB blocks of one head, [blocks, BS, D] with contiguous rows, in q's
+// dtype; and per pair a row of block ids (tables, or the selection's width) with the tokens to
+// read from each (block_lens, at most a block).
+void check_cache(const at::Tensor& q, const at::Tensor& k_flat, const at::Tensor& v_flat,
+                 const at::Tensor& block_lens, int64_t width, const char* op) {
   TORCH_CHECK(q.dim() == 3 && k_flat.dim() == 3 && v_flat.dim() == 3,
               "expected q [P,G,D] and caches [blocks, BS, D]");
   TORCH_CHECK(k_flat.sizes() == v_flat.sizes(), "k and v caches differ in shape");
@@ -460,21 +595,32 @@ std::tuple<at::Tensor, at::Tensor> sparse_attention(
               "q and the caches must share a dtype");
   TORCH_CHECK(q.size(2) == k_flat.size(2), "head_dim of q and the caches differ");
   TORCH_CHECK(k_flat.stride(2) == 1 && v_flat.stride(2) == 1, "cache rows must be contiguous");
-  TORCH_CHECK(tables.dim() == 2 && tables.sizes() == block_lens.sizes() &&
-              tables.size(0) == q.size(0) && tables.scalar_type() == at::kLong &&
-              block_lens.scalar_type() == at::kLong,
-              "tables and block_lens must be int64 [P, B], one row per pair");
+  TORCH_CHECK(block_lens.dim() == 2 && block_lens.size(0) == q.size(0) &&
+              block_lens.size(1) == width && block_lens.scalar_type() == at::kLong &&
+              block_lens.is_contiguous(),
+              "block_lens must be contiguous int64 [P, ", width, "], one row per pair (",
+              op, ")");
+  const int64_t* lp = block_lens.data_ptr<int64_t>();
+  for (int64_t i = 0; i < block_lens.numel(); ++i)
+    TORCH_CHECK(lp[i] >= 0 && lp[i] <= k_flat.size(1), "block length ", lp[i],
+                " is outside [0, ", k_flat.size(1), "]");
+}
+
+std::tuple<at::Tensor, at::Tensor> sparse_attention(
+    const at::Tensor& q, const at::Tensor& k_flat, const at::Tensor& v_flat,
+    const at::Tensor& tables, const at::Tensor& block_lens, double scale) {
+  TORCH_CHECK(q.device().is_cpu(), "strata_sparse::sparse_attention runs on the CPU only");
+  TORCH_CHECK(tables.dim() == 2 && tables.size(0) == q.size(0) &&
+              tables.scalar_type() == at::kLong,
+              "tables must be int64 [P, B], one row per pair");
   auto qc = q.contiguous();
   auto tc = tables.contiguous();
   auto lc = block_lens.contiguous();
+  check_cache(qc, k_flat, v_flat, lc, tc.size(1), "sparse_attention");
   const int64_t* tp = tc.data_ptr<int64_t>();
-  const int64_t* lp = lc.data_ptr<int64_t>();
-  for (int64_t i = 0; i < tc.numel(); ++i) {
+  for (int64_t i = 0; i < tc.numel(); ++i)
     TORCH_CHECK(tp[i] >= 0 && tp[i] < k_flat.size(0), "block id ", tp[i],
                 " is outside the cache's ", k_flat.size(0), " blocks");
-    TORCH_CHECK(lp[i] >= 0 && lp[i] <= k_flat.size(1), "block length ", lp[i],
-                " is outside [0, ", k_flat.size(1), "]");
-  }
   auto out = at::empty_like(qc);
   auto lse = at::empty({qc.size(0), qc.size(1)}, qc.options().dtype(at::kFloat));
   switch (q.scalar_type()) {
@@ -494,36 +640,33 @@ template <typename scalar_t>
 void compensate_impl(const at::Tensor& got, const at::Tensor& lse, const at::Tensor& log_comp,
                      const at::Tensor& base, const at::Tensor& weights, const at::Tensor& vsum,
                      const at::Tensor& tables, at::Tensor& out) {
-  const int64_t pairs = got.size(0), group = got.size(1), dim = got.size(2);
-  const int64_t width = tables.size(1);
+  const CompensatePass pass{vsum.data_ptr<float>(), got.size(1), got.size(2)};
+  const int64_t width = tables.size(1), rows = pass.group * pass.dim;
   const scalar_t* gp = got.data_ptr<scalar_t>();
   const float* lp = lse.data_ptr<float>();
   const float* cp = log_comp.data_ptr<float>();
   const float* bp = base.data_ptr<float>();
   const float* wp = weights.data_ptr<float>();
-  const float* vp = vsum.data_ptr<float>();
   const int64_t* tp = tables.data_ptr<int64_t>();
   scalar_t* op = out.data_ptr<scalar_t>();
-  const float neg = -std::numeric_limits<float>::infinity();
-  at::parallel_for(0, pairs, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> v(dim), row(dim);
-    for (int64_t p = begin; p < end; ++p) {
-      // v_left = S / n - sum over the full blocks read of vsum / n (weights hold the -1 / n)
-      std::memcpy(v.data(), bp + p * dim, sizeof(float) * dim);
-      for (int64_t b = 0; b < width; ++b) {
-        const float w = wp[p * width + b];
-        if (w != 0.f) axpy(w, vp + tp[p * width + b] * dim, v.data(), dim);
-      }
-      for (int64_t g = 0; g < group; ++g) {
-        const int64_t at = p * group + g;
-        // m = sigmoid(log E - log Z_in); nothing left out (log E = -inf) keeps the output
-        const float m = cp[at] == neg ? 0.f : 1.f / (1.f + std::exp(lp[at] - cp[at]));
-        widen_row(gp + at * dim, row.data(), dim);
-        for (int64_t i = 0; i < dim; ++i) row[i] += m * (v[i] - row[i]);
-        store_row(row.data(), op + at * dim, dim);
-      }
-    }
+  at::parallel_for(0, got.size(0), 1, [&](int64_t begin, int64_t end) {
+    auto sc = pass.scratch();
+    for (int64_t p = begin; p < end; ++p)
+      pass.run(gp + p * rows, lp + p * pass.group, cp + p * pass.group, bp + p * pass.dim,
+               wp + p * width, tp + p * width, width, sc, op + p * rows);
   });
+}
+
+// compensation's per-layer tensors: base [P, D] (S / n), weights [P, width] (float32) and
+// vsum [blocks, D] (float32) covering every block id the tables may hold
+void check_compensation(const at::Tensor& base, const at::Tensor& weights,
+                        const at::Tensor& vsum, int64_t pairs, int64_t dim, int64_t width) {
+  TORCH_CHECK(base.dim() == 2 && base.size(0) == pairs && base.size(1) == dim &&
+              base.scalar_type() == at::kFloat, "base must be float32 [P, D]");
+  TORCH_CHECK(weights.dim() == 2 && weights.size(0) == pairs && weights.size(1) == width &&
+              weights.scalar_type() == at::kFloat, "weights must be float32 [P, ", width, "]");
+  TORCH_CHECK(vsum.dim() == 2 && vsum.size(1) == dim && vsum.scalar_type() == at::kFloat,
+              "vsum must be float32 [blocks, D]");
 }
 
 at::Tensor compensate(const at::Tensor& got, const at::Tensor& lse, const at::Tensor& log_comp,
@@ -535,13 +678,9 @@ at::Tensor compensate(const at::Tensor& got, const at::Tensor& lse, const at::Te
   TORCH_CHECK(lse.sizes() == log_comp.sizes() && lse.dim() == 2 && lse.size(0) == pairs &&
               lse.size(1) == group && lse.scalar_type() == at::kFloat &&
               log_comp.scalar_type() == at::kFloat, "lse and log_comp must be float32 [P, G]");
-  TORCH_CHECK(base.dim() == 2 && base.size(0) == pairs && base.size(1) == dim &&
-              base.scalar_type() == at::kFloat, "base must be float32 [P, D]");
-  TORCH_CHECK(tables.dim() == 2 && tables.size(0) == pairs && tables.scalar_type() == at::kLong &&
-              weights.sizes() == tables.sizes() && weights.scalar_type() == at::kFloat,
-              "tables (int64) and weights (float32) must be [P, B]");
-  TORCH_CHECK(vsum.dim() == 2 && vsum.size(1) == dim && vsum.scalar_type() == at::kFloat,
-              "vsum must be float32 [blocks, D]");
+  TORCH_CHECK(tables.dim() == 2 && tables.size(0) == pairs && tables.scalar_type() == at::kLong,
+              "tables must be int64 [P, B]");
+  check_compensation(base, weights, vsum, pairs, dim, tables.size(1));
   auto tc = tables.contiguous();
   const int64_t* tp = tc.data_ptr<int64_t>();
   for (int64_t i = 0; i < tc.numel(); ++i)
@@ -559,6 +698,104 @@ at::Tensor compensate(const at::Tensor& got, const at::Tensor& lse, const at::Te
   return out;
 }
 
+// sparse_decode: the three passes per pair in one call, with the trust check, so a layer's
+// sparse rows cost one dispatch instead of three and a dozen small tensor operations between
+// them. Each pair's selection, attention and compensation run back to back on one thread
+// through the same SelectPass, AttendPass and CompensatePass as the three ops, so the output
+// equals theirs bit for bit (tested). fail[p]: the trust check's estimate of the mass left out
+// passes the threshold for one of the pair's query heads, log E - log Z_in > logit_threshold
+// (decode.py recomputes those pairs with full attention).
+template <typename scalar_t, int64_t kD>
+void decode_impl(const at::Tensor& queries, const at::Tensor& entries, const at::Tensor& mid_ids,
+                 const at::Tensor& counts, const at::Tensor& takes, const at::Tensor& fixed,
+                 int64_t picks, double scale, bool moment, double log_block, bool comp,
+                 double range_sigmas, const at::Tensor& k_flat, const at::Tensor& v_flat,
+                 const at::Tensor& block_lens, const at::Tensor& base, const at::Tensor& weights,
+                 const at::Tensor& vsum, double logit_threshold, at::Tensor& out,
+                 at::Tensor& fail) {
+  const SelectPass<scalar_t, kD> sel(queries, entries, mid_ids, counts, takes, fixed, picks,
+                                     scale, moment, log_block, comp, range_sigmas);
+  const AttendPass<scalar_t, kD> att(k_flat, v_flat, sel.group, sel.dim, scale);
+  const CompensatePass cmp{comp ? vsum.data_ptr<float>() : nullptr, sel.group, sel.dim};
+  const int64_t w = sel.width(), group = sel.group, rows = group * sel.dim;
+  const scalar_t* qp = queries.data_ptr<scalar_t>();
+  const int64_t* lp = block_lens.data_ptr<int64_t>();
+  const float* bp = comp ? base.data_ptr<float>() : nullptr;
+  const float* wp = comp ? weights.data_ptr<float>() : nullptr;
+  scalar_t* op = out.data_ptr<scalar_t>();
+  bool* fp = fail.data_ptr<bool>();
+  const float threshold = static_cast<float>(logit_threshold);
+  at::parallel_for(0, queries.size(0), 1, [&](int64_t begin, int64_t end) {
+    auto ss = sel.scratch();
+    auto as = att.scratch();
+    auto cs = cmp.scratch();
+    std::vector<int64_t> ids(w), flat(w);
+    std::vector<float> left(group), left_comp(group), lse(group);
+    std::vector<scalar_t> got(comp ? rows : 0);
+    for (int64_t p = begin; p < end; ++p) {
+      sel.run(p, ss, ids.data(), flat.data(), left.data(), left_comp.data());
+      scalar_t* o = op + p * rows;
+      // without compensation the selection's output is the layer's; with it, rounded to
+      // scalar_t first as the three ops hand it on
+      att.run(qp + p * rows, flat.data(), lp + p * w, w, as, comp ? got.data() : o, lse.data());
+      if (comp)
+        cmp.run(got.data(), lse.data(), left_comp.data(), bp + p * sel.dim, wp + p * w,
+                flat.data(), w, cs, o);
+      bool f = false;
+      for (int64_t g = 0; g < group; ++g) f = f || (left[g] - lse[g]) > threshold;
+      fp[p] = f;
+    }
+  });
+}
+
+std::tuple<at::Tensor, at::Tensor> sparse_decode(
+    const at::Tensor& queries, const at::Tensor& entries, const at::Tensor& mid_ids,
+    const at::Tensor& counts, const at::Tensor& takes, const at::Tensor& fixed, int64_t picks,
+    double scale, bool moment, double log_block, bool comp, double range_sigmas,
+    const at::Tensor& k_flat, const at::Tensor& v_flat, const at::Tensor& block_lens,
+    const at::Tensor& base, const at::Tensor& weights, const at::Tensor& vsum,
+    double logit_threshold) {
+  auto qc = queries.contiguous();
+  auto ec = entries.contiguous();
+  auto mc = mid_ids.contiguous();
+  auto cc = counts.contiguous();
+  auto kc = takes.contiguous();
+  auto fc = fixed.contiguous();
+  auto lc = block_lens.contiguous();
+  check_selection(qc, ec, mc, cc, kc, fc, picks, comp, range_sigmas, "sparse_decode");
+  const int64_t width = fc.size(1) + picks;
+  check_cache(qc, k_flat, v_flat, lc, width, "sparse_decode");
+  TORCH_CHECK(ec.scalar_type() == qc.scalar_type(),
+              "the index entries and the queries must share a dtype");
+  TORCH_CHECK(k_flat.size(0) == ec.size(0) * ec.size(1), "the caches hold ", k_flat.size(0),
+              " blocks, not the index's ", ec.size(0), " KV heads x ", ec.size(1));
+  at::Tensor bc, wc, vc;
+  if (comp) {
+    bc = base.contiguous();
+    wc = weights.contiguous();
+    vc = vsum.contiguous();
+    check_compensation(bc, wc, vc, qc.size(0), qc.size(2), width);
+    TORCH_CHECK(vc.size(0) == k_flat.size(0), "vsum holds ", vc.size(0), " blocks, not the ",
+                "cache's ", k_flat.size(0));
+  }
+  auto out = at::empty_like(qc);
+  auto fail = at::empty({qc.size(0)}, qc.options().dtype(at::kBool));
+#define STRATA_DECODE(T, D)                                                                  \
+  decode_impl<T, D>(qc, ec, mc, cc, kc, fc, picks, scale, moment, log_block, comp,            \
+                    range_sigmas, k_flat, v_flat, lc, bc, wc, vc, logit_threshold, out, fail)
+  switch (qc.scalar_type()) {
+    case at::kFloat:
+      qc.size(2) == 64 ? STRATA_DECODE(float, 64) : STRATA_DECODE(float, 0);
+      break;
+    case at::kBFloat16:
+      qc.size(2) == 64 ? STRATA_DECODE(c10::BFloat16, 64) : STRATA_DECODE(c10::BFloat16, 0);
+      break;
+    default: TORCH_CHECK(false, "strata_sparse::sparse_decode supports float32 and bfloat16");
+  }
+#undef STRATA_DECODE
+  return {out, fail};
+}
+
 }  // namespace
 
 TORCH_LIBRARY(strata_sparse, m) {
@@ -569,10 +806,15 @@ TORCH_LIBRARY(strata_sparse, m) {
         "Tensor block_lens, float scale) -> (Tensor, Tensor)");
   m.def("compensate(Tensor got, Tensor lse, Tensor log_comp, Tensor base, Tensor weights, "
         "Tensor vsum, Tensor tables) -> Tensor");
+  m.def("sparse_decode(Tensor queries, Tensor entries, Tensor mid_ids, Tensor counts, "
+        "Tensor takes, Tensor fixed, int picks, float scale, bool moment, float log_block, "
+        "bool comp, float range_sigmas, Tensor k_flat, Tensor v_flat, Tensor block_lens, "
+        "Tensor base, Tensor weights, Tensor vsum, float logit_threshold) -> (Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(strata_sparse, CPU, m) {
   m.impl("select_blocks", &select_blocks);
   m.impl("sparse_attention", &sparse_attention);
   m.impl("compensate", &compensate);
+  m.impl("sparse_decode", &sparse_decode);
 }
