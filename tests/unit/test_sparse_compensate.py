@@ -201,13 +201,23 @@ def test_running_sums_follow_blocks_as_they_fill_and_rebuild_when_the_table_chan
     assert dec.sums.rebuilds == 2
     plan(ctx + 1, moved)
     assert dec.sums.rebuilds == 2
-    # a prefill chunk (a resume by recompute, possibly into the same blocks) drops the sum
+    # a prefill chunk keeps the sum: the blocks before it are summarized and unchanged
     plan(ctx + 3, moved, new=2)
-    plan(ctx + 4, moved)
+    assert torch.allclose(plan(ctx + 4, moved).left_out.totals[0].double(),
+                          from_scratch(moved, ctx + 4), atol=1e-4)
+    assert dec.sums.rebuilds == 2
+    # a resume by recompute: a prefill chunk writes a summed block again, the next step's
+    # refresh summarizes it again, and the sum is taken anew
+    plan(ctx + 6, moved, new=2)
+    final[:, 1, :, moved[5]] += 3.0
+    kv[:, :, :, moved[5]] = final[:, :, :, moved[5]]
+    dec.index.summarize(kv, [moved[5]])
+    assert torch.allclose(plan(ctx + 7, moved).left_out.totals[0].double(),
+                          from_scratch(moved, ctx + 7), atol=1e-4)
     assert dec.sums.rebuilds == 3
     dec.forget("r")
     dec.register("r", True)
-    plan(ctx + 5, moved)
+    plan(ctx + 8, moved)
     assert dec.sums.rebuilds == 4
 
 

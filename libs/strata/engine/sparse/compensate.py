@@ -52,16 +52,19 @@ class RowSum:
 
     block_ids: list[int]        # the physical blocks summed, in position order
     total: torch.Tensor         # [L, KVH, D] float32
+    idx: torch.Tensor           # [n] int64: block_ids as a tensor
+    generations: torch.Tensor   # [n] int64: each block's BlockIndex.generation when summed
 
 
 class RunningSums:
     """Per request, the running sum S of its full blocks' value sums.
 
-    An entry stays valid while the request's block table starts with the blocks it summed: a full
-    block's values never change while a request holds it. A table that no longer does (a resume
-    after preemption got other blocks) rebuilds the sum, and so does a request that runs a
-    prefill chunk (`drop`): a resume by recompute may get its old blocks back and write them
-    again."""
+    An entry stays valid while the request's block table starts with the blocks it summed and
+    none of them was summarized again since (BlockIndex.generation): a full block's values never
+    change while a request holds it, and a block written again (a resume by recompute rewrites
+    its blocks; a resume that got other blocks changes the table) is summarized again once full.
+    Either rebuilds the sum. The engine keeps the sum through a request's prefill chunks
+    (decode.py), so its first decode step adds a block or two instead of summing thousands."""
 
     def __init__(self, index: BlockIndex):
         self.index = index
@@ -73,15 +76,22 @@ class RunningSums:
         vsum = self.index.vsum
         row = self._rows.get(request_id)
         done = 0 if row is None else len(row.block_ids)
-        if row is None or done > full or block_ids[:done] != row.block_ids:
+        if row is None or done > full or block_ids[:done] != row.block_ids or (
+                done and not torch.equal(self.index.generation.index_select(0, row.idx),
+                                         row.generations)):
             self.rebuilds += 1
-            row = RowSum([], vsum.new_zeros((vsum.shape[0], vsum.shape[1], vsum.shape[3])))
+            none = torch.zeros(0, dtype=torch.int64, device=vsum.device)
+            row = RowSum([], vsum.new_zeros((vsum.shape[0], vsum.shape[1], vsum.shape[3])),
+                         none, none)
             self._rows[request_id] = row
         new = block_ids[len(row.block_ids):full]
         if new:
             idx = torch.tensor(new, dtype=torch.int64, device=vsum.device)
             row.total.add_(vsum.index_select(2, idx).sum(dim=2))
             row.block_ids.extend(new)
+            row.idx = torch.cat([row.idx, idx])
+            row.generations = torch.cat([row.generations,
+                                         self.index.generation.index_select(0, idx)])
         return row.total
 
     def drop(self, request_id: str) -> None:

@@ -15,7 +15,14 @@ by paged_attention for the decode group):
 
 The plan also brings each sparse row's running sum of its full blocks' values up to date
 (compensate.RunningSums, per request: the new full blocks added, or all of them again when the
-block table no longer starts with the blocks summed or the request ran a prefill chunk).
+block table no longer starts with the blocks summed or one of them was summarized again), at
+every prefill chunk of a request on the path as well as when its layout is built (below), so a
+first decode step adds a block or two to the sum rather than summing the whole context.
+
+A step's layout of its sparse rows (Layout, LeftOut) is kept for the next steps while the same
+rows decode in the same blocks (_Prepared): between two block boundaries only the context lengths
+change. Without a probe, a layer's sparse rows go through one kernel call (sparse_kernels.cpp's
+sparse_decode: selection, attention, compensation and the trust check per pair).
 
 Counters: a "layer step" is one sparse row through one layer; a fallback is a layer step in which
 at least one KV head group was recomputed; blocks are counted per KV head (a layer step of a row
@@ -151,7 +158,11 @@ class SparseDecoder:
             # blocks whose last slot this step writes: full after it, summarized at the next
             self.index.mark(s.block_ids[i] for i in range(first // bs, s.context_len // bs))
             if s.num_new != 1:
-                self.sums.drop(rid)     # (re)computing its context: its blocks may be rewritten
+                # a prefill chunk: the request's running sum follows the blocks summarized so
+                # far (every block before the chunk), so its first decode step adds a block or
+                # two; a recompute rewriting summed blocks is caught by their generations
+                if self.cfg.compensate and self._modes.get(rid, False):
+                    self.sums.update(rid, s.block_ids, first // bs)
                 if self._prepared is not None and rid in self._prepared.request_ids:
                     self._prepared = None
         if decode_group is None:

@@ -68,6 +68,9 @@ class BlockIndex:
         # None without compensation, which alone reads them
         self.vsum = torch.zeros((num_layers, kv_heads, num_blocks, head_dim), device=device,
                                 dtype=torch.float32) if compensation else None
+        # per block, how many times it was summarized: a sum over some blocks' entries stays
+        # true while their counts are those it read (compensate.RunningSums)
+        self.generation = torch.zeros(num_blocks, dtype=torch.int64, device=device)
         self._marked: set[int] = set()
         self.summarized = 0     # cumulative blocks summarized (every layer at once)
 
@@ -126,4 +129,5 @@ class BlockIndex:
         if self.vsum is not None:
             self.vsum.index_copy_(2, idx, kv[:, 1].index_select(2, idx).sum(
                 dim=3, dtype=torch.float32))
+        self.generation.index_add_(0, idx, torch.ones_like(idx))
         self.summarized += len(block_ids)
