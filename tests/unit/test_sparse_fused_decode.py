@@ -111,3 +111,14 @@ def test_a_block_id_outside_the_index_is_refused_with_a_sentence():
     step.layout.fixed_ids[0, 0, 0] = NB + 3
     with pytest.raises(RuntimeError, match=f"block id {NB + 3} is outside the index's {NB}"):
         step._fused(q.view(3 * KVH, G, 64), kv[0, 0], kv[0, 1], 0.125, 0)
+
+
+def test_queries_sliced_from_the_models_projection_give_what_contiguous_ones_do():
+    # the model hands attention q as a slice of its q/k projection: rows are not contiguous
+    kv, dec, step, q = case(64, torch.bfloat16, True, "moment")
+    wide = torch.cat([q, torch.zeros(3, KVH, 64, dtype=q.dtype)], dim=1)     # [S, H + KVH, D]
+    sliced = wide[:, :KVH * G]
+    assert not sliced.is_contiguous()
+    want = step.attend(q, kv[0, 0], kv[0, 1], None, 0.125, 0, lambda g: None)
+    got = step.attend(sliced, kv[0, 0], kv[0, 1], None, 0.125, 0, lambda g: None)
+    assert torch.equal(got, want)

@@ -91,6 +91,10 @@ def test_marked_blocks_are_summarized_once_at_refresh():
     assert index.kmin[0, 0, 2].tolist() == [1.0, -2.0]
     assert index.refresh(kv) == 0
     assert index.summarized == 4 + 1
+    # how many times each block was summarized (a sum over blocks checks it: RunningSums)
+    assert index.generation.tolist() == [1, 1, 2, 1]
+    index.summarize(kv, [0, 0, 3])
+    assert index.generation.tolist() == [3, 1, 2, 2]
 
 
 def test_the_bound_is_never_below_a_score_and_exact_for_a_block_of_equal_keys():

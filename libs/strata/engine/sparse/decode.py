@@ -306,7 +306,7 @@ class SparseStep:
         r = self.sparse_rows.numel()
         # a step of decode rows only, every one sparse: q's rows are the pairs' rows in order
         qp = (q if self.all_rows and q.shape[0] == r else
-              q.index_select(0, self.token_index)).view(r * kv_heads, g, dim)
+              q.index_select(0, self.token_index)).reshape(r * kv_heads, g, dim)
         if d.probe is None and self.fused and \
                 d.index.compensation == (self.left_out is not None):
             used, fail = self._fused(qp, k_cache, v_cache, scale, layer)
