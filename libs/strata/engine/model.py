@@ -12,6 +12,7 @@ from torch import nn
 
 from strata.engine.attention import AttentionMetadata, paged_attention
 from strata.engine.config import ModelConfig
+from strata.engine.packed_linear import Packs
 from strata.engine.rope import RotaryCache, apply_rotary
 
 
@@ -36,13 +37,15 @@ class DecoderLayer(nn.Module):
         self.o_proj = nn.Linear(q, h, bias=False)
         self.gate_up_proj = nn.Linear(h, 2 * cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, h, bias=False)
+        self.packs = Packs()        # bfloat16 weights laid out for oneDNN (packed_linear.py)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: torch.Tensor,
                 meta: AttentionMetadata, layer: int = 0) -> torch.Tensor:
         cfg = self.cfg
         t = x.shape[0]
         h = rms_norm(x, self.input_layernorm, cfg.rms_norm_eps)
-        qkv = self.qkv_proj(h)
+        p = self.packs
+        qkv = p.linear("qkv", h, self.qkv_proj.weight, self.qkv_proj.bias)
         heads = cfg.num_heads + cfg.num_kv_heads
         # q and k rotate together: one pass over [tokens, heads + kv_heads, head_dim]
         qk = apply_rotary(qkv[:, :self.q_size + self.kv_size].view(t, heads, cfg.head_dim),
@@ -50,10 +53,10 @@ class DecoderLayer(nn.Module):
         q, k = qk.split((cfg.num_heads, cfg.num_kv_heads), dim=1)
         v = qkv[:, self.q_size + self.kv_size:].view(t, cfg.num_kv_heads, cfg.head_dim)
         attn = paged_attention(q, k, v, kv[0], kv[1], meta, cfg.head_dim ** -0.5, layer)
-        x = x + self.o_proj(attn.reshape(t, -1))
+        x = x + p.linear("o", attn.reshape(t, -1), self.o_proj.weight)
         h = rms_norm(x, self.post_attention_layernorm, cfg.rms_norm_eps)
-        gate, up = self.gate_up_proj(h).chunk(2, dim=-1)
-        return x.add_(self.down_proj(F.silu(gate).mul_(up)))
+        gate, up = p.linear("gate_up", h, self.gate_up_proj.weight).chunk(2, dim=-1)
+        return x.add_(p.linear("down", F.silu(gate).mul_(up), self.down_proj.weight))
 
 
 class LlamaModel(nn.Module):
@@ -66,6 +69,7 @@ class LlamaModel(nn.Module):
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(
             cfg.hidden_size, cfg.vocab_size, bias=False)
         self.rotary: RotaryCache | None = None
+        self.packs = Packs()
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_cache: torch.Tensor,
@@ -82,7 +86,8 @@ class LlamaModel(nn.Module):
             x = layer(x, cos, sin, kv_cache[i], meta, i)
         x = rms_norm(x.index_select(0, logits_index), self.norm, self.cfg.rms_norm_eps)
         head = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(x, head)  # in the model's dtype: the sampler converts rows it must
+        # in the model's dtype: the sampler converts rows it must
+        return self.packs.linear("head", x, head)
 
     def load_hf_weights(self, weights: dict[str, torch.Tensor]) -> None:
         """Copy weights named as in HF LlamaForCausalLM; every tensor must be present."""

@@ -1,0 +1,67 @@
+"""bfloat16 linear layers through weights laid out for oneDNN once (strata.engine.packed_linear):
+the same numbers as F.linear, bit for bit, and a weight changed or replaced is packed again."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from strata.engine import packed_linear
+from strata.engine.packed_linear import Packs
+
+pytestmark = pytest.mark.skipif(
+    not packed_linear.available(torch.zeros(1, dtype=torch.bfloat16)),
+    reason="oneDNN's packed linear ops are not in this torch build")
+
+
+@pytest.mark.parametrize("rows", [1, 4, 33])
+@pytest.mark.parametrize("bias", [False, True])
+def test_packed_bfloat16_linear_equals_f_linear_bit_for_bit(rows, bias):
+    gen = torch.Generator().manual_seed(rows)
+    w = torch.randn(96, 64, generator=gen).bfloat16()
+    b = torch.randn(96, generator=gen).bfloat16() if bias else None
+    x = torch.randn(rows, 64, generator=gen).bfloat16()
+    packs = Packs()
+    assert torch.equal(packs.linear("w", x, w, b), F.linear(x, w, b))
+    assert torch.equal(packs.linear("w", x, w, b), F.linear(x, w, b))     # the kept copy
+
+
+def test_float32_goes_through_f_linear():
+    w, x = torch.randn(8, 4), torch.randn(2, 4)
+    packs = Packs()
+    assert torch.equal(packs.linear("w", x, w), F.linear(x, w))
+    assert not packs._slots
+
+
+def test_a_weight_changed_in_place_or_replaced_is_packed_again():
+    w = torch.randn(16, 8).bfloat16()
+    x = torch.randn(3, 8).bfloat16()
+    packs = Packs()
+    packs.linear("w", x, w)
+    w.mul_(2)                                   # in place: the version counter moves
+    assert torch.equal(packs.linear("w", x, w), F.linear(x, w))
+    other = torch.randn(16, 8).bfloat16()       # another tensor under the same name
+    assert torch.equal(packs.linear("w", x, other), F.linear(x, other))
+
+
+def test_the_engine_model_gives_the_same_logits_packed_or_not(monkeypatch):
+    from strata.engine.attention import AttentionMetadata, SeqSlice
+    from strata.engine.dummy import load_dummy
+    from strata.engine.model import build_model
+    torch.set_num_threads(1)
+    loaded = load_dummy("dummy-tiny")
+    cfg = loaded.config
+    model = build_model(cfg, loaded.weights, torch.device("cpu"), torch.bfloat16)
+    kv = torch.zeros(cfg.num_layers, 2, cfg.num_kv_heads, 8, 16, cfg.head_dim,
+                     dtype=torch.bfloat16)
+    ids = torch.randint(0, cfg.vocab_size, (20,), generator=torch.Generator().manual_seed(3))
+
+    def logits() -> torch.Tensor:
+        kv.zero_()
+        meta = AttentionMetadata.build([SeqSlice(0, 20, 20, [3, 1])], 16, "cpu")
+        return model(ids, torch.arange(20), kv, meta, torch.arange(20))
+
+    packed = logits()
+    assert set(model.layers[0].packs._slots) == {"qkv", "o", "gate_up", "down"}
+    assert set(model.packs._slots) == {"head"}
+    monkeypatch.setattr(packed_linear, "available", lambda weight: False)
+    assert torch.equal(packed, logits())
