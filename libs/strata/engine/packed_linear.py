@@ -20,11 +20,15 @@ import torch
 import torch.nn.functional as F
 
 
+# whether this torch build has oneDNN and its packed linear ops (asked once: every linear call
+# of a step asks `available`)
+_ONEDNN = torch.backends.mkldnn.is_available() and \
+    hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+
+
 def available(weight: torch.Tensor) -> bool:
     """Whether a weight of this kind is packed: bfloat16 on the CPU, with oneDNN's ops present."""
-    return (weight.device.type == "cpu" and weight.dtype == torch.bfloat16 and
-            torch.backends.mkldnn.is_available() and
-            hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
+    return _ONEDNN and weight.device.type == "cpu" and weight.dtype == torch.bfloat16
 
 
 class Packs:
