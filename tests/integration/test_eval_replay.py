@@ -46,7 +46,7 @@ def test_fixture_replay_report_agrees_with_the_client(stack, tmp_path, monkeypat
     assert overall.requests == client["succeeded"] and overall.errors == 0
     assert overall.completion_tokens == client["output_tokens"]
     assert overall.prompt_tokens == client["prompt_tokens"]
-    # The gateway measures from after authentication to its last send; the client adds its own
+    # The gateway measures from the request's arrival to its last send; the client adds its own
     # stack and the loopback hops. Stated bound: server <= client + 1 ms, and within 25 ms or
     # 25% of the client's figure, whichever is larger.
     for metric in ("ttft_ms", "e2e_ms"):

@@ -10,7 +10,8 @@ from strata.engine.packed_linear import Packs
 
 pytestmark = pytest.mark.skipif(
     not packed_linear.available(torch.zeros(1, dtype=torch.bfloat16)),
-    reason="oneDNN's packed linear ops are not in this torch build")
+    reason="oneDNN's packed linear ops are not in this torch build, or this CPU lacks "
+           "its bfloat16 path (AVX-512 or AVX-NE-CONVERT)")
 
 
 @pytest.mark.parametrize("rows", [1, 4, 33])

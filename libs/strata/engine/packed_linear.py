@@ -9,9 +9,10 @@ takes 43 us through F.linear and 22 us with the weight reordered beforehand, Smo
 gives the same numbers bit for bit, for any number of rows (tested), since the matmul is the same.
 
 Only bfloat16 on the CPU is packed: float32 goes through MKL's sgemm, which the packed path
-neither matches nor beats. A packed copy remembers the weight's version counter, so a weight
-changed in place (a test, a reload) is packed again at its next use. The copy doubles the memory
-of the linear weights it covers.
+neither matches nor beats. On a CPU without oneDNN's bfloat16 path (AVX2 only, where the reorder
+raises) bfloat16 goes through F.linear too. A packed copy remembers the weight's version counter,
+so a weight changed in place (a test, a reload) is packed again at its next use. The copy
+doubles the memory of the linear weights it covers.
 """
 
 from __future__ import annotations
@@ -20,14 +21,17 @@ import torch
 import torch.nn.functional as F
 
 
-# whether this torch build has oneDNN and its packed linear ops (asked once: every linear call
-# of a step asks `available`)
+# whether this torch build has oneDNN and its packed linear ops, and this CPU runs oneDNN's
+# bfloat16 path (AVX-512 BW/VL/DQ or AVX-NE-CONVERT; on an AVX2-only CPU the reorder raises), asked
+# once: every linear call of a step asks `available`
 _ONEDNN = torch.backends.mkldnn.is_available() and \
-    hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+    hasattr(torch.ops.mkldnn, "_reorder_linear_weight") and \
+    torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
 def available(weight: torch.Tensor) -> bool:
-    """Whether a weight of this kind is packed: bfloat16 on the CPU, with oneDNN's ops present."""
+    """Whether a weight of this kind is packed: bfloat16 on the CPU, with oneDNN's ops present and
+    its bfloat16 path supported by this CPU."""
     return _ONEDNN and weight.device.type == "cpu" and weight.dtype == torch.bfloat16
 
 
