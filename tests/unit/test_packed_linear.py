@@ -8,12 +8,13 @@ import torch.nn.functional as F
 from strata.engine import packed_linear
 from strata.engine.packed_linear import Packs
 
-pytestmark = pytest.mark.skipif(
+needs_onednn_bf16 = pytest.mark.skipif(
     not packed_linear.available(torch.zeros(1, dtype=torch.bfloat16)),
     reason="oneDNN's packed linear ops are not in this torch build, or this CPU lacks "
            "its bfloat16 path (AVX-512 or AVX-NE-CONVERT)")
 
 
+@needs_onednn_bf16
 @pytest.mark.parametrize("rows", [1, 4, 33])
 @pytest.mark.parametrize("bias", [False, True])
 def test_packed_bfloat16_linear_equals_f_linear_bit_for_bit(rows, bias):
@@ -33,6 +34,16 @@ def test_float32_goes_through_f_linear():
     assert not packs._slots
 
 
+def test_bfloat16_goes_through_f_linear_where_the_cpu_has_no_onednn_bfloat16_path(monkeypatch):
+    # an AVX2-only CPU: _reorder_linear_weight raises there, so nothing may be packed
+    monkeypatch.setattr(packed_linear, "_ONEDNN", False)
+    w, x = torch.randn(8, 4).bfloat16(), torch.randn(2, 4).bfloat16()
+    packs = Packs()
+    assert torch.equal(packs.linear("w", x, w), F.linear(x, w))
+    assert not packs._slots
+
+
+@needs_onednn_bf16
 def test_a_weight_changed_in_place_or_replaced_is_packed_again():
     w = torch.randn(16, 8).bfloat16()
     x = torch.randn(3, 8).bfloat16()
@@ -44,6 +55,7 @@ def test_a_weight_changed_in_place_or_replaced_is_packed_again():
     assert torch.equal(packs.linear("w", x, other), F.linear(x, other))
 
 
+@needs_onednn_bf16
 def test_the_engine_model_gives_the_same_logits_packed_or_not(monkeypatch):
     from strata.engine.attention import AttentionMetadata, SeqSlice
     from strata.engine.dummy import load_dummy
