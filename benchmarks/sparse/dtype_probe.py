@@ -37,13 +37,17 @@ def time_dtype(loaded: LoadedModel, dtype: str, prompt: list[int], steps: int) -
 
 
 def probe_dtypes(loaded: LoadedModel, chosen: str, prompt: list[int],
-                 steps: int = 32) -> tuple[list[DtypeTiming], str]:
+                 steps: int = 32) -> tuple[list[DtypeTiming], str, str]:
+    """Times both dtypes; returns the timings, the report's line, and the dtype the run uses:
+    `chosen`, or with "auto" the faster one here (prefill plus `steps` decode steps)."""
     timings = [time_dtype(loaded, d, prompt, steps) for d in ("float32", "bfloat16")]
     f32, bf16 = timings
     faster = "bfloat16" if bf16.prefill_s + steps * bf16.decode_s < \
         f32.prefill_s + steps * f32.decode_s else "float32"
+    used = faster if chosen == "auto" else chosen
+    how = ("so this run uses it (--dtype auto)" if chosen == "auto" else
+           "and this run uses it" if used == faster else f"but this run used {used} (--dtype)")
     line = (f"{len(prompt)}-token prefill {f32.prefill_s:.1f} s in float32, "
             f"{bf16.prefill_s:.1f} s in bfloat16; decode step {f32.decode_s * 1000:.0f} vs "
-            f"{bf16.decode_s * 1000:.0f} ms: {faster} is faster here"
-            f"{'' if faster == chosen else f', but this run used {chosen} (--dtype)'}")
-    return timings, line
+            f"{bf16.decode_s * 1000:.0f} ms: {faster} is faster here, {how}")
+    return timings, line, used

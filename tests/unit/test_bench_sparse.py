@@ -252,3 +252,19 @@ def test_report_shows_command_verdicts_tables_and_differing_answers():
     assert "| top-1 agreement (teacher-forced, worst run) | >= 99% | 82.8% (212/256, long at " \
            "32k) | **FAIL** |" in md
     assert "| 32k | 32768 | 1 | sparse | 48 | 25.00 | 50.00 | 25.00 | -50.0% |" in md
+
+
+@pytest.mark.parametrize("chosen,bf16_prefill,used,says", [
+    ("auto", 1.0, "bfloat16", "bfloat16 is faster here, so this run uses it (--dtype auto)"),
+    ("auto", 9.0, "float32", "float32 is faster here, so this run uses it (--dtype auto)"),
+    ("bfloat16", 9.0, "bfloat16", "float32 is faster here, but this run used bfloat16"),
+    ("float32", 9.0, "float32", "float32 is faster here, and this run uses it")])
+def test_dtype_probe_runs_auto_in_the_faster_dtype_and_says_so(monkeypatch, chosen,
+                                                                bf16_prefill, used, says):
+    from benchmarks.sparse import dtype_probe
+    fake = {"float32": dtype_probe.DtypeTiming("float32", 3.0, 0.020),
+            "bfloat16": dtype_probe.DtypeTiming("bfloat16", bf16_prefill, 0.025)}
+    monkeypatch.setattr(dtype_probe, "time_dtype", lambda loaded, d, prompt, steps: fake[d])
+    timings, line, got = dtype_probe.probe_dtypes(None, chosen, [1, 2, 3])
+    assert got == used and says in line
+    assert [t.dtype for t in timings] == ["float32", "bfloat16"]
