@@ -19,8 +19,9 @@ Parts, in order:
    decode-step latency P50/P99 at 8k, 16k and 32k, one sequence and a batch of 4.
 
 Torch runs on 2 threads, set here: the machine has 2 cores, and a thread count left to torch's
-default can change between machines and with other work. The default run takes about 20 minutes
-on 2 cores; --quick (about 3 minutes) runs every part at short lengths, as a smoke test.
+default can change between machines and with other work. The default run took 19 minutes on
+the 2-core AVX-512 host and 37 on the AVX2-only one (2026-11-30); --quick (about 3 minutes) runs
+every part at short lengths, as a smoke test.
 """
 
 from __future__ import annotations
