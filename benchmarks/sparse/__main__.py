@@ -230,7 +230,7 @@ def main() -> None:
     needles: list[NeedleCell] = []
     latency: list[LatencyRun] = []
     timings: list[DtypeTiming] = []
-    dtype_line = f"{args.dtype} (no dtype probe: --parts has no smol)"
+    dtype_line = f"{args.dtype} (no dtype probe: --dtype was given and --parts has no smol)"
     if "smol" in parts or args.dtype == "auto":
         smol = load_model(DEFAULT_MODEL)
         probe_len = 512 if args.quick else 2048
