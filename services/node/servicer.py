@@ -22,9 +22,12 @@ _STATE = {State.LOADING: common_pb2.REPLICA_STATE_LOADING,
           State.DRAINING: common_pb2.REPLICA_STATE_DRAINING,
           State.FAILED: common_pb2.REPLICA_STATE_FAILED,
           State.STANDBY: common_pb2.REPLICA_STATE_STANDBY}
-# Worker errors the caller caused pass through; anything else means the worker failed.
+# Worker errors the caller caused pass through, and so does INTERNAL from a living worker: the
+# engine stopped that request alone, and a retry would fail the same way. Anything else means
+# the worker failed.
 _PASS_THROUGH = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.DEADLINE_EXCEEDED,
-                 grpc.StatusCode.CANCELLED, grpc.StatusCode.RESOURCE_EXHAUSTED}
+                 grpc.StatusCode.CANCELLED, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                 grpc.StatusCode.INTERNAL}
 
 _DEFAULT_SLA = SlaTable().lookup(DEFAULT_CLASS)
 

@@ -8,7 +8,7 @@ from contextlib import aclosing
 import grpc
 from opentelemetry import trace
 
-from strata.engine.async_engine import AsyncEngine, EngineFailed
+from strata.engine.async_engine import AsyncEngine, EngineFailed, RequestFailed
 from strata.engine.engine import EngineRequest, LLMEngine, RequestOutput
 from strata.engine.prompt import prompt_ids
 from strata.engine.resume import resume
@@ -73,6 +73,9 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
                         yield chunk_to_pb(out, tok)
             except ValueError as err:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+            except RequestFailed as err:
+                # This request alone: retrying it would fail the same way.
+                await context.abort(grpc.StatusCode.INTERNAL, f"{err}; the request was stopped")
             except EngineFailed as err:
                 await context.abort(grpc.StatusCode.INTERNAL, str(err))
 

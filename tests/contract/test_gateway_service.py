@@ -204,6 +204,11 @@ async def test_a_revoked_key_keeps_working_until_the_auth_cache_expires(env):
     (dict(max_tokens=0), "max_tokens must be between 1 and 32768, got 0"),
     (dict(sampling=common_pb2.SamplingParams(temperature=3)),
      "temperature must be between 0 and 2, got 3"),
+    (dict(sampling=common_pb2.SamplingParams(temperature=1e-45)),
+     "temperature must be 0 (greedy) or at least 1e-05, got 1.4013e-45; a smaller one samples "
+     "the most likely token anyway"),
+    (dict(sampling=common_pb2.SamplingParams(repetition_penalty=float("nan"))),
+     "repetition_penalty must be positive (0 or 1 disables it), got nan"),
     (dict(messages=[common_pb2.ChatMessage(role="user", content="Hi")]),
      "give exactly one of prompt or messages"),
     (dict(prompt="", messages=[common_pb2.ChatMessage(role="robot", content="Hi")]),

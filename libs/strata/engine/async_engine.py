@@ -18,7 +18,12 @@ log = logging.getLogger(__name__)
 
 
 class EngineFailed(RuntimeError):
-    """The engine thread hit an error; every request in flight receives it."""
+    """The engine thread hit an error outside any one request's work (the scheduler itself);
+    every request in flight receives it."""
+
+
+class RequestFailed(RuntimeError):
+    """The engine could not compute this request; it alone was stopped (the others go on)."""
 
 
 class AsyncEngine:
@@ -105,7 +110,8 @@ class AsyncEngine:
                 q, loop = target
                 if out.finished:
                     del self._streams[out.request_id]
-                loop.call_soon_threadsafe(q.put_nowait, out)
+                item = out if out.error is None else RequestFailed(out.error)
+                loop.call_soon_threadsafe(q.put_nowait, item)
 
     def _fail_all(self, err: BaseException) -> None:
         for rid, (q, loop) in list(self._streams.items()):

@@ -3,6 +3,12 @@
 One step = schedule (scheduler.py) -> build the flattened batch -> model forward over the paged
 cache -> sample -> detokenize -> retire finished sequences. Evicted cached blocks go to the KV
 tier store when one is attached; prefix hits there are loaded back instead of recomputed.
+
+A request can fail only itself. When a batched forward raises, the step runs each scheduled
+sequence alone; those that still fail are retired with an error output (`RequestOutput.error`)
+and the rest carry on with the logits of their own forward. A row that cannot be sampled, or
+whose token cannot be appended, fails the same way. Only a failure outside any one request's
+work (the scheduler itself) escapes `step()`.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from strata.engine.detokenizer import Detokenizer
 from strata.engine.loaded import LoadedModel
 from strata.engine.model import build_model
 from strata.engine.costs import CostModel
-from strata.engine.sampler import Sampled, SeqSampler, sample_batch
+from strata.engine.sampler import Sampled, SamplingError, SeqSampler, sample_batch
 from strata.engine.scheduler import ScheduledSeq, Scheduler
 from strata.engine.sequence import FinishReason, SamplingParams, Sequence
 from strata.engine.sparse.config import SparseConfig
@@ -89,6 +95,9 @@ class RequestOutput:
     logprobs: list[Sampled] | None = None
     sparse_layer_steps: int = 0   # on the finished output: layers run sparse for this request
     sparse_fallbacks: int = 0     # of them, those the trust check sent to full attention
+    # Set on a finished output when the engine could not compute this request (it alone was
+    # retired; finish_reason is None): what went wrong, in a sentence.
+    error: str | None = None
 
 
 @dataclass(slots=True)
@@ -253,13 +262,15 @@ class LLMEngine:
         for item in plan.scheduled:
             if item.seq.first_scheduled is None:
                 item.seq.first_scheduled = now
-        logits = self._forward(plan.scheduled)
-        for item in plan.scheduled:
+        logits, scheduled, outputs = self._forward_isolating(plan.scheduled)
+        for item in scheduled:
             self.scheduler.advance(item)
-        sampling = [item.seq for item in plan.scheduled if item.sample]
+        sampling = [item.seq for item in scheduled if item.sample]
         picks = sample_batch(logits, [self._samplers[s.request_id] for s in sampling],
                              [s.token_ids for s in sampling])
-        outputs = [self._append(seq, pick) for seq, pick in zip(sampling, picks)]
+        for seq, pick in zip(sampling, picks):
+            outputs.append(self._fail(seq, pick) if isinstance(pick, SamplingError)
+                           else self._append_isolated(seq, pick))
         elapsed = time.perf_counter() - started
         self.costs.observe_step(plan.num_tokens, elapsed)
         self.stats.busy_seconds += elapsed
@@ -270,7 +281,55 @@ class LLMEngine:
             self.step_observer(plan.scheduled, time.perf_counter() - begun)
         return outputs
 
-    def _forward(self, scheduled: list[ScheduledSeq]) -> torch.Tensor:
+    def _forward_isolating(self, scheduled: list[ScheduledSeq]
+                           ) -> tuple[torch.Tensor, list[ScheduledSeq], list[RequestOutput]]:
+        """The step's logits, the items they cover (in order), and the error outputs of items
+        that failed: the batch at once, or, when that raises, each item on its own."""
+        try:
+            return self._forward(scheduled), scheduled, []
+        except Exception as err:  # noqa: BLE001 - which request caused it is found out below
+            if len(scheduled) == 1:
+                return self._no_logits(), [], [self._fail(scheduled[0].seq, err)]
+            log.warning("a batched step of %d sequences failed (%s: %s); running each alone",
+                        len(scheduled), type(err).__name__, err)
+        kept: list[ScheduledSeq] = []
+        rows: list[torch.Tensor] = []
+        failed: list[RequestOutput] = []
+        for item in scheduled:
+            try:
+                logits = self._forward([item], keep_tables=False)
+            except Exception as err:  # noqa: BLE001 - this request alone fails
+                failed.append(self._fail(item.seq, err))
+                continue
+            kept.append(item)
+            rows.append(logits)
+        return (torch.cat(rows) if rows else self._no_logits()), kept, failed
+
+    def _no_logits(self) -> torch.Tensor:
+        return torch.empty(0, self.loaded.config.vocab_size, device=self.device)
+
+    def _fail(self, seq: Sequence, err: BaseException) -> RequestOutput:
+        """Retire `seq` because the engine could not compute it; its error output."""
+        rid = seq.request_id
+        if isinstance(err, SamplingError):
+            log.error("request %s failed: %s", rid, err)
+            reason = str(err)
+        else:
+            log.error("request %s failed in the engine", rid, exc_info=err)
+            reason = f"the engine failed on this request ({type(err).__name__}: {err})"
+        self.scheduler.finish(seq, FinishReason.ABORTED)
+        self._forget(rid)
+        return RequestOutput(request_id=rid, text="", token_ids=[], finished=True,
+                             prompt_tokens=seq.num_prompt - seq.num_resumed,
+                             completion_tokens=seq.num_output + seq.num_resumed, error=reason)
+
+    def _append_isolated(self, seq: Sequence, pick: Sampled) -> RequestOutput:
+        try:
+            return self._append(seq, pick)
+        except Exception as err:  # noqa: BLE001 - e.g. a token its detokenizer cannot decode
+            return self._fail(seq, err)
+
+    def _forward(self, scheduled: list[ScheduledSeq], keep_tables: bool = True) -> torch.Tensor:
         ids: list[int] = []
         positions: list[int] = []
         slices: list[SeqSlice] = []
@@ -284,8 +343,10 @@ class LLMEngine:
             if item.sample:
                 logits_rows.append(start + item.num_new - 1)
         dev = self.device
+        # A sequence run alone (isolating a failed batch) must not replace the kept tables.
         meta = AttentionMetadata.build(slices, self.config.block_size, dev,
-                                       self.native_attention, self._tables)
+                                       self.native_attention,
+                                       self._tables if keep_tables else None)
         if self.sparse is not None:
             decodes = meta.groups[0] if meta.groups and meta.groups[0].queries == 1 else None
             meta.sparse = self.sparse.plan(self.kv, [i.seq.request_id for i in scheduled],

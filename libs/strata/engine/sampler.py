@@ -5,6 +5,13 @@ penalties (output tokens), then greedy argmax, or temperature, top-k, top-p, min
 from the request's own generator (seeded requests are reproducible whatever else is batched with
 them). Logprobs are those of the model's raw distribution, before any adjustment. A batch whose
 rows are all plain greedy takes one argmax for the whole batch.
+
+Numerical safety: every value the gateway admits samples without inf or nan. Adjusted logits
+are made finite (nan out, +inf to the dtype's largest value) and shifted so that their maximum
+is 0 before the temperature divides them, so a temperature as small as a float allows gives the
+argmax (ties shared), never inf - inf. A temperature below GREEDY_EPS is greedy, as in vLLM. A
+row the model itself left without one finite logit cannot be sampled: `SamplingError`, which the
+engine turns into that request's failure alone.
 """
 
 from __future__ import annotations
@@ -13,7 +20,13 @@ from dataclasses import dataclass
 
 import torch
 
-from strata.engine.sequence import SamplingParams
+from strata.engine.sequence import GREEDY_EPS, SamplingParams
+
+NO_FINITE_LOGIT = "the model produced no finite logit for this request's next token"
+
+
+class SamplingError(ValueError):
+    """A row cannot be sampled (the model produced no finite logit for it)."""
 
 
 @dataclass(slots=True)
@@ -32,7 +45,7 @@ class SeqSampler:
         self.params = params
         self.num_prompt = num_prompt
         self.generator: torch.Generator | None = None
-        if params.temperature > 0:
+        if params.temperature >= GREEDY_EPS:
             self.generator = torch.Generator()
             if params.seed is not None:
                 self.generator.manual_seed(params.seed)
@@ -53,16 +66,21 @@ class SeqSampler:
         if (p.frequency_penalty or p.presence_penalty) and output:
             ids, counts = torch.tensor(output, dtype=torch.int64).unique(return_counts=True)
             logits[ids] -= p.frequency_penalty * counts.float() + p.presence_penalty
-        if p.temperature <= 0:
+        logits = torch.nan_to_num(logits, nan=float("-inf"),
+                                  posinf=torch.finfo(logits.dtype).max)
+        top = logits.max()
+        if not torch.isfinite(top):
+            raise SamplingError(NO_FINITE_LOGIT)
+        if p.temperature < GREEDY_EPS:
             token = int(torch.argmax(logits))
         else:
-            token = self._draw(logits / p.temperature)
+            token = self._draw((logits - top) / p.temperature)
         if not p.logprobs:
             return Sampled(token)
         logprobs = torch.log_softmax(raw, dim=-1)
-        top = torch.topk(logprobs, p.logprobs)
+        best = torch.topk(logprobs, p.logprobs)
         return Sampled(token, float(logprobs[token]),
-                       list(zip(top.indices.tolist(), top.values.tolist())))
+                       list(zip(best.indices.tolist(), best.values.tolist())))
 
     def _draw(self, logits: torch.Tensor) -> int:
         p = self.params
@@ -77,14 +95,29 @@ class SeqSampler:
             probs = torch.zeros_like(probs).scatter_(0, order, sorted_probs)
         if p.min_p > 0:
             probs = probs.masked_fill(probs < p.min_p * probs.max(), 0.0)
+        # The maximum was shifted to 0, so its probability is at least 1/vocab and the sum is
+        # positive whatever top-k, top-p and min-p removed.
         return int(torch.multinomial(probs / probs.sum(), 1, generator=self.generator))
 
 
 def sample_batch(logits: torch.Tensor, samplers: list[SeqSampler],
-                 histories: list[list[int]]) -> list[Sampled]:
-    """One token per row of logits [B, vocab]."""
+                 histories: list[list[int]]) -> list[Sampled | SamplingError]:
+    """One token per row of logits [B, vocab], or the row's SamplingError: a row that cannot be
+    sampled fails alone, the others are sampled as if it were not there."""
     if all(s.params.is_plain_greedy for s in samplers):
         # fp32 argmax: faster on CPU than on bf16, and identical
-        return [Sampled(t) for t in torch.argmax(logits.float(), dim=-1).tolist()]
+        best, tokens = torch.max(logits.float(), dim=-1)
+        # A nan maximum (torch.max propagates nan) or an all -inf row has nothing to pick.
+        usable = (best > float("-inf")).tolist()
+        return [Sampled(t) if ok else SamplingError(NO_FINITE_LOGIT)
+                for t, ok in zip(tokens.tolist(), usable)]
     cpu = logits.float().cpu()
-    return [s.sample(cpu[i], h) for i, (s, h) in enumerate(zip(samplers, histories))]
+    return [_sample_row(s, cpu[i], h) for i, (s, h) in enumerate(zip(samplers, histories))]
+
+
+def _sample_row(sampler: SeqSampler, logits: torch.Tensor,
+                history: list[int]) -> Sampled | SamplingError:
+    try:
+        return sampler.sample(logits, history)
+    except SamplingError as err:
+        return err

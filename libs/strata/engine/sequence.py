@@ -7,6 +7,10 @@ from dataclasses import dataclass, field
 
 from strata.kvtier.hashing import HashKeys
 
+# Temperatures below this sample greedily (as in vLLM): the distribution is one-hot at float
+# precision anyway, and dividing logits by it overflows.
+GREEDY_EPS = 1e-5
+
 
 @dataclass(slots=True, frozen=True)
 class SamplingParams:
@@ -27,7 +31,7 @@ class SamplingParams:
     @property
     def is_plain_greedy(self) -> bool:
         """Greedy with nothing that needs per-row work: the batched argmax fast path."""
-        return (self.temperature <= 0 and self.repetition_penalty in (0.0, 1.0)
+        return (self.temperature < GREEDY_EPS and self.repetition_penalty in (0.0, 1.0)
                 and not self.frequency_penalty and not self.presence_penalty
                 and not self.logprobs)
 

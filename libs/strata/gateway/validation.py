@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+from strata.engine.sequence import GREEDY_EPS
 
 MAX_TOKENS_LIMIT = 32768
 MAX_STOP_STRINGS = 8
@@ -45,11 +48,14 @@ def validate(p: GenerateParams) -> str | None:
         return f"max_tokens must be between 1 and {MAX_TOKENS_LIMIT}, got {p.max_tokens}"
     if not 0 <= p.temperature <= 2:
         return f"temperature must be between 0 and 2, got {p.temperature:g}"
+    if 0 < p.temperature < GREEDY_EPS:
+        return (f"temperature must be 0 (greedy) or at least {GREEDY_EPS:g}, got "
+                f"{p.temperature:g}; a smaller one samples the most likely token anyway")
     if not 0 <= p.top_p <= 1:
         return f"top_p must be between 0 and 1 (0 means disabled), got {p.top_p:g}"
     if p.top_k < 0:
         return f"top_k must be 0 (disabled) or positive, got {p.top_k}"
-    if p.repetition_penalty < 0:
+    if not (p.repetition_penalty >= 0 and math.isfinite(p.repetition_penalty)):
         return f"repetition_penalty must be positive (0 or 1 disables it), got " \
                f"{p.repetition_penalty:g}"
     if not 0 <= p.min_p <= 1:
