@@ -12,6 +12,7 @@ from strata.gateway.admin_key import ensure_admin_key
 from strata.gateway.auth import Authenticator
 from strata.gateway.prefix_hashes import PrefixHasher
 from strata.gateway.tenant_directory import TenantDirectory
+from strata.gateway.validation import max_request_bytes
 from strata.policy.clock import WallClock
 from strata.policy.ratelimit import TenantRateLimiter
 from strata.rpc.server import Registration, channel, run, serve_until_signal, start_server
@@ -46,7 +47,7 @@ async def main() -> None:
                      service_name=gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name),
         Registration(add=lambda s: admin_pb2_grpc.add_AdminServicer_to_server(admin, s),
                      service_name=admin_pb2.DESCRIPTOR.services_by_name["Admin"].full_name)],
-        bind=cfg.bind)
+        bind=cfg.bind, max_receive_bytes=max_request_bytes())
     log.info("gateway listening on %s (admin key in %s)", cfg.bind, cfg.admin_key_file)
 
     async def on_stop() -> None:

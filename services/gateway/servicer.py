@@ -238,7 +238,7 @@ def _params(r: gateway_pb2.GenerateRequest) -> GenerateParams:
         max_tokens=r.max_tokens, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
         repetition_penalty=s.repetition_penalty, stop=list(r.stop), min_p=s.min_p,
         frequency_penalty=s.frequency_penalty, presence_penalty=s.presence_penalty,
-        logprobs=s.logprobs)
+        logprobs=s.logprobs, stop_token_ids=tuple(s.stop_token_ids))
 
 
 def _spec(r: gateway_pb2.GenerateRequest) -> common_pb2.GenerationSpec:

@@ -49,3 +49,19 @@ async def test_services_starting_together_create_the_schema_once(store_url):
             await e.dispose()
     assert tables == ["api_keys", "node_samples", "placements", "requests", "runs",
                       "sla_classes", "spans", "tenants"]
+
+
+async def test_the_sqlite_store_and_its_wal_files_are_private(tmp_path):
+    import os
+    import stat
+
+    path = tmp_path / "strata.db"
+    engine = make_engine(f"sqlite+aiosqlite:///{path}")
+    await create_all(engine)
+    await engine.dispose()
+    wal = [p for p in (path, tmp_path / "strata.db-wal", tmp_path / "strata.db-shm") if p.exists()]
+    assert path in wal
+    assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in wal} == {p.name: 0o600 for p in wal}
+    os.chmod(path, 0o644)                # a store from before: narrowed at the next start
+    make_engine(f"sqlite+aiosqlite:///{path}")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600

@@ -9,8 +9,21 @@ from strata.engine.sequence import GREEDY_EPS
 
 MAX_TOKENS_LIMIT = 32768
 MAX_STOP_STRINGS = 8
-MAX_PROMPT_CHARS = 1_000_000
+MAX_STOP_CHARS = 1000            # per stop string
+MAX_STOP_TOKEN_IDS = 64
+MAX_PROMPT_CHARS = 1_000_000     # prompt, or all messages' contents together
+MAX_MESSAGES = 4096
+MAX_MODEL_CHARS = 256
 MAX_LOGPROBS = 20
+
+
+def max_request_bytes() -> int:
+    """The largest valid GenerateRequest on the wire, with room to spare: the gateway's receive
+    limit, so that a body far past anything valid is refused before it is parsed."""
+    utf8 = 4                                   # bytes per character at most
+    per_message = 4 + 2 + 9 + 4                # tags and lengths, the longest role
+    return (utf8 * (MAX_PROMPT_CHARS + MAX_MODEL_CHARS + MAX_STOP_STRINGS * MAX_STOP_CHARS)
+            + MAX_MESSAGES * per_message + MAX_STOP_TOKEN_IDS * 6 + 16 * 1024)
 
 
 @dataclass(slots=True)
@@ -28,14 +41,19 @@ class GenerateParams:
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
     logprobs: int = 0
+    stop_token_ids: tuple[int, ...] = ()
 
 
 def validate(p: GenerateParams) -> str | None:
     """None when the request is acceptable, else what is wrong and how to fix it."""
     if not p.model:
         return "model is required; call ListModels to see what this deployment serves"
+    if len(p.model) > MAX_MODEL_CHARS:
+        return f"model names are at most {MAX_MODEL_CHARS} characters, got {len(p.model)}"
     if bool(p.prompt) == bool(p.messages):
         return "give exactly one of prompt or messages"
+    if len(p.messages) > MAX_MESSAGES:
+        return f"at most {MAX_MESSAGES} messages, got {len(p.messages)}"
     size = len(p.prompt) + sum(len(c) for _, c in p.messages)
     if size > MAX_PROMPT_CHARS:
         return f"the prompt is {size} characters; at most {MAX_PROMPT_CHARS} are accepted"
@@ -70,4 +88,10 @@ def validate(p: GenerateParams) -> str | None:
         return f"at most {MAX_STOP_STRINGS} stop strings, got {len(p.stop)}"
     if any(not s for s in p.stop):
         return "stop strings must not be empty"
+    if any(len(s) > MAX_STOP_CHARS for s in p.stop):
+        return f"stop strings are at most {MAX_STOP_CHARS} characters each"
+    if len(p.stop_token_ids) > MAX_STOP_TOKEN_IDS:
+        return f"at most {MAX_STOP_TOKEN_IDS} stop_token_ids, got {len(p.stop_token_ids)}"
+    if any(t < 0 for t in p.stop_token_ids):
+        return "stop_token_ids must not be negative"
     return None

@@ -16,6 +16,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from strata.rpc.guard import GuardInterceptor
+
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -57,8 +59,14 @@ class RunningServer:
 
 
 async def start_server(registrations: Sequence[Registration], bind: str = "127.0.0.1:0",
-                       interceptors: Sequence[grpc.aio.ServerInterceptor] = ()) -> RunningServer:
-    server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=list(interceptors))
+                       interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+                       max_receive_bytes: int = MAX_MESSAGE_BYTES) -> RunningServer:
+    """Serve `registrations` with health and reflection. Every server runs the guard
+    (strata.rpc.guard) after the given interceptors; `max_receive_bytes` caps a request's size
+    (a public server sets it from the largest valid request)."""
+    options = [(k, max_receive_bytes if k == "grpc.max_receive_message_length" else v)
+               for k, v in SERVER_OPTIONS]
+    server = grpc.aio.server(options=options, interceptors=[*interceptors, GuardInterceptor()])
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = []

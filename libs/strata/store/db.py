@@ -3,6 +3,9 @@
 Several processes (metrics collector, gateway, planner) share one SQLite file, so SQLite
 connections run in WAL mode (readers never block the writer) with a busy timeout (a second
 writer waits instead of failing at once with "database is locked").
+
+The SQLite file holds API-key hashes and every tenant's figures: it is created, or narrowed,
+to mode 0600 before the first connection (SQLite gives its -wal and -shm files the same mode).
 """
 
 from __future__ import annotations
@@ -37,10 +40,19 @@ def make_engine(url: str, echo: bool = False) -> AsyncEngine:
         if database and database != ":memory:" and not database.startswith("file:"):
             parent = os.path.dirname(os.path.abspath(database))
             os.makedirs(parent, exist_ok=True)
+            _private_file(database)
         engine = create_async_engine(url, echo=echo)
         event.listen(engine.sync_engine, "connect", _sqlite_on_connect)
         return engine
     return create_async_engine(url, echo=echo, pool_pre_ping=True)
+
+
+def _private_file(path: str) -> None:
+    """Create `path` with mode 0600, or narrow an existing file (and its WAL files) to it."""
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    for name in (path, f"{path}-wal", f"{path}-shm", f"{path}-journal"):
+        if os.path.exists(name):
+            os.chmod(name, 0o600)
 
 
 def _sqlite_on_connect(dbapi_connection, _record) -> None:
