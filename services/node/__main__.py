@@ -11,6 +11,7 @@ from services.node.sampler import NodeSampler, sample_loop
 from services.node.servicer import NodeManagerServicer
 from strata.eval.energy import EnergyMeter, PowerModel, open_counter
 from strata.node.replicas import ReplicaSet
+from strata.node.worker_pids import WorkerPids
 from strata.rpc.server import Registration, channel, run, serve_until_signal, start_server
 from strata.rpc.v1 import kvstore_pb2_grpc, node_pb2, node_pb2_grpc
 from strata.telemetry.setup import init_tracing
@@ -21,9 +22,14 @@ log = logging.getLogger("services.node")
 async def main() -> None:
     cfg = NodeConfig.from_env()
     init_tracing("node", cfg.otlp_endpoint)
+    pids = WorkerPids(cfg.state_dir)
+    reaped = pids.reap_leftovers()
+    if reaped:
+        log.warning("reaped %d workers a previous node manager left running: %s", len(reaped),
+                    ", ".join(map(str, reaped)))
     replicas = ReplicaSet(cfg.worker_env(), cfg.worker_ready_timeout_s,
                           routing_grace_s=2 * cfg.heartbeat_interval_s,
-                          standby_per_model=cfg.standby_workers)
+                          standby_per_model=cfg.standby_workers, pids=pids)
     servicer = NodeManagerServicer(cfg, replicas)
     running = await start_server([Registration(
         add=lambda s: node_pb2_grpc.add_NodeManagerServicer_to_server(servicer, s),

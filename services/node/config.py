@@ -7,7 +7,7 @@ import socket
 from dataclasses import dataclass
 
 from strata import defaults
-from strata.envconfig import ConfigError, env_float, env_int, env_str
+from strata.envconfig import ConfigError, data_dir, env_float, env_int, env_str
 from strata.eval.energy import SOURCES
 from strata.policy.scheduling.fair_queue import QUEUES
 from strata.policy.scheduling.interference import EstimatorSettings, MarginSettings
@@ -58,6 +58,9 @@ class NodeConfig:
     # Hot standby workers per loaded model: warm (model loaded), taking no request, promoted
     # when a READY worker dies, so its requests resume in milliseconds instead of a model load.
     standby_workers: int = 0
+    # STRATA_NODE_STATE_DIR: where the pids of this node's workers are recorded, so that a node
+    # manager started after a crashed one reaps what it left (default <data dir>/node/<id>)
+    state_dir: str = ""
 
     def worker_env(self) -> dict[str, str]:
         env = {k: os.environ[k] for k in WORKER_PASSTHROUGH if os.environ.get(k)}
@@ -70,8 +73,9 @@ class NodeConfig:
     @classmethod
     def from_env(cls) -> NodeConfig:
         bind = env_str("STRATA_NODE_BIND", defaults.NODE_ADDR)
+        node_id = env_str("STRATA_NODE_ID", socket.gethostname())
         return cls(
-            node_id=env_str("STRATA_NODE_ID", socket.gethostname()),
+            node_id=node_id,
             bind=bind,
             advertise=env_str("STRATA_NODE_ADVERTISE", bind),
             scheduler_addr=env_str("STRATA_SCHEDULER_ADDR", defaults.SCHEDULER_ADDR),
@@ -99,6 +103,7 @@ class NodeConfig:
             interference_baseline_s=_positive("STRATA_INTERFERENCE_BASELINE_S",
                                               ESTIMATOR.baseline_window_s),
             standby_workers=env_int("STRATA_NODE_STANDBY", 0, minimum=0),
+            state_dir=env_str("STRATA_NODE_STATE_DIR", os.path.join(data_dir(), "node", node_id)),
         )
 
     def __post_init__(self) -> None:

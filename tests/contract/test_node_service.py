@@ -59,7 +59,8 @@ async def node():
     cfg = NodeConfig(node_id=NODE, bind="127.0.0.1:0", advertise="node-t.local:50053",
                      scheduler_addr=scheduler_server.address, kvstore_addr="", otlp_endpoint="",
                      memory_bytes=8 << 30, device="cpu", torch_threads=1,
-                     worker_ready_timeout_s=60.0, heartbeat_interval_s=60.0)
+                     # three workers load at once: on a busy 2-core machine that takes a while
+                     worker_ready_timeout_s=300.0, heartbeat_interval_s=60.0)
     replicas = ReplicaSet({**cfg.worker_env(), "STRATA_KV_BLOCKS": "64",
                            "STRATA_BLOCK_SIZE": "16"}, cfg.worker_ready_timeout_s)
     servicer = NodeManagerServicer(cfg, replicas)
@@ -104,7 +105,7 @@ async def status(stub) -> common_pb2.NodeInfo:
     return await stub.GetNodeStatus(node_pb2.GetNodeStatusRequest())
 
 
-async def wait_states(stub, want: dict[str, int], timeout_s: float = 30.0) -> dict[str, int]:
+async def wait_states(stub, want: dict[str, int], timeout_s: float = 240.0) -> dict[str, int]:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while True:

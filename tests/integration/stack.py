@@ -25,6 +25,8 @@ import grpc
 import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from strata.core.lifeline import child_env
+
 ROOT = Path(__file__).resolve().parents[2]
 INFRA = {"postgres", "jaeger", "otel-collector"}
 
@@ -116,7 +118,7 @@ class ComposeStack:
             log = open(p.log_path, "w")
             p.proc = subprocess.Popen(
                 [sys.executable if p.command[0] == "python" else p.command[0], *p.command[1:]],
-                cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1", **p.env},
+                cwd=ROOT, env=child_env({**os.environ, "PYTHONUNBUFFERED": "1", **p.env}),
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             self.processes[p.name] = p
             wait_serving(p, timeout_s)

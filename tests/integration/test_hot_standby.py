@@ -21,6 +21,7 @@ import grpc
 import pytest
 
 from strata.rpc.v1 import common_pb2, node_pb2, node_pb2_grpc
+from strata.core.lifeline import child_env
 from tests.integration.stack import ROOT, StackProcess, _free_port, wait_serving
 
 MODEL = "dummy-tiny"
@@ -35,7 +36,7 @@ def _start(name: str, module: str, env: dict[str, str], log_path: Path) -> Stack
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **env}
     address = next(v for k, v in env.items() if k.endswith("_BIND") and k.startswith("STRATA_"))
     p = StackProcess(name, [sys.executable, "-m", module], env, address, log_path=log_path)
-    p.proc = subprocess.Popen(p.command, cwd=ROOT, env=env, stdout=open(log_path, "w"),
+    p.proc = subprocess.Popen(p.command, cwd=ROOT, env=child_env(env), stdout=open(log_path, "w"),
                               stderr=subprocess.STDOUT, start_new_session=True)
     wait_serving(p, 60)
     return p
@@ -82,7 +83,8 @@ def node(tmp_path):
             "STRATA_METRICS_ADDR": f"127.0.0.1:{_free_port()}", "STRATA_SAMPLE_INTERVAL_S": "3600",
             "STRATA_HEARTBEAT_INTERVAL_S": "3600", "STRATA_TORCH_THREADS": "1",
             "STRATA_KV_BLOCKS": "128", "STRATA_BLOCK_SIZE": "16",
-            "STRATA_MAX_BATCHED_TOKENS": "256", "STRATA_OTLP_ENDPOINT": ""},
+            "STRATA_MAX_BATCHED_TOKENS": "256", "STRATA_OTLP_ENDPOINT": "",
+            "STRATA_DATA_DIR": str(tmp_path)},
             tmp_path / "node.log")
         yield node, workers
     except BaseException:

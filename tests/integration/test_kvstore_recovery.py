@@ -14,6 +14,7 @@ import grpc
 from strata.kvtier.disk_tier import BLOCKS_DIR, block_filename
 from strata.kvtier.hashing import checksum, to_bytes
 from strata.rpc.v1 import kvstore_pb2, kvstore_pb2_grpc
+from strata.core.lifeline import child_env
 from tests.integration.stack import ROOT, StackProcess, _free_port, wait_serving
 
 BLOCK = 1024
@@ -29,7 +30,7 @@ def _start(tmp_path, port: int, log_name: str) -> StackProcess:
     log_path = tmp_path / log_name
     p = StackProcess("kvstore", [sys.executable, "-m", "services.kvstore"], env,
                      f"127.0.0.1:{port}", log_path=log_path)
-    p.proc = subprocess.Popen(p.command, cwd=ROOT, env=env, stdout=open(log_path, "w"),
+    p.proc = subprocess.Popen(p.command, cwd=ROOT, env=child_env(env), stdout=open(log_path, "w"),
                               stderr=subprocess.STDOUT)
     wait_serving(p, 60)
     return p

@@ -22,6 +22,7 @@ from strata import defaults
 from strata.client.sdk import Client
 from strata.rpc.v1 import (common_pb2, node_pb2, node_pb2_grpc, placement_pb2, placement_pb2_grpc,
                            scheduler_pb2, scheduler_pb2_grpc)
+from strata.core.lifeline import child_env
 from tests.integration.conftest import running_stack
 from tests.integration.stack import ROOT, StackProcess, _free_port, wait_serving
 
@@ -60,7 +61,7 @@ def _spawn(stack, p: StackProcess) -> None:
     p.log_path = stack.data_dir / f"{p.name}.log"
     p.proc = subprocess.Popen(
         [sys.executable if p.command[0] == "python" else p.command[0], *p.command[1:]],
-        cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1", **p.env},
+        cwd=ROOT, env=child_env({**os.environ, "PYTHONUNBUFFERED": "1", **p.env}),
         stdout=open(p.log_path, "w"), stderr=subprocess.STDOUT, start_new_session=True)
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from strata.node.worker_pids import WorkerPids
 from strata.node.worker_process import WorkerProcess, WorkerStartError
 from strata.rpc.server import channel
 from strata.rpc.v1 import worker_pb2, worker_pb2_grpc
@@ -106,8 +107,10 @@ def free_port() -> int:
 
 class ReplicaSet:
     def __init__(self, worker_env: dict[str, str], ready_timeout_s: float = 600.0,
-                 routing_grace_s: float = 2.0, standby_per_model: int = 0):
+                 routing_grace_s: float = 2.0, standby_per_model: int = 0,
+                 pids: WorkerPids | None = None):
         self.worker_env = worker_env
+        self.pids = pids            # where worker pids are recorded (None: nowhere)
         self.ready_timeout_s = ready_timeout_s
         self.standby_per_model = standby_per_model
         self.takeovers: deque[Takeover] = deque(maxlen=100)
@@ -129,7 +132,8 @@ class ReplicaSet:
         address = f"127.0.0.1:{free_port()}"
         env = {**self.worker_env, "STRATA_WORKER_BIND": address, "STRATA_MODEL": model,
                "STRATA_REPLICA_ID": rid}
-        replica = Replica(rid, model, address, WorkerProcess(rid, address, env), state=state)
+        replica = Replica(rid, model, address, WorkerProcess(rid, address, env, self.pids),
+                          state=state)
         self.replicas[rid] = replica
         self._spawn(self._start(replica))
         return replica

@@ -1,7 +1,9 @@
 """One decode worker as a child process: start, wait until it serves, stop.
 
 The worker is `python -m services.worker`, configured entirely by environment variables, so the
-same command runs under the node manager, compose, or by hand.
+same command runs under the node manager, compose, or by hand. It dies with the node manager
+(SIGKILL, strata.core.lifeline), and while it runs its pid is on record (`WorkerPids`) for a
+node manager started after this one to reap.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from strata.core.lifeline import child_env
+from strata.node.worker_pids import WorkerPids
 from strata.rpc.server import channel
 
 log = logging.getLogger(__name__)
@@ -28,17 +32,21 @@ class WorkerStartError(RuntimeError):
 
 
 class WorkerProcess:
-    def __init__(self, replica_id: str, address: str, env: dict[str, str]):
+    def __init__(self, replica_id: str, address: str, env: dict[str, str],
+                 pids: WorkerPids | None = None):
         self.replica_id = replica_id
         self.address = address
         self.env = env
+        self.pids = pids
         self.proc: asyncio.subprocess.Process | None = None
 
     async def start(self, ready_timeout_s: float) -> None:
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "services.worker", cwd=str(REPO_ROOT),
-            env={**os.environ, **self.env},
+            env=child_env({**os.environ, **self.env}, signal.SIGKILL),
             start_new_session=True)  # a terminal Ctrl-C must not bypass the node manager
+        if self.pids is not None:
+            self.pids.record(self.proc.pid, self.replica_id)
         log.info("worker %s started (pid %d) on %s", self.replica_id, self.proc.pid, self.address)
         await self._wait_serving(ready_timeout_s)
 
@@ -69,7 +77,13 @@ class WorkerProcess:
 
     async def wait(self) -> int:
         assert self.proc is not None
-        return await self.proc.wait()
+        code = await self.proc.wait()
+        self._forget()
+        return code
+
+    def _forget(self) -> None:
+        if self.pids is not None and self.proc is not None:
+            self.pids.forget(self.proc.pid)
 
     async def stop(self, grace_s: float = 10.0) -> None:
         if not self.alive:
@@ -83,3 +97,4 @@ class WorkerProcess:
                         grace_s)
             self.proc.kill()
             await self.proc.wait()
+        self._forget()

@@ -16,6 +16,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from strata.core.lifeline import die_with_parent
 from strata.rpc.guard import GuardInterceptor
 
 log = logging.getLogger(__name__)
@@ -101,9 +102,11 @@ async def serve_until_signal(running: RunningServer,
 
 
 def run(main: Callable[[], Awaitable[None]]) -> None:
-    """asyncio.run on uvloop, with plain logging set up once."""
+    """asyncio.run on uvloop, with plain logging set up once; a process started by a Strata
+    parent (supervisor, node manager) dies with it (strata.core.lifeline)."""
     import uvloop
 
+    die_with_parent()
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     uvloop.run(main())
