@@ -36,11 +36,11 @@ eval: $(STAMP)
 	@test -f $(EVAL_TRACE) || { echo "make eval: $(EVAL_TRACE) not found (see ../shared/data/traces)"; exit 2; }
 	$(BIN)/python -m strata.supervisor --nodes $(NODES) --models $(MODEL) --then '\
 	  set -e; rm -rf $(EVAL_OUT)/replay; \
-	  $(BIN)/strata replay --format azure --trace $(EVAL_TRACE) --model $(MODEL) \
+	  $(BIN)/strata replay --admin --format azure --trace $(EVAL_TRACE) --model $(MODEL) \
 	    --time-scale 0.2 --length-scale 8 --max-prompt 512 --max-output 64 --max-duration 300 \
 	    --name eval-azure-conv --out $(EVAL_OUT)/replay; \
 	  id=$$(ls $(EVAL_OUT)/replay | sed -n "s/^run-//p" | head -1); \
-	  $(BIN)/strata report --run $$id --html $(EVAL_OUT)/run-$$id.html --json $(EVAL_OUT)/run-$$id.json; \
+	  $(BIN)/strata report --admin --run $$id --html $(EVAL_OUT)/run-$$id.html --json $(EVAL_OUT)/run-$$id.json; \
 	  echo "HTML report: $(EVAL_OUT)/run-$$id.html"'
 
 # Timing comparisons (marker `benchmark`) are measurements for the bench-* targets: on a shared

@@ -28,7 +28,7 @@ from benchmarks.engine.results import LatencySummary, RateResult, write_json
 from benchmarks.engine.worker_process import WorkerProcess, WorkerSettings
 from benchmarks.engine.workload import (LengthMapping, pick_lengths, poisson_offsets,
                                         prompt_text)
-from strata.eval.stats import summarize
+from strata.core.stats import summarize
 from strata.eval.trace_lengths import RequestLengths, read_azure_lengths
 from strata.rpc.server import channel
 from strata.rpc.v1 import common_pb2, worker_pb2, worker_pb2_grpc

@@ -15,7 +15,7 @@ import random
 import time
 from dataclasses import dataclass
 
-from strata.eval.stats import percentiles
+from strata.core.stats import percentiles
 from strata.policy.clock import ManualClock
 from strata.policy.kv_index import PrefixIndex
 from strata.policy.registry import (NodeRegistry, NodeState, ReplicaPhase, ReplicaState,

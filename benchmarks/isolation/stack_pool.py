@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-import grpc
 
+from strata.rpc.identity import sync_channel
 from strata.rpc.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 from tests.integration.stack import ComposeStack, StackProcess, _free_port
 
@@ -42,7 +42,7 @@ class PoolStack(ComposeStack):
         """Until the scheduler sees a READY replica of `model` on every node."""
         want = set(node_ids(self.nodes))
         deadline = time.monotonic() + timeout_s
-        with grpc.insecure_channel(self.addr("scheduler")) as ch:
+        with sync_channel(self.addr("scheduler"), self.identity) as ch:
             stub = scheduler_pb2_grpc.SchedulerStub(ch)
             while True:
                 nodes = stub.ListNodes(scheduler_pb2.ListNodesRequest(), timeout=5).nodes

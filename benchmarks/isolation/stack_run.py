@@ -43,7 +43,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import grpc
 
 from strata import defaults
 from strata.eval.isolation import IsolationFigures, isolation_figures
@@ -52,7 +51,7 @@ from strata.eval.sla import SlaTable, parse_classes
 from strata.eval.traces import TraceRequest
 from strata.eval.workload import (PromptSynth, Scaling, TenantKey, TenantMapper, Window,
                                   WorkloadRequest, build_workload, text_for_model)
-from strata.rpc.server import CHANNEL_OPTIONS
+from strata.rpc.identity import public_channel
 from strata.rpc.v1 import admin_pb2, admin_pb2_grpc
 
 from benchmarks.isolation.stack_cpu import CpuMeter, CpuShare
@@ -91,7 +90,7 @@ async def create_tenants(gateway: str, admin_key: str, tenants: Sequence[TenantS
     """Each tenant through the Admin API with its class and shares; tenant -> its API key."""
     keys = {}
     metadata = (("authorization", f"Bearer {admin_key}"),)
-    async with grpc.aio.insecure_channel(gateway, options=CHANNEL_OPTIONS) as ch:
+    async with public_channel(gateway) as ch:
         admin = admin_pb2_grpc.AdminStub(ch)
         for t in tenants:
             reply = await admin.CreateTenant(admin_pb2.CreateTenantRequest(
@@ -136,8 +135,8 @@ def run_stack(way: str, trace: list[TraceRequest], tenants: Sequence[TenantSpec]
         keys = asyncio.run(create_tenants(stack.addr("gateway"), admin_key, tenants))
         workload = workload_for(trace, keys, settings.model, settings.prompt_seed)
         config = ReplayConfig(
-            model=settings.model, gateway=stack.addr("gateway"), metrics=stack.addr("metrics"),
-            out_dir=str(data_dir / "replays"), name=f"isolation-{way}",
+            model=settings.model, gateway=stack.addr("gateway"), metrics=stack.addr("gateway"),
+            run_key=admin_key, out_dir=str(data_dir / "replays"), name=f"isolation-{way}",
             params={"benchmark": "isolation", "way": way, "duration_s": duration_s,
                     "tenants": [t.name for t in tenants], "partitions": partitions},
             retry=RetryPolicy(settings.give_up_s, settings.retry_min_wait_s))

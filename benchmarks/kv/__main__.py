@@ -169,7 +169,7 @@ def run_tiered(runs: Runs, loaded: LoadedModel, args: argparse.Namespace, sizing
                    f"CPU time counts as own cores")
     try:
         store.start()
-        client = TierClient(store.address)
+        client = TierClient(store.address, identity=store.identity)
         engine = new_engine(loaded, args, sizing.tiered_blocks, TierLink(client))
         run_once(runs, description, engine, reqs, lambda r: SHARED_TENANT, round_index,
                  position, raw, store.pid)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from benchmarks.kv.replay import ReplayResult
 from benchmarks.kv.store_process import StoreFigures
-from strata.eval.stats import percentiles
+from strata.core.stats import percentiles
 
 MIB = 1024 * 1024
 

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from strata.rpc.server import CHANNEL_OPTIONS
+from strata.rpc.identity import sync_channel
+from strata.security.settings import SecuritySettings
 from strata.rpc.v1 import kvstore_pb2, kvstore_pb2_grpc
 
 SERVICE = kvstore_pb2.DESCRIPTOR.services_by_name["KVStore"].full_name
@@ -75,7 +76,8 @@ def free_port() -> int:
 
 
 class StoreProcess:
-    """Start with `start()`, stop with `stop()`; `address` is what a TierClient dials."""
+    """Start with `start()`, stop with `stop()`; `address` is what a TierClient dials, with
+    `identity` (the store runs with a cluster credential of its own, as deployed)."""
 
     def __init__(self, host_bytes: int, disk_bytes: int, disk_dir: str, log_path: str,
                  slab_bytes: int = 0, node_id: str = "bench-kv", cpu_priority: str = "normal"):
@@ -90,6 +92,9 @@ class StoreProcess:
                     "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
         if slab_bytes:
             self.env["STRATA_KVSTORE_SLAB_BYTES"] = str(slab_bytes)
+        self.secrets_dir = tempfile.mkdtemp(prefix="strata-bench-kv-secrets-")
+        self.env["STRATA_SECRETS_DIR"] = self.secrets_dir
+        self.identity = SecuritySettings(self.secrets_dir).identity("operator")
         self.shm_dir = ""
         if os.path.isdir(SHM_ROOT) and os.access(SHM_ROOT, os.W_OK):
             self.shm_dir = tempfile.mkdtemp(prefix="strata-bench-kv-", dir=SHM_ROOT)
@@ -103,7 +108,7 @@ class StoreProcess:
         self._proc = subprocess.Popen([sys.executable, "-m", "services.kvstore"],
                                       env=self.env, stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + READY_TIMEOUT_S
-        with grpc.insecure_channel(self.address) as ch:
+        with sync_channel(self.address, self.identity) as ch:
             stub = health_pb2_grpc.HealthStub(ch)
             while True:
                 if self._proc.poll() is not None:
@@ -127,12 +132,13 @@ class StoreProcess:
         return self._proc.pid if self._proc is not None else None
 
     def stats(self) -> StoreFigures:
-        with grpc.insecure_channel(self.address, options=CHANNEL_OPTIONS) as ch:
+        with sync_channel(self.address, self.identity) as ch:
             stub = kvstore_pb2_grpc.KVStoreStub(ch)
             return StoreFigures.from_pb(stub.GetStats(kvstore_pb2.KVStatsRequest(), timeout=10))
 
     def stop(self) -> int | None:
         """SIGTERM, then SIGKILL after a grace period; returns the exit code."""
+        shutil.rmtree(self.secrets_dir, ignore_errors=True)
         if self._proc is None:
             if self.shm_dir:
                 shutil.rmtree(self.shm_dir, ignore_errors=True)

@@ -50,7 +50,7 @@ from pathlib import Path
 from benchmarks.placement.report import describe_profile
 from services.placement.profiles import ProfileCosts
 from strata.eval.model_mix import ModelLoad, model_mix
-from strata.eval.stats import percentile
+from strata.core.stats import percentile
 from strata.eval.synthetic import Uniform
 from strata.eval.workload import Scaling, Window
 from strata.policy.placement import ModelDemand, NodeCapacity, plan_placement

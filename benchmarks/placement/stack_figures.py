@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from strata.eval.sla import SlaClass
-from strata.eval.stats import percentile
+from strata.core.stats import percentile
 from strata.store.samples import NodeSampleRecord
 from strata.store.spans import RequestRecord, is_error
 

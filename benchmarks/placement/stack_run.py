@@ -25,7 +25,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
 
 from strata import defaults
 from strata.eval.replay import ReplayConfig, ReplayResult, replay
@@ -33,6 +32,8 @@ from strata.eval.sla import SlaClass
 from strata.eval.traces import TraceRequest
 from strata.eval.workload import (PromptSynth, Scaling, TenantKey, TenantMapper, Window,
                                   WorkloadRequest, build_workload, text_for_model)
+from strata.core.lifeline import child_env
+from strata.rpc.identity import sync_channel
 from strata.rpc.v1 import (common_pb2, placement_pb2, placement_pb2_grpc, scheduler_pb2,
                            scheduler_pb2_grpc)
 from tests.integration.stack import ROOT, StackProcess, wait_serving
@@ -69,15 +70,15 @@ class PlacementStack(PoolStack):
         with open(p.log_path, "w") as log:
             p.proc = subprocess.Popen(
                 [sys.executable, *p.command[1:]], cwd=ROOT,
-                env={**os.environ, "PYTHONUNBUFFERED": "1", **p.env},
+                env=child_env({**os.environ, "PYTHONUNBUFFERED": "1", **p.env}),
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.processes[p.name] = p
-        wait_serving(p, timeout_s)
+        wait_serving(p, timeout_s, self.identity)
 
     def wait_until(self, ready, what: str, timeout_s: float) -> None:
         """Until ready(ListNodes reply) is true; RuntimeError with the logs after timeout_s."""
         deadline = time.monotonic() + timeout_s
-        with grpc.insecure_channel(self.addr("scheduler")) as ch:
+        with sync_channel(self.addr("scheduler"), self.identity) as ch:
             stub = scheduler_pb2_grpc.SchedulerStub(ch)
             while not ready(stub.ListNodes(scheduler_pb2.ListNodesRequest(), timeout=5).nodes):
                 if time.monotonic() > deadline:
@@ -126,13 +127,14 @@ async def _evaluate(stack: PlacementStack, loads: dict[str, list[WorkloadRequest
                     start_unix_s: float, data_dir: Path, way: str, progress: bool
                     ) -> tuple[dict[str, ReplayResult], ReplicaWatch, CpuShare]:
     stop = asyncio.Event()
-    watch = ReplicaWatch(stack.addr("scheduler"))
+    watch = ReplicaWatch(stack.addr("scheduler"), stack.identity)
     watcher = asyncio.create_task(watch.run(stop))
     try:
         await asyncio.sleep(max(0.0, start_unix_s - time.time()))
         meter = CpuMeter(p.proc.pid for p in stack.processes.values())
         configs = [ReplayConfig(
-            model=m, gateway=stack.addr("gateway"), metrics=stack.addr("metrics"),
+            model=m, gateway=stack.addr("gateway"), metrics=stack.addr("gateway"),
+            run_key=(data_dir / defaults.ADMIN_KEY_FILE).read_text().strip(),
             out_dir=str(data_dir / "replays"), name=f"placement-{way}-{m}",
             params={"benchmark": "placement", "way": way, "model": m}) for m in loads]
         results = await asyncio.gather(*(
@@ -146,7 +148,7 @@ async def _evaluate(stack: PlacementStack, loads: dict[str, list[WorkloadRequest
 
 
 def _plan(stack: PlacementStack) -> placement_pb2.PlacementPlan:
-    with grpc.insecure_channel(stack.addr(PLANNER)) as ch:
+    with sync_channel(stack.addr(PLANNER), stack.identity) as ch:
         return placement_pb2_grpc.PlacementStub(ch).GetPlan(placement_pb2.GetPlanRequest(),
                                                            timeout=10)
 

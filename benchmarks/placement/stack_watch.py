@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from strata.rpc.server import CHANNEL_OPTIONS
+from strata.rpc.identity import ClusterIdentity, channel
 from strata.rpc.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 
 HOLDING = (common_pb2.REPLICA_STATE_LOADING, common_pb2.REPLICA_STATE_READY,
@@ -97,14 +97,15 @@ def replica_changes(listings: Sequence[Listing], start_ms: int, end_ms: int) -> 
 class ReplicaWatch:
     """Lists the scheduler's nodes every poll_s until stopped; `listings` keeps every answer."""
 
-    def __init__(self, scheduler: str, poll_s: float = 0.5) -> None:
+    def __init__(self, scheduler: str, identity: ClusterIdentity, poll_s: float = 0.5) -> None:
         self._scheduler = scheduler
+        self._identity = identity
         self._poll_s = poll_s
         self.listings: list[Listing] = []
         self.misses = 0          # polls the scheduler did not answer
 
     async def run(self, stop: asyncio.Event) -> None:
-        async with grpc.aio.insecure_channel(self._scheduler, options=CHANNEL_OPTIONS) as ch:
+        async with channel(self._scheduler, self._identity) as ch:
             stub = scheduler_pb2_grpc.SchedulerStub(ch)
             while not stop.is_set():
                 try:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from benchmarks.kv.trace_scale import select_window
-from strata.eval.stats import percentile
+from strata.core.stats import percentile
 from strata.eval.traces import MOONCAKE_BLOCK_TOKENS, TraceRequest, read_mooncake
 from strata.eval.workload import Scaling, Window
 from strata.kvtier.hashing import HashKeys, chain_hashes

@@ -55,7 +55,7 @@ class RunFigures:
 
 
 def _percentile(values: list[float], q: float) -> float:
-    from strata.eval.stats import percentile
+    from strata.core.stats import percentile
     return percentile(values, q) if values else float("nan")
 
 

@@ -34,7 +34,7 @@ from benchmarks.sparse import engine_api
 from benchmarks.sparse.results import CosineStats, FidelityRun
 from strata.engine.engine import LLMEngine
 from strata.engine.sparse.fidelity import teacher_forced
-from strata.eval.stats import percentile
+from strata.core.stats import percentile
 
 
 def fidelity_run(engine: LLMEngine, model: str, prompt: list[int], steps: int) -> FidelityRun:

@@ -16,7 +16,7 @@ from benchmarks.sparse import engine_api
 from benchmarks.sparse.results import LatencyRun, SparseCounters
 from strata.engine.engine import LLMEngine
 from strata.engine.scheduler import ScheduledSeq
-from strata.eval.stats import percentiles
+from strata.core.stats import percentiles
 
 TAIL = 16
 

@@ -113,7 +113,7 @@ def _needles(cells: list[NeedleCell], setup: str) -> list[str]:
                          f"{sum(c.sparse_ok for c in at)}/{len(at)}")
         out.append(f"| {n} | " + " | ".join(parts) +
                    f" | {_pct(accuracy(row, False))} / {_pct(accuracy(row, True))} |")
-    out.append(f"| all | " + " | ".join("" for _ in depths) +
+    out.append("| all | " + " | ".join("" for _ in depths) +
                f" | {_pct(accuracy(cells, False))} / {_pct(accuracy(cells, True))} |")
     total = SparseCounters()
     for c in cells:

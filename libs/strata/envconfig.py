@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 
+from strata.security.settings import SecuritySettings
+
 
 class ConfigError(ValueError):
     """A setting is missing or malformed; the message names the variable and what it expects."""
@@ -72,3 +74,13 @@ def data_dir() -> str:
 def db_url() -> str:
     """SQLAlchemy async URL: STRATA_DB_URL, default an SQLite file in the data dir."""
     return env_str("STRATA_DB_URL", f"sqlite+aiosqlite:///{os.path.join(data_dir(), 'strata.db')}")
+
+
+def security() -> SecuritySettings:
+    """STRATA_SECRETS_DIR (default <data dir>/secrets), STRATA_INTERNAL_TLS (default true),
+    STRATA_INTERNAL_AUTH (default on)."""
+    explicit = env_str("STRATA_SECRETS_DIR", " ").strip()
+    return SecuritySettings(
+        secrets_dir=explicit or os.path.join(data_dir(), "secrets"),
+        internal_tls=env_bool("STRATA_INTERNAL_TLS", True),
+        enabled=env_bool("STRATA_INTERNAL_AUTH", True))

@@ -2,7 +2,9 @@
 
 Start order follows dependencies (metrics collector, scheduler, KV tier stores, node managers,
 placement planner, gateway), each waited on through its gRPC health service. The supervisor
-prints one ready line once a model replica serves. A service that dies is restarted after a
+prints one ready line once a model replica serves. Before anything starts, the cluster's secrets
+(internal token, CA, per-service certificates) are written to <data dir>/secrets unless present;
+every internal call then runs over mutual TLS with the token. A service that dies is restarted after a
 backoff and the restart is logged (strata.restart_policy), as compose's restart policy and
 Kubernetes would; the stack stops on Ctrl-C (or SIGTERM), on a crash loop, or when the `--then`
 command ends. Services die with the supervisor, even under `kill -9` (strata.core.lifeline).
@@ -27,7 +29,9 @@ from strata.core.lifeline import child_env
 from strata.kvtier.shm_segment import DEFAULT_DIR as SHM_DIR
 from strata.kvtier.shm_segment import segment_path
 from strata.restart_policy import RestartPolicy
+from strata.rpc.identity import install, public_channel
 from strata.rpc.server import channel
+from strata.security.settings import SecuritySettings
 from strata.rpc.v1 import common_pb2, scheduler_pb2_grpc
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -83,6 +87,7 @@ class Service:
     proc: asyncio.subprocess.Process | None = None
     started_at: float = 0.0
     shm_path: Path | None = None    # a KV tier store's shared-memory segment
+    public: bool = False            # the gateway: its port takes no cluster credential
 
 
 def plan_services(nodes: int, models: list[str], data_dir: str,
@@ -111,21 +116,26 @@ def plan_services(nodes: int, models: list[str], data_dir: str,
         "STRATA_SCHEDULER_ADDR": ports.scheduler, "STRATA_MODELS": ",".join(models)}))
     services.append(Service("gateway", "services.gateway", ports.gateway, {
         "STRATA_GATEWAY_BIND": ports.gateway, "STRATA_METRICS_ADDR": ports.metrics,
-        "STRATA_SCHEDULER_ADDR": ports.scheduler}))
+        "STRATA_SCHEDULER_ADDR": ports.scheduler}, public=True))
     common = {"STRATA_DATA_DIR": data_dir, "STRATA_OTLP_ENDPOINT": ports.otlp,
-              "PYTHONUNBUFFERED": "1"}
+              "PYTHONUNBUFFERED": "1", **security_settings(data_dir).env()}
     for s in services:
         s.env = {**common, **s.env}
     return services
+
+
+def security_settings(data_dir: str) -> SecuritySettings:
+    return SecuritySettings(secrets_dir=os.path.join(data_dir, "secrets"))
 
 
 def say(message: str) -> None:
     print(f"strata: {message}", file=sys.stderr, flush=True)
 
 
-async def wait_healthy(address: str, timeout_s: float, proc: asyncio.subprocess.Process) -> None:
+async def wait_healthy(address: str, timeout_s: float, proc: asyncio.subprocess.Process,
+                       public: bool = False) -> None:
     deadline = time.monotonic() + timeout_s
-    async with channel(address) as ch:
+    async with (public_channel(address) if public else channel(address)) as ch:
         stub = health_pb2_grpc.HealthStub(ch)
         while True:
             if proc.returncode is not None:
@@ -181,7 +191,7 @@ class Supervisor:
             remove_segment(s)
             await self._spawn(s)
             try:
-                await wait_healthy(s.address, START_TIMEOUT_S, s.proc)
+                await wait_healthy(s.address, START_TIMEOUT_S, s.proc, s.public)
             except RuntimeError as err:
                 raise RuntimeError(f"{s.name} failed to start: {err}") from None
             self._keepers.append(asyncio.create_task(self._keep(s), name=f"keep-{s.name}"))
@@ -207,7 +217,7 @@ class Supervisor:
                 return
             await self._spawn(s)
             try:
-                await wait_healthy(s.address, START_TIMEOUT_S, s.proc)
+                await wait_healthy(s.address, START_TIMEOUT_S, s.proc, s.public)
                 say(f"{s.name} is serving again (pid {s.proc.pid})")
             except RuntimeError as err:
                 say(f"{s.name} did not come back: {err}")
@@ -240,6 +250,8 @@ async def supervise(nodes: int, models: list[str], data_dir: str, ready_timeout_
                     then: str | None = None, ports: Ports = Ports()) -> int:
     """Run the stack until Ctrl-C, a crash loop, or (when given) the `then` command ends;
     returns the exit code (the command's own, when it ran)."""
+    # The supervisor's own health checks are internal calls too.
+    install(security_settings(data_dir).identity("operator"))
     supervisor = Supervisor(plan_services(nodes, models, data_dir, ports))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -247,8 +259,15 @@ async def supervise(nodes: int, models: list[str], data_dir: str, ready_timeout_
         loop.add_signal_handler(sig, stop.set)
     code = 0
     try:
-        await supervisor.start_all()
-        await wait_models(ports.scheduler, models, ready_timeout_s)
+        starting = asyncio.create_task(_start(supervisor, ports, models, ready_timeout_s))
+        stopped = asyncio.create_task(stop.wait())
+        await asyncio.wait([starting, stopped], return_when=asyncio.FIRST_COMPLETED)
+        if not starting.done():         # Ctrl-C while starting
+            starting.cancel()
+            await asyncio.gather(starting, return_exceptions=True)
+            return 130
+        stopped.cancel()
+        await starting                  # its RuntimeError, if it failed
         key_file = Path(data_dir) / defaults.DEMO_KEY_FILE
         key = key_file.read_text().strip() if key_file.exists() else "(none)"
         print(f"strata ready: gateway {ports.gateway}, models {', '.join(models)}, "
@@ -275,6 +294,12 @@ async def supervise(nodes: int, models: list[str], data_dir: str, ready_timeout_
     finally:
         await supervisor.shutdown()
     return code
+
+
+async def _start(supervisor: Supervisor, ports: Ports, models: list[str],
+                 ready_timeout_s: float) -> None:
+    await supervisor.start_all()
+    await wait_models(ports.scheduler, models, ready_timeout_s)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
 from services.gateway.admin import AdminServicer
 from services.gateway.config import GatewayConfig
+from services.gateway.metrics_proxy import MetricsProxyServicer
 from services.gateway.servicer import GatewayServicer
 from strata.gateway.admin_key import ensure_admin_key
 from strata.gateway.auth import Authenticator
+from strata.gateway.node_clients import NodeClients
+from strata.gateway.pipeline import RequestPipeline
 from strata.gateway.prefix_hashes import PrefixHasher
+from strata.gateway.scheduler_client import SchedulerClient
 from strata.gateway.tenant_directory import TenantDirectory
 from strata.gateway.validation import max_request_bytes
 from strata.policy.clock import WallClock
 from strata.policy.ratelimit import TenantRateLimiter
+from strata.policy.scheduling.stale_routing import StaleRouter
+from strata.rpc.identity import install
 from strata.rpc.server import Registration, channel, run, serve_until_signal, start_server
 from strata.rpc.v1 import (admin_pb2, admin_pb2_grpc, gateway_pb2, gateway_pb2_grpc,
-                           scheduler_pb2_grpc)
+                           metrics_pb2, metrics_pb2_grpc)
 from strata.store.db import create_all, make_engine, session_factory
 from strata.store.sla_classes import seed_sla_classes
 from strata.telemetry.setup import init_tracing
@@ -25,34 +32,49 @@ from strata.telemetry.setup import init_tracing
 log = logging.getLogger("services.gateway")
 
 
+def _registration(pb2, name: str, add, servicer) -> Registration:
+    return Registration(add=lambda s: add(servicer, s),
+                        service_name=pb2.DESCRIPTOR.services_by_name[name].full_name)
+
+
 async def main() -> None:
     cfg = GatewayConfig.from_env()
-    init_tracing("gateway", cfg.otlp_endpoint)
+    identity = cfg.security.identity("gateway")
+    install(identity)
+    init_tracing("gateway", cfg.otlp_endpoint, identity=identity)
     db = make_engine(cfg.db_url)
     await create_all(db)
     sessions = session_factory(db)
     async with sessions() as session:
         await seed_sla_classes(session, cfg.sla_seed)
     admin_key = ensure_admin_key(cfg.admin_key_file)
-    scheduler = channel(cfg.scheduler_addr)
     auth = Authenticator(sessions, time.monotonic)
     tenants = TenantDirectory(sessions, time.monotonic, cfg.tenant_policy_ttl_s, cfg.sla_seed)
-    servicer = GatewayServicer(
-        scheduler_pb2_grpc.SchedulerStub(scheduler), auth,
-        TenantRateLimiter(WallClock(), cfg.rate_limit_rps, cfg.rate_limit_burst),
-        cfg.request_timeout_s, PrefixHasher(block_size=cfg.block_size), tenants)
-    admin = AdminServicer(sessions, admin_key, auth, tenants, cfg.sla_seed)
+    schedulers = SchedulerClient(cfg.scheduler_addrs, StaleRouter(WallClock(), cfg.stale_route_s))
+    pipeline = RequestPipeline(
+        auth, tenants, TenantRateLimiter(WallClock(), cfg.rate_limit_rps, cfg.rate_limit_burst),
+        PrefixHasher(block_size=cfg.block_size), schedulers, NodeClients(),
+        cfg.request_timeout_s)
+    metrics = channel(cfg.metrics_addr)
     running = await start_server([
-        Registration(add=lambda s: gateway_pb2_grpc.add_GatewayServicer_to_server(servicer, s),
-                     service_name=gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name),
-        Registration(add=lambda s: admin_pb2_grpc.add_AdminServicer_to_server(admin, s),
-                     service_name=admin_pb2.DESCRIPTOR.services_by_name["Admin"].full_name)],
-        bind=cfg.bind, max_receive_bytes=max_request_bytes())
-    log.info("gateway listening on %s (admin key in %s)", cfg.bind, cfg.admin_key_file)
+        _registration(gateway_pb2, "Gateway", gateway_pb2_grpc.add_GatewayServicer_to_server,
+                      GatewayServicer(pipeline)),
+        _registration(admin_pb2, "Admin", admin_pb2_grpc.add_AdminServicer_to_server,
+                      AdminServicer(sessions, admin_key, auth, tenants, cfg.sla_seed)),
+        _registration(metrics_pb2, "Metrics", metrics_pb2_grpc.add_MetricsServicer_to_server,
+                      MetricsProxyServicer(metrics_pb2_grpc.MetricsStub(metrics), auth,
+                                           admin_key))],
+        bind=cfg.bind, max_receive_bytes=max_request_bytes(), tls=cfg.public_tls())
+    stop = asyncio.Event()
+    views = asyncio.create_task(schedulers.refresh_forever(stop))
+    log.info("gateway listening on %s%s (admin key in %s)", cfg.bind,
+             " with TLS" if cfg.tls_cert else "", cfg.admin_key_file)
 
     async def on_stop() -> None:
-        await servicer.close()
-        await scheduler.close()
+        stop.set()
+        await views
+        await pipeline.close()
+        await metrics.close()
         await db.dispose()
 
     await serve_until_signal(running, on_stop=on_stop)

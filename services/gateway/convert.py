@@ -1,5 +1,5 @@
-"""Protobuf <-> library types for the gateway: tenant records and settings, SLA classes, the
-TenantPolicy sent with Route and Submit.
+"""Protobuf <-> library types for the gateway's Admin API: tenant records and settings, SLA
+classes.
 
 A zero in a TenantRecord means the field's default, in CreateTenant and UpdateTenant alike:
 proto3 cannot tell an unset double from 0, and no setting is meaningful at 0 except the
@@ -9,8 +9,7 @@ guaranteed share, whose default is 0.
 from __future__ import annotations
 
 from strata.eval.sla import DEFAULT_CLASS, SlaClass
-from strata.policy.scheduling.tenants import TenantPolicy
-from strata.rpc.v1 import admin_pb2, common_pb2
+from strata.rpc.v1 import admin_pb2
 from strata.store.tenants import SETTINGS_FIELDS, TenantInfo, TenantSettings
 
 
@@ -51,9 +50,3 @@ def sla_from_record(r: admin_pb2.SlaClassRecord) -> SlaClass:
     return SlaClass(r.name, r.ttft_ms if r.HasField("ttft_ms") else None,
                     r.tpot_ms if r.HasField("tpot_ms") else None, r.priority)
 
-
-def policy_pb(p: TenantPolicy) -> common_pb2.TenantPolicy:
-    return common_pb2.TenantPolicy(
-        tenant=p.tenant, sla_class=p.sla_class, priority=p.priority, ttft_ms=p.ttft_ms or 0.0,
-        tpot_ms=p.tpot_ms or 0.0, weight=p.weight, guaranteed_share=p.guaranteed_share,
-        burst_share=p.burst_share)

@@ -15,6 +15,7 @@ from strata.kvtier.migrator import Migrator
 from strata.kvtier.shm_segment import ShmSegment, segment_path
 from strata.kvtier.tiered_store import TieredStore
 from strata.policy.kv_tiering import make_policy
+from strata.rpc.identity import install
 from strata.rpc.server import Registration, run, serve_until_signal, start_server
 from strata.rpc.v1 import kvstore_pb2, kvstore_pb2_grpc
 from strata.telemetry.setup import init_tracing
@@ -24,9 +25,11 @@ log = logging.getLogger("services.kvstore")
 
 async def main() -> None:
     cfg = KVStoreConfig.from_env()
+    identity = cfg.security.identity("kvstore")
+    install(identity)
     if cfg.cpu_priority == "idle":
         cpu_priority.to_background()      # threads started below inherit the class
-    init_tracing("kvstore", cfg.otlp_endpoint)
+    init_tracing("kvstore", cfg.otlp_endpoint, identity=identity)
     port = int(cfg.bind.rsplit(":", 1)[1])
     segment = ShmSegment(segment_path(cfg.shm_dir, cfg.node_id, port),
                          cfg.host_capacity_bytes, create=True)
@@ -41,12 +44,12 @@ async def main() -> None:
     running = await start_server([Registration(
         add=lambda s: kvstore_pb2_grpc.add_KVStoreServicer_to_server(servicer, s),
         service_name=kvstore_pb2.DESCRIPTOR.services_by_name["KVStore"].full_name)],
-        bind=cfg.bind)
+        bind=cfg.bind, identity=identity)
     if cfg.cpu_priority == "idle":
         cpu_priority.to_background()      # and the gRPC runtime's own threads
     publisher = None
-    if cfg.scheduler_addr:
-        publisher = EventPublisher(store, cfg.scheduler_addr, cfg.node_id, cfg.advertise,
+    if cfg.scheduler_addrs:
+        publisher = EventPublisher(store, cfg.scheduler_addrs, cfg.node_id, cfg.advertise,
                                    cfg.events_interval_s)
         events = asyncio.create_task(publisher.run())
     log.info("kvstore listening on %s (host tier %d MiB in %s, disk tier %d MiB in %s, "

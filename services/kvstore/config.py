@@ -7,9 +7,11 @@ import socket
 from dataclasses import dataclass
 
 from strata import cpu_priority, defaults
-from strata.envconfig import ConfigError, data_dir, env_bool, env_float, env_int, env_str
+from strata.envconfig import (ConfigError, data_dir, env_bool, env_float, env_int, env_list,
+                              env_str, security)
 from strata.kvtier import shm_segment
 from strata.policy.kv_tiering import POLICIES
+from strata.security.settings import UNSECURED, SecuritySettings
 
 SLAB_BYTES = 16 << 20
 
@@ -20,7 +22,9 @@ class KVStoreConfig:
     bind: str = defaults.KVSTORE_ADDR
     advertise: str = defaults.KVSTORE_ADDR   # how other nodes' stores reach this one
     otlp_endpoint: str = ""
-    scheduler_addr: str = ""                 # empty: no block events (single-node tests)
+    # STRATA_SCHEDULER_ADDR: the schedulers (comma-separated) block events go to; none: no
+    # events (single-node tests)
+    scheduler_addrs: tuple[str, ...] = ()
     host_capacity_bytes: int = 1 << 30
     slab_bytes: int = SLAB_BYTES
     shm_dir: str = shm_segment.DEFAULT_DIR
@@ -34,6 +38,7 @@ class KVStoreConfig:
     # "idle": the store runs in SCHED_IDLE, on CPU time the node's engines leave unused (for
     # nodes where it shares cores with CPU-bound engines); "normal": the default class.
     cpu_priority: str = "normal"
+    security: SecuritySettings = UNSECURED
 
     @classmethod
     def from_env(cls) -> KVStoreConfig:
@@ -61,7 +66,7 @@ class KVStoreConfig:
             node_id=node_id, bind=bind,
             advertise=env_str("STRATA_KVSTORE_ADVERTISE", bind),
             otlp_endpoint=env_str("STRATA_OTLP_ENDPOINT", ""),
-            scheduler_addr=env_str("STRATA_SCHEDULER_ADDR", ""),
+            scheduler_addrs=tuple(env_list("STRATA_SCHEDULER_ADDR", "")),
             host_capacity_bytes=host_bytes,
             slab_bytes=min(env_int("STRATA_KVSTORE_SLAB_BYTES", SLAB_BYTES, minimum=4096),
                            host_bytes),
@@ -73,4 +78,5 @@ class KVStoreConfig:
             policy=policy, high_watermark=high, low_watermark=low,
             events_interval_s=env_float("STRATA_KVSTORE_EVENTS_INTERVAL_S", 0.5),
             cpu_priority=cpu,
+            security=security(),
         )

@@ -11,7 +11,7 @@ import grpc
 from strata.kvtier.hashing import from_bytes, to_bytes
 from strata.kvtier.blocks import StoredBlock
 from strata.kvtier.tiered_store import Slot, Tier, TieredStore
-from strata.rpc.server import CHANNEL_OPTIONS
+from strata.rpc.identity import channel
 from strata.rpc.v1 import kvstore_pb2, kvstore_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -148,7 +148,7 @@ class KVStoreServicer(kvstore_pb2_grpc.KVStoreServicer):
         stub = self._peers.get(peer)
         if stub is None:
             stub = self._peers[peer] = kvstore_pb2_grpc.KVStoreStub(
-                grpc.aio.insecure_channel(peer, options=CHANNEL_OPTIONS))
+                channel(peer))
         pulled = 0
         request = kvstore_pb2.GetBlocksRequest(block_hashes=[to_bytes(h) for h in want])
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from strata.defaults import DEMO_KEY_FILE, DEMO_TENANT
+from strata.rpc.identity import install
 from strata.rpc.server import Registration, run, serve_until_signal, start_server
 from strata.rpc.v1 import metrics_pb2, metrics_pb2_grpc
 from strata.store.db import create_all, make_engine, session_factory
@@ -20,7 +21,9 @@ from services.metrics.servicer import MetricsServicer
 
 async def main() -> None:
     cfg = MetricsConfig.from_env()
-    init_tracing("metrics", cfg.tracing_endpoint)
+    identity = cfg.security.identity("metrics")
+    install(identity)
+    init_tracing("metrics", cfg.tracing_endpoint, identity=identity)
     engine = make_engine(cfg.db_url)
     await create_all(engine)
     sessions = session_factory(engine)
@@ -32,12 +35,12 @@ async def main() -> None:
 
     receiver = OtlpReceiver(span_sink(sessions), capacity=cfg.queue_spans,
                             batch_size=cfg.batch_spans)
-    await receiver.start(cfg.otlp_bind)
+    await receiver.start(cfg.otlp_bind, identity)
     servicer = MetricsServicer(sessions, receiver, cfg.layer_settings())
     running = await start_server([Registration(
         add=lambda s: metrics_pb2_grpc.add_MetricsServicer_to_server(servicer, s),
         service_name=metrics_pb2.DESCRIPTOR.services_by_name["Metrics"].full_name)],
-        bind=cfg.bind)
+        bind=cfg.bind, identity=identity)
     host, otlp_host = cfg.bind.rsplit(":", 1)[0], cfg.otlp_bind.rsplit(":", 1)[0]
     print(f"metrics listening on {host}:{running.port} "
           f"(OTLP receiver on {otlp_host}:{receiver.port})", flush=True)

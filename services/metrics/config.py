@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from strata import defaults
-from strata.envconfig import ConfigError, data_dir, db_url, env_bool, env_float, env_int, env_str
+from strata.envconfig import (ConfigError, data_dir, db_url, env_bool, env_float, env_int,
+                              env_str, security)
 from strata.eval.layers import LayerSettings
 from strata.eval.sla import SlaTable, parse_classes
+from strata.security.settings import UNSECURED, SecuritySettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +30,7 @@ class MetricsConfig:
     tenant_weights: dict[str, float] = field(default_factory=dict)
     price_per_kwh: float = 0.15       # STRATA_PRICE_PER_KWH: electricity, $ per kWh
     price_per_node_hour: float = 0.0  # STRATA_PRICE_PER_NODE_HOUR: a node's rent, $ per hour
+    security: SecuritySettings = UNSECURED
 
     @classmethod
     def from_env(cls) -> MetricsConfig:
@@ -44,6 +47,7 @@ class MetricsConfig:
             tenant_weights=_weights(env_str("STRATA_TENANT_WEIGHTS", " ")),
             price_per_kwh=_price("STRATA_PRICE_PER_KWH", 0.15),
             price_per_node_hour=_price("STRATA_PRICE_PER_NODE_HOUR", 0.0),
+            security=security(),
         )
 
     @property

@@ -1,5 +1,11 @@
 """Metrics gRPC servicer: layered reports, traces, evaluation runs and node samples over the
-store, protobuf in and out."""
+store, protobuf in and out.
+
+Every call is scoped (strata.rpc.scope): a tenant's scope sees its own requests' figures (the
+request layer and its own tenant row; node and cluster layers are the operator's), its own
+traces and the runs it opened, and nothing else exists for it: another tenant's trace or run is
+NOT_FOUND, as one that does not exist. Node samples and arrival curves are the cluster's.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +20,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from strata.eval.layers import LayerSettings, layered_report, report_window
 from strata.eval.report_codec import fill_report, run_pb
-from strata.eval.stats import Summary
+from strata.core.stats import Summary
+from strata.rpc.scope import scope_of
 from strata.rpc.v1 import metrics_pb2, metrics_pb2_grpc
 from strata.store.arrivals import arrivals
 from strata.store.report import TenantReport, request_rows, tenant_reports, tenant_sla_classes
@@ -23,6 +30,7 @@ from strata.store.samples import (NodeSampleRecord, insert_samples, sample_time_
                                   samples_between)
 from strata.store.sla_classes import load_sla_table
 from strata.store.spans import SpanRecord, get_trace, trace_id_of_request
+from strata.telemetry import names
 from strata.telemetry.receiver import OtlpReceiver
 
 from services.metrics.arrival_curves import burst_for, curves_reply, grid_for
@@ -37,6 +45,19 @@ REPORT_FLUSH_TIMEOUT_S = 2.0
 # the window's first and last intervals (strata.eval.layers pro-rates them).
 SAMPLE_MARGIN_MS = 60_000
 MAX_SAMPLES_PER_CALL = 10_000
+CLUSTER_ONLY = ("node samples and arrival curves are the cluster's own; a tenant or admin key "
+                "does not reach them")
+
+
+def trace_owner(spans: list[SpanRecord]) -> str | None:
+    """The tenant a trace belongs to: the gateway span's, else any span's tenant attribute."""
+    for s in spans:
+        if s.name == names.SPAN_GATEWAY_GENERATE and names.TENANT in s.attributes:
+            return str(s.attributes[names.TENANT])
+    for s in spans:
+        if names.TENANT in s.attributes:
+            return str(s.attributes[names.TENANT])
+    return None
 
 
 def _percentiles(summary: Summary | None) -> metrics_pb2.Percentiles | None:
@@ -101,17 +122,25 @@ class MetricsServicer(metrics_pb2_grpc.MetricsServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 f"run_id must be 0 (every request) or an id from StartRun, "
                                 f"got {request.run_id}")
+        scope = scope_of(context.invocation_metadata())
+        tenant = request.tenant
+        if not scope.admin:
+            if tenant and tenant != scope.tenant:
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                                    f"this key reads the report of tenant {scope.tenant!r} "
+                                    f"only; leave tenant empty or name {scope.tenant!r}")
+            tenant = scope.tenant or ""
         if not await self._receiver.flush(timeout=REPORT_FLUSH_TIMEOUT_S):
             log.warning("report built before all received spans were stored (slow database)")
         async with self._sessions() as session:
             run = None
             if request.run_id:
                 run = await get_run(session, request.run_id)
-                if run is None:
+                if run is None or not scope.sees(run.tenant):
                     await context.abort(grpc.StatusCode.NOT_FOUND,
                                         f"no run {request.run_id}; `strata report --runs` "
                                         f"lists the stored runs")
-            reports = await tenant_reports(session, request.tenant, request.since_unix_ms,
+            reports = await tenant_reports(session, tenant, request.since_unix_ms,
                                            request.run_id)
             rows = await request_rows(session, request.since_unix_ms, request.run_id)
             classes = await tenant_sla_classes(session)
@@ -121,12 +150,12 @@ class MetricsServicer(metrics_pb2_grpc.MetricsServicer):
                                        self._now_ms())
             samples = await samples_between(session, start - SAMPLE_MARGIN_MS,
                                             end + SAMPLE_MARGIN_MS)
-        layered = layered_report(rows, samples, classes, start, end, settings, run,
-                                 request.tenant)
+        layered = layered_report(rows, samples, classes, start, end, settings, run, tenant)
         stats = self._receiver.stats
         layered.spans_received, layered.spans_dropped = stats.received, stats.dropped
-        return fill_report(layered, metrics_pb2.Report(
+        report = fill_report(layered, metrics_pb2.Report(
             tenants=[_tenant_pb(r) for r in reports]))
+        return report if scope.admin else tenant_view(report)
 
     async def StartRun(self, request: metrics_pb2.StartRunRequest,
                        context: grpc.aio.ServicerContext) -> metrics_pb2.RunInfo:
@@ -134,9 +163,10 @@ class MetricsServicer(metrics_pb2_grpc.MetricsServicer):
             check_new_run(request.name, request.kind, request.params_json)
         except ValueError as err:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        scope = scope_of(context.invocation_metadata())
         async with self._sessions() as session:
             run = await create_run(session, request.name, request.kind, request.params_json,
-                                   self._now_ms())
+                                   self._now_ms(), tenant=scope.tenant)
         return run_pb(run)
 
     async def FinishRun(self, request: metrics_pb2.FinishRunRequest,
@@ -148,10 +178,12 @@ class MetricsServicer(metrics_pb2_grpc.MetricsServicer):
         # The replay's last spans may still be queued: the run's finish time is now, whatever
         # the database's pace.
         now = self._now_ms()
+        scope = scope_of(context.invocation_metadata())
         try:
             async with self._sessions() as session:
-                run = await finish_run(session, request.run_id, request.client_summary_json,
-                                       now)
+                owned = await get_run(session, request.run_id)
+                run = None if owned is None or not scope.sees(owned.tenant) else \
+                    await finish_run(session, request.run_id, request.client_summary_json, now)
         except ValueError as err:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         if run is None:
@@ -161,13 +193,15 @@ class MetricsServicer(metrics_pb2_grpc.MetricsServicer):
 
     async def ListRuns(self, request: metrics_pb2.ListRunsRequest,
                        context: grpc.aio.ServicerContext) -> metrics_pb2.ListRunsResponse:
+        scope = scope_of(context.invocation_metadata())
         async with self._sessions() as session:
-            runs = await list_runs(session)
+            runs = await list_runs(session, scope.tenant)
         return metrics_pb2.ListRunsResponse(runs=[run_pb(r) for r in runs])
 
     async def RecordNodeSamples(self, request: metrics_pb2.NodeSamplesRequest,
                                 context: grpc.aio.ServicerContext
                                 ) -> metrics_pb2.NodeSamplesResponse:
+        await _cluster_only(context)
         if len(request.samples) > MAX_SAMPLES_PER_CALL:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 f"at most {MAX_SAMPLES_PER_CALL} samples per call, got "
@@ -185,6 +219,7 @@ class MetricsServicer(metrics_pb2_grpc.MetricsServicer):
     async def GetArrivalCurves(self, request: metrics_pb2.ArrivalCurvesRequest,
                                context: grpc.aio.ServicerContext
                                ) -> metrics_pb2.ArrivalCurvesResponse:
+        await _cluster_only(context)
         try:
             grid = grid_for(request, self._now_ms())
             burst_s = burst_for(request, grid)
@@ -205,14 +240,30 @@ class MetricsServicer(metrics_pb2_grpc.MetricsServicer):
                                 f"(as Jaeger and the traceparent header show it), got "
                                 f"{request.trace_id!r}")
         await self._receiver.flush(timeout=REPORT_FLUSH_TIMEOUT_S)
+        scope = scope_of(context.invocation_metadata())
         async with self._sessions() as session:
             spans = await get_trace(session, trace_id)
             if not spans:  # maybe a request id (also 32 hex characters): its trace, then
                 by_request = await trace_id_of_request(session, trace_id)
                 if by_request:
                     spans = await get_trace(session, by_request)
+        if spans and not scope.admin and trace_owner(spans) != scope.tenant:
+            spans = []          # another tenant's: as if it did not exist
         if not spans:
             await context.abort(grpc.StatusCode.NOT_FOUND,
                                 f"no spans stored for trace or request {trace_id}: it may not "
                                 f"have been exported yet, or it was sent to another collector")
         return metrics_pb2.Trace(spans=[_span_pb(s) for s in spans])
+
+
+def tenant_view(report: metrics_pb2.Report) -> metrics_pb2.Report:
+    """A report as a tenant sees it: its own request figures, no node or cluster layer (other
+    tenants' load is in them), no collector counters."""
+    for name in ("node_layer", "cluster_layer", "spans_received", "spans_dropped"):
+        report.ClearField(name)
+    return report
+
+
+async def _cluster_only(context: grpc.aio.ServicerContext) -> None:
+    if not scope_of(context.invocation_metadata()).admin:
+        await context.abort(grpc.StatusCode.PERMISSION_DENIED, CLUSTER_ONLY)

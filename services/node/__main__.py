@@ -12,6 +12,7 @@ from services.node.servicer import NodeManagerServicer
 from strata.eval.energy import EnergyMeter, PowerModel, open_counter
 from strata.node.replicas import ReplicaSet
 from strata.node.worker_pids import WorkerPids
+from strata.rpc.identity import install
 from strata.rpc.server import Registration, channel, run, serve_until_signal, start_server
 from strata.rpc.v1 import kvstore_pb2_grpc, node_pb2, node_pb2_grpc
 from strata.telemetry.setup import init_tracing
@@ -21,7 +22,9 @@ log = logging.getLogger("services.node")
 
 async def main() -> None:
     cfg = NodeConfig.from_env()
-    init_tracing("node", cfg.otlp_endpoint)
+    identity = cfg.security.identity("node")
+    install(identity)
+    init_tracing("node", cfg.otlp_endpoint, identity=identity)
     pids = WorkerPids(cfg.state_dir)
     reaped = pids.reap_leftovers()
     if reaped:
@@ -34,7 +37,7 @@ async def main() -> None:
     running = await start_server([Registration(
         add=lambda s: node_pb2_grpc.add_NodeManagerServicer_to_server(servicer, s),
         service_name=node_pb2.DESCRIPTOR.services_by_name["NodeManager"].full_name)],
-        bind=cfg.bind)
+        bind=cfg.bind, identity=identity)
     stop = asyncio.Event()
     beats = asyncio.create_task(heartbeat_loop(cfg, replicas, stop,
                                                dispatcher=servicer.dispatcher))

@@ -7,10 +7,12 @@ import socket
 from dataclasses import dataclass
 
 from strata import defaults
-from strata.envconfig import ConfigError, data_dir, env_float, env_int, env_str
+from strata.envconfig import (ConfigError, data_dir, env_float, env_int, env_list, env_str,
+                              security)
 from strata.eval.energy import SOURCES
 from strata.policy.scheduling.fair_queue import QUEUES
 from strata.policy.scheduling.interference import EstimatorSettings, MarginSettings
+from strata.security.settings import UNSECURED, SecuritySettings
 
 # Engine settings the node manager passes through to the workers it starts.
 WORKER_PASSTHROUGH = ("STRATA_BLOCK_SIZE", "STRATA_KV_CACHE_BYTES", "STRATA_KV_BLOCKS",
@@ -29,7 +31,8 @@ class NodeConfig:
     node_id: str
     bind: str
     advertise: str               # the address the gateway and planner use to reach this node
-    scheduler_addr: str
+    # STRATA_SCHEDULER_ADDR: the schedulers (comma-separated); heartbeats go to each
+    scheduler_addrs: tuple[str, ...]
     kvstore_addr: str
     otlp_endpoint: str
     memory_bytes: int
@@ -61,13 +64,14 @@ class NodeConfig:
     # STRATA_NODE_STATE_DIR: where the pids of this node's workers are recorded, so that a node
     # manager started after a crashed one reaps what it left (default <data dir>/node/<id>)
     state_dir: str = ""
+    security: SecuritySettings = UNSECURED   # this node's credential, and its workers'
 
     def worker_env(self) -> dict[str, str]:
         env = {k: os.environ[k] for k in WORKER_PASSTHROUGH if os.environ.get(k)}
         env.update({"STRATA_KVSTORE_ADDR": self.kvstore_addr,
                     "STRATA_OTLP_ENDPOINT": self.otlp_endpoint,
                     "STRATA_TORCH_THREADS": str(self.torch_threads),
-                    "STRATA_DEVICE": self.device})
+                    "STRATA_DEVICE": self.device, **self.security.env()})
         return env
 
     @classmethod
@@ -78,7 +82,7 @@ class NodeConfig:
             node_id=node_id,
             bind=bind,
             advertise=env_str("STRATA_NODE_ADVERTISE", bind),
-            scheduler_addr=env_str("STRATA_SCHEDULER_ADDR", defaults.SCHEDULER_ADDR),
+            scheduler_addrs=tuple(env_list("STRATA_SCHEDULER_ADDR", defaults.SCHEDULER_ADDR)),
             kvstore_addr=env_str("STRATA_KVSTORE_ADDR", defaults.KVSTORE_ADDR),
             otlp_endpoint=env_str("STRATA_OTLP_ENDPOINT", ""),
             memory_bytes=env_int("STRATA_NODE_MEMORY_BYTES", 8 << 30, minimum=1),
@@ -104,6 +108,7 @@ class NodeConfig:
                                               ESTIMATOR.baseline_window_s),
             standby_workers=env_int("STRATA_NODE_STANDBY", 0, minimum=0),
             state_dir=env_str("STRATA_NODE_STATE_DIR", os.path.join(data_dir(), "node", node_id)),
+            security=security(),
         )
 
     def __post_init__(self) -> None:

@@ -38,14 +38,16 @@ def step_counters(replicas: ReplicaSet) -> dict[str, StepCounters]:
 async def heartbeat_loop(cfg: NodeConfig, replicas: ReplicaSet, stop: asyncio.Event,
                          monitor: InterferenceMonitor | None = None,
                          dispatcher: Dispatcher | None = None) -> None:
-    """Report the node every interval: replicas, per-tenant loads and replica rates (from the
-    dispatcher), interference and safety margin (from the monitor)."""
+    """Report the node every interval to every scheduler: replicas, per-tenant loads and replica
+    rates (from the dispatcher), interference and safety margin (from the monitor). FAILED
+    replicas are forgotten once a scheduler has heard of them (to the others they are gone)."""
     interval = cfg.heartbeat_interval_s
     if monitor is None:
         monitor = interference_monitor(cfg)
-    failures = 0
-    async with channel(cfg.scheduler_addr) as ch:
-        stub = scheduler_pb2_grpc.SchedulerStub(ch)
+    channels = [channel(a) for a in cfg.scheduler_addrs]
+    stubs = [scheduler_pb2_grpc.SchedulerStub(ch) for ch in channels]
+    failures = [0] * len(stubs)
+    try:
         while not stop.is_set():
             await replicas.refresh_ready()
             info = node_info(cfg, replicas, dispatcher)
@@ -55,21 +57,30 @@ async def heartbeat_loop(cfg: NodeConfig, replicas: ReplicaSet, stop: asyncio.Ev
             models = [common_pb2.ModelInfo(name=r.model, context_length=r.stats.context_length,
                                            memory_bytes=r.stats.memory_bytes)
                       for r in replicas.replicas.values() if r.state is State.READY]
-            try:
-                resp = await stub.Heartbeat(scheduler_pb2.HeartbeatRequest(
-                    node=info, models=models), timeout=max(interval, 1.0))
+            request = scheduler_pb2.HeartbeatRequest(node=info, models=models)
+            replies = await asyncio.gather(*(s.Heartbeat(request, timeout=max(interval, 1.0))
+                                             for s in stubs), return_exceptions=True)
+            for i, reply in enumerate(replies):
+                address = cfg.scheduler_addrs[i]
+                if isinstance(reply, grpc.aio.AioRpcError):
+                    failures[i] += 1
+                    if failures[i] == 1 or failures[i] % 30 == 0:
+                        log.warning("heartbeat to scheduler %s failed (%d in a row): %s",
+                                    address, failures[i], reply.code().name)
+                    continue
+                if isinstance(reply, BaseException):
+                    raise reply
+                if failures[i]:
+                    log.info("scheduler %s reachable again", address)
+                failures[i] = 0
+                if reply.heartbeat_interval_ms > 0:
+                    interval = reply.heartbeat_interval_ms / 1000
+            if any(f == 0 for f in failures):
                 replicas.reap_failed()  # FAILED replicas were reported: forget them now
-                if failures:
-                    log.info("scheduler %s reachable again", cfg.scheduler_addr)
-                failures = 0
-                if resp.heartbeat_interval_ms > 0:
-                    interval = resp.heartbeat_interval_ms / 1000
-            except grpc.aio.AioRpcError as err:
-                failures += 1
-                if failures == 1 or failures % 30 == 0:
-                    log.warning("heartbeat to scheduler %s failed (%d in a row): %s",
-                                cfg.scheduler_addr, failures, err.code().name)
             try:
                 await asyncio.wait_for(stop.wait(), interval)
             except TimeoutError:
                 pass
+    finally:
+        for ch in channels:
+            await ch.close()

@@ -7,6 +7,7 @@ import grpc
 from opentelemetry import trace
 
 from services.node.config import NodeConfig
+from strata.core.tokens import estimate_tokens
 from strata.eval.sla import DEFAULT_CLASS, SlaTable
 from strata.node.dispatcher import Dispatcher, NoReplica, TenantFigures
 from strata.node.failover import WorkerLost, generate_with_failover
@@ -137,8 +138,8 @@ def policy_from_pb(request: node_pb2.SubmitRequest) -> TenantPolicy:
 def queue_item(request: node_pb2.SubmitRequest, policy: TenantPolicy) -> QueueItem:
     spec = request.spec
     prompt = request.prompt_tokens_estimate
-    if prompt <= 0:   # the gateway's own fallback: about four characters a token
-        prompt = (len(spec.prompt) + sum(len(m.content) for m in spec.messages)) // 4
+    if prompt <= 0:   # the gateway's own fallback
+        prompt = estimate_tokens(spec.prompt, (m.content for m in spec.messages))
     return QueueItem(request.request_id, policy.tenant, spec.model, policy.priority, prompt,
                      spec.max_tokens, policy.weight, policy.ttft_ms, request.replica_id)
 

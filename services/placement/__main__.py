@@ -17,6 +17,7 @@ from services.placement.servicer import PlacementServicer
 from strata.envconfig import ConfigError
 from strata.policy.clock import WallClock
 from strata.policy.placement import BatchAwareSettings, MigrationCost
+from strata.rpc.identity import install
 from strata.rpc.server import Registration, channel, run, serve_until_signal, start_server
 from strata.rpc.v1 import metrics_pb2_grpc, placement_pb2, placement_pb2_grpc, scheduler_pb2_grpc
 from strata.telemetry.setup import init_tracing
@@ -39,7 +40,9 @@ def make_policy(cfg: PlacementConfig) -> PlacementPolicy:
 
 async def main() -> None:
     cfg = PlacementConfig.from_env()
-    init_tracing("placement", cfg.otlp_endpoint)
+    identity = cfg.security.identity("placement")
+    install(identity)
+    init_tracing("placement", cfg.otlp_endpoint, identity=identity)
     policy = make_policy(cfg)
     scheduler_channel, metrics_channel, nodes = (channel(cfg.scheduler_addr),
                                                  channel(cfg.metrics_addr), NodeClients())
@@ -56,7 +59,7 @@ async def main() -> None:
     running = await start_server([Registration(
         add=lambda s: placement_pb2_grpc.add_PlacementServicer_to_server(servicer, s),
         service_name=placement_pb2.DESCRIPTOR.services_by_name["Placement"].full_name)],
-        bind=cfg.bind)
+        bind=cfg.bind, identity=identity)
     stop = asyncio.Event()
     loop = asyncio.create_task(planner.run_until(stop, cfg.replan_interval_s))
     # A bug in the loop must stop the service loudly, not leave it serving a stale plan.

@@ -6,7 +6,8 @@ import os
 from dataclasses import dataclass, field
 
 from strata import defaults
-from strata.envconfig import ConfigError, env_float, env_int, env_list, env_str
+from strata.envconfig import ConfigError, env_float, env_int, env_list, env_str, security
+from strata.security.settings import UNSECURED, SecuritySettings
 
 POLICIES = ("batch-aware", "ffd")
 # Engine profiles shipped with the code (`strata profile` writes more): CPU ones for the models
@@ -40,6 +41,7 @@ class PlacementConfig:
     horizon_s: float = 0.0               # ... over this horizon (0: window_s x windows)
     max_moves: int = 8                   # optional moves per round
     lookahead_windows: int = 0           # > 0 (daily curves): judge only the coming windows
+    security: SecuritySettings = UNSECURED
 
     def __post_init__(self) -> None:
         if not self.models:
@@ -88,7 +90,8 @@ class PlacementConfig:
         models = tuple(dict.fromkeys(env_list("STRATA_MODELS", defaults.DEFAULT_MODEL)))
         return cls(
             bind=env_str("STRATA_PLACEMENT_BIND", defaults.PLACEMENT_ADDR),
-            scheduler_addr=env_str("STRATA_SCHEDULER_ADDR", defaults.SCHEDULER_ADDR),
+            # the first of several side by side: each knows every node
+            scheduler_addr=env_list("STRATA_SCHEDULER_ADDR", defaults.SCHEDULER_ADDR)[0],
             otlp_endpoint=env_str("STRATA_OTLP_ENDPOINT", ""),
             models=models,
             replicas=parse_replicas(env_str("STRATA_REPLICAS", "1"), models),
@@ -108,6 +111,7 @@ class PlacementConfig:
             horizon_s=env_float("STRATA_PLACEMENT_HORIZON_S", 0.0),
             max_moves=env_int("STRATA_PLACEMENT_MAX_MOVES", 8, minimum=0),
             lookahead_windows=env_int("STRATA_PLACEMENT_LOOKAHEAD_WINDOWS", 0, minimum=0),
+            security=security(),
         )
 
 

@@ -11,6 +11,7 @@ from services.scheduler.servicer import SchedulerServicer
 from strata.policy.clock import WallClock
 from strata.policy.registry import NodeRegistry
 from strata.policy.routing import Router
+from strata.rpc.identity import install
 from strata.rpc.server import Registration, run, serve_until_signal, start_server
 from strata.rpc.v1 import scheduler_pb2, scheduler_pb2_grpc
 from strata.telemetry.setup import init_tracing
@@ -20,7 +21,9 @@ log = logging.getLogger("services.scheduler")
 
 async def main() -> None:
     cfg = SchedulerConfig.from_env()
-    init_tracing("scheduler", cfg.otlp_endpoint)
+    identity = cfg.security.identity("scheduler")
+    install(identity)
+    init_tracing("scheduler", cfg.otlp_endpoint, identity=identity)
     registry = NodeRegistry(clock=WallClock(), ttl_s=cfg.node_ttl_s)
     # Unseeded on purpose: scheduler replicas must break ties differently, or they herd.
     router = Router(rng=random.Random(), kv_block_tokens=cfg.block_size,
@@ -31,7 +34,7 @@ async def main() -> None:
     running = await start_server([Registration(
         add=lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s),
         service_name=scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].full_name)],
-        bind=cfg.bind)
+        bind=cfg.bind, identity=identity)
     stop = asyncio.Event()
     expiry = asyncio.create_task(servicer.expire_until(stop, cfg.heartbeat_interval_s))
     log.info("scheduler listening on %s", cfg.bind)

@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from strata import defaults
-from strata.envconfig import ConfigError, env_bool, env_float, env_int, env_str
+from strata.envconfig import ConfigError, env_bool, env_float, env_int, env_str, security
 from strata.policy.scheduling.admission import AdmissionSettings
 from strata.policy.scheduling.global_scheduler import Mode, SchedulerSettings
+from strata.security.settings import UNSECURED, SecuritySettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +26,7 @@ class SchedulerConfig:
     horizon_s: float = 5.0        # the pool admits what it can compute in this long
     sla_check: bool = True
     sla_slack: float = 1.0
+    security: SecuritySettings = UNSECURED
 
     def settings(self) -> SchedulerSettings:
         return SchedulerSettings(
@@ -71,6 +73,7 @@ class SchedulerConfig:
             horizon_s=env_float("STRATA_ADMISSION_HORIZON_S", 5.0),
             sla_check=env_bool("STRATA_SLA_ADMISSION", True),
             sla_slack=env_float("STRATA_SLA_SLACK", 1.0),
+            security=security(),
         )
 
 

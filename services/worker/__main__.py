@@ -16,6 +16,7 @@ from strata.engine.step_meter import meter_from_profile
 from strata.engine.tier_link import TierLink
 from strata.envconfig import ConfigError
 from strata.kvtier.client import TierClient
+from strata.rpc.identity import install
 from strata.rpc.server import Registration, run, serve_until_signal, start_server
 from strata.rpc.v1 import worker_pb2, worker_pb2_grpc
 from strata.telemetry.setup import init_tracing
@@ -25,8 +26,10 @@ log = logging.getLogger("services.worker")
 
 async def main() -> None:
     cfg = WorkerConfig.from_env()
+    identity = cfg.security.identity("worker")
+    install(identity)
     torch.set_num_threads(cfg.torch_threads)
-    init_tracing("worker", cfg.otlp_endpoint)
+    init_tracing("worker", cfg.otlp_endpoint, identity=identity)
     try:
         meter = meter_from_profile(cfg.profile_path, cfg.model, cfg.engine.block_size) \
             if cfg.profile_path else None
@@ -49,7 +52,8 @@ async def main() -> None:
     servicer = WorkerServicer(engine, memory, meter)
     running = await start_server([Registration(
         add=lambda s: worker_pb2_grpc.add_WorkerServicer_to_server(servicer, s),
-        service_name=worker_pb2.DESCRIPTOR.services_by_name["Worker"].full_name)], bind=cfg.bind)
+        service_name=worker_pb2.DESCRIPTOR.services_by_name["Worker"].full_name)], bind=cfg.bind,
+        identity=identity)
     log.info("worker %s (%s) listening on %s", cfg.replica_id, cfg.model, cfg.bind)
 
     async def on_stop() -> None:

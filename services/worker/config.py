@@ -9,7 +9,8 @@ from strata import defaults
 from strata.engine.engine import EngineConfig
 from strata.engine.sparse.config import SparseConfig, parse_budget
 from strata.engine.step_meter import PROFILES_DIR, find_profile
-from strata.envconfig import ConfigError, env_bool, env_float, env_int, env_str
+from strata.envconfig import ConfigError, env_bool, env_float, env_int, env_str, security
+from strata.security.settings import UNSECURED, SecuritySettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +25,7 @@ class WorkerConfig:
     # The served model's solo step profile, priced against each step to estimate interference
     # (strata.engine.step_meter); empty: none, and the interference counters stay at zero.
     profile_path: str = ""
+    security: SecuritySettings = UNSECURED
 
     @classmethod
     def from_env(cls) -> WorkerConfig:
@@ -62,6 +64,7 @@ class WorkerConfig:
             torch_threads=threads,
             engine=engine,
             profile_path=profile,
+            security=security(),
         )
 
 

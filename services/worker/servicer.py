@@ -14,7 +14,7 @@ from strata.engine.prompt import prompt_ids
 from strata.engine.resume import resume
 from strata.engine.sequence import FinishReason, SamplingParams
 from strata.engine.step_meter import StepMeter
-from strata.eval.stats import percentiles
+from strata.core.stats import percentiles
 from strata.rpc.v1 import common_pb2, worker_pb2, worker_pb2_grpc
 from strata.telemetry import names
 

@@ -18,7 +18,8 @@ import grpc
 import pytest
 
 from services.gateway.admin import MISSING_ADMIN_KEY, WRONG_ADMIN_KEY, AdminServicer
-from services.gateway.servicer import BAD_KEY, GatewayServicer
+from strata.gateway.pipeline import BAD_KEY
+from tests.contract.helpers import gateway_servicer
 from strata.eval.sla import SlaTable
 
 from strata.gateway.auth import Authenticator
@@ -119,10 +120,9 @@ async def env(tmp_path):
     async def start_gateway(rate: float, burst: float):
         auth = Authenticator(sessions, clock.now, ttl_s=10.0)
         tenants = TenantDirectory(sessions, clock.now, ttl_s=TTL_S)
-        gateway = GatewayServicer(scheduler_pb2_grpc.SchedulerStub(connect(scheduler_addr)),
-                                  auth, TenantRateLimiter(clock, rate, burst),
-                                  request_timeout_s=10.0,
-                                  prefixes=PrefixHasher(loader=no_tokenizer), tenants=tenants)
+        gateway = gateway_servicer(scheduler_addr, auth, TenantRateLimiter(clock, rate, burst),
+                                   request_timeout_s=10.0,
+                                   prefixes=PrefixHasher(loader=no_tokenizer), tenants=tenants)
         gateways.append(gateway)
         admin = AdminServicer(sessions, ADMIN_KEY, auth, tenants, SlaTable())
         address = await serve(

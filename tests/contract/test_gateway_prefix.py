@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import grpc
 import pytest
 
-from services.gateway.servicer import GatewayServicer
+from tests.contract.helpers import gateway_servicer
 from services.scheduler.servicer import SchedulerServicer
 from strata.engine.dummy import load_dummy
 from strata.engine.prompt import prompt_ids
@@ -116,10 +116,10 @@ async def env(tmp_path):
     channels = [channel(servers[1].address)]
     loader = Loader()
     hasher = PrefixHasher(loader=loader)
-    gateway = GatewayServicer(scheduler_pb2_grpc.SchedulerStub(channels[0]),
-                              Authenticator(sessions, ManualClock().now, ttl_s=10.0),
-                              TenantRateLimiter(ManualClock(), 1000.0, 1000.0),
-                              request_timeout_s=10.0, prefixes=hasher)
+    gateway = gateway_servicer(servers[1].address,
+                               Authenticator(sessions, ManualClock().now, ttl_s=10.0),
+                               TenantRateLimiter(ManualClock(), 1000.0, 1000.0),
+                               request_timeout_s=10.0, prefixes=hasher)
     servers.append(await start_server([Registration(
         add=lambda s: gateway_pb2_grpc.add_GatewayServicer_to_server(gateway, s),
         service_name=gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name)]))

@@ -18,7 +18,7 @@ import grpc
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from services.gateway.servicer import GatewayServicer
+
 from services.scheduler.servicer import SchedulerServicer
 from strata.gateway.auth import Authenticator
 from strata.policy.clock import ManualClock
@@ -37,7 +37,7 @@ from strata.rpc.v1 import (
 from strata.store.db import create_all, make_engine, session_factory
 from strata.store.tenants import create_tenant, issue_api_key, revoke_api_key
 from strata.telemetry import names
-from tests.contract.helpers import global_spans, spans_named
+from tests.contract.helpers import gateway_servicer, global_spans, spans_named
 
 MODEL = "dummy-tiny"
 TENANT = "acme"
@@ -132,12 +132,11 @@ async def env(tmp_path):
             models=[common_pb2.ModelInfo(name=MODEL, context_length=2048,
                                          memory_bytes=1_000_000)]))
     auth_clock, rate_clock = ManualClock(), ManualClock()
-    gateways: list[GatewayServicer] = []
+    gateways: list = []
 
     async def start_gateway(rate: float, burst: float) -> gateway_pb2_grpc.GatewayStub:
-        servicer = GatewayServicer(
-            scheduler_pb2_grpc.SchedulerStub(connect(scheduler_addr)),
-            Authenticator(sessions, auth_clock.now, ttl_s=10.0),
+        servicer = gateway_servicer(
+            scheduler_addr, Authenticator(sessions, auth_clock.now, ttl_s=10.0),
             TenantRateLimiter(rate_clock, rate, burst), request_timeout_s=10.0)
         gateways.append(servicer)
         addr = await serve(Registration(

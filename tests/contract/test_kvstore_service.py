@@ -37,10 +37,11 @@ class Store:
                                   time.monotonic)
         self.servicer = KVStoreServicer(self.tiered, str(self.segment.path))
 
-    async def start(self):
+    async def start(self, bind: str = "127.0.0.1:0"):
         self.running = await start_server([Registration(
             add=lambda s: kvstore_pb2_grpc.add_KVStoreServicer_to_server(self.servicer, s),
-            service_name=kvstore_pb2.DESCRIPTOR.services_by_name["KVStore"].full_name)])
+            service_name=kvstore_pb2.DESCRIPTOR.services_by_name["KVStore"].full_name)],
+            bind=bind)
         self.channel = channel(self.running.address)
         self.stub = kvstore_pb2_grpc.KVStoreStub(self.channel)
         return self
@@ -157,6 +158,40 @@ async def test_shared_memory_slots_commit_verify_and_hand_over(make_store):
         await asyncio.to_thread(client.close)
 
 
+async def test_a_restarted_store_is_reattached_and_the_old_slots_forgotten(tmp_path):
+    first = await Store(tmp_path, "r", 64 * 1024, 0).start()
+    address = first.running.address
+    client = await asyncio.to_thread(TierClient, address, worker_id="w")
+    second = None
+    try:
+        client.prepare(1024)
+        await asyncio.to_thread(client.flush)
+        slot, view = client.take_slot(1024)
+        view[:] = b"\x01" * 1024
+        client.commit_slot(slot, 1, "L", 1024)
+        await asyncio.to_thread(client.flush)
+        await first.stop()                      # as a crash: its segment file goes away
+        second = await Store(tmp_path, "r", 64 * 1024, 0).start(bind=address)
+        deadline = time.monotonic() + 60
+        while client.reattached == 0:
+            assert time.monotonic() < deadline, "the client never mapped the new segment"
+            client.note_device([], [])          # wakes the background thread
+            await asyncio.sleep(0.05)
+        await asyncio.to_thread(client.flush)
+        slot, view = client.take_slot(1024)
+        view[:] = b"\x02" * 1024
+        client.commit_slot(slot, 2, "L", 1024)
+        await asyncio.to_thread(client.flush)
+        fetched, lease = await asyncio.to_thread(client.acquire, [2])
+        assert [bytes(f.data) for f in fetched] == [b"\x02" * 1024] and lease
+        client.release(lease, moved=False)
+        await asyncio.to_thread(client.flush)
+    finally:
+        await asyncio.to_thread(client.close)
+        if second is not None:
+            await second.stop()
+
+
 async def test_a_full_host_tier_demotes_to_disk_and_promotes_back(make_store):
     s = await make_store(host_bytes=4 * 1024, disk_bytes=64 * 1024)
     blocks = [block(h, bytes([h]) * 1024) for h in range(1, 7)]
@@ -225,7 +260,7 @@ async def test_events_reach_the_scheduler_as_a_reset_then_deltas(make_store):
     sched = await start_server([Registration(
         add=lambda srv: scheduler_pb2_grpc.add_SchedulerServicer_to_server(fake, srv),
         service_name=scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].full_name)])
-    pub = EventPublisher(s.tiered, sched.address, "node-7", "10.0.0.7:50054", 0.05)
+    pub = EventPublisher(s.tiered, [sched.address], "node-7", "10.0.0.7:50054", 0.05)
     try:
         await s.stub.PutBlocks(kvstore_pb2.PutBlocksRequest(blocks=[block(5, b"e" * 1024)]))
         await pub.publish_once()

@@ -1,4 +1,5 @@
-"""`strata report` against the real metrics servicer: a run's three layers in the terminal, the
+"""`strata report` against the real metrics servicer behind the gateway's Metrics API (the
+path tenants and the admin take), with the admin key: a run's three layers in the terminal, the
 same report as JSON and as HTML with its plots, two runs compared, the run list, bad ids."""
 
 import asyncio
@@ -7,10 +8,13 @@ from html.parser import HTMLParser
 
 import pytest
 
+from services.gateway.metrics_proxy import MetricsProxyServicer
 from services.metrics.servicer import MetricsServicer
+from strata.gateway.auth import Authenticator
+from strata.policy.clock import ManualClock
 from strata.client import cli
 from strata.eval.layers import LayerSettings
-from strata.rpc.server import Registration, start_server
+from strata.rpc.server import Registration, channel, start_server
 from strata.rpc.v1 import metrics_pb2, metrics_pb2_grpc
 from strata.store.db import create_all, make_engine, session_factory
 from strata.store.runs import create_run, finish_run
@@ -20,6 +24,7 @@ from strata.telemetry import names
 from strata.telemetry.receiver import OtlpReceiver
 
 T0_MS = 1_700_000_000_000
+ADMIN_KEY = "sk-strata-admin-test"
 
 
 def span(n: int, run_id: int, ttft: float) -> SpanRecord:
@@ -55,8 +60,17 @@ async def metrics(tmp_path, monkeypatch):
     running = await start_server([Registration(
         add=lambda s: metrics_pb2_grpc.add_MetricsServicer_to_server(servicer, s),
         service_name=metrics_pb2.DESCRIPTOR.services_by_name["Metrics"].full_name)])
-    monkeypatch.setenv("STRATA_METRICS_ADDR", running.address)
+    collector = channel(running.address)
+    proxy = MetricsProxyServicer(metrics_pb2_grpc.MetricsStub(collector),
+                                 Authenticator(sessions, ManualClock().now), ADMIN_KEY)
+    gateway = await start_server([Registration(
+        add=lambda s: metrics_pb2_grpc.add_MetricsServicer_to_server(proxy, s),
+        service_name=metrics_pb2.DESCRIPTOR.services_by_name["Metrics"].full_name)])
+    monkeypatch.setenv("STRATA_GATEWAY_ADDR", gateway.address)
+    monkeypatch.setenv("STRATA_API_KEY", ADMIN_KEY)
     yield
+    await gateway.stop(0)
+    await collector.close()
     await running.stop(0)
     await receiver.stop()
     await engine.dispose()

@@ -105,7 +105,7 @@ async def node_env(max_seqs: int = 1, queue: str = "wfq"):
         add=lambda s: worker_pb2_grpc.add_WorkerServicer_to_server(worker, s),
         service_name="strata.v1.Worker")])
     cfg = NodeConfig(node_id="node-q", bind="127.0.0.1:0", advertise="node-q.local:50053",
-                     scheduler_addr="", kvstore_addr="", otlp_endpoint="",
+                     scheduler_addrs=(), kvstore_addr="", otlp_endpoint="",
                      memory_bytes=8 << 30, device="cpu", torch_threads=1,
                      worker_ready_timeout_s=60.0, heartbeat_interval_s=60.0, queue_policy=queue)
     replicas = ReplicaSet({}, cfg.worker_ready_timeout_s)

@@ -67,7 +67,7 @@ async def one_replica_node(node_id: str, worker, scheduler):
         add=lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(scheduler, s),
         service_name="strata.v1.Scheduler")])
     cfg = NodeConfig(node_id=node_id, bind="127.0.0.1:0", advertise=f"{node_id}.local:50053",
-                     scheduler_addr=scheduler_server.address, kvstore_addr="", otlp_endpoint="",
+                     scheduler_addrs=(scheduler_server.address,), kvstore_addr="", otlp_endpoint="",
                      memory_bytes=8 << 30, device="cpu", torch_threads=1,
                      worker_ready_timeout_s=60.0, heartbeat_interval_s=0.01)
     replicas = ReplicaSet({}, cfg.worker_ready_timeout_s)

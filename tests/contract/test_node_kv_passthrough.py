@@ -52,7 +52,7 @@ async def env():
         add=lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(scheduler, s),
         service_name="strata.v1.Scheduler")]))
     cfg = NodeConfig(node_id="node-k", bind="127.0.0.1:0", advertise="node-k.local:50053",
-                     scheduler_addr=servers[1].address, kvstore_addr="", otlp_endpoint="",
+                     scheduler_addrs=(servers[1].address,), kvstore_addr="", otlp_endpoint="",
                      memory_bytes=8 << 30, device="cpu", torch_threads=1,
                      worker_ready_timeout_s=60.0, heartbeat_interval_s=60.0)
     replicas = ReplicaSet({}, cfg.worker_ready_timeout_s)

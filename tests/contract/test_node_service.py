@@ -57,7 +57,7 @@ async def node():
         add=lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(scheduler, s),
         service_name="strata.v1.Scheduler")])
     cfg = NodeConfig(node_id=NODE, bind="127.0.0.1:0", advertise="node-t.local:50053",
-                     scheduler_addr=scheduler_server.address, kvstore_addr="", otlp_endpoint="",
+                     scheduler_addrs=(scheduler_server.address,), kvstore_addr="", otlp_endpoint="",
                      memory_bytes=8 << 30, device="cpu", torch_threads=1,
                      # three workers load at once: on a busy 2-core machine that takes a while
                      worker_ready_timeout_s=300.0, heartbeat_interval_s=60.0)

@@ -20,7 +20,10 @@ READY = common_pb2.REPLICA_STATE_READY
 
 
 @pytest.fixture
-async def placement():
+async def placement(monkeypatch):
+    # The planner here is one in-process servicer without the cluster credential's checks, so
+    # the command line calls it without one (its checks are tested in tests/security).
+    monkeypatch.setenv("STRATA_INTERNAL_AUTH", "off")
     c = Cluster()
     scheduler = await c.scheduler()
     await scheduler.Heartbeat(beat("n1", await c.node(FakeNode())))

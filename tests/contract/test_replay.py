@@ -284,8 +284,7 @@ async def test_cli_exit_1_when_nothing_succeeds_and_2_on_bad_arguments(quick_fak
 async def test_cli_without_a_metrics_service_sends_nothing(quick_fakes, monkeypatch, capsys):
     gateway, _ = quick_fakes
     monkeypatch.setenv("STRATA_API_KEY", "key-a")
-    monkeypatch.setenv("STRATA_METRICS_ADDR", "127.0.0.1:1")
-    assert await run_cli(["replay", "--format", "poisson", "--rate", "10", "--max-requests",
+    assert await run_cli(["--metrics", "127.0.0.1:1", "replay", "--format", "poisson", "--rate", "10", "--max-requests",
                           "2", "--model", "m"]) == 2
     err = capsys.readouterr().err
     assert "error: the metrics service at 127.0.0.1:1 did not open a run (UNAVAILABLE: " in err

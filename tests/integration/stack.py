@@ -4,8 +4,13 @@ Each strata service of the compose file is started with its `command` and `envir
 four rewrites a single machine needs: every `host:port` of another service becomes a free
 loopback port, the OpenTelemetry Collector's address becomes the metrics service's OTLP receiver
 (no collector runs here, and it would only forward), and PostgreSQL becomes the URL the test
-passes (SQLite or a local PostgreSQL), and folders on the /data volume move under the test's data
-folder. Overrides (a dummy model, small KV pools) come last.
+passes (SQLite or a local PostgreSQL), and folders on the /data and /secrets volumes move under
+the test's data folder. One-shot jobs (the `secrets` job: no listening address) run to
+completion first, as compose's service_completed_successfully orders them. Overrides (a dummy
+model, small KV pools) come last.
+
+The stack runs with the cluster's credential, as compose does: `identity` is the operator's, for
+a test's own calls to internal services.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from strata.core.lifeline import child_env
+from strata.rpc.identity import ClusterIdentity, public_sync_channel, sync_channel
+from strata.security.settings import SecuritySettings
 
 ROOT = Path(__file__).resolve().parents[2]
 INFRA = {"postgres", "jaeger", "otel-collector"}
@@ -62,6 +69,7 @@ class StackProcess:
     address: str
     proc: subprocess.Popen | None = None
     log_path: Path | None = None
+    public: bool = False         # the gateway's port: no cluster credential
 
 
 @dataclass
@@ -71,8 +79,36 @@ class ComposeStack:
     overrides: dict[str, dict[str, str]] = field(default_factory=dict)
     processes: dict[str, StackProcess] = field(default_factory=dict)
 
+    @property
+    def identity(self) -> ClusterIdentity:
+        return operator_identity(self.data_dir)
+
+    def _local(self, value: str) -> str:
+        """A path on a compose volume, moved under the test's data folder: /data/x to
+        <data>/x, /secrets to <data>/secrets."""
+        if value == "/data" or value.startswith("/data/"):
+            return str(self.data_dir / value[len("/data"):].lstrip("/"))
+        if value == "/secrets" or value.startswith("/secrets/"):
+            return str(self.data_dir / value.lstrip("/"))
+        return value
+
+    def run_jobs(self) -> None:
+        """Compose's one-shot services (no environment, no listening address), to completion."""
+        compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+        for name, svc in compose.items():
+            if name in INFRA or svc.get("environment"):
+                continue
+            command = [self._local(a) for a in svc["command"]]
+            done = subprocess.run([sys.executable, *command[1:]], cwd=ROOT,
+                                  env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                                  capture_output=True, text=True, timeout=300)
+            if done.returncode != 0:
+                raise RuntimeError(f"compose job {name} failed ({done.returncode}):\n"
+                                   f"{done.stdout}{done.stderr}")
+
     def plan(self) -> list[StackProcess]:
         compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+        compose = {n: s for n, s in compose.items() if s.get("environment") or n in INFRA}
         ports: dict[str, int] = {}      # "service:port" -> loopback port
         for name, svc in compose.items():
             if name in INFRA:
@@ -102,17 +138,19 @@ class ComposeStack:
                     value = self.db_url
                 elif key == "STRATA_DATA_DIR":
                     value = str(self.data_dir)
-                elif value.startswith("/data/"):       # a folder on the compose data volume
-                    value = str(self.data_dir / value[len("/data/"):])
+                elif value.startswith(("/data/", "/secrets")):  # on a compose volume
+                    value = self._local(value)
                 else:
                     value = rewrite(value)
                 env[key] = value
             env.update(self.overrides.get(name, {}))
             bind = next(v for k, v in env.items() if k.endswith("_BIND") and k != "STRATA_OTLP_BIND")
-            planned.append(StackProcess(name, list(svc["command"]), env, bind))
+            planned.append(StackProcess(name, list(svc["command"]), env, bind,
+                                        public=name == "gateway"))
         return planned
 
     def start(self, timeout_s: float = 120.0) -> None:
+        self.run_jobs()
         for p in self.plan():
             p.log_path = self.data_dir / f"{p.name}.log"
             log = open(p.log_path, "w")
@@ -121,7 +159,7 @@ class ComposeStack:
                 cwd=ROOT, env=child_env({**os.environ, "PYTHONUNBUFFERED": "1", **p.env}),
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             self.processes[p.name] = p
-            wait_serving(p, timeout_s)
+            wait_serving(p, timeout_s, None if p.public else self.identity)
 
     def stop(self) -> None:
         for p in reversed(list(self.processes.values())):
@@ -141,9 +179,19 @@ class ComposeStack:
                          for p in self.processes.values() if p.log_path)
 
 
-def wait_serving(p: StackProcess, timeout_s: float) -> None:
+def operator_identity(data_dir: Path) -> ClusterIdentity:
+    """The operator's credential for the cluster whose secrets are in <data_dir>/secrets (as a
+    service started with STRATA_DATA_DIR=data_dir keeps them), written first if missing."""
+    return SecuritySettings(str(Path(data_dir) / "secrets")).identity("operator")
+
+
+def wait_serving(p: StackProcess, timeout_s: float,
+                 identity: ClusterIdentity | None = None) -> None:
+    """Wait until p's health service answers SERVING: over the cluster credential when given
+    (an internal service), else in plaintext (the gateway's public port)."""
     deadline = time.monotonic() + timeout_s
-    with grpc.insecure_channel(p.address) as ch:
+    with (sync_channel(p.address, identity) if identity is not None
+          else public_sync_channel(p.address)) as ch:
         stub = health_pb2_grpc.HealthStub(ch)
         while time.monotonic() < deadline:
             if p.proc.poll() is not None:
@@ -163,7 +211,7 @@ def _topological(names: list[str], compose: dict) -> list[str]:
     done: list[str] = []
 
     def visit(n: str) -> None:
-        if n in done or n in INFRA:
+        if n in done or n in INFRA or n not in compose:    # not in compose: a one-shot job
             return
         for dep in compose[n].get("depends_on", {}):
             visit(dep)

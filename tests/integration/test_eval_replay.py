@@ -5,9 +5,9 @@ import json
 import time
 from pathlib import Path
 
-import grpc
 import pytest
 
+from strata.rpc.identity import sync_channel
 from strata.client import cli
 from strata.rpc.v1 import metrics_pb2, metrics_pb2_grpc
 from tests.integration.test_stack import _wait_model_ready
@@ -17,7 +17,7 @@ FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "azure_c
 
 
 def _report(stack, run_id: int, want: int) -> metrics_pb2.Report:
-    with grpc.insecure_channel(stack.addr("metrics")) as ch:
+    with sync_channel(stack.addr("metrics"), stack.identity) as ch:
         stub = metrics_pb2_grpc.MetricsStub(ch)
         deadline = time.monotonic() + 20
         while True:
@@ -30,7 +30,7 @@ def _report(stack, run_id: int, want: int) -> metrics_pb2.Report:
 def test_fixture_replay_report_agrees_with_the_client(stack, tmp_path, monkeypatch):
     _wait_model_ready(stack)
     monkeypatch.setenv("STRATA_DATA_DIR", str(stack.data_dir))
-    rc = cli.main(["--gateway", stack.addr("gateway"), "--metrics", stack.addr("metrics"),
+    rc = cli.main(["--gateway", stack.addr("gateway"),
                    "replay", "--trace", str(FIXTURE), "--format", "azure", "--model",
                    "dummy-tiny", "--time-scale", "4", "--length-scale", "4", "--max-output", "48",
                    "--out", str(tmp_path), "--name", "fixture"])

@@ -17,12 +17,13 @@ import sys
 import time
 from pathlib import Path
 
-import grpc
 import pytest
 
 from strata.rpc.v1 import common_pb2, node_pb2, node_pb2_grpc
 from strata.core.lifeline import child_env
-from tests.integration.stack import ROOT, StackProcess, _free_port, wait_serving
+from strata.rpc.identity import channel
+from tests.integration.stack import (ROOT, StackProcess, _free_port, operator_identity,
+                                     wait_serving)
 
 MODEL = "dummy-tiny"
 READY = common_pb2.REPLICA_STATE_READY
@@ -38,7 +39,7 @@ def _start(name: str, module: str, env: dict[str, str], log_path: Path) -> Stack
     p = StackProcess(name, [sys.executable, "-m", module], env, address, log_path=log_path)
     p.proc = subprocess.Popen(p.command, cwd=ROOT, env=child_env(env), stdout=open(log_path, "w"),
                               stderr=subprocess.STDOUT, start_new_session=True)
-    wait_serving(p, 60)
+    wait_serving(p, 60, operator_identity(Path(env["STRATA_DATA_DIR"])))
     return p
 
 
@@ -127,7 +128,7 @@ def replicas(info) -> dict[str, tuple[int, str]]:
 
 async def test_killed_worker_mid_stream_resumes_on_the_promoted_standby(node):
     proc, workers = node
-    async with grpc.aio.insecure_channel(proc.address) as ch:
+    async with channel(proc.address, operator_identity(Path(proc.env["STRATA_DATA_DIR"]))) as ch:
         stub = node_pb2_grpc.NodeManagerStub(ch)
         loaded_at = time.monotonic()
         await stub.LoadModel(node_pb2.LoadModelRequest(model=MODEL, replica_id="a"))

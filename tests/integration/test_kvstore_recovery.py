@@ -9,13 +9,14 @@ import subprocess
 import sys
 import time
 
-import grpc
 
 from strata.kvtier.disk_tier import BLOCKS_DIR, block_filename
 from strata.kvtier.hashing import checksum, to_bytes
 from strata.rpc.v1 import kvstore_pb2, kvstore_pb2_grpc
 from strata.core.lifeline import child_env
-from tests.integration.stack import ROOT, StackProcess, _free_port, wait_serving
+from strata.rpc.identity import sync_channel
+from tests.integration.stack import (ROOT, StackProcess, _free_port, operator_identity,
+                                     wait_serving)
 
 BLOCK = 1024
 
@@ -32,7 +33,7 @@ def _start(tmp_path, port: int, log_name: str) -> StackProcess:
                      f"127.0.0.1:{port}", log_path=log_path)
     p.proc = subprocess.Popen(p.command, cwd=ROOT, env=child_env(env), stdout=open(log_path, "w"),
                               stderr=subprocess.STDOUT)
-    wait_serving(p, 60)
+    wait_serving(p, 60, operator_identity(tmp_path))
     return p
 
 
@@ -50,7 +51,7 @@ def test_kill_dash_nine_then_restart_rebuilds_the_directory_from_disk(tmp_path):
     blocks = _blocks(40)
     p = _start(tmp_path, port, "first.log")
     try:
-        with grpc.insecure_channel(p.address) as ch:
+        with sync_channel(p.address, operator_identity(tmp_path)) as ch:
             stub = kvstore_pb2_grpc.KVStoreStub(ch)
             for i in range(0, 40, 8):
                 stub.PutBlocks(kvstore_pb2.PutBlocksRequest(blocks=blocks[i:i + 8]), timeout=10)
@@ -85,7 +86,7 @@ def test_kill_dash_nine_then_restart_rebuilds_the_directory_from_disk(tmp_path):
 
     p = _start(tmp_path, port, "second.log")
     try:
-        with grpc.insecure_channel(p.address) as ch:
+        with sync_channel(p.address, operator_identity(tmp_path)) as ch:
             stub = kvstore_pb2_grpc.KVStoreStub(ch)
             stats = stub.GetStats(kvstore_pb2.KVStatsRequest(), timeout=5)
             # host memory died with the process; disk came back, less the two damaged blocks

@@ -18,6 +18,7 @@ import time
 import grpc
 import pytest
 
+from strata.rpc.identity import sync_channel
 from strata import defaults
 from strata.client.sdk import Client
 from strata.rpc.v1 import (common_pb2, node_pb2, node_pb2_grpc, placement_pb2, placement_pb2_grpc,
@@ -46,14 +47,15 @@ def _second_node(stack) -> None:
                  "STRATA_KVSTORE_DISK_DIR": str(stack.data_dir / "kv" / "node-1")}
     node_env = {**stack.processes["node"].env, "STRATA_NODE_BIND": node_addr,
                 "STRATA_NODE_ADVERTISE": node_addr, "STRATA_NODE_ID": "node-1",
-                "STRATA_KVSTORE_ADDR": store_addr}
+                "STRATA_KVSTORE_ADDR": store_addr,
+                "STRATA_NODE_STATE_DIR": str(stack.data_dir / "node" / "node-1")}
     for name, command, env, address in (
             ("kvstore-1", stack.processes["kvstore"].command, store_env, store_addr),
             ("node-1", stack.processes["node"].command, node_env, node_addr)):
         p = StackProcess(name, list(command), env, address)
         stack.processes[name] = p
         _spawn(stack, p)
-        wait_serving(p, 120)
+        wait_serving(p, 120, stack.identity)
 
 
 def _spawn(stack, p: StackProcess) -> None:
@@ -65,8 +67,8 @@ def _spawn(stack, p: StackProcess) -> None:
         stdout=open(p.log_path, "w"), stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def _replicas(address: str) -> list[common_pb2.ReplicaInfo]:
-    with grpc.insecure_channel(address) as ch:
+def _replicas(stack, name: str) -> list[common_pb2.ReplicaInfo]:
+    with sync_channel(stack.addr(name), stack.identity) as ch:
         info = node_pb2_grpc.NodeManagerStub(ch).GetNodeStatus(node_pb2.GetNodeStatusRequest(),
                                                                 timeout=5)
     # serving replicas: compose keeps a hot standby beside each, which never serves by itself
@@ -122,15 +124,15 @@ class Traffic:
 
 def test_no_request_fails_while_a_replan_moves_the_replica(tmp_path):
     with running_stack(tmp_path, OVERRIDES) as stack:
-        _wait(lambda: len(_replicas(stack.addr("node"))) == 1
-              and _replicas(stack.addr("node"))[0].state == common_pb2.REPLICA_STATE_READY,
+        _wait(lambda: len(_replicas(stack, "node")) == 1
+              and _replicas(stack, "node")[0].state == common_pb2.REPLICA_STATE_READY,
               120, "dummy-tiny READY on node-0", stack)
         _second_node(stack)
-        with grpc.insecure_channel(stack.addr("scheduler")) as ch:
+        with sync_channel(stack.addr("scheduler"), stack.identity) as ch:
             scheduler = scheduler_pb2_grpc.SchedulerStub(ch)
             _wait(lambda: "node-1" in {n.node_id for n in scheduler.ListNodes(
                 scheduler_pb2.ListNodesRequest()).nodes}, 60, "node-1 registered", stack)
-        with grpc.insecure_channel(stack.addr("placement")) as ch:
+        with sync_channel(stack.addr("placement"), stack.identity) as ch:
             placement = placement_pb2_grpc.PlacementStub(ch)
             with Traffic(stack, clients=2) as traffic:
                 _wait(lambda: len(traffic.ok) >= 5, 60, "traffic flowing", stack)
@@ -145,7 +147,7 @@ def test_no_request_fails_while_a_replan_moves_the_replica(tmp_path):
             [move] = placement.GetPlan(placement_pb2.GetPlanRequest()).moves
         assert traffic.failed == []
         assert (move.from_node_id, move.to_node_id, move.state) == ("node-0", "node-1", "done")
-        assert _replicas(stack.addr("node")) == []
-        [serving] = _replicas(stack.addr("node-1"))
+        assert _replicas(stack, "node") == []
+        [serving] = _replicas(stack, "node-1")
         assert serving.state == common_pb2.REPLICA_STATE_READY
         assert len(traffic.ok) >= 10

@@ -41,10 +41,10 @@ import random
 import time
 from pathlib import Path
 
-import grpc
 import pytest
 import torch
 
+from strata.rpc.identity import sync_channel
 from strata.client import cli
 from strata.engine.engine import EngineConfig
 from strata.engine.profiler import ProfileGrid, profile_engine
@@ -94,14 +94,14 @@ def bench_stack(tmp_path_factory):
 
 
 def _replay(stack, out: Path, name: str, args: list[str]) -> tuple[int, Path]:
-    assert cli.main(["--gateway", stack.addr("gateway"), "--metrics", stack.addr("metrics"),
+    assert cli.main(["--gateway", stack.addr("gateway"),
                      "replay", *args, "--model", MODEL, "--out", str(out), "--name", name]) == 0
     run_dir = max(out.glob("run-*"), key=lambda p: int(p.name.removeprefix("run-")))
     return int(run_dir.name.removeprefix("run-")), run_dir
 
 
 def _report(stack, run_id: int, want: int):
-    with grpc.insecure_channel(stack.addr("metrics")) as ch:
+    with sync_channel(stack.addr("metrics"), stack.identity) as ch:
         stub = metrics_pb2_grpc.MetricsStub(ch)
         deadline = time.monotonic() + 30
         while True:
@@ -114,7 +114,7 @@ def _report(stack, run_id: int, want: int):
 def _spans(stack, trace_ids: list[str]) -> list[CalibrationRequest]:
     gateway, worker = names.SPAN_GATEWAY_GENERATE, names.SPAN_WORKER_GENERATE
     out = []
-    with grpc.insecure_channel(stack.addr("metrics")) as ch:
+    with sync_channel(stack.addr("metrics"), stack.identity) as ch:
         stub = metrics_pb2_grpc.MetricsStub(ch)
         for trace_id in trace_ids:
             deadline = time.monotonic() + 20

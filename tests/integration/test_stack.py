@@ -8,6 +8,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
 
+from strata.rpc.identity import public_sync_channel, sync_channel
 from strata import defaults
 from strata.client.sdk import Client
 from strata.rpc.v1 import (common_pb2, kvstore_pb2, kvstore_pb2_grpc, metrics_pb2,
@@ -36,7 +37,7 @@ def _wait_model_ready(stack, timeout_s=120):
 
 
 def _node_replica(stack) -> common_pb2.ReplicaInfo:
-    with grpc.insecure_channel(stack.addr("node")) as ch:
+    with sync_channel(stack.addr("node"), stack.identity) as ch:
         info = node_pb2_grpc.NodeManagerStub(ch).GetNodeStatus(node_pb2.GetNodeStatusRequest())
     # the serving replica (compose keeps a hot standby of it too)
     [replica] = [r for r in info.replicas
@@ -54,7 +55,7 @@ def _poll(fn, timeout_s=20.0, interval=0.2):
 
 
 def _trace(stack, trace_id):
-    with grpc.insecure_channel(stack.addr("metrics")) as ch:
+    with sync_channel(stack.addr("metrics"), stack.identity) as ch:
         stub = metrics_pb2_grpc.MetricsStub(ch)
         try:
             return stub.GetTrace(metrics_pb2.GetTraceRequest(trace_id=trace_id)).spans
@@ -96,7 +97,7 @@ def test_one_trace_spans_every_hop_and_the_request_lands_in_the_report(ready):
     assert {"gateway", "scheduler", "node", "worker"} <= {s.service for s in spans}
 
     def report_row():
-        with grpc.insecure_channel(ready.addr("metrics")) as ch:
+        with sync_channel(ready.addr("metrics"), ready.identity) as ch:
             rep = metrics_pb2_grpc.MetricsStub(ch).GetReport(
                 metrics_pb2.ReportRequest(tenant=defaults.DEMO_TENANT))
         return [t for t in rep.tenants if t.tenant == defaults.DEMO_TENANT and t.requests >= 1]
@@ -182,13 +183,13 @@ def test_evicted_blocks_go_to_the_kv_tier_and_come_back_on_a_prefix_hit(ready):
     for i in range(14):  # other long prompts push the first one's blocks out of the 256
         list(client.generate(MODEL, prompt=f"{i} filler text that differs {i}. " * 12,
                              max_tokens=2))
-    with grpc.insecure_channel(ready.addr("kvstore")) as ch:
+    with sync_channel(ready.addr("kvstore"), ready.identity) as ch:
         stats = kvstore_pb2_grpc.KVStoreStub(ch).GetStats(kvstore_pb2.KVStatsRequest())
     assert stats.blocks > 0, "no evicted block reached the KV tier store"
     again = list(client.generate(MODEL, prompt=first, max_tokens=2))
     # 359 of 360 prompt tokens are eligible (the last is recomputed): 22 full blocks of 16
     assert again[-1].usage.cached_prompt_tokens == 22 * 16
-    with grpc.insecure_channel(ready.addr("kvstore")) as ch:
+    with sync_channel(ready.addr("kvstore"), ready.identity) as ch:
         after = kvstore_pb2_grpc.KVStoreStub(ch).GetStats(kvstore_pb2.KVStatsRequest())
     assert after.hits >= stats.hits + 1
 
@@ -198,7 +199,8 @@ def test_every_service_serves_health_and_reflection(ready):
     addresses = {name: ready.addr(name) for name in ready.processes} | {"worker": worker}
     assert len(addresses) == 7
     for name, address in addresses.items():
-        with grpc.insecure_channel(address) as ch:
+        with (public_sync_channel(address) if name == "gateway" else
+              sync_channel(address, ready.identity)) as ch:
             db = ProtoReflectionDescriptorDatabase(ch)
             services = set(db.get_services())
         assert "grpc.health.v1.Health" in services, name

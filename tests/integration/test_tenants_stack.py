@@ -10,6 +10,7 @@ import time
 import grpc
 import pytest
 
+from strata.rpc.identity import sync_channel
 from strata import defaults
 from strata.client import cli
 from strata.client.sdk import Client
@@ -22,7 +23,7 @@ MODEL = "dummy-tiny"
 
 def _route_span(stack, trace_id: str, timeout_s: float = 20.0):
     deadline = time.monotonic() + timeout_s
-    with grpc.insecure_channel(stack.addr("metrics")) as ch:
+    with sync_channel(stack.addr("metrics"), stack.identity) as ch:
         stub = metrics_pb2_grpc.MetricsStub(ch)
         while time.monotonic() < deadline:
             try:

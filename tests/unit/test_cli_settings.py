@@ -14,12 +14,15 @@ from strata.rpc.v1 import common_pb2
 
 
 def test_addresses_prefer_argument_then_environment_then_shared_default() -> None:
+    # STRATA_METRICS_ADDR is the services' (the internal collector): clients read reports
+    # through the gateway unless told otherwise.
     env = {"STRATA_GATEWAY_ADDR": "gw:1", "STRATA_METRICS_ADDR": "mx:2"}
     assert settings.gateway_address("arg:9", env) == "arg:9"
     assert settings.gateway_address(None, env) == "gw:1"
     assert settings.gateway_address(None, {}) == defaults.GATEWAY_ADDR
-    assert settings.metrics_address(None, env) == "mx:2"
-    assert settings.metrics_address(None, {}) == defaults.METRICS_ADDR
+    assert settings.metrics_address("arg:8", env) == "arg:8"
+    assert settings.metrics_address(None, env) == "gw:1"
+    assert settings.metrics_address(None, {}) == defaults.GATEWAY_ADDR
 
 
 def test_api_key_prefers_argument_then_environment_then_demo_key_file(tmp_path) -> None:

@@ -30,7 +30,9 @@ DEFAULT_PORTS = {
 # envconfig helpers that read settings without the name appearing in config.py.
 # db_url() builds its SQLite default from data_dir() eagerly, so it reads both.
 IMPLIED_BY_HELPER = {"data_dir": {"STRATA_DATA_DIR"},
-                     "db_url": {"STRATA_DB_URL", "STRATA_DATA_DIR"}}
+                     "db_url": {"STRATA_DB_URL", "STRATA_DATA_DIR"},
+                     # its data-dir default is read only when STRATA_SECRETS_DIR is unset
+                     "security": {"STRATA_SECRETS_DIR", "STRATA_INTERNAL_TLS"}}
 
 
 @pytest.fixture(scope="module")
@@ -139,8 +141,10 @@ def test_healthchecks_probe_each_service_and_gate_its_dependents(compose: dict) 
     for name in STRATA_SERVICES:
         bind = next(v for k, v in env(compose, name).items()
                     if k == f"STRATA_{name.upper()}_BIND")
+        internal = [] if name == "gateway" else ["--internal"]   # the cluster credential
         assert compose["services"][name]["healthcheck"]["test"] == [
-            "CMD", "python", "-m", "strata.client.healthcheck", f"127.0.0.1:{port(bind)}"]
+            "CMD", "python", "-m", "strata.client.healthcheck", *internal,
+            f"127.0.0.1:{port(bind)}"]
     for name, service in compose["services"].items():
         for dependency, rule in service.get("depends_on", {}).items():
             assert dependency in compose["services"], f"{name} depends on unknown {dependency}"
@@ -175,6 +179,16 @@ def test_collector_sends_the_traces_pipeline_to_jaeger_and_metrics(compose: dict
     assert set(exporters) == {"jaeger:4317", f"metrics:{otlp_port}"}
     for name in exporters.values():
         assert name.split("/")[0] == "otlp"
-        assert config["exporters"][name]["tls"] == {"insecure": True}
+    # Jaeger is a plaintext sink; the metrics collector hop carries the cluster credential,
+    # and the receiver takes only exporters with a certificate the cluster CA signed.
+    assert config["exporters"][exporters["jaeger:4317"]]["tls"] == {"insecure": True}
+    to_metrics = config["exporters"][exporters[f"metrics:{otlp_port}"]]
+    assert to_metrics["tls"] == {"ca_file": "/secrets/ca.pem",
+                                 "cert_file": "/secrets/otel-collector.pem",
+                                 "key_file": "/secrets/otel-collector-key.pem"}
+    assert to_metrics["headers"] == {"x-strata-internal": "${file:/secrets/internal_token}"}
+    assert config["receivers"]["otlp"]["protocols"]["grpc"]["tls"]["client_ca_file"] == \
+        "/secrets/ca.pem"
+    assert "strata-secrets:/secrets:ro" in collector["volumes"]
     assert env(compose, "jaeger")["COLLECTOR_OTLP_ENABLED"] == "true"
     assert "16686:16686" in compose["services"]["jaeger"]["ports"]

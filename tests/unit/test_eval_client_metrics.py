@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from strata.eval.client_metrics import RequestRecord, format_summary, summarize_run
-from strata.eval.stats import Summary
+from strata.core.stats import Summary
 
 
 def record(index: int, **kw) -> RequestRecord:

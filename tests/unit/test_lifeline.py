@@ -68,21 +68,25 @@ def test_without_a_recorded_parent_nothing_changes():
     assert child_env({"A": "1"}, signal.SIGTERM)[PARENT_PID_ENV] == str(os.getpid())
 
 
-def test_a_successor_reaps_recorded_workers_and_spares_reused_pids(tmp_path):
+def test_a_successor_reaps_orphaned_workers_and_spares_reused_pids_and_live_nodes(tmp_path):
     pids = WorkerPids(tmp_path / "node")
     leftover = subprocess.Popen(["sleep", "600"])
     unrelated = subprocess.Popen(["sleep", "600"])
+    mine = subprocess.Popen(["sleep", "600"])
     try:
-        pids.record(leftover.pid, "m-0")
-        pids.record(unrelated.pid, "m-1")
-        # As if m-1's worker had died and the pid now belonged to another process.
-        record = tmp_path / "node" / f"{unrelated.pid}.json"
-        record.write_text(record.read_text().replace('"start_ticks": ', '"start_ticks": 1'))
+        for p, rid in ((leftover, "m-0"), (unrelated, "m-1"), (mine, "m-2")):
+            pids.record(p.pid, rid)
+        # m-0's node manager died (the record names another parent); m-1's worker died and the
+        # pid now belongs to another process; m-2's node manager (this test) lives.
+        for p, old, new in ((leftover, '"parent": ', '"parent": 1'),
+                            (unrelated, '"start_ticks": ', '"start_ticks": 1')):
+            record = tmp_path / "node" / f"{p.pid}.json"
+            record.write_text(record.read_text().replace(old, new))
         assert WorkerPids(tmp_path / "node").reap_leftovers() == [leftover.pid]
         assert leftover.wait(timeout=60) == -signal.SIGKILL
-        assert unrelated.poll() is None
-        assert pids.recorded() == []
+        assert unrelated.poll() is None and mine.poll() is None
+        assert [r["pid"] for r in pids.recorded()] == [mine.pid]
     finally:
-        for p in (leftover, unrelated):
+        for p in (leftover, unrelated, mine):
             p.kill()
             p.wait()

@@ -16,7 +16,6 @@ from strata.engine.sparse import SparseConfig, SparseDecoder
 from strata.engine.sparse import native
 from strata.engine.sparse.attend import attend_blocks
 from strata.engine.sparse.decode import SparseStep
-from strata.engine.sparse.index import RANGE_SIGMAS
 from strata.engine.sparse.select import select_blocks
 
 BS, KVH, G, NB = 4, 2, 3, 48

@@ -2,7 +2,7 @@
 
 import pytest
 
-from strata.eval.stats import Summary, percentile, percentiles, summarize
+from strata.core.stats import Summary, percentile, percentiles, summarize
 
 
 def test_ranks_that_land_on_samples_return_them():

@@ -2,7 +2,7 @@
 
 import pytest
 
-from strata.eval.stats import Summary
+from strata.core.stats import Summary
 from strata.store.report import tenant_reports
 from strata.store.spans import SpanRecord, insert_spans
 from strata.telemetry import names

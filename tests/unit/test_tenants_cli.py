@@ -13,7 +13,7 @@ import pytest
 from services.gateway.admin import AdminServicer
 from strata import defaults
 from strata.client import cli
-from strata.client.tenants_cli import admin_key
+from strata.client.settings import admin_key
 from strata.eval.sla import SlaTable
 from strata.gateway.auth import Authenticator
 from strata.gateway.tenant_directory import TenantDirectory

@@ -5,8 +5,10 @@
     strata report --run 3 --html run3.html --json run3.json
     strata trace 0af7651916cd43dd8448eb211c80319c
 
-Addresses come from STRATA_GATEWAY_ADDR / STRATA_METRICS_ADDR (or --gateway / --metrics), the key
-from STRATA_API_KEY or the demo key file. A gRPC error prints "error: CODE: details" and exits 2.
+Everything goes through the gateway: STRATA_GATEWAY_ADDR (or --gateway); the key from
+STRATA_API_KEY or the demo key file; --tls-ca (or STRATA_TLS_CA) when the gateway's public port
+serves TLS. Reports and traces are the key's own tenant's (`--admin` on report and trace: the
+admin key, every tenant). A gRPC error prints "error: CODE: details" and exits 2.
 """
 
 from __future__ import annotations
@@ -20,13 +22,13 @@ import grpc
 
 from strata import defaults
 from strata.client.format import format_models, format_summary, format_trace
-from strata.client.metrics import AsyncMetricsClient
 from strata.client.placement_cli import add_placement_parser
 from strata.client.profile_cli import add_profile_parser
 from strata.client.replay_cli import add_replay_parser
-from strata.client.report_cli import add_report_arguments, run_report
+from strata.client.report_cli import add_report_arguments, metrics_client, run_report
 from strata.client.sdk import DEFAULT_MAX_TOKENS, AsyncClient
-from strata.client.settings import MissingApiKey
+from strata.client.settings import ClientSettingError
+from strata.rpc.identity import IdentityError
 from strata.client.tenants_cli import add_tenants_parser
 
 EXIT_ERROR = 2
@@ -45,7 +47,7 @@ async def _generate(args: argparse.Namespace) -> int:
     last = None
     trace_id = ""
     at_line_start = True
-    async with AsyncClient(args.gateway) as client:
+    async with AsyncClient(args.gateway, tls_ca=args.tls_ca) as client:
         try:
             async for chunk in client.generate(
                     args.model, prompt, messages, max_tokens=args.max_tokens,
@@ -70,7 +72,7 @@ async def _generate(args: argparse.Namespace) -> int:
 
 
 async def _models(args: argparse.Namespace) -> int:
-    async with AsyncClient(args.gateway) as client:
+    async with AsyncClient(args.gateway, tls_ca=args.tls_ca) as client:
         models = await client.list_models()
     print(format_models(models))
     return 0
@@ -84,7 +86,7 @@ async def _trace(args: argparse.Namespace) -> int:
     trace_id = args.trace_id.lower()
     if not _TRACE_ID.match(trace_id):
         raise _UsageError(f"a trace id is 32 hex characters, got {args.trace_id!r}")
-    async with AsyncMetricsClient(args.metrics) as client:
+    async with metrics_client(args) as client:
         trace = await client.trace(trace_id)
     if not trace.spans:
         print(f"error: no spans recorded for trace {trace_id} (spans arrive in batches about "
@@ -98,8 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="strata", description="Strata tenant command line.")
     parser.add_argument("--gateway", help="gateway host:port (default: STRATA_GATEWAY_ADDR or "
                                           f"{defaults.GATEWAY_ADDR})")
-    parser.add_argument("--metrics", help="metrics host:port (default: STRATA_METRICS_ADDR or "
-                                          f"{defaults.METRICS_ADDR})")
+    parser.add_argument("--metrics", help="where reports and traces are read (default: the "
+                                          "gateway, which serves them scoped to the key)")
+    parser.add_argument("--tls-ca", help="PEM file of the authority that signed the gateway's "
+                                         "TLS certificate (default: STRATA_TLS_CA; none: "
+                                         "plaintext)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     gen = sub.add_parser("generate", help="stream a completion to stdout")
@@ -129,6 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr = sub.add_parser("trace", help="show one request's spans as a tree")
     tr.add_argument("trace_id", help="a trace id or a request id (32 hex characters each), as "
                                      "printed by `strata generate` or stored by `strata replay`")
+    tr.add_argument("--admin", action="store_true",
+                    help="with the admin key: any tenant's trace (default: the API key's own)")
     tr.set_defaults(handler=_trace)
 
     add_replay_parser(sub)
@@ -144,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(args.handler(args))
     except grpc.RpcError as err:
         print(f"error: {err.code().name}: {err.details()}", file=sys.stderr)
-    except (MissingApiKey, _UsageError) as err:
+    except (ClientSettingError, IdentityError, _UsageError) as err:
         print(f"error: {err}", file=sys.stderr)
     except KeyboardInterrupt:
         return 130

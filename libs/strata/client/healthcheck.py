@@ -1,7 +1,9 @@
-"""Container health probe: `python -m strata.client.healthcheck ADDR [--service NAME]`.
+"""Container health probe: `python -m strata.client.healthcheck [--internal] ADDR [--service NAME]`.
 
 Asks a server's standard gRPC health service (grpc.health.v1) and exits 0 when it answers
 SERVING, 1 otherwise, so compose and Kubernetes exec probes need no extra binary in the image.
+`--internal` probes an internal service: over mutual TLS with the cluster credential the
+container's own settings name (STRATA_SECRETS_DIR, STRATA_INTERNAL_TLS).
 """
 
 from __future__ import annotations
@@ -12,10 +14,14 @@ import sys
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from strata.rpc.identity import ClusterIdentity, public_sync_channel, sync_channel
 
-def check(address: str, service: str = "", timeout: float = 3.0) -> tuple[bool, str]:
+
+def check(address: str, service: str = "", timeout: float = 3.0,
+          identity: ClusterIdentity | None = None) -> tuple[bool, str]:
     """Return (healthy, one-line description) for `service` ("" = the whole server)."""
-    with grpc.insecure_channel(address) as channel:
+    with (sync_channel(address, identity) if identity is not None
+          else public_sync_channel(address)) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
             reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
@@ -32,8 +38,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--service", default="",
                         help="fully qualified service name (default: the whole server)")
     parser.add_argument("--timeout", type=float, default=3.0, help="seconds to wait (default 3)")
+    parser.add_argument("--internal", action="store_true",
+                        help="an internal service: use the cluster credential")
     args = parser.parse_args(argv)
-    healthy, line = check(args.address, args.service, args.timeout)
+    identity = None
+    if args.internal:
+        from strata.envconfig import security
+
+        identity = security().client_identity()
+    healthy, line = check(args.address, args.service, args.timeout, identity)
     print(line, file=sys.stdout if healthy else sys.stderr)
     return 0 if healthy else 1
 

@@ -21,7 +21,8 @@ import sys
 import grpc
 
 from strata import defaults
-from strata.rpc.server import CHANNEL_OPTIONS
+from strata.envconfig import security
+from strata.rpc.identity import channel
 from strata.rpc.v1 import placement_pb2, placement_pb2_grpc
 
 PLACEMENT_TIMEOUT_S = 30.0
@@ -48,9 +49,11 @@ def add_placement_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _stub(args: argparse.Namespace) -> tuple[grpc.aio.Channel, placement_pb2_grpc.PlacementStub]:
+    """The planner is internal: an operator calls it with the cluster credential, read from the
+    secrets folder (STRATA_SECRETS_DIR, or the data dir's `secrets`, as `make run` keeps it)."""
     address = (args.placement or os.environ.get("STRATA_PLACEMENT_ADDR")
                or defaults.PLACEMENT_ADDR)
-    ch = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+    ch = channel(address, security().client_identity())
     return ch, placement_pb2_grpc.PlacementStub(ch)
 
 

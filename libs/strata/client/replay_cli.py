@@ -94,6 +94,9 @@ def add_replay_parser(sub: argparse._SubParsersAction) -> None:
                         f"{DEFAULT_REQUEST_TIMEOUT_S:.0f})")
     p.add_argument("--out", help="results directory (default: <data dir>/replays)")
     p.add_argument("--name", default="", help="run name shown in reports")
+    p.add_argument("--admin", action="store_true",
+                   help="open the run with the admin key, so that every tenant's requests in "
+                        "it show in its report (default: the first tenant's key owns the run)")
     p.set_defaults(handler=run_replay)
 
 
@@ -146,10 +149,12 @@ def _prepare(args: argparse.Namespace) -> tuple[list[WorkloadRequest], ReplayCon
     }
     config = ReplayConfig(
         model=args.model, gateway=settings.gateway_address(args.gateway),
-        metrics=settings.metrics_address(args.metrics),
+        metrics=settings.metrics_address(args.metrics, gateway=args.gateway),
         out_dir=args.out or os.path.join(os.path.dirname(settings.demo_key_path()), "replays"),
         name=args.name, params=params, request_timeout_s=args.timeout,
-        prefix_public=args.prefix_public)
+        prefix_public=args.prefix_public,
+        run_key=settings.admin_key() if args.admin else keys[0].api_key,
+        tls_ca=settings.tls_ca(args.tls_ca))
     return workload, config
 
 

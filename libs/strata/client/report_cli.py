@@ -8,8 +8,12 @@ side; the stored runs.
     strata report --compare 3 sim.json     a stored run next to a report file (`--json`, or a
                                            simulated run's report from strata.sim)
     strata report --runs                   the runs, newest last
+    strata report --admin ...              every tenant, node and cluster layers included
 
-A collector that predates layered reports answers with its per-tenant table, printed as before.
+Reports come through the gateway and are scoped to the key: a tenant key (the default, as for
+`generate`) sees its own requests and runs; the admin key (`--admin`) sees every tenant and the
+node and cluster layers. A collector that predates layered reports answers with its per-tenant
+table, printed as before.
 """
 
 from __future__ import annotations
@@ -22,16 +26,14 @@ import sys
 import types
 import typing
 
-import grpc
-
 from strata.client import settings
 from strata.client.format import format_report, table
+from strata.client.metrics import AsyncMetricsClient
 from strata.eval.html_report import render
 from strata.eval.report_codec import from_report
 from strata.eval.report_text import compare_text, report_text, utc
 from strata.eval.report_types import LayeredReport
-from strata.rpc.server import CHANNEL_OPTIONS
-from strata.rpc.v1 import metrics_pb2, metrics_pb2_grpc
+from strata.rpc.v1 import metrics_pb2
 
 REPORT_TIMEOUT_S = 30.0
 EXIT_ERROR = 2
@@ -100,6 +102,9 @@ def add_report_arguments(rep: argparse.ArgumentParser) -> None:
                      help="print B's figures next to A's; each is a run id or a JSON report "
                           "file (from --json or a simulated run)")
     rep.add_argument("--runs", action="store_true", help="list the stored evaluation runs")
+    rep.add_argument("--admin", action="store_true",
+                     help="with the admin key: every tenant, and the node and cluster layers "
+                          "(default: the API key's own tenant)")
 
 
 def _write(path: str, text: str) -> None:
@@ -120,6 +125,13 @@ def format_runs(runs: list[metrics_pb2.RunInfo]) -> str:
     return table(["run", "name", "kind", "started", "seconds"], rows)
 
 
+def metrics_client(args: argparse.Namespace) -> AsyncMetricsClient:
+    """The Metrics API with the caller's key: the admin key with --admin, else the API key."""
+    key = settings.admin_key() if getattr(args, "admin", False) else settings.api_key()
+    return AsyncMetricsClient(args.metrics, key, getattr(args, "tls_ca", None),
+                              getattr(args, "gateway", None))
+
+
 async def run_report(args: argparse.Namespace) -> int:
     if args.compare and (args.run or args.html or args.json or args.runs):
         print("error: --compare takes two run ids or report files and prints a table; ask for "
@@ -137,20 +149,16 @@ async def run_report(args: argparse.Namespace) -> int:
         a, b = args.compare
         print(compare_text(files[a], files[b], a, b))
         return 0
-    async with grpc.aio.insecure_channel(settings.metrics_address(args.metrics),
-                                         options=CHANNEL_OPTIONS) as ch:
-        stub = metrics_pb2_grpc.MetricsStub(ch)
+    async with metrics_client(args) as client:
         if args.runs:
-            runs = await stub.ListRuns(metrics_pb2.ListRunsRequest(), timeout=REPORT_TIMEOUT_S)
-            print(format_runs(list(runs.runs)))
+            print(format_runs(await client.runs(timeout=REPORT_TIMEOUT_S)))
             return 0
         if args.compare:
-            replies = [await stub.GetReport(metrics_pb2.ReportRequest(
-                tenant=args.tenant, run_id=ref), timeout=REPORT_TIMEOUT_S)
-                for ref in args.compare if not isinstance(ref, str)]
+            replies = [await client.report(args.tenant, run_id=ref, timeout=REPORT_TIMEOUT_S)
+                       for ref in args.compare if not isinstance(ref, str)]
         else:
-            replies = [await stub.GetReport(metrics_pb2.ReportRequest(
-                tenant=args.tenant, run_id=args.run), timeout=REPORT_TIMEOUT_S)]
+            replies = [await client.report(args.tenant, run_id=args.run,
+                                           timeout=REPORT_TIMEOUT_S)]
     layered = [from_report(r) for r in replies]
     if any(r is None for r in layered):
         if args.compare or args.html or args.json:

@@ -6,17 +6,18 @@
 
 Both clients send `authorization: Bearer <key>` on every call and return the gateway's
 GenerateResponse chunks as they arrive; the last one carries finish_reason, usage and trace_id.
-Errors surface as grpc.RpcError with the gateway's status code and sentence.
+Errors surface as grpc.RpcError with the gateway's status code and sentence. `tls_ca` (PEM bytes
+or a file path; default STRATA_TLS_CA) makes the channel TLS, verified against that authority,
+for a gateway whose public port serves TLS.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 
-import grpc
 
 from strata.client import settings
-from strata.rpc.server import CHANNEL_OPTIONS
+from strata.rpc.identity import public_channel, public_sync_channel
 from strata.rpc.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
 DEFAULT_MAX_TOKENS = 256
@@ -72,10 +73,11 @@ def _metadata(api_key: str) -> tuple[tuple[str, str], ...]:
 class AsyncClient:
     """grpc.aio client of the public Gateway API. Create it inside the event loop that uses it."""
 
-    def __init__(self, address: str | None = None, api_key: str | None = None) -> None:
+    def __init__(self, address: str | None = None, api_key: str | None = None,
+                 tls_ca: str | bytes | None = None) -> None:
         self.address = settings.gateway_address(address)
         self._metadata = _metadata(settings.api_key(api_key))
-        self._channel = grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
+        self._channel = public_channel(self.address, settings.tls_ca(tls_ca))
         self._stub = gateway_pb2_grpc.GatewayStub(self._channel)
 
     async def generate(self, model: str, prompt: str | None = None,
@@ -112,10 +114,11 @@ class AsyncClient:
 class Client:
     """Blocking counterpart of AsyncClient (same arguments, plain iterators), for scripts."""
 
-    def __init__(self, address: str | None = None, api_key: str | None = None) -> None:
+    def __init__(self, address: str | None = None, api_key: str | None = None,
+                 tls_ca: str | bytes | None = None) -> None:
         self.address = settings.gateway_address(address)
         self._metadata = _metadata(settings.api_key(api_key))
-        self._channel = grpc.insecure_channel(self.address, options=CHANNEL_OPTIONS)
+        self._channel = public_sync_channel(self.address, settings.tls_ca(tls_ca))
         self._stub = gateway_pb2_grpc.GatewayStub(self._channel)
 
     def generate(self, model: str, prompt: str | None = None,

@@ -21,44 +21,18 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
-from collections.abc import Mapping
 
-import grpc
 
 from strata import defaults
-from strata.client.settings import MissingApiKey, demo_key_path, gateway_address, read_key
+from strata.client.settings import admin_key, gateway_address, tls_ca
 from strata.client.tenants_format import (NO_TARGET, class_dict, format_class_table,
                                           format_classes, format_tenant, format_tenants,
                                           tenant_dict)
-
-from strata.rpc.server import CHANNEL_OPTIONS
+from strata.rpc.identity import public_channel
 from strata.rpc.v1 import admin_pb2, admin_pb2_grpc
 
 ADMIN_TIMEOUT_S = 30.0
-
-
-class MissingAdminKey(MissingApiKey):
-    """No admin key was given, STRATA_ADMIN_KEY is unset and the admin key file is missing."""
-
-
-def admin_key_path(environ: Mapping[str, str] = os.environ) -> str:
-    # Beside the demo key: both live in the data dir the services share.
-    return os.path.join(os.path.dirname(demo_key_path(environ)), defaults.ADMIN_KEY_FILE)
-
-
-def admin_key(explicit: str | None = None, environ: Mapping[str, str] = os.environ) -> str:
-    if explicit:
-        return explicit
-    if environ.get("STRATA_ADMIN_KEY"):
-        return environ["STRATA_ADMIN_KEY"]
-    path = admin_key_path(environ)
-    key = read_key(path)
-    if not key:
-        raise MissingAdminKey(f"no admin key: pass --admin-key, set STRATA_ADMIN_KEY, or run "
-                              f"where the gateway's data dir is (it writes the key to {path})")
-    return key
 
 
 def _positive(text: str) -> float:
@@ -158,7 +132,7 @@ class _Admin:
     def __init__(self, args: argparse.Namespace) -> None:
         self.metadata = (("authorization", f"Bearer {admin_key(args.admin_key)}"),)
         address = gateway_address(args.admin_gateway or getattr(args, "gateway", None))
-        self.channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self.channel = public_channel(address, tls_ca(getattr(args, "tls_ca", None)))
         self.stub = admin_pb2_grpc.AdminStub(self.channel)
 
     async def __aenter__(self) -> _Admin:

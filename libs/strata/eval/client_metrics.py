@@ -19,7 +19,7 @@ import math
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
-from strata.eval.stats import Summary, summarize
+from strata.core.stats import Summary, summarize
 
 LATE_START_S = 0.010
 OK = "OK"

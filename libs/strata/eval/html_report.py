@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 from strata.eval.report_text import MISSING, failures_text, fmt, header, lifetimes, pct
 from strata.eval.report_types import LatencyGroup, LayeredReport, Series
-from strata.eval.stats import Summary
+from strata.core.stats import Summary
 
 WIDTH, HEIGHT = 640, 300
 LEFT, RIGHT, TOP, BOTTOM = 64, 150, 34, 40

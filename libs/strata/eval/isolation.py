@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from strata.eval.layers import jain_index
 from strata.eval.sla import SlaTable
-from strata.eval.stats import percentile
+from strata.core.stats import percentile
 from strata.store.samples import NodeSampleRecord
 from strata.store.spans import RequestRecord
 

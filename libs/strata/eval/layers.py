@@ -38,7 +38,7 @@ from strata.eval.report_types import (CDF_METRICS, CDF_QUANTILES, ClusterLayer, 
                                       LatencyGroup, LayeredReport, NodeLayer, RequestLayer,
                                       Series)
 from strata.eval.sla import SlaTable
-from strata.eval.stats import Summary, percentile, percentiles, summarize
+from strata.core.stats import Summary, percentile, percentiles, summarize
 from strata.store.runs import RunRecord
 from strata.store.samples import NodeSampleRecord
 from strata.store.spans import RequestRecord

@@ -24,7 +24,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 from strata.eval.report_types import NodeFigures, NodeLayer, Outage, Series
-from strata.eval.stats import summarize
+from strata.core.stats import summarize
 from strata.store.samples import NodeSampleRecord
 
 

@@ -36,7 +36,7 @@ import grpc
 from strata.client.sdk import build_request
 from strata.eval.client_metrics import OK, RequestRecord, RunSummary, summarize_run
 from strata.eval.workload import WorkloadRequest
-from strata.rpc.server import CHANNEL_OPTIONS
+from strata.rpc.identity import public_channel
 from strata.rpc.v1 import (common_pb2, gateway_pb2, gateway_pb2_grpc, metrics_pb2,
                            metrics_pb2_grpc)
 from strata.telemetry.names import RETRY_AFTER_METADATA, RUN_ID_METADATA
@@ -72,8 +72,10 @@ class ReplayError(RuntimeError):
 
 @dataclass(slots=True, frozen=True)
 class ReplayConfig:
-    """gateway/metrics are host:port; max_duration_s stops *sending* after that much wall time
-    (requests in flight still finish, each within request_timeout_s)."""
+    """gateway/metrics are host:port (the Metrics API: the gateway's, scoped to `run_key`);
+    max_duration_s stops *sending* after that much wall time (requests in flight still
+    finish, each within request_timeout_s). `run_key` opens and closes the run: a tenant key
+    (the run is that tenant's) or the admin key; `tls_ca` (PEM) when the gateway serves TLS."""
 
     model: str
     gateway: str
@@ -87,6 +89,8 @@ class ReplayConfig:
     ignore_eos: bool = True
     prefix_public: bool = False
     retry: RetryPolicy | None = None     # None: a refusal is final
+    run_key: str = ""
+    tls_ca: bytes | None = None
 
     def __post_init__(self) -> None:
         if not self.request_timeout_s > 0:
@@ -117,14 +121,15 @@ async def replay(workload: Sequence[WorkloadRequest], config: ReplayConfig, *,
     Raises ReplayError when the metrics service cannot open or close the run; a request's own
     failure (any gRPC status) is recorded in its RequestRecord, never raised.
     """
-    metrics_channel = grpc.aio.insecure_channel(config.metrics, options=CHANNEL_OPTIONS)
-    gateway_channel = grpc.aio.insecure_channel(config.gateway, options=CHANNEL_OPTIONS)
+    metrics_channel = public_channel(config.metrics, config.tls_ca)
+    gateway_channel = public_channel(config.gateway, config.tls_ca)
+    key = (("authorization", f"Bearer {config.run_key}"),) if config.run_key else ()
     try:
         metrics = metrics_pb2_grpc.MetricsStub(metrics_channel)
         try:
             run = await metrics.StartRun(metrics_pb2.StartRunRequest(
                 name=config.name, kind=RUN_KIND, params_json=json.dumps(dict(config.params))),
-                timeout=METRICS_TIMEOUT_S)
+                metadata=key, timeout=METRICS_TIMEOUT_S)
         except grpc.aio.AioRpcError as err:
             raise ReplayError(
                 f"the metrics service at {config.metrics} did not open a run "
@@ -143,7 +148,7 @@ async def replay(workload: Sequence[WorkloadRequest], config: ReplayConfig, *,
         try:
             await metrics.FinishRun(metrics_pb2.FinishRunRequest(
                 run_id=run.run_id, client_summary_json=json.dumps(summary_json)),
-                timeout=METRICS_TIMEOUT_S)
+                metadata=key, timeout=METRICS_TIMEOUT_S)
         except grpc.aio.AioRpcError as err:
             raise ReplayError(
                 f"run {run.run_id} ran, but the metrics service at {config.metrics} did not "

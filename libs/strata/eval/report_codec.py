@@ -10,7 +10,7 @@ from __future__ import annotations
 from strata.eval.report_types import (ClusterLayer, LatencyCdf, LatencyGroup, LayeredReport,
                                       NodeFigures, NodeLayer, Outage, RequestLayer, Series)
 from strata.eval.sla import SlaClass
-from strata.eval.stats import Summary
+from strata.core.stats import Summary
 from strata.rpc.v1 import metrics_pb2
 from strata.store.runs import RunRecord
 

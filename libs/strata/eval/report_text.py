@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 from strata.client.format import table
 from strata.eval.report_types import LatencyGroup, LayeredReport, NodeFigures
-from strata.eval.stats import Summary
+from strata.core.stats import Summary
 
 MISSING = "-"
 

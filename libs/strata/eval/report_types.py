@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from strata.eval.sla import SlaClass
-from strata.eval.stats import Summary
+from strata.core.stats import Summary
 from strata.store.runs import RunRecord
 
 CDF_QUANTILES = tuple(float(q) for q in range(0, 101, 2))

@@ -42,6 +42,10 @@ class GenerateParams:
     presence_penalty: float = 0.0
     logprobs: int = 0
     stop_token_ids: tuple[int, ...] = ()
+    seed: int | None = None
+    ignore_eos: bool = False
+    prefix_public: bool = False    # share the prompt's cached prefix with other tenants
+    sparse: int = 0                # common_pb2.SparseMode: default (the worker's), off, on
 
 
 def validate(p: GenerateParams) -> str | None:

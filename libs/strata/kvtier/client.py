@@ -11,11 +11,17 @@ notes, slot top-ups — goes through one bounded queue drained by one background
 eviction never waits on the network. When no slot is reserved (the store is under pressure) or
 the queue is full, the evicted block is dropped and counted: it was a cache entry, so losing it
 costs a recompute, never a wrong answer.
+
+A store that restarts (a crash, kill -9, an upgrade) makes a new segment at the same path. The
+background thread notices the file is no longer the one it mapped, maps the new one, and drops
+the slots it held in the old store (their tickets mean nothing to the new one); until then a
+load reads the old mapping and fails its checksum, so it is recomputed, never served wrong.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -28,7 +34,7 @@ import grpc
 from strata.kvtier import hashing
 from strata.kvtier.shm_segment import ShmSegment
 from strata.kvtier.tiered_store import RESERVATION_TTL_S, Slot
-from strata.rpc.server import CHANNEL_OPTIONS
+from strata.rpc.identity import ClusterIdentity, sync_channel
 from strata.rpc.v1 import kvstore_pb2, kvstore_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -78,13 +84,18 @@ class _Device:
 
 class TierClient:
     def __init__(self, address: str, timeout_s: float = 5.0, queue_size: int = 4096,
-                 worker_id: str = "", use_shm: bool = True):
+                 worker_id: str = "", use_shm: bool = True,
+                 identity: ClusterIdentity | None = None):
+        """`identity`: the cluster credential to call the store with (default: the one this
+        process installed)."""
         self.address = address
         self.timeout_s = timeout_s
         self.worker_id = worker_id or uuid.uuid4().hex[:12]
-        self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self._channel = sync_channel(address, identity)
         self._stub = kvstore_pb2_grpc.KVStoreStub(self._channel)
         self._queue: queue.Queue = queue.Queue(maxsize=queue_size)
+        self._segment_inode: int | None = None
+        self.reattached = 0       # times the store restarted and its new segment was mapped
         self.segment: ShmSegment | None = self._attach() if use_shm else None
         self._slots: dict[int, deque[tuple[Slot, float]]] = {}   # (slot, reserved at)
         self._stale: deque[Slot] = deque()
@@ -110,11 +121,44 @@ class TierClient:
             resp = self._stub.Attach(kvstore_pb2.AttachRequest(), timeout=self.timeout_s)
             if not resp.shm_path:
                 return None
-            return ShmSegment(resp.shm_path, resp.shm_bytes, create=False)
+            inode = os.stat(resp.shm_path).st_ino
+            segment = ShmSegment(resp.shm_path, resp.shm_bytes, create=False)
+            self._segment_inode = inode
+            return segment
         except (grpc.RpcError, OSError, ValueError) as err:
             log.warning("KV tier store %s: shared memory unavailable (%s); using the byte path",
                         self.address, err)
             return None
+
+    def _segment_replaced(self) -> bool:
+        """Whether the store's segment file is gone or no longer the one mapped here."""
+        if self.segment is None:
+            return False
+        try:
+            return os.stat(self.segment.path).st_ino != self._segment_inode
+        except FileNotFoundError:
+            return True
+
+    def _reattach(self) -> None:
+        """Map the restarted store's segment and forget the old store's slots; a store still
+        down is tried again on the next round."""
+        try:
+            resp = self._stub.Attach(kvstore_pb2.AttachRequest(), timeout=self.timeout_s)
+            inode = os.stat(resp.shm_path).st_ino
+            segment = ShmSegment(resp.shm_path, resp.shm_bytes, create=False)
+        except (grpc.RpcError, OSError, ValueError):
+            return
+        # The old mapping stays open: the engine thread may be copying through it right now,
+        # and what it writes there is rejected by the new store's tickets.
+        self.segment, self._segment_inode = segment, inode
+        for slots in self._slots.values():
+            slots.clear()
+        self._stale.clear()
+        self._refused_until = 0.0
+        self._refill.set()
+        self.reattached += 1
+        log.info("KV tier store %s restarted: mapped its new segment %s", self.address,
+                 resp.shm_path)
 
     # -- writes (engine thread) -----------------------------------------------------------------
     def prepare(self, nbytes: int) -> None:
@@ -277,6 +321,8 @@ class TierClient:
                 self._refill.set()      # idle: still refresh reservations before they age out
             if self._closed:
                 return
+            if self._segment_replaced():
+                self._reattach()
             while len(batch) < 256:
                 try:
                     batch.append(self._queue.get_nowait())

@@ -4,8 +4,10 @@ started after its predecessor died can find what that one left behind.
 Workers die with their node manager (strata.core.lifeline), so normally nothing is left. The
 record is the net under that: one file per live worker, `<pid>.json` with the process's start
 time in clock ticks (field 22 of /proc/<pid>/stat), which tells a leftover worker from an
-unrelated process that got the pid later. `reap_leftovers` kills every recorded process that is
-still the same process and removes the records.
+unrelated process that got the pid later, and the pid of the node manager that started it.
+`reap_leftovers` kills every recorded process that is still the same process and no longer the
+child of the node manager that started it (an orphan: a live node manager's worker is never
+touched, even if two node managers were given the same folder), and removes the records.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ class WorkerPids:
             return          # already gone
         path = self.dir / f"{pid}.json"
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"pid": pid, "start_ticks": ticks, "replica_id": replica_id}))
+        tmp.write_text(json.dumps({"pid": pid, "start_ticks": ticks, "replica_id": replica_id,
+                                   "parent": os.getpid()}))
         tmp.replace(path)
 
     def forget(self, pid: int) -> None:
@@ -57,25 +60,36 @@ class WorkerPids:
         return out
 
     def reap_leftovers(self, timeout_s: float = 10.0) -> list[int]:
-        """SIGKILL every recorded worker that still runs, wait until each is gone, clear the
-        record; returns the pids killed."""
+        """SIGKILL every recorded worker that still runs as an orphan, wait until each is gone,
+        clear their records; returns the pids killed."""
         killed = []
         for entry in self.recorded():
             pid = int(entry["pid"])
-            if start_ticks(pid) == entry["start_ticks"]:
-                log.warning("killing worker %s (pid %d) left by a previous node manager",
-                            entry.get("replica_id", "?"), pid)
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                    killed.append(pid)
-                except ProcessLookupError:
-                    pass
+            if start_ticks(pid) != entry["start_ticks"]:
+                self.forget(pid)                 # gone, or the pid belongs to another process
+                continue
+            if parent_of(pid) == entry.get("parent"):
+                continue                         # its node manager lives: not a leftover
+            log.warning("killing worker %s (pid %d) left by a previous node manager",
+                        entry.get("replica_id", "?"), pid)
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except ProcessLookupError:
+                pass
             self.forget(pid)
         deadline = time.monotonic() + timeout_s
         for pid in killed:
             while _exists_alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.05)
         return killed
+
+
+def parent_of(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return None
 
 
 def _exists_alive(pid: int) -> bool:

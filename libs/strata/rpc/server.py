@@ -18,20 +18,20 @@ from grpc_reflection.v1alpha import reflection
 
 from strata.core.lifeline import die_with_parent
 from strata.rpc.guard import GuardInterceptor
+from strata.rpc.identity import (CHANNEL_OPTIONS, MAX_MESSAGE_BYTES, ClusterIdentity,
+                                 InternalAuthInterceptor, channel, sync_channel)
+
+__all__ = ["CHANNEL_OPTIONS", "MAX_MESSAGE_BYTES", "Registration", "RunningServer", "channel",
+           "run", "serve_until_signal", "start_server", "sync_channel"]
 
 log = logging.getLogger(__name__)
 
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 # The default of 1000 pending calls answers CANCELLED under bursts of 2,000 (measured here).
 SERVER_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_pending_requests", 100_000),
     ("grpc.so_reuseport", 0),
-]
-CHANNEL_OPTIONS = [
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
 ]
 
 
@@ -61,13 +61,21 @@ class RunningServer:
 
 async def start_server(registrations: Sequence[Registration], bind: str = "127.0.0.1:0",
                        interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
-                       max_receive_bytes: int = MAX_MESSAGE_BYTES) -> RunningServer:
+                       max_receive_bytes: int = MAX_MESSAGE_BYTES,
+                       identity: ClusterIdentity | None = None,
+                       tls: grpc.ServerCredentials | None = None) -> RunningServer:
     """Serve `registrations` with health and reflection. Every server runs the guard
     (strata.rpc.guard) after the given interceptors; `max_receive_bytes` caps a request's size
-    (a public server sets it from the largest valid request)."""
+    (a public server sets it from the largest valid request).
+
+    `identity`: an internal server: every call but health and reflection needs the cluster's
+    token, and with internal TLS the port is mutual TLS. `tls`: a public server's own
+    certificate (the gateway's optional TLS). Neither: plaintext, open (in-process tests)."""
     options = [(k, max_receive_bytes if k == "grpc.max_receive_message_length" else v)
                for k, v in SERVER_OPTIONS]
-    server = grpc.aio.server(options=options, interceptors=[*interceptors, GuardInterceptor()])
+    auth = [InternalAuthInterceptor(identity)] if identity is not None else []
+    server = grpc.aio.server(options=options,
+                             interceptors=[*auth, *interceptors, GuardInterceptor()])
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = []
@@ -77,7 +85,9 @@ async def start_server(registrations: Sequence[Registration], bind: str = "127.0
     reflection.enable_server_reflection(
         [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
         server)
-    port = server.add_insecure_port(bind)
+    creds = identity.server_credentials() if identity is not None else tls
+    port = server.add_secure_port(bind, creds) if creds is not None else \
+        server.add_insecure_port(bind)
     if port == 0:
         raise RuntimeError(f"could not bind gRPC server to {bind}: is the port already in use?")
     await server.start()
@@ -111,6 +121,3 @@ def run(main: Callable[[], Awaitable[None]]) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     uvloop.run(main())
 
-
-def channel(address: str) -> grpc.aio.Channel:
-    return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)

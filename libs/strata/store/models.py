@@ -74,6 +74,9 @@ class Run(Base):
     params_json: Mapped[str] = mapped_column(Text, default="{}")
     # The replay client's own figures, kept so that the server's can be checked against them.
     client_summary_json: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # The tenant whose key opened the run (NULL: the admin or the cluster): only it, and the
+    # admin, see the run.
+    tenant: Mapped[str | None] = mapped_column(String(128), nullable=True)
 
 
 class Span(Base):

@@ -1,6 +1,6 @@
 """Per-tenant request report: counts, token totals and P50/P95/P99/mean of TTFT, TPOT and E2E.
 
-Percentiles are computed in Python (strata.eval.stats) over the selected rows, not in SQL:
+Percentiles are computed in Python (strata.core.stats) over the selected rows, not in SQL:
 SQLite has no percentile function and PostgreSQL's percentile_cont would have to agree with it
 to the last digit. Latency figures cover the requests that succeeded (a failed request's
 latency measures how fast it failed); counts and token totals cover all of them.
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from strata.eval.stats import Summary, summarize
+from strata.core.stats import Summary, summarize
 from strata.store.models import Request, Tenant
 from strata.store.spans import RequestRecord, is_error
 

@@ -28,12 +28,14 @@ class RunRecord:
     finished_unix_ms: int | None      # None while running
     params_json: str
     client_summary_json: str | None   # None until FinishRun stored one
+    tenant: str | None = None         # the tenant that opened it; None: the admin or the cluster
 
 
 def _record(row: Run) -> RunRecord:
     return RunRecord(run_id=row.id, name=row.name, kind=row.kind,
                      started_unix_ms=row.started_unix_ms, finished_unix_ms=row.finished_unix_ms,
-                     params_json=row.params_json, client_summary_json=row.client_summary_json)
+                     params_json=row.params_json, client_summary_json=row.client_summary_json,
+                     tenant=row.tenant)
 
 
 def _json_object(what: str, text: str) -> str:
@@ -60,13 +62,13 @@ def check_new_run(name: str, kind: str, params_json: str) -> tuple[str, str, str
 
 
 async def create_run(session: AsyncSession, name: str, kind: str, params_json: str,
-                     now_ms: int) -> RunRecord:
+                     now_ms: int, tenant: str | None = None) -> RunRecord:
     name, kind, params_json = check_new_run(name, kind, params_json)
     if not name.strip():
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(now_ms / 1000))
         name = f"{kind} {started} UTC"
     row = Run(name=name, kind=kind, started_unix_ms=now_ms, finished_unix_ms=None,
-              params_json=params_json, client_summary_json=None)
+              params_json=params_json, client_summary_json=None, tenant=tenant)
     session.add(row)
     await session.commit()
     return _record(row)
@@ -97,7 +99,10 @@ async def finish_run(session: AsyncSession, run_id: int, client_summary_json: st
     return _record(row)
 
 
-async def list_runs(session: AsyncSession) -> list[RunRecord]:
-    """Every run, oldest first."""
-    rows = (await session.execute(select(Run).order_by(Run.id))).scalars().all()
+async def list_runs(session: AsyncSession, tenant: str | None = None) -> list[RunRecord]:
+    """Every run, oldest first; with `tenant`, only the runs that tenant opened."""
+    query = select(Run).order_by(Run.id)
+    if tenant is not None:
+        query = query.where(Run.tenant == tenant)
+    rows = (await session.execute(query)).scalars().all()
     return [_record(r) for r in rows]

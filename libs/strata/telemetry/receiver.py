@@ -26,6 +26,7 @@ import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from sqlalchemy.exc import SQLAlchemyError
 
+from strata.rpc.identity import ClusterIdentity, SyncInternalAuthInterceptor
 from strata.rpc.server import SERVER_OPTIONS
 from strata.store.spans import SpanRecord
 from strata.telemetry.otlp import count_spans, decode_export_request
@@ -74,13 +75,19 @@ class OtlpReceiver:
         with self._lock:
             return ReceiverStats(received=self._received, dropped=self._dropped)
 
-    async def start(self, bind: str = "127.0.0.1:0") -> int:
-        """Serve on bind and start the writer; returns the bound port."""
+    async def start(self, bind: str = "127.0.0.1:0",
+                    identity: ClusterIdentity | None = None) -> int:
+        """Serve on bind and start the writer; returns the bound port. With `identity`, only
+        the cluster's own exporters are heard (internal token, and mutual TLS when on): spans
+        become report rows, so nobody else may write them."""
+        auth = [SyncInternalAuthInterceptor(identity)] if identity is not None else []
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=self._threads,
                                                         thread_name_prefix="otlp"),
-                             options=SERVER_OPTIONS)
+                             options=SERVER_OPTIONS, interceptors=auth)
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_TraceService(self), server)
-        port = server.add_insecure_port(bind)
+        creds = identity.server_credentials() if identity is not None else None
+        port = server.add_secure_port(bind, creds) if creds is not None else \
+            server.add_insecure_port(bind)
         if port == 0:
             raise RuntimeError(f"could not bind the OTLP receiver to {bind}: is the port in use?")
         self._loop = asyncio.get_running_loop()

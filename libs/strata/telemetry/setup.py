@@ -11,23 +11,34 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
+from strata.rpc.identity import TOKEN_METADATA, ClusterIdentity
+
 # Control-plane chatter that would bury requests in traces: health and reflection, and the
 # periodic heartbeat and stats polls (each node sends several a second).
 _UNTRACED_METHODS = ("Heartbeat", "GetStats", "ListNodes", "GetNodeStatus")
 
 
 def init_tracing(service_name: str, otlp_endpoint: str | None,
-                 exporter: SpanExporter | None = None) -> TracerProvider:
+                 exporter: SpanExporter | None = None,
+                 identity: ClusterIdentity | None = None) -> TracerProvider:
     """Install a global tracer provider for this process and instrument grpc.aio.
 
     otlp_endpoint: host:port of an OTLP/gRPC receiver, or None/"" to export nowhere (spans still
     propagate context). exporter: an explicit exporter (tests pass an in-memory one).
+    identity: the cluster credential the receiver (the metrics collector, or compose's
+    OpenTelemetry Collector) asks for: mutual TLS and the internal token.
     """
     provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
     if exporter is None and otlp_endpoint:
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
-        exporter = OTLPSpanExporter(endpoint=otlp_endpoint, insecure=True)
+        if identity is None:
+            exporter = OTLPSpanExporter(endpoint=otlp_endpoint, insecure=True)
+        else:
+            creds = identity.channel_credentials()
+            exporter = OTLPSpanExporter(endpoint=otlp_endpoint, insecure=creds is None,
+                                        credentials=creds,
+                                        headers=((TOKEN_METADATA, identity.token),))
     if exporter is not None:
         # Bounded queue: a slow collector costs dropped spans (counted by the SDK), never latency.
         provider.add_span_processor(BatchSpanProcessor(

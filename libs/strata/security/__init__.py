@@ -1,0 +1,1 @@
+"""The cluster's credentials: generating them (secrets) and who may call what."""
