@@ -190,6 +190,14 @@ class RequestPipeline:
         try:
             return await self.schedulers.route(request, min(timeout_s, ROUTE_TIMEOUT_S)), None
         except grpc.aio.AioRpcError as err:
+            stale = self.schedulers.stale
+            if err.code() == grpc.StatusCode.NOT_FOUND and stale is not None and \
+                    params.model in stale.models:
+                # A scheduler that restarted has not heard from the nodes yet, while this
+                # gateway saw the model served moments ago: not ready, rather than unknown.
+                raise PipelineError(grpc.StatusCode.UNAVAILABLE,
+                                    f"model {params.model!r} has no ready replica right now; "
+                                    f"retry in a few seconds", "1000") from None
             raise PipelineError(err.code(), public_details(err, "the scheduler"),
                                 _retry_after(err)) from None
         except SchedulersUnreachable:
