@@ -8,7 +8,8 @@ NODES ?= 1
 MODEL ?= smollm2-135m-instruct
 export PYTHONUNBUFFERED := 1
 
-.PHONY: run test test-unit test-contract test-integration proto venv clean-data compose-config eval
+.PHONY: run test test-unit test-contract test-integration proto venv clean-data compose-config eval \
+	fuzz soak
 
 venv: $(STAMP)
 
@@ -47,6 +48,18 @@ eval: $(STAMP)
 # 2-core machine they are not pass/fail tests.
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -ra -m "not benchmark"
+
+# Property-based fuzzing of every public RPC on a real stack: 10,000 examples per RPC (make test
+# runs 20 of each). FUZZ_EXAMPLES=N to change.
+FUZZ_EXAMPLES ?= 10000
+fuzz: $(STAMP)
+	STRATA_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -p no:cacheprovider tests/fuzz
+
+# 30 minutes at ~70% of the measured capacity of the make-run stack (dummy-tiny), memory, files,
+# threads and KV blocks sampled each minute -> docs/benchmarks/soak.{md,json}.
+SOAK_MODEL ?= dummy-tiny
+soak: $(STAMP)
+	$(BIN)/python -m benchmarks.soak --model $(SOAK_MODEL) --command "make soak"
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit

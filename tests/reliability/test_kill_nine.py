@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from strata.kvtier.shm_segment import segment_path
-from tests.reliability.harness import (MODEL, Load, SupervisedStack, alive, cmdline,
+from benchmarks.common.supervised import (MODEL, Load, SupervisedStack, alive, cmdline,
                                        first_success_after, judge)
 
 pytestmark = pytest.mark.integration

@@ -1,5 +1,5 @@
-"""The stack as `make run` starts it (the supervisor, serving dummy-tiny) and a small load against
-it, for killing services under load and judging every request the gateway accepted.
+"""The stack as `make run` starts it (the supervisor, serving a model) and a closed-loop load
+against it: tests/reliability kills services under it, `make soak` runs it for half an hour.
 
 A request's outcome is one of: completed (its last chunk carries a finish reason, and its tokens
 are exactly those the prompt gave before any kill), retriable (a status a client retries:
@@ -86,8 +86,9 @@ def alive(pid: int) -> bool:
 class SupervisedStack:
     """`python -m strata.supervisor` on a free block of ports, in its own data dir."""
 
-    def __init__(self, data_dir: Path, env: dict[str, str] | None = None):
+    def __init__(self, data_dir: Path, env: dict[str, str] | None = None, model: str = MODEL):
         self.data_dir = data_dir
+        self.model = model
         self.base = free_port_base()
         self.env = env or {}
         self.proc: subprocess.Popen | None = None
@@ -98,7 +99,7 @@ class SupervisedStack:
     def start(self, timeout_s: float = 300.0) -> None:
         env = child_env({**os.environ, "PYTHONUNBUFFERED": "1", **self.env})
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "strata.supervisor", "--models", MODEL, "--data-dir",
+            [sys.executable, "-m", "strata.supervisor", "--models", self.model, "--data-dir",
              str(self.data_dir), "--port-base", str(self.base)],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=open(self.log_path, "w"),
             text=True, start_new_session=True)
@@ -149,7 +150,7 @@ class SupervisedStack:
     def serving_worker_pid(self) -> int:
         """The pid of the READY worker of the first node (not its standby)."""
         [ready] = [r for r in self.node_status().replicas
-                   if r.model == MODEL and r.state == common_pb2.REPLICA_STATE_READY]
+                   if r.model == self.model and r.state == common_pb2.REPLICA_STATE_READY]
         want = f"STRATA_WORKER_BIND={ready.worker_address}".encode()
         node = self.service_pid("node")
         for pid in children(node):
@@ -188,11 +189,12 @@ class SupervisedStack:
                     time.sleep(0.5)
                     continue
                 info = self.node_status()
-                states = [r.state for r in info.replicas if r.model == MODEL]
+                states = [r.state for r in info.replicas if r.model == self.model]
                 if common_pb2.REPLICA_STATE_READY in states and info.standby_workers >= 1 \
-                        and MODEL in self.scheduler_models():
+                        and self.model in self.scheduler_models():
                     with Client(self.gateway, self.key) as client:
-                        list(client.generate(MODEL, prompt="ping", max_tokens=2, timeout=30))
+                        list(client.generate(self.model, prompt="ping", max_tokens=2,
+                                             timeout=30))
                     return
                 last = f"replica states {states}, {info.standby_workers} warm standbys"
             except grpc.RpcError as err:
@@ -241,7 +243,7 @@ class Load:
         finished = False
         try:
             with Client(self.stack.gateway, self.stack.key) as client:
-                for chunk in client.generate(MODEL, prompt=self.prompts[i],
+                for chunk in client.generate(self.stack.model, prompt=self.prompts[i],
                                              max_tokens=self.max_tokens, ignore_eos=True,
                                              timeout=120):
                     tokens.extend(chunk.token_ids)

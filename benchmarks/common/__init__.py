@@ -1,0 +1,1 @@
+"""What every benchmark shares: the supervised stack, process sampling, machine facts, ports."""
