@@ -149,7 +149,7 @@ class ComposeStack:
                                         public=name == "gateway"))
         return planned
 
-    def start(self, timeout_s: float = 120.0) -> None:
+    def start(self, timeout_s: float = 240.0) -> None:
         self.run_jobs()
         for p in self.plan():
             p.log_path = self.data_dir / f"{p.name}.log"

@@ -33,7 +33,7 @@ def _start(tmp_path, port: int, log_name: str) -> StackProcess:
                      f"127.0.0.1:{port}", log_path=log_path)
     p.proc = subprocess.Popen(p.command, cwd=ROOT, env=child_env(env), stdout=open(log_path, "w"),
                               stderr=subprocess.STDOUT)
-    wait_serving(p, 60, operator_identity(tmp_path))
+    wait_serving(p, 240, operator_identity(tmp_path))
     return p
 
 

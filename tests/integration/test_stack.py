@@ -26,7 +26,7 @@ def _client(stack, key=None) -> Client:
     return Client(stack.addr("gateway"), key or _key(stack))
 
 
-def _wait_model_ready(stack, timeout_s=120):
+def _wait_model_ready(stack, timeout_s=240):
     deadline = time.monotonic() + timeout_s
     client = _client(stack)
     while time.monotonic() < deadline:

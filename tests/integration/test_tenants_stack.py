@@ -39,7 +39,7 @@ def _route_span(stack, trace_id: str, timeout_s: float = 20.0):
     raise AssertionError(f"no route span for trace {trace_id}:\n{stack.logs()}")
 
 
-def _wait_model_ready(client: Client, timeout_s: float = 120.0) -> None:
+def _wait_model_ready(client: Client, timeout_s: float = 240.0) -> None:
     deadline = time.monotonic() + timeout_s
     while MODEL not in {m.name for m in client.list_models()}:
         if time.monotonic() > deadline:
