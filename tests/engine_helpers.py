@@ -1,7 +1,6 @@
 """Tiny random models for engine tests (fast on 2 cores)."""
 
 import torch
-
 from strata.engine.byte_tokenizer import ByteTokenizer
 from strata.engine.config import ModelConfig
 from strata.engine.engine import EngineConfig, LLMEngine

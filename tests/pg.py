@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
 from strata.store.db import create_all, drop_all, make_engine, session_factory
 
 PG_USER = "postgres"

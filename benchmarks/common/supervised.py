@@ -24,11 +24,13 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from strata import defaults
+from benchmarks.common.procs import children, worker_pid
 from strata.client.sdk import Client
+from strata.core import defaults
 from strata.core.lifeline import child_env
-from strata.rpc.identity import ClusterIdentity, sync_channel
-from strata.rpc.v1 import common_pb2, node_pb2, node_pb2_grpc, scheduler_pb2_grpc
+from strata.rpc.channels import sync_channel
+from strata.security.identity import ClusterIdentity
+from strata.v1 import common_pb2, node_pb2, node_pb2_grpc, scheduler_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "dummy-tiny"
@@ -54,18 +56,6 @@ def _free(port: int) -> bool:
         except OSError:
             return False
     return True
-
-
-def children(pid: int) -> list[int]:
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            out.append(int(stat.parent.name))
-    return out
 
 
 def cmdline(pid: int) -> str:
@@ -151,15 +141,7 @@ class SupervisedStack:
         """The pid of the READY worker of the first node (not its standby)."""
         [ready] = [r for r in self.node_status().replicas
                    if r.model == self.model and r.state == common_pb2.REPLICA_STATE_READY]
-        want = f"STRATA_WORKER_BIND={ready.worker_address}".encode()
-        node = self.service_pid("node")
-        for pid in children(node):
-            try:
-                if want in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
-                    return pid
-            except OSError:
-                continue
-        raise AssertionError(f"no worker process serves {ready.worker_address}")
+        return worker_pid(self.service_pid("node"), ready.worker_address)
 
     def scheduler_models(self) -> set[str]:
         with sync_channel(f"127.0.0.1:{self.base + 1}", self.identity) as ch:

@@ -11,7 +11,6 @@ import os
 
 import torch
 import transformers
-
 from strata.engine.loaded import LoadedModel
 
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import time
 
 import torch
+from strata.engine.engine import EngineConfig, EngineRequest, LLMEngine
+from strata.engine.sequence import SamplingParams
 
 from benchmarks.engine import runner_cli
 from benchmarks.engine.bench_model import load_bench_model
 from benchmarks.engine.results import OfflineResult
-from strata.engine.engine import EngineConfig, EngineRequest, LLMEngine
-from strata.engine.sequence import SamplingParams
 
 
 def generate(engine: LLMEngine, prompts: list[list[int]], output_len: int, tag: str

@@ -22,16 +22,20 @@ from dataclasses import asdict, dataclass
 
 import grpc
 import uvloop
+from strata.core.stats import summarize
+from strata.eval.trace_lengths import RequestLengths, read_azure_lengths
+from strata.rpc.server import channel
+from strata.v1 import common_pb2, worker_pb2, worker_pb2_grpc
 
 from benchmarks.engine.bench_model import BENCH_MODEL
 from benchmarks.engine.results import LatencySummary, RateResult, write_json
 from benchmarks.engine.worker_process import WorkerProcess, WorkerSettings
-from benchmarks.engine.workload import (LengthMapping, pick_lengths, poisson_offsets,
-                                        prompt_text)
-from strata.core.stats import summarize
-from strata.eval.trace_lengths import RequestLengths, read_azure_lengths
-from strata.rpc.server import channel
-from strata.rpc.v1 import common_pb2, worker_pb2, worker_pb2_grpc
+from benchmarks.engine.workload import (
+    LengthMapping,
+    pick_lengths,
+    poisson_offsets,
+    prompt_text,
+)
 
 SEED = 20231116
 

@@ -11,12 +11,12 @@ import argparse
 import time
 
 import torch
+from strata.engine.engine import EngineConfig, EngineRequest, LLMEngine
+from strata.engine.sequence import SamplingParams
 from torch.profiler import ProfilerActivity, profile
 
 from benchmarks.engine.bench_model import load_bench_model
 from benchmarks.engine.workload import offline_prompts
-from strata.engine.engine import EngineConfig, EngineRequest, LLMEngine
-from strata.engine.sequence import SamplingParams
 
 
 def main() -> None:
@@ -35,7 +35,7 @@ def main() -> None:
     for i, ids in enumerate(offline_prompts(args.batch, args.prompt_len, 1)):
         engine.add_request(EngineRequest(request_id=f"p{i}", prompt_ids=ids, params=params))
     started = time.perf_counter()
-    while engine.stats.step_tokens_total < args.batch * args.prompt_len:   # prefill
+    while engine.stats.step_tokens < args.batch * args.prompt_len:   # prefill
         engine.step()
     prefill = time.perf_counter() - started
     with profile(activities=[ProfilerActivity.CPU]) as prof:

@@ -15,9 +15,8 @@ import time
 from dataclasses import dataclass
 
 import grpc
-
 from strata.rpc.server import channel
-from strata.rpc.v1 import worker_pb2, worker_pb2_grpc
+from strata.v1 import worker_pb2, worker_pb2_grpc
 
 
 @dataclass(slots=True, frozen=True)

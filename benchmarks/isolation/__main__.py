@@ -6,7 +6,7 @@ same pool, same trace, in one run; plus the level-1 decision latency at 1,000 no
 
 Simulated part (strata.sim with the services' policy objects): `gpus` GPUs, each one replica of
 SmolLM2-135M priced by the committed CPU profile of the real engine
-(libs/strata/sim/profiles/smollm2-135m-instruct-cpu.json); the multi-tenant trace of
+(libs/strata/core/profiles/smollm2-135m-instruct-cpu.json); the multi-tenant trace of
 benchmarks/isolation/workload.py (real Azure conversation sizes, steady tenants plus an
 aggressor bursting to 5x). Real-stack part (benchmarks/isolation/stack_run.py): the same three
 ways on two node managers of this machine, when --no-stack is not given.
@@ -21,16 +21,21 @@ import sys
 import time
 from pathlib import Path
 
-from strata.eval.sla import parse_classes
+from strata.core.profile import load_profile
+from strata.core.sla import parse_classes
 from strata.eval.workload import Scaling
-from strata.sim.profile import load_profile
 
 from benchmarks.isolation import route_latency
 from benchmarks.isolation.sim_run import WAYS, run_way
-from benchmarks.isolation.workload import Bursts, TenantSpec, isolation_trace, trace_sizes
+from benchmarks.isolation.workload import (
+    Bursts,
+    TenantSpec,
+    isolation_trace,
+    trace_sizes,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
-PROFILE = ROOT / "libs/strata/sim/profiles/smollm2-135m-instruct-cpu.json"
+PROFILE = ROOT / "libs/strata/core/profiles/smollm2-135m-instruct-cpu.json"
 OUT = ROOT / "docs/benchmarks/isolation.md"
 # Targets scaled to this engine: a 1,024-token prompt alone takes ~3.5 s to prefill on it.
 CLASSES = "interactive=3000/300@2,standard=8000/500@1,batch=best-effort"

@@ -16,14 +16,19 @@ import time
 from dataclasses import dataclass
 
 from strata.core.stats import percentiles
+from strata.core.tenant_policy import TenantPolicy
 from strata.policy.clock import ManualClock
 from strata.policy.kv_index import PrefixIndex
-from strata.policy.registry import (NodeRegistry, NodeState, ReplicaPhase, ReplicaState,
-                                    TenantLoad)
+from strata.policy.registry import (
+    NodeRegistry,
+    NodeState,
+    ReplicaPhase,
+    ReplicaState,
+    TenantLoad,
+)
 from strata.policy.routing import Router
 from strata.policy.scheduling.global_scheduler import GlobalScheduler
 from strata.policy.scheduling.ledger import PoolLedger
-from strata.policy.scheduling.tenants import TenantPolicy
 
 TENANTS = ("chat", "api", "batch", "agg")
 PRIORITIES = {"chat": 2, "api": 1, "batch": 0, "agg": 1}
@@ -59,7 +64,7 @@ def measure(name: str, router: Router, nodes: int = 1000, decisions: int = 20000
     clock = ManualClock()
     registry = NodeRegistry(clock=clock, ttl_s=5.0)
     index = PrefixIndex()
-    gs = GlobalScheduler(registry, router, PoolLedger(16), index)
+    gs = GlobalScheduler(registry, router, PoolLedger(), index)
     for i in range(nodes):
         registry.heartbeat(_node(i, rng))
     shared = [rng.getrandbits(63) for _ in range(32)]
@@ -93,8 +98,8 @@ def measure(name: str, router: Router, nodes: int = 1000, decisions: int = 20000
 
 
 def run(nodes: int = 1000, decisions: int = 20000) -> list[LatencyResult]:
-    full = Router(rng=random.Random(1), kv_block_tokens=16)
-    sampled = Router(rng=random.Random(1), kv_block_tokens=16, sample_size=64, tie_tolerance=0.1)
+    full = Router(rng=random.Random(1))
+    sampled = Router(rng=random.Random(1), sample_size=64, tie_tolerance=0.1)
     return [measure("full scan (every replica scored)", full, nodes, decisions // 4),
             measure("sampled (64 + prefix holders)", sampled, nodes, decisions)]
 

@@ -1,6 +1,6 @@
 """One isolation run in the simulator: the same requests on the same simulated GPUs, scheduled
 three ways (static partitioning, pooled FCFS, two-level), with engine costs from the profile the
-real engine measured (strata.sim.profile)."""
+real engine measured (strata.core.profile)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from strata.core.profile import EngineProfile
+from strata.core.sla import SlaTable
 from strata.eval.isolation import IsolationFigures, isolation_figures
-from strata.eval.sla import SlaTable
 from strata.eval.traces import TraceRequest
 from strata.eval.workload import Scaling, Window
 from strata.policy.placement import Assignment, PlacementPlan
 from strata.policy.scheduling.global_scheduler import Mode, SchedulerSettings
 from strata.sim.cluster import SimConfig, SimResult, Simulator, model_spec
-from strata.sim.profile import EngineProfile
 from strata.sim.tenancy import Tenancy
 from strata.sim.workload import sim_requests
 

@@ -29,7 +29,7 @@ def describe(c: StackComparison) -> list[str]:
         f"KV tier store and one replica of {s.model} ({s.torch_threads} torch thread, "
         f"{s.max_seqs} batch slots, {s.max_batched_tokens}-token steps, no hot standby); a "
         f"fresh stack and SQLite store for every way. Tenants are created through the gateway's "
-        f"Admin API; the trace is replayed open loop (strata.eval.replay) as one evaluation "
+        f"Admin API; the trace is replayed open loop (strata.client.replay) as one evaluation "
         f"run, a refused request retried after its retry-after hint until {s.give_up_s:.0f} s "
         f"after its first attempt and counted once, from that attempt. Figures come from the "
         f"gateway's rows in the store and the nodes' samples (every {s.sample_interval_s:g} s) "

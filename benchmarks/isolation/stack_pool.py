@@ -12,9 +12,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from strata.rpc.channels import sync_channel
+from strata.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 
-from strata.rpc.identity import sync_channel
-from strata.rpc.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 from tests.integration.stack import ComposeStack, StackProcess, _free_port
 
 NODE_SERVICES = ("kvstore", "node")

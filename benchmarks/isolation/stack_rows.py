@@ -26,9 +26,9 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from strata.core.records import STATUS_ERROR, RequestRecord
 from strata.eval import client_metrics
 from strata.eval.isolation import REFUSED
-from strata.store.spans import STATUS_ERROR, RequestRecord
 
 
 @dataclass(slots=True)
@@ -41,7 +41,7 @@ class MergedRows:
 def merge_rows(records: Sequence[client_metrics.RequestRecord],
                attempts: Mapping[int, Sequence[float]], gateway_rows: Sequence[RequestRecord],
                started_unix_ms: int, model: str) -> MergedRows:
-    """`records` and `attempts` as strata.eval.replay returns them, `gateway_rows` the run's
+    """`records` and `attempts` as strata.client.replay returns them, `gateway_rows` the run's
     rows from the store, `started_unix_ms` the replay's start (its records' time origin)."""
     by_id = {r.request_id: r for r in gateway_rows}
     rows, client_only = [], 0

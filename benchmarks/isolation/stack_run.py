@@ -16,7 +16,7 @@ one of three ways:
 Every way gets a fresh stack (data dir, SQLite store, SLA table set to the caller's table through
 STRATA_SLA_CLASSES on the gateway and the metrics service). The tenants are created through the
 gateway's Admin API with their classes, weights and shares, one API key each; the trace is
-replayed open loop (strata.eval.replay) as one evaluation run, a refused request retried after its
+replayed open loop (strata.client.replay) as one evaluation run, a refused request retried after its
 retry-after hint until give_up_s after its first attempt. The figures come from the run's rows in
 the store (strata.eval.isolation.isolation_figures; stack_rows.merge_rows counts a retried
 request once, from its first attempt) and the nodes' samples over the trace's span.
@@ -43,24 +43,41 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
-from strata import defaults
+from strata.client.replay import ReplayConfig, RetryPolicy, replay
+from strata.core import defaults
+from strata.core.sla import SlaTable, parse_classes
 from strata.eval.isolation import IsolationFigures, isolation_figures
-from strata.eval.replay import ReplayConfig, RetryPolicy, replay
-from strata.eval.sla import SlaTable, parse_classes
 from strata.eval.traces import TraceRequest
-from strata.eval.workload import (PromptSynth, Scaling, TenantKey, TenantMapper, Window,
-                                  WorkloadRequest, build_workload, text_for_model)
-from strata.rpc.identity import public_channel
-from strata.rpc.v1 import admin_pb2, admin_pb2_grpc
+from strata.eval.workload import (
+    PromptSynth,
+    Scaling,
+    TenantKey,
+    TenantMapper,
+    Window,
+    WorkloadRequest,
+    build_workload,
+    text_for_model,
+)
+from strata.rpc.channels import public_channel
+from strata.v1 import admin_pb2, admin_pb2_grpc
 
 from benchmarks.isolation.stack_cpu import CpuMeter, CpuShare
 from benchmarks.isolation.stack_format import describe, format_run
 from benchmarks.isolation.stack_pool import PoolStack, node_ids
 from benchmarks.isolation.stack_rows import merge_rows
 from benchmarks.isolation.stack_store import read_run
-from benchmarks.isolation.stack_ways import WAYS, PoolSettings, static_partitions, way_overrides
-from benchmarks.isolation.workload import Bursts, TenantSpec, isolation_trace, trace_sizes
+from benchmarks.isolation.stack_ways import (
+    WAYS,
+    PoolSettings,
+    static_partitions,
+    way_overrides,
+)
+from benchmarks.isolation.workload import (
+    Bursts,
+    TenantSpec,
+    isolation_trace,
+    trace_sizes,
+)
 
 RATE_LIMIT = "rate_limit"
 

@@ -17,13 +17,12 @@ from collections import Counter
 from dataclasses import dataclass
 
 from sqlalchemy import select
-
+from strata.core.records import NodeSampleRecord, RequestRecord
 from strata.eval.isolation import REFUSED
 from strata.store.db import make_engine, session_factory
 from strata.store.models import Span
 from strata.store.report import request_rows
-from strata.store.samples import NodeSampleRecord, samples_between
-from strata.store.spans import RequestRecord
+from strata.store.samples import samples_between
 from strata.telemetry import names
 
 ROW_WAIT_S = 30.0

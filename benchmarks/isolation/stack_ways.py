@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from strata.eval.sla import SlaTable
+from strata.core.sla import SlaTable
 from strata.eval.traces import TraceRequest
 
 from benchmarks.isolation.workload import TenantSpec

@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from strata.core.sla import SlaTable
+from strata.core.tenant_policy import TenantPolicy
 from strata.eval.traces import TraceRequest, read_azure
 from strata.eval.workload import Scaling
-from strata.policy.scheduling.tenants import TenantPolicy
-from strata.eval.sla import SlaTable
 
 TRACE = Path(__file__).resolve().parents[3] / "shared/data/traces/AzureLLMInferenceTrace_conv_2023.csv"
 

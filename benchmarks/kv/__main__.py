@@ -36,21 +36,33 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
 import torch
-
-from benchmarks.engine.machine import machine_facts
-from benchmarks.kv.cpu_meter import Cores, CpuMeter
-from benchmarks.kv.replay import ReplayResult, replay
-from benchmarks.kv.report import KVBenchReport, render
-from benchmarks.kv.results import ConfigResult, RoundFigures, check_targets, round_figures, summarize
-from benchmarks.kv.sizing import Sizing, size_configs
-from benchmarks.kv.store_process import StoreFigures, StoreProcess
-from benchmarks.kv.trace_scale import ScaledRequest, Scaling, cache_figures, scale, select_window
 from strata.engine.engine import EngineConfig, LLMEngine
 from strata.engine.loaded import LoadedModel
 from strata.engine.registry import DEFAULT_MODEL, load_model
 from strata.engine.tier_link import TierLink
 from strata.eval.traces import TraceRequest, read_mooncake
 from strata.kvtier.client import TierClient
+
+from benchmarks.engine.machine import machine_facts
+from benchmarks.kv.cpu_meter import Cores, CpuMeter
+from benchmarks.kv.replay import ReplayResult, replay
+from benchmarks.kv.report import KVBenchReport, render
+from benchmarks.kv.results import (
+    ConfigResult,
+    RoundFigures,
+    check_targets,
+    round_figures,
+    summarize,
+)
+from benchmarks.kv.sizing import Sizing, size_configs
+from benchmarks.kv.store_process import StoreFigures, StoreProcess
+from benchmarks.kv.trace_scale import (
+    ScaledRequest,
+    Scaling,
+    cache_figures,
+    scale,
+    select_window,
+)
 
 TRACE = "../shared/data/traces/mooncake_synthetic_trace.jsonl"
 OUT = "docs/benchmarks/kv.md"

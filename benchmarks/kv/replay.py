@@ -22,9 +22,10 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from benchmarks.kv.trace_scale import ScaledRequest
 from strata.engine.engine import EngineRequest, LLMEngine
 from strata.engine.sequence import SamplingParams
+
+from benchmarks.kv.trace_scale import ScaledRequest
 
 
 @dataclass(slots=True)

@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from strata.core.stats import percentiles
+
 from benchmarks.kv.replay import ReplayResult
 from benchmarks.kv.store_process import StoreFigures
-from strata.core.stats import percentiles
 
 MIB = 1024 * 1024
 

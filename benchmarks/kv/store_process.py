@@ -9,9 +9,9 @@ under /dev/shm that stop() removes, so a store that dies early leaves no segment
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -20,10 +20,9 @@ from dataclasses import dataclass, field
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-from strata.rpc.identity import sync_channel
+from strata.rpc.channels import sync_channel
 from strata.security.settings import SecuritySettings
-from strata.rpc.v1 import kvstore_pb2, kvstore_pb2_grpc
+from strata.v1 import kvstore_pb2, kvstore_pb2_grpc
 
 SERVICE = kvstore_pb2.DESCRIPTOR.services_by_name["KVStore"].full_name
 SHM_ROOT = "/dev/shm"

@@ -47,23 +47,34 @@ from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 
-from benchmarks.placement.report import describe_profile
-from services.placement.profiles import ProfileCosts
-from strata.eval.model_mix import ModelLoad, model_mix
+from strata.core.profile import load_profile
 from strata.core.stats import percentile
+from strata.eval.model_mix import ModelLoad, model_mix
 from strata.eval.synthetic import Uniform
 from strata.eval.workload import Scaling, Window
 from strata.policy.placement import ModelDemand, NodeCapacity, plan_placement
 from strata.policy.placement.batch_aware import plan_batch_aware
-from strata.policy.placement.capacity import Demand, SlaTarget, predict, replica_capacity
-from strata.policy.placement.curves import RequestRow, WindowGrid, arrival_curves, upcoming
+from strata.policy.placement.capacity import (
+    Demand,
+    SlaTarget,
+    predict,
+    replica_capacity,
+)
+from strata.policy.placement.curves import (
+    RequestRow,
+    WindowGrid,
+    arrival_curves,
+    upcoming,
+)
 from strata.sim.cluster import SimConfig, Simulator, model_spec
-from strata.sim.profile import load_profile
 from strata.sim.workload import sim_requests
 
+from benchmarks.placement.report import describe_profile
+from services.placement.profiles import ProfileCosts
+
 ROOT = Path(__file__).resolve().parents[2]
-PROFILES = {"h200": ROOT / "libs/strata/sim/profiles/dummy-1b-h200.json",
-            "cpu": ROOT / "libs/strata/sim/profiles/smollm2-135m-instruct-cpu.json"}
+PROFILES = {"h200": ROOT / "libs/strata/core/profiles/dummy-1b-h200.json",
+            "cpu": ROOT / "libs/strata/core/profiles/smollm2-135m-instruct-cpu.json"}
 OUT = ROOT / "docs/benchmarks/placement.md"
 GPU_BYTES = 80 << 30
 BASELINE_SHARE = 0.9           # vLLM's default gpu_memory_utilization

@@ -24,7 +24,6 @@ def main() -> int:
     out = sys.argv[1]
     model = sys.argv[2] if len(sys.argv) > 2 else "dummy-1b"
     import torch
-
     from strata.engine.colocation import ColocationPlan, measure_colocation
     from strata.engine.engine import EngineConfig
     from strata.engine.profiler import ProfileGrid, profile_engine

@@ -26,14 +26,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from strata.eval.sla import SlaClass, SlaTable
+from strata.core.sla import SlaClass, SlaTable
 
 from benchmarks.placement.stack_format import describe
-from benchmarks.placement.stack_profiles import (ModelCost, capacities, ensure_profiles,
-                                                 fit_roles, model_costs)
+from benchmarks.placement.stack_profiles import (
+    ModelCost,
+    capacities,
+    ensure_profiles,
+    fit_roles,
+    model_costs,
+)
 from benchmarks.placement.stack_run import StackRun, run_way
 from benchmarks.placement.stack_ways import WAYS, StackSettings
-from benchmarks.placement.stack_workload import ROLES, ModelRole, StackTrace, build_traces
+from benchmarks.placement.stack_workload import (
+    ROLES,
+    ModelRole,
+    StackTrace,
+    build_traces,
+)
 
 WORKDIR = Path(".strata/placement-stack")
 # Requests/s one replica sustains within the class's targets, prompts fitted to it: about 2.7

@@ -16,10 +16,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from strata.eval.sla import SlaClass
+from strata.core.records import NodeSampleRecord, RequestRecord, is_error
+from strata.core.sla import SlaClass
 from strata.core.stats import percentile
-from strata.store.samples import NodeSampleRecord
-from strata.store.spans import RequestRecord, is_error
 
 from benchmarks.placement.stack_watch import ReplicaChanges
 

@@ -67,7 +67,7 @@ def _setup(c: StackComparison) -> list[str]:
         f"the placement planner replanning every {s.replan_interval_s:g} s over arrival curves "
         f"of {s.windows} windows of {s.window_s:g} s (a \"day\" of {s.period_s:g} s). Both ways "
         f"run on a fresh stack and SQLite store, with the same history in it and the same "
-        f"evaluation trace replayed open loop (strata.eval.replay, one run per model started "
+        f"evaluation trace replayed open loop (strata.client.replay, one run per model started "
         f"together: the replay client sends one model per run). One tenant, class "
         f"`{c.sla.name}` (P99 TTFT {c.sla.ttft_ms:g} ms, TPOT {c.sla.tpot_ms:g} ms): the "
         f"planner's red line and the SLA judged here. The scheduler's SLA admission is off "

@@ -17,7 +17,6 @@ import json
 from collections.abc import Sequence
 
 from sqlalchemy import insert
-
 from strata.eval.traces import TraceRequest
 from strata.store.db import make_engine, session_factory
 from strata.store.models import Request

@@ -18,12 +18,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from services.placement.profiles import load_profiles
-from strata.eval.sla import SlaClass
+from strata.core.sla import SlaClass
 from strata.engine.dummy_configs import DUMMY_CONFIGS
 from strata.policy.placement.capacity import EngineCosts, SlaTarget, replica_capacity
 
 from benchmarks.placement.stack_workload import ModelRole
+from services.placement.profiles import load_profiles
 
 DEVICE = "cpu"
 

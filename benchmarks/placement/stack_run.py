@@ -7,7 +7,7 @@
     3. the placement planner, configured for the way (stack_ways); then until every model has
        a READY replica
     4. at the end of the history, the evaluation trace replayed open loop: one replay per model
-       (strata.eval.replay sends one model per run), all started together, while ReplicaWatch
+       (strata.client.replay sends one model per run), all started together, while ReplicaWatch
        lists the replicas every half second
     5. the runs' rows (the gateway's, from its spans; a request whose row never reached the store
        from the client's record) and the nodes' samples over the period, then the stack stops
@@ -25,18 +25,29 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-
-from strata import defaults
-from strata.eval.replay import ReplayConfig, ReplayResult, replay
-from strata.eval.sla import SlaClass
-from strata.eval.traces import TraceRequest
-from strata.eval.workload import (PromptSynth, Scaling, TenantKey, TenantMapper, Window,
-                                  WorkloadRequest, build_workload, text_for_model)
+from strata.client.replay import ReplayConfig, ReplayResult, replay
+from strata.core import defaults
 from strata.core.lifeline import child_env
-from strata.rpc.identity import sync_channel
-from strata.rpc.v1 import (common_pb2, placement_pb2, placement_pb2_grpc, scheduler_pb2,
-                           scheduler_pb2_grpc)
-from tests.integration.stack import ROOT, StackProcess, wait_serving
+from strata.core.sla import SlaClass
+from strata.eval.traces import TraceRequest
+from strata.eval.workload import (
+    PromptSynth,
+    Scaling,
+    TenantKey,
+    TenantMapper,
+    Window,
+    WorkloadRequest,
+    build_workload,
+    text_for_model,
+)
+from strata.rpc.channels import sync_channel
+from strata.v1 import (
+    common_pb2,
+    placement_pb2,
+    placement_pb2_grpc,
+    scheduler_pb2,
+    scheduler_pb2_grpc,
+)
 
 from benchmarks.isolation.stack_cpu import CpuMeter, CpuShare
 from benchmarks.isolation.stack_pool import PoolStack
@@ -49,6 +60,7 @@ from benchmarks.placement.stack_history import write_history
 from benchmarks.placement.stack_watch import ReplicaWatch, replica_changes
 from benchmarks.placement.stack_ways import StackSettings, way_overrides
 from benchmarks.placement.stack_workload import StackTrace
+from tests.integration.stack import ROOT, StackProcess, wait_serving
 
 PLANNER = "placement"
 

@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import grpc
-
-from strata.rpc.identity import ClusterIdentity, channel
-from strata.rpc.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
+from strata.rpc.channels import channel
+from strata.security.identity import ClusterIdentity
+from strata.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 
 HOLDING = (common_pb2.REPLICA_STATE_LOADING, common_pb2.REPLICA_STATE_READY,
            common_pb2.REPLICA_STATE_DRAINING)

@@ -2,7 +2,7 @@
 trace, its exact-stepping baseline at a smaller size in the same run, and the fidelity test's
 numbers; then docs/benchmarks/sim.md.
 
-    python -m benchmarks.sim [--nodes 1000] [--profile libs/strata/sim/profiles/dummy-1b-cpu.json]
+    python -m benchmarks.sim [--nodes 1000] [--profile libs/strata/core/profiles/dummy-1b-cpu.json]
                              [--target-util 0.65] [--out docs/benchmarks/sim.md] [--no-fidelity]
 
 Each GPU runs the profiled model (one replica per one-GPU node, placed by first-fit-decreasing);
@@ -27,17 +27,18 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from strata.core.profile import load_profile
+from strata.eval.traces import read_trace
+from strata.sim.report import sim_report, write_report
+
 from benchmarks.engine.machine import cpu_model
 from benchmarks.sim.kv_tiers import run_kv_tiers
 from benchmarks.sim.report import SimBench, render
 from benchmarks.sim.run import find_rate_factor, simulate
-from strata.eval.traces import read_trace
-from strata.sim.profile import load_profile
-from strata.sim.report import sim_report, write_report
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE = ROOT.parent / "shared" / "data" / "traces" / "AzureLLMInferenceTrace_conv_2023.csv"
-PROFILES = ROOT / "libs" / "strata" / "sim" / "profiles"
+PROFILES = ROOT / "libs" / "strata" / "core" / "profiles"
 PROFILE = PROFILES / "dummy-1b-cpu.json"
 DEFAULT_MODEL_PROFILE = PROFILES / "smollm2-135m-instruct-cpu.json"
 EXIT_ERROR = 2

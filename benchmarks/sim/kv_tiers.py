@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from benchmarks.kv.trace_scale import select_window
+from strata.core.profile import load_profile
 from strata.core.stats import percentile
 from strata.eval.traces import MOONCAKE_BLOCK_TOKENS, TraceRequest, read_mooncake
 from strata.eval.workload import Scaling, Window
@@ -34,12 +34,13 @@ from strata.policy.model_sizes import model_memory_bytes
 from strata.policy.placement import ModelDemand
 from strata.sim.cluster import SimConfig, SimResult, Simulator, model_spec
 from strata.sim.kv_tiers import KVTierSpec, TierCounters
-from strata.sim.profile import load_profile
 from strata.sim.workload import SimRequest, sim_requests
+
+from benchmarks.kv.trace_scale import select_window
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE = ROOT.parent / "shared" / "data" / "traces" / "mooncake_synthetic_trace.jsonl"
-PROFILE = ROOT / "libs" / "strata" / "sim" / "profiles" / "smollm2-135m-instruct-cpu.json"
+PROFILE = ROOT / "libs" / "strata" / "core" / "profiles" / "smollm2-135m-instruct-cpu.json"
 BLOCK_TOKENS = 16            # a trace hash id becomes one engine block
 MAX_PROMPT = 512             # 32 hash blocks, as bench-kv
 MAX_OUTPUT = 16

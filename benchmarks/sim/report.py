@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from strata.core.profile import EngineProfile
+
 from benchmarks.sim.run import RunFigures
-from strata.sim.profile import EngineProfile
 
 TARGET_S = 300.0
 

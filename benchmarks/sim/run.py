@@ -13,12 +13,12 @@ import resource
 import time
 from dataclasses import dataclass
 
+from strata.core.profile import EngineProfile
 from strata.eval.traces import TraceRequest
 from strata.eval.workload import Scaling, Window
 from strata.policy.model_sizes import model_memory_bytes
 from strata.policy.placement import ModelDemand
 from strata.sim.cluster import SimConfig, SimResult, Simulator, model_spec
-from strata.sim.profile import EngineProfile
 from strata.sim.workload import sim_requests, superpose
 
 MIN_NODE_BYTES = 8 << 30     # a node's memory for placement: one replica of the model fits

@@ -28,13 +28,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import grpc
+from strata.client.sdk import AsyncClient
+from strata.core.stats import percentile
+from strata.rpc.channels import sync_channel
+from strata.v1 import kvstore_pb2, kvstore_pb2_grpc
 
 from benchmarks.common.procs import figures
 from benchmarks.common.supervised import MODEL, Load, SupervisedStack
-from strata.client.sdk import AsyncClient
-from strata.core.stats import percentile
-from strata.rpc.identity import sync_channel
-from strata.rpc.v1 import kvstore_pb2, kvstore_pb2_grpc
 
 DURATION_S = 1800.0
 SAMPLE_S = 60.0

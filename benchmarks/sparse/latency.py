@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from benchmarks.sparse import engine_api
-from benchmarks.sparse.results import LatencyRun, SparseCounters
+from strata.core.stats import percentiles
 from strata.engine.engine import LLMEngine
 from strata.engine.scheduler import ScheduledSeq
-from strata.core.stats import percentiles
+
+from benchmarks.sparse import engine_api
+from benchmarks.sparse.results import LatencyRun, SparseCounters
 
 TAIL = 16
 

@@ -12,12 +12,18 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
+from strata.engine.engine import LLMEngine
+
 from benchmarks.sparse import engine_api
 from benchmarks.sparse.haystack import haystack_text
-from benchmarks.sparse.needle import (NEEDLE, build_prompt, chat_pieces, is_correct,
-                                      needle_number)
+from benchmarks.sparse.needle import (
+    NEEDLE,
+    build_prompt,
+    chat_pieces,
+    is_correct,
+    needle_number,
+)
 from benchmarks.sparse.results import NeedleCell
-from strata.engine.engine import LLMEngine
 
 # Essays between two trials' haystack starts: each trial reads other essays first.
 TRIAL_STRIDE = 7

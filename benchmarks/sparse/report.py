@@ -5,8 +5,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from benchmarks.sparse.results import (FidelityRun, LatencyRun, NeedleCell, SparseCounters,
-                                       Target, accuracy, floor_note, p99_reduction)
+from benchmarks.sparse.results import (
+    FidelityRun,
+    LatencyRun,
+    NeedleCell,
+    SparseCounters,
+    Target,
+    accuracy,
+    floor_note,
+    p99_reduction,
+)
 
 
 @dataclass(slots=True)

@@ -5,7 +5,7 @@ placement planner, gateway), each waited on through its gRPC health service. The
 prints one ready line once a model replica serves. Before anything starts, the cluster's secrets
 (internal token, CA, per-service certificates) are written to <data dir>/secrets unless present;
 every internal call then runs over mutual TLS with the token. A service that dies is restarted after a
-backoff and the restart is logged (strata.restart_policy), as compose's restart policy and
+backoff and the restart is logged (strata.policy.restart), as compose's restart policy and
 Kubernetes would; the stack stops on Ctrl-C (or SIGTERM), on a crash loop, or when the `--then`
 command ends. Services die with the supervisor, even under `kill -9` (strata.core.lifeline).
 """
@@ -24,15 +24,15 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from strata import defaults
+from strata.core import defaults
 from strata.core.lifeline import child_env
 from strata.kvtier.shm_segment import DEFAULT_DIR as SHM_DIR
 from strata.kvtier.shm_segment import segment_path
-from strata.restart_policy import RestartPolicy
-from strata.rpc.identity import install, public_channel
+from strata.policy.restart import RestartPolicy
+from strata.rpc.channels import install, public_channel
 from strata.rpc.server import channel
 from strata.security.settings import SecuritySettings
-from strata.rpc.v1 import common_pb2, scheduler_pb2_grpc
+from strata.v1 import common_pb2, scheduler_pb2_grpc
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 KV_DISK_BYTES = 2 << 30   # each node's disk tier under the data folder (host tier: 1 GiB default)

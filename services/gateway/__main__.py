@@ -6,10 +6,7 @@ import asyncio
 import logging
 import time
 
-from services.gateway.admin import AdminServicer
-from services.gateway.config import GatewayConfig
-from services.gateway.metrics_proxy import MetricsProxyServicer
-from services.gateway.servicer import GatewayServicer
+from strata.core.settings import load
 from strata.gateway.admin_key import ensure_admin_key
 from strata.gateway.auth import Authenticator
 from strata.gateway.node_clients import NodeClients
@@ -21,13 +18,30 @@ from strata.gateway.validation import max_request_bytes
 from strata.policy.clock import WallClock
 from strata.policy.ratelimit import TenantRateLimiter
 from strata.policy.scheduling.stale_routing import StaleRouter
-from strata.rpc.identity import install
-from strata.rpc.server import Registration, channel, run, serve_until_signal, start_server
-from strata.rpc.v1 import (admin_pb2, admin_pb2_grpc, gateway_pb2, gateway_pb2_grpc,
-                           metrics_pb2, metrics_pb2_grpc)
+from strata.rpc.channels import install
+from strata.rpc.server import (
+    Registration,
+    channel,
+    run,
+    serve_until_signal,
+    start_server,
+)
 from strata.store.db import create_all, make_engine, session_factory
 from strata.store.sla_classes import seed_sla_classes
 from strata.telemetry.setup import init_tracing
+from strata.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
+    gateway_pb2,
+    gateway_pb2_grpc,
+    metrics_pb2,
+    metrics_pb2_grpc,
+)
+
+from services.gateway.admin import AdminServicer
+from services.gateway.config import PROG, GatewayConfig
+from services.gateway.metrics_proxy import MetricsProxyServicer
+from services.gateway.servicer import GatewayServicer
 
 log = logging.getLogger("services.gateway")
 
@@ -37,12 +51,11 @@ def _registration(pb2, name: str, add, servicer) -> Registration:
                         service_name=pb2.DESCRIPTOR.services_by_name[name].full_name)
 
 
-async def main() -> None:
-    cfg = GatewayConfig.from_env()
-    identity = cfg.security.identity("gateway")
+async def main(cfg: GatewayConfig) -> None:
+    identity = cfg.security().identity("gateway")
     install(identity)
     init_tracing("gateway", cfg.otlp_endpoint, identity=identity)
-    db = make_engine(cfg.db_url)
+    db = make_engine(cfg.database_url(cfg.resolved_data_dir()))
     await create_all(db)
     sessions = session_factory(db)
     async with sessions() as session:
@@ -50,10 +63,11 @@ async def main() -> None:
     admin_key = ensure_admin_key(cfg.admin_key_file)
     auth = Authenticator(sessions, time.monotonic)
     tenants = TenantDirectory(sessions, time.monotonic, cfg.tenant_policy_ttl_s, cfg.sla_seed)
-    schedulers = SchedulerClient(cfg.scheduler_addrs, StaleRouter(WallClock(), cfg.stale_route_s))
+    schedulers = SchedulerClient(cfg.scheduler_addr,
+                                 StaleRouter(WallClock(), cfg.gateway_stale_route_s))
     pipeline = RequestPipeline(
         auth, tenants, TenantRateLimiter(WallClock(), cfg.rate_limit_rps, cfg.rate_limit_burst),
-        PrefixHasher(block_size=cfg.block_size), schedulers, NodeClients(),
+        PrefixHasher(), schedulers, NodeClients(),
         cfg.request_timeout_s)
     metrics = channel(cfg.metrics_addr)
     running = await start_server([
@@ -64,11 +78,11 @@ async def main() -> None:
         _registration(metrics_pb2, "Metrics", metrics_pb2_grpc.add_MetricsServicer_to_server,
                       MetricsProxyServicer(metrics_pb2_grpc.MetricsStub(metrics), auth,
                                            admin_key))],
-        bind=cfg.bind, max_receive_bytes=max_request_bytes(), tls=cfg.public_tls())
+        bind=cfg.gateway_bind, max_receive_bytes=max_request_bytes(), tls=cfg.public_tls())
     stop = asyncio.Event()
     views = asyncio.create_task(schedulers.refresh_forever(stop))
-    log.info("gateway listening on %s%s (admin key in %s)", cfg.bind,
-             " with TLS" if cfg.tls_cert else "", cfg.admin_key_file)
+    log.info("gateway listening on %s%s (admin key in %s)", cfg.gateway_bind,
+             " with TLS" if cfg.gateway_tls_cert else "", cfg.admin_key_file)
 
     async def on_stop() -> None:
         stop.set()
@@ -81,4 +95,5 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    run(main)
+    settings = load(GatewayConfig, PROG)        # --help and bad settings stop here
+    run(lambda: main(settings))

@@ -13,18 +13,32 @@ from typing import TypeVar
 
 import grpc
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
-from services.gateway.convert import (changes_from_update, record, settings_from_record,
-                                      sla_from_record, sla_record)
-from strata.eval.sla import SlaTable
+from strata.core.sla import SlaTable
 from strata.gateway.admin_key import is_admin_key
 from strata.gateway.auth import Authenticator, bearer_key
 from strata.gateway.tenant_directory import TenantDirectory
-from strata.rpc.v1 import admin_pb2, admin_pb2_grpc
 from strata.store.sla_classes import InvalidSlaClassError, load_sla_table, put_sla_class
-from strata.store.tenants import (InvalidTenantError, TenantExistsError, UnknownTenantError,
-                                  create_tenant, delete_tenant, issue_api_key, list_tenants,
-                                  revoke_api_key, tenant_info, update_tenant)
+from strata.store.tenants import (
+    InvalidTenantError,
+    TenantExistsError,
+    UnknownTenantError,
+    create_tenant,
+    delete_tenant,
+    issue_api_key,
+    list_tenants,
+    revoke_api_key,
+    tenant_info,
+    update_tenant,
+)
+from strata.v1 import admin_pb2, admin_pb2_grpc
+
+from services.gateway.convert import (
+    changes_from_update,
+    record,
+    settings_from_record,
+    sla_from_record,
+    sla_record,
+)
 
 T = TypeVar("T")
 MISSING_ADMIN_KEY = ("missing admin key: send metadata 'authorization: Bearer <admin key>' "

@@ -8,9 +8,9 @@ guaranteed share, whose default is 0.
 
 from __future__ import annotations
 
-from strata.eval.sla import DEFAULT_CLASS, SlaClass
-from strata.rpc.v1 import admin_pb2
+from strata.core.sla import DEFAULT_CLASS, SlaClass
 from strata.store.tenants import SETTINGS_FIELDS, TenantInfo, TenantSettings
+from strata.v1 import admin_pb2
 
 
 def settings_from_record(r: admin_pb2.TenantRecord) -> TenantSettings:

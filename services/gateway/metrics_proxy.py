@@ -13,12 +13,11 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import grpc
-
 from strata.gateway.admin_key import is_admin_key
 from strata.gateway.auth import Authenticator, bearer_key
 from strata.gateway.errors import public_details
 from strata.rpc.scope import ADMIN, Scope
-from strata.rpc.v1 import metrics_pb2, metrics_pb2_grpc
+from strata.v1 import metrics_pb2, metrics_pb2_grpc
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT_S = 30.0

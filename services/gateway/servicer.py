@@ -8,13 +8,11 @@ from __future__ import annotations
 import time
 
 import grpc
-
 from strata.gateway.auth import bearer_key
 from strata.gateway.pipeline import PipelineError, RequestPipeline
 from strata.gateway.validation import GenerateParams
-from strata.rpc.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from strata.telemetry import names
-
+from strata.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):

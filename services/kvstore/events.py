@@ -17,10 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import grpc
-
 from strata.kvtier.tiered_store import TieredStore
-from strata.rpc.identity import channel
-from strata.rpc.v1 import scheduler_pb2, scheduler_pb2_grpc
+from strata.rpc.channels import channel
+from strata.v1 import scheduler_pb2, scheduler_pb2_grpc
 
 log = logging.getLogger(__name__)
 

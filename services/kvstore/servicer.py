@@ -7,12 +7,11 @@ import asyncio
 import logging
 
 import grpc
-
-from strata.kvtier.hashing import from_bytes, to_bytes
 from strata.kvtier.blocks import StoredBlock
+from strata.kvtier.hashing import from_bytes, to_bytes
 from strata.kvtier.tiered_store import Slot, Tier, TieredStore
-from strata.rpc.identity import channel
-from strata.rpc.v1 import kvstore_pb2, kvstore_pb2_grpc
+from strata.rpc.channels import channel
+from strata.v1 import kvstore_pb2, kvstore_pb2_grpc
 
 log = logging.getLogger(__name__)
 

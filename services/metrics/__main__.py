@@ -4,44 +4,45 @@ from __future__ import annotations
 
 import os
 
-from strata.defaults import DEMO_KEY_FILE, DEMO_TENANT
-from strata.rpc.identity import install
+from strata.core.defaults import DEMO_KEY_FILE, DEMO_TENANT
+from strata.core.settings import load
+from strata.rpc.channels import install
 from strata.rpc.server import Registration, run, serve_until_signal, start_server
-from strata.rpc.v1 import metrics_pb2, metrics_pb2_grpc
 from strata.store.db import create_all, make_engine, session_factory
 from strata.store.sla_classes import seed_sla_classes
 from strata.store.spans import span_sink
 from strata.store.tenants import ensure_demo_tenant
 from strata.telemetry.receiver import OtlpReceiver
 from strata.telemetry.setup import init_tracing
+from strata.v1 import metrics_pb2, metrics_pb2_grpc
 
-from services.metrics.config import MetricsConfig
+from services.metrics.config import PROG, MetricsConfig
 from services.metrics.servicer import MetricsServicer
 
 
-async def main() -> None:
-    cfg = MetricsConfig.from_env()
-    identity = cfg.security.identity("metrics")
+async def main(cfg: MetricsConfig) -> None:
+    identity = cfg.security().identity("metrics")
     install(identity)
     init_tracing("metrics", cfg.tracing_endpoint, identity=identity)
-    engine = make_engine(cfg.db_url)
+    data_dir = cfg.resolved_data_dir()
+    engine = make_engine(cfg.database_url(data_dir))
     await create_all(engine)
     sessions = session_factory(engine)
     async with sessions() as session:
         # STRATA_SLA_CLASSES is the seed: once the table holds classes, they are the definition.
         await seed_sla_classes(session, cfg.sla)
-        key = await ensure_demo_tenant(session, os.path.join(cfg.data_dir, DEMO_KEY_FILE))
+        key = await ensure_demo_tenant(session, os.path.join(data_dir, DEMO_KEY_FILE))
     print(f"demo tenant '{DEMO_TENANT}' api key: {key}", flush=True)
 
-    receiver = OtlpReceiver(span_sink(sessions), capacity=cfg.queue_spans,
-                            batch_size=cfg.batch_spans)
+    receiver = OtlpReceiver(span_sink(sessions), capacity=cfg.metrics_queue_spans,
+                            batch_size=cfg.metrics_batch_spans)
     await receiver.start(cfg.otlp_bind, identity)
     servicer = MetricsServicer(sessions, receiver, cfg.layer_settings())
     running = await start_server([Registration(
         add=lambda s: metrics_pb2_grpc.add_MetricsServicer_to_server(servicer, s),
         service_name=metrics_pb2.DESCRIPTOR.services_by_name["Metrics"].full_name)],
-        bind=cfg.bind, identity=identity)
-    host, otlp_host = cfg.bind.rsplit(":", 1)[0], cfg.otlp_bind.rsplit(":", 1)[0]
+        bind=cfg.metrics_bind, identity=identity)
+    host, otlp_host = cfg.metrics_bind.rsplit(":", 1)[0], cfg.otlp_bind.rsplit(":", 1)[0]
     print(f"metrics listening on {host}:{running.port} "
           f"(OTLP receiver on {otlp_host}:{receiver.port})", flush=True)
 
@@ -53,4 +54,5 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    run(main)
+    settings = load(MetricsConfig, PROG)        # --help and bad settings stop here
+    run(lambda: main(settings))

@@ -6,10 +6,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 
-from strata.eval.sla import SlaClass, SlaTable
+from strata.core.sla import SlaClass, SlaTable
 from strata.policy.placement.curves import DAY_S, BurstSlices, WindowGrid
-from strata.rpc.v1 import metrics_pb2
 from strata.store.arrivals import ModelArrivals
+from strata.v1 import metrics_pb2
 
 MAX_WINDOWS = 10_080        # a week of one-minute windows
 MAX_DAYS = 366

@@ -17,21 +17,30 @@ from collections.abc import Callable
 
 import grpc
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
+from strata.core.records import NodeSampleRecord
+from strata.core.stats import Summary
 from strata.eval.layers import LayerSettings, layered_report, report_window
 from strata.eval.report_codec import fill_report, run_pb
-from strata.core.stats import Summary
 from strata.rpc.scope import scope_of
-from strata.rpc.v1 import metrics_pb2, metrics_pb2_grpc
 from strata.store.arrivals import arrivals
-from strata.store.report import TenantReport, request_rows, tenant_reports, tenant_sla_classes
+from strata.store.report import (
+    TenantReport,
+    request_rows,
+    tenant_reports,
+    tenant_sla_classes,
+)
 from strata.store.runs import check_new_run, create_run, finish_run, get_run, list_runs
-from strata.store.samples import (NodeSampleRecord, insert_samples, sample_time_range,
-                                  samples_between)
+from strata.store.samples import (
+    insert_samples,
+    sample_time_range,
+    samples_between,
+)
 from strata.store.sla_classes import load_sla_table
-from strata.store.spans import SpanRecord, get_trace, trace_id_of_request
+from strata.store.spans import get_trace, trace_id_of_request
 from strata.telemetry import names
 from strata.telemetry.receiver import OtlpReceiver
+from strata.telemetry.span_record import SpanRecord
+from strata.v1 import metrics_pb2, metrics_pb2_grpc
 
 from services.metrics.arrival_curves import burst_for, curves_reply, grid_for
 

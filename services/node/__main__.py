@@ -5,24 +5,31 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from services.node.config import NodeConfig
+from strata.core.settings import load
+from strata.node.energy import EnergyMeter, PowerModel, open_counter
+from strata.node.replicas import ReplicaSet
+from strata.node.worker_pids import WorkerPids
+from strata.rpc.channels import install
+from strata.rpc.server import (
+    Registration,
+    channel,
+    run,
+    serve_until_signal,
+    start_server,
+)
+from strata.telemetry.setup import init_tracing
+from strata.v1 import kvstore_pb2_grpc, node_pb2, node_pb2_grpc
+
+from services.node.config import PROG, NodeConfig
 from services.node.heartbeat import heartbeat_loop
 from services.node.sampler import NodeSampler, sample_loop
 from services.node.servicer import NodeManagerServicer
-from strata.eval.energy import EnergyMeter, PowerModel, open_counter
-from strata.node.replicas import ReplicaSet
-from strata.node.worker_pids import WorkerPids
-from strata.rpc.identity import install
-from strata.rpc.server import Registration, channel, run, serve_until_signal, start_server
-from strata.rpc.v1 import kvstore_pb2_grpc, node_pb2, node_pb2_grpc
-from strata.telemetry.setup import init_tracing
 
 log = logging.getLogger("services.node")
 
 
-async def main() -> None:
-    cfg = NodeConfig.from_env()
-    identity = cfg.security.identity("node")
+async def main(cfg: NodeConfig) -> None:
+    identity = cfg.security().identity("node")
     install(identity)
     init_tracing("node", cfg.otlp_endpoint, identity=identity)
     pids = WorkerPids(cfg.state_dir)
@@ -30,14 +37,14 @@ async def main() -> None:
     if reaped:
         log.warning("reaped %d workers a previous node manager left running: %s", len(reaped),
                     ", ".join(map(str, reaped)))
-    replicas = ReplicaSet(cfg.worker_env(), cfg.worker_ready_timeout_s,
+    replicas = ReplicaSet(cfg.worker_settings(), cfg.worker_ready_timeout_s,
                           routing_grace_s=2 * cfg.heartbeat_interval_s,
-                          standby_per_model=cfg.standby_workers, pids=pids)
+                          standby_per_model=cfg.node_standby, pids=pids)
     servicer = NodeManagerServicer(cfg, replicas)
     running = await start_server([Registration(
         add=lambda s: node_pb2_grpc.add_NodeManagerServicer_to_server(servicer, s),
         service_name=node_pb2.DESCRIPTOR.services_by_name["NodeManager"].full_name)],
-        bind=cfg.bind, identity=identity)
+        bind=cfg.node_bind, identity=identity)
     stop = asyncio.Event()
     beats = asyncio.create_task(heartbeat_loop(cfg, replicas, stop,
                                                dispatcher=servicer.dispatcher))
@@ -48,7 +55,7 @@ async def main() -> None:
     samples = asyncio.create_task(sample_loop(sampler, cfg.metrics_addr, cfg.sample_interval_s,
                                               stop))
     log.info("node manager %s listening on %s (advertised as %s); energy from %s",
-             cfg.node_id, cfg.bind, cfg.advertise, meter.source)
+             cfg.node_id, cfg.node_bind, cfg.advertise, meter.source)
 
     async def on_stop() -> None:
         stop.set()
@@ -60,4 +67,5 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    run(main)
+    settings = load(NodeConfig, PROG)           # --help and bad settings stop here
+    run(lambda: main(settings))

@@ -7,16 +7,16 @@ import asyncio
 import logging
 
 import grpc
-
-from services.node.config import NodeConfig
-from services.node.servicer import node_info
 from strata.node.dispatcher import Dispatcher
 from strata.node.interference_monitor import InterferenceMonitor, StepCounters
 from strata.node.replicas import ReplicaSet, State
 from strata.policy.clock import Clock, WallClock
 from strata.policy.scheduling.interference import EstimatorSettings, MarginSettings
 from strata.rpc.server import channel
-from strata.rpc.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
+from strata.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
+
+from services.node.config import NodeConfig
+from services.node.servicer import node_info
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,8 @@ def interference_monitor(cfg: NodeConfig, clock: Clock = WallClock()) -> Interfe
 
 
 def step_counters(replicas: ReplicaSet) -> dict[str, StepCounters]:
-    return {r.replica_id: StepCounters(r.stats.step_seconds_observed, r.stats.step_seconds_solo)
+    return {r.replica_id: StepCounters(r.stats.counters.step_seconds_observed,
+                                       r.stats.counters.step_seconds_solo)
             for r in replicas.replicas.values() if r.state is State.READY}
 
 
@@ -44,7 +45,7 @@ async def heartbeat_loop(cfg: NodeConfig, replicas: ReplicaSet, stop: asyncio.Ev
     interval = cfg.heartbeat_interval_s
     if monitor is None:
         monitor = interference_monitor(cfg)
-    channels = [channel(a) for a in cfg.scheduler_addrs]
+    channels = [channel(a) for a in cfg.scheduler_addr]
     stubs = [scheduler_pb2_grpc.SchedulerStub(ch) for ch in channels]
     failures = [0] * len(stubs)
     try:
@@ -61,7 +62,7 @@ async def heartbeat_loop(cfg: NodeConfig, replicas: ReplicaSet, stop: asyncio.Ev
             replies = await asyncio.gather(*(s.Heartbeat(request, timeout=max(interval, 1.0))
                                              for s in stubs), return_exceptions=True)
             for i, reply in enumerate(replies):
-                address = cfg.scheduler_addrs[i]
+                address = cfg.scheduler_addr[i]
                 if isinstance(reply, grpc.aio.AioRpcError):
                     failures[i] += 1
                     if failures[i] == 1 or failures[i] % 30 == 0:

@@ -14,67 +14,24 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, fields
 
 import grpc
-
-from strata.eval.energy import EnergyMeter
+from strata.core.counters import CounterSum, EngineCounters
+from strata.node.energy import EnergyMeter
 from strata.node.replicas import ReplicaSet, State
 from strata.rpc.server import channel
-from strata.rpc.v1 import (kvstore_pb2, kvstore_pb2_grpc, metrics_pb2, metrics_pb2_grpc,
-                           worker_pb2)
+from strata.v1 import (
+    kvstore_pb2,
+    kvstore_pb2_grpc,
+    metrics_pb2,
+    metrics_pb2_grpc,
+    worker_pb2,
+)
 
 log = logging.getLogger(__name__)
 
 MAX_PENDING = 900        # 30 minutes of samples at the default interval
 STATS_TIMEOUT_S = 2.0
-
-
-@dataclass(slots=True)
-class EngineCounters:
-    """One worker's cumulative counters (WorkerStats), or a node's sum of their growth."""
-
-    steps: int = 0
-    step_tokens: int = 0
-    step_token_budget: int = 0
-    preemptions: int = 0
-    busy_seconds: float = 0.0
-    prompt_tokens: int = 0
-    prefix_hit_tokens: int = 0
-    tier_hit_tokens: int = 0
-    kv_blocks_evicted: int = 0
-    block_lifetime_sum_s: float = 0.0
-    sparse_layer_steps: int = 0
-    sparse_fallbacks: int = 0
-
-    @classmethod
-    def from_stats(cls, s: worker_pb2.WorkerStats) -> EngineCounters:
-        return cls(**{f.name: getattr(s, f.name) for f in fields(cls)})
-
-
-class NodeCounters:
-    """Node-wide counters: the sum over workers of each counter's growth between reads. Any
-    counter smaller than at the last read means the worker restarted (they all start again
-    together): every current value is then growth since the restart."""
-
-    def __init__(self) -> None:
-        self.total = EngineCounters()
-        self._last: dict[str, EngineCounters] = {}
-
-    def add(self, replica_id: str, now: EngineCounters) -> EngineCounters:
-        """Fold in one worker's current counters; returns their growth since its last read
-        (a worker seen for the first time grew from zero)."""
-        names = [f.name for f in fields(EngineCounters)]
-        before = self._last.get(replica_id, EngineCounters())
-        if any(getattr(now, n) < getattr(before, n) for n in names):
-            before = EngineCounters()
-        growth = EngineCounters()
-        for n in names:
-            delta = getattr(now, n) - getattr(before, n)
-            setattr(growth, n, delta)
-            setattr(self.total, n, getattr(self.total, n) + delta)
-        self._last[replica_id] = now
-        return growth
 
 
 class NodeSampler:
@@ -86,7 +43,7 @@ class NodeSampler:
         self.replicas = replicas
         self.meter = meter
         self.kvstore = kvstore
-        self.counters = NodeCounters()
+        self.counters = CounterSum()
         self._wall_ms = wall_ms
         self._monotonic = monotonic
         self._last_t = monotonic()
@@ -107,7 +64,7 @@ class NodeSampler:
                 log.warning("stats of replica %s unavailable for the node sample: %s",
                             r.replica_id, err.code().name)
                 continue
-            growth = self.counters.add(r.replica_id, EngineCounters.from_stats(s))
+            growth = self.counters.add(r.replica_id, EngineCounters.from_pb(s))
             step_tokens += growth.step_tokens
             budget += growth.step_token_budget
             busy += growth.busy_seconds

@@ -5,18 +5,19 @@ from __future__ import annotations
 
 import grpc
 from opentelemetry import trace
-
-from services.node.config import NodeConfig
+from strata.core.tenant_policy import TenantPolicy
+from strata.core.tenant_policy_pb import policy_from_pb
 from strata.core.tokens import estimate_tokens
-from strata.eval.sla import DEFAULT_CLASS, SlaTable
-from strata.node.dispatcher import Dispatcher, NoReplica, TenantFigures
+from strata.node.dispatcher import Dispatcher, NoReplica
 from strata.node.failover import WorkerLost, generate_with_failover
 from strata.node.replicas import Replica, ReplicaSet, State
 from strata.policy.clock import WallClock
 from strata.policy.scheduling.fair_queue import QUEUES, QueueItem
-from strata.policy.scheduling.tenants import TenantPolicy
-from strata.rpc.v1 import common_pb2, node_pb2, node_pb2_grpc, worker_pb2
+from strata.rpc.convert import tenant_load_to_pb
 from strata.telemetry import names
+from strata.v1 import common_pb2, node_pb2, node_pb2_grpc, worker_pb2
+
+from services.node.config import NodeConfig
 
 _STATE = {State.LOADING: common_pb2.REPLICA_STATE_LOADING,
           State.READY: common_pb2.REPLICA_STATE_READY,
@@ -30,7 +31,6 @@ _PASS_THROUGH = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.DEADLINE_EXCE
                  grpc.StatusCode.CANCELLED, grpc.StatusCode.RESOURCE_EXHAUSTED,
                  grpc.StatusCode.INTERNAL}
 
-_DEFAULT_SLA = SlaTable().lookup(DEFAULT_CLASS)
 
 _tracer = trace.get_tracer("strata.node")
 
@@ -41,7 +41,7 @@ class NodeManagerServicer(node_pb2_grpc.NodeManagerServicer):
         self.cfg = cfg
         self.replicas = replicas
         clock = WallClock()
-        self.dispatcher = dispatcher or Dispatcher(replicas, QUEUES[cfg.queue_policy](clock),
+        self.dispatcher = dispatcher or Dispatcher(replicas, QUEUES[cfg.node_queue](clock),
                                                    clock)
 
     async def Submit(self, request: node_pb2.SubmitRequest, context: grpc.aio.ServicerContext):
@@ -51,7 +51,7 @@ class NodeManagerServicer(node_pb2_grpc.NodeManagerServicer):
                                 f"node {self.cfg.node_id} has no ready replica of {model!r}; "
                                 f"retry, the scheduler will route elsewhere")
         try:
-            policy = policy_from_pb(request)
+            policy = policy_from_pb(request.policy, request.tenant, request.priority)
         except ValueError as err:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         item = queue_item(request, policy)
@@ -120,21 +120,6 @@ class NodeManagerServicer(node_pb2_grpc.NodeManagerServicer):
         return node_info(self.cfg, self.replicas, self.dispatcher)
 
 
-def policy_from_pb(request: node_pb2.SubmitRequest) -> TenantPolicy:
-    """The request's policy; without one (no class named), the default class's targets at the
-    request's own priority, or the class's when it gives none. Raises ValueError naming a
-    field out of range."""
-    p = request.policy
-    tenant = request.tenant or p.tenant
-    if not p.sla_class:
-        return TenantPolicy(tenant, _DEFAULT_SLA.name, request.priority or _DEFAULT_SLA.priority,
-                            _DEFAULT_SLA.ttft_ms, _DEFAULT_SLA.tpot_ms)
-    return TenantPolicy(
-        tenant=tenant, sla_class=p.sla_class, priority=p.priority, ttft_ms=p.ttft_ms or None,
-        tpot_ms=p.tpot_ms or None, weight=p.weight or 1.0,
-        guaranteed_share=p.guaranteed_share, burst_share=p.burst_share or 1.0)
-
-
 def queue_item(request: node_pb2.SubmitRequest, policy: TenantPolicy) -> QueueItem:
     spec = request.spec
     prompt = request.prompt_tokens_estimate
@@ -151,12 +136,7 @@ def replica_to_pb(r: Replica, tokens_per_s: float = 0.0) -> common_pb2.ReplicaIn
         running_requests=s.running, waiting_requests=s.waiting, queued_tokens=s.queued_tokens,
         kv_blocks_total=s.blocks_total, kv_blocks_free=s.blocks_free,
         waiting_for_memory=s.waiting_for_memory, tokens_per_s=tokens_per_s,
-        max_seqs=s.max_seqs)
-
-
-def tenant_load_to_pb(t: TenantFigures) -> common_pb2.TenantLoad:
-    return common_pb2.TenantLoad(tenant=t.tenant, priority=t.priority, running=t.running,
-                                 queued=t.queued, tokens=t.tokens)
+        max_seqs=s.max_seqs, kv_block_size=s.block_size)
 
 
 def node_info(cfg: NodeConfig, replicas: ReplicaSet,
@@ -170,6 +150,6 @@ def node_info(cfg: NodeConfig, replicas: ReplicaSet,
         infos = [replica_to_pb(r, dispatcher.tokens_per_s(r)) for r in replicas.replicas.values()]
         tenants = [tenant_load_to_pb(t) for t in dispatcher.tenant_loads()]
     return common_pb2.NodeInfo(
-        node_id=cfg.node_id, address=cfg.advertise, memory_bytes=cfg.memory_bytes,
+        node_id=cfg.node_id, address=cfg.advertise, memory_bytes=cfg.node_memory_bytes,
         device=cfg.device, replicas=infos, tenants=tenants,
         standby_workers=replicas.warm_standbys())

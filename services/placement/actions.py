@@ -14,12 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import grpc
-
-from services.placement.migrate import Retiring
 from strata.policy.clock import Clock
 from strata.policy.placement import Assignment, Unload
 from strata.rpc.server import channel
-from strata.rpc.v1 import common_pb2, node_pb2, node_pb2_grpc
+from strata.v1 import common_pb2, node_pb2, node_pb2_grpc
+
+from services.placement.migrate import Retiring
 
 log = logging.getLogger(__name__)
 

@@ -1,118 +1,127 @@
-"""Placement planner settings, read from the environment once at start."""
+"""Placement planner settings: flags, STRATA_* variables, defaults (strata.core.settings)."""
 
 from __future__ import annotations
 
+import enum
 import os
-from dataclasses import dataclass, field
 
-from strata import defaults
-from strata.envconfig import ConfigError, env_float, env_int, env_list, env_str, security
-from strata.security.settings import UNSECURED, SecuritySettings
+from pydantic import Field, field_validator, model_validator
+from strata.core import defaults
+from strata.core.settings import CommaList
+from strata.security.settings import SecurityFields
 
-POLICIES = ("batch-aware", "ffd")
+PROG = "python -m services.placement"
 # Engine profiles shipped with the code (`strata profile` writes more): CPU ones for the models
 # the stack runs by default.
 BUNDLED_PROFILES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), "libs", "strata", "sim", "profiles")
+    os.path.abspath(__file__)))), "libs", "strata", "core", "profiles")
 
 
-@dataclass(frozen=True, slots=True)
-class PlacementConfig:
-    bind: str = defaults.PLACEMENT_ADDR
-    scheduler_addr: str = defaults.SCHEDULER_ADDR
-    otlp_endpoint: str = ""
-    models: tuple[str, ...] = (defaults.DEFAULT_MODEL,)
-    replicas: dict[str, int] = field(default_factory=dict)         # model -> desired replicas
-    memory_overrides: dict[str, int] = field(default_factory=dict)  # model -> bytes per replica
-    replan_interval_s: float = 10.0
-    rpc_timeout_s: float = 5.0           # ListNodes, ListModels, UnloadModel
-    load_timeout_s: float = 300.0        # LoadModel may read weights from disk before answering
-    drain_timeout_ms: int = 30_000       # running requests get this long when a replica unloads
-    policy: str = "batch-aware"          # batch-aware | ffd (the baseline, by memory only)
-    metrics_addr: str = defaults.METRICS_ADDR     # arrival curves (batch-aware)
-    window_s: float = 300.0              # arrival curve window
-    windows: int = 12                    # curve_days = 0: the last `windows` windows
-    curve_days: int = 0                  # > 0: the UTC day cut into windows, over these days
-    burst_s: float = 30.0                # replicas are sized for each window's busiest slice
-                                         # of this many seconds (divides window_s; 0: means)
-    profiles: str = BUNDLED_PROFILES     # engine profiles: a JSON file or a folder of them
-    load_bytes_per_s: float = 2e9        # migration cost: weights onto a new node ...
-    warmup_s: float = 30.0               # ... plus warm-up and a cold prefix cache ...
-    horizon_s: float = 0.0               # ... over this horizon (0: window_s x windows)
-    max_moves: int = 8                   # optional moves per round
-    lookahead_windows: int = 0           # > 0 (daily curves): judge only the coming windows
-    security: SecuritySettings = UNSECURED
+class PolicyName(enum.StrEnum):
+    BATCH_AWARE = "batch-aware"     # packs by arrival curves and engine profiles, red line
+    FFD = "ffd"                     # first-fit-decreasing by memory (the baseline)
 
-    def __post_init__(self) -> None:
-        if not self.models:
-            raise ConfigError("STRATA_MODELS must name at least one model")
-        if self.replan_interval_s <= 0:
-            raise ConfigError(f"STRATA_REPLAN_INTERVAL_S must be positive, got "
-                              f"{self.replan_interval_s}")
-        if self.policy not in POLICIES:
-            raise ConfigError(f"STRATA_PLACEMENT_POLICY must be one of {', '.join(POLICIES)}, "
-                              f"got {self.policy!r}")
-        for var, value in (("STRATA_PLACEMENT_WINDOW_S", self.window_s),
-                           ("STRATA_PLACEMENT_LOAD_BYTES_PER_S", self.load_bytes_per_s)):
-            if not value > 0:
-                raise ConfigError(f"{var} must be positive, got {value}")
-        if self.curve_days and abs(86_400 / self.window_s - round(86_400 / self.window_s)) > 1e-9:
-            raise ConfigError(f"STRATA_PLACEMENT_WINDOW_S must divide a day (86400 s) when "
-                              f"STRATA_PLACEMENT_CURVE_DAYS > 0, got {self.window_s}")
-        if self.burst_s < 0 or self.burst_s > self.window_s or (self.burst_s and abs(
-                self.window_s / self.burst_s - round(self.window_s / self.burst_s)) > 1e-9):
-            raise ConfigError(f"STRATA_PLACEMENT_BURST_S must be 0 (window means only) or "
-                              f"divide STRATA_PLACEMENT_WINDOW_S ({self.window_s:g} s), got "
-                              f"{self.burst_s:g}")
-        if self.lookahead_windows and not self.curve_days:
-            raise ConfigError("STRATA_PLACEMENT_LOOKAHEAD_WINDOWS needs daily arrival curves "
-                              "(STRATA_PLACEMENT_CURVE_DAYS > 0): only a time-of-day window "
-                              "says which windows come next")
-        if self.lookahead_windows > round(86_400 / self.window_s):
-            raise ConfigError(f"STRATA_PLACEMENT_LOOKAHEAD_WINDOWS must be at most the windows "
-                              f"in a day ({round(86_400 / self.window_s)}), got "
-                              f"{self.lookahead_windows}")
-        if self.warmup_s < 0 or self.horizon_s < 0:
-            raise ConfigError(f"STRATA_PLACEMENT_WARMUP_S and STRATA_PLACEMENT_HORIZON_S must "
-                              f"not be negative, got {self.warmup_s} and {self.horizon_s}")
+
+def _divides(whole: float, part: float) -> bool:
+    return abs(whole / part - round(whole / part)) <= 1e-9
+
+
+class PlacementConfig(SecurityFields):
+    """The placement planner: which models run where and how many replicas, replanned on a
+    period and on demand, applied make-before-break. --print-config prints the resolved
+    settings and exits."""
+
+    placement_bind: str = Field(defaults.PLACEMENT_ADDR, description="host:port to listen on")
+    scheduler_addr: CommaList = Field((defaults.SCHEDULER_ADDR,), min_length=1, description=(
+        "the schedulers (comma-separated); the planner reads the first, each knows every node"))
+    metrics_addr: str = Field(defaults.METRICS_ADDR, description="the metrics collector, for "
+                              "arrival curves (batch-aware)")
+    otlp_endpoint: str = Field("", description="OTLP/gRPC receiver for this service's spans; "
+                                               "empty: none")
+    models: CommaList = Field((defaults.DEFAULT_MODEL,), min_length=1, description="the models "
+                              "to place, comma-separated")
+    replicas: str = Field("1", description="replicas per model: one count for all ('2') or "
+                          "per model ('a=2,b=1', others 1)")
+    model_memory_bytes: str = Field("", description="'name=bytes,...': memory a replica needs, "
+                                    "for models the built-in table does not know")
+    replan_interval_s: float = Field(10.0, gt=0, description="seconds between replanning rounds")
+    placement_rpc_timeout_s: float = Field(5.0, gt=0, description="deadline of ListNodes, "
+                                           "ListModels and UnloadModel calls")
+    placement_load_timeout_s: float = Field(300.0, gt=0, description="deadline of LoadModel "
+                                            "(it may read weights before answering)")
+    placement_drain_timeout_ms: int = Field(30_000, ge=0, description="running requests get "
+                                            "this long when a replica unloads")
+    placement_policy: PolicyName = Field(PolicyName.BATCH_AWARE, description="batch-aware | "
+                                         "ffd (the baseline, by memory only)")
+    placement_window_s: float = Field(300.0, gt=0, description="arrival curve window")
+    placement_windows: int = Field(12, ge=1, description="the last this many windows (when "
+                                   "STRATA_PLACEMENT_CURVE_DAYS is 0)")
+    placement_curve_days: int = Field(0, ge=0, description="> 0: the UTC day cut into "
+                                      "windows, requests of this many days folded by time "
+                                      "of day")
+    placement_burst_s: float = Field(30.0, ge=0, description="replicas are sized for each "
+                                     "window's busiest slice of this long (divides the "
+                                     "window; 0: means only)")
+    placement_profiles: str = Field(BUNDLED_PROFILES, description="engine profiles: a JSON "
+                                    "file or a folder of them ('none': none)")
+    placement_load_bytes_per_s: float = Field(2e9, gt=0, description="migration cost: weights "
+                                              "loaded onto a new node at this rate ...")
+    placement_warmup_s: float = Field(30.0, ge=0, description="... plus this warm-up and a "
+                                      "cold prefix cache ...")
+    placement_horizon_s: float = Field(0.0, ge=0, description="... over this horizon (0: the "
+                                       "curves' span)")
+    placement_max_moves: int = Field(8, ge=0, description="optional moves per round")
+    placement_lookahead_windows: int = Field(0, ge=0, description="> 0 (daily curves): judge "
+                                             "only the coming windows")
+
+    @field_validator("models")
+    @classmethod
+    def _unique(cls, models: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(models))
+
+    @field_validator("model_memory_bytes")
+    @classmethod
+    def _memory(cls, raw: str) -> str:
+        parse_memory_overrides(raw)
+        return raw
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PlacementConfig:
+        parse_replicas(self.replicas, self.models)
+        window, burst = self.placement_window_s, self.placement_burst_s
+        if self.placement_curve_days and not _divides(86_400, window):
+            raise ValueError(f"STRATA_PLACEMENT_WINDOW_S must divide a day (86400 s) when "
+                             f"STRATA_PLACEMENT_CURVE_DAYS > 0, got {window}")
+        if burst > window or (burst and not _divides(window, burst)):
+            raise ValueError(f"STRATA_PLACEMENT_BURST_S must be 0 (window means only) or "
+                             f"divide STRATA_PLACEMENT_WINDOW_S ({window:g} s), got {burst:g}")
+        if self.placement_lookahead_windows and not self.placement_curve_days:
+            raise ValueError("STRATA_PLACEMENT_LOOKAHEAD_WINDOWS needs daily arrival curves "
+                             "(STRATA_PLACEMENT_CURVE_DAYS > 0): only a time-of-day window "
+                             "says which windows come next")
+        if self.placement_lookahead_windows > round(86_400 / window):
+            raise ValueError(f"STRATA_PLACEMENT_LOOKAHEAD_WINDOWS must be at most the windows "
+                             f"in a day ({round(86_400 / window)}), got "
+                             f"{self.placement_lookahead_windows}")
+        return self
+
+    @property
+    def replica_counts(self) -> dict[str, int]:
+        return parse_replicas(self.replicas, self.models)
+
+    @property
+    def memory_overrides(self) -> dict[str, int]:
+        return parse_memory_overrides(self.model_memory_bytes)
 
     @property
     def planning_horizon_s(self) -> float:
         """How long a plan is expected to hold: the configured horizon, else the curve's span."""
-        if self.horizon_s:
-            return self.horizon_s
-        if self.lookahead_windows:
-            return self.window_s * self.lookahead_windows
-        return 86_400.0 if self.curve_days else self.window_s * self.windows
-
-    @classmethod
-    def from_env(cls) -> PlacementConfig:
-        models = tuple(dict.fromkeys(env_list("STRATA_MODELS", defaults.DEFAULT_MODEL)))
-        return cls(
-            bind=env_str("STRATA_PLACEMENT_BIND", defaults.PLACEMENT_ADDR),
-            # the first of several side by side: each knows every node
-            scheduler_addr=env_list("STRATA_SCHEDULER_ADDR", defaults.SCHEDULER_ADDR)[0],
-            otlp_endpoint=env_str("STRATA_OTLP_ENDPOINT", ""),
-            models=models,
-            replicas=parse_replicas(env_str("STRATA_REPLICAS", "1"), models),
-            memory_overrides=parse_memory_overrides(env_str("STRATA_MODEL_MEMORY_BYTES", "")),
-            replan_interval_s=env_float("STRATA_REPLAN_INTERVAL_S", 10.0),
-            load_timeout_s=env_float("STRATA_PLACEMENT_LOAD_TIMEOUT_S", 300.0),
-            drain_timeout_ms=env_int("STRATA_PLACEMENT_DRAIN_TIMEOUT_MS", 30_000, minimum=0),
-            policy=env_str("STRATA_PLACEMENT_POLICY", "batch-aware"),
-            metrics_addr=env_str("STRATA_METRICS_ADDR", defaults.METRICS_ADDR),
-            window_s=env_float("STRATA_PLACEMENT_WINDOW_S", 300.0),
-            windows=env_int("STRATA_PLACEMENT_WINDOWS", 12, minimum=1),
-            curve_days=env_int("STRATA_PLACEMENT_CURVE_DAYS", 0, minimum=0),
-            burst_s=env_float("STRATA_PLACEMENT_BURST_S", 30.0),
-            profiles=env_str("STRATA_PLACEMENT_PROFILES", BUNDLED_PROFILES),
-            load_bytes_per_s=env_float("STRATA_PLACEMENT_LOAD_BYTES_PER_S", 2e9),
-            warmup_s=env_float("STRATA_PLACEMENT_WARMUP_S", 30.0),
-            horizon_s=env_float("STRATA_PLACEMENT_HORIZON_S", 0.0),
-            max_moves=env_int("STRATA_PLACEMENT_MAX_MOVES", 8, minimum=0),
-            lookahead_windows=env_int("STRATA_PLACEMENT_LOOKAHEAD_WINDOWS", 0, minimum=0),
-            security=security(),
-        )
+        if self.placement_horizon_s:
+            return self.placement_horizon_s
+        if self.placement_lookahead_windows:
+            return self.placement_window_s * self.placement_lookahead_windows
+        return 86_400.0 if self.placement_curve_days else \
+            self.placement_window_s * self.placement_windows
 
 
 def parse_replicas(raw: str, models: tuple[str, ...]) -> dict[str, int]:
@@ -124,7 +133,7 @@ def parse_replicas(raw: str, models: tuple[str, ...]) -> dict[str, int]:
     counts = dict.fromkeys(models, 1)
     for name, value in _pairs("STRATA_REPLICAS", raw):
         if name not in counts:
-            raise ConfigError(f"STRATA_REPLICAS names {name}, which is not in STRATA_MODELS "
+            raise ValueError(f"STRATA_REPLICAS names {name}, which is not in STRATA_MODELS "
                               f"({', '.join(models)})")
         counts[name] = _count("STRATA_REPLICAS", value, minimum=0)
     return counts
@@ -143,7 +152,7 @@ def _pairs(var: str, raw: str) -> list[tuple[str, str]]:
             continue
         name, sep, value = item.partition("=")
         if not sep or not name.strip():
-            raise ConfigError(f"{var} entries must look like name=number, got {item!r}")
+            raise ValueError(f"{var} entries must look like name=number, got {item!r}")
         pairs.append((name.strip(), value.strip()))
     return pairs
 
@@ -152,7 +161,7 @@ def _count(var: str, value: str, minimum: int) -> int:
     try:
         count = int(value)
     except ValueError:
-        raise ConfigError(f"{var} needs an integer, got {value!r}") from None
+        raise ValueError(f"{var} needs an integer, got {value!r}") from None
     if count < minimum:
-        raise ConfigError(f"{var} values must be at least {minimum}, got {count}")
+        raise ValueError(f"{var} values must be at least {minimum}, got {count}")
     return count

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable
 
-from strata.policy.placement import (Decision, Explanation, NodeCapacity, PlacementPlan,
-                                     RedLineCheck, Replica)
-from strata.rpc.v1 import common_pb2, placement_pb2
+from strata.policy.placement import (
+    Decision,
+    Explanation,
+    NodeCapacity,
+    PlacedReplica,
+    PlacementPlan,
+    RedLineCheck,
+)
+from strata.v1 import common_pb2, placement_pb2
 
 # LOADING replicas already hold (or are taking) their memory; DRAINING ones are leaving and
 # FAILED ones hold none, so neither counts toward a model's replicas.
@@ -15,12 +21,12 @@ OCCUPYING = (common_pb2.REPLICA_STATE_LOADING, common_pb2.REPLICA_STATE_READY)
 
 def node_capacity(node: common_pb2.NodeInfo, memory_of: Callable[[str], int],
                   managed: Collection[tuple[str, str]],
-                  extra: tuple[Replica, ...] = ()) -> NodeCapacity:
+                  extra: tuple[PlacedReplica, ...] = ()) -> NodeCapacity:
     """A node as the policy sees it; `extra` adds replicas loaded but not yet heartbeated. A
     hot standby serves nothing, so it is no replica of its model, but its weights and pool
     take memory: the node offers that much less."""
     replicas = tuple(
-        Replica(model=r.model, replica_id=r.replica_id, memory_bytes=memory_of(r.model),
+        PlacedReplica(model=r.model, replica_id=r.replica_id, memory_bytes=memory_of(r.model),
                 managed=(node.node_id, r.replica_id) in managed)
         for r in node.replicas if r.state in OCCUPYING)
     standby = sum(memory_of(r.model) for r in node.replicas

@@ -7,9 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import grpc
-
 from strata.policy.placement import ArrivalCurve, SlaTarget
-from strata.rpc.v1 import metrics_pb2, metrics_pb2_grpc
+from strata.v1 import metrics_pb2, metrics_pb2_grpc
 
 log = logging.getLogger(__name__)
 

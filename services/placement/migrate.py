@@ -20,8 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import grpc
-
-from strata.rpc.v1 import common_pb2
+from strata.v1 import common_pb2
 
 log = logging.getLogger(__name__)
 

@@ -25,6 +25,19 @@ from dataclasses import dataclass, field
 
 import grpc
 from opentelemetry import trace
+from strata.core.defaults import NODE_TTL_S
+from strata.policy.clock import Clock
+from strata.policy.model_sizes import model_memory_bytes
+from strata.policy.placement import (
+    Assignment,
+    ModelDemand,
+    NodeCapacity,
+    PlacedReplica,
+    PlacementPlan,
+    Unload,
+)
+from strata.telemetry import names
+from strata.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 
 from services.placement import convert
 from services.placement.actions import NodeActions, NodeClients
@@ -32,13 +45,6 @@ from services.placement.curves_source import MetricsCurves
 from services.placement.migrate import Migration, Migrations, Retiring
 from services.placement.policies import FfdPolicy, Outcome, PlacementPolicy
 from services.placement.profiles import device_kind
-from strata.defaults import NODE_TTL_S
-from strata.policy.clock import Clock
-from strata.policy.model_sizes import model_memory_bytes
-from strata.policy.placement import (Assignment, ModelDemand, NodeCapacity, PlacementPlan,
-                                     Replica, Unload)
-from strata.rpc.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
-from strata.telemetry import names
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +174,7 @@ class Planner:
         return {(n.node_id, r.replica_id): r.state for n in listed.nodes for r in n.replicas}
 
     def _capacity(self, node: common_pb2.NodeInfo, advertised: Mapping[str, int]) -> NodeCapacity:
-        extra = tuple(Replica(model, rid, self.memory_need(model, advertised) or 0, managed=True)
+        extra = tuple(PlacedReplica(model, rid, self.memory_need(model, advertised) or 0, managed=True)
                       for rid, model in self._actions.pending_on(node.node_id))
         capacity = convert.node_capacity(node, lambda m: self.memory_need(m, advertised) or 0,
                                          self._actions.managed, extra)

@@ -13,12 +13,22 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from services.placement.curves_source import CurveSnapshot
-from strata.policy.placement import (BatchAwareSettings, Decision, Explanation, ModelDemand,
-                                     Move, NodeCapacity, NodeLoad, PlacementPlan,
-                                     plan_batch_aware, plan_placement)
+from strata.policy.placement import (
+    BatchAwareSettings,
+    Decision,
+    Explanation,
+    ModelDemand,
+    Move,
+    NodeCapacity,
+    NodeLoad,
+    PlacementPlan,
+    plan_batch_aware,
+    plan_placement,
+)
 from strata.policy.placement.curves import DAY_S, upcoming
 from strata.policy.placement.loads import CostsLookup
+
+from services.placement.curves_source import CurveSnapshot
 
 
 @dataclass(slots=True)

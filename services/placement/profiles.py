@@ -1,6 +1,6 @@
 """Engine profiles as the batch-aware planner's engine costs, per model and kind of device.
 
-`strata profile` measures a real engine's step costs into a JSON profile (strata.sim.profile);
+`strata profile` measures a real engine's step costs into a JSON profile (strata.core.profile);
 ProfileCosts answers the two questions the placement latency model asks of it
 (strata.policy.placement.capacity.EngineCosts):
 
@@ -18,8 +18,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from strata.core.blocks import DEFAULT_BLOCK_SIZE
+from strata.core.profile import EngineProfile, StepShape, load_profile, prefill_keys
 from strata.policy.placement.capacity import EngineCosts
-from strata.sim.profile import EngineProfile, StepShape, load_profile, prefill_keys
 
 NO_PROFILES = "none"
 
@@ -33,7 +34,7 @@ class ProfileCosts:
 
     def __init__(self, profile: EngineProfile) -> None:
         self._costs = profile.costs
-        self._block = int(profile.engine.get("block_size", 16))
+        self._block = int(profile.engine.get("block_size", DEFAULT_BLOCK_SIZE))
         self._chunk = max(1, int(profile.engine.get("max_batched_tokens", 2048)))
         self._max_batch = int(profile.engine.get("max_seqs", 32))
         self._share = profile.colocation_share

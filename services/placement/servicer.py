@@ -4,10 +4,15 @@ uncordoning nodes first), Explain returns the numbers behind the latest plan's d
 from __future__ import annotations
 
 import grpc
+from strata.v1 import placement_pb2, placement_pb2_grpc
 
 from services.placement import convert
-from services.placement.planner import Planner, PlanSnapshot, SchedulerUnavailable, UnknownNode
-from strata.rpc.v1 import placement_pb2, placement_pb2_grpc
+from services.placement.planner import (
+    Planner,
+    PlanSnapshot,
+    SchedulerUnavailable,
+    UnknownNode,
+)
 
 _NO_PLAN = ("no plan yet: the planner has not reached the scheduler; retry shortly or call "
             "Replan to see why")

@@ -6,38 +6,39 @@ import asyncio
 import logging
 import random
 
-from services.scheduler.config import SchedulerConfig
-from services.scheduler.servicer import SchedulerServicer
+from strata.core.settings import load
 from strata.policy.clock import WallClock
 from strata.policy.registry import NodeRegistry
 from strata.policy.routing import Router
-from strata.rpc.identity import install
+from strata.rpc.channels import install
 from strata.rpc.server import Registration, run, serve_until_signal, start_server
-from strata.rpc.v1 import scheduler_pb2, scheduler_pb2_grpc
 from strata.telemetry.setup import init_tracing
+from strata.v1 import scheduler_pb2, scheduler_pb2_grpc
+
+from services.scheduler.config import PROG, SchedulerConfig
+from services.scheduler.servicer import SchedulerServicer
 
 log = logging.getLogger("services.scheduler")
 
 
-async def main() -> None:
-    cfg = SchedulerConfig.from_env()
-    identity = cfg.security.identity("scheduler")
+async def main(cfg: SchedulerConfig) -> None:
+    identity = cfg.security().identity("scheduler")
     install(identity)
     init_tracing("scheduler", cfg.otlp_endpoint, identity=identity)
     registry = NodeRegistry(clock=WallClock(), ttl_s=cfg.node_ttl_s)
     # Unseeded on purpose: scheduler replicas must break ties differently, or they herd.
-    router = Router(rng=random.Random(), kv_block_tokens=cfg.block_size,
-                    sample_size=cfg.route_sample, tie_tolerance=cfg.tie_tolerance)
+    router = Router(rng=random.Random(),
+                    sample_size=cfg.route_sample, tie_tolerance=cfg.route_tie_tolerance)
     servicer = SchedulerServicer(registry, router, cfg.heartbeat_interval_s,
                                  settings=cfg.settings())
-    log.info("scheduling mode %s", cfg.mode)
+    log.info("scheduling mode %s", cfg.scheduler_mode)
     running = await start_server([Registration(
         add=lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s),
         service_name=scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].full_name)],
-        bind=cfg.bind, identity=identity)
+        bind=cfg.scheduler_bind, identity=identity)
     stop = asyncio.Event()
     expiry = asyncio.create_task(servicer.expire_until(stop, cfg.heartbeat_interval_s))
-    log.info("scheduler listening on %s", cfg.bind)
+    log.info("scheduler listening on %s", cfg.scheduler_bind)
 
     async def on_stop() -> None:
         stop.set()
@@ -47,4 +48,5 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    run(main)
+    settings = load(SchedulerConfig, PROG)      # --help and bad settings stop here
+    run(lambda: main(settings))

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from strata.eval.sla import DEFAULT_CLASS
-from strata.policy.registry import ModelInfo, NodeState, ReplicaPhase, ReplicaState, TenantLoad
-from strata.policy.scheduling.tenants import TenantPolicy
-from strata.rpc.v1 import common_pb2
+from strata.policy.registry import (
+    ModelInfo,
+    NodeState,
+    ReplicaPhase,
+    ReplicaState,
+)
+from strata.rpc.convert import tenant_load_from_pb, tenant_load_to_pb
+from strata.v1 import common_pb2
 
 _PHASE_FROM_PB = {
     common_pb2.REPLICA_STATE_UNSPECIFIED: ReplicaPhase.UNSPECIFIED,
@@ -29,7 +33,7 @@ def replica_from_pb(r: common_pb2.ReplicaInfo) -> ReplicaState:
         waiting_requests=r.waiting_requests, queued_tokens=r.queued_tokens,
         kv_blocks_total=r.kv_blocks_total, kv_blocks_free=r.kv_blocks_free,
         waiting_for_memory=r.waiting_for_memory, tokens_per_s=max(0.0, r.tokens_per_s),
-        max_seqs=r.max_seqs)
+        max_seqs=r.max_seqs, block_size=max(0, r.kv_block_size))
 
 
 def replica_to_pb(r: ReplicaState) -> common_pb2.ReplicaInfo:
@@ -39,27 +43,7 @@ def replica_to_pb(r: ReplicaState) -> common_pb2.ReplicaInfo:
         waiting_requests=r.waiting_requests, queued_tokens=r.queued_tokens,
         kv_blocks_total=r.kv_blocks_total, kv_blocks_free=r.kv_blocks_free,
         waiting_for_memory=r.waiting_for_memory, tokens_per_s=r.tokens_per_s,
-        max_seqs=r.max_seqs)
-
-
-def tenant_load_from_pb(t: common_pb2.TenantLoad) -> TenantLoad:
-    return TenantLoad(tenant=t.tenant, priority=t.priority, running=t.running, queued=t.queued,
-                      tokens=max(0, t.tokens))
-
-
-def tenant_load_to_pb(t: TenantLoad) -> common_pb2.TenantLoad:
-    return common_pb2.TenantLoad(tenant=t.tenant, priority=t.priority, running=t.running,
-                                 queued=t.queued, tokens=t.tokens)
-
-
-def policy_from_pb(tenant: str, p: common_pb2.TenantPolicy) -> TenantPolicy:
-    """The request's policy; unset fields read as the defaults (class standard, weight 1, no
-    guarantee, burst share 1). Raises ValueError naming a field out of range."""
-    return TenantPolicy(
-        tenant=tenant or p.tenant, sla_class=p.sla_class or DEFAULT_CLASS,
-        priority=p.priority if p.sla_class else 1, ttft_ms=p.ttft_ms or None,
-        tpot_ms=p.tpot_ms or None, weight=p.weight or 1.0,
-        guaranteed_share=p.guaranteed_share, burst_share=p.burst_share or 1.0)
+        max_seqs=r.max_seqs, kv_block_size=r.block_size)
 
 
 def model_from_pb(m: common_pb2.ModelInfo) -> ModelInfo:

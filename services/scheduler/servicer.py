@@ -9,16 +9,17 @@ import logging
 import grpc
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
-
-from services.scheduler import convert
+from strata.core.tenant_policy_pb import policy_from_pb
 from strata.policy.kv_index import PrefixIndex
 from strata.policy.registry import NodeRegistry
 from strata.policy.routing import MissKind, Router
 from strata.policy.scheduling.admission import Refusal
 from strata.policy.scheduling.global_scheduler import GlobalScheduler, SchedulerSettings
 from strata.policy.scheduling.ledger import PoolLedger
-from strata.rpc.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 from strata.telemetry import names
+from strata.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
+
+from services.scheduler import convert
 
 log = logging.getLogger(__name__)
 
@@ -30,9 +31,11 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         self._registry = registry
         self._router = router
         self._index = index if index is not None else PrefixIndex()
-        self._scheduler = GlobalScheduler(registry, router, PoolLedger(router.kv_block_tokens),
+        self._scheduler = GlobalScheduler(registry, router, PoolLedger(),
                                           self._index, settings)
         self._interval_ms = round(heartbeat_interval_s * 1000)
+        self._block_sizes: dict[str, int] = {}          # model -> first KV block size reported
+        self._mismatches: set[tuple[str, int]] = set()
         self._tracer = tracer or trace.get_tracer(__name__)
 
     async def Heartbeat(self, request: scheduler_pb2.HeartbeatRequest,
@@ -45,7 +48,23 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             log.info("node %s joined at %s (%d bytes, %s)", node.node_id, node.address,
                      node.memory_bytes, node.device or "device unknown")
         self._registry.heartbeat(convert.node_from_pb(node, request.models))
+        self._check_block_sizes(node)
         return scheduler_pb2.HeartbeatResponse(heartbeat_interval_ms=self._interval_ms)
+
+    def _check_block_sizes(self, node: common_pb2.NodeInfo) -> None:
+        """A model's replicas must share one KV block size (strata.core.blocks): say so, once
+        per model and size, when one reports another."""
+        for r in node.replicas:
+            if not r.kv_block_size:
+                continue
+            first = self._block_sizes.setdefault(r.model, r.kv_block_size)
+            if r.kv_block_size != first and (r.model, r.kv_block_size) not in self._mismatches:
+                self._mismatches.add((r.model, r.kv_block_size))
+                log.warning("replica %s of %s on node %s uses KV blocks of %d tokens, other "
+                            "replicas of the model %d: prefix routing matches only replicas "
+                            "of the size most report; give every worker of a model the same "
+                            "STRATA_BLOCK_SIZE", r.replica_id, r.model, node.node_id,
+                            r.kv_block_size, first)
 
     async def Route(self, request: scheduler_pb2.RouteRequest,
                     context: grpc.aio.ServicerContext) -> scheduler_pb2.RouteResponse:
@@ -60,7 +79,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 f"max_tokens must be >= 0, got {request.max_tokens}")
         try:
-            policy = convert.policy_from_pb(request.tenant, request.policy)
+            policy = policy_from_pb(request.policy, request.tenant)
         except ValueError as err:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         with self._tracer.start_as_current_span(names.SPAN_SCHEDULER_ROUTE) as span:

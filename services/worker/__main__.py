@@ -6,40 +6,41 @@ import logging
 import time
 
 import torch
-
-from services.worker.config import WorkerConfig
-from services.worker.servicer import WorkerServicer
+from strata.core.settings import SettingsError
 from strata.engine.async_engine import AsyncEngine
 from strata.engine.engine import LLMEngine
 from strata.engine.registry import load_model
 from strata.engine.step_meter import meter_from_profile
 from strata.engine.tier_link import TierLink
-from strata.envconfig import ConfigError
 from strata.kvtier.client import TierClient
-from strata.rpc.identity import install
+from strata.rpc.channels import install
 from strata.rpc.server import Registration, run, serve_until_signal, start_server
-from strata.rpc.v1 import worker_pb2, worker_pb2_grpc
 from strata.telemetry.setup import init_tracing
+from strata.v1 import worker_pb2, worker_pb2_grpc
+
+from services.worker.config import WorkerConfig, load_worker
+from services.worker.servicer import WorkerServicer
 
 log = logging.getLogger("services.worker")
 
 
-async def main() -> None:
-    cfg = WorkerConfig.from_env()
-    identity = cfg.security.identity("worker")
+async def main(cfg: WorkerConfig) -> None:
+    identity = cfg.security().identity("worker")
     install(identity)
     torch.set_num_threads(cfg.torch_threads)
     init_tracing("worker", cfg.otlp_endpoint, identity=identity)
+    engine_config = cfg.engine_config()
+    profile = cfg.profile
     try:
-        meter = meter_from_profile(cfg.profile_path, cfg.model, cfg.engine.block_size) \
-            if cfg.profile_path else None
+        meter = meter_from_profile(profile, cfg.model, engine_config.block_size) \
+            if profile else None
     except ValueError as err:
-        raise ConfigError(str(err)) from None
+        raise SettingsError(f"STRATA_PROFILE_PATH: {err}") from None
     started = time.perf_counter()
     loaded = load_model(cfg.model)
     tier = TierLink(TierClient(cfg.kvstore_addr, worker_id=f"{cfg.model}/{cfg.replica_id}")) \
         if cfg.kvstore_addr else None
-    llm = LLMEngine(loaded, cfg.engine, tier=tier)
+    llm = LLMEngine(loaded, engine_config, tier=tier)
     warm = llm.warm_up()
     llm.step_observer = meter   # after warm-up: its first-shape costs are no interference
     engine = AsyncEngine(llm)
@@ -48,13 +49,13 @@ async def main() -> None:
         e.kv.numel() * e.kv.element_size()
     log.info("loaded %s in %.1fs (warm-up %.1fs): %d KV blocks of %d tokens, %d torch threads",
              cfg.model, time.perf_counter() - started, warm, e.pool.num_blocks,
-             cfg.engine.block_size, cfg.torch_threads)
+             engine_config.block_size, cfg.torch_threads)
     servicer = WorkerServicer(engine, memory, meter)
     running = await start_server([Registration(
         add=lambda s: worker_pb2_grpc.add_WorkerServicer_to_server(servicer, s),
-        service_name=worker_pb2.DESCRIPTOR.services_by_name["Worker"].full_name)], bind=cfg.bind,
-        identity=identity)
-    log.info("worker %s (%s) listening on %s", cfg.replica_id, cfg.model, cfg.bind)
+        service_name=worker_pb2.DESCRIPTOR.services_by_name["Worker"].full_name)],
+        bind=cfg.worker_bind, identity=identity)
+    log.info("worker %s (%s) listening on %s", cfg.replica_id, cfg.model, cfg.worker_bind)
 
     async def on_stop() -> None:
         engine.stop()
@@ -65,4 +66,5 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    run(main)
+    settings = load_worker()                    # --help and bad settings stop here
+    run(lambda: main(settings))

@@ -7,16 +7,15 @@ from contextlib import aclosing
 
 import grpc
 from opentelemetry import trace
-
+from strata.core.stats import percentiles
 from strata.engine.async_engine import AsyncEngine, EngineFailed, RequestFailed
 from strata.engine.engine import EngineRequest, LLMEngine, RequestOutput
 from strata.engine.prompt import prompt_ids
 from strata.engine.resume import resume
 from strata.engine.sequence import FinishReason, SamplingParams
 from strata.engine.step_meter import StepMeter
-from strata.core.stats import percentiles
-from strata.rpc.v1 import common_pb2, worker_pb2, worker_pb2_grpc
 from strata.telemetry import names
+from strata.v1 import common_pb2, worker_pb2, worker_pb2_grpc
 
 _FINISH = {FinishReason.STOP: common_pb2.FINISH_REASON_STOP,
            FinishReason.LENGTH: common_pb2.FINISH_REASON_LENGTH,
@@ -87,28 +86,24 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
         pool = e.pool
         recent = list(pool.recent_lifetimes_s)
         p50, p99 = percentiles(recent, (50.0, 99.0)) if recent else (0.0, 0.0)
+        counters = e.counters()
+        if self.meter is not None:
+            counters.step_seconds_observed = self.meter.observed_s
+            counters.step_seconds_solo = self.meter.solo_s
         return worker_pb2.WorkerStats(
             model=e.model_name, running_requests=snap["running"],
             waiting_requests=snap["waiting"], kv_blocks_total=snap["blocks_total"],
             kv_blocks_free=snap["blocks_free"], kv_blocks_cached=snap["blocks_cached"],
-            prefix_hit_tokens=e.stats.prefix_hit_tokens, tier_hit_tokens=e.stats.tier_hit_tokens,
             blocks_offloaded=tier.offloaded if tier else 0, queued_tokens=snap["queued_tokens"],
-            context_length=e.max_context, memory_bytes=self.memory_bytes, steps=e.stats.steps,
-            step_tokens=e.stats.step_tokens_total,
-            step_token_budget=e.stats.steps * e.config.max_batched_tokens,
-            preemptions=e.scheduler.preemptions, busy_seconds=e.stats.busy_seconds,
-            prompt_tokens=e.stats.prompt_tokens, max_batched_tokens=e.config.max_batched_tokens,
-            kv_blocks_evicted=pool.evicted_lifetimes_count,
-            block_lifetime_sum_s=pool.evicted_lifetime_sum_s, block_lifetime_p50_s=p50,
+            context_length=e.max_context, memory_bytes=self.memory_bytes,
+            max_batched_tokens=e.config.max_batched_tokens, block_lifetime_p50_s=p50,
             block_lifetime_p99_s=p99, waiting_for_memory=e.scheduler.waiting_for_memory,
             tier_blocks_dropped=tier.dropped if tier else 0,
             prefetched_blocks=tier.prefetched if tier else 0, kv_blocks_used=pool.num_used,
-            max_seqs=e.config.max_seqs, priority_preemptions=e.scheduler.priority_preemptions,
+            max_seqs=e.config.max_seqs, kv_block_size=e.config.block_size,
             prefill_tokens_per_s=(1.0 / e.costs.prefill_s_per_token
                                   if e.costs.prefill_s_per_token else 0.0),
-            step_seconds_observed=self.meter.observed_s if self.meter is not None else 0.0,
-            step_seconds_solo=self.meter.solo_s if self.meter is not None else 0.0,
-            **sparse_stats(e))
+            **sparse_stats(e), **counters.to_pb_fields())
 
 
 def sparse_from_pb(spec: common_pb2.GenerationSpec) -> bool | None:
@@ -120,12 +115,12 @@ def sparse_from_pb(spec: common_pb2.GenerationSpec) -> bool | None:
 
 
 def sparse_stats(e: LLMEngine) -> dict[str, int]:
-    """WorkerStats' cumulative sparse decode counters (zero on an engine without the path)."""
+    """WorkerStats' sparse decode figures beyond the engine counters (zero on an engine
+    without the path)."""
     if e.sparse is None:
         return {}
     s = e.sparse.stats
-    return {"sparse_decode_rows": s.decode_rows, "sparse_layer_steps": s.layer_steps,
-            "sparse_fallbacks": s.fallbacks, "sparse_blocks_read": s.blocks_read,
+    return {"sparse_decode_rows": s.decode_rows, "sparse_blocks_read": s.blocks_read,
             "sparse_blocks_dense": s.blocks_dense}
 
 

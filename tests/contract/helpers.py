@@ -13,10 +13,10 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from strata.rpc.server import Registration, start_server
+from strata.v1 import worker_pb2, worker_pb2_grpc
 
 from services.worker.servicer import WorkerServicer
-from strata.rpc.server import Registration, start_server
-from strata.rpc.v1 import worker_pb2, worker_pb2_grpc
 
 _EXPORTER = InMemorySpanExporter()
 _installed = False
@@ -58,12 +58,13 @@ def gateway_servicer(scheduler_addresses, auth, limiter, request_timeout_s: floa
                      prefixes=None, tenants=None, stale=None):
     """The gateway servicer over a pipeline built as services.gateway builds it: `auth`'s store
     and clock for the tenant directory unless one is given, a default prefix hasher."""
-    from services.gateway.servicer import GatewayServicer
     from strata.gateway.node_clients import NodeClients
     from strata.gateway.pipeline import RequestPipeline
     from strata.gateway.prefix_hashes import PrefixHasher
     from strata.gateway.scheduler_client import SchedulerClient
     from strata.gateway.tenant_directory import TenantDirectory
+
+    from services.gateway.servicer import GatewayServicer
 
     if isinstance(scheduler_addresses, str):
         scheduler_addresses = [scheduler_addresses]

@@ -16,22 +16,29 @@ from dataclasses import dataclass
 
 import grpc
 import pytest
-
-from services.gateway.admin import MISSING_ADMIN_KEY, WRONG_ADMIN_KEY, AdminServicer
-from strata.gateway.pipeline import BAD_KEY
-from tests.contract.helpers import gateway_servicer
-from strata.eval.sla import SlaTable
-
+from strata.core.sla import SlaTable
 from strata.gateway.auth import Authenticator
+from strata.gateway.pipeline import BAD_KEY
 from strata.gateway.prefix_hashes import PrefixHasher
 from strata.gateway.tenant_directory import TenantDirectory
 from strata.policy.clock import ManualClock
 from strata.policy.ratelimit import TenantRateLimiter
 from strata.rpc.server import Registration, channel, start_server
-from strata.rpc.v1 import (admin_pb2, admin_pb2_grpc, common_pb2, gateway_pb2, gateway_pb2_grpc,
-                           node_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc)
 from strata.store.db import create_all, make_engine, session_factory
 from strata.store.sla_classes import seed_sla_classes
+from strata.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
+    common_pb2,
+    gateway_pb2,
+    gateway_pb2_grpc,
+    node_pb2_grpc,
+    scheduler_pb2,
+    scheduler_pb2_grpc,
+)
+
+from services.gateway.admin import MISSING_ADMIN_KEY, WRONG_ADMIN_KEY, AdminServicer
+from tests.contract.helpers import gateway_servicer
 
 ADMIN_KEY = "sk-strata-admin-test-key"
 MODEL = "dummy-tiny"

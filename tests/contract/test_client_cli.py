@@ -12,10 +12,9 @@ import sys
 
 import grpc
 import pytest
-
 from strata.client import AsyncClient, Client, cli
 from strata.rpc.server import Registration, start_server
-from strata.rpc.v1 import (
+from strata.v1 import (
     common_pb2,
     gateway_pb2,
     gateway_pb2_grpc,

@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 from grpc_health.v1 import health_pb2
-
 from strata.client import healthcheck
 from strata.rpc.server import start_server
 

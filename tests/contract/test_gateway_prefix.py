@@ -10,9 +10,6 @@ from dataclasses import dataclass
 
 import grpc
 import pytest
-
-from tests.contract.helpers import gateway_servicer
-from services.scheduler.servicer import SchedulerServicer
 from strata.engine.dummy import load_dummy
 from strata.engine.prompt import prompt_ids
 from strata.gateway.auth import Authenticator
@@ -22,11 +19,21 @@ from strata.policy.clock import ManualClock
 from strata.policy.ratelimit import TenantRateLimiter
 from strata.policy.registry import NodeRegistry
 from strata.policy.routing import Router
+from strata.policy.scheduling.stale_routing import StaleRouter
 from strata.rpc.server import Registration, channel, start_server
-from strata.rpc.v1 import (common_pb2, gateway_pb2, gateway_pb2_grpc, node_pb2_grpc,
-                           scheduler_pb2, scheduler_pb2_grpc)
 from strata.store.db import create_all, make_engine, session_factory
 from strata.store.tenants import create_tenant, issue_api_key
+from strata.v1 import (
+    common_pb2,
+    gateway_pb2,
+    gateway_pb2_grpc,
+    node_pb2_grpc,
+    scheduler_pb2,
+    scheduler_pb2_grpc,
+)
+
+from services.scheduler.servicer import SchedulerServicer
+from tests.contract.helpers import gateway_servicer
 
 MODEL = "dummy-tiny"
 TENANT = "acme"
@@ -81,6 +88,7 @@ class Loader:
 @dataclass
 class Env:
     gateway: gateway_pb2_grpc.GatewayStub
+    servicer: object
     scheduler: RecordingScheduler
     scheduler_stub: scheduler_pb2_grpc.SchedulerStub
     node: FakeNode
@@ -90,12 +98,14 @@ class Env:
     metadata: tuple[tuple[str, str], ...]
 
 
-def heartbeat(node_id: str, address: str, queued: int = 0) -> scheduler_pb2.HeartbeatRequest:
+def heartbeat(node_id: str, address: str, queued: int = 0,
+              block_size: int = 16) -> scheduler_pb2.HeartbeatRequest:
     return scheduler_pb2.HeartbeatRequest(
         node=common_pb2.NodeInfo(node_id=node_id, address=address, replicas=[
             common_pb2.ReplicaInfo(model=MODEL, replica_id=f"{node_id}-r0", queued_tokens=queued,
                                    state=common_pb2.REPLICA_STATE_READY,
-                                   kv_blocks_total=64, kv_blocks_free=64)]),
+                                   kv_blocks_total=64, kv_blocks_free=64,
+                                   kv_block_size=block_size)]),
         models=[common_pb2.ModelInfo(name=MODEL, context_length=2048)])
 
 
@@ -119,12 +129,13 @@ async def env(tmp_path):
     gateway = gateway_servicer(servers[1].address,
                                Authenticator(sessions, ManualClock().now, ttl_s=10.0),
                                TenantRateLimiter(ManualClock(), 1000.0, 1000.0),
-                               request_timeout_s=10.0, prefixes=hasher)
+                               request_timeout_s=10.0, prefixes=hasher,
+                               stale=StaleRouter(ManualClock(), 30.0))
     servers.append(await start_server([Registration(
         add=lambda s: gateway_pb2_grpc.add_GatewayServicer_to_server(gateway, s),
         service_name=gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name)]))
     channels.append(channel(servers[2].address))
-    yield Env(gateway_pb2_grpc.GatewayStub(channels[1]), scheduler,
+    yield Env(gateway_pb2_grpc.GatewayStub(channels[1]), gateway, scheduler,
               scheduler_pb2_grpc.SchedulerStub(channels[0]), node, servers[0].address, hasher,
               loader, (("authorization", f"Bearer {key}"),))
     await gateway.close()
@@ -185,6 +196,17 @@ async def test_the_prompts_hashes_steer_routing_and_the_kv_source_reaches_the_no
         HashKeys.for_request(MODEL, TENANT, True))
     assert env.node.submits[-1].kv_source_address == ""
     assert env.loader.calls == [MODEL]
+
+
+async def test_the_gateway_hashes_in_the_block_size_the_models_workers_report(env):
+    await env.scheduler_stub.Heartbeat(heartbeat("node-1", env.node_addr, block_size=8))
+    assert await env.servicer.pipeline.schedulers.refresh_view()
+    await generate(env)                          # starts the tokenizer load
+    await env.hasher.close()
+    await generate(env)
+    ids = prompt_ids(load_dummy(MODEL).tokenizer, PROMPT, [])
+    assert list(env.scheduler.routes[-1].prefix_hashes) == chain_hashes(
+        ids[:-1], 8, HashKeys.for_request(MODEL, TENANT, False))
 
 
 async def test_an_unknown_model_is_never_looked_up(env):

@@ -17,16 +17,16 @@ from dataclasses import dataclass
 import grpc
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
-
-from services.scheduler.servicer import SchedulerServicer
 from strata.gateway.auth import Authenticator
 from strata.policy.clock import ManualClock
 from strata.policy.ratelimit import TenantRateLimiter
 from strata.policy.registry import NodeRegistry
 from strata.policy.routing import Router
 from strata.rpc.server import Registration, channel, start_server
-from strata.rpc.v1 import (
+from strata.store.db import create_all, make_engine, session_factory
+from strata.store.tenants import create_tenant, issue_api_key, revoke_api_key
+from strata.telemetry import names
+from strata.v1 import (
     common_pb2,
     gateway_pb2,
     gateway_pb2_grpc,
@@ -34,9 +34,8 @@ from strata.rpc.v1 import (
     scheduler_pb2,
     scheduler_pb2_grpc,
 )
-from strata.store.db import create_all, make_engine, session_factory
-from strata.store.tenants import create_tenant, issue_api_key, revoke_api_key
-from strata.telemetry import names
+
+from services.scheduler.servicer import SchedulerServicer
 from tests.contract.helpers import gateway_servicer, global_spans, spans_named
 
 MODEL = "dummy-tiny"

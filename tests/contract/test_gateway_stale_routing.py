@@ -10,8 +10,6 @@ import re
 
 import grpc
 import pytest
-
-from services.scheduler.servicer import SchedulerServicer
 from strata.gateway.auth import Authenticator
 from strata.gateway.scheduler_client import view_of
 from strata.policy.clock import ManualClock
@@ -20,11 +18,19 @@ from strata.policy.registry import NodeRegistry
 from strata.policy.routing import Router
 from strata.policy.scheduling.stale_routing import StaleRouter
 from strata.rpc.server import Registration, channel, start_server
-from strata.rpc.v1 import (common_pb2, gateway_pb2, gateway_pb2_grpc, node_pb2_grpc,
-                           scheduler_pb2, scheduler_pb2_grpc)
 from strata.store.db import create_all, make_engine, session_factory
 from strata.store.tenants import create_tenant, issue_api_key
 from strata.telemetry import names
+from strata.v1 import (
+    common_pb2,
+    gateway_pb2,
+    gateway_pb2_grpc,
+    node_pb2_grpc,
+    scheduler_pb2,
+    scheduler_pb2_grpc,
+)
+
+from services.scheduler.servicer import SchedulerServicer
 from tests.contract.helpers import gateway_servicer, global_spans, spans_named
 from tests.contract.test_gateway_service import MODEL, FakeNode
 

@@ -10,9 +10,6 @@ import time
 
 import grpc
 import pytest
-
-from services.kvstore.events import EventPublisher
-from services.kvstore.servicer import KVStoreServicer
 from strata.engine.engine import EngineRequest
 from strata.engine.sequence import SamplingParams
 from strata.engine.tier_link import TierLink
@@ -23,7 +20,10 @@ from strata.kvtier.shm_segment import ShmSegment
 from strata.kvtier.tiered_store import Tier, TieredStore
 from strata.policy.kv_tiering import LRUPolicy
 from strata.rpc.server import Registration, channel, start_server
-from strata.rpc.v1 import kvstore_pb2, kvstore_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
+from strata.v1 import kvstore_pb2, kvstore_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
+
+from services.kvstore.events import EventPublisher
+from services.kvstore.servicer import KVStoreServicer
 from tests.engine_helpers import run_to_end, tiny_engine
 
 SLAB = 4096

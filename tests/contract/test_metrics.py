@@ -11,16 +11,16 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Status, StatusCode
-
-from services.metrics.config import MetricsConfig
-from services.metrics.servicer import MetricsServicer
-from strata import defaults
+from strata.core import defaults
 from strata.rpc.server import Registration, channel, start_server
-from strata.rpc.v1 import metrics_pb2, metrics_pb2_grpc
 from strata.store.db import create_all, make_engine, session_factory
 from strata.store.spans import span_sink
 from strata.telemetry import names
 from strata.telemetry.receiver import OtlpReceiver
+from strata.v1 import metrics_pb2, metrics_pb2_grpc
+
+from services.metrics.config import MetricsConfig
+from services.metrics.servicer import MetricsServicer
 
 T0 = 1_700_000_000_000_000_000  # ns
 MS = 1_000_000
@@ -153,8 +153,9 @@ def test_config_does_not_export_own_spans_by_default(monkeypatch, tmp_path):
                  "STRATA_METRICS_EXPORT_OWN_SPANS"):
         monkeypatch.delenv(name, raising=False)
     cfg = MetricsConfig.from_env()
-    assert (cfg.bind, cfg.otlp_bind) == (defaults.METRICS_ADDR, defaults.OTLP_ADDR)
-    assert cfg.db_url == f"sqlite+aiosqlite:///{tmp_path / 'strata.db'}"
+    assert (cfg.metrics_bind, cfg.otlp_bind) == (defaults.METRICS_ADDR, defaults.OTLP_ADDR)
+    assert cfg.database_url(cfg.resolved_data_dir()) == \
+        f"sqlite+aiosqlite:///{tmp_path / 'strata.db'}"
     assert cfg.tracing_endpoint == ""
     monkeypatch.setenv("STRATA_METRICS_EXPORT_OWN_SPANS", "true")
     assert MetricsConfig.from_env().tracing_endpoint == "127.0.0.1:4317"

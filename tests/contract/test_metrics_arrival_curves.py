@@ -4,18 +4,18 @@ tenants, refused requests, and the placement planner's client of it (MetricsCurv
 
 import grpc
 import pytest
-
-from services.metrics.servicer import MetricsServicer
-from services.placement.curves_source import MetricsCurves
+from strata.core.sla import parse_classes
 from strata.eval.layers import LayerSettings
-from strata.eval.sla import parse_classes
 from strata.rpc.server import Registration, channel, start_server
-from strata.rpc.v1 import metrics_pb2, metrics_pb2_grpc
 from strata.store.db import create_all, make_engine, session_factory
 from strata.store.spans import SpanRecord, insert_spans, span_sink
 from strata.store.tenants import create_tenant
 from strata.telemetry import names
 from strata.telemetry.receiver import OtlpReceiver
+from strata.v1 import metrics_pb2, metrics_pb2_grpc
+
+from services.metrics.servicer import MetricsServicer
+from services.placement.curves_source import MetricsCurves
 
 NOW_MS = 1_700_006_400_000 + 3_600_000      # 01:00 UTC
 

@@ -11,19 +11,18 @@ import sys
 import threading
 from pathlib import Path
 
+import grpc
+import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-import grpc
-import pytest
-
-from strata.rpc.identity import TOKEN_METADATA, ClusterIdentity, channel
-from strata.rpc.v1 import metrics_pb2, metrics_pb2_grpc
+from strata.rpc.channels import channel
+from strata.security.identity import TOKEN_METADATA, ClusterIdentity
 from strata.store.db import make_engine, session_factory
 from strata.store.tenants import authenticate
 from strata.telemetry import names
+from strata.v1 import metrics_pb2, metrics_pb2_grpc
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -10,17 +10,17 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-from services.metrics.servicer import MetricsServicer
 from strata.eval.layers import LayerSettings
 from strata.eval.report_codec import from_report
 from strata.rpc.server import Registration, channel, start_server
-from strata.rpc.v1 import metrics_pb2, metrics_pb2_grpc
 from strata.store.db import create_all, make_engine, session_factory
 from strata.store.spans import span_sink
 from strata.store.tenants import create_tenant
 from strata.telemetry import names
 from strata.telemetry.receiver import OtlpReceiver
+from strata.v1 import metrics_pb2, metrics_pb2_grpc
+
+from services.metrics.servicer import MetricsServicer
 
 T0_MS = 1_700_000_000_000
 MS = 1_000_000

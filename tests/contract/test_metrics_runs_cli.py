@@ -7,21 +7,22 @@ import json
 from html.parser import HTMLParser
 
 import pytest
-
-from services.gateway.metrics_proxy import MetricsProxyServicer
-from services.metrics.servicer import MetricsServicer
+from strata.client import cli
+from strata.core.records import NodeSampleRecord
+from strata.eval.layers import LayerSettings
 from strata.gateway.auth import Authenticator
 from strata.policy.clock import ManualClock
-from strata.client import cli
-from strata.eval.layers import LayerSettings
 from strata.rpc.server import Registration, channel, start_server
-from strata.rpc.v1 import metrics_pb2, metrics_pb2_grpc
 from strata.store.db import create_all, make_engine, session_factory
 from strata.store.runs import create_run, finish_run
-from strata.store.samples import NodeSampleRecord, insert_samples
+from strata.store.samples import insert_samples
 from strata.store.spans import SpanRecord, insert_spans, span_sink
 from strata.telemetry import names
 from strata.telemetry.receiver import OtlpReceiver
+from strata.v1 import metrics_pb2, metrics_pb2_grpc
+
+from services.gateway.metrics_proxy import MetricsProxyServicer
+from services.metrics.servicer import MetricsServicer
 
 T0_MS = 1_700_000_000_000
 ADMIN_KEY = "sk-strata-admin-test"

@@ -4,11 +4,17 @@ run id with a reason, and records the request's inter-token gap percentiles on i
 
 import grpc
 import pytest
-
 from strata.telemetry import names
+
 from tests.contract.helpers import global_spans, spans_named
-from tests.contract.test_gateway_service import (GAP_S, auth, collect, env, request,  # noqa: F401
-                                                 rpc_error)
+from tests.contract.test_gateway_service import (  # noqa: F401
+    GAP_S,
+    auth,
+    collect,
+    env,
+    request,
+    rpc_error,
+)
 
 
 async def test_run_id_metadata_lands_on_the_span_with_itl_percentiles(env):  # noqa: F811

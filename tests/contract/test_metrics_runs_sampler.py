@@ -6,19 +6,25 @@ import asyncio
 import socket
 
 import pytest
-
-from services.metrics.servicer import MetricsServicer
-from services.node.sampler import NodeSampler, sample_loop
-from strata.eval.energy import EnergyMeter, PowerModel
+from strata.node.energy import EnergyMeter, PowerModel
 from strata.node.replicas import Replica, ReplicaSet, State
 from strata.node.worker_process import WorkerProcess
 from strata.rpc.server import Registration, channel, start_server
-from strata.rpc.v1 import (kvstore_pb2, kvstore_pb2_grpc, metrics_pb2, metrics_pb2_grpc,
-                           worker_pb2, worker_pb2_grpc)
 from strata.store.db import create_all, make_engine, session_factory
 from strata.store.samples import samples_between
 from strata.store.spans import span_sink
 from strata.telemetry.receiver import OtlpReceiver
+from strata.v1 import (
+    kvstore_pb2,
+    kvstore_pb2_grpc,
+    metrics_pb2,
+    metrics_pb2_grpc,
+    worker_pb2,
+    worker_pb2_grpc,
+)
+
+from services.metrics.servicer import MetricsServicer
+from services.node.sampler import NodeSampler, sample_loop
 
 T0_MS = 1_700_000_000_000
 

@@ -11,14 +11,14 @@ from dataclasses import dataclass
 
 import grpc
 import pytest
-
-from services.node.config import NodeConfig
-from strata.envconfig import ConfigError
-from services.node.servicer import NodeManagerServicer
+from strata.core.settings import ConfigError
 from strata.node.replicas import Replica, ReplicaSet, State
 from strata.node.worker_process import WorkerProcess
 from strata.rpc.server import Registration, channel, start_server
-from strata.rpc.v1 import common_pb2, node_pb2, node_pb2_grpc, worker_pb2, worker_pb2_grpc
+from strata.v1 import common_pb2, node_pb2, node_pb2_grpc, worker_pb2, worker_pb2_grpc
+
+from services.node.config import NodeConfig
+from services.node.servicer import NodeManagerServicer
 
 MODEL = "dummy-tiny"
 FAR = 60_000.0      # a TTFT target no test comes near: nothing turns urgent
@@ -104,10 +104,10 @@ async def node_env(max_seqs: int = 1, queue: str = "wfq"):
     worker_server = await start_server([Registration(
         add=lambda s: worker_pb2_grpc.add_WorkerServicer_to_server(worker, s),
         service_name="strata.v1.Worker")])
-    cfg = NodeConfig(node_id="node-q", bind="127.0.0.1:0", advertise="node-q.local:50053",
-                     scheduler_addrs=(), kvstore_addr="", otlp_endpoint="",
-                     memory_bytes=8 << 30, device="cpu", torch_threads=1,
-                     worker_ready_timeout_s=60.0, heartbeat_interval_s=60.0, queue_policy=queue)
+    cfg = NodeConfig(node_id="node-q", node_bind="127.0.0.1:0", node_advertise="node-q.local:50053",
+                     internal_auth=False, scheduler_addr=(), kvstore_addr="", otlp_endpoint="",
+                     node_memory_bytes=8 << 30, device="cpu", torch_threads=1,
+                     worker_ready_timeout_s=60.0, heartbeat_interval_s=60.0, node_queue=queue)
     replicas = ReplicaSet({}, cfg.worker_ready_timeout_s)
     address = worker_server.address
     # A replica whose worker is the in-process fake: no process is ever started for it.
@@ -258,10 +258,10 @@ async def test_a_request_id_already_on_the_node_is_refused():
 
 def test_the_queue_policy_is_read_from_the_environment(monkeypatch):
     monkeypatch.setenv("STRATA_NODE_QUEUE", "fcfs")
-    assert NodeConfig.from_env().queue_policy == "fcfs"
+    assert NodeConfig.from_env().node_queue == "fcfs"
     monkeypatch.delenv("STRATA_NODE_QUEUE")
-    assert NodeConfig.from_env().queue_policy == "wfq"
+    assert NodeConfig.from_env().node_queue == "wfq"
     monkeypatch.setenv("STRATA_NODE_QUEUE", "lottery")
-    with pytest.raises(ConfigError, match="STRATA_NODE_QUEUE must be one of wfq, fcfs, got "
-                                          "'lottery'"):
+    with pytest.raises(ConfigError, match=r"STRATA_NODE_QUEUE \(--node-queue\): Input should be "
+                                          r"'wfq' or 'fcfs', got 'lottery'"):
         NodeConfig.from_env()

@@ -7,16 +7,16 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
-from services.node.config import NodeConfig
-from services.node.heartbeat import heartbeat_loop, interference_monitor
 from strata.node.dispatcher import Dispatcher
 from strata.node.replicas import Replica, ReplicaSet, State
 from strata.node.worker_process import WorkerProcess
 from strata.policy.clock import ManualClock, WallClock
 from strata.policy.scheduling.fair_queue import FairQueue, QueueItem
 from strata.rpc.server import Registration, start_server
-from strata.rpc.v1 import scheduler_pb2, scheduler_pb2_grpc, worker_pb2, worker_pb2_grpc
+from strata.v1 import scheduler_pb2, scheduler_pb2_grpc, worker_pb2, worker_pb2_grpc
+
+from services.node.config import NodeConfig
+from services.node.heartbeat import heartbeat_loop, interference_monitor
 
 MISMATCH = 2.0      # the worker's solo profile is twice too fast for this "machine"
 SOLO_S = 0.8        # priced work between two heartbeats
@@ -66,9 +66,9 @@ async def one_replica_node(node_id: str, worker, scheduler):
     scheduler_server = await start_server([Registration(
         add=lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(scheduler, s),
         service_name="strata.v1.Scheduler")])
-    cfg = NodeConfig(node_id=node_id, bind="127.0.0.1:0", advertise=f"{node_id}.local:50053",
-                     scheduler_addrs=(scheduler_server.address,), kvstore_addr="", otlp_endpoint="",
-                     memory_bytes=8 << 30, device="cpu", torch_threads=1,
+    cfg = NodeConfig(node_id=node_id, node_bind="127.0.0.1:0", node_advertise=f"{node_id}.local:50053",
+                     internal_auth=False, scheduler_addr=(scheduler_server.address,), kvstore_addr="", otlp_endpoint="",
+                     node_memory_bytes=8 << 30, device="cpu", torch_threads=1,
                      worker_ready_timeout_s=60.0, heartbeat_interval_s=0.01)
     replicas = ReplicaSet({}, cfg.worker_ready_timeout_s)
     replica = Replica("m-0", "m", worker_server.address,
@@ -94,7 +94,7 @@ async def test_heartbeats_carry_the_nodes_interference_and_safety_margin():
     floor = cfg.margin_floor
     got = [(b.node.interference, b.node.safety_margin) for b in scheduler.beats]
     # The worker's counters reached the replica's stats the heartbeat read.
-    assert replica.stats.step_seconds_solo == pytest.approx(SOLO_S * (QUIET + LOADED))
+    assert replica.stats.counters.step_seconds_solo == pytest.approx(SOLO_S * (QUIET + LOADED))
     # A constant profile mismatch is the baseline: no interference while quiet.
     assert got[:QUIET] == [(1.0, floor)] * QUIET
     # The first loaded beat pools one quiet and one loaded interval, the next only loaded ones.

@@ -7,19 +7,26 @@ import asyncio
 import random
 
 import pytest
-
-from services.node.config import NodeConfig
-from services.node.heartbeat import heartbeat_loop
-from services.node.servicer import NodeManagerServicer
-from services.scheduler.servicer import SchedulerServicer
 from strata.node.replicas import Replica, ReplicaSet, State
 from strata.node.worker_process import WorkerProcess
 from strata.policy.clock import WallClock
 from strata.policy.registry import NodeRegistry
 from strata.policy.routing import Router
 from strata.rpc.server import Registration, channel, start_server
-from strata.rpc.v1 import (common_pb2, node_pb2, node_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc,
-                           worker_pb2, worker_pb2_grpc)
+from strata.v1 import (
+    common_pb2,
+    node_pb2,
+    node_pb2_grpc,
+    scheduler_pb2,
+    scheduler_pb2_grpc,
+    worker_pb2,
+    worker_pb2_grpc,
+)
+
+from services.node.config import NodeConfig
+from services.node.heartbeat import heartbeat_loop
+from services.node.servicer import NodeManagerServicer
+from services.scheduler.servicer import SchedulerServicer
 
 MODEL = "dummy-tiny"
 
@@ -51,9 +58,9 @@ async def env():
     servers.append(await start_server([Registration(
         add=lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(scheduler, s),
         service_name="strata.v1.Scheduler")]))
-    cfg = NodeConfig(node_id="node-k", bind="127.0.0.1:0", advertise="node-k.local:50053",
-                     scheduler_addrs=(servers[1].address,), kvstore_addr="", otlp_endpoint="",
-                     memory_bytes=8 << 30, device="cpu", torch_threads=1,
+    cfg = NodeConfig(node_id="node-k", node_bind="127.0.0.1:0", node_advertise="node-k.local:50053",
+                     internal_auth=False, scheduler_addr=(servers[1].address,), kvstore_addr="", otlp_endpoint="",
+                     node_memory_bytes=8 << 30, device="cpu", torch_threads=1,
                      worker_ready_timeout_s=60.0, heartbeat_interval_s=60.0)
     replicas = ReplicaSet({}, cfg.worker_ready_timeout_s)
     address = servers[0].address

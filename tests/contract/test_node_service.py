@@ -13,11 +13,6 @@ from dataclasses import dataclass
 import grpc
 import pytest
 import torch
-
-from services.node.config import NodeConfig
-from services.node.heartbeat import heartbeat_loop
-from services.node.servicer import NodeManagerServicer
-from services.scheduler.servicer import SchedulerServicer
 from strata.engine.dummy import load_dummy
 from strata.engine.engine import EngineConfig, EngineRequest, LLMEngine
 from strata.engine.sequence import SamplingParams
@@ -26,8 +21,19 @@ from strata.policy.clock import WallClock
 from strata.policy.registry import NodeRegistry
 from strata.policy.routing import Router
 from strata.rpc.server import Registration, channel, start_server
-from strata.rpc.v1 import common_pb2, node_pb2, node_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
 from strata.telemetry import names
+from strata.v1 import (
+    common_pb2,
+    node_pb2,
+    node_pb2_grpc,
+    scheduler_pb2,
+    scheduler_pb2_grpc,
+)
+
+from services.node.config import NodeConfig
+from services.node.heartbeat import heartbeat_loop
+from services.node.servicer import NodeManagerServicer
+from services.scheduler.servicer import SchedulerServicer
 from tests.contract.helpers import global_spans, spans_named
 from tests.engine_helpers import run_to_end
 
@@ -56,13 +62,13 @@ async def node():
     scheduler_server = await start_server([Registration(
         add=lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(scheduler, s),
         service_name="strata.v1.Scheduler")])
-    cfg = NodeConfig(node_id=NODE, bind="127.0.0.1:0", advertise="node-t.local:50053",
-                     scheduler_addrs=(scheduler_server.address,), kvstore_addr="", otlp_endpoint="",
-                     memory_bytes=8 << 30, device="cpu", torch_threads=1,
+    cfg = NodeConfig(node_id=NODE, node_bind="127.0.0.1:0", node_advertise="node-t.local:50053",
+                     internal_auth=False, scheduler_addr=(scheduler_server.address,), kvstore_addr="", otlp_endpoint="",
+                     node_memory_bytes=8 << 30, device="cpu", torch_threads=1,
                      # three workers load at once: on a busy 2-core machine that takes a while
                      worker_ready_timeout_s=300.0, heartbeat_interval_s=60.0)
-    replicas = ReplicaSet({**cfg.worker_env(), "STRATA_KV_BLOCKS": "64",
-                           "STRATA_BLOCK_SIZE": "16"}, cfg.worker_ready_timeout_s)
+    replicas = ReplicaSet({**cfg.worker_settings(), "kv_blocks": 64, "block_size": 16},
+                          cfg.worker_ready_timeout_s)
     servicer = NodeManagerServicer(cfg, replicas)
     running = await start_server([Registration(
         add=lambda s: node_pb2_grpc.add_NodeManagerServicer_to_server(servicer, s),

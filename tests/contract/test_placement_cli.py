@@ -5,14 +5,19 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from strata.client import cli
+from strata.client.placement_cli import format_explanation
+from strata.policy.placement import (
+    ArrivalCurve,
+    BatchAwareSettings,
+    RedLineCheck,
+    SlaTarget,
+    replica_capacity,
+)
+from strata.v1 import common_pb2, placement_pb2
 
 from services.placement.convert import check_pb
 from services.placement.policies import BatchAwarePolicy
-from strata.client import cli
-from strata.client.placement_cli import format_explanation
-from strata.policy.placement import (ArrivalCurve, BatchAwareSettings, RedLineCheck, SlaTarget,
-                                     replica_capacity)
-from strata.rpc.v1 import common_pb2, placement_pb2
 from tests.contract.test_placement_replan import FixedCurves, LinearCosts, beat, planner
 from tests.contract.test_placement_service import Cluster, FakeNode
 

@@ -9,16 +9,25 @@ from dataclasses import dataclass
 
 import grpc
 import pytest
+from strata.policy.clock import ManualClock
+from strata.policy.placement import (
+    ArrivalCurve,
+    BatchAwareSettings,
+    SlaTarget,
+    replica_capacity,
+)
+from strata.v1 import (
+    common_pb2,
+    metrics_pb2,
+    placement_pb2,
+    scheduler_pb2,
+    scheduler_pb2_grpc,
+)
 
-from services.placement.curves_source import CurveSnapshot, snapshot
 from services.placement.actions import NodeClients
+from services.placement.curves_source import CurveSnapshot, snapshot
 from services.placement.planner import Planner
 from services.placement.policies import BatchAwarePolicy
-from strata.policy.clock import ManualClock
-from strata.policy.placement import (ArrivalCurve, BatchAwareSettings, SlaTarget,
-                                     replica_capacity)
-from strata.rpc.v1 import (common_pb2, metrics_pb2, placement_pb2, scheduler_pb2,
-                           scheduler_pb2_grpc)
 from tests.contract.test_placement_service import Cluster, FakeNode
 
 MODEL = "smollm2-135m-instruct"

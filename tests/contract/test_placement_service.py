@@ -12,18 +12,13 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-from services.placement.config import PlacementConfig, parse_memory_overrides, parse_replicas
-from services.placement.actions import NodeClients
-from services.placement.planner import Planner
-from services.placement.servicer import PlacementServicer
-from services.scheduler.servicer import SchedulerServicer
-from strata.envconfig import ConfigError
+from strata.core.settings import ConfigError
 from strata.policy.clock import ManualClock, WallClock
 from strata.policy.registry import NodeRegistry
 from strata.policy.routing import Router
 from strata.rpc.server import Registration, channel, start_server
-from strata.rpc.v1 import (
+from strata.telemetry import names
+from strata.v1 import (
     common_pb2,
     node_pb2,
     node_pb2_grpc,
@@ -32,7 +27,16 @@ from strata.rpc.v1 import (
     scheduler_pb2,
     scheduler_pb2_grpc,
 )
-from strata.telemetry import names
+
+from services.placement.actions import NodeClients
+from services.placement.config import (
+    PlacementConfig,
+    parse_memory_overrides,
+    parse_replicas,
+)
+from services.placement.planner import Planner
+from services.placement.servicer import PlacementServicer
+from services.scheduler.servicer import SchedulerServicer
 
 MODEL = "smollm2-135m-instruct"
 GB = 10**9
@@ -241,25 +245,29 @@ def test_config_from_env(monkeypatch):
     monkeypatch.setenv("STRATA_REPLAN_INTERVAL_S", "2.5")
     monkeypatch.setenv("STRATA_SCHEDULER_ADDR", "scheduler:50052")
     cfg = PlacementConfig.from_env()
-    assert (cfg.models, cfg.replicas, cfg.memory_overrides, cfg.replan_interval_s,
+    assert (cfg.models, cfg.replica_counts, cfg.memory_overrides, cfg.replan_interval_s,
             cfg.scheduler_addr) == (("a", "b"), {"a": 1, "b": 3}, {"a": 100, "b": 2000}, 2.5,
-                                    "scheduler:50052")
+                                    ("scheduler:50052",))
     for var in ("STRATA_MODELS", "STRATA_REPLICAS", "STRATA_MODEL_MEMORY_BYTES"):
         monkeypatch.delenv(var)
     cfg = PlacementConfig.from_env()
-    assert (cfg.models, cfg.replicas, cfg.memory_overrides) == ((MODEL,), {MODEL: 1}, {})
+    assert (cfg.models, cfg.replica_counts, cfg.memory_overrides) == ((MODEL,), {MODEL: 1}, {})
+    monkeypatch.setenv("STRATA_REPLICAS", "c=1")
+    with pytest.raises(ConfigError, match=r"STRATA_REPLICAS names c, which is not in "
+                                          r"STRATA_MODELS"):
+        PlacementConfig.from_env()
 
 
 def test_config_parse_errors_name_the_variable():
     assert parse_replicas("2", ("a", "b")) == {"a": 2, "b": 2}
-    with pytest.raises(ConfigError, match=r"STRATA_REPLICAS names c, which is not in "
+    with pytest.raises(ValueError, match=r"STRATA_REPLICAS names c, which is not in "
                                           r"STRATA_MODELS \(a, b\)"):
         parse_replicas("c=1", ("a", "b"))
-    with pytest.raises(ConfigError, match="STRATA_REPLICAS needs an integer, got 'x'"):
+    with pytest.raises(ValueError, match="STRATA_REPLICAS needs an integer, got 'x'"):
         parse_replicas("a=x", ("a",))
-    with pytest.raises(ConfigError, match="STRATA_MODEL_MEMORY_BYTES entries must look like "
+    with pytest.raises(ValueError, match="STRATA_MODEL_MEMORY_BYTES entries must look like "
                                           "name=number, got 'a'"):
         parse_memory_overrides("a")
-    with pytest.raises(ConfigError, match="STRATA_MODEL_MEMORY_BYTES values must be at least 1, "
+    with pytest.raises(ValueError, match="STRATA_MODEL_MEMORY_BYTES values must be at least 1, "
                                           "got 0"):
         parse_memory_overrides("a=0")

@@ -16,12 +16,11 @@ from pathlib import Path
 
 import grpc
 import pytest
-
 from strata.client import cli
-from strata.eval.replay import Progress, ReplayConfig, replay
+from strata.client.replay import Progress, ReplayConfig, replay
 from strata.eval.workload import WorkloadRequest
 from strata.rpc.server import Registration, start_server
-from strata.rpc.v1 import (
+from strata.v1 import (
     common_pb2,
     gateway_pb2,
     gateway_pb2_grpc,

@@ -13,12 +13,17 @@ from collections import Counter
 
 import grpc
 import pytest
-
-from strata.eval.replay import ReplayConfig, RetryPolicy, replay
+from strata.client.replay import ReplayConfig, RetryPolicy, replay
 from strata.eval.workload import WorkloadRequest
 from strata.rpc.server import Registration, start_server
-from strata.rpc.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, metrics_pb2, metrics_pb2_grpc
 from strata.telemetry.names import RETRY_AFTER_METADATA
+from strata.v1 import (
+    common_pb2,
+    gateway_pb2,
+    gateway_pb2_grpc,
+    metrics_pb2,
+    metrics_pb2_grpc,
+)
 
 RUN_ID = 7
 TOKEN_S = 0.02

@@ -9,10 +9,9 @@ import logging
 
 import grpc
 import pytest
-
 from strata.gateway.validation import MAX_PROMPT_CHARS, max_request_bytes
 from strata.rpc.server import Registration, start_server
-from strata.rpc.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+from strata.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
 
 class _Servicer(gateway_pb2_grpc.GatewayServicer):

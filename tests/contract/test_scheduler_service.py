@@ -12,14 +12,14 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-from services.scheduler.servicer import SchedulerServicer
 from strata.policy.clock import ManualClock
 from strata.policy.registry import NodeRegistry
 from strata.policy.routing import Router
 from strata.rpc.server import Registration, channel, start_server
-from strata.rpc.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 from strata.telemetry import names
+from strata.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
+
+from services.scheduler.servicer import SchedulerServicer
 
 MODEL = "smollm2-135m-instruct"
 READY = common_pb2.REPLICA_STATE_READY
@@ -147,15 +147,31 @@ async def test_route_errors_not_found_unavailable_invalid(env):
     assert [s.attributes[names.ERROR_CODE] for s in spans] == ["NOT_FOUND", "UNAVAILABLE"]
 
 
+async def test_replicas_of_one_model_with_different_block_sizes_are_reported(env, caplog):
+    stub, *_ = env
+    first, other = heartbeat("n1"), heartbeat("n2")
+    first.node.replicas[0].kv_block_size = 16
+    other.node.replicas[0].kv_block_size = 32
+    with caplog.at_level("WARNING", logger="services.scheduler.servicer"):
+        await stub.Heartbeat(first)
+        await stub.Heartbeat(other)
+        await stub.Heartbeat(other)                 # said once, not per heartbeat
+    warned = [r.getMessage() for r in caplog.records if "KV blocks of 32 tokens" in r.getMessage()]
+    assert len(warned) == 1 and "other replicas of the model 16" in warned[0]
+    nodes = (await stub.ListNodes(scheduler_pb2.ListNodesRequest())).nodes
+    assert [n.replicas[0].kv_block_size for n in nodes] == [16, 32]
+
+
 def test_config_reads_env_and_rejects_ttl_not_above_interval(monkeypatch):
+    from strata.core.settings import ConfigError
+
     from services.scheduler.config import SchedulerConfig
-    from strata.envconfig import ConfigError
 
     monkeypatch.delenv("STRATA_HEARTBEAT_INTERVAL_S", raising=False)
     monkeypatch.setenv("STRATA_SCHEDULER_BIND", "0.0.0.0:6000")
     monkeypatch.setenv("STRATA_NODE_TTL_S", "3")
     cfg = SchedulerConfig.from_env()
-    assert (cfg.bind, cfg.node_ttl_s, cfg.heartbeat_interval_s) == ("0.0.0.0:6000", 3.0, 1.0)
+    assert (cfg.scheduler_bind, cfg.node_ttl_s, cfg.heartbeat_interval_s) == ("0.0.0.0:6000", 3.0, 1.0)
     monkeypatch.setenv("STRATA_NODE_TTL_S", "1")
     with pytest.raises(ConfigError, match=r"STRATA_NODE_TTL_S \(1.0\) must exceed "
                                           r"STRATA_HEARTBEAT_INTERVAL_S \(1.0\)"):

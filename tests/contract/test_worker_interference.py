@@ -8,16 +8,16 @@ import math
 
 import pytest
 import torch
-
-from services.worker.config import WorkerConfig
+from strata.core.settings import ConfigError
 from strata.engine.async_engine import AsyncEngine
 from strata.engine.dummy import load_dummy
 from strata.engine.engine import EngineConfig, LLMEngine
 from strata.engine.loaded import LoadedModel
 from strata.engine.step_meter import StepMeter, find_profile, meter_from_profile
-from strata.envconfig import ConfigError
 from strata.rpc.server import channel
-from strata.rpc.v1 import common_pb2, worker_pb2, worker_pb2_grpc
+from strata.v1 import common_pb2, worker_pb2, worker_pb2_grpc
+
+from services.worker.config import WorkerConfig
 from tests.contract.helpers import serve_worker
 
 MODEL = "dummy-tiny"
@@ -78,21 +78,21 @@ def test_config_takes_the_shipped_profile_of_the_model_or_none(monkeypatch, tmp_
     monkeypatch.setenv("STRATA_WORKER_BIND", "127.0.0.1:0")
     monkeypatch.delenv("STRATA_PROFILE_PATH", raising=False)
     monkeypatch.setenv("STRATA_MODEL", MODEL)
-    assert WorkerConfig.from_env().profile_path == find_profile(MODEL, "cpu") != ""
+    assert WorkerConfig.from_env().profile == find_profile(MODEL, "cpu") != ""
     monkeypatch.setenv("STRATA_DEVICE", "cuda")
-    assert WorkerConfig.from_env().profile_path == ""
+    assert WorkerConfig.from_env().profile == ""
     monkeypatch.setenv("STRATA_DEVICE", "cpu")
     monkeypatch.setenv("STRATA_MODEL", "dummy-bench")
-    assert WorkerConfig.from_env().profile_path == ""
+    assert WorkerConfig.from_env().profile == ""
     # A folder: the profile named after the model, if there is one.
     mine = tmp_path / "dummy-bench-cpu.json"
     mine.write_text("{}")
     monkeypatch.setenv("STRATA_PROFILE_PATH", str(tmp_path))
-    assert WorkerConfig.from_env().profile_path == str(mine)
+    assert WorkerConfig.from_env().profile == str(mine)
     monkeypatch.setenv("STRATA_MODEL", MODEL)
-    assert WorkerConfig.from_env().profile_path == ""
+    assert WorkerConfig.from_env().profile == ""
     monkeypatch.setenv("STRATA_PROFILE_PATH", str(mine))
-    assert WorkerConfig.from_env().profile_path == str(mine)
+    assert WorkerConfig.from_env().profile == str(mine)
     monkeypatch.setenv("STRATA_PROFILE_PATH", str(tmp_path / "nope.json"))
     with pytest.raises(ConfigError, match="STRATA_PROFILE_PATH .*nope.json' is neither"):
         WorkerConfig.from_env()

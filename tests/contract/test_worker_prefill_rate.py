@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from strata.engine.async_engine import AsyncEngine
 from strata.engine.dummy import load_dummy
 from strata.engine.engine import EngineConfig, LLMEngine
 from strata.rpc.server import channel
-from strata.rpc.v1 import common_pb2, worker_pb2, worker_pb2_grpc
+from strata.v1 import common_pb2, worker_pb2, worker_pb2_grpc
+
 from tests.contract.helpers import serve_worker
 
 MODEL = "dummy-tiny"

@@ -8,15 +8,15 @@ import asyncio
 import grpc
 import pytest
 import torch
-
 from strata.engine.async_engine import AsyncEngine
 from strata.engine.dummy import load_dummy
 from strata.engine.engine import EngineConfig, EngineRequest, LLMEngine
 from strata.engine.loaded import LoadedModel
 from strata.engine.sequence import SamplingParams
 from strata.rpc.server import channel
-from strata.rpc.v1 import common_pb2, worker_pb2, worker_pb2_grpc
 from strata.telemetry import names
+from strata.v1 import common_pb2, worker_pb2, worker_pb2_grpc
+
 from tests.contract.helpers import global_spans, serve_worker, spans_named
 from tests.engine_helpers import run_to_end
 

@@ -8,23 +8,23 @@ from __future__ import annotations
 import grpc
 import pytest
 import torch
-
-from services.metrics.servicer import _sample
-from services.node.sampler import NodeSampler
-from services.worker.config import WorkerConfig
+from strata.core.settings import ConfigError
 from strata.engine.async_engine import AsyncEngine
 from strata.engine.dummy import load_dummy
 from strata.engine.engine import EngineConfig, EngineRequest, LLMEngine
 from strata.engine.sequence import SamplingParams
 from strata.engine.sparse import SparseConfig
-from strata.envconfig import ConfigError
-from strata.eval.energy import EnergyMeter, PowerModel
+from strata.node.energy import EnergyMeter, PowerModel
 from strata.node.replicas import Replica, ReplicaSet, State
 from strata.node.worker_process import WorkerProcess
 from strata.rpc.server import Registration, channel, start_server
-from strata.rpc.v1 import common_pb2, metrics_pb2, worker_pb2, worker_pb2_grpc
 from strata.store.samples import insert_samples, samples_between
 from strata.telemetry import names
+from strata.v1 import common_pb2, metrics_pb2, worker_pb2, worker_pb2_grpc
+
+from services.metrics.servicer import _sample
+from services.node.sampler import NodeSampler
+from services.worker.config import WorkerConfig
 from tests.contract.helpers import global_spans, serve_worker, spans_named
 from tests.engine_helpers import run_to_end
 
@@ -104,26 +104,26 @@ def test_worker_settings_for_the_sparse_path(monkeypatch):
     for k in ("STRATA_SPARSE", "STRATA_SPARSE_MIN_CONTEXT", "STRATA_SPARSE_BUDGET",
               "STRATA_SPARSE_THRESHOLD", "STRATA_SPARSE_ESTIMATE", "STRATA_SPARSE_COMPENSATE"):
         monkeypatch.delenv(k, raising=False)
-    assert WorkerConfig.from_env().engine.sparse == SparseConfig(
+    assert WorkerConfig.from_env().engine_config().sparse == SparseConfig(
         enabled=False, min_context=4096, budget_blocks=0, budget_fraction=0.125, sink_blocks=1,
         window_blocks=4, threshold=0.1, estimate="moment", compensate=True)
-    monkeypatch.setenv("STRATA_SPARSE", "on")
+    monkeypatch.setenv("STRATA_SPARSE", "true")
     monkeypatch.setenv("STRATA_SPARSE_MIN_CONTEXT", "8192")
     monkeypatch.setenv("STRATA_SPARSE_BUDGET", "256")
     monkeypatch.setenv("STRATA_SPARSE_THRESHOLD", "0.05")
     monkeypatch.setenv("STRATA_SPARSE_ESTIMATE", "bound")
-    monkeypatch.setenv("STRATA_SPARSE_COMPENSATE", "off")
-    got = WorkerConfig.from_env().engine.sparse
+    monkeypatch.setenv("STRATA_SPARSE_COMPENSATE", "false")
+    got = WorkerConfig.from_env().engine_config().sparse
     assert (got.enabled, got.min_context, got.budget_blocks, got.threshold, got.estimate,
             got.compensate) == (True, 8192, 256, 0.05, "bound", False)
     monkeypatch.setenv("STRATA_SPARSE_COMPENSATE", "sometimes")
-    with pytest.raises(ConfigError, match="STRATA_SPARSE_COMPENSATE must be true or false, "
-                                          "got 'sometimes'"):
+    with pytest.raises(ConfigError, match=r"STRATA_SPARSE_COMPENSATE \(--sparse-compensate\): "
+                                          r"Input should be a valid boolean.*got 'sometimes'"):
         WorkerConfig.from_env()
     monkeypatch.delenv("STRATA_SPARSE_COMPENSATE")
     monkeypatch.setenv("STRATA_SPARSE_BUDGET", "a lot")
-    with pytest.raises(ConfigError, match="STRATA_SPARSE_BUDGET: a sparse budget is a block "
-                                          "count"):
+    with pytest.raises(ConfigError, match=r"STRATA_SPARSE_BUDGET \(--sparse-budget\): a sparse "
+                                          r"budget is a block count"):
         WorkerConfig.from_env()
     monkeypatch.setenv("STRATA_SPARSE_BUDGET", "1.5")
     with pytest.raises(ConfigError, match=r"sparse decode settings \(STRATA_SPARSE_\*\): "

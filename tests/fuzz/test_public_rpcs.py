@@ -23,12 +23,18 @@ import grpc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from strata import defaults
 from strata.client.sdk import Client
-from strata.rpc.identity import public_sync_channel, sync_channel
-from strata.rpc.v1 import (admin_pb2, common_pb2, gateway_pb2, metrics_pb2, worker_pb2,
-                           worker_pb2_grpc)
+from strata.core import defaults
+from strata.rpc.channels import public_sync_channel, sync_channel
+from strata.v1 import (
+    admin_pb2,
+    common_pb2,
+    gateway_pb2,
+    metrics_pb2,
+    worker_pb2,
+    worker_pb2_grpc,
+)
+
 from tests.fuzz.proto_strategies import messages
 from tests.integration.conftest import DUMMY_OVERRIDES, running_stack
 from tests.integration.test_stack import MODEL, _node_replica, _wait_model_ready

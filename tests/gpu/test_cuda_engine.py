@@ -2,9 +2,9 @@
 
 import pytest
 import torch
-
 from strata.engine.engine import EngineConfig, EngineRequest, LLMEngine
 from strata.engine.sequence import SamplingParams
+
 from tests.engine_helpers import run_to_end, tiny_loaded
 
 pytestmark = [pytest.mark.gpu,

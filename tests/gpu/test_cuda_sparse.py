@@ -4,7 +4,6 @@ sparse decode on the long-context dummy stays as close to dense as on the CPU.""
 
 import pytest
 import torch
-
 from strata.engine.attention import AttentionMetadata, SeqSlice
 from strata.engine.dummy import load_dummy
 from strata.engine.engine import EngineConfig, LLMEngine

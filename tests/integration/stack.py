@@ -29,9 +29,9 @@ from pathlib import Path
 import grpc
 import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-
 from strata.core.lifeline import child_env
-from strata.rpc.identity import ClusterIdentity, public_sync_channel, sync_channel
+from strata.rpc.channels import public_sync_channel, sync_channel
+from strata.security.identity import ClusterIdentity
 from strata.security.settings import SecuritySettings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,9 +4,9 @@ configured exactly as docker-compose.yml configures it (only torch threads diffe
 import time
 
 import pytest
-
-from strata import defaults
 from strata.client.sdk import Client
+from strata.core import defaults
+
 from tests.integration.conftest import running_stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

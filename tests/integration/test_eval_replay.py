@@ -6,10 +6,10 @@ import time
 from pathlib import Path
 
 import pytest
-
-from strata.rpc.identity import sync_channel
 from strata.client import cli
-from strata.rpc.v1 import metrics_pb2, metrics_pb2_grpc
+from strata.rpc.channels import sync_channel
+from strata.v1 import metrics_pb2, metrics_pb2_grpc
+
 from tests.integration.test_stack import _wait_model_ready
 
 pytestmark = pytest.mark.integration

@@ -19,11 +19,17 @@ from pathlib import Path
 
 import pytest
 
-from strata.rpc.v1 import common_pb2, node_pb2, node_pb2_grpc
+from benchmarks.common.procs import children, worker_pid
 from strata.core.lifeline import child_env
-from strata.rpc.identity import channel
-from tests.integration.stack import (ROOT, StackProcess, _free_port, operator_identity,
-                                     wait_serving)
+from strata.rpc.channels import channel
+from strata.v1 import common_pb2, node_pb2, node_pb2_grpc
+from tests.integration.stack import (
+    ROOT,
+    StackProcess,
+    _free_port,
+    operator_identity,
+    wait_serving,
+)
 
 MODEL = "dummy-tiny"
 READY = common_pb2.REPLICA_STATE_READY
@@ -41,29 +47,6 @@ def _start(name: str, module: str, env: dict[str, str], log_path: Path) -> Stack
                               stderr=subprocess.STDOUT, start_new_session=True)
     wait_serving(p, 240, operator_identity(Path(env["STRATA_DATA_DIR"])))
     return p
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue                     # exited while we looked
-        if int(fields[1]) == pid:
-            out.append(int(stat.parent.name))
-    return out
-
-
-def _worker_pid(node_pid: int, address: str) -> int:
-    want = f"STRATA_WORKER_BIND={address}".encode()
-    for pid in _children(node_pid):
-        try:
-            if want in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
-                return pid
-        except OSError:
-            continue
-    raise AssertionError(f"no worker process of node {node_pid} serves {address}")
 
 
 @pytest.fixture
@@ -95,7 +78,7 @@ def node(tmp_path):
         raise
     finally:
         if node is not None:
-            workers.update(_children(node.proc.pid))
+            workers.update(children(node.proc.pid))
             node.proc.send_signal(signal.SIGTERM)
             node.proc.wait(30)
         for pid in workers:              # a worker the node did not stop must not outlive us
@@ -141,7 +124,7 @@ async def test_killed_worker_mid_stream_resumes_on_the_promoted_standby(node):
             replicas(info), proc.log_path.read_text()[-3000:])
         (standby_id, standby_address), = standby.items()
         dead_address = replicas(info)["a"][1]
-        workers.update(_children(proc.proc.pid))
+        workers.update(children(proc.proc.pid))
 
         reference = [c async for c in stub.Submit(submit("reference"))]
 
@@ -158,7 +141,7 @@ async def test_killed_worker_mid_stream_resumes_on_the_promoted_standby(node):
             chunks.append(c)
             arrived.append(time.monotonic())
             if len(chunks) == KILL_AFTER:
-                os.kill(_worker_pid(proc.proc.pid, dead_address), signal.SIGKILL)
+                os.kill(worker_pid(proc.proc.pid, dead_address), signal.SIGKILL)
                 killed_at = time.monotonic()
                 takeover = asyncio.create_task(watch_takeover())
         takeover_s = await takeover
@@ -197,11 +180,11 @@ async def test_killed_worker_mid_stream_resumes_on_the_promoted_standby(node):
         fresh = [rid for rid, (state, _) in now.items() if state == STANDBY]
         assert info.standby_workers == 1 and len(fresh) == 1 and fresh[0] not in (
             "a", standby_id), (now, proc.log_path.read_text()[-3000:])
-        workers.update(_children(proc.proc.pid))
+        workers.update(children(proc.proc.pid))
 
         # Unloading the model stops its standby too (counted apart from the replicas).
         done = await stub.UnloadModel(node_pb2.UnloadModelRequest(model=MODEL,
                                                                   drain_timeout_ms=500))
         info = await stub.GetNodeStatus(node_pb2.GetNodeStatusRequest())
         assert (done.unloaded, list(info.replicas), info.standby_workers) == (1, [], 0)
-        assert _children(proc.proc.pid) == []
+        assert children(proc.proc.pid) == []

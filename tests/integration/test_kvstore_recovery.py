@@ -9,14 +9,19 @@ import subprocess
 import sys
 import time
 
-
+from strata.core.lifeline import child_env
 from strata.kvtier.disk_tier import BLOCKS_DIR, block_filename
 from strata.kvtier.hashing import checksum, to_bytes
-from strata.rpc.v1 import kvstore_pb2, kvstore_pb2_grpc
-from strata.core.lifeline import child_env
-from strata.rpc.identity import sync_channel
-from tests.integration.stack import (ROOT, StackProcess, _free_port, operator_identity,
-                                     wait_serving)
+from strata.rpc.channels import sync_channel
+from strata.v1 import kvstore_pb2, kvstore_pb2_grpc
+
+from tests.integration.stack import (
+    ROOT,
+    StackProcess,
+    _free_port,
+    operator_identity,
+    wait_serving,
+)
 
 BLOCK = 1024
 

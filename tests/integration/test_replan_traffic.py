@@ -17,13 +17,20 @@ import time
 
 import grpc
 import pytest
-
-from strata.rpc.identity import sync_channel
-from strata import defaults
 from strata.client.sdk import Client
-from strata.rpc.v1 import (common_pb2, node_pb2, node_pb2_grpc, placement_pb2, placement_pb2_grpc,
-                           scheduler_pb2, scheduler_pb2_grpc)
+from strata.core import defaults
 from strata.core.lifeline import child_env
+from strata.rpc.channels import sync_channel
+from strata.v1 import (
+    common_pb2,
+    node_pb2,
+    node_pb2_grpc,
+    placement_pb2,
+    placement_pb2_grpc,
+    scheduler_pb2,
+    scheduler_pb2_grpc,
+)
+
 from tests.integration.conftest import running_stack
 from tests.integration.stack import ROOT, StackProcess, _free_port, wait_serving
 

@@ -43,8 +43,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from strata.rpc.identity import sync_channel
 from strata.client import cli
 from strata.engine.engine import EngineConfig
 from strata.engine.profiler import ProfileGrid, profile_engine
@@ -53,13 +51,19 @@ from strata.eval import synthetic
 from strata.eval.report_codec import from_report
 from strata.eval.workload import Scaling, Window
 from strata.policy.placement import ModelDemand
-from strata.rpc.v1 import metrics_pb2, metrics_pb2_grpc
+from strata.rpc.channels import sync_channel
 from strata.sim.cluster import SimConfig, Simulator, model_spec
 from strata.sim.report import sim_report
-from strata.sim.stack_overheads import (CalibrationRequest, DecodeTiming, FirstToken,
-                                        stack_overheads)
+from strata.sim.stack_overheads import (
+    CalibrationRequest,
+    DecodeTiming,
+    FirstToken,
+    stack_overheads,
+)
 from strata.sim.workload import sim_requests
 from strata.telemetry import names
+from strata.v1 import metrics_pb2, metrics_pb2_grpc
+
 from tests.integration.conftest import running_stack
 from tests.integration.test_stack import _client
 

@@ -7,12 +7,18 @@ import pytest
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
-
-from strata.rpc.identity import public_sync_channel, sync_channel
-from strata import defaults
 from strata.client.sdk import Client
-from strata.rpc.v1 import (common_pb2, kvstore_pb2, kvstore_pb2_grpc, metrics_pb2,
-                           metrics_pb2_grpc, node_pb2, node_pb2_grpc)
+from strata.core import defaults
+from strata.rpc.channels import public_sync_channel, sync_channel
+from strata.v1 import (
+    common_pb2,
+    kvstore_pb2,
+    kvstore_pb2_grpc,
+    metrics_pb2,
+    metrics_pb2_grpc,
+    node_pb2,
+    node_pb2_grpc,
+)
 
 pytestmark = pytest.mark.integration
 MODEL = "dummy-tiny"

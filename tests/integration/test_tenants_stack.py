@@ -9,13 +9,12 @@ import time
 
 import grpc
 import pytest
-
-from strata.rpc.identity import sync_channel
-from strata import defaults
 from strata.client import cli
 from strata.client.sdk import Client
-from strata.rpc.v1 import metrics_pb2, metrics_pb2_grpc
+from strata.core import defaults
+from strata.rpc.channels import sync_channel
 from strata.telemetry import names
+from strata.v1 import metrics_pb2, metrics_pb2_grpc
 
 pytestmark = pytest.mark.integration
 MODEL = "dummy-tiny"

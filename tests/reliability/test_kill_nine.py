@@ -19,9 +19,16 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.common.supervised import (
+    MODEL,
+    Load,
+    SupervisedStack,
+    alive,
+    cmdline,
+    first_success_after,
+    judge,
+)
 from strata.kvtier.shm_segment import segment_path
-from benchmarks.common.supervised import (MODEL, Load, SupervisedStack, alive, cmdline,
-                                       first_success_after, judge)
 
 pytestmark = pytest.mark.integration
 PROMPTS = [f"request {i}: the quick brown fox jumps over the lazy dog" for i in range(4)]

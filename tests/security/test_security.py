@@ -19,17 +19,32 @@ import sys
 
 import grpc
 import pytest
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
-
-from strata import defaults
+from opentelemetry.proto.collector.trace.v1 import (
+    trace_service_pb2,
+    trace_service_pb2_grpc,
+)
 from strata.client import cli
 from strata.client.sdk import Client
+from strata.core import defaults
 from strata.core.lifeline import child_env
-from strata.rpc.identity import ClusterIdentity, public_sync_channel, sync_channel
-from strata.rpc.v1 import (common_pb2, kvstore_pb2, kvstore_pb2_grpc, metrics_pb2,
-                           metrics_pb2_grpc, node_pb2, node_pb2_grpc, placement_pb2,
-                           placement_pb2_grpc, scheduler_pb2_grpc, worker_pb2, worker_pb2_grpc)
+from strata.rpc.channels import public_sync_channel, sync_channel
+from strata.security.identity import ClusterIdentity
 from strata.security.secrets import ensure_secrets
+from strata.v1 import (
+    common_pb2,
+    kvstore_pb2,
+    kvstore_pb2_grpc,
+    metrics_pb2,
+    metrics_pb2_grpc,
+    node_pb2,
+    node_pb2_grpc,
+    placement_pb2,
+    placement_pb2_grpc,
+    scheduler_pb2_grpc,
+    worker_pb2,
+    worker_pb2_grpc,
+)
+
 from tests.integration.conftest import DUMMY_OVERRIDES, running_stack
 from tests.integration.stack import ROOT, StackProcess, _free_port
 from tests.integration.test_stack import MODEL, _node_replica, _poll, _wait_model_ready

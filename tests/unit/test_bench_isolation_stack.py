@@ -2,14 +2,18 @@
 (retries counted once, from the first attempt), the static partition, each way's settings."""
 
 import pytest
+from strata.core.records import RequestRecord
+from strata.core.sla import SlaTable
+from strata.eval.client_metrics import RequestRecord as ClientRecord
+from strata.eval.traces import TraceRequest
 
 from benchmarks.isolation.stack_rows import merge_rows
-from benchmarks.isolation.stack_ways import PoolSettings, static_partitions, way_overrides
+from benchmarks.isolation.stack_ways import (
+    PoolSettings,
+    static_partitions,
+    way_overrides,
+)
 from benchmarks.isolation.workload import TenantSpec
-from strata.eval.client_metrics import RequestRecord as ClientRecord
-from strata.eval.sla import SlaTable
-from strata.eval.traces import TraceRequest
-from strata.store.spans import RequestRecord
 
 ORIGIN = 1_700_000_000_000
 TENANTS = [TenantSpec("chat", "interactive", 0.35), TenantSpec("api", "standard", 0.35),

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from strata.engine.engine import EngineConfig, LLMEngine
+from strata.eval.traces import read_mooncake
 
 from benchmarks.kv.replay import MemoryTrack, data_blocks, replay
 from benchmarks.kv.sizing import size_configs
 from benchmarks.kv.trace_scale import Scaling, cache_figures, scale
-from strata.engine.engine import EngineConfig, LLMEngine
-from strata.eval.traces import read_mooncake
 from tests.engine_helpers import tiny_loaded
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "traces" / "mooncake.jsonl"

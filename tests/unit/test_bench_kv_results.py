@@ -5,8 +5,15 @@ import pytest
 
 from benchmarks.kv.replay import MemoryTrack, ReplayResult, RequestRecord
 from benchmarks.kv.report import KVBenchReport, render
-from benchmarks.kv.results import (ConfigResult, RoundFigures, check_targets, noise_floor,
-                                   pair_ratios, round_figures, summarize)
+from benchmarks.kv.results import (
+    ConfigResult,
+    RoundFigures,
+    check_targets,
+    noise_floor,
+    pair_ratios,
+    round_figures,
+    summarize,
+)
 from benchmarks.kv.sizing import size_configs
 from benchmarks.kv.store_process import StoreFigures, TierFigures
 from benchmarks.kv.trace_scale import CacheFigures, Scaling

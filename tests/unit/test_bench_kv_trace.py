@@ -4,9 +4,15 @@ compression, and the infinite-cache bound and working set worked out by hand on 
 from pathlib import Path
 
 import pytest
-
-from benchmarks.kv.trace_scale import (TOKEN_LOW, Scaling, cache_figures, scale, select_window)
 from strata.eval.traces import TraceRequest, read_mooncake
+
+from benchmarks.kv.trace_scale import (
+    TOKEN_LOW,
+    Scaling,
+    cache_figures,
+    scale,
+    select_window,
+)
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "traces" / "mooncake.jsonl"
 

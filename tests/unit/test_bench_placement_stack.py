@@ -6,25 +6,39 @@ first-fit-decreasing does not."""
 import math
 
 import pytest
+from strata.core.profile import load_profile
+from strata.core.records import NodeSampleRecord, RequestRecord
+from strata.core.sla import SlaTable
+from strata.eval.traces import TraceRequest
+from strata.policy.placement import (
+    ArrivalCurve,
+    ModelDemand,
+    NodeCapacity,
+    SlaTarget,
+    plan_batch_aware,
+    plan_placement,
+)
+from strata.policy.placement.capacity import replica_capacity
+from strata.v1 import common_pb2
 
 from benchmarks.placement.stack_figures import way_figures
 from benchmarks.placement.stack_history import history_rows
 from benchmarks.placement.stack_profiles import fit_prompt
 from benchmarks.placement.stack_watch import Listing, SeenReplica, replica_changes
-from benchmarks.placement.stack_ways import (StackSettings, memory_overrides, replica_bytes,
-                                             way_overrides)
-from benchmarks.placement.stack_workload import (ROLES, ModelRate, build_traces, model_rates)
+from benchmarks.placement.stack_ways import (
+    StackSettings,
+    memory_overrides,
+    replica_bytes,
+    way_overrides,
+)
+from benchmarks.placement.stack_workload import (
+    ROLES,
+    ModelRate,
+    build_traces,
+    model_rates,
+)
 from services.placement.config import BUNDLED_PROFILES
 from services.placement.profiles import ProfileCosts
-from strata.eval.sla import SlaTable
-from strata.eval.traces import TraceRequest
-from strata.policy.placement import (ArrivalCurve, ModelDemand, NodeCapacity, SlaTarget,
-                                     plan_batch_aware, plan_placement)
-from strata.policy.placement.capacity import replica_capacity
-from strata.rpc.v1 import common_pb2
-from strata.sim.profile import load_profile
-from strata.store.samples import NodeSampleRecord
-from strata.store.spans import RequestRecord
 
 READY, DRAINING = common_pb2.REPLICA_STATE_READY, common_pb2.REPLICA_STATE_DRAINING
 CAPACITIES = {"dummy-tiny": 2.0, "dummy-long": 4.0, "dummy-small": 1.0}

@@ -1,7 +1,16 @@
 """Engine benchmark report: cell formatting, ratios to the baseline, tables, busy-machine note."""
 
-from benchmarks.engine.report import (BenchReport, Phase, agreement, busy_note, offline_table,
-                                      online_table, percentile_cell, render, throughput_cell)
+from benchmarks.engine.report import (
+    BenchReport,
+    Phase,
+    agreement,
+    busy_note,
+    offline_table,
+    online_table,
+    percentile_cell,
+    render,
+    throughput_cell,
+)
 from benchmarks.engine.results import LatencySummary, OfflineResult, RateResult
 
 

@@ -7,16 +7,31 @@ import random
 import zipfile
 
 import pytest
+from strata.engine.chat_template import ChatTemplate
 
 from benchmarks.sparse.__main__ import parse_args, sparse_config
 from benchmarks.sparse.haystack import haystack_text, read_essays
 from benchmarks.sparse.latency import TAIL, request_prompts
-from benchmarks.sparse.needle import (ChatPieces, build_prompt, chat_pieces, first_number,
-                                      insert_at_depth, is_correct, needle_number)
+from benchmarks.sparse.needle import (
+    ChatPieces,
+    build_prompt,
+    chat_pieces,
+    first_number,
+    insert_at_depth,
+    is_correct,
+    needle_number,
+)
 from benchmarks.sparse.report import SparseBenchReport, render
-from benchmarks.sparse.results import (CosineStats, FidelityRun, LatencyRun, NeedleCell,
-                                       SparseCounters, accuracy, check_targets, floor_note)
-from strata.engine.chat_template import ChatTemplate
+from benchmarks.sparse.results import (
+    CosineStats,
+    FidelityRun,
+    LatencyRun,
+    NeedleCell,
+    SparseCounters,
+    accuracy,
+    check_targets,
+    floor_note,
+)
 
 END = 9          # the "." token in these tests
 NEEDLE = [100, 101, 102]

@@ -1,7 +1,6 @@
 """Azure trace length reader: exact rows, limits, and errors that name file and line."""
 
 import pytest
-
 from strata.eval.trace_lengths import RequestLengths, read_azure_lengths
 
 CSV = ("TIMESTAMP,ContextTokens,GeneratedTokens\n"

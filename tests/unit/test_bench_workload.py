@@ -3,11 +3,17 @@
 import random
 
 import pytest
-
-from benchmarks.engine.workload import (LengthMapping, PromptSet, offline_prompts,
-                                        pick_lengths, poisson_offsets, prompt_text)
 from strata.engine.byte_tokenizer import ByteTokenizer
 from strata.eval.trace_lengths import RequestLengths
+
+from benchmarks.engine.workload import (
+    LengthMapping,
+    PromptSet,
+    offline_prompts,
+    pick_lengths,
+    poisson_offsets,
+    prompt_text,
+)
 
 
 def test_default_mapping_is_ceil_of_quarter_clipped():

@@ -1,7 +1,6 @@
 """Block pool: exact ids, exact eviction order, refcounts (a tiny pool, as vLLM's tests do)."""
 
 import pytest
-
 from strata.engine.block_pool import BlockPool
 from strata.kvtier.hashing import HashKeys, block_hash, chain_hashes
 

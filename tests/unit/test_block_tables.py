@@ -1,7 +1,6 @@
 """Block tables kept across steps (strata.engine.block_tables) and the groups built from them."""
 
 import torch
-
 from strata.engine.attention import AttentionMetadata, SeqSlice
 from strata.engine.block_tables import BlockTables
 

@@ -9,7 +9,7 @@ from strata.client.format import (
     format_trace,
     table,
 )
-from strata.rpc.v1 import common_pb2, metrics_pb2
+from strata.v1 import common_pb2, metrics_pb2
 
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 T0 = 1_700_000_000_000_000_000

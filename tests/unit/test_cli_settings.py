@@ -5,12 +5,11 @@ from __future__ import annotations
 import os
 
 import pytest
-
-from strata import defaults
 from strata.client import settings
 from strata.client.cli import build_parser
 from strata.client.sdk import build_request
-from strata.rpc.v1 import common_pb2
+from strata.core import defaults
+from strata.v1 import common_pb2
 
 
 def test_addresses_prefer_argument_then_environment_then_shared_default() -> None:

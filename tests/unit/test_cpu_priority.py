@@ -7,16 +7,16 @@ import sys
 import textwrap
 
 import pytest
+from strata.core.settings import ConfigError
 
 from services.kvstore.config import KVStoreConfig
-from strata.envconfig import ConfigError
 
 
 def test_every_thread_moves_to_the_idle_class_and_new_threads_inherit_it():
     # In a child process: a thread class cannot be raised back without privileges.
     script = textwrap.dedent("""
         import threading
-        from strata import cpu_priority
+        from strata.core import cpu_priority
         ready, done = threading.Event(), threading.Event()
         seen = {}
         def before():
@@ -42,9 +42,10 @@ def test_every_thread_moves_to_the_idle_class_and_new_threads_inherit_it():
 
 def test_the_store_reads_its_cpu_class_and_rejects_others(monkeypatch, tmp_path):
     monkeypatch.setenv("STRATA_KVSTORE_SHM_DIR", str(tmp_path))
-    assert KVStoreConfig.from_env().cpu_priority == "normal"
+    assert KVStoreConfig.from_env().kvstore_cpu_priority == "normal"
     monkeypatch.setenv("STRATA_KVSTORE_CPU_PRIORITY", "idle")
-    assert KVStoreConfig.from_env().cpu_priority == "idle"
+    assert KVStoreConfig.from_env().kvstore_cpu_priority == "idle"
     monkeypatch.setenv("STRATA_KVSTORE_CPU_PRIORITY", "low")
-    with pytest.raises(ConfigError, match="STRATA_KVSTORE_CPU_PRIORITY must be one of normal, idle"):
+    with pytest.raises(ConfigError, match=r"STRATA_KVSTORE_CPU_PRIORITY \(--kvstore-cpu-priority\): "
+                                          r"Input should be 'normal' or 'idle', got 'low'"):
         KVStoreConfig.from_env()

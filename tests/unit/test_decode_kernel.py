@@ -2,11 +2,11 @@
 
 import pytest
 import torch
-
 from strata.engine import kernels
 from strata.engine.attention import AttentionMetadata, SeqSlice, _attend
 from strata.engine.engine import EngineRequest
 from strata.engine.sequence import SamplingParams
+
 from tests.engine_helpers import run_to_end, tiny_engine
 
 OPS = kernels.load()

@@ -3,7 +3,6 @@ streamed continues its text exactly (multi-byte characters and stop strings spli
 point included), and strata.engine.resume extends the request or finishes it at once."""
 
 import pytest
-
 from strata.engine.byte_tokenizer import ByteTokenizer
 from strata.engine.detokenizer import Detokenizer
 from strata.engine.engine import EngineRequest, RequestOutput

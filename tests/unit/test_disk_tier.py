@@ -2,9 +2,9 @@
 
 import json
 
+from strata.kvtier.blocks import StoredBlock
 from strata.kvtier.disk_tier import DiskTier, block_filename
 from strata.kvtier.hashing import checksum
-from strata.kvtier.blocks import StoredBlock
 
 SIZE = 64
 

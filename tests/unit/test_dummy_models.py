@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 from strata.engine.byte_tokenizer import ByteTokenizer
 from strata.engine.chat_template import CHATML_TEMPLATE
 from strata.engine.dummy import DUMMY_CONFIGS, dummy_names, load_dummy

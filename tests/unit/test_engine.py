@@ -1,9 +1,9 @@
 """The engine end to end on a tiny random model: chunking, batching, prefix cache, preemption."""
 
 import torch
-
 from strata.engine.engine import EngineRequest
 from strata.engine.sequence import FinishReason, SamplingParams
+
 from tests.engine_helpers import run_to_end, tiny_engine
 
 
@@ -157,7 +157,7 @@ def test_cumulative_counters_for_the_node_layer():
     s = engine.stats
     assert s.prompt_tokens == len(PROMPT) + 10
     # 47 prompt tokens + 8 later decode tokens (the first output comes with the last prefill chunk)
-    assert s.step_tokens_total == 47 + 2 * 4
+    assert s.step_tokens == 47 + 2 * 4
     assert s.steps >= -(-47 // 16) and s.busy_seconds > 0
 
 

@@ -8,11 +8,11 @@ import asyncio
 
 import pytest
 import torch
-
 from strata.engine.async_engine import AsyncEngine, RequestFailed
 from strata.engine.engine import EngineRequest
 from strata.engine.sampler import SamplingError, SeqSampler
 from strata.engine.sequence import SamplingParams
+
 from tests.engine_helpers import run_to_end, tiny_engine
 
 POISON = 299           # a token id the patched model refuses to compute

@@ -2,14 +2,15 @@
 blocks on a tiny pool; equal priorities never preempt each other; the simulator does not
 fast-forward over such a preemption."""
 
+from strata.core.profile import StepCosts
 from strata.engine.block_pool import BlockPool
 from strata.engine.engine import EngineRequest
 from strata.engine.scheduler import Scheduler, StepPlan
 from strata.engine.sequence import FinishReason, SamplingParams, Sequence, Status
 from strata.kvtier.hashing import HashKeys, chain_hashes
-from strata.sim.profile import StepCosts
 from strata.sim.replica import EngineLimits, SimReplica
 from strata.sim.workload import SimRequest
+
 from tests.engine_helpers import run_to_end, tiny_engine
 
 BS = 4

@@ -3,6 +3,7 @@
 from strata.engine.engine import EngineRequest
 from strata.engine.sequence import FinishReason, SamplingParams
 from strata.engine.tier_link import TierLink
+
 from tests.engine_helpers import LocalTierClient, run_to_end, tiny_engine
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from strata.engine.engine import EngineRequest
 from strata.engine.sequence import SamplingParams
 from strata.engine.tier_link import TierLink
+
 from tests.engine_helpers import LocalTierClient, run_to_end, tiny_engine
 
 # tiny model blocks: 2 layers x k|v x 2 kv heads x 4 tokens x 16 dims x 4 bytes

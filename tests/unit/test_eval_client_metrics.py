@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
-from strata.eval.client_metrics import RequestRecord, format_summary, summarize_run
 from strata.core.stats import Summary
+from strata.eval.client_metrics import RequestRecord, format_summary, summarize_run
 
 
 def record(index: int, **kw) -> RequestRecord:

@@ -4,9 +4,14 @@ the power model, the meter's integration and hand-over, NVML when present."""
 import os
 
 import pytest
-
-from strata.eval.energy import (EnergyCounterError, EnergyMeter, NvmlCounter, PowerModel,
-                                RaplCounter, open_counter)
+from strata.node.energy import (
+    EnergyCounterError,
+    EnergyMeter,
+    NvmlCounter,
+    PowerModel,
+    RaplCounter,
+    open_counter,
+)
 
 
 def zone(root, name: str, label: str, uj: int, max_uj: int = 1_000_000) -> str:

@@ -3,10 +3,9 @@ names, the modelled-energy label, and no external resources."""
 
 from html.parser import HTMLParser
 
+from strata.core.records import NodeSampleRecord, RequestRecord
 from strata.eval.html_report import PLOT_TITLES, nice_ticks, render
 from strata.eval.layers import LayerSettings, layered_report
-from strata.store.samples import NodeSampleRecord
-from strata.store.spans import RequestRecord
 
 T0 = 1_700_000_000_000
 

@@ -4,11 +4,9 @@ victims' P99 inflation inside the aggressor's bursts, utilization."""
 from __future__ import annotations
 
 import pytest
-
+from strata.core.records import NodeSampleRecord, RequestRecord
+from strata.core.sla import SlaTable
 from strata.eval.isolation import isolation_figures, utilization
-from strata.eval.sla import SlaTable
-from strata.store.samples import NodeSampleRecord
-from strata.store.spans import RequestRecord
 
 
 def row(tenant: str, start_ms: int, ttft: float | None, e2e: float, tokens: int = 10,

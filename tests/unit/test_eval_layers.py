@@ -2,14 +2,17 @@
 index, ITL rules, pro-rated counters and hit rates, energy, cost and failure recovery."""
 
 import pytest
-
-from strata.eval.layers import (LayerSettings, cluster_layer, jain_index, layered_report,
-                                report_window, request_layer)
+from strata.core.records import NodeSampleRecord, RequestRecord, RunRecord
+from strata.core.sla import SlaClass, SlaTable
+from strata.eval.layers import (
+    LayerSettings,
+    cluster_layer,
+    jain_index,
+    layered_report,
+    report_window,
+    request_layer,
+)
 from strata.eval.node_layer import downsample, node_layer, outages
-from strata.eval.sla import SlaClass, SlaTable
-from strata.store.runs import RunRecord
-from strata.store.samples import NodeSampleRecord
-from strata.store.spans import RequestRecord
 
 T0 = 1_700_000_000_000
 

@@ -1,13 +1,11 @@
 """The layered report through the Metrics API message and back (nothing lost, None stays
 None), and its terminal rendering: layer tables, the modelled-energy label, --compare."""
 
+from strata.core.records import NodeSampleRecord, RequestRecord, RunRecord
 from strata.eval.layers import LayerSettings, layered_report
 from strata.eval.report_codec import fill_report, from_report
 from strata.eval.report_text import compare_text, report_text
-from strata.rpc.v1 import metrics_pb2
-from strata.store.runs import RunRecord
-from strata.store.samples import NodeSampleRecord
-from strata.store.spans import RequestRecord
+from strata.v1 import metrics_pb2
 
 T0 = 1_700_000_000_000
 

@@ -7,7 +7,6 @@ import random
 import statistics
 
 import pytest
-
 from strata.eval import synthetic as s
 from strata.eval.traces import TraceRequest
 
@@ -83,8 +82,8 @@ def test_length_distributions_stay_in_range():
 
 
 def test_tenant_mix_merges_streams_in_time_order():
-    loads = [s.TenantLoad("alice", 2.0, "interactive", s.Fixed(100), s.Uniform(10, 20)),
-             s.TenantLoad("bob", 1.0, "batch", s.Uniform(50, 60), s.Fixed(5))]
+    loads = [s.TenantTraffic("alice", 2.0, "interactive", s.Fixed(100), s.Uniform(10, 20)),
+             s.TenantTraffic("bob", 1.0, "batch", s.Uniform(50, 60), s.Fixed(5))]
     mix = s.tenant_mix(loads, random.Random(3), duration_s=2.0)
     assert [(r.tenant, round(r.arrival_s, 6), r.prompt_tokens, r.output_tokens, r.sla_class)
             for r in mix] == [
@@ -100,8 +99,8 @@ def test_tenant_mix_merges_streams_in_time_order():
 
 
 def test_tenant_mix_rates_over_a_long_window():
-    loads = [s.TenantLoad("a", 5.0, "gold", s.Fixed(1), s.Fixed(1)),
-             s.TenantLoad("b", 1.0, "bronze", s.Fixed(1), s.Fixed(1), cv=3.0)]
+    loads = [s.TenantTraffic("a", 5.0, "gold", s.Fixed(1), s.Fixed(1)),
+             s.TenantTraffic("b", 1.0, "bronze", s.Fixed(1), s.Fixed(1), cv=3.0)]
     mix = s.tenant_mix(loads, random.Random(9), duration_s=4000.0)
     counts = {t: sum(1 for r in mix if r.tenant == t) for t in ("a", "b")}
     assert counts["a"] / 4000.0 == pytest.approx(5.0, rel=0.03)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from strata.eval.traces import (
     TraceRequest,
     read_azure,

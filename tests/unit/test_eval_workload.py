@@ -6,7 +6,6 @@ import random
 from pathlib import Path
 
 import pytest
-
 from strata.engine.byte_tokenizer import ByteTokenizer
 from strata.eval.traces import TraceRequest, read_mooncake
 from strata.eval.workload import (

@@ -10,12 +10,11 @@ from types import SimpleNamespace
 
 import grpc
 import pytest
-
 from strata.node import failover
 from strata.node.failover import WorkerLost, generate_with_failover
 from strata.node.replicas import Replica, ReplicaSet, State
 from strata.node.worker_process import WorkerProcess
-from strata.rpc.v1 import common_pb2, worker_pb2
+from strata.v1 import common_pb2, worker_pb2
 
 MODEL = "m"
 

@@ -1,9 +1,13 @@
 """The node's fair queue: exact pop order under strict priority, weights, idle tenants, FCFS."""
 
 import pytest
-
 from strata.policy.clock import ManualClock
-from strata.policy.scheduling.fair_queue import FairQueue, FcfsQueue, QueueItem, TenantQueued
+from strata.policy.scheduling.fair_queue import (
+    FairQueue,
+    FcfsQueue,
+    QueueItem,
+    TenantQueued,
+)
 
 
 def _item(rid, tenant="a", priority=1, prompt=60, out=40, weight=1.0, model="m", ttft=None,

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 import pytest
 import torch
 from gguf import GGUFReader
-
 from strata.engine.bpe_tokenizer import BpeTokenizer
 from strata.engine.byte_tokenizer import ByteTokenizer
 from strata.engine.engine import EngineConfig, EngineRequest, LLMEngine
@@ -20,6 +19,7 @@ from strata.engine.registry import DEFAULT_MODEL, load_model
 from strata.engine.sequence import SamplingParams
 from strata.gateway.prefix_hashes import PrefixHasher, PromptHashes
 from strata.kvtier.hashing import HashKeys, chain_hashes
+
 from tests.engine_helpers import run_to_end
 from tests.unit.test_gguf_loader import write_tiny_gguf
 

@@ -7,10 +7,14 @@ import gguf
 import numpy as np
 import pytest
 import torch
-
 from strata.engine.bpe_tokenizer import _bytes_to_unicode
-from strata.engine.gguf_loader import (default_model_path, hf_name, load_gguf, unpermute_rope,
-                                       weight_shapes)
+from strata.engine.gguf_loader import (
+    default_model_path,
+    hf_name,
+    load_gguf,
+    unpermute_rope,
+    weight_shapes,
+)
 
 HIDDEN, INTER, LAYERS, HEADS, KV_HEADS = 32, 64, 2, 4, 2
 HEAD_DIM = HIDDEN // HEADS

@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 from strata.engine.gguf_loader import default_model_path, load_gguf
 
 transformers = pytest.importorskip("transformers")

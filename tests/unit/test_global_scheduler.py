@@ -6,16 +6,24 @@ from __future__ import annotations
 import random
 
 import pytest
-
+from strata.core.tenant_policy import TenantPolicy
 from strata.policy.clock import ManualClock
 from strata.policy.kv_index import PrefixIndex
-from strata.policy.registry import (NodeRegistry, NodeState, ReplicaPhase, ReplicaState,
-                                    TenantLoad)
+from strata.policy.registry import (
+    NodeRegistry,
+    NodeState,
+    ReplicaPhase,
+    ReplicaState,
+    TenantLoad,
+)
 from strata.policy.routing import RouteDecision, Router
 from strata.policy.scheduling.admission import AdmissionSettings, Refusal, admit
-from strata.policy.scheduling.global_scheduler import GlobalScheduler, Mode, SchedulerSettings
+from strata.policy.scheduling.global_scheduler import (
+    GlobalScheduler,
+    Mode,
+    SchedulerSettings,
+)
 from strata.policy.scheduling.ledger import PoolLedger
-from strata.policy.scheduling.tenants import TenantPolicy
 
 
 def replica(rid: str, queued: int = 0, running: int = 0, total: int = 100, free: int = 100,
@@ -33,10 +41,10 @@ def node(node_id: str, *replicas: ReplicaState, tenants=(), margin: float = 0.0)
 def scheduler(*nodes: NodeState, mode: Mode = Mode.TWO_LEVEL, sample: int = 0,
               tolerance: float = 0.0, seed: int = 0, **settings) -> GlobalScheduler:
     reg = NodeRegistry(clock=ManualClock())
-    router = Router(rng=random.Random(seed), request_weight_tokens=100, kv_block_tokens=16,
+    router = Router(rng=random.Random(seed), request_weight_tokens=100,
                     sample_size=sample, tie_tolerance=tolerance)
     settings.setdefault("admission", AdmissionSettings(oversubscription=2.0, horizon_s=30.0))
-    gs = GlobalScheduler(reg, router, PoolLedger(16), PrefixIndex(),
+    gs = GlobalScheduler(reg, router, PoolLedger(), PrefixIndex(),
                          SchedulerSettings(mode=mode, **settings))
     for n in nodes:
         reg.heartbeat(n)
@@ -65,7 +73,7 @@ def test_ledger_follows_heartbeats_pending_routes_and_expiry():
 
 
 def test_lower_classes_are_turned_away_first_as_the_pool_fills():
-    ledger = PoolLedger(16, capacity_tokens=1000, tokens_per_s=1000.0)
+    ledger = PoolLedger(capacity_tokens=1000, tokens_per_s=1000.0)
     ledger.tenant_tokens.update({"x": 1690, "g": 10})  # of 2000: batch stops at 80%, std 90%
     ledger.guarantees["g"] = 0.1
     settings = AdmissionSettings(oversubscription=2.0, class_step=0.1)
@@ -83,7 +91,7 @@ def test_capacity_is_what_a_replica_holds_or_computes_in_the_horizon():
 
 
 def test_burst_share_refuses_with_a_retry_hint_but_never_a_first_request():
-    ledger = PoolLedger(16, capacity_tokens=1000, tokens_per_s=100.0)
+    ledger = PoolLedger(capacity_tokens=1000, tokens_per_s=100.0)
     burst = policy("a", burst=0.5)     # of the 2 x 1000 tokens the pool admits: 1000
     two = AdmissionSettings(oversubscription=2.0)
     assert admit(burst, 1800, ledger, two) is None      # holds nothing yet: one is servable
@@ -97,7 +105,7 @@ def test_burst_share_refuses_with_a_retry_hint_but_never_a_first_request():
 
 
 def test_full_pool_refuses_borrowers_but_admits_within_the_guarantee():
-    ledger = PoolLedger(16, capacity_tokens=1000, tokens_per_s=500.0)
+    ledger = PoolLedger(capacity_tokens=1000, tokens_per_s=500.0)
     ledger.tenant_tokens.update({"big": 1900, "small": 50})
     settings = AdmissionSettings(oversubscription=2.0, class_step=0.1)
     # alone, a borrower's work queues on the nodes: nobody's guarantee is at stake
@@ -109,7 +117,7 @@ def test_full_pool_refuses_borrowers_but_admits_within_the_guarantee():
     assert refusal.reason == "pool_full" and refusal.retry_after_s == pytest.approx(0.5)
     assert admit(policy("small", guaranteed=0.2), 100, ledger, settings) is None
     # Interference: a mean safety margin of 0.5 halves what the pool admits.
-    ledger2 = PoolLedger(16, capacity_tokens=1000, margin_sum=0.5, nodes=1)
+    ledger2 = PoolLedger(capacity_tokens=1000, margin_sum=0.5, nodes=1)
     ledger2.tenant_tokens.update({"x": 890, "g": 10})  # of 900 a standard tenant is admitted to
     ledger2.guarantees["g"] = 0.1
     assert admit(policy("y"), 200, ledger2, settings).reason == "pool_full"

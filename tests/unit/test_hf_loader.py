@@ -6,11 +6,10 @@ import json
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
 from strata.engine.config import ModelConfig
 from strata.engine.hf_loader import load_hf_dir
 from strata.engine.registry import load_model
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 transformers = pytest.importorskip("transformers")
 

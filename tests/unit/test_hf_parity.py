@@ -4,11 +4,11 @@ the tokenizer with its chat template."""
 
 import pytest
 import torch
-
 from strata.engine.attention import AttentionMetadata, SeqSlice
 from strata.engine.engine import EngineConfig, EngineRequest, LLMEngine
 from strata.engine.hf_loader import load_hf_dir
 from strata.engine.sequence import SamplingParams
+
 from tests.engine_helpers import run_to_end
 from tests.unit.test_hf_loader import write_tiny_hf_dir
 

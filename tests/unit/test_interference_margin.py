@@ -6,10 +6,14 @@ from __future__ import annotations
 import random
 
 import pytest
-
 from strata.policy.clock import ManualClock
-from strata.policy.scheduling.interference import (EstimatorSettings, InterferenceEstimator,
-                                                   MarginSettings, SafetyMargin, quantile)
+from strata.policy.scheduling.interference import (
+    EstimatorSettings,
+    InterferenceEstimator,
+    MarginSettings,
+    SafetyMargin,
+    quantile,
+)
 
 INTERVAL_S = 1.0          # the node's heartbeat
 SOLO_S = 0.8              # priced work per interval: a busy worker

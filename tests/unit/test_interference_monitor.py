@@ -4,7 +4,6 @@ first sightings, replicas without a profile, the work-weighted node ratio, forgo
 from __future__ import annotations
 
 import pytest
-
 from strata.node.interference_monitor import InterferenceMonitor, StepCounters
 from strata.policy.clock import ManualClock
 from strata.policy.scheduling.interference import EstimatorSettings, MarginSettings

@@ -4,7 +4,6 @@ and tier policies, shared-memory segment."""
 from __future__ import annotations
 
 import pytest
-
 from strata.kvtier.heat import HeatTable
 from strata.kvtier.presence import NodePresence
 from strata.kvtier.shm_segment import ShmSegment, segment_path

@@ -5,8 +5,13 @@ from __future__ import annotations
 import random
 
 import pytest
-
-from strata.eval.model_mix import ModelLoad, burst_windows, model_arrivals, model_mix, phase_shifted
+from strata.eval.model_mix import (
+    ModelLoad,
+    burst_windows,
+    model_arrivals,
+    model_mix,
+    phase_shifted,
+)
 from strata.eval.synthetic import Fixed
 
 

@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 from strata.engine.attention import AttentionMetadata, SeqSlice, kv_cache_shape
 from strata.engine.config import ModelConfig
 from strata.engine.model import build_model

@@ -1,6 +1,8 @@
 """OTLP decoding: ids as hex, service from the resource, attributes as JSON values."""
 
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+)
 from opentelemetry.proto.common.v1.common_pb2 import (
     AnyValue,
     ArrayValue,
@@ -8,8 +10,12 @@ from opentelemetry.proto.common.v1.common_pb2 import (
     KeyValueList,
 )
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
-from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
-
+from opentelemetry.proto.trace.v1.trace_pb2 import (
+    ResourceSpans,
+    ScopeSpans,
+    Span,
+    Status,
+)
 from strata.store.spans import SpanRecord
 from strata.telemetry.otlp import count_spans, decode_export_request
 

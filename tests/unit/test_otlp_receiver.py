@@ -2,10 +2,11 @@
 
 import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+)
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 from sqlalchemy.exc import OperationalError
-
 from strata.telemetry.receiver import OtlpReceiver, ReceiverStats
 
 TRACE = bytes.fromhex("0af7651916cd43dd8448eb211c80319c")

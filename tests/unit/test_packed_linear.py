@@ -4,7 +4,6 @@ the same numbers as F.linear, bit for bit, and a weight changed or replaced is p
 import pytest
 import torch
 import torch.nn.functional as F
-
 from strata.engine import packed_linear
 from strata.engine.packed_linear import Packs
 

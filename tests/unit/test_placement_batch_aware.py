@@ -11,10 +11,17 @@ import math
 from dataclasses import dataclass
 
 import pytest
-
-from strata.policy.placement import (ArrivalCurve, BatchAwareSettings, MigrationCost,
-                                     ModelDemand, NodeCapacity, Replica, SlaTarget,
-                                     plan_batch_aware, replica_capacity)
+from strata.policy.placement import (
+    ArrivalCurve,
+    BatchAwareSettings,
+    MigrationCost,
+    ModelDemand,
+    NodeCapacity,
+    PlacedReplica,
+    SlaTarget,
+    plan_batch_aware,
+    replica_capacity,
+)
 from strata.policy.placement.loads import WindowLoads
 from strata.policy.placement.red_line import RedLine
 
@@ -88,8 +95,8 @@ def test_phase_shifted_models_share_a_gpu_and_in_phase_ones_do_not():
 
 def test_a_new_model_joins_the_gpu_whose_peak_it_complements():
     # Both GPUs could take c within the red line; n2's load peaks where c is quiet.
-    nodes = [NodeCapacity("n1", 10 * GB, (Replica("a", "a-1", 2 * GB, managed=True),)),
-             NodeCapacity("n2", 10 * GB, (Replica("b", "b-1", 2 * GB, managed=True),))]
+    nodes = [NodeCapacity("n1", 10 * GB, (PlacedReplica("a", "a-1", 2 * GB, managed=True),)),
+             NodeCapacity("n2", 10 * GB, (PlacedReplica("b", "b-1", 2 * GB, managed=True),))]
     curves = {"a": curve("a", 0.3, 0.05), "b": curve("b", 0.05, 0.3), "c": curve("c", 0.3, 0.05)}
     result = plan(nodes, curves, settings=BatchAwareSettings(max_moves=0))
     assert where(result) == [("a", "n1"), ("b", "n2"), ("c", "n2")]
@@ -104,8 +111,8 @@ def test_a_new_model_joins_the_gpu_whose_peak_it_complements():
 
 def test_red_line_rejects_a_plan_that_breaks_a_target_and_nothing_is_applied():
     # One node already runs two in-phase models: no placement keeps both within 40 ms.
-    nodes = [NodeCapacity("n1", 10 * GB, (Replica("a", "a-1", 2 * GB, managed=True),
-                                          Replica("c", "c-1", 2 * GB, managed=True)))]
+    nodes = [NodeCapacity("n1", 10 * GB, (PlacedReplica("a", "a-1", 2 * GB, managed=True),
+                                          PlacedReplica("c", "c-1", 2 * GB, managed=True)))]
     result = plan(nodes, {"a": curve("a", 0.5, 0.1), "c": curve("c", 0.5, 0.1)})
     assert result.rejected
     assert [(v.model, v.node_id, v.window, v.ok) for v in result.explanation.violations] == [
@@ -122,8 +129,8 @@ def test_red_line_rejects_a_plan_that_breaks_a_target_and_nothing_is_applied():
 
 def test_rejected_plan_still_loads_a_model_that_has_no_replica_at_all():
     # n2 is too small for a or c, so n1 stays broken; z has no replica and fits on n2.
-    nodes = [NodeCapacity("n1", 8 * GB, (Replica("a", "a-1", 4 * GB, managed=True),
-                                         Replica("c", "c-1", 4 * GB, managed=True))),
+    nodes = [NodeCapacity("n1", 8 * GB, (PlacedReplica("a", "a-1", 4 * GB, managed=True),
+                                         PlacedReplica("c", "c-1", 4 * GB, managed=True))),
              NodeCapacity("n2", 3 * GB)]
     curves = {"a": curve("a", 0.5, 0.1), "c": curve("c", 0.5, 0.1), "z": curve("z", 0.1, 0.1)}
     result = plan(nodes, curves, memory={"a": 4 * GB, "c": 4 * GB, "z": 2 * GB})
@@ -141,7 +148,7 @@ def test_replanning_is_stable_and_moves_nothing_once_applied():
     assert first.plan == again.plan and first.explanation == again.explanation
     running = {}
     for a in first.plan.assignments:
-        running.setdefault(a.node_id, []).append(Replica(a.model, a.replica_id, 2 * GB, True))
+        running.setdefault(a.node_id, []).append(PlacedReplica(a.model, a.replica_id, 2 * GB, True))
     applied = [NodeCapacity(n.node_id, n.memory_bytes, tuple(running.get(n.node_id, ())))
                for n in nodes]
     replan = plan(applied, curves)
@@ -152,8 +159,8 @@ def test_replanning_is_stable_and_moves_nothing_once_applied():
 
 def test_a_move_happens_only_when_its_gain_beats_the_migration_cost():
     # a and b run alone on n1 and n2; together they fit: moving one frees a GPU.
-    nodes = [NodeCapacity("n1", 10 * GB, (Replica("a", "a-1", 2 * GB, managed=True),)),
-             NodeCapacity("n2", 10 * GB, (Replica("b", "b-1", 2 * GB, managed=True),))]
+    nodes = [NodeCapacity("n1", 10 * GB, (PlacedReplica("a", "a-1", 2 * GB, managed=True),)),
+             NodeCapacity("n2", 10 * GB, (PlacedReplica("b", "b-1", 2 * GB, managed=True),))]
     curves = {"a": curve("a", 0.3, 0.05), "b": curve("b", 0.05, 0.3)}
     # Gain: 1 GPU + peaks 0.3 + 0.3 - 0.35 = 1.25 GPU. Cost: (2 GB / 2 GB/s + 30 s) / horizon.
     short = MigrationCost(load_bytes_per_s=2e9, warmup_s=30, horizon_s=24)     # 31/24 = 1.29
@@ -177,8 +184,8 @@ def test_a_move_happens_only_when_its_gain_beats_the_migration_cost():
 
 def test_a_gpu_that_breaks_the_red_line_gives_up_a_replica_whatever_the_cost():
     # Traffic grew: a and c, in phase, no longer fit together on n1; n2 is free.
-    nodes = [NodeCapacity("n1", 10 * GB, (Replica("a", "a-1", 2 * GB, managed=True),
-                                          Replica("c", "c-1", 2 * GB, managed=True))),
+    nodes = [NodeCapacity("n1", 10 * GB, (PlacedReplica("a", "a-1", 2 * GB, managed=True),
+                                          PlacedReplica("c", "c-1", 2 * GB, managed=True))),
              NodeCapacity("n2", 10 * GB)]
     expensive = MigrationCost(horizon_s=1)
     result = plan(nodes, {"a": curve("a", 0.5, 0.1), "c": curve("c", 0.5, 0.1)},
@@ -275,8 +282,8 @@ def test_a_lookahead_shares_a_gpu_until_the_peaks_that_conflict_come_near():
     assert [(a.model, a.node_id) for a in early.plan.assignments] == [("a", "n1"), ("c", "n1")]
     assert early.explanation.windows == 2
     now[0] = 86_400.0 * 3 + 1200.0           # window 2 of a later day: window 3 is next
-    nodes = [NodeCapacity("n1", 10 * GB, (Replica("a", "a@n1", 2 * GB, managed=True),
-                                          Replica("c", "c@n1", 2 * GB, managed=True))),
+    nodes = [NodeCapacity("n1", 10 * GB, (PlacedReplica("a", "a@n1", 2 * GB, managed=True),
+                                          PlacedReplica("c", "c@n1", 2 * GB, managed=True))),
              NodeCapacity("n2", 10 * GB)]
     late = policy.plan(nodes, models, {}, snap)
     # the red line breaks in window 3 on n1: a (the smaller move, by name on equal memory)

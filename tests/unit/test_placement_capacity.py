@@ -8,9 +8,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-
-from strata.policy.placement import (Demand, MigrationCost, SlaTarget, pair_benefit, predict,
-                                     replica_capacity)
+from strata.policy.placement import (
+    Demand,
+    MigrationCost,
+    SlaTarget,
+    pair_benefit,
+    predict,
+    replica_capacity,
+)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """The planner's view of a node: serving replicas count toward their model, a hot standby only
 takes memory."""
 
+from strata.v1 import common_pb2
+
 from services.placement.convert import node_capacity
-from strata.rpc.v1 import common_pb2
 
 
 def test_a_standby_takes_memory_but_is_no_replica_of_its_model():

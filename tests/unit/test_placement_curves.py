@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from strata.policy.placement import ArrivalCurve, RequestRow, WindowGrid, arrival_curves
 from strata.policy.placement.curves import upcoming
 

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import pytest
-
 from strata.policy.model_sizes import model_memory_bytes
 from strata.policy.placement import (
     Assignment,
     ModelDemand,
     NodeCapacity,
-    Replica,
+    PlacedReplica,
     Unload,
     Unplaced,
     plan_placement,
@@ -38,7 +37,7 @@ def test_first_fit_decreasing_exact_assignments():
 
 def test_existing_replicas_are_kept_even_where_ffd_would_not_put_them():
     # From scratch FFD puts a on n1. It already runs on n2 and fits, so it stays there.
-    nodes = [NodeCapacity("n1", 100), NodeCapacity("n2", 100, (Replica("a", "r-a", 40),))]
+    nodes = [NodeCapacity("n1", 100), NodeCapacity("n2", 100, (PlacedReplica("a", "r-a", 40),))]
     plan = plan_placement(nodes, [ModelDemand("a", 40), ModelDemand("b", 80)])
     assert where(plan) == [("a", "n2", "r-a"), ("b", "n1", "b@n1")]
     assert plan.assignments[0].reason == "kept: already on n2, needs 40 bytes, 60 left free"
@@ -52,7 +51,7 @@ def test_replanning_the_applied_plan_changes_nothing():
     first = plan_placement([NodeCapacity(n, m) for n, m in sizes], models)
     applied = {}
     for a in first.assignments:
-        applied.setdefault(a.node_id, []).append(Replica(a.model, a.replica_id, 0, managed=True))
+        applied.setdefault(a.node_id, []).append(PlacedReplica(a.model, a.replica_id, 0, managed=True))
     again = plan_placement([NodeCapacity(n, m, tuple(applied.get(n, ())))
                             for n, m in sizes], models)
     assert where(again) == where(first) == [("a", "n1", "a@n1"), ("a", "n2", "a@n2"),
@@ -63,10 +62,10 @@ def test_replanning_the_applied_plan_changes_nothing():
 
 def test_surplus_duplicates_and_dropped_models_are_unloaded():
     nodes = [
-        NodeCapacity("n1", 100, (Replica("a", "a1", 10), Replica("a", "a2", 10),
-                                 Replica("old", "o1", 20, managed=True),
-                                 Replica("foreign", "f1", 50))),
-        NodeCapacity("n2", 100, (Replica("a", "a3", 10),)),
+        NodeCapacity("n1", 100, (PlacedReplica("a", "a1", 10), PlacedReplica("a", "a2", 10),
+                                 PlacedReplica("old", "o1", 20, managed=True),
+                                 PlacedReplica("foreign", "f1", 50))),
+        NodeCapacity("n2", 100, (PlacedReplica("a", "a3", 10),)),
     ]
     plan = plan_placement(nodes, [ModelDemand("a", 10, replicas=1)])
     assert where(plan) == [("a", "n1", "a1")]
@@ -80,7 +79,7 @@ def test_surplus_duplicates_and_dropped_models_are_unloaded():
 
 
 def test_second_replica_on_one_node_moves_to_another_node():
-    nodes = [NodeCapacity("n1", 100, (Replica("a", "a1", 10), Replica("a", "a2", 10))),
+    nodes = [NodeCapacity("n1", 100, (PlacedReplica("a", "a1", 10), PlacedReplica("a", "a2", 10))),
              NodeCapacity("n2", 100)]
     plan = plan_placement(nodes, [ModelDemand("a", 10, replicas=2)])
     assert where(plan) == [("a", "n1", "a1"), ("a", "n2", "a@n2")]
@@ -88,7 +87,7 @@ def test_second_replica_on_one_node_moves_to_another_node():
 
 
 def test_replica_that_no_longer_fits_is_unloaded_and_replaced():
-    nodes = [NodeCapacity("n1", 50, (Replica("a", "a1", 40),)), NodeCapacity("n2", 100)]
+    nodes = [NodeCapacity("n1", 50, (PlacedReplica("a", "a1", 40),)), NodeCapacity("n2", 100)]
     plan = plan_placement(nodes, [ModelDemand("a", 60)])
     assert plan.unloads == [Unload("a", "n1", "a1", "no longer fits: needs 60 bytes, 50 free on n1")]
     assert where(plan) == [("a", "n2", "a@n2")]
@@ -107,7 +106,7 @@ def test_unplaced_reasons():
 
 
 def test_zero_replicas_unloads_all_and_bad_demand_is_rejected():
-    plan = plan_placement([NodeCapacity("n1", 100, (Replica("a", "a1", 10),))],
+    plan = plan_placement([NodeCapacity("n1", 100, (PlacedReplica("a", "a1", 10),))],
                           [ModelDemand("a", 10, replicas=0)])
     assert plan.assignments == [] and [u.replica_id for u in plan.unloads] == ["a1"]
     with pytest.raises(ValueError, match="listed twice"):

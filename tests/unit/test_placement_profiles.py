@@ -5,10 +5,10 @@ import json
 import shutil
 
 import pytest
+from strata.core.profile import StepShape, load_profile, prefill_keys
 
 from services.placement.config import BUNDLED_PROFILES
 from services.placement.profiles import ProfileCosts, device_kind, load_profiles
-from strata.sim.profile import StepShape, load_profile, prefill_keys
 
 
 def test_bundled_profiles_are_found_by_model_and_device_kind():

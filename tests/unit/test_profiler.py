@@ -2,10 +2,10 @@
 names, on an engine with the threads asked for, and the profile describes what was measured."""
 
 import torch
-
+from strata.core.profile import prefill_keys
 from strata.engine.engine import EngineConfig
 from strata.engine.profiler import ProfileGrid, profile_engine
-from strata.sim.profile import prefill_keys
+
 from tests.engine_helpers import tiny_loaded
 
 GRID = ProfileGrid(prefill_tokens=(16, 32), prefill_contexts=(0, 40), decode_batches=(1, 4),

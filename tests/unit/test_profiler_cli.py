@@ -2,9 +2,8 @@
 refuses bad arguments with exit 2."""
 
 import torch
-
 from strata.client import cli
-from strata.sim.profile import load_profile
+from strata.core.profile import load_profile
 
 
 def test_profile_writes_a_loadable_profile(tmp_path, capsys):

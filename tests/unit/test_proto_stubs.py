@@ -1,4 +1,4 @@
-"""The committed stubs in libs/strata/rpc/v1/ are exactly what `make proto` generates now."""
+"""The committed stubs in libs/strata/v1/ are exactly what `make proto` generates now."""
 
 from strata.rpc import codegen
 

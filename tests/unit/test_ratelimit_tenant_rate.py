@@ -2,7 +2,6 @@
 least one request, and a changed rate applies from the next call."""
 
 import pytest
-
 from strata.policy.clock import ManualClock
 from strata.policy.ratelimit import TenantRateLimiter
 

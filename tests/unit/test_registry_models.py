@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-
 from strata.engine.registry import DEFAULT_MODEL, known_models, load_model
+
 from tests.unit.test_gguf_loader import write_tiny_gguf
 
 

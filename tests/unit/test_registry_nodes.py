@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import pytest
-
 from strata.policy.clock import ManualClock
-from strata.policy.registry import ModelInfo, NodeRegistry, NodeState, ReplicaPhase, ReplicaState
+from strata.policy.registry import (
+    ModelInfo,
+    NodeRegistry,
+    NodeState,
+    ReplicaPhase,
+    ReplicaState,
+)
 
 
 def node(node_id: str, *replicas: ReplicaState, models: tuple[ModelInfo, ...] = ()) -> NodeState:

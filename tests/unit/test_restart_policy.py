@@ -1,7 +1,7 @@
 """The supervisor's restart policy on a manual clock: doubling backoff for quick failures, reset
 by a stable run, and a crash loop after too many restarts in the window."""
 
-from strata.restart_policy import RestartPolicy
+from strata.policy.restart import RestartPolicy
 
 
 class Clock:

@@ -23,7 +23,7 @@ def registry(**nodes: tuple[ReplicaState, ...]) -> NodeRegistry:
 
 
 def router(seed: int = 0) -> Router:
-    return Router(rng=random.Random(seed), request_weight_tokens=100, kv_block_tokens=16)
+    return Router(rng=random.Random(seed), request_weight_tokens=100)
 
 
 def test_picks_least_load_counting_running_requests_as_tokens():

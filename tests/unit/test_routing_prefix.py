@@ -35,7 +35,7 @@ def index(**held: int) -> PrefixIndex:
 
 def route(reg: NodeRegistry, idx: PrefixIndex | None, prompt_tokens: int = 160,
           hashes: list[int] = CHAIN, **kw) -> RouteDecision:
-    router = Router(rng=random.Random(0), request_weight_tokens=100, kv_block_tokens=16, **kw)
+    router = Router(rng=random.Random(0), request_weight_tokens=100, **kw)
     return router.route("m", "t", prompt_tokens, reg, prefix_hashes=hashes, index=idx)
 
 

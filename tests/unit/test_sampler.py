@@ -3,7 +3,6 @@
 import math
 
 import torch
-
 from strata.engine.sampler import SeqSampler, sample_batch
 from strata.engine.sequence import SamplingParams
 

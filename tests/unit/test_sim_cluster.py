@@ -5,14 +5,18 @@ giving the same per-request latencies as exact stepping."""
 import random
 
 import pytest
-
+from strata.core.profile import RequestOverheads, StepCosts
 from strata.eval.synthetic import Uniform, poisson_arrivals, requests_at
 from strata.eval.workload import Scaling, Window
-from strata.policy.placement import (Assignment, ModelDemand, PlacementPlan, Unload,
-                                     plan_placement)
+from strata.policy.placement import (
+    Assignment,
+    ModelDemand,
+    PlacementPlan,
+    Unload,
+    plan_placement,
+)
 from strata.policy.registry import ReplicaPhase
 from strata.sim.cluster import ModelSpec, SimConfig, Simulator
-from strata.sim.profile import RequestOverheads, StepCosts
 from strata.sim.replica import EngineLimits
 from strata.sim.workload import SimRequest, sim_requests
 

@@ -5,10 +5,9 @@ a step is never shorter than alone; the shares come from the profile into every 
 from dataclasses import replace
 
 import pytest
-
+from strata.core.profile import ColocationPoint, EngineProfile, FitError, StepCosts
 from strata.policy.placement import ModelDemand
 from strata.sim.cluster import SimConfig, Simulator, model_spec
-from strata.sim.profile import ColocationPoint, EngineProfile, FitError, StepCosts
 from strata.sim.replica import shared_factor
 from strata.sim.workload import SimRequest
 

@@ -8,12 +8,11 @@ import json
 import random
 
 import pytest
-
+from strata.core.profile import RequestOverheads, StepCosts
 from strata.kvtier.hashing import HashKeys, chain_hashes
 from strata.policy.placement import ModelDemand
 from strata.sim.cluster import ModelSpec, SimConfig, Simulator
 from strata.sim.kv_tiers import KVTierSpec, NodeKV
-from strata.sim.profile import RequestOverheads, StepCosts
 from strata.sim.replica import EngineLimits
 from strata.sim.workload import SimRequest
 
@@ -277,8 +276,14 @@ def test_fast_forward_agrees_with_exact_stepping_with_tiers_and_prefix_routing()
 # -- the benchmark's pure parts -----------------------------------------------------------------
 
 def test_the_benchmark_scales_mooncake_as_bench_kv_and_counts_the_bound(tmp_path):
-    from benchmarks.sim.kv_tiers import WAYS, bound_blocks, mooncake_requests, run_kv_tiers
     from strata.eval.traces import read_mooncake
+
+    from benchmarks.sim.kv_tiers import (
+        WAYS,
+        bound_blocks,
+        mooncake_requests,
+        run_kv_tiers,
+    )
 
     rows = [(1000, 1100, 40, [1, 2, 3]), (1500, 1030, 5, [1, 2, 4]), (3000, 600, 9, [1, 5])]
     path = tmp_path / "mooncake.jsonl"

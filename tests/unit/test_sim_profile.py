@@ -3,9 +3,16 @@
 import json
 
 import pytest
-
-from strata.sim.profile import (EngineProfile, Measurement, RequestOverheads,
-                                StepCosts, StepShape, fit, load_profile, prefill_keys)
+from strata.core.profile import (
+    EngineProfile,
+    Measurement,
+    RequestOverheads,
+    StepCosts,
+    StepShape,
+    fit,
+    load_profile,
+    prefill_keys,
+)
 
 TRUE = StepCosts(step_s=1e-3, token_s=2e-5, sample_s=5e-5, prefill_attend_s=1e-8,
                  decode_attend_s=3e-8, group_s=4e-4)

@@ -3,10 +3,10 @@ layer functions as a real run's, written as `strata report --json` writes, read 
 `strata report --compare` beside another report file."""
 
 import pytest
-
 from strata.client import cli
 from strata.client.report_cli import load_report_file
 from strata.sim.report import sim_report, write_report
+
 from tests.unit.test_sim_cluster import req, simulator
 
 EPOCH = 1_700_000_000_000

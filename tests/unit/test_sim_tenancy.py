@@ -3,13 +3,12 @@ class priorities, client retries after a refusal, static partitions; exact times
 cost line."""
 
 import pytest
-
+from strata.core.profile import StepCosts
+from strata.core.tenant_policy import TenantPolicy
 from strata.policy.placement import ModelDemand
 from strata.policy.scheduling.admission import AdmissionSettings
 from strata.policy.scheduling.global_scheduler import Mode, SchedulerSettings
-from strata.policy.scheduling.tenants import TenantPolicy
 from strata.sim.cluster import ModelSpec, SimConfig, Simulator
-from strata.sim.profile import StepCosts
 from strata.sim.replica import EngineLimits
 from strata.sim.tenancy import Tenancy
 from strata.sim.workload import SimRequest

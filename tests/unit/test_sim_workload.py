@@ -4,7 +4,6 @@ blocks, and rate scaling by superposing shifted copies of a trace."""
 import random
 
 import pytest
-
 from strata.eval.traces import TraceRequest
 from strata.eval.workload import Scaling, Window
 from strata.sim.workload import SimRequest, sim_requests, superpose

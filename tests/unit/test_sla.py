@@ -1,8 +1,7 @@
 """SLA classes: the default table, the spec syntax and its errors, per-request judgement."""
 
 import pytest
-
-from strata.eval.sla import DEFAULT_CLASS, SlaClass, SlaTable, parse_classes
+from strata.core.sla import DEFAULT_CLASS, SlaClass, SlaTable, parse_classes
 from strata.store.tenants import DEFAULT_SLA_CLASS
 
 

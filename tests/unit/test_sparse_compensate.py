@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from strata.engine.attention import AttentionMetadata, SeqSlice
 from strata.engine.sparse import LayerProbe, SparseConfig, SparseDecoder
 from strata.engine.sparse import native as sparse_native

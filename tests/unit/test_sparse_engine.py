@@ -9,7 +9,6 @@ import math
 
 import pytest
 import torch
-
 from strata.engine import kernels
 from strata.engine.attention import AttentionMetadata, SeqSlice
 from strata.engine.dummy import load_dummy

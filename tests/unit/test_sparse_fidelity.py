@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from strata.engine import kernels
 from strata.engine.dummy import load_dummy
 from strata.engine.engine import EngineConfig, LLMEngine

@@ -10,10 +10,8 @@ import math
 
 import pytest
 import torch
-
 from strata.engine.attention import AttentionMetadata, SeqSlice
-from strata.engine.sparse import SparseConfig, SparseDecoder
-from strata.engine.sparse import native
+from strata.engine.sparse import SparseConfig, SparseDecoder, native
 from strata.engine.sparse.attend import attend_blocks
 from strata.engine.sparse.decode import SparseStep
 from strata.engine.sparse.select import select_blocks

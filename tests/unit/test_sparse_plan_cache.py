@@ -5,7 +5,6 @@ block, steps back, changes blocks or the configuration changes."""
 from __future__ import annotations
 
 import torch
-
 from strata.engine.attention import AttentionMetadata, SeqSlice
 from strata.engine.sparse import SparseConfig, SparseDecoder
 from strata.engine.sparse.compensate import LeftOut

@@ -8,12 +8,18 @@ import math
 
 import pytest
 import torch
-
 from strata.engine.sparse.attend import attend_blocks, attend_full, flat_ids
 from strata.engine.sparse.config import SparseConfig, parse_budget
 from strata.engine.sparse.index import BlockIndex
-from strata.engine.sparse.select import (Layout, full_entries, left_out_mass, query_rows,
-                                         score_blocks, select_blocks, split_scores)
+from strata.engine.sparse.select import (
+    Layout,
+    full_entries,
+    left_out_mass,
+    query_rows,
+    score_blocks,
+    select_blocks,
+    split_scores,
+)
 
 
 @pytest.fixture(autouse=True)

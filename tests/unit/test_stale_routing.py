@@ -3,7 +3,11 @@ the least loaded counting what was sent since, each tenant within its guaranteed
 least one request), and nothing once the view is older than its bound."""
 
 from strata.policy.clock import ManualClock
-from strata.policy.scheduling.stale_routing import StaleRefusal, StaleRouter, ViewReplica
+from strata.policy.scheduling.stale_routing import (
+    StaleRefusal,
+    StaleRouter,
+    ViewReplica,
+)
 
 
 def replica(rid: str, model: str = "m", load: int = 0, slots: int = 4) -> ViewReplica:
@@ -51,3 +55,16 @@ def test_unknown_models_not_ready_models_and_an_old_view_are_refused():
     old = r.route("m", "t", 1.0)
     assert isinstance(old, StaleRefusal) and "too old" in old.reason
     assert r.models == ()
+
+
+def test_the_block_size_is_the_one_the_models_workers_report_the_majoritys_on_disagreement():
+    from strata.core.blocks import DEFAULT_BLOCK_SIZE, agreed_block_size
+
+    r = StaleRouter(ManualClock(), 30.0)
+    assert r.block_size("m") == DEFAULT_BLOCK_SIZE            # nothing reported yet
+    r.update([ViewReplica("n1", "a:1", "x", "m", 0, 4, 32), ViewReplica("n2", "a:2", "y", "m", 0,
+                                                                       4, 32),
+              ViewReplica("n3", "a:3", "z", "m", 0, 4, 8)], ["m"])
+    assert r.block_size("m") == 32
+    assert agreed_block_size([32, 32, 8]) == (32, False)
+    assert agreed_block_size([0, 16]) == (16, True)          # 0: not reported, the default

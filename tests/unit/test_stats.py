@@ -1,7 +1,6 @@
 """Percentiles: linear interpolation between closest ranks, numpy's default rule."""
 
 import pytest
-
 from strata.core.stats import Summary, percentile, percentiles, summarize
 
 

@@ -9,14 +9,18 @@ import os
 
 import pytest
 import torch
-
+from strata.core.profile import StepCosts, StepShape, step_shape
 from strata.engine.dummy import load_dummy
 from strata.engine.engine import EngineConfig, EngineRequest, LLMEngine
 from strata.engine.scheduler import ScheduledSeq
 from strata.engine.sequence import SamplingParams, Sequence
-from strata.engine.step_meter import PROFILES_DIR, StepMeter, find_profile, meter_from_profile
+from strata.engine.step_meter import (
+    PROFILES_DIR,
+    StepMeter,
+    find_profile,
+    meter_from_profile,
+)
 from strata.kvtier.hashing import HashKeys
-from strata.sim.profile import StepCosts, StepShape, step_shape
 from strata.sim.replica import EngineLimits, SimReplica
 
 # Powers of two, so every sum below is exact in floating point.

@@ -3,8 +3,12 @@
 import asyncio
 
 from sqlalchemy import inspect, text
-
-from strata.store.db import SQLITE_BUSY_TIMEOUT_MS, create_all, make_engine, session_factory
+from strata.store.db import (
+    SQLITE_BUSY_TIMEOUT_MS,
+    create_all,
+    make_engine,
+    session_factory,
+)
 from strata.store.spans import SpanRecord, get_trace, insert_spans
 
 pytest_plugins = ["tests.pg"]

@@ -1,7 +1,6 @@
 """Per-tenant report over request rows, identical on every store backend."""
 
 import pytest
-
 from strata.core.stats import Summary
 from strata.store.report import tenant_reports
 from strata.store.spans import SpanRecord, insert_spans

@@ -3,7 +3,6 @@ store gains the new columns on start."""
 
 import pytest
 from sqlalchemy import inspect, text
-
 from strata.store.db import create_all, make_engine
 from strata.store.report import request_rows, tenant_reports, tenant_sla_classes
 from strata.store.runs import create_run, finish_run, get_run, list_runs

@@ -2,9 +2,12 @@
 on every store backend."""
 
 import pytest
-
-from strata.store.samples import (NodeSampleRecord, insert_samples, sample_time_range,
-                                  samples_between)
+from strata.core.records import NodeSampleRecord
+from strata.store.samples import (
+    insert_samples,
+    sample_time_range,
+    samples_between,
+)
 
 pytest_plugins = ["tests.pg"]
 

@@ -1,7 +1,6 @@
 """Span storage and the request rows derived from gateway spans, on every store backend."""
 
 from sqlalchemy import func, select
-
 from strata.store.models import Request, Span
 from strata.store.spans import SpanRecord, get_trace, insert_spans, request_from_span
 from strata.telemetry import names

@@ -6,17 +6,32 @@ from __future__ import annotations
 
 import pytest
 from sqlalchemy import inspect, select, text
-
-from strata.eval.sla import DEFAULT_CLASSES, SlaClass, SlaTable, parse_classes
-from strata.policy.scheduling.tenants import TenantPolicy
+from strata.core.sla import DEFAULT_CLASSES, SlaClass, SlaTable, parse_classes
+from strata.core.tenant_policy import TenantPolicy
 from strata.store.db import create_all, drop_all, make_engine, session_factory
 from strata.store.models import ApiKey
-from strata.store.sla_classes import (InvalidSlaClassError, list_sla_classes, load_sla_table,
-                                      put_sla_class, seed_sla_classes)
-from strata.store.tenants import (InvalidTenantError, TenantInfo, TenantSettings,
-                                  UnknownTenantError, authenticate, create_tenant,
-                                  delete_tenant, issue_api_key, list_tenants, revoke_api_key,
-                                  tenant_info, tenant_policy, update_tenant)
+from strata.store.sla_classes import (
+    InvalidSlaClassError,
+    list_sla_classes,
+    load_sla_table,
+    put_sla_class,
+    seed_sla_classes,
+)
+from strata.store.tenants import (
+    InvalidTenantError,
+    TenantInfo,
+    TenantSettings,
+    UnknownTenantError,
+    authenticate,
+    create_tenant,
+    delete_tenant,
+    issue_api_key,
+    list_tenants,
+    revoke_api_key,
+    tenant_info,
+    tenant_policy,
+    update_tenant,
+)
 
 pytest_plugins = ["tests.pg"]
 

@@ -4,11 +4,10 @@ TTL (no store read meanwhile), invalidation, unknown tenants, SLA classes cached
 from __future__ import annotations
 
 import pytest
-
-from strata.eval.sla import SlaClass, parse_classes
+from strata.core.sla import SlaClass, parse_classes
+from strata.core.tenant_policy import TenantPolicy
 from strata.gateway.tenant_directory import TenantDirectory, TenantEntry
 from strata.policy.clock import ManualClock
-from strata.policy.scheduling.tenants import TenantPolicy
 from strata.store.db import create_all, make_engine, session_factory
 from strata.store.sla_classes import put_sla_class, seed_sla_classes
 from strata.store.tenants import create_tenant, delete_tenant, update_tenant

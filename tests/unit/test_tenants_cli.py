@@ -9,19 +9,19 @@ import json
 import time
 
 import pytest
-
-from services.gateway.admin import AdminServicer
-from strata import defaults
 from strata.client import cli
 from strata.client.settings import admin_key
-from strata.eval.sla import SlaTable
+from strata.core import defaults
+from strata.core.sla import SlaTable
 from strata.gateway.auth import Authenticator
 from strata.gateway.tenant_directory import TenantDirectory
 from strata.rpc.server import Registration, start_server
-from strata.rpc.v1 import admin_pb2_grpc
 from strata.store.db import create_all, make_engine, session_factory
 from strata.store.sla_classes import seed_sla_classes
 from strata.store.tenants import authenticate
+from strata.v1 import admin_pb2_grpc
+
+from services.gateway.admin import AdminServicer
 
 ADMIN_KEY = "sk-strata-admin-cli-test"
 

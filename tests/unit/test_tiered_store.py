@@ -5,10 +5,9 @@ from __future__ import annotations
 import threading
 
 import pytest
-
+from strata.kvtier.blocks import StoredBlock
 from strata.kvtier.disk_tier import DiskTier
 from strata.kvtier.hashing import checksum
-from strata.kvtier.blocks import StoredBlock
 from strata.kvtier.shm_segment import ShmSegment
 from strata.kvtier.tiered_store import Tier, TieredStore
 from strata.policy.kv_tiering import HeatPolicy, LRUPolicy

@@ -3,7 +3,6 @@
 import json
 
 import pytest
-
 from strata.engine.bpe_tokenizer import BpeTokenizer, _bytes_to_unicode
 from strata.engine.gguf_loader import GGUFReader, _metadata, default_model_path
 

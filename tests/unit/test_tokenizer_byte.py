@@ -1,7 +1,6 @@
 """ByteTokenizer: UTF-8 bytes as ids, four specials, ChatML."""
 
 import pytest
-
 from strata.engine.byte_tokenizer import ByteTokenizer
 
 

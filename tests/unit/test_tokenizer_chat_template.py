@@ -1,7 +1,6 @@
 """Chat templates render in a sandbox, as transformers renders them, with ChatML as the fallback."""
 
 import pytest
-
 from strata.engine.chat_template import CHATML_TEMPLATE, ChatTemplate
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from strata.engine.registry import load_model, load_tokenizer
+
 from tests.unit.test_gguf_loader import write_tiny_gguf
 
 TEXTS = ["the theme of the day", "<|im_start|>user\nhello<|im_end|>", "héllo wörld 123", ""]

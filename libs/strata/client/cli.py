@@ -20,7 +20,6 @@ import sys
 
 import grpc
 
-from strata import defaults
 from strata.client.format import format_models, format_summary, format_trace
 from strata.client.placement_cli import add_placement_parser
 from strata.client.profile_cli import add_profile_parser
@@ -28,8 +27,9 @@ from strata.client.replay_cli import add_replay_parser
 from strata.client.report_cli import add_report_arguments, metrics_client, run_report
 from strata.client.sdk import DEFAULT_MAX_TOKENS, AsyncClient
 from strata.client.settings import ClientSettingError
-from strata.rpc.identity import IdentityError
 from strata.client.tenants_cli import add_tenants_parser
+from strata.core import defaults
+from strata.security.identity import IdentityError
 
 EXIT_ERROR = 2
 DEFAULT_TIMEOUT_S = 300.0

@@ -14,7 +14,8 @@ import sys
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from strata.rpc.identity import ClusterIdentity, public_sync_channel, sync_channel
+from strata.rpc.channels import public_sync_channel, sync_channel
+from strata.security.identity import ClusterIdentity
 
 
 def check(address: str, service: str = "", timeout: float = 3.0,
@@ -43,9 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     identity = None
     if args.internal:
-        from strata.envconfig import security
+        from strata.security.settings import SecurityFields
 
-        identity = security().client_identity()
+        identity = SecurityFields().security().client_identity()
     healthy, line = check(args.address, args.service, args.timeout, identity)
     print(line, file=sys.stdout if healthy else sys.stderr)
     return 0 if healthy else 1

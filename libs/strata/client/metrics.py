@@ -4,8 +4,8 @@ scoped to the key sent (a tenant key: that tenant's own; the admin key: every te
 from __future__ import annotations
 
 from strata.client import settings
-from strata.rpc.identity import public_channel
-from strata.rpc.v1 import metrics_pb2, metrics_pb2_grpc
+from strata.rpc.channels import public_channel
+from strata.v1 import metrics_pb2, metrics_pb2_grpc
 
 METRICS_TIMEOUT_S = 10.0
 

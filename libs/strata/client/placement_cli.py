@@ -20,10 +20,10 @@ import sys
 
 import grpc
 
-from strata import defaults
-from strata.envconfig import security
-from strata.rpc.identity import channel
-from strata.rpc.v1 import placement_pb2, placement_pb2_grpc
+from strata.core import defaults
+from strata.rpc.channels import channel
+from strata.security.settings import SecurityFields
+from strata.v1 import placement_pb2, placement_pb2_grpc
 
 PLACEMENT_TIMEOUT_S = 30.0
 
@@ -53,7 +53,7 @@ def _stub(args: argparse.Namespace) -> tuple[grpc.aio.Channel, placement_pb2_grp
     secrets folder (STRATA_SECRETS_DIR, or the data dir's `secrets`, as `make run` keeps it)."""
     address = (args.placement or os.environ.get("STRATA_PLACEMENT_ADDR")
                or defaults.PLACEMENT_ADDR)
-    ch = channel(address, security().client_identity())
+    ch = channel(address, SecurityFields().security().client_identity())
     return ch, placement_pb2_grpc.PlacementStub(ch)
 
 

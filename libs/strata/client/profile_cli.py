@@ -15,7 +15,7 @@ import asyncio
 import sys
 import time
 
-from strata import defaults
+from strata.core import defaults
 
 EXIT_ERROR = 2
 
@@ -50,10 +50,16 @@ def add_profile_parser(sub: argparse._SubParsersAction) -> None:
 
 async def run_profile(args: argparse.Namespace) -> int:
     # Imported here: torch takes seconds to import and no other subcommand needs it.
-    from strata.engine.colocation import ColocationPlan, measure_colocation
-    from strata.engine.engine import EngineConfig
-    from strata.engine.profiler import QUICK_GRID, ProfileGrid, profile_engine
-    from strata.engine.registry import load_model
+    try:
+        from strata.engine.colocation import ColocationPlan, measure_colocation
+        from strata.engine.engine import EngineConfig
+        from strata.engine.profiler import QUICK_GRID, ProfileGrid, profile_engine
+        from strata.engine.registry import load_model
+    except ModuleNotFoundError as err:
+        print(f"strata profile: measures an engine on this machine and needs {err.name}, "
+              f"which the client install leaves out: pip install 'strata[server]'",
+              file=sys.stderr)
+        return 2
 
     if args.threads < 1:
         print(f"error: --threads must be at least 1, got {args.threads}", file=sys.stderr)

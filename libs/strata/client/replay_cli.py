@@ -17,11 +17,16 @@ import os
 import random
 import sys
 
-from strata import defaults
 from strata.client import settings
+from strata.client.replay import (
+    DEFAULT_REQUEST_TIMEOUT_S,
+    ReplayConfig,
+    ReplayError,
+    replay,
+)
+from strata.core import defaults
 from strata.eval import synthetic
 from strata.eval.client_metrics import format_summary
-from strata.eval.replay import DEFAULT_REQUEST_TIMEOUT_S, ReplayConfig, ReplayError, replay
 from strata.eval.traces import FORMATS as TRACE_FORMATS
 from strata.eval.traces import TraceRequest, read_trace
 from strata.eval.workload import (
@@ -200,7 +205,7 @@ def _lengths(tokens: int, spread: float) -> synthetic.LengthDist:
     return synthetic.Uniform(max(1, round(tokens * (1 - spread))), round(tokens * (1 + spread)))
 
 
-def _parse_mix(args: argparse.Namespace) -> list[synthetic.TenantLoad]:
+def _parse_mix(args: argparse.Namespace) -> list[synthetic.TenantTraffic]:
     loads = []
     for entry in args.mix.split(","):
         fields = entry.strip().split(":")
@@ -215,7 +220,7 @@ def _parse_mix(args: argparse.Namespace) -> list[synthetic.TenantLoad]:
         except ValueError:
             raise ValueError(f"--mix entry {entry!r}: rate and cv must be numbers, prompt and "
                              f"output integers") from None
-        loads.append(synthetic.TenantLoad(
+        loads.append(synthetic.TenantTraffic(
             fields[0], rate, fields[2], _lengths(prompt, args.length_range),
             _lengths(output, args.length_range), cv=cv))
     return loads

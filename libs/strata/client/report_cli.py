@@ -33,7 +33,7 @@ from strata.eval.html_report import render
 from strata.eval.report_codec import from_report
 from strata.eval.report_text import compare_text, report_text, utc
 from strata.eval.report_types import LayeredReport
-from strata.rpc.v1 import metrics_pb2
+from strata.v1 import metrics_pb2
 
 REPORT_TIMEOUT_S = 30.0
 EXIT_ERROR = 2

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 
-
 from strata.client import settings
-from strata.rpc.identity import public_channel, public_sync_channel
-from strata.rpc.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+from strata.rpc.channels import public_channel, public_sync_channel
+from strata.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
 DEFAULT_MAX_TOKENS = 256
 LIST_MODELS_TIMEOUT_S = 10.0

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from strata import defaults
+from strata.core import defaults
 
 
 class ClientSettingError(ValueError):

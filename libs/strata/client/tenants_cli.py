@@ -23,14 +23,19 @@ import json
 import math
 import sys
 
-
-from strata import defaults
 from strata.client.settings import admin_key, gateway_address, tls_ca
-from strata.client.tenants_format import (NO_TARGET, class_dict, format_class_table,
-                                          format_classes, format_tenant, format_tenants,
-                                          tenant_dict)
-from strata.rpc.identity import public_channel
-from strata.rpc.v1 import admin_pb2, admin_pb2_grpc
+from strata.client.tenants_format import (
+    NO_TARGET,
+    class_dict,
+    format_class_table,
+    format_classes,
+    format_tenant,
+    format_tenants,
+    tenant_dict,
+)
+from strata.core import defaults
+from strata.rpc.channels import public_channel
+from strata.v1 import admin_pb2, admin_pb2_grpc
 
 ADMIN_TIMEOUT_S = 30.0
 

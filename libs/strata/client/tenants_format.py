@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timezone
 
-from strata.eval.sla import BEST_EFFORT
-from strata.rpc.v1 import admin_pb2
+from strata.core.sla import BEST_EFFORT
+from strata.v1 import admin_pb2
 
 NO_TARGET = "-"
 

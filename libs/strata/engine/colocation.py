@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from strata.sim.profile import ColocationPoint
+from strata.core.profile import ColocationPoint
 
 _READY_TIMEOUT_S = 600.0
 

@@ -20,14 +20,16 @@ from dataclasses import dataclass
 
 import torch
 
+from strata.core.blocks import DEFAULT_BLOCK_SIZE
+from strata.core.counters import EngineCounters
 from strata.engine import kernels
 from strata.engine.attention import AttentionMetadata, SeqSlice, kv_cache_shape
 from strata.engine.block_pool import BlockPool
 from strata.engine.block_tables import BlockTables
+from strata.engine.costs import CostModel
 from strata.engine.detokenizer import Detokenizer
 from strata.engine.loaded import LoadedModel
 from strata.engine.model import build_model
-from strata.engine.costs import CostModel
 from strata.engine.sampler import Sampled, SamplingError, SeqSampler, sample_batch
 from strata.engine.scheduler import ScheduledSeq, Scheduler
 from strata.engine.sequence import FinishReason, SamplingParams, Sequence
@@ -41,7 +43,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class EngineConfig:
-    block_size: int = 16
+    block_size: int = DEFAULT_BLOCK_SIZE
     kv_cache_bytes: int = 256 * 1024 * 1024
     num_blocks: int = 0               # 0 = derive from kv_cache_bytes
     max_batched_tokens: int = 2048
@@ -100,19 +102,6 @@ class RequestOutput:
     error: str | None = None
 
 
-@dataclass(slots=True)
-class EngineStats:
-    """Cumulative counters (readers take differences over time)."""
-
-    steps: int = 0
-    prefix_hit_tokens: int = 0
-    tier_hit_tokens: int = 0
-    prompt_tokens: int = 0
-    last_step_tokens: int = 0
-    step_tokens_total: int = 0
-    busy_seconds: float = 0.0
-
-
 class LLMEngine:
     def __init__(self, loaded: LoadedModel, config: EngineConfig, tier: TierLink | None = None):
         self.loaded = loaded
@@ -150,7 +139,8 @@ class LLMEngine:
         # Built (or loaded from its cache) now, so a first compile never lands on a request.
         self.native_attention = (config.attention_kernel == "cpp" and self.device.type == "cpu"
                                  and kernels.load() is not None)
-        self.stats = EngineStats()
+        self.stats = EngineCounters()    # what the engine itself counts; counters() adds the rest
+        self.last_step_tokens = 0
         # Called after every step with its scheduled items (already advanced) and the whole
         # step's seconds, schedule() included as a profile times it (strata.engine.step_meter).
         self.step_observer: Callable[[list[ScheduledSeq], float], None] | None = None
@@ -174,10 +164,23 @@ class LLMEngine:
                 max_tokens=4, ignore_eos=True), tenant="__warmup__"))
         while self.has_work():
             self.step()
-        self.stats = EngineStats()
+        self.stats = EngineCounters()
         if self.sparse is not None:
             self.sparse.stats = SparseStats()
         return time.perf_counter() - started
+
+    def counters(self) -> EngineCounters:
+        """Every cumulative counter of this engine: its own, its scheduler's preemptions, its
+        pool's evictions and the sparse path's steps (the step meter's are the worker's)."""
+        c = EngineCounters(**{k: getattr(self.stats, k) for k in EngineCounters.__slots__})
+        c.preemptions = self.scheduler.preemptions
+        c.priority_preemptions = self.scheduler.priority_preemptions
+        c.kv_blocks_evicted = self.pool.evicted_lifetimes_count
+        c.block_lifetime_sum_s = self.pool.evicted_lifetime_sum_s
+        if self.sparse is not None:
+            c.sparse_layer_steps = self.sparse.stats.layer_steps
+            c.sparse_fallbacks = self.sparse.stats.fallbacks
+        return c
 
     # -- requests ------------------------------------------------------------------------------
     def validate(self, req: EngineRequest) -> None:
@@ -275,8 +278,9 @@ class LLMEngine:
         self.costs.observe_step(plan.num_tokens, elapsed)
         self.stats.busy_seconds += elapsed
         self.stats.steps += 1
-        self.stats.last_step_tokens = plan.num_tokens
-        self.stats.step_tokens_total += plan.num_tokens
+        self.stats.step_tokens += plan.num_tokens
+        self.stats.step_token_budget += self.config.max_batched_tokens
+        self.last_step_tokens = plan.num_tokens
         if self.step_observer is not None:
             self.step_observer(plan.scheduled, time.perf_counter() - begun)
         return outputs

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from gguf import GGUFReader, GGMLQuantizationType
+from gguf import GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 
 from strata.engine.bpe_tokenizer import BpeTokenizer

@@ -20,7 +20,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-
 # whether this torch build has oneDNN and its packed linear ops, and this CPU runs oneDNN's
 # bfloat16 path (AVX-512 BW/VL/DQ or AVX-NE-CONVERT; on an AVX2-only CPU the reorder raises), asked
 # once: every linear call of a step asks `available`

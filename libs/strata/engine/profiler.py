@@ -11,7 +11,7 @@ and their hashes, as if a prefix had been prefilled. The attention of the measur
 those blocks exactly as it would read real keys (their values do not change the time), so a
 decode at context 4096 is measured without first prefilling 4096 tokens per sequence.
 
-The result is an EngineProfile (strata.sim.profile) with the machine, model, dtype, threads,
+The result is an EngineProfile (strata.core.profile) with the machine, model, dtype, threads,
 every raw measurement and the fit's error. Torch threads are set explicitly, never inherited.
 """
 
@@ -27,12 +27,17 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from strata.core.profile import (
+    EngineProfile,
+    Measurement,
+    RequestOverheads,
+    fit,
+    prefill_keys,
+)
 from strata.engine.engine import EngineConfig, EngineRequest, LLMEngine
 from strata.engine.loaded import LoadedModel
 from strata.engine.sequence import SamplingParams
 from strata.kvtier.hashing import chain_hashes
-from strata.sim.profile import (EngineProfile, Measurement, RequestOverheads, fit,
-                                prefill_keys)
 
 
 @dataclass(slots=True, frozen=True)

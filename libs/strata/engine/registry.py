@@ -13,8 +13,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from strata.engine.checkpoints import (CHECKPOINTS, DEFAULT_MODEL, known_models,  # noqa: F401
-                                       unknown_model)
+from strata.engine.checkpoints import (  # noqa: F401
+    CHECKPOINTS,
+    DEFAULT_MODEL,
+    known_models,
+    unknown_model,
+)
 from strata.engine.dummy import dummy_names, load_dummy
 from strata.engine.gguf_loader import LoadedModel, load_gguf
 from strata.engine.hf_loader import load_hf_dir

@@ -1,6 +1,6 @@
 """The worker's step meter: every engine step, measured and as the solo profile prices it.
 
-A solo profile (`strata profile`, strata.sim.profile) says how long a step of a given shape takes
+A solo profile (`strata profile`, strata.core.profile) says how long a step of a given shape takes
 on an otherwise idle machine. The meter prices each step the engine runs with it and keeps two
 cumulative sums, the seconds measured and the seconds predicted for the same shapes; the node
 manager reads their growth between heartbeats, and the ratio of the growths is the interference
@@ -15,12 +15,12 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
+from strata.core.profile import StepCosts, load_profile, step_shape
 from strata.engine.scheduler import ScheduledSeq
-from strata.sim.profile import StepCosts, load_profile, step_shape
 
 # Profiles shipped with the code, named <model>-<device type>.json as a folder of them must be.
 PROFILES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                            "sim", "profiles")
+                            "core", "profiles")
 
 
 def find_profile(model: str, device: str, folder: str = PROFILES_DIR) -> str:

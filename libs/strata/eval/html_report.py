@@ -14,9 +14,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from strata.core.stats import Summary
 from strata.eval.report_text import MISSING, failures_text, fmt, header, lifetimes, pct
 from strata.eval.report_types import LatencyGroup, LayeredReport, Series
-from strata.core.stats import Summary
 
 WIDTH, HEIGHT = 640, 300
 LEFT, RIGHT, TOP, BOTTOM = 64, 150, 34, 40

@@ -6,7 +6,7 @@ real one are judged by the same code:
 
     per tenant      requests, refused (RESOURCE_EXHAUSTED, after the client's retries), other
                     failures, P50/P99 TTFT and E2E of the successful ones, SLA attainment
-                    (strata.eval.sla: every request counts, a failure does not attain)
+                    (strata.core.sla: every request counts, a failure does not attain)
     worst tenant    the highest per-tenant P99 (TTFT and E2E) among the tenants with an SLA
     utilization     mean over the GPUs of busy time over wall time (node samples)
     fairness        Jain's index over tenants of served / offered output tokens: 1 when every
@@ -27,17 +27,16 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from strata.eval.layers import jain_index
-from strata.eval.sla import SlaTable
+from strata.core.records import NodeSampleRecord, RequestRecord
+from strata.core.sla import SlaTable
 from strata.core.stats import percentile
-from strata.store.samples import NodeSampleRecord
-from strata.store.spans import RequestRecord
+from strata.eval.layers import jain_index
 
 REFUSED = "RESOURCE_EXHAUSTED"
 
 
 @dataclass(slots=True, frozen=True)
-class TenantFigures:
+class TenantIsolation:
     tenant: str
     sla_class: str
     requests: int
@@ -55,7 +54,7 @@ class TenantFigures:
 
 @dataclass(slots=True, frozen=True)
 class IsolationFigures:
-    tenants: list[TenantFigures]
+    tenants: list[TenantIsolation]
     utilization: float | None
     jain: float | None
     worst_ttft_p99_ms: float | None
@@ -63,7 +62,7 @@ class IsolationFigures:
     victim_ttft_inflation: float | None
     victim_e2e_inflation: float | None
 
-    def tenant(self, name: str) -> TenantFigures:
+    def tenant(self, name: str) -> TenantIsolation:
         return next(t for t in self.tenants if t.tenant == name)
 
 
@@ -128,7 +127,7 @@ def isolation_figures(rows: Sequence[RequestRecord], samples: Sequence[NodeSampl
             if r.ttft_ms is not None:
                 side["ttft"].append(r.ttft_ms)
             side["e2e"].append(r.e2e_ms)
-        figures.append(TenantFigures(
+        figures.append(TenantIsolation(
             tenant, sla.name, len(tenant_rows),
             sum(1 for r in tenant_rows if r.error_code == REFUSED),
             sum(1 for r in tenant_rows if r.error_code and r.error_code != REFUSED),

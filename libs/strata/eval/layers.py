@@ -12,7 +12,7 @@ Request layer (successful requests; counts include failures):
     the mean of their P50s; pooling every gap of every request (the client's figure) needs the
     gaps themselves, which spans do not carry. A request without ITL figures counts its TPOT
     for all three, and itl_source says which happened (gateway | tpot | mixed | none).
-    SLA attainment: requests that succeeded within their class's targets (strata.eval.sla)
+    SLA attainment: requests that succeeded within their class's targets (strata.core.sla)
     over all requests; goodput: those requests, and their output tokens, per window second.
     Fairness: Jain's index (sum x)^2 / (n * sum x^2) over tenants, x = output tokens / weight.
 
@@ -33,15 +33,21 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from strata.eval.node_layer import by_node, covered_ms, node_layer, outages
-from strata.eval.report_types import (CDF_METRICS, CDF_QUANTILES, ClusterLayer, LatencyCdf,
-                                      LatencyGroup, LayeredReport, NodeLayer, RequestLayer,
-                                      Series)
-from strata.eval.sla import SlaTable
+from strata.core.records import NodeSampleRecord, RequestRecord, RunRecord
+from strata.core.sla import SlaTable
 from strata.core.stats import Summary, percentile, percentiles, summarize
-from strata.store.runs import RunRecord
-from strata.store.samples import NodeSampleRecord
-from strata.store.spans import RequestRecord
+from strata.eval.node_layer import by_node, covered_ms, node_layer, outages
+from strata.eval.report_types import (
+    CDF_METRICS,
+    CDF_QUANTILES,
+    ClusterLayer,
+    LatencyCdf,
+    LatencyGroup,
+    LayeredReport,
+    NodeLayer,
+    RequestLayer,
+    Series,
+)
 
 ALL = "all"
 J_PER_KWH = 3.6e6

@@ -23,9 +23,9 @@ import statistics
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
-from strata.eval.report_types import NodeFigures, NodeLayer, Outage, Series
+from strata.core.records import NodeSampleRecord
 from strata.core.stats import summarize
-from strata.store.samples import NodeSampleRecord
+from strata.eval.report_types import NodeFigures, NodeLayer, Outage, Series
 
 
 def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:

@@ -7,12 +7,21 @@ Optional figures (None in the dataclasses) are proto3 `optional` fields or unset
 
 from __future__ import annotations
 
-from strata.eval.report_types import (ClusterLayer, LatencyCdf, LatencyGroup, LayeredReport,
-                                      NodeFigures, NodeLayer, Outage, RequestLayer, Series)
-from strata.eval.sla import SlaClass
+from strata.core.records import RunRecord
+from strata.core.sla import SlaClass
 from strata.core.stats import Summary
-from strata.rpc.v1 import metrics_pb2
-from strata.store.runs import RunRecord
+from strata.eval.report_types import (
+    ClusterLayer,
+    LatencyCdf,
+    LatencyGroup,
+    LayeredReport,
+    NodeFigures,
+    NodeLayer,
+    Outage,
+    RequestLayer,
+    Series,
+)
+from strata.v1 import metrics_pb2
 
 
 def summary_pb(s: Summary | None) -> metrics_pb2.Percentiles | None:

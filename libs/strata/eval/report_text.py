@@ -9,9 +9,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from strata.client.format import table
-from strata.eval.report_types import LatencyGroup, LayeredReport, NodeFigures
 from strata.core.stats import Summary
+from strata.eval.report_types import LatencyGroup, LayeredReport, NodeFigures
+from strata.eval.tables import table
 
 MISSING = "-"
 

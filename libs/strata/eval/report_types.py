@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from strata.eval.sla import SlaClass
+from strata.core.records import RunRecord
+from strata.core.sla import SlaClass
 from strata.core.stats import Summary
-from strata.store.runs import RunRecord
 
 CDF_QUANTILES = tuple(float(q) for q in range(0, 101, 2))
 CDF_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms")

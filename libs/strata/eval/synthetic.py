@@ -131,7 +131,7 @@ def requests_at(arrivals: Sequence[float], prompt: LengthDist, output: LengthDis
 
 
 @dataclass(slots=True, frozen=True)
-class TenantLoad:
+class TenantTraffic:
     """One tenant's share of a mix: its request rate, burstiness, SLA class and sizes."""
 
     tenant: str
@@ -147,7 +147,7 @@ class TenantLoad:
         _positive(f"rate of tenant {self.tenant}", self.rate)
 
 
-def tenant_mix(tenants: Sequence[TenantLoad], rng: random.Random, *, count: int | None = None,
+def tenant_mix(tenants: Sequence[TenantTraffic], rng: random.Random, *, count: int | None = None,
                duration_s: float | None = None) -> list[TraceRequest]:
     """All tenants' requests merged by arrival time (ties keep the tenants' order).
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import grpc
 
-from strata.rpc.identity import channel
-from strata.rpc.v1 import node_pb2_grpc
+from strata.rpc.channels import channel
+from strata.v1 import node_pb2_grpc
 
 
 class NodeClients:

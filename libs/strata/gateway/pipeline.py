@@ -22,6 +22,9 @@ import grpc
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
+from strata.core.blocks import DEFAULT_BLOCK_SIZE
+from strata.core.tenant_policy import TenantPolicy
+from strata.core.tenant_policy_pb import policy_to_pb
 from strata.core.tokens import estimate_tokens
 from strata.gateway.auth import Authenticator
 from strata.gateway.errors import public_details
@@ -33,9 +36,8 @@ from strata.gateway.timing import Timing, finish_attributes
 from strata.gateway.validation import GenerateParams, validate
 from strata.policy.ratelimit import TenantRateLimiter
 from strata.policy.scheduling.stale_routing import StaleRefusal, ViewReplica
-from strata.policy.scheduling.tenants import TenantPolicy
-from strata.rpc.v1 import common_pb2, node_pb2, scheduler_pb2
 from strata.telemetry import names
+from strata.v1 import common_pb2, node_pb2, scheduler_pb2
 
 _tracer = trace.get_tracer("strata.gateway")
 MISSING_KEY = "missing API key: send metadata 'authorization: Bearer <key>'"
@@ -138,8 +140,10 @@ class RequestPipeline:
         with trace.use_span(span, end_on_exit=True, record_exception=False,
                             set_status_on_exception=False):
             try:
+                view = self.schedulers.stale
                 hashed = await self.prefixes.hash_prompt(
-                    params.model, tenant, params.prefix_public, params.prompt, params.messages)
+                    params.model, tenant, params.prefix_public, params.prompt, params.messages,
+                    view.block_size(params.model) if view is not None else DEFAULT_BLOCK_SIZE)
                 prompt_tokens = hashed.tokens if hashed is not None else estimate_tokens(
                     params.prompt, (c for _, c in params.messages))
                 route, stale = await self._route(span, tenant, entry.policy, params,
@@ -150,7 +154,7 @@ class RequestPipeline:
                 call = self.nodes.stub(route.node_address).Submit(node_pb2.SubmitRequest(
                     request_id=request_id, tenant=tenant, spec=spec_of(params),
                     replica_id=route.replica_id, kv_source_address=route.kv_source_address,
-                    policy=policy_pb(entry.policy), priority=entry.policy.priority,
+                    policy=policy_to_pb(entry.policy), priority=entry.policy.priority,
                     prompt_tokens_estimate=prompt_tokens), timeout=timeout_s)
                 try:
                     async for chunk in call:
@@ -186,7 +190,7 @@ class RequestPipeline:
         request = scheduler_pb2.RouteRequest(
             model=params.model, tenant=tenant, prompt_tokens_estimate=prompt_tokens,
             prefix_hashes=hashed.hashes if hashed is not None else (),
-            policy=policy_pb(policy), max_tokens=params.max_tokens)
+            policy=policy_to_pb(policy), max_tokens=params.max_tokens)
         try:
             return await self.schedulers.route(request, min(timeout_s, ROUTE_TIMEOUT_S)), None
         except grpc.aio.AioRpcError as err:
@@ -255,10 +259,3 @@ def spec_of(p: GenerateParams) -> common_pb2.GenerationSpec:
         messages=[common_pb2.ChatMessage(role=r, content=c) for r, c in p.messages],
         sampling=sampling, max_tokens=p.max_tokens, stop=p.stop,
         prefix_public=p.prefix_public, sparse=p.sparse)
-
-
-def policy_pb(p: TenantPolicy) -> common_pb2.TenantPolicy:
-    return common_pb2.TenantPolicy(
-        tenant=p.tenant, sla_class=p.sla_class, priority=p.priority, ttft_ms=p.ttft_ms or 0.0,
-        tpot_ms=p.tpot_ms or 0.0, weight=p.weight, guaranteed_share=p.guaranteed_share,
-        burst_share=p.burst_share)

@@ -22,11 +22,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from strata.core.blocks import DEFAULT_BLOCK_SIZE
 from strata.engine.prompt import prompt_ids
 from strata.engine.tokenizer import Tokenizer
 from strata.engine.tokenizer_loader import load_tokenizer
 from strata.kvtier.hashing import HashKeys, chain_hashes
-from strata.policy.routing import KV_BLOCK_TOKENS
 
 log = logging.getLogger(__name__)
 
@@ -57,28 +57,28 @@ _LOAD_ERRORS = (ValueError, KeyError, OSError)
 
 
 class PrefixHasher:
-    def __init__(self, block_size: int = KV_BLOCK_TOKENS, max_models: int = MAX_MODELS,
+    def __init__(self, max_models: int = MAX_MODELS,
                  loader: Callable[[str], ModelTokenizer] = load_engine_tokenizer) -> None:
-        if block_size <= 0:
-            raise ValueError(f"block_size must be positive, got {block_size}")
         if max_models <= 0:
             raise ValueError(f"max_models must be positive, got {max_models}")
-        self.block_size = block_size
         self.max_models = max_models
         self._loader = loader
         self._tokenizers: OrderedDict[str, ModelTokenizer | None] = OrderedDict()
         self._loading: dict[str, asyncio.Task[bool]] = {}
 
     async def hash_prompt(self, model: str, tenant: str, prefix_public: bool, prompt: str,
-                          messages: Sequence[tuple[str, str]]) -> PromptHashes | None:
-        """The prompt's length and hash chain, or None when the model's tokenizer is not loaded
-        (yet, or ever) or the prompt does not tokenize: the worker reports bad prompts."""
+                          messages: Sequence[tuple[str, str]],
+                          block_size: int = DEFAULT_BLOCK_SIZE) -> PromptHashes | None:
+        """The prompt's length and hash chain in blocks of `block_size` (what the model's
+        workers report), or None when the model's tokenizer is not loaded (yet, or ever) or
+        the prompt does not tokenize: the worker reports bad prompts."""
         named = self._tokenizers.get(model)
         if named is None:
             return None
         self._tokenizers.move_to_end(model)
         # Off the event loop: a long prompt takes milliseconds to tokenize and hash.
-        return await asyncio.to_thread(self._hash, named, tenant, prefix_public, prompt, messages)
+        return await asyncio.to_thread(self._hash, named, tenant, prefix_public, prompt, messages,
+                                       block_size)
 
     def ensure_loading(self, model: str) -> None:
         """Start loading the model's tokenizer in the background unless known or under way."""
@@ -126,7 +126,7 @@ class PrefixHasher:
             self._tokenizers.popitem(last=False)
 
     def _hash(self, named: ModelTokenizer, tenant: str, prefix_public: bool, prompt: str,
-              messages: Sequence[tuple[str, str]]) -> PromptHashes | None:
+              messages: Sequence[tuple[str, str]], block_size: int) -> PromptHashes | None:
         try:
             ids = prompt_ids(named.tokenizer, prompt, messages)
         except ValueError as err:
@@ -134,4 +134,4 @@ class PrefixHasher:
                       named.name, err)
             return None
         keys = HashKeys.for_request(named.name, tenant, prefix_public)
-        return PromptHashes(len(ids), chain_hashes(ids[:len(ids) - 1], self.block_size, keys))
+        return PromptHashes(len(ids), chain_hashes(ids[:len(ids) - 1], block_size, keys))

@@ -18,8 +18,8 @@ import grpc
 
 from strata.gateway.errors import is_transport_error
 from strata.policy.scheduling.stale_routing import StaleRouter, ViewReplica
-from strata.rpc.identity import channel
-from strata.rpc.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
+from strata.rpc.channels import channel
+from strata.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ class SchedulersUnreachable(Exception):
 def view_of(nodes: Sequence[common_pb2.NodeInfo]) -> tuple[list[ViewReplica], list[str]]:
     """The READY replicas of a ListNodes answer, and the models they serve."""
     ready = [ViewReplica(n.node_id, n.address, r.replica_id, r.model,
-                         r.running_requests + r.waiting_requests, r.max_seqs)
+                         r.running_requests + r.waiting_requests, r.max_seqs, r.kv_block_size)
              for n in nodes for r in n.replicas
              if r.state == common_pb2.REPLICA_STATE_READY]
     return ready, sorted({r.model for r in ready})

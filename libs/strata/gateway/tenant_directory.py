@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from strata.eval.sla import SlaTable
-from strata.policy.scheduling.tenants import TenantPolicy
+from strata.core.sla import SlaTable
+from strata.core.tenant_policy import TenantPolicy
 from strata.store.sla_classes import load_sla_table
 from strata.store.tenants import get_tenant, policy_of, settings_of
 

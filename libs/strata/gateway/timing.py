@@ -11,8 +11,8 @@ import time
 from opentelemetry import trace
 
 from strata.core.stats import REPORT_PERCENTILES, percentiles
-from strata.rpc.v1 import common_pb2
 from strata.telemetry import names
+from strata.v1 import common_pb2
 
 FINISH_NAMES = {v: k.removeprefix("FINISH_REASON_").lower()
                 for k, v in common_pb2.FinishReason.items()}

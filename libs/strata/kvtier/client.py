@@ -34,8 +34,9 @@ import grpc
 from strata.kvtier import hashing
 from strata.kvtier.shm_segment import ShmSegment
 from strata.kvtier.tiered_store import RESERVATION_TTL_S, Slot
-from strata.rpc.identity import ClusterIdentity, sync_channel
-from strata.rpc.v1 import kvstore_pb2, kvstore_pb2_grpc
+from strata.rpc.channels import sync_channel
+from strata.security.identity import ClusterIdentity
+from strata.v1 import kvstore_pb2, kvstore_pb2_grpc
 
 log = logging.getLogger(__name__)
 

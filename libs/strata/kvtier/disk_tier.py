@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from strata.kvtier.hashing import checksum
 from strata.kvtier.blocks import StoredBlock, TierStats, leading_present
+from strata.kvtier.hashing import checksum
 
 MANIFEST = "manifest.jsonl"
 BLOCKS_DIR = "blocks"

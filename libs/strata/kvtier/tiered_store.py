@@ -30,10 +30,10 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from strata.kvtier.blocks import StoredBlock
 from strata.kvtier.disk_tier import DiskTier
 from strata.kvtier.hashing import checksum
 from strata.kvtier.heat import HeatTable
-from strata.kvtier.blocks import StoredBlock
 from strata.kvtier.presence import NodePresence
 from strata.kvtier.shm_segment import ShmSegment
 from strata.kvtier.slab_allocator import SlabAllocator

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from strata.node.replicas import Replica, ReplicaSet, State
 from strata.policy.clock import Clock
+from strata.policy.registry import TenantLoad
 from strata.policy.scheduling.fair_queue import URGENT_FRACTION, NodeQueue, QueueItem
 
 TICK_S = 0.05          # how often a non-empty queue is looked at again (urgency, new replicas)
@@ -44,17 +45,6 @@ class Lease:
     priority: int
     queued_s: float          # time spent in the node's queue
     beyond_cap: bool         # sent past the worker's slots so its engine preempts a lower class
-
-
-@dataclass(slots=True)
-class TenantFigures:
-    """What one tenant has on this node (strata.v1.TenantLoad)."""
-
-    tenant: str
-    priority: int
-    running: int = 0
-    queued: int = 0
-    tokens: int = 0          # reserved: prompt + max_tokens of its queued and running requests
 
 
 @dataclass(slots=True)
@@ -208,33 +198,29 @@ class Dispatcher:
         self.pump()
 
     # -- figures -------------------------------------------------------------------------------
-    def tenant_loads(self) -> list[TenantFigures]:
+    def tenant_loads(self) -> list[TenantLoad]:
         """Per tenant, running and queued requests and their reserved tokens, by tenant name."""
-        out: dict[str, TenantFigures] = {}
+        out: dict[str, list[int]] = {}     # tenant -> [priority, running, queued, tokens]
         for running in self._running.values():
             for item in running.values():
-                f = out.get(item.tenant)
-                if f is None:
-                    f = out[item.tenant] = TenantFigures(item.tenant, item.priority)
-                f.priority = max(f.priority, item.priority)
-                f.running += 1
-                f.tokens += item.cost_tokens
+                f = out.setdefault(item.tenant, [item.priority, 0, 0, 0])
+                f[0] = max(f[0], item.priority)
+                f[1] += 1
+                f[3] += item.cost_tokens
         for tenant, q in self.queue.loads().items():
-            f = out.get(tenant)
-            if f is None:
-                f = out[tenant] = TenantFigures(tenant, q.priority)
-            f.priority = max(f.priority, q.priority)
-            f.queued += q.queued
-            f.tokens += q.tokens
-        return [out[t] for t in sorted(out)]
+            f = out.setdefault(tenant, [q.priority, 0, 0, 0])
+            f[0] = max(f[0], q.priority)
+            f[2] += q.queued
+            f[3] += q.tokens
+        return [TenantLoad(t, *out[t]) for t in sorted(out)]
 
     def tokens_per_s(self, replica: Replica) -> float:
         """The replica's prefill throughput as its engine measured it; before it has, the
         tokens its engine computed per busy second, over the window since the last read that
         saw at least MIN_RATE_BUSY_S more busy time (the first read: since start)."""
-        s = replica.stats
-        if s.prefill_tokens_per_s > 0:
-            return s.prefill_tokens_per_s
+        if replica.stats.prefill_tokens_per_s > 0:
+            return replica.stats.prefill_tokens_per_s
+        s = replica.stats.counters
         m = self._rates.get(replica.replica_id)
         if m is None or s.busy_seconds < m.busy_s or s.step_tokens < m.tokens:  # new worker
             rate = s.step_tokens / s.busy_seconds if s.busy_seconds > 0 else 0.0

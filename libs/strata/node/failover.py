@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from strata.node.replicas import Replica, ReplicaSet, State
-from strata.rpc.v1 import common_pb2, worker_pb2
+from strata.v1 import common_pb2, worker_pb2
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from strata.policy.clock import Clock, WallClock
-from strata.policy.scheduling.interference import (EstimatorSettings, InterferenceEstimator,
-                                                   MarginSettings, SafetyMargin)
+from strata.policy.scheduling.interference import (
+    EstimatorSettings,
+    InterferenceEstimator,
+    MarginSettings,
+    SafetyMargin,
+)
 
 
 @dataclass(slots=True, frozen=True)

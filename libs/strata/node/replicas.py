@@ -29,10 +29,11 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from strata.core.counters import EngineCounters
 from strata.node.worker_pids import WorkerPids
 from strata.node.worker_process import WorkerProcess, WorkerStartError
 from strata.rpc.server import channel
-from strata.rpc.v1 import worker_pb2, worker_pb2_grpc
+from strata.v1 import worker_pb2, worker_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,8 @@ class State(enum.Enum):
 
 @dataclass(slots=True)
 class ReplicaStats:
+    """A worker as its last GetStats saw it: gauges, and its cumulative counters."""
+
     running: int = 0
     waiting: int = 0
     queued_tokens: int = 0
@@ -56,12 +59,9 @@ class ReplicaStats:
     memory_bytes: int = 0
     waiting_for_memory: int = 0     # admitted requests held back: no KV block free anywhere
     max_seqs: int = 0               # requests one engine step can hold (0 = not reported)
-    step_tokens: int = 0            # cumulative tokens computed by the engine's steps
-    busy_seconds: float = 0.0       # cumulative wall time inside steps
-    priority_preemptions: int = 0   # cumulative: running requests preempted for a higher class
+    block_size: int = 0             # tokens per KV block (0 = not reported)
     prefill_tokens_per_s: float = 0.0   # the engine's prefill throughput (0: not measured yet)
-    step_seconds_observed: float = 0.0  # cumulative: steps the worker priced, as measured ...
-    step_seconds_solo: float = 0.0      # ... and as its solo profile predicts (interference)
+    counters: EngineCounters = field(default_factory=EngineCounters)
 
 
 @dataclass(slots=True)
@@ -106,10 +106,11 @@ def free_port() -> int:
 
 
 class ReplicaSet:
-    def __init__(self, worker_env: dict[str, str], ready_timeout_s: float = 600.0,
+    def __init__(self, worker_settings: dict[str, object], ready_timeout_s: float = 600.0,
                  routing_grace_s: float = 2.0, standby_per_model: int = 0,
                  pids: WorkerPids | None = None):
-        self.worker_env = worker_env
+        # Every worker's settings but its model, replica id and port (services.worker.config)
+        self.worker_settings = worker_settings
         self.pids = pids            # where worker pids are recorded (None: nowhere)
         self.ready_timeout_s = ready_timeout_s
         self.standby_per_model = standby_per_model
@@ -130,9 +131,9 @@ class ReplicaSet:
 
     def _new_replica(self, model: str, rid: str, state: State) -> Replica:
         address = f"127.0.0.1:{free_port()}"
-        env = {**self.worker_env, "STRATA_WORKER_BIND": address, "STRATA_MODEL": model,
-               "STRATA_REPLICA_ID": rid}
-        replica = Replica(rid, model, address, WorkerProcess(rid, address, env, self.pids),
+        settings = {**self.worker_settings, "worker_bind": address, "model": model,
+                    "replica_id": rid}
+        replica = Replica(rid, model, address, WorkerProcess(rid, address, settings, self.pids),
                           state=state)
         self.replicas[rid] = replica
         self._spawn(self._start(replica))
@@ -258,10 +259,8 @@ class ReplicaSet:
             queued_tokens=s.queued_tokens, blocks_total=s.kv_blocks_total,
             blocks_free=s.kv_blocks_free, context_length=s.context_length,
             memory_bytes=s.memory_bytes, waiting_for_memory=s.waiting_for_memory,
-            max_seqs=s.max_seqs, step_tokens=s.step_tokens, busy_seconds=s.busy_seconds,
-            priority_preemptions=s.priority_preemptions,
-            prefill_tokens_per_s=s.prefill_tokens_per_s,
-            step_seconds_observed=s.step_seconds_observed, step_seconds_solo=s.step_seconds_solo)
+            max_seqs=s.max_seqs, block_size=s.kv_block_size,
+            prefill_tokens_per_s=s.prefill_tokens_per_s, counters=EngineCounters.from_pb(s))
 
     async def refresh_ready(self) -> None:
         """Refresh every READY replica's stats; one that does not answer keeps its last ones."""

@@ -1,7 +1,9 @@
 """One decode worker as a child process: start, wait until it serves, stop.
 
-The worker is `python -m services.worker`, configured entirely by environment variables, so the
-same command runs under the node manager, compose, or by hand. It dies with the node manager
+The worker is `python -m services.worker`, configured by one serialized configuration in
+STRATA_WORKER_CONFIG (JSON of its settings, services.worker.config): the node manager's own
+STRATA_* variables are not passed on, so a worker runs exactly what its node decided. It dies
+with the node manager
 (SIGKILL, strata.core.lifeline), and while it runs its pid is on record (`WorkerPids`) for a
 node manager started after this one to reap.
 """
@@ -9,6 +11,7 @@ node manager started after this one to reap.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import signal
@@ -25,6 +28,7 @@ from strata.rpc.server import channel
 log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
+WORKER_CONFIG_ENV = "STRATA_WORKER_CONFIG"
 
 
 class WorkerStartError(RuntimeError):
@@ -32,18 +36,20 @@ class WorkerStartError(RuntimeError):
 
 
 class WorkerProcess:
-    def __init__(self, replica_id: str, address: str, env: dict[str, str],
+    def __init__(self, replica_id: str, address: str, settings: dict[str, object],
                  pids: WorkerPids | None = None):
         self.replica_id = replica_id
         self.address = address
-        self.env = env
+        self.settings = settings
         self.pids = pids
         self.proc: asyncio.subprocess.Process | None = None
 
     async def start(self, ready_timeout_s: float) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("STRATA_")}
+        env[WORKER_CONFIG_ENV] = json.dumps(self.settings, default=str)
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "services.worker", cwd=str(REPO_ROOT),
-            env=child_env({**os.environ, **self.env}, signal.SIGKILL),
+            env=child_env(env, signal.SIGKILL),
             start_new_session=True)  # a terminal Ctrl-C must not bypass the node manager
         if self.pids is not None:
             self.pids.record(self.proc.pid, self.replica_id)

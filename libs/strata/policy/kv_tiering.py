@@ -10,6 +10,7 @@ Pure: no I/O, the caller passes `now` from its injected clock.
 
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass
 from typing import Protocol
@@ -58,7 +59,12 @@ class HeatPolicy:
         return heat.live_refs * LIVE_REF_WEIGHT + heat.decayed(now, self.half_life_s) + recency
 
 
-POLICIES = {"lru": LRUPolicy, "heat": HeatPolicy}
+class TierPolicyName(enum.StrEnum):
+    HEAT = "heat"       # decayed access frequency, recency as the tie-break
+    LRU = "lru"
+
+
+POLICIES = {TierPolicyName.LRU: LRUPolicy, TierPolicyName.HEAT: HeatPolicy}
 
 
 def make_policy(name: str) -> TierPolicy:

@@ -16,7 +16,7 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from strata.defaults import NODE_TTL_S
+from strata.core.defaults import NODE_TTL_S
 from strata.policy.clock import Clock
 
 
@@ -53,6 +53,7 @@ class ReplicaState:
     kv_blocks_free: int = 0
     waiting_for_memory: int = 0     # admitted requests held back: every KV tier is full
     tokens_per_s: float = 0.0       # tokens computed per busy second, measured (0 = not yet)
+    block_size: int = 0             # tokens per KV block, as the worker reported (0 = not yet)
     max_seqs: int = 0
 
 

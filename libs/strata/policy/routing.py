@@ -5,7 +5,7 @@ Each READY replica of the model gets a score; the lowest wins:
     key = (kv_short, est_s, -kv_blocks_free)
 
     kv_short        1 if the replica reports a KV pool whose free blocks cannot hold the prompt
-                    (free_blocks * kv_block_tokens < prompt_tokens_estimate), or requests held
+                    (free_blocks * block_size < prompt_tokens_estimate), or requests held
                     back because every KV tier of its node is full (waiting_for_memory > 0): it
                     would have to queue or preempt before prefill, so any replica with room goes
                     first.
@@ -22,7 +22,7 @@ Each READY replica of the model gets a score; the lowest wins:
                     `request_weight_tokens` tokens, the decode it still has to do (a typical
                     chat answer), so one long prompt and many short decodes compare.
     prefill_tokens  the prompt tokens this replica would still have to compute:
-                    prompt_tokens_estimate - cached_blocks * kv_block_tokens, floored at 0, where
+                    prompt_tokens_estimate - cached_blocks * block_size, floored at 0, where
                     cached_blocks is how many leading blocks of the prompt's hash chain the
                     replica's node holds (strata.policy.kv_index). A node holding the prefix wins
                     unless its queue is longer than the prefill it saves.
@@ -71,11 +71,11 @@ import random
 from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 
+from strata.core.blocks import DEFAULT_BLOCK_SIZE, block_tokens
 from strata.policy.kv_index import KVSource, PrefixIndex
 from strata.policy.registry import NodeRegistry, ReplicaLocation, ReplicaPhase
 
 REQUEST_WEIGHT_TOKENS = 128   # decode tokens a running request still costs, on average
-KV_BLOCK_TOKENS = 16          # tokens per KV block in the engine's paged pool
 # One block is a few tokens of prefill, less than a pull's fixed cost (a round trip to the peer's
 # store before the first byte, then the copy into this node's tiers); two or more are worth it.
 MIN_SOURCE_GAIN_BLOCKS = 2
@@ -90,6 +90,7 @@ class RouteDecision:
     kv_source: KVSource | None = None   # another node's store holding a longer prefix
     estimated_ttft_ms: float = 0.0      # 0 when no candidate has a measured rate yet
     solo_ttft_ms: float = 0.0           # the same with nothing queued ahead (its own prefill)
+    block_size: int = DEFAULT_BLOCK_SIZE  # tokens per KV block on the chosen replica
 
 
 class MissKind(enum.Enum):
@@ -107,7 +108,6 @@ class RouteMiss:
 class Router:
     rng: random.Random
     request_weight_tokens: int = REQUEST_WEIGHT_TOKENS
-    kv_block_tokens: int = KV_BLOCK_TOKENS
     min_source_gain_blocks: int = MIN_SOURCE_GAIN_BLOCKS
     sample_size: int = 0            # 0: score every READY replica
     tie_tolerance: float = 0.0      # draw among replicas within this fraction of the best est_s
@@ -119,8 +119,6 @@ class Router:
                              f"{self.sample_size}, {self.tie_tolerance}")
         if self.request_weight_tokens < 0:
             raise ValueError(f"request_weight_tokens must be >= 0, got {self.request_weight_tokens}")
-        if self.kv_block_tokens <= 0:
-            raise ValueError(f"kv_block_tokens must be positive, got {self.kv_block_tokens}")
         if self.min_source_gain_blocks < 1:
             raise ValueError(f"min_source_gain_blocks must be positive, got "
                              f"{self.min_source_gain_blocks}")
@@ -153,7 +151,6 @@ class Router:
         fallback = known_sum / known_n if known else 1.0
         # The hot loop of every decision: locals, no calls but the pending lookup.
         weight = self.request_weight_tokens
-        block = self.kv_block_tokens
         interference = self.interference_weight if priority is not None else 0.0
         floor = max(1, priority or 0)
         keys = []
@@ -162,6 +159,7 @@ class Router:
             ahead = replica.queued_tokens + replica.running_requests * weight
             if pending is not None:
                 ahead += pending(node.node_id, replica.replica_id)
+            block = replica.block_size or DEFAULT_BLOCK_SIZE
             prefill = prompt_tokens_estimate - depths.get(node.node_id, 0) * block
             if prefill < 0:
                 prefill = 0
@@ -197,7 +195,8 @@ class Router:
             node, replica = chosen.node, chosen.replica
             queued = replica.queued_tokens + (
                 pending(node.node_id, replica.replica_id) if pending is not None else 0)
-            prefill = max(0, prompt_tokens_estimate - cached * self.kv_block_tokens)
+            prefill = max(0, prompt_tokens_estimate
+                          - cached * block_tokens(replica.block_size))
             rate = replica.tokens_per_s if replica.tokens_per_s > 0 else fallback
             slowdown = 1.0 + max(0.0, node.safety_margin)
             ttft_ms = (queued + prefill) / rate * 1000.0 * slowdown
@@ -210,6 +209,7 @@ class Router:
                 source = found
         return RouteDecision(node_id=chosen.node.node_id, address=chosen.node.address,
                              replica_id=chosen.replica.replica_id, cached_blocks=cached,
+                             block_size=block_tokens(chosen.replica.block_size),
                              kv_source=source, estimated_ttft_ms=ttft_ms,
                              solo_ttft_ms=solo_ms)
 

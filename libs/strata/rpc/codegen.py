@@ -1,4 +1,4 @@
-"""Generate the protobuf/gRPC Python stubs from proto/ into libs/strata/rpc/v1/.
+"""Generate the protobuf/gRPC Python stubs from proto/ into libs/strata/v1/.
 
 protoc names modules after the proto path (`strata.v1.x_pb2`); the stubs live inside the
 `strata.rpc` package instead, so the imports between generated modules are rewritten. The staleness
@@ -7,15 +7,13 @@ test calls `generate()` into a temporary folder and compares with the committed 
 
 from __future__ import annotations
 
-import re
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 PROTO_DIR = ROOT / "proto"
-OUT_DIR = Path(__file__).resolve().parent / "v1"
-_IMPORT = re.compile(r"^from strata\.v1 import", re.MULTILINE)
+OUT_DIR = Path(__file__).resolve().parents[1] / "v1"
 
 
 def proto_files() -> list[Path]:
@@ -24,7 +22,9 @@ def proto_files() -> list[Path]:
 
 def generate(out_dir: Path = OUT_DIR) -> list[Path]:
     """Write the stubs for every proto file into out_dir; return the files written."""
-    from grpc_tools import protoc  # imported here: grpc_tools is a build-time dependency
+    from grpc_tools import (
+        protoc,  # imported here: grpc_tools is a build-time dependency
+    )
 
     with tempfile.TemporaryDirectory() as tmp:
         args = [
@@ -41,9 +41,8 @@ def generate(out_dir: Path = OUT_DIR) -> list[Path]:
         out_dir.mkdir(parents=True, exist_ok=True)
         written = []
         for src in sorted((Path(tmp) / "strata" / "v1").iterdir()):
-            text = _IMPORT.sub("from strata.rpc.v1 import", src.read_text())
             dst = out_dir / src.name
-            dst.write_text(text)
+            dst.write_text(src.read_text())
             written.append(dst)
         (out_dir / "__init__.py").write_text('"""Generated protobuf and gRPC stubs (make proto)."""\n')
         written.append(out_dir / "__init__.py")

@@ -17,9 +17,15 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from strata.core.lifeline import die_with_parent
+from strata.rpc.channels import (
+    CHANNEL_OPTIONS,
+    MAX_MESSAGE_BYTES,
+    channel,
+    sync_channel,
+)
 from strata.rpc.guard import GuardInterceptor
-from strata.rpc.identity import (CHANNEL_OPTIONS, MAX_MESSAGE_BYTES, ClusterIdentity,
-                                 InternalAuthInterceptor, channel, sync_channel)
+from strata.rpc.internal_auth import InternalAuthInterceptor
+from strata.security.identity import ClusterIdentity
 
 __all__ = ["CHANNEL_OPTIONS", "MAX_MESSAGE_BYTES", "Registration", "RunningServer", "channel",
            "run", "serve_until_signal", "start_server", "sync_channel"]

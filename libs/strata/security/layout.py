@@ -1,5 +1,5 @@
 """The names of the files in a cluster secrets folder (written by strata.security.secrets, read
-by strata.rpc.identity); no cryptography here, so clients that only read need none."""
+by strata.security.identity); no cryptography here, so clients that only read need none."""
 
 from __future__ import annotations
 

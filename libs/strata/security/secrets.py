@@ -26,8 +26,15 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from strata.security.layout import (CA_FILE, CA_KEY_FILE, SERVICES, TOKEN_FILE, cert_file,
-                                    key_file, missing)
+from strata.security.layout import (
+    CA_FILE,
+    CA_KEY_FILE,
+    SERVICES,
+    TOKEN_FILE,
+    cert_file,
+    key_file,
+    missing,
+)
 
 # The names a certificate is valid for: compose's service names, loopback (make run, a node's
 # workers), and localhost. Any service name may present any address in the cluster: the CA,

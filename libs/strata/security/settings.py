@@ -6,6 +6,9 @@
     STRATA_INTERNAL_AUTH  on (default); off serves internal RPCs to anyone, for a single process
                           under test only: `make run`, compose and Kubernetes never set it
 
+`SecurityFields` is the part of every service's settings (strata.core.settings) that gives
+them; `SecuritySettings` is what they resolve to.
+
 `identity(service)` writes a complete set into the folder first if it lacks one and can be
 written (a process started by hand, `make run` on a fresh machine); a read-only folder
 (compose's secrets volume, a Kubernetes Secret) must already hold it.
@@ -13,10 +16,14 @@ written (a process started by hand, `make run` on a fresh machine); a read-only 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
-from strata.rpc.identity import ClusterIdentity, IdentityError
+from pydantic import Field
+
+from strata.core.settings import StrataSettings
 from strata.security import layout
+from strata.security.identity import ClusterIdentity, IdentityError
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +38,9 @@ class SecuritySettings:
         if not self.enabled:
             return None
         if layout.missing(self.secrets_dir):
-            from strata.security.secrets import ensure_secrets   # cryptography: writers only
+            from strata.security.secrets import (
+                ensure_secrets,  # cryptography: writers only
+            )
 
             try:
                 ensure_secrets(self.secrets_dir)
@@ -59,3 +68,29 @@ class SecuritySettings:
 # In-process tests of one servicer: no secrets, no checks (what a config built without
 # from_env gets, and what it hands its workers).
 UNSECURED = SecuritySettings(secrets_dir="", enabled=False)
+
+
+class SecurityFields(StrataSettings):
+    """The settings every service has: where its files are and its cluster credential."""
+
+    data_dir: str = Field("", description="where the service keeps its files (SQLite store, "
+                                           "keys, KV disk tier, cluster secrets); empty: "
+                                           "./.strata")
+    secrets_dir: str = Field("", description="the cluster secrets folder (CA, certificates, "
+                                              "internal token); empty: <data dir>/secrets")
+    internal_tls: bool = Field(True, description="internal calls over mutual TLS (false: "
+                                                 "plaintext, still with the internal token)")
+    internal_auth: bool = Field(True, description="require the cluster credential on internal "
+                                                  "RPCs; false only for a single process under "
+                                                  "test")
+
+    def resolved_data_dir(self) -> str:
+        """data_dir, or ./.strata, created if missing."""
+        path = self.data_dir or os.path.join(os.getcwd(), ".strata")
+        os.makedirs(path, exist_ok=True)
+        return path
+
+    def security(self) -> SecuritySettings:
+        return SecuritySettings(
+            secrets_dir=self.secrets_dir or os.path.join(self.resolved_data_dir(), "secrets"),
+            internal_tls=self.internal_tls, enabled=self.internal_auth)

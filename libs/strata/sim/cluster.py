@@ -32,27 +32,37 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from strata.defaults import HEARTBEAT_INTERVAL_S
-from strata.eval.energy import PowerModel
+from strata.core.blocks import DEFAULT_BLOCK_SIZE
+from strata.core.defaults import HEARTBEAT_INTERVAL_S
+from strata.core.profile import EngineProfile, RequestOverheads, StepCosts
+from strata.core.records import NodeSampleRecord, RequestRecord
+from strata.node.energy import PowerModel
 from strata.policy.clock import ManualClock
 from strata.policy.kv_index import PrefixIndex
-from strata.policy.placement import (Assignment, ModelDemand, NodeCapacity, PlacementPlan,
-                                     plan_placement)
-from strata.policy.placement import Replica as PlacedReplica
-from strata.policy.registry import (ModelInfo, NodeRegistry, NodeState, ReplicaPhase,
-                                    ReplicaState)
+from strata.policy.placement import (
+    Assignment,
+    ModelDemand,
+    NodeCapacity,
+    PlacedReplica,
+    PlacementPlan,
+    plan_placement,
+)
+from strata.policy.registry import (
+    ModelInfo,
+    NodeRegistry,
+    NodeState,
+    ReplicaPhase,
+    ReplicaState,
+)
 from strata.policy.routing import Router
 from strata.policy.scheduling.admission import Refusal
 from strata.policy.scheduling.fair_queue import QueueItem
 from strata.policy.scheduling.global_scheduler import GlobalScheduler
 from strata.policy.scheduling.ledger import PoolLedger
 from strata.sim.kv_tiers import KVTierSpec, NodeKV
-from strata.sim.profile import EngineProfile, RequestOverheads, StepCosts
 from strata.sim.replica import Active, Counters, EngineLimits, SimReplica, shared_factor
 from strata.sim.tenancy import NodeFront, Tenancy
 from strata.sim.workload import SimRequest
-from strata.store.samples import NodeSampleRecord
-from strata.store.spans import RequestRecord
 
 # Event priorities at one instant, and kinds.
 _P_ADMIT, _P_STEP, _P_PERIODIC = 0, 1, 2
@@ -76,7 +86,7 @@ class ModelSpec:
 
 
 def model_spec(profile: EngineProfile, memory_bytes: int, kv_cache_bytes: int = 256 << 20,
-               num_blocks: int = 0, block_size: int = 16, max_batched_tokens: int = 2048,
+               num_blocks: int = 0, block_size: int = DEFAULT_BLOCK_SIZE, max_batched_tokens: int = 2048,
                max_seqs: int = 32, overheads: RequestOverheads | None = None) -> ModelSpec:
     """A model as a worker with these engine settings would run it, priced by `profile`; the
     KV pool is num_blocks, or (0) sized from kv_cache_bytes exactly as the engine sizes it."""
@@ -178,11 +188,8 @@ class Simulator:
         else:
             self.router = Router(random.Random(config.seed), sample_size=tenancy.sample_size,
                                  tie_tolerance=tenancy.tie_tolerance,
-                                 interference_weight=tenancy.interference_weight,
-                                 kv_block_tokens=min((m.limits.block_size for m in models),
-                                                     default=16))
-            self.scheduler = GlobalScheduler(self.registry, self.router,
-                                             PoolLedger(self.router.kv_block_tokens),
+                                 interference_weight=tenancy.interference_weight)
+            self.scheduler = GlobalScheduler(self.registry, self.router, PoolLedger(),
                                              self.kv_index, tenancy.settings)
             for node in self.nodes.values():
                 node.front = NodeFront.build(tenancy.queue, self.clock)
@@ -533,7 +540,8 @@ class Simulator:
                 model=r.model, replica_id=rid, phase=phase, running_requests=running,
                 waiting_requests=waiting, queued_tokens=queued,
                 kv_blocks_total=r.limits.num_blocks, kv_blocks_free=free,
-                waiting_for_memory=memory, tokens_per_s=rate, max_seqs=r.limits.max_seqs)
+                waiting_for_memory=memory, tokens_per_s=rate, max_seqs=r.limits.max_seqs,
+                block_size=r.limits.block_size)
                 for r, (rid, phase, running, waiting, queued, free, memory, rate)
                 in zip(node.replicas, figures))
             models = tuple(ModelInfo(r.model, r.limits.max_context,

@@ -36,12 +36,13 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from strata.core.blocks import DEFAULT_BLOCK_SIZE
+from strata.core.profile import StepCosts, StepShape, step_shape
 from strata.engine.block_pool import BlockPool
 from strata.engine.scheduler import ScheduledSeq, Scheduler, StepPlan
 from strata.engine.sequence import FinishReason, SamplingParams, Sequence
 from strata.kvtier.hashing import ROOT_HASH, HashKeys, block_hash, chain_hashes
 from strata.sim.kv_tiers import NodeKV
-from strata.sim.profile import StepCosts, StepShape, step_shape
 from strata.sim.tier_link import SimTierLink
 from strata.sim.workload import OUTPUT_TOKEN, SimRequest
 
@@ -53,7 +54,7 @@ class EngineLimits:
     """The worker's engine settings that shape scheduling (strata.engine.engine.EngineConfig)."""
 
     num_blocks: int
-    block_size: int = 16
+    block_size: int = DEFAULT_BLOCK_SIZE
     max_batched_tokens: int = 2048
     max_seqs: int = 32
     max_context: int = 2048

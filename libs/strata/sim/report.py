@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import os
 
+from strata.core.records import RunRecord
 from strata.eval.layers import LayerSettings, layered_report
 from strata.eval.report_types import LayeredReport
 from strata.sim.cluster import SimResult
-from strata.store.runs import RunRecord
 
 SIM_RUN_KIND = "benchmark"
 

@@ -29,7 +29,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from strata.sim.profile import RequestOverheads, StepCosts, StepShape, prefill_keys
+from strata.core.profile import RequestOverheads, StepCosts, StepShape, prefill_keys
 
 
 @dataclass(slots=True, frozen=True)

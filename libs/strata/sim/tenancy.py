@@ -21,11 +21,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from strata.core.tenant_policy import TenantPolicy
 from strata.policy.clock import Clock
 from strata.policy.registry import TenantLoad
 from strata.policy.scheduling.fair_queue import QUEUES, NodeQueue, QueueItem
 from strata.policy.scheduling.global_scheduler import SchedulerSettings
-from strata.policy.scheduling.tenants import TenantPolicy
 
 
 @dataclass(slots=True, frozen=True)

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from sqlalchemy import and_, case, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from strata.core.records import STATUS_ERROR
 from strata.policy.placement.curves import DAY_S, BurstSlices, WindowGrid
 from strata.store.models import Request
-from strata.store.spans import STATUS_ERROR
 
 
 @dataclass(slots=True, frozen=True)

@@ -17,13 +17,13 @@ import random
 from sqlalchemy import Connection, event, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.schema import CreateColumn, CreateIndex, CreateTable
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
     create_async_engine,
 )
+from sqlalchemy.schema import CreateColumn, CreateIndex, CreateTable
 
 from strata.store.models import Base
 

@@ -8,7 +8,17 @@ not, and a long model name must not fail a batch on one backend only.
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text, text
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -17,7 +27,7 @@ class Base(DeclarativeBase):
 
 
 class Tenant(Base):
-    """A tenant and its scheduling policy (strata.policy.scheduling.tenants.TenantPolicy).
+    """A tenant and its scheduling policy (strata.core.tenant_policy.TenantPolicy).
 
     The policy columns came after the first schema: their server defaults let an older store gain
     them with its rows intact (an existing tenant reads as weight 1, no guarantee, no burst
@@ -38,7 +48,7 @@ class Tenant(Base):
 
 
 class SlaClassRow(Base):
-    """An SLA class (strata.eval.sla.SlaClass); a NULL target is not judged."""
+    """An SLA class (strata.core.sla.SlaClass); a NULL target is not judged."""
 
     __tablename__ = "sla_classes"
 

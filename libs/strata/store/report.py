@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from strata.core.records import RequestRecord, is_error
 from strata.core.stats import Summary, summarize
 from strata.store.models import Request, Tenant
-from strata.store.spans import RequestRecord, is_error
 
 
 @dataclass(slots=True)

@@ -8,27 +8,15 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from strata.core.records import RunRecord
 from strata.store.models import Run
 
 RUN_KINDS = ("replay", "benchmark", "manual")
 MAX_NAME_CHARS = 256
-
-
-@dataclass(slots=True)
-class RunRecord:
-    run_id: int
-    name: str
-    kind: str
-    started_unix_ms: int
-    finished_unix_ms: int | None      # None while running
-    params_json: str
-    client_summary_json: str | None   # None until FinishRun stored one
-    tenant: str | None = None         # the tenant that opened it; None: the admin or the cluster
 
 
 def _record(row: Run) -> RunRecord:

@@ -1,7 +1,7 @@
 """SLA classes in SQL: the table every gateway and the metrics collector read.
 
 The table starts empty; the first service to start seeds it once with the classes it was given
-(strata.eval.sla's defaults, or the STRATA_SLA_CLASSES spec its caller parsed). From then on the
+(strata.core.sla's defaults, or the STRATA_SLA_CLASSES spec its caller parsed). From then on the
 table is the definition, changed through the Admin API (`strata tenants set-class`); the spec is
 only the seed. Classes are added or changed, never removed: a tenant's class must stay known.
 """
@@ -14,10 +14,10 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from strata.eval.sla import DEFAULT_CLASS, SlaClass, SlaTable
+from strata.core.sla import DEFAULT_CLASS, SlaClass, SlaTable
 from strata.store.models import SlaClassRow
 
-MAX_PRIORITY = 9    # the range strata.eval.sla's spec syntax accepts after @
+MAX_PRIORITY = 9    # the range strata.core.sla's spec syntax accepts after @
 
 
 class InvalidSlaClassError(ValueError):
@@ -51,7 +51,7 @@ async def list_sla_classes(session: AsyncSession) -> list[SlaClass]:
 
 
 async def load_sla_table(session: AsyncSession, seed: SlaTable | None = None) -> SlaTable:
-    """The classes in force: the stored ones, or `seed` (default: strata.eval.sla's defaults)
+    """The classes in force: the stored ones, or `seed` (default: strata.core.sla's defaults)
     while the table is still empty."""
     stored = await list_sla_classes(session)
     if not stored:
@@ -82,7 +82,7 @@ async def seed_sla_classes(session: AsyncSession, table: SlaTable) -> bool:
 async def put_sla_class(session: AsyncSession, sla: SlaClass,
                         seed: SlaTable | None = None) -> SlaClass:
     """Add sla or replace the class of that name. An empty table is seeded first (with `seed`,
-    default strata.eval.sla's defaults), so the default class always exists.
+    default strata.core.sla's defaults), so the default class always exists.
     Raises InvalidSlaClassError naming the faulty field."""
     problem = sla_class_problem(sla)
     if problem is not None:

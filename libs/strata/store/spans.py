@@ -12,73 +12,17 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from strata.core.records import RequestRecord
 from strata.store.models import Request, Span
 from strata.telemetry import names
-
-STATUS_ERROR = 2  # OTLP Status.STATUS_CODE_ERROR
-
-
-def is_error(error_code: str, status_code: int) -> bool:
-    """A request failed if the gateway named an error code or marked its span as an error."""
-    return error_code != "" or status_code == STATUS_ERROR
-
-
-@dataclass(slots=True)
-class SpanRecord:
-    """One span as the store keeps it: ids as lowercase hex, times in Unix nanoseconds."""
-
-    trace_id: str
-    span_id: str
-    parent_span_id: str
-    name: str
-    service: str
-    start_unix_nano: int
-    end_unix_nano: int
-    attributes: dict[str, Any] = field(default_factory=dict)
-    status_code: int = 0
-
-    def attributes_json(self) -> str:
-        return json.dumps(self.attributes, sort_keys=True, separators=(",", ":"))
-
-
-@dataclass(slots=True)
-class RequestRecord:
-    """One finished request; latencies in ms, None where the gateway did not measure them.
-
-    itl_p*_ms are percentiles of this request's own inter-token gaps; run_id is the evaluation
-    run the caller tagged it with (None: untagged).
-    """
-
-    request_id: str
-    trace_id: str
-    tenant: str
-    model: str
-    start_unix_ms: int
-    ttft_ms: float | None
-    tpot_ms: float | None
-    e2e_ms: float
-    queue_ms: float | None
-    prompt_tokens: int
-    completion_tokens: int
-    cached_tokens: int
-    finish_reason: str
-    error_code: str
-    status_code: int
-    itl_p50_ms: float | None = None
-    itl_p95_ms: float | None = None
-    itl_p99_ms: float | None = None
-    run_id: int | None = None
-
-    @property
-    def is_error(self) -> bool:
-        return is_error(self.error_code, self.status_code)
+from strata.telemetry.span_record import SpanRecord
 
 
 def _number(attrs: dict[str, Any], key: str) -> float | None:

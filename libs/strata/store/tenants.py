@@ -25,9 +25,9 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from strata.defaults import DEMO_TENANT
-from strata.eval.sla import DEFAULT_CLASS, SlaTable
-from strata.policy.scheduling.tenants import TenantPolicy, policy_problem
+from strata.core.defaults import DEMO_TENANT
+from strata.core.sla import DEFAULT_CLASS, SlaTable
+from strata.core.tenant_policy import TenantPolicy, policy_problem
 from strata.store.models import ApiKey, Tenant
 from strata.store.sla_classes import load_sla_table
 

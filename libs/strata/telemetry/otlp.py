@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+)
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
-from strata.store.spans import SpanRecord
+from strata.telemetry.span_record import SpanRecord
 
 SERVICE_NAME_KEY = "service.name"
 UNKNOWN_SERVICE = "unknown_service"  # what the OTel SDKs report when service.name is unset

@@ -23,13 +23,17 @@ from concurrent import futures
 from dataclasses import dataclass
 
 import grpc
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1 import (
+    trace_service_pb2,
+    trace_service_pb2_grpc,
+)
 from sqlalchemy.exc import SQLAlchemyError
 
-from strata.rpc.identity import ClusterIdentity, SyncInternalAuthInterceptor
+from strata.rpc.internal_auth import SyncInternalAuthInterceptor
 from strata.rpc.server import SERVER_OPTIONS
-from strata.store.spans import SpanRecord
+from strata.security.identity import ClusterIdentity
 from strata.telemetry.otlp import count_spans, decode_export_request
+from strata.telemetry.span_record import SpanRecord
 
 log = logging.getLogger(__name__)
 

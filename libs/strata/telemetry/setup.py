@@ -11,7 +11,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
-from strata.rpc.identity import TOKEN_METADATA, ClusterIdentity
+from strata.security.identity import TOKEN_METADATA, ClusterIdentity
 
 # Control-plane chatter that would bury requests in traces: health and reflection, and the
 # periodic heartbeat and stats polls (each node sends several a second).
@@ -30,7 +30,9 @@ def init_tracing(service_name: str, otlp_endpoint: str | None,
     """
     provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
     if exporter is None and otlp_endpoint:
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+            OTLPSpanExporter,
+        )
 
         if identity is None:
             exporter = OTLPSpanExporter(endpoint=otlp_endpoint, insecure=True)

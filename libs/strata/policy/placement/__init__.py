@@ -13,16 +13,38 @@ Modules: curves (arrival curves), capacity (latency and batch capacity from engi
 improve (replanning moves), report and explain (the numbers behind each decision).
 """
 
-from strata.policy.placement.batch_aware import (BatchAwareResult, BatchAwareSettings,
-                                                 plan_batch_aware)
+from strata.policy.placement.batch_aware import (
+                                                 BatchAwareResult,
+                                                 BatchAwareSettings,
+                                                 plan_batch_aware,
+)
 from strata.policy.placement.benefit import MigrationCost, pair_benefit
-from strata.policy.placement.capacity import (Demand, EngineCosts, Prediction, SlaTarget,
-                                              predict, replica_capacity)
-from strata.policy.placement.curves import ArrivalCurve, RequestRow, WindowGrid, arrival_curves
+from strata.policy.placement.capacity import (
+                                                 Demand,
+                                                 EngineCosts,
+                                                 Prediction,
+                                                 SlaTarget,
+                                                 predict,
+                                                 replica_capacity,
+)
+from strata.policy.placement.curves import (
+                                                 ArrivalCurve,
+                                                 RequestRow,
+                                                 WindowGrid,
+                                                 arrival_curves,
+)
 from strata.policy.placement.explain import Decision, Explanation, NodeLoad, PairBenefit
-from strata.policy.placement.ffd import (Assignment, ModelDemand, NodeCapacity, PlacementPlan,
-                                         Replica, Unload, Unplaced, new_replica_id,
-                                         plan_placement)
+from strata.policy.placement.ffd import (
+                                                 Assignment,
+                                                 ModelDemand,
+                                                 NodeCapacity,
+                                                 PlacedReplica,
+                                                 PlacementPlan,
+                                                 Unload,
+                                                 Unplaced,
+                                                 new_replica_id,
+                                                 plan_placement,
+)
 from strata.policy.placement.improve import Move
 from strata.policy.placement.red_line import RedLineCheck
 
@@ -30,7 +52,7 @@ __all__ = [
     "ArrivalCurve", "Assignment", "BatchAwareResult", "BatchAwareSettings", "Decision",
     "Demand", "EngineCosts", "Explanation", "MigrationCost", "ModelDemand", "Move",
     "NodeCapacity", "NodeLoad", "PairBenefit", "PlacementPlan", "Prediction", "RedLineCheck",
-    "Replica", "RequestRow", "SlaTarget", "Unload", "Unplaced", "WindowGrid", "arrival_curves",
+    "PlacedReplica", "RequestRow", "SlaTarget", "Unload", "Unplaced", "WindowGrid", "arrival_curves",
     "new_replica_id", "pair_benefit", "plan_batch_aware", "plan_placement", "predict",
     "replica_capacity",
 ]

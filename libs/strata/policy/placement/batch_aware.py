@@ -35,8 +35,15 @@ from strata.policy.placement.benefit import MigrationCost, peak
 from strata.policy.placement.capacity import SlaTarget
 from strata.policy.placement.curves import ArrivalCurve
 from strata.policy.placement.explain import Explanation, ModelPlan
-from strata.policy.placement.ffd import (Assignment, ModelDemand, NodeCapacity, PlacementPlan,
-                                         Unload, Unplaced, new_replica_id)
+from strata.policy.placement.ffd import (
+    Assignment,
+    ModelDemand,
+    NodeCapacity,
+    PlacementPlan,
+    Unload,
+    Unplaced,
+    new_replica_id,
+)
 from strata.policy.placement.improve import Move, improve
 from strata.policy.placement.loads import CostsLookup, WindowLoads
 from strata.policy.placement.red_line import RedLine

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 
 @dataclass(slots=True, frozen=True)
-class Replica:
+class PlacedReplica:
     """A replica a node runs now."""
 
     model: str
@@ -39,7 +39,7 @@ class Replica:
 class NodeCapacity:
     node_id: str
     memory_bytes: int           # memory available to models on this node
-    replicas: tuple[Replica, ...] = ()
+    replicas: tuple[PlacedReplica, ...] = ()
 
 
 @dataclass(slots=True, frozen=True)

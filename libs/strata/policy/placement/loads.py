@@ -23,7 +23,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from strata.policy.placement.capacity import Demand, EngineCosts, SlaTarget, replica_capacity
+from strata.policy.placement.capacity import (
+    Demand,
+    EngineCosts,
+    SlaTarget,
+    replica_capacity,
+)
 from strata.policy.placement.curves import ArrivalCurve
 
 CostsLookup = Callable[[str, str], "EngineCosts | None"]     # (model, device) -> costs

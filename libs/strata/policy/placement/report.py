@@ -6,8 +6,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from strata.policy.placement.benefit import MigrationCost, pair_benefit, peak
-from strata.policy.placement.explain import (KEEP, LOAD, MOVE, UNLOAD, UNPLACED, Decision,
-                                             Explanation, NodeLoad, PairBenefit)
+from strata.policy.placement.explain import (
+    KEEP,
+    LOAD,
+    MOVE,
+    UNLOAD,
+    UNPLACED,
+    Decision,
+    Explanation,
+    NodeLoad,
+    PairBenefit,
+)
 from strata.policy.placement.ffd import Unload, Unplaced
 from strata.policy.placement.improve import Move
 from strata.policy.placement.working import Working

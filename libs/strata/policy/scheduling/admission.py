@@ -36,8 +36,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from strata.core.tenant_policy import TenantPolicy
 from strata.policy.scheduling.ledger import PoolLedger
-from strata.policy.scheduling.tenants import TenantPolicy
 
 # A refused client comes back no sooner than this: shorter hints made refused clients of the
 # real-stack benchmark retry ~20 times a second each and saturate the gateway (6,458 refused

@@ -26,6 +26,7 @@ pop_next and push cost O(log n); pop_next(accept) also pops and restores the req
 
 from __future__ import annotations
 
+import enum
 import heapq
 import itertools
 from collections.abc import Callable, Iterator
@@ -264,4 +265,10 @@ class FcfsQueue(FairQueue):
         return []
 
 
-QUEUES: dict[str, Callable[[Clock], FairQueue]] = {"wfq": FairQueue, "fcfs": FcfsQueue}
+class QueueName(enum.StrEnum):
+    WFQ = "wfq"         # strict priority across classes, token-weighted fair within a class
+    FCFS = "fcfs"       # first come, first served (the pooled baseline)
+
+
+QUEUES: dict[str, Callable[[Clock], FairQueue]] = {QueueName.WFQ: FairQueue,
+                                                   QueueName.FCFS: FcfsQueue}

@@ -26,15 +26,20 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from strata.core.tenant_policy import TenantPolicy
 from strata.policy.kv_index import PrefixIndex
 from strata.policy.registry import NodeRegistry
 from strata.policy.routing import RouteDecision, RouteMiss, Router
-from strata.policy.scheduling.admission import AdmissionSettings, Refusal, admit, retry_after
+from strata.policy.scheduling.admission import (
+    AdmissionSettings,
+    Refusal,
+    admit,
+    retry_after,
+)
 from strata.policy.scheduling.ledger import PoolLedger
-from strata.policy.scheduling.tenants import TenantPolicy
 
 
-class Mode(enum.Enum):
+class Mode(enum.StrEnum):
     TWO_LEVEL = "two-level"
     FCFS = "fcfs"
     STATIC = "static"
@@ -102,8 +107,7 @@ class GlobalScheduler:
                 f"target of {target:.0f} ms now (the best is estimated at "
                 f"{decision.estimated_ttft_ms:.0f} ms); retry shortly or use a class with a "
                 f"looser target", retry_after(over_s, 1.0))
-        router = self.router
-        compute = max(0, prompt_tokens - decision.cached_blocks * router.kv_block_tokens)
+        compute = max(0, prompt_tokens - decision.cached_blocks * decision.block_size)
         self.ledger.routed(decision.node_id, decision.replica_id, policy.tenant, work, compute)
         return decision
 

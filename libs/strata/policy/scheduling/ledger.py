@@ -25,12 +25,12 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from strata.core.blocks import block_tokens
 from strata.policy.registry import NodeState, ReplicaPhase
 
 
 @dataclass(slots=True)
 class PoolLedger:
-    block_tokens: int = 16
     horizon_s: float = 5.0
     capacity_tokens: float = 0.0
     tokens_per_s: float = 0.0
@@ -58,7 +58,7 @@ class PoolLedger:
         self.margin_sum += sign * node.safety_margin
         for r in node.replicas:
             if r.phase is ReplicaPhase.READY:
-                kv = r.kv_blocks_total * self.block_tokens
+                kv = r.kv_blocks_total * block_tokens(r.block_size)
                 work = r.tokens_per_s * self.horizon_s if r.tokens_per_s > 0 else kv
                 self.capacity_tokens += sign * min(kv, work)
                 self.tokens_per_s += sign * r.tokens_per_s

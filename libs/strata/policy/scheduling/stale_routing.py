@@ -22,6 +22,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
+from strata.core.blocks import agreed_block_size
 from strata.policy.clock import Clock
 
 DEFAULT_SLOTS = 32           # a replica that reports no max_seqs is taken to hold this many
@@ -36,6 +37,7 @@ class ViewReplica:
     model: str
     load: int                # running + waiting requests when the view was taken
     slots: int               # sequences one engine step holds (max_seqs)
+    block_size: int = 0      # tokens per KV block, as the worker reported (0: not reported)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +77,11 @@ class StaleRouter:
     @property
     def models(self) -> tuple[str, ...]:
         return self._models if self.usable() else ()
+
+    def block_size(self, model: str) -> int:
+        """The KV block size the model's replicas report (the majority's, should they
+        disagree); the default before any view."""
+        return agreed_block_size(r.block_size for r in self._replicas if r.model == model)[0]
 
     def route(self, model: str, tenant: str, guaranteed_share: float
               ) -> ViewReplica | StaleRefusal:
