@@ -1,6 +1,7 @@
 """Tiny random models for engine tests (fast on 2 cores)."""
 
 import torch
+
 from strata.engine.byte_tokenizer import ByteTokenizer
 from strata.engine.config import ModelConfig
 from strata.engine.engine import EngineConfig, LLMEngine
@@ -9,9 +10,17 @@ from strata.engine.model import LlamaModel
 
 
 def tiny_loaded(seed: int = 0, vocab: int = 300) -> LoadedModel:
-    cfg = ModelConfig(name="tiny", vocab_size=vocab, hidden_size=64, intermediate_size=128,
-                      num_layers=2, num_heads=4, num_kv_heads=2, max_position_embeddings=512,
-                      tie_word_embeddings=True)
+    cfg = ModelConfig(
+        name="tiny",
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+    )
     gen = torch.Generator().manual_seed(seed)
     with torch.device("meta"):
         shapes = LlamaModel(cfg).hf_tensor_shapes()
@@ -24,12 +33,27 @@ def tiny_loaded(seed: int = 0, vocab: int = 300) -> LoadedModel:
     return LoadedModel(cfg, weights, ByteTokenizer(vocab))
 
 
-def tiny_engine(num_blocks=64, block_size=4, max_batched_tokens=64, max_seqs=8, tier=None,
-                seed=0, attention_kernel="cpp") -> LLMEngine:
+def tiny_engine(
+    num_blocks=64,
+    block_size=4,
+    max_batched_tokens=64,
+    max_seqs=8,
+    tier=None,
+    seed=0,
+    attention_kernel="cpp",
+) -> LLMEngine:
     torch.set_num_threads(1)
-    return LLMEngine(tiny_loaded(seed), EngineConfig(
-        block_size=block_size, num_blocks=num_blocks, max_batched_tokens=max_batched_tokens,
-        max_seqs=max_seqs, attention_kernel=attention_kernel), tier=tier)
+    return LLMEngine(
+        tiny_loaded(seed),
+        EngineConfig(
+            block_size=block_size,
+            num_blocks=num_blocks,
+            max_batched_tokens=max_batched_tokens,
+            max_seqs=max_seqs,
+            attention_kernel=attention_kernel,
+        ),
+        tier=tier,
+    )
 
 
 def run_to_end(engine: LLMEngine, max_steps: int = 10_000) -> dict[str, list[int]]:
@@ -58,8 +82,7 @@ class LocalTierClient:
         self._dir = tempfile.TemporaryDirectory(prefix="strata-kv-test-")
         seg = ShmSegment(f"{self._dir.name}/seg", host_bytes, create=True)
         disk = DiskTier(f"{self._dir.name}/disk", disk_bytes) if disk_bytes else None
-        self.store = TieredStore(seg, min(host_bytes, 16 << 20), disk, HeatPolicy(),
-                                 time.monotonic)
+        self.store = TieredStore(seg, min(host_bytes, 16 << 20), disk, HeatPolicy(), time.monotonic)
         self.segment = seg
         self.offloaded = 0
         self.dropped = 0
@@ -98,8 +121,10 @@ class LocalTierClient:
 
         self.gets += 1
         pinned, lease, _ = self.store.acquire(hashes, promote=True)
-        return [FetchedBlock(p.block_hash, self.segment.read(p.offset, p.nbytes), p.layout,
-                             p.checksum) for p in pinned], lease
+        return [
+            FetchedBlock(p.block_hash, self.segment.read(p.offset, p.nbytes), p.layout, p.checksum)
+            for p in pinned
+        ], lease
 
     def release(self, lease_id, moved):
         self.store.release([lease_id], moved)

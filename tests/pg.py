@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
 from strata.store.db import create_all, drop_all, make_engine, session_factory
 
 PG_USER = "postgres"
@@ -78,13 +79,47 @@ class LocalPostgres:
             shutil.chown(root, user=PG_USER)
         server = cls(bindir=bindir, root=root, port=_free_port(), as_postgres=as_postgres)
         try:
-            _run([f"{bindir}/initdb", "-D", f"{root}/data", "-U", PG_USER, "--auth=trust",
-                  "-E", "UTF8", "--no-sync"], as_postgres)
-            _run([f"{bindir}/pg_ctl", "-D", f"{root}/data", "-l", f"{root}/log",
-                  "-o", f"-c listen_addresses=127.0.0.1 -p {server.port} -k {root} -c fsync=off",
-                  "-w", "start"], as_postgres)
-            _run([f"{bindir}/createdb", "-h", "127.0.0.1", "-p", str(server.port), "-U", PG_USER,
-                  PG_DATABASE], as_postgres=False)
+            _run(
+                [
+                    f"{bindir}/initdb",
+                    "-D",
+                    f"{root}/data",
+                    "-U",
+                    PG_USER,
+                    "--auth=trust",
+                    "-E",
+                    "UTF8",
+                    "--no-sync",
+                ],
+                as_postgres,
+            )
+            _run(
+                [
+                    f"{bindir}/pg_ctl",
+                    "-D",
+                    f"{root}/data",
+                    "-l",
+                    f"{root}/log",
+                    "-o",
+                    f"-c listen_addresses=127.0.0.1 -p {server.port} -k {root} -c fsync=off",
+                    "-w",
+                    "start",
+                ],
+                as_postgres,
+            )
+            _run(
+                [
+                    f"{bindir}/createdb",
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    str(server.port),
+                    "-U",
+                    PG_USER,
+                    PG_DATABASE,
+                ],
+                as_postgres=False,
+            )
         except BaseException:
             server.stop()
             raise
@@ -92,20 +127,25 @@ class LocalPostgres:
 
     def stop(self) -> None:
         if os.path.exists(f"{self.root}/data/postmaster.pid"):
-            _run([f"{self.bindir}/pg_ctl", "-D", f"{self.root}/data", "-m", "fast", "-w", "stop"],
-                 self.as_postgres)
+            _run(
+                [f"{self.bindir}/pg_ctl", "-D", f"{self.root}/data", "-m", "fast", "-w", "stop"],
+                self.as_postgres,
+            )
         shutil.rmtree(self.root, ignore_errors=True)
 
 
 def local_postgres_skip_reason() -> str | None:
     if find_pg_bindir() is None:
-        return ("PostgreSQL server binaries (initdb, pg_ctl) not found via pg_config or "
-                "/usr/lib/postgresql/*/bin; install the postgresql package to run these tests")
+        return (
+            "PostgreSQL server binaries (initdb, pg_ctl) not found via pg_config or "
+            "/usr/lib/postgresql/*/bin; install the postgresql package to run these tests"
+        )
     if os.geteuid() == 0:
         if shutil.which("runuser") is None:
             return "running as root without runuser; PostgreSQL refuses to run as root"
         try:
             import pwd
+
             pwd.getpwnam(PG_USER)
         except KeyError:
             return f"running as root and no {PG_USER!r} user exists to run PostgreSQL as"

@@ -11,7 +11,7 @@ from pathlib import Path
 @dataclass(frozen=True, slots=True)
 class ProcFigures:
     pid: int
-    name: str            # the module a Strata process runs (services.gateway, ...)
+    name: str  # the module a Strata process runs (services.gateway, ...)
     rss_kb: int
     open_files: int
     threads: int
@@ -35,8 +35,13 @@ def figures(pid: int) -> ProcFigures | None:
     except OSError:
         return None
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-    return ProcFigures(pid, name_of(pid), int(fields.get("VmRSS", "0 kB").split()[0]), files,
-                       int(fields.get("Threads", "0").strip()))
+    return ProcFigures(
+        pid,
+        name_of(pid),
+        int(fields.get("VmRSS", "0 kB").split()[0]),
+        files,
+        int(fields.get("Threads", "0").strip()),
+    )
 
 
 def children(pid: int) -> list[int]:
@@ -46,7 +51,7 @@ def children(pid: int) -> list[int]:
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
-            continue                     # exited while we looked
+            continue  # exited while we looked
         if int(fields[1]) == pid and fields[0] != "Z":
             out.append(int(stat.parent.name))
     return out
@@ -62,7 +67,6 @@ def worker_pid(node_pid: int, address: str) -> int:
             continue
         for entry in environ:
             key, _, value = entry.partition(b"=")
-            if key == b"STRATA_WORKER_CONFIG" and \
-                    json.loads(value).get("worker_bind") == address:
+            if key == b"STRATA_WORKER_CONFIG" and json.loads(value).get("worker_bind") == address:
                 return pid
     raise AssertionError(f"no worker process of node {node_pid} serves {address}")

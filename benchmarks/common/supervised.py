@@ -89,10 +89,24 @@ class SupervisedStack:
     def start(self, timeout_s: float = 300.0) -> None:
         env = child_env({**os.environ, "PYTHONUNBUFFERED": "1", **self.env})
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "strata.supervisor", "--models", self.model, "--data-dir",
-             str(self.data_dir), "--port-base", str(self.base)],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=open(self.log_path, "w"),
-            text=True, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "strata.supervisor",
+                "--models",
+                self.model,
+                "--data-dir",
+                str(self.data_dir),
+                "--port-base",
+                str(self.base),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=open(self.log_path, "w"),
+            text=True,
+            start_new_session=True,
+        )
         ready = threading.Event()
 
         def watch() -> None:
@@ -135,26 +149,32 @@ class SupervisedStack:
     def node_status(self) -> common_pb2.NodeInfo:
         with sync_channel(self.node, self.identity) as ch:
             return node_pb2_grpc.NodeManagerStub(ch).GetNodeStatus(
-                node_pb2.GetNodeStatusRequest(), timeout=10)
+                node_pb2.GetNodeStatusRequest(), timeout=10
+            )
 
     def serving_worker_pid(self) -> int:
         """The pid of the READY worker of the first node (not its standby)."""
-        [ready] = [r for r in self.node_status().replicas
-                   if r.model == self.model and r.state == common_pb2.REPLICA_STATE_READY]
+        [ready] = [
+            r
+            for r in self.node_status().replicas
+            if r.model == self.model and r.state == common_pb2.REPLICA_STATE_READY
+        ]
         return worker_pid(self.service_pid("node"), ready.worker_address)
 
     def scheduler_models(self) -> set[str]:
         with sync_channel(f"127.0.0.1:{self.base + 1}", self.identity) as ch:
             reply = scheduler_pb2_grpc.SchedulerStub(ch).ListModels(
-                common_pb2.ListModelsRequest(), timeout=10)
+                common_pb2.ListModelsRequest(), timeout=10
+            )
         return {m.name for m in reply.models}
 
     def all_serving(self) -> bool:
         """Every service answers its health check (internal ones over the credential)."""
         for offset in (1, 2, 3, 4, 5):
             with sync_channel(f"127.0.0.1:{self.base + offset}", self.identity) as ch:
-                reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(),
-                                                             timeout=5)
+                reply = health_pb2_grpc.HealthStub(ch).Check(
+                    health_pb2.HealthCheckRequest(), timeout=5
+                )
             if reply.status != health_pb2.HealthCheckResponse.SERVING:
                 return False
         return True
@@ -172,11 +192,13 @@ class SupervisedStack:
                     continue
                 info = self.node_status()
                 states = [r.state for r in info.replicas if r.model == self.model]
-                if common_pb2.REPLICA_STATE_READY in states and info.standby_workers >= 1 \
-                        and self.model in self.scheduler_models():
+                if (
+                    common_pb2.REPLICA_STATE_READY in states
+                    and info.standby_workers >= 1
+                    and self.model in self.scheduler_models()
+                ):
                     with Client(self.gateway, self.key) as client:
-                        list(client.generate(self.model, prompt="ping", max_tokens=2,
-                                             timeout=30))
+                        list(client.generate(self.model, prompt="ping", max_tokens=2, timeout=30))
                     return
                 last = f"replica states {states}, {info.standby_workers} warm standbys"
             except grpc.RpcError as err:
@@ -225,14 +247,19 @@ class Load:
         finished = False
         try:
             with Client(self.stack.gateway, self.stack.key) as client:
-                for chunk in client.generate(self.stack.model, prompt=self.prompts[i],
-                                             max_tokens=self.max_tokens, ignore_eos=True,
-                                             timeout=120):
+                for chunk in client.generate(
+                    self.stack.model,
+                    prompt=self.prompts[i],
+                    max_tokens=self.max_tokens,
+                    ignore_eos=True,
+                    timeout=120,
+                ):
                     tokens.extend(chunk.token_ids)
                     finished = finished or bool(chunk.finish_reason)
         except grpc.RpcError as err:
-            return Outcome(i, sent, time.monotonic(), tokens, False, err.code(),
-                           err.details() or "")
+            return Outcome(
+                i, sent, time.monotonic(), tokens, False, err.code(), err.details() or ""
+            )
         return Outcome(i, sent, time.monotonic(), tokens, finished)
 
     def _run(self, k: int) -> None:
@@ -243,11 +270,12 @@ class Load:
                 self.outcomes.append(out)
             i += 1
             if out.code is not None:
-                time.sleep(0.2)      # a refused client backs off a little, as SDK users do
+                time.sleep(0.2)  # a refused client backs off a little, as SDK users do
 
     def start(self) -> None:
-        self._threads = [threading.Thread(target=self._run, args=(k,), daemon=True)
-                         for k in range(self.clients)]
+        self._threads = [
+            threading.Thread(target=self._run, args=(k,), daemon=True) for k in range(self.clients)
+        ]
         for t in self._threads:
             t.start()
 

@@ -17,7 +17,7 @@ import shlex
 import subprocess
 import sys
 from dataclasses import asdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from benchmarks.engine.machine import CpuMeter, machine_facts
 from benchmarks.engine.report import BenchReport, Phase, render
@@ -31,22 +31,29 @@ VLLM_PYTHON = ".venv-vllm/bin/python"
 PROMPTS, PROMPT_LEN, OUTPUT_LEN, PROMPT_SEED = 64, 128, 128, 0
 THREADS = 2
 PHASE_TIMEOUT_S = 900
-VLLM_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "0-1", "VLLM_CPU_KVCACHE_SPACE": "2",
-            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+VLLM_ENV = {
+    "VLLM_CPU_OMP_THREADS_BIND": "0-1",
+    "VLLM_CPU_KVCACHE_SPACE": "2",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+}
 SUMMARY_LINE = re.compile(r"^(strata|transformers|vllm|online) ")
 
 
-def run_phase(name: str, argv: list[str], env: dict[str, str] | None = None
-              ) -> tuple[Phase, bool]:
+def run_phase(name: str, argv: list[str], env: dict[str, str] | None = None) -> tuple[Phase, bool]:
     """Run one measured process to completion; its output goes to raw/<name>.log."""
     log_path = os.path.join(RAW, f"{name}.log")
     print(f"== {name}: {shlex.join(argv)}", flush=True)
     meter = CpuMeter()
     with open(log_path, "w", encoding="utf-8") as log:
         try:
-            rc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT,
-                                env={**os.environ, **(env or {})},
-                                timeout=PHASE_TIMEOUT_S).returncode
+            rc = subprocess.run(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {})},
+                timeout=PHASE_TIMEOUT_S,
+            ).returncode
         except subprocess.TimeoutExpired:
             rc = None
     cpu = meter.stop()
@@ -65,12 +72,32 @@ def run_phase(name: str, argv: list[str], env: dict[str, str] | None = None
     return Phase(name, cpu.wall_s, cpu.own_cores, cpu.other_cores, status), rc == 0
 
 
-def offline_phase(name: str, argv: list[str], dtype: str, out: list[OfflineResult],
-                  phases: list[Phase], env: dict[str, str] | None = None) -> bool:
+def offline_phase(
+    name: str,
+    argv: list[str],
+    dtype: str,
+    out: list[OfflineResult],
+    phases: list[Phase],
+    env: dict[str, str] | None = None,
+) -> bool:
     path = os.path.join(RAW, f"{name}.json")
-    phase, ok = run_phase(name, [*argv, "--prompts", os.path.join(RAW, "prompts.json"),
-                                 "--output-len", str(OUTPUT_LEN), "--dtype", dtype,
-                                 "--threads", str(THREADS), "--out", path], env)
+    phase, ok = run_phase(
+        name,
+        [
+            *argv,
+            "--prompts",
+            os.path.join(RAW, "prompts.json"),
+            "--output-len",
+            str(OUTPUT_LEN),
+            "--dtype",
+            dtype,
+            "--threads",
+            str(THREADS),
+            "--out",
+            path,
+        ],
+        env,
+    )
     phases.append(phase)
     if ok:
         out.extend(OfflineResult.from_dict(d) for d in read_json(path))
@@ -79,33 +106,49 @@ def offline_phase(name: str, argv: list[str], dtype: str, out: list[OfflineResul
 
 def vllm_phase(out: list[OfflineResult], phases: list[Phase]) -> bool:
     if not os.path.exists(VLLM_PYTHON):
-        phases.append(Phase("vllm-bfloat16", 0.0, 0.0, 0.0,
-                            f"skipped: {VLLM_PYTHON} is missing (`make bench-engine "
-                            f"PEERS=vllm` creates it)"))
+        phases.append(
+            Phase(
+                "vllm-bfloat16",
+                0.0,
+                0.0,
+                0.0,
+                f"skipped: {VLLM_PYTHON} is missing (`make bench-engine PEERS=vllm` creates it)",
+            )
+        )
         return False
     # the peer loads models from disk: the very same tensors, written as an HF checkpoint
     import torch
 
     from benchmarks.engine.bench_model import load_bench_model
     from benchmarks.engine.hf_model import save_checkpoint
+
     checkpoint = os.path.join(RAW, "hf-checkpoint")
     save_checkpoint(load_bench_model(), checkpoint, torch.bfloat16)
-    return offline_phase("vllm-bfloat16", [VLLM_PYTHON, "-m", "benchmarks.engine.offline_vllm",
-                                           "--checkpoint", checkpoint], "bfloat16", out, phases,
-                         VLLM_ENV)
+    return offline_phase(
+        "vllm-bfloat16",
+        [VLLM_PYTHON, "-m", "benchmarks.engine.offline_vllm", "--checkpoint", checkpoint],
+        "bfloat16",
+        out,
+        phases,
+        VLLM_ENV,
+    )
 
 
 def model_description() -> str:
     from benchmarks.engine.bench_model import BENCH_MODEL, load_bench_model
+
     c = load_bench_model().config
-    return (f"`{BENCH_MODEL}` (hidden {c.hidden_size}, {c.num_layers} layers, {c.num_heads} "
-            f"heads, {c.num_kv_heads} KV heads, intermediate {c.intermediate_size}, vocab "
-            f"{c.vocab_size}, {c.param_count() / 1e6:.1f} M parameters)")
+    return (
+        f"`{BENCH_MODEL}` (hidden {c.hidden_size}, {c.num_layers} layers, {c.num_heads} "
+        f"heads, {c.num_kv_heads} KV heads, intermediate {c.intermediate_size}, vocab "
+        f"{c.vocab_size}, {c.param_count() / 1e6:.1f} M parameters)"
+    )
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--peers", default="", help="comma-separated peers to add: vllm")
     p.add_argument("--rates", default="1,2,4,8", help="online offered req/s")
     p.add_argument("--trace", default=TRACE, help="Azure conversation trace CSV")
@@ -115,32 +158,57 @@ def main() -> None:
     unknown = peers - {"vllm"}
     if unknown:
         p.error(f"unknown peers {', '.join(sorted(unknown))}; known: vllm")
-    command = args.command or shlex.join([sys.executable, "-m", "benchmarks.engine",
-                                          *sys.argv[1:]])
-    date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    command = args.command or shlex.join([sys.executable, "-m", "benchmarks.engine", *sys.argv[1:]])
+    date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     os.makedirs(RAW, exist_ok=True)
-    write_json(os.path.join(RAW, "prompts.json"),
-               asdict(PromptSet.draw(PROMPTS, PROMPT_LEN, PROMPT_SEED)))
+    write_json(
+        os.path.join(RAW, "prompts.json"), asdict(PromptSet.draw(PROMPTS, PROMPT_LEN, PROMPT_SEED))
+    )
     offline: list[OfflineResult] = []
     phases: list[Phase] = []
     ok = True
     for dtype in ("bfloat16", "float32"):
-        ok &= offline_phase(f"strata-{dtype}", [sys.executable, "-m",
-                                                "benchmarks.engine.offline_strata"],
-                            dtype, offline, phases)
+        ok &= offline_phase(
+            f"strata-{dtype}",
+            [sys.executable, "-m", "benchmarks.engine.offline_strata"],
+            dtype,
+            offline,
+            phases,
+        )
     for dtype in ("bfloat16", "float32"):
-        ok &= offline_phase(f"transformers-{dtype}", [sys.executable, "-m",
-                                                      "benchmarks.engine.offline_hf"],
-                            dtype, offline, phases)
+        ok &= offline_phase(
+            f"transformers-{dtype}",
+            [sys.executable, "-m", "benchmarks.engine.offline_hf"],
+            dtype,
+            offline,
+            phases,
+        )
     online: list[RateResult] = []
     online_meta: dict = {}
     if os.path.exists(args.trace):
         out = os.path.join(RAW, "online.json")
-        phase, online_ok = run_phase("online-bfloat16", [
-            sys.executable, "-m", "benchmarks.engine.online", "--trace", args.trace,
-            "--rates", args.rates, "--dtype", "bfloat16", "--threads", str(THREADS),
-            "--out", out, "--raw", os.path.join(RAW, "online-requests.jsonl"),
-            "--worker-log", os.path.join(RAW, "online-worker.log")])
+        phase, online_ok = run_phase(
+            "online-bfloat16",
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.engine.online",
+                "--trace",
+                args.trace,
+                "--rates",
+                args.rates,
+                "--dtype",
+                "bfloat16",
+                "--threads",
+                str(THREADS),
+                "--out",
+                out,
+                "--raw",
+                os.path.join(RAW, "online-requests.jsonl"),
+                "--worker-log",
+                os.path.join(RAW, "online-worker.log"),
+            ],
+        )
         phases.append(phase)
         ok &= online_ok
         if online_ok:
@@ -148,17 +216,26 @@ def main() -> None:
             online_meta = data["meta"]
             online = [RateResult.from_dict(d) for d in data["rates"]]
     else:
-        online_meta = {"skipped": f"Skipped: the Azure conversation trace is not at "
-                                  f"`{args.trace}` (relative to the repository root)."}
+        online_meta = {
+            "skipped": f"Skipped: the Azure conversation trace is not at "
+            f"`{args.trace}` (relative to the repository root)."
+        }
         print(online_meta["skipped"], flush=True)
         phases.append(Phase("online-bfloat16", 0.0, 0.0, 0.0, "skipped: no trace"))
     if "vllm" in peers:
-        vllm_phase(offline, phases)   # a peer failing is reported, not fatal
+        vllm_phase(offline, phases)  # a peer failing is reported, not fatal
     total = sum(ph.wall_s for ph in phases)
-    report = BenchReport(command=command, date=date, machine=machine_facts(),
-                         model=model_description(), offline=offline, online=online,
-                         online_meta=online_meta, phases=phases,
-                         notes=[f"The phases took {total / 60:.1f} minutes in all."])
+    report = BenchReport(
+        command=command,
+        date=date,
+        machine=machine_facts(),
+        model=model_description(),
+        offline=offline,
+        online=online,
+        online_meta=online_meta,
+        phases=phases,
+        notes=[f"The phases took {total / 60:.1f} minutes in all."],
+    )
     write_json(os.path.join(DOCS, "engine.json"), report.to_dict())
     with open(os.path.join(DOCS, "engine.md"), "w", encoding="utf-8") as f:
         f.write(render(report))

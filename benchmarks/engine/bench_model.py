@@ -22,14 +22,23 @@ BENCH_SHAPE = (512, 8, 8, 2, 1536, 32000, False)
 
 def model_shape(loaded: LoadedModel) -> tuple:
     c = loaded.config
-    return (c.hidden_size, c.num_layers, c.num_heads, c.num_kv_heads, c.intermediate_size,
-            c.vocab_size, c.tie_word_embeddings)
+    return (
+        c.hidden_size,
+        c.num_layers,
+        c.num_heads,
+        c.num_kv_heads,
+        c.intermediate_size,
+        c.vocab_size,
+        c.tie_word_embeddings,
+    )
 
 
 def load_bench_model() -> LoadedModel:
     loaded = load_dummy(BENCH_MODEL, seed=BENCH_SEED)
     if model_shape(loaded) != BENCH_SHAPE:
-        raise ValueError(f"{BENCH_MODEL} has shape {model_shape(loaded)} but the benchmark is "
-                         f"defined for {BENCH_SHAPE} (hidden, layers, heads, kv heads, "
-                         f"intermediate, vocab, tied head)")
+        raise ValueError(
+            f"{BENCH_MODEL} has shape {model_shape(loaded)} but the benchmark is "
+            f"defined for {BENCH_SHAPE} (hidden, layers, heads, kv heads, "
+            f"intermediate, vocab, tied head)"
+        )
     return loaded

@@ -11,6 +11,7 @@ import os
 
 import torch
 import transformers
+
 from strata.engine.loaded import LoadedModel
 
 
@@ -18,14 +19,24 @@ def llama_config(loaded: LoadedModel, dtype: torch.dtype) -> transformers.LlamaC
     cfg = loaded.config
     eos = list(cfg.eos_token_ids)
     return transformers.LlamaConfig(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
-        intermediate_size=cfg.intermediate_size, num_hidden_layers=cfg.num_layers,
-        num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_kv_heads,
-        head_dim=cfg.head_dim, max_position_embeddings=cfg.max_position_embeddings,
-        rms_norm_eps=cfg.rms_norm_eps, rope_theta=cfg.rope_theta,
-        tie_word_embeddings=cfg.tie_word_embeddings, attention_bias=cfg.attention_bias,
-        bos_token_id=cfg.bos_token_id, eos_token_id=eos, pad_token_id=eos[0],
-        dtype=dtype, architectures=["LlamaForCausalLM"])
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_kv_heads,
+        head_dim=cfg.head_dim,
+        max_position_embeddings=cfg.max_position_embeddings,
+        rms_norm_eps=cfg.rms_norm_eps,
+        rope_theta=cfg.rope_theta,
+        tie_word_embeddings=cfg.tie_word_embeddings,
+        attention_bias=cfg.attention_bias,
+        bos_token_id=cfg.bos_token_id,
+        eos_token_id=eos,
+        pad_token_id=eos[0],
+        dtype=dtype,
+        architectures=["LlamaForCausalLM"],
+    )
 
 
 def hf_model(loaded: LoadedModel, dtype: torch.dtype) -> transformers.LlamaForCausalLM:
@@ -35,7 +46,8 @@ def hf_model(loaded: LoadedModel, dtype: torch.dtype) -> transformers.LlamaForCa
     return model.to(dtype).eval()
 
 
-def save_checkpoint(loaded: LoadedModel, directory: str | os.PathLike[str],
-                    dtype: torch.dtype) -> None:
+def save_checkpoint(
+    loaded: LoadedModel, directory: str | os.PathLike[str], dtype: torch.dtype
+) -> None:
     """config.json + model.safetensors in `directory`, loadable by any HF-format engine."""
     hf_model(loaded, dtype).save_pretrained(directory, safe_serialization=True)

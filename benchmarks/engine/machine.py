@@ -42,12 +42,16 @@ def cpu_flags_of_interest() -> list[str]:
 
 def machine_facts() -> dict:
     import torch
-    return {"cpu_model": cpu_model(), "cores": os.cpu_count(),
-            "cpu_flags": cpu_flags_of_interest(),
-            "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-                                / 2**30, 1),
-            "python": platform.python_version(), "torch": torch.__version__,
-            "kernel": platform.release()}
+
+    return {
+        "cpu_model": cpu_model(),
+        "cores": os.cpu_count(),
+        "cpu_flags": cpu_flags_of_interest(),
+        "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "kernel": platform.release(),
+    }
 
 
 def _busy_seconds() -> float:
@@ -65,8 +69,8 @@ def _children_seconds() -> float:
 @dataclass(slots=True)
 class PhaseCpu:
     wall_s: float
-    own_cores: float       # average cores used by the phase's processes
-    other_cores: float     # average cores used by everything else on the machine
+    own_cores: float  # average cores used by the phase's processes
+    other_cores: float  # average cores used by everything else on the machine
 
 
 class CpuMeter:

@@ -10,16 +10,17 @@ from __future__ import annotations
 import time
 
 import torch
-from strata.engine.engine import EngineConfig, EngineRequest, LLMEngine
-from strata.engine.sequence import SamplingParams
 
 from benchmarks.engine import runner_cli
 from benchmarks.engine.bench_model import load_bench_model
 from benchmarks.engine.results import OfflineResult
+from strata.engine.engine import EngineConfig, EngineRequest, LLMEngine
+from strata.engine.sequence import SamplingParams
 
 
-def generate(engine: LLMEngine, prompts: list[list[int]], output_len: int, tag: str
-             ) -> tuple[list[list[int]], float]:
+def generate(
+    engine: LLMEngine, prompts: list[list[int]], output_len: int, tag: str
+) -> tuple[list[list[int]], float]:
     """Token ids per prompt and the wall time from the first submission to the last token."""
     params = SamplingParams(temperature=0.0, max_tokens=output_len, ignore_eos=True)
     outputs: dict[str, list[int]] = {}
@@ -39,23 +40,40 @@ def main() -> None:
     args = runner_cli.parse(runner_cli.parser(__doc__))
     torch.set_num_threads(args.threads)
     prompts = runner_cli.load_prompts(args.prompts)
-    config = EngineConfig(dtype=args.dtype, max_seqs=len(prompts.batch),
-                          max_batched_tokens=2048, kv_cache_bytes=256 << 20)
+    config = EngineConfig(
+        dtype=args.dtype,
+        max_seqs=len(prompts.batch),
+        max_batched_tokens=2048,
+        kv_cache_bytes=256 << 20,
+    )
     engine = LLMEngine(load_bench_model(), config)
-    setup = (f"LLMEngine, continuous batching, max_seqs={config.max_seqs}, "
-             f"max_batched_tokens={config.max_batched_tokens}, block_size={config.block_size}")
+    setup = (
+        f"LLMEngine, continuous batching, max_seqs={config.max_seqs}, "
+        f"max_batched_tokens={config.max_batched_tokens}, block_size={config.block_size}"
+    )
     generate(engine, prompts.warmup, runner_cli.WARMUP_OUTPUT, "warmup")
     results = []
     for mode, batch in (("batch", prompts.batch), ("single", [prompts.single])):
         outputs, seconds = generate(engine, batch, args.output_len, mode)
         runner_cli.check_lengths("strata", outputs, args.output_len)
-        results.append(OfflineResult(
-            system="strata", dtype=args.dtype, mode=mode, requests=len(batch),
-            prompt_tokens=sum(map(len, batch)), output_tokens=sum(map(len, outputs)),
-            seconds=seconds, setup=setup,
-            token_ids=[o[:runner_cli.AGREEMENT_TOKENS] for o in outputs]))
-        print(f"strata {args.dtype} {mode}: {results[-1].output_tok_s:.1f} output tok/s "
-              f"({seconds:.1f} s)", flush=True)
+        results.append(
+            OfflineResult(
+                system="strata",
+                dtype=args.dtype,
+                mode=mode,
+                requests=len(batch),
+                prompt_tokens=sum(map(len, batch)),
+                output_tokens=sum(map(len, outputs)),
+                seconds=seconds,
+                setup=setup,
+                token_ids=[o[: runner_cli.AGREEMENT_TOKENS] for o in outputs],
+            )
+        )
+        print(
+            f"strata {args.dtype} {mode}: {results[-1].output_tok_s:.1f} output tok/s "
+            f"({seconds:.1f} s)",
+            flush=True,
+        )
     runner_cli.write_results(args.out, results)
 
 

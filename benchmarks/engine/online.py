@@ -22,10 +22,6 @@ from dataclasses import asdict, dataclass
 
 import grpc
 import uvloop
-from strata.core.stats import summarize
-from strata.eval.trace_lengths import RequestLengths, read_azure_lengths
-from strata.rpc.server import channel
-from strata.v1 import common_pb2, worker_pb2, worker_pb2_grpc
 
 from benchmarks.engine.bench_model import BENCH_MODEL
 from benchmarks.engine.results import LatencySummary, RateResult, write_json
@@ -36,6 +32,10 @@ from benchmarks.engine.workload import (
     poisson_offsets,
     prompt_text,
 )
+from strata.core.stats import summarize
+from strata.eval.trace_lengths import RequestLengths, read_azure_lengths
+from strata.rpc.server import channel
+from strata.v1 import common_pb2, worker_pb2, worker_pb2_grpc
 
 SEED = 20231116
 
@@ -46,8 +46,8 @@ class RequestRecord:
     index: int
     prompt_tokens: int
     max_tokens: int
-    sent_at_s: float            # offset from the rate's start
-    status: str                 # "completed", "cancelled", "failed"
+    sent_at_s: float  # offset from the rate's start
+    status: str  # "completed", "cancelled", "failed"
     output_tokens: int = 0
     ttft_s: float | None = None
     e2e_s: float | None = None
@@ -70,18 +70,25 @@ class SweepConfig:
     mapping: LengthMapping = LengthMapping()
 
 
-async def one_request(stub: worker_pb2_grpc.WorkerStub, record: RequestRecord, text: str,
-                      start: float) -> None:
+async def one_request(
+    stub: worker_pb2_grpc.WorkerStub, record: RequestRecord, text: str, start: float
+) -> None:
     """Stream one generation into `record`; a cancellation leaves it marked "cancelled"."""
-    spec = common_pb2.GenerationSpec(model=BENCH_MODEL, prompt=text,
-                                     max_tokens=record.max_tokens,
-                                     sampling=common_pb2.SamplingParams(ignore_eos=True))
+    spec = common_pb2.GenerationSpec(
+        model=BENCH_MODEL,
+        prompt=text,
+        max_tokens=record.max_tokens,
+        sampling=common_pb2.SamplingParams(ignore_eos=True),
+    )
     sent = time.perf_counter()
     record.sent_at_s = sent - start
     record.status = "cancelled"
     try:
-        call = stub.Generate(worker_pb2.WorkerGenerateRequest(
-            request_id=f"r{record.rate:g}-{record.index}", tenant="bench", spec=spec))
+        call = stub.Generate(
+            worker_pb2.WorkerGenerateRequest(
+                request_id=f"r{record.rate:g}-{record.index}", tenant="bench", spec=spec
+            )
+        )
         async for chunk in call:
             if chunk.token_ids:
                 if record.ttft_s is None:
@@ -96,15 +103,28 @@ async def one_request(stub: worker_pb2_grpc.WorkerStub, record: RequestRecord, t
         record.error = f"{err.code().name}: {err.details()}"
 
 
-async def run_rate(stub: worker_pb2_grpc.WorkerStub, rate: float, sizes: list[RequestLengths],
-                   cfg: SweepConfig, seed: int) -> tuple[RateResult, list[RequestRecord]]:
+async def run_rate(
+    stub: worker_pb2_grpc.WorkerStub,
+    rate: float,
+    sizes: list[RequestLengths],
+    cfg: SweepConfig,
+    seed: int,
+) -> tuple[RateResult, list[RequestRecord]]:
     rng = random.Random(seed)
     offsets = poisson_offsets(rate, min(cfg.max_requests, len(sizes)), cfg.max_seconds, rng)
     # fresh text at every rate: the worker's prefix cache must not serve one rate from another
-    texts = [prompt_text(s.prompt_tokens, rng) for s in sizes[:len(offsets)]]
-    records = [RequestRecord(rate=rate, index=i, prompt_tokens=s.prompt_tokens,
-                             max_tokens=s.output_tokens, sent_at_s=o, status="pending")
-               for i, (s, o) in enumerate(zip(sizes, offsets))]
+    texts = [prompt_text(s.prompt_tokens, rng) for s in sizes[: len(offsets)]]
+    records = [
+        RequestRecord(
+            rate=rate,
+            index=i,
+            prompt_tokens=s.prompt_tokens,
+            max_tokens=s.output_tokens,
+            sent_at_s=o,
+            status="pending",
+        )
+        for i, (s, o) in enumerate(zip(sizes, offsets))
+    ]
     start = time.perf_counter()
     tasks = []
     for rec, offset in zip(records, offsets):
@@ -127,13 +147,17 @@ def summarize_rate(rate: float, records: list[RequestRecord], seconds: float) ->
         return None if s is None else LatencySummary(s.p50, s.p95, s.p99, s.mean, s.count)
 
     return RateResult(
-        rate=rate, sent=len(records), completed=len(done),
+        rate=rate,
+        sent=len(records),
+        completed=len(done),
         cancelled=sum(r.status == "cancelled" for r in records),
-        failed=sum(r.status == "failed" for r in records), seconds=seconds,
+        failed=sum(r.status == "failed" for r in records),
+        seconds=seconds,
         output_tokens=sum(r.output_tokens for r in records),
         ttft_ms=ms([r.ttft_s for r in done]),
         tpot_ms=ms([r.tpot_s for r in done if r.tpot_s is not None]),
-        e2e_ms=ms([r.e2e_s for r in done]))
+        e2e_ms=ms([r.e2e_s for r in done]),
+    )
 
 
 async def wait_idle(stub: worker_pb2_grpc.WorkerStub, timeout_s: float = 60.0) -> None:
@@ -143,13 +167,16 @@ async def wait_idle(stub: worker_pb2_grpc.WorkerStub, timeout_s: float = 60.0) -
         if stats.running_requests == 0 and stats.waiting_requests == 0:
             return
         if time.monotonic() > deadline:
-            raise RuntimeError(f"the worker still has {stats.running_requests} running and "
-                               f"{stats.waiting_requests} waiting requests after the cancels")
+            raise RuntimeError(
+                f"the worker still has {stats.running_requests} running and "
+                f"{stats.waiting_requests} waiting requests after the cancels"
+            )
         await asyncio.sleep(0.2)
 
 
-async def sweep(trace_path: str, cfg: SweepConfig, settings: WorkerSettings, log_path: str
-                ) -> tuple[dict, list[RateResult], list[RequestRecord]]:
+async def sweep(
+    trace_path: str, cfg: SweepConfig, settings: WorkerSettings, log_path: str
+) -> tuple[dict, list[RateResult], list[RequestRecord]]:
     rng = random.Random(SEED)
     pool = [cfg.mapping.apply(r) for r in read_azure_lengths(trace_path)]
     # the same request sizes, in the same order, at every rate
@@ -158,31 +185,42 @@ async def sweep(trace_path: str, cfg: SweepConfig, settings: WorkerSettings, log
     records: list[RequestRecord] = []
     async with WorkerProcess(settings, log_path) as worker, channel(worker.address) as ch:
         stub = worker_pb2_grpc.WorkerStub(ch)
-        for i in range(2):   # warm-up: first-call allocations and kernel selection
-            warm = RequestRecord(rate=0, index=i, prompt_tokens=64, max_tokens=8, sent_at_s=0,
-                                 status="pending")
+        for i in range(2):  # warm-up: first-call allocations and kernel selection
+            warm = RequestRecord(
+                rate=0, index=i, prompt_tokens=64, max_tokens=8, sent_at_s=0, status="pending"
+            )
             await one_request(stub, warm, prompt_text(64, rng), time.perf_counter())
         for i, rate in enumerate(cfg.rates):
             await wait_idle(stub)
             result, recs = await run_rate(stub, rate, sizes, cfg, SEED + 1 + i)
-            print(f"online {rate:g} req/s: {result.completed}/{result.sent} completed, "
-                  f"{result.output_tok_s:.1f} output tok/s", flush=True)
+            print(
+                f"online {rate:g} req/s: {result.completed}/{result.sent} completed, "
+                f"{result.output_tok_s:.1f} output tok/s",
+                flush=True,
+            )
             results.append(result)
             records.extend(recs)
         done = [r for r in records if r.status == "completed"]
-        meta = {"worker_load_seconds": worker.load_seconds,
-                # requests ignore EOS; this counts any that still stopped short
-                "completed": len(done),
-                "ran_to_length": sum(r.output_tokens == r.max_tokens for r in done), "trace": trace_path,
-                "trace_rows": len(pool), "mapping": cfg.mapping.describe(),
-                "settings": asdict(settings), "max_requests": cfg.max_requests,
-                "max_seconds": cfg.max_seconds, "drain_seconds": cfg.drain_seconds}
+        meta = {
+            "worker_load_seconds": worker.load_seconds,
+            # requests ignore EOS; this counts any that still stopped short
+            "completed": len(done),
+            "ran_to_length": sum(r.output_tokens == r.max_tokens for r in done),
+            "trace": trace_path,
+            "trace_rows": len(pool),
+            "mapping": cfg.mapping.describe(),
+            "settings": asdict(settings),
+            "max_requests": cfg.max_requests,
+            "max_seconds": cfg.max_seconds,
+            "drain_seconds": cfg.drain_seconds,
+        }
     return meta, results, records
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--trace", required=True, help="Azure LLM inference trace CSV")
     p.add_argument("--rates", default="1,2,4,8", help="offered req/s, comma-separated")
     p.add_argument("--max-requests", type=int, default=60)
@@ -194,9 +232,12 @@ def main() -> None:
     p.add_argument("--raw", required=True, help="JSON lines, one per request")
     p.add_argument("--worker-log", required=True)
     args = p.parse_args()
-    cfg = SweepConfig(rates=tuple(float(r) for r in args.rates.split(",")),
-                      max_requests=args.max_requests, max_seconds=args.max_seconds,
-                      drain_seconds=args.drain_seconds)
+    cfg = SweepConfig(
+        rates=tuple(float(r) for r in args.rates.split(",")),
+        max_requests=args.max_requests,
+        max_seconds=args.max_seconds,
+        drain_seconds=args.drain_seconds,
+    )
     settings = WorkerSettings(model=BENCH_MODEL, dtype=args.dtype, torch_threads=args.threads)
     # uvloop, as the services use: a slow client loop would inflate TTFT, not the worker's
     meta, results, records = uvloop.run(sweep(args.trace, cfg, settings, args.worker_log))

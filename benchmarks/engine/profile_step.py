@@ -11,17 +11,18 @@ import argparse
 import time
 
 import torch
-from strata.engine.engine import EngineConfig, EngineRequest, LLMEngine
-from strata.engine.sequence import SamplingParams
 from torch.profiler import ProfilerActivity, profile
 
 from benchmarks.engine.bench_model import load_bench_model
 from benchmarks.engine.workload import offline_prompts
+from strata.engine.engine import EngineConfig, EngineRequest, LLMEngine
+from strata.engine.sequence import SamplingParams
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--prompt-len", type=int, default=128)
@@ -35,7 +36,7 @@ def main() -> None:
     for i, ids in enumerate(offline_prompts(args.batch, args.prompt_len, 1)):
         engine.add_request(EngineRequest(request_id=f"p{i}", prompt_ids=ids, params=params))
     started = time.perf_counter()
-    while engine.stats.step_tokens < args.batch * args.prompt_len:   # prefill
+    while engine.stats.step_tokens < args.batch * args.prompt_len:  # prefill
         engine.step()
     prefill = time.perf_counter() - started
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -43,8 +44,10 @@ def main() -> None:
         for _ in range(args.decode_steps):
             engine.step()
         decode = time.perf_counter() - started
-    print(f"prefill {args.batch}x{args.prompt_len}: {prefill:.2f} s; {args.decode_steps} decode "
-          f"steps of {args.batch}: {decode / args.decode_steps * 1000:.1f} ms per step")
+    print(
+        f"prefill {args.batch}x{args.prompt_len}: {prefill:.2f} s; {args.decode_steps} decode "
+        f"steps of {args.batch}: {decode / args.decode_steps * 1000:.1f} ms per step"
+    )
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
 
 

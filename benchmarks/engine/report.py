@@ -11,8 +11,11 @@ from benchmarks.engine.results import LatencySummary, OfflineResult, RateResult
 
 BASELINE = "transformers"
 SYSTEM_ORDER = ("strata", "transformers", "vllm")
-SYSTEM_LABELS = {"strata": "strata LLMEngine", "transformers": "transformers generate",
-                 "vllm": "vLLM CPU (peer)"}
+SYSTEM_LABELS = {
+    "strata": "strata LLMEngine",
+    "transformers": "transformers generate",
+    "vllm": "vLLM CPU (peer)",
+}
 # Other work averaging more than this many cores during a measured phase marks the run as noisy.
 BUSY_CORES = 0.25
 MISSING = "—"
@@ -24,7 +27,7 @@ class Phase:
     wall_s: float
     own_cores: float
     other_cores: float
-    status: str = "ok"           # "ok", "skipped: <why>", "failed: <why>"
+    status: str = "ok"  # "ok", "skipped: <why>", "failed: <why>"
 
 
 @dataclass(slots=True)
@@ -69,30 +72,40 @@ def percentile_cell(summary: LatencySummary | None) -> str:
     return f"{summary.p50:.1f} / {summary.p95:.1f} / {summary.p99:.1f}"
 
 
-def lookup(results: list[OfflineResult], system: str, dtype: str, mode: str
-           ) -> OfflineResult | None:
+def lookup(
+    results: list[OfflineResult], system: str, dtype: str, mode: str
+) -> OfflineResult | None:
     for r in results:
         if (r.system, r.dtype, r.mode) == (system, dtype, mode):
             return r
     return None
 
 
-OFFLINE_COLUMNS = (("bfloat16", "batch"), ("float32", "batch"),
-                   ("bfloat16", "single"), ("float32", "single"))
+OFFLINE_COLUMNS = (
+    ("bfloat16", "batch"),
+    ("float32", "batch"),
+    ("bfloat16", "single"),
+    ("float32", "single"),
+)
 
 
 def offline_table(results: list[OfflineResult]) -> list[str]:
-    lines = ["| system | 64x128 bf16 | 64x128 fp32 | single stream bf16 | single stream fp32 |",
-             "|---|---:|---:|---:|---:|"]
+    lines = [
+        "| system | 64x128 bf16 | 64x128 fp32 | single stream bf16 | single stream fp32 |",
+        "|---|---:|---:|---:|---:|",
+    ]
     systems = [s for s in SYSTEM_ORDER if any(r.system == s for r in results)]
     for system in systems:
         cells = []
         for dtype, mode in OFFLINE_COLUMNS:
             mine = lookup(results, system, dtype, mode)
             base = lookup(results, BASELINE, dtype, mode)
-            cells.append(throughput_cell(mine.output_tok_s if mine else None,
-                                         base.output_tok_s if base and system != BASELINE
-                                         else None))
+            cells.append(
+                throughput_cell(
+                    mine.output_tok_s if mine else None,
+                    base.output_tok_s if base and system != BASELINE else None,
+                )
+            )
         lines.append(f"| {SYSTEM_LABELS.get(system, system)} | " + " | ".join(cells) + " |")
     return lines
 
@@ -106,31 +119,40 @@ def agreement(results: list[OfflineResult]) -> list[str]:
             continue
         same = sum(a == b for a, b in zip(r.token_ids, base.token_ids))
         n = len(r.token_ids[0]) if r.token_ids else 0
-        lines.append(f"{SYSTEM_LABELS.get(r.system, r.system)} {r.dtype}: {same}/"
-                     f"{len(r.token_ids)} requests have the same first {n} greedy tokens as "
-                     f"transformers")
+        lines.append(
+            f"{SYSTEM_LABELS.get(r.system, r.system)} {r.dtype}: {same}/"
+            f"{len(r.token_ids)} requests have the same first {n} greedy tokens as "
+            f"transformers"
+        )
     return lines
 
 
 def online_table(rates: list[RateResult]) -> list[str]:
-    lines = ["| offered req/s | sent | completed | cancelled | failed | achieved req/s | "
-             "output tok/s | TTFT ms P50 / P95 / P99 | TPOT ms P50 / P95 / P99 | "
-             "E2E ms P50 / P95 / P99 |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| offered req/s | sent | completed | cancelled | failed | achieved req/s | "
+        "output tok/s | TTFT ms P50 / P95 / P99 | TPOT ms P50 / P95 / P99 | "
+        "E2E ms P50 / P95 / P99 |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rates:
-        lines.append(f"| {r.rate:g} | {r.sent} | {r.completed} | {r.cancelled} | {r.failed} | "
-                     f"{r.achieved_req_s:.2f} | {r.output_tok_s:.1f} | "
-                     f"{percentile_cell(r.ttft_ms)} | {percentile_cell(r.tpot_ms)} | "
-                     f"{percentile_cell(r.e2e_ms)} |")
+        lines.append(
+            f"| {r.rate:g} | {r.sent} | {r.completed} | {r.cancelled} | {r.failed} | "
+            f"{r.achieved_req_s:.2f} | {r.output_tok_s:.1f} | "
+            f"{percentile_cell(r.ttft_ms)} | {percentile_cell(r.tpot_ms)} | "
+            f"{percentile_cell(r.e2e_ms)} |"
+        )
     return lines
 
 
 def phase_table(phases: list[Phase]) -> list[str]:
-    lines = ["| phase | wall s | own cores | other work, cores | status |",
-             "|---|---:|---:|---:|---|"]
+    lines = [
+        "| phase | wall s | own cores | other work, cores | status |",
+        "|---|---:|---:|---:|---|",
+    ]
     for p in phases:
-        lines.append(f"| {p.name} | {p.wall_s:.0f} | {p.own_cores:.2f} | {p.other_cores:.2f} | "
-                     f"{p.status} |")
+        lines.append(
+            f"| {p.name} | {p.wall_s:.0f} | {p.own_cores:.2f} | {p.other_cores:.2f} | {p.status} |"
+        )
     return lines
 
 
@@ -142,31 +164,43 @@ def busy_note(phases: list[Phase], cores: int) -> str | None:
     if worst.other_cores <= BUSY_CORES:
         return None
     mean = sum(p.other_cores * p.wall_s for p in measured) / sum(p.wall_s for p in measured)
-    return (f"**Busy machine:** other work used {mean:.2f} cores on average during the measured "
-            f"phases (up to {worst.other_cores:.2f} during {worst.name}) of the machine's "
-            f"{cores}; these numbers are noisy: rerun on an idle machine before quoting them.")
+    return (
+        f"**Busy machine:** other work used {mean:.2f} cores on average during the measured "
+        f"phases (up to {worst.other_cores:.2f} during {worst.name}) of the machine's "
+        f"{cores}; these numbers are noisy: rerun on an idle machine before quoting them."
+    )
 
 
 def render(report: BenchReport) -> str:
     m = report.machine
-    lines = ["# Decode engine benchmark", "",
-             f"Run {report.date} with `{report.command}`.", "",
-             f"Machine: {m.get('cpu_model')}, {m.get('cores')} cores "
-             f"({', '.join(m.get('cpu_flags', [])) or 'no AVX-512'}), {m.get('memory_gib')} GiB; "
-             f"Python {m.get('python')}, torch {m.get('torch')}, Linux {m.get('kernel')}. "
-             f"Every measured process uses 2 torch threads; phases run one after another.", ""]
+    lines = [
+        "# Decode engine benchmark",
+        "",
+        f"Run {report.date} with `{report.command}`.",
+        "",
+        f"Machine: {m.get('cpu_model')}, {m.get('cores')} cores "
+        f"({', '.join(m.get('cpu_flags', [])) or 'no AVX-512'}), {m.get('memory_gib')} GiB; "
+        f"Python {m.get('python')}, torch {m.get('torch')}, Linux {m.get('kernel')}. "
+        f"Every measured process uses 2 torch threads; phases run one after another.",
+        "",
+    ]
     note = busy_note(report.phases, m.get("cores") or 0)
     if note:
         lines += [note, ""]
-    lines += [f"Model: {report.model}, the same seeded weights in every system. Greedy "
-              f"sampling, EOS ignored.", "",
-              "## Offline: output tokens/s", "",
-              "64 prompts of 128 random tokens, 128 new tokens each, all submitted at once; "
-              "single stream = one more prompt of 128 tokens alone. Time from submission to the "
-              "last token, after a warm-up on 4 other short prompts; model load and compilation "
-              "excluded. Warm-up, batch and single prompts are separate random draws, so no "
-              "prefix cache can help. In parentheses: the ratio to transformers measured in this "
-              "run.", ""]
+    lines += [
+        f"Model: {report.model}, the same seeded weights in every system. Greedy "
+        f"sampling, EOS ignored.",
+        "",
+        "## Offline: output tokens/s",
+        "",
+        "64 prompts of 128 random tokens, 128 new tokens each, all submitted at once; "
+        "single stream = one more prompt of 128 tokens alone. Time from submission to the "
+        "last token, after a warm-up on 4 other short prompts; model load and compilation "
+        "excluded. Warm-up, batch and single prompts are separate random draws, so no "
+        "prefix cache can help. In parentheses: the ratio to transformers measured in this "
+        "run.",
+        "",
+    ]
     lines += offline_table(report.offline)
     setups = sorted({(r.system, r.setup) for r in report.offline if r.mode == "batch"})
     lines += [""] + [f"- {SYSTEM_LABELS.get(s, s)}: {setup}" for s, setup in setups]
@@ -175,25 +209,32 @@ def render(report: BenchReport) -> str:
     if report.online:
         meta = report.online_meta
         s = meta.get("settings", {})
-        lines += [f"`python -m services.worker` ({s.get('dtype')}, {s.get('torch_threads')} torch "
-                  f"threads, max_seqs {s.get('max_seqs')}, max_batched_tokens "
-                  f"{s.get('max_batched_tokens')}) streaming Worker.Generate to an open-loop "
-                  f"client on the same machine. Poisson arrivals, at most "
-                  f"{meta.get('max_requests')} requests within {meta.get('max_seconds'):g} s per "
-                  f"rate, then {meta.get('drain_seconds'):g} s to finish before the rest is "
-                  f"cancelled. Sizes drawn from `{meta.get('trace')}` "
-                  f"({meta.get('trace_rows')} rows): {meta.get('mapping')}; fresh random "
-                  f"text at each rate, so no prefix-cache hits. Requests ignore EOS: "
-                  f"{meta.get('ran_to_length')} of {meta.get('completed')} completed "
-                  f"requests ran to their trace length. Percentiles over completed requests; "
-                  f"achieved req/s and output tok/s (every streamed token) are over first send "
-                  f"to last completion.", ""]
+        lines += [
+            f"`python -m services.worker` ({s.get('dtype')}, {s.get('torch_threads')} torch "
+            f"threads, max_seqs {s.get('max_seqs')}, max_batched_tokens "
+            f"{s.get('max_batched_tokens')}) streaming Worker.Generate to an open-loop "
+            f"client on the same machine. Poisson arrivals, at most "
+            f"{meta.get('max_requests')} requests within {meta.get('max_seconds'):g} s per "
+            f"rate, then {meta.get('drain_seconds'):g} s to finish before the rest is "
+            f"cancelled. Sizes drawn from `{meta.get('trace')}` "
+            f"({meta.get('trace_rows')} rows): {meta.get('mapping')}; fresh random "
+            f"text at each rate, so no prefix-cache hits. Requests ignore EOS: "
+            f"{meta.get('ran_to_length')} of {meta.get('completed')} completed "
+            f"requests ran to their trace length. Percentiles over completed requests; "
+            f"achieved req/s and output tok/s (every streamed token) are over first send "
+            f"to last completion.",
+            "",
+        ]
         lines += online_table(report.online)
     else:
         lines.append(report.online_meta.get("skipped", "not run"))
     lines += ["", "## Phases", ""] + phase_table(report.phases)
     if report.notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in report.notes]
-    lines += ["", "Raw per-request data: `docs/benchmarks/raw/` (not in git). JSON: "
-              "`docs/benchmarks/engine.json`.", ""]
+    lines += [
+        "",
+        "Raw per-request data: `docs/benchmarks/raw/` (not in git). JSON: "
+        "`docs/benchmarks/engine.json`.",
+        "",
+    ]
     return "\n".join(lines)

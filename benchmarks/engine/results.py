@@ -14,15 +14,15 @@ from dataclasses import asdict, dataclass, field, fields
 class OfflineResult:
     """One system generating a fixed set of prompts to a fixed length, all submitted at once."""
 
-    system: str                  # "strata", "transformers", "vllm"
-    dtype: str                   # "bfloat16" or "float32"
-    mode: str                    # "batch" (64 prompts) or "single" (1 prompt)
+    system: str  # "strata", "transformers", "vllm"
+    dtype: str  # "bfloat16" or "float32"
+    mode: str  # "batch" (64 prompts) or "single" (1 prompt)
     requests: int
     prompt_tokens: int
     output_tokens: int
-    seconds: float               # generation wall time only: no load, no warm-up
-    setup: str = ""              # how the system batched (max_seqs, static batch size ...)
-    token_ids: list[list[int]] = field(default_factory=list)   # greedy outputs, for agreement
+    seconds: float  # generation wall time only: no load, no warm-up
+    setup: str = ""  # how the system batched (max_seqs, static batch size ...)
+    token_ids: list[list[int]] = field(default_factory=list)  # greedy outputs, for agreement
 
     @property
     def output_tok_s(self) -> float:
@@ -51,13 +51,13 @@ class LatencySummary:
 class RateResult:
     """One offered Poisson rate against the worker: what came back and how fast."""
 
-    rate: float                   # offered requests per second
+    rate: float  # offered requests per second
     sent: int
-    completed: int                # finished with a final chunk before the drain deadline
-    cancelled: int                # still running at the drain deadline, then cancelled
-    failed: int                   # ended with a gRPC error
-    seconds: float                # first send to last completion (or the drain deadline)
-    output_tokens: int            # streamed tokens of completed requests
+    completed: int  # finished with a final chunk before the drain deadline
+    cancelled: int  # still running at the drain deadline, then cancelled
+    failed: int  # ended with a gRPC error
+    seconds: float  # first send to last completion (or the drain deadline)
+    output_tokens: int  # streamed tokens of completed requests
     ttft_ms: LatencySummary | None
     tpot_ms: LatencySummary | None
     e2e_ms: LatencySummary | None

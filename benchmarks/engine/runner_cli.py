@@ -12,14 +12,15 @@ from dataclasses import dataclass
 
 from benchmarks.engine.results import OfflineResult, read_json, write_json
 
-AGREEMENT_TOKENS = 16     # greedy tokens kept per request to compare systems' outputs
-WARMUP_OUTPUT = 8         # tokens generated per warm-up prompt
+AGREEMENT_TOKENS = 16  # greedy tokens kept per request to compare systems' outputs
+WARMUP_OUTPUT = 8  # tokens generated per warm-up prompt
 
 
 def parser(description: str) -> argparse.ArgumentParser:
     """The shared options; a runner adds its own before calling `parse`."""
-    p = argparse.ArgumentParser(description=description,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--prompts", required=True, help="JSON prompts file (see Prompts)")
     p.add_argument("--output-len", type=int, required=True, help="tokens generated per prompt")
     p.add_argument("--dtype", choices=("bfloat16", "float32"), required=True)
@@ -49,8 +50,9 @@ def load_prompts(path: str) -> Prompts:
     try:
         prompts = Prompts(warmup=data["warmup"], batch=data["batch"], single=data["single"])
     except (KeyError, TypeError):
-        raise ValueError(f"{path} must hold a JSON object with warmup, batch and single "
-                         f"prompts") from None
+        raise ValueError(
+            f"{path} must hold a JSON object with warmup, batch and single prompts"
+        ) from None
     if not prompts.batch or not prompts.single or not all(prompts.batch + prompts.warmup):
         raise ValueError(f"{path}: every prompt must have at least one token")
     return prompts
@@ -64,5 +66,7 @@ def check_lengths(system: str, outputs: list[list[int]], want: int) -> None:
     """Every benchmark request ignores EOS; a shorter output would inflate tokens/s unfairly."""
     short = [i for i, ids in enumerate(outputs) if len(ids) != want]
     if short:
-        raise RuntimeError(f"{system}: {len(short)} requests did not produce exactly {want} "
-                           f"tokens (first: request {short[0]} with {len(outputs[short[0]])})")
+        raise RuntimeError(
+            f"{system}: {len(short)} requests did not produce exactly {want} "
+            f"tokens (first: request {short[0]} with {len(outputs[short[0]])})"
+        )

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 
 import grpc
+
 from strata.rpc.server import channel
 from strata.v1 import worker_pb2, worker_pb2_grpc
 
@@ -29,12 +30,17 @@ class WorkerSettings:
     max_seqs: int = 64
 
     def env(self, bind: str) -> dict[str, str]:
-        return {"STRATA_WORKER_BIND": bind, "STRATA_MODEL": self.model,
-                "STRATA_DTYPE": self.dtype, "STRATA_TORCH_THREADS": str(self.torch_threads),
-                "STRATA_KV_CACHE_BYTES": str(self.kv_cache_bytes),
-                "STRATA_MAX_BATCHED_TOKENS": str(self.max_batched_tokens),
-                "STRATA_MAX_SEQS": str(self.max_seqs), "STRATA_KVSTORE_ADDR": "",
-                "STRATA_OTLP_ENDPOINT": ""}
+        return {
+            "STRATA_WORKER_BIND": bind,
+            "STRATA_MODEL": self.model,
+            "STRATA_DTYPE": self.dtype,
+            "STRATA_TORCH_THREADS": str(self.torch_threads),
+            "STRATA_KV_CACHE_BYTES": str(self.kv_cache_bytes),
+            "STRATA_MAX_BATCHED_TOKENS": str(self.max_batched_tokens),
+            "STRATA_MAX_SEQS": str(self.max_seqs),
+            "STRATA_KVSTORE_ADDR": "",
+            "STRATA_OTLP_ENDPOINT": "",
+        }
 
 
 def free_port() -> int:
@@ -58,8 +64,12 @@ class WorkerProcess:
         env = {**os.environ, **self.settings.env(self.address)}
         self._log = open(self.log_path, "w", encoding="utf-8")
         started = time.perf_counter()
-        self.proc = subprocess.Popen([sys.executable, "-m", "services.worker"], env=env,
-                                     stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "services.worker"],
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
         try:
             await self._wait_ready()
         except BaseException:
@@ -77,16 +87,20 @@ class WorkerProcess:
             stub = worker_pb2_grpc.WorkerStub(ch)
             while True:
                 if self.proc.poll() is not None:
-                    raise RuntimeError(f"the worker exited with code {self.proc.returncode} "
-                                       f"before answering; its log: {self.log_path}")
+                    raise RuntimeError(
+                        f"the worker exited with code {self.proc.returncode} "
+                        f"before answering; its log: {self.log_path}"
+                    )
                 try:
                     await stub.GetStats(worker_pb2.GetStatsRequest(), timeout=1.0)
                     return
                 except grpc.aio.AioRpcError:
                     if time.monotonic() > deadline:
-                        raise RuntimeError(f"the worker did not answer within "
-                                           f"{self.start_timeout_s:.0f} s; its log: "
-                                           f"{self.log_path}") from None
+                        raise RuntimeError(
+                            f"the worker did not answer within "
+                            f"{self.start_timeout_s:.0f} s; its log: "
+                            f"{self.log_path}"
+                        ) from None
                     await asyncio.sleep(0.5)
 
     def _stop(self) -> None:

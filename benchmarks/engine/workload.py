@@ -40,11 +40,15 @@ class PromptSet:
     single: list[int]
 
     @classmethod
-    def draw(cls, count: int, length: int, seed: int, warmup_count: int = 4,
-             warmup_length: int = 16) -> PromptSet:
+    def draw(
+        cls, count: int, length: int, seed: int, warmup_count: int = 4, warmup_length: int = 16
+    ) -> PromptSet:
         prompts = offline_prompts(count + 1 + warmup_count, length, seed)
-        return cls(warmup=[p[:warmup_length] for p in prompts[count + 1:]],
-                   batch=prompts[:count], single=prompts[count])
+        return cls(
+            warmup=[p[:warmup_length] for p in prompts[count + 1 :]],
+            batch=prompts[:count],
+            single=prompts[count],
+        )
 
 
 def prompt_text(length: int, rng: random.Random) -> str:
@@ -64,20 +68,25 @@ class LengthMapping:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
 
     def apply(self, trace: RequestLengths) -> RequestLengths:
-        return RequestLengths(_scale(trace.prompt_tokens, self.divisor, self.max_prompt),
-                              _scale(trace.output_tokens, self.divisor, self.max_output))
+        return RequestLengths(
+            _scale(trace.prompt_tokens, self.divisor, self.max_prompt),
+            _scale(trace.output_tokens, self.divisor, self.max_output),
+        )
 
     def describe(self) -> str:
-        return (f"prompt = clip(ceil(ContextTokens / {self.divisor}), 1, {self.max_prompt}), "
-                f"output = clip(ceil(GeneratedTokens / {self.divisor}), 1, {self.max_output})")
+        return (
+            f"prompt = clip(ceil(ContextTokens / {self.divisor}), 1, {self.max_prompt}), "
+            f"output = clip(ceil(GeneratedTokens / {self.divisor}), 1, {self.max_output})"
+        )
 
 
 def _scale(tokens: int, divisor: int, cap: int) -> int:
     return min(cap, max(1, -(-tokens // divisor)))
 
 
-def poisson_offsets(rate: float, max_requests: int, max_seconds: float,
-                    rng: random.Random) -> list[float]:
+def poisson_offsets(
+    rate: float, max_requests: int, max_seconds: float, rng: random.Random
+) -> list[float]:
     """Send times (seconds from the start) of an open-loop Poisson process at `rate` req/s,
     stopping at `max_requests` or at the first arrival past `max_seconds`."""
     if rate <= 0:
@@ -92,8 +101,9 @@ def poisson_offsets(rate: float, max_requests: int, max_seconds: float,
     return offsets
 
 
-def pick_lengths(pool: list[RequestLengths], count: int, rng: random.Random
-                 ) -> list[RequestLengths]:
+def pick_lengths(
+    pool: list[RequestLengths], count: int, rng: random.Random
+) -> list[RequestLengths]:
     """`count` request sizes drawn uniformly (with replacement) from `pool`."""
     if not pool:
         raise ValueError("the length pool is empty: the trace has no rows")

@@ -42,24 +42,39 @@ class LatencyResult:
     p50_us: float
     p99_us: float
     max_us: float
-    heartbeat_us: float      # mean cost of one heartbeat (index + ledger update)
+    heartbeat_us: float  # mean cost of one heartbeat (index + ledger update)
 
 
 def _node(i: int, rng: random.Random) -> NodeState:
-    replica = ReplicaState(model="m", replica_id=f"r{i}", phase=ReplicaPhase.READY,
-                           queued_tokens=rng.randrange(0, 4000),
-                           running_requests=rng.randrange(0, 32), kv_blocks_total=4096,
-                           kv_blocks_free=rng.randrange(0, 4096), max_seqs=32,
-                           tokens_per_s=rng.uniform(2000, 4000))
-    tenants = tuple(TenantLoad(t, PRIORITIES[t], rng.randrange(0, 8), rng.randrange(0, 8),
-                               rng.randrange(0, 20000)) for t in TENANTS)
-    return NodeState(node_id=f"node-{i:04d}", address=f"10.0.{i // 250}.{i % 250}:50053",
-                     replicas=(replica,), tenants=tenants,
-                     safety_margin=rng.choice((0.0, 0.0, 0.1, 0.3)))
+    replica = ReplicaState(
+        model="m",
+        replica_id=f"r{i}",
+        phase=ReplicaPhase.READY,
+        queued_tokens=rng.randrange(0, 4000),
+        running_requests=rng.randrange(0, 32),
+        kv_blocks_total=4096,
+        kv_blocks_free=rng.randrange(0, 4096),
+        max_seqs=32,
+        tokens_per_s=rng.uniform(2000, 4000),
+    )
+    tenants = tuple(
+        TenantLoad(
+            t, PRIORITIES[t], rng.randrange(0, 8), rng.randrange(0, 8), rng.randrange(0, 20000)
+        )
+        for t in TENANTS
+    )
+    return NodeState(
+        node_id=f"node-{i:04d}",
+        address=f"10.0.{i // 250}.{i % 250}:50053",
+        replicas=(replica,),
+        tenants=tenants,
+        safety_margin=rng.choice((0.0, 0.0, 0.1, 0.3)),
+    )
 
 
-def measure(name: str, router: Router, nodes: int = 1000, decisions: int = 20000,
-            seed: int = 0) -> LatencyResult:
+def measure(
+    name: str, router: Router, nodes: int = 1000, decisions: int = 20000, seed: int = 0
+) -> LatencyResult:
     rng = random.Random(seed)
     clock = ManualClock()
     registry = NodeRegistry(clock=clock, ttl_s=5.0)
@@ -70,8 +85,10 @@ def measure(name: str, router: Router, nodes: int = 1000, decisions: int = 20000
     shared = [rng.getrandbits(63) for _ in range(32)]
     for i in range(0, 8 * (nodes // 8), nodes // 8):
         index.apply(f"node-{i:04d}", f"kv-{i}:50057", 1, True, shared, ())
-    policies = [TenantPolicy(t, "c", PRIORITIES[t], 2000.0 if t == "chat" else None, None, 1.0,
-                             0.1, 1.0) for t in TENANTS]
+    policies = [
+        TenantPolicy(t, "c", PRIORITIES[t], 2000.0 if t == "chat" else None, None, 1.0, 0.1, 1.0)
+        for t in TENANTS
+    ]
     # One heartbeat per node per second; at 1,000 nodes and ~20,000 decisions per second of
     # simulated traffic, one heartbeat every 20 decisions keeps both rates.
     per_heartbeat = max(1, decisions // (nodes * 1))
@@ -93,15 +110,18 @@ def measure(name: str, router: Router, nodes: int = 1000, decisions: int = 20000
         gs.route("m", p, 512, 128, prefix_hashes=prefix)
         samples.append((counter() - t0) / 1000.0)
     p50, p99 = percentiles(samples, (50.0, 99.0))
-    return LatencyResult(name, nodes, decisions, p50, p99, max(samples),
-                         hb_total / max(1, hb_count) / 1000.0)
+    return LatencyResult(
+        name, nodes, decisions, p50, p99, max(samples), hb_total / max(1, hb_count) / 1000.0
+    )
 
 
 def run(nodes: int = 1000, decisions: int = 20000) -> list[LatencyResult]:
     full = Router(rng=random.Random(1))
     sampled = Router(rng=random.Random(1), sample_size=64, tie_tolerance=0.1)
-    return [measure("full scan (every replica scored)", full, nodes, decisions // 4),
-            measure("sampled (64 + prefix holders)", sampled, nodes, decisions)]
+    return [
+        measure("full scan (every replica scored)", full, nodes, decisions // 4),
+        measure("sampled (64 + prefix holders)", sampled, nodes, decisions),
+    ]
 
 
 if __name__ == "__main__":

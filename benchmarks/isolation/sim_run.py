@@ -9,6 +9,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from benchmarks.isolation.workload import TenantSpec
 from strata.core.profile import EngineProfile
 from strata.core.sla import SlaTable
 from strata.eval.isolation import IsolationFigures, isolation_figures
@@ -20,8 +21,6 @@ from strata.sim.cluster import SimConfig, SimResult, Simulator, model_spec
 from strata.sim.tenancy import Tenancy
 from strata.sim.workload import sim_requests
 
-from benchmarks.isolation.workload import TenantSpec
-
 WAYS = ("static", "fcfs", "two-level")
 NODE_BYTES = 80 << 30
 
@@ -32,11 +31,12 @@ class SimRun:
     result: SimResult
     figures: IsolationFigures
     partitions: dict[str, list[str]]
-    refusals: dict[tuple[str, str], int] | None = None   # refused attempts by tenant, reason
+    refusals: dict[tuple[str, str], int] | None = None  # refused attempts by tenant, reason
 
 
-def partition(tenants: Sequence[TenantSpec], trace: Sequence[TraceRequest], nodes: list[str]
-              ) -> dict[str, list[str]]:
+def partition(
+    tenants: Sequence[TenantSpec], trace: Sequence[TraceRequest], nodes: list[str]
+) -> dict[str, list[str]]:
     """Nodes per tenant in proportion to its offered work (prompt + output tokens over the
     run, bursts included), largest remainder, at least one each."""
     work: dict[str, int] = defaultdict(int)
@@ -52,50 +52,83 @@ def partition(tenants: Sequence[TenantSpec], trace: Sequence[TraceRequest], node
         count[n] += 1
     out, i = {}, 0
     for n in names:
-        out[n] = nodes[i:i + count[n]]
+        out[n] = nodes[i : i + count[n]]
         i += count[n]
     return out
 
 
-def tenancy_for(way: str, tenants: Sequence[TenantSpec], table: SlaTable,
-                parts: dict[str, list[str]]) -> Tenancy:
+def tenancy_for(
+    way: str, tenants: Sequence[TenantSpec], table: SlaTable, parts: dict[str, list[str]]
+) -> Tenancy:
     policies = {t.name: t.policy(table) for t in tenants}
     if way == "static":
-        return Tenancy(SchedulerSettings(mode=Mode.STATIC, partitions={
-            t: frozenset(ids) for t, ids in parts.items()}), policies, queue="fcfs")
+        return Tenancy(
+            SchedulerSettings(
+                mode=Mode.STATIC, partitions={t: frozenset(ids) for t, ids in parts.items()}
+            ),
+            policies,
+            queue="fcfs",
+        )
     if way == "fcfs":
         return Tenancy(SchedulerSettings(mode=Mode.FCFS), policies, queue="fcfs")
     return Tenancy(SchedulerSettings(mode=Mode.TWO_LEVEL), policies, queue="wfq")
 
 
-def run_way(way: str, gpus: int, profile: EngineProfile, trace: Sequence[TraceRequest],
-            tenants: Sequence[TenantSpec], table: SlaTable,
-            windows: Sequence[tuple[float, float]], horizon_s: float, load_s: float,
-            seed: int = 0, max_batched_tokens: int = 512, max_seqs: int = 32) -> SimRun:
+def run_way(
+    way: str,
+    gpus: int,
+    profile: EngineProfile,
+    trace: Sequence[TraceRequest],
+    tenants: Sequence[TenantSpec],
+    table: SlaTable,
+    windows: Sequence[tuple[float, float]],
+    horizon_s: float,
+    load_s: float,
+    seed: int = 0,
+    max_batched_tokens: int = 512,
+    max_seqs: int = 32,
+) -> SimRun:
     nodes = [f"gpu-{i:03d}" for i in range(gpus)]
     parts = partition(tenants, trace, nodes)
-    spec = model_spec(profile, memory_bytes=8 << 30, max_batched_tokens=max_batched_tokens,
-                      max_seqs=max_seqs)
+    spec = model_spec(
+        profile, memory_bytes=8 << 30, max_batched_tokens=max_batched_tokens, max_seqs=max_seqs
+    )
 
     def place(capacities, demands) -> PlacementPlan:
-        loads = [Assignment(profile.model, c.node_id, f"{profile.model}@{c.node_id}", "one per GPU")
-                 for c in capacities if not c.replicas]
+        loads = [
+            Assignment(profile.model, c.node_id, f"{profile.model}@{c.node_id}", "one per GPU")
+            for c in capacities
+            if not c.replicas
+        ]
         return PlacementPlan(assignments=list(loads), loads=loads)
 
     cfg = SimConfig(seed=seed, horizon_s=horizon_s)
-    sim = Simulator([(n, NODE_BYTES) for n in nodes], [spec], lambda t: [], cfg, place,
-                    tenancy_for(way, tenants, table, parts))
-    requests = sim_requests(trace, Scaling(max_prompt=1 << 30, max_output=1 << 30), Window(),
-                            profile.model)
+    sim = Simulator(
+        [(n, NODE_BYTES) for n in nodes],
+        [spec],
+        lambda t: [],
+        cfg,
+        place,
+        tenancy_for(way, tenants, table, parts),
+    )
+    requests = sim_requests(
+        trace, Scaling(max_prompt=1 << 30, max_output=1 << 30), Window(), profile.model
+    )
     result = sim.run(requests)
     offered: dict[str, int] = defaultdict(int)
     for r in trace:
         offered[r.tenant] += r.output_tokens
     epoch = cfg.epoch_unix_ms
     figures = isolation_figures(
-        result.rows, result.samples, {t.name: t.sla_class for t in tenants}, offered, table,
+        result.rows,
+        result.samples,
+        {t.name: t.sla_class for t in tenants},
+        offered,
+        table,
         next(t.name for t in tenants if t.aggressor),
-        [(epoch + a * 1000, epoch + b * 1000) for a, b in windows], (epoch, epoch + load_s * 1000))
+        [(epoch + a * 1000, epoch + b * 1000) for a, b in windows],
+        (epoch, epoch + load_s * 1000),
+    )
     return SimRun(way, result, figures, parts, dict(sim.refusals))
 
 

@@ -35,10 +35,10 @@ def tree_cpu_s(roots: set[int]) -> float:
         try:
             with open(f"/proc/{entry}/stat", encoding="utf-8") as f:
                 text = f.read()
-        except OSError:        # gone since the listing
+        except OSError:  # gone since the listing
             continue
         # the fields after the command, which may hold spaces, in parentheses
-        rest = text[text.rindex(")") + 2:].split()
+        rest = text[text.rindex(")") + 2 :].split()
         pid = int(entry)
         parent[pid] = int(rest[1])
         cpu[pid] = (int(rest[11]) + int(rest[12])) / _TICK
@@ -71,8 +71,7 @@ class CpuShare:
 class CpuMeter:
     def __init__(self, pids: Iterable[int]) -> None:
         self._roots = set(pids)
-        self._start = (time.perf_counter(), machine_busy_s(), tree_cpu_s(self._roots),
-                       _self_s())
+        self._start = (time.perf_counter(), machine_busy_s(), tree_cpu_s(self._roots), _self_s())
 
     def stop(self) -> CpuShare:
         wall0, busy0, stack0, self0 = self._start

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 from strata.rpc.channels import sync_channel
 from strata.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
-
 from tests.integration.stack import ComposeStack, StackProcess, _free_port
 
 NODE_SERVICES = ("kvstore", "node")
@@ -46,26 +45,44 @@ class PoolStack(ComposeStack):
             stub = scheduler_pb2_grpc.SchedulerStub(ch)
             while True:
                 nodes = stub.ListNodes(scheduler_pb2.ListNodesRequest(), timeout=5).nodes
-                ready = {n.node_id for n in nodes for r in n.replicas
-                         if r.model == model and r.state == common_pb2.REPLICA_STATE_READY}
+                ready = {
+                    n.node_id
+                    for n in nodes
+                    for r in n.replicas
+                    if r.model == model and r.state == common_pb2.REPLICA_STATE_READY
+                }
                 if want <= ready:
                     return
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"{model} READY on {sorted(ready)} only, not on every "
-                                       f"one of {sorted(want)}, after {timeout_s:.0f} s:\n"
-                                       f"{self.logs()}")
+                    raise RuntimeError(
+                        f"{model} READY on {sorted(ready)} only, not on every "
+                        f"one of {sorted(want)}, after {timeout_s:.0f} s:\n"
+                        f"{self.logs()}"
+                    )
                 time.sleep(0.5)
 
 
-def _copy_node(store: StackProcess, node: StackProcess, node_id: str, data_dir
-               ) -> list[StackProcess]:
+def _copy_node(
+    store: StackProcess, node: StackProcess, node_id: str, data_dir
+) -> list[StackProcess]:
     """node_id's KV tier store and node manager: node-0's settings but ids, ports, folder."""
     store_addr = f"127.0.0.1:{_free_port()}"
     node_addr = f"127.0.0.1:{_free_port()}"
-    store_env = {**store.env, "STRATA_KVSTORE_BIND": store_addr,
-                 "STRATA_KVSTORE_ADVERTISE": store_addr, "STRATA_KVSTORE_NODE_ID": node_id,
-                 "STRATA_KVSTORE_DISK_DIR": str(data_dir / "kv" / node_id)}
-    node_env = {**node.env, "STRATA_NODE_BIND": node_addr, "STRATA_NODE_ADVERTISE": node_addr,
-                "STRATA_NODE_ID": node_id, "STRATA_KVSTORE_ADDR": store_addr}
-    return [StackProcess(f"kvstore-{node_id}", list(store.command), store_env, store_addr),
-            StackProcess(node_id, list(node.command), node_env, node_addr)]
+    store_env = {
+        **store.env,
+        "STRATA_KVSTORE_BIND": store_addr,
+        "STRATA_KVSTORE_ADVERTISE": store_addr,
+        "STRATA_KVSTORE_NODE_ID": node_id,
+        "STRATA_KVSTORE_DISK_DIR": str(data_dir / "kv" / node_id),
+    }
+    node_env = {
+        **node.env,
+        "STRATA_NODE_BIND": node_addr,
+        "STRATA_NODE_ADVERTISE": node_addr,
+        "STRATA_NODE_ID": node_id,
+        "STRATA_KVSTORE_ADDR": store_addr,
+    }
+    return [
+        StackProcess(f"kvstore-{node_id}", list(store.command), store_env, store_addr),
+        StackProcess(node_id, list(node.command), node_env, node_addr),
+    ]

@@ -17,6 +17,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from sqlalchemy import select
+
 from strata.core.records import NodeSampleRecord, RequestRecord
 from strata.eval.isolation import REFUSED
 from strata.store.db import make_engine, session_factory
@@ -33,11 +34,12 @@ NODE_REFUSAL = "node"
 class StoredRun:
     rows: list[RequestRecord]
     samples: list[NodeSampleRecord]
-    refusal_reasons: dict[tuple[str, str], int]   # (tenant, reason) -> refused attempts
+    refusal_reasons: dict[tuple[str, str], int]  # (tenant, reason) -> refused attempts
 
 
-async def read_run(db_url: str, run_id: int, served_ids: set[str],
-                   window_ms: tuple[int, int]) -> StoredRun:
+async def read_run(
+    db_url: str, run_id: int, served_ids: set[str], window_ms: tuple[int, int]
+) -> StoredRun:
     """Run `run_id`'s rows (once `served_ids` all have one, or after ROW_WAIT_S), the samples
     taken within `window_ms`, and the reasons of its refusals."""
     engine = make_engine(db_url)
@@ -53,10 +55,14 @@ async def read_run(db_url: str, run_id: int, served_ids: set[str],
         refused = [r for r in rows if r.error_code == REFUSED]
         async with sessions() as s:
             samples = await samples_between(s, *window_ms)
-            routes = (await s.execute(
-                select(Span.trace_id, Span.attributes_json)
-                .where(Span.name == names.SPAN_SCHEDULER_ROUTE,
-                       Span.trace_id.in_({r.trace_id for r in refused})))).all()
+            routes = (
+                await s.execute(
+                    select(Span.trace_id, Span.attributes_json).where(
+                        Span.name == names.SPAN_SCHEDULER_ROUTE,
+                        Span.trace_id.in_({r.trace_id for r in refused}),
+                    )
+                )
+            ).all()
     finally:
         await engine.dispose()
     reason = {}

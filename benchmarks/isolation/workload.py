@@ -20,22 +20,29 @@ from strata.core.tenant_policy import TenantPolicy
 from strata.eval.traces import TraceRequest, read_azure
 from strata.eval.workload import Scaling
 
-TRACE = Path(__file__).resolve().parents[3] / "shared/data/traces/AzureLLMInferenceTrace_conv_2023.csv"
+TRACE = (
+    Path(__file__).resolve().parents[3] / "shared/data/traces/AzureLLMInferenceTrace_conv_2023.csv"
+)
 
 
 @dataclass(slots=True, frozen=True)
 class TenantSpec:
     name: str
     sla_class: str
-    share: float                 # of the steady offered load (requests)
+    share: float  # of the steady offered load (requests)
     weight: float = 1.0
     guaranteed_share: float = 0.0
     burst_share: float = 1.0
     aggressor: bool = False
 
     def policy(self, table: SlaTable) -> TenantPolicy:
-        return TenantPolicy.for_class(self.name, table.lookup(self.sla_class), self.weight,
-                                      self.guaranteed_share, self.burst_share)
+        return TenantPolicy.for_class(
+            self.name,
+            table.lookup(self.sla_class),
+            self.weight,
+            self.guaranteed_share,
+            self.burst_share,
+        )
 
 
 @dataclass(slots=True, frozen=True)
@@ -55,15 +62,25 @@ class Bursts:
 
 def trace_sizes(path: Path = TRACE, scaling: Scaling = Scaling()) -> list[tuple[int, int]]:
     if not path.exists():
-        raise SystemExit(f"the isolation benchmark draws its request sizes from {path}; it is "
-                         f"not there (see ../shared/data/traces/README.md)")
-    return [(scaling.prompt_tokens(r.prompt_tokens), scaling.output_tokens(r.output_tokens))
-            for r in read_azure(path).requests]
+        raise SystemExit(
+            f"the isolation benchmark draws its request sizes from {path}; it is "
+            f"not there (see ../shared/data/traces/README.md)"
+        )
+    return [
+        (scaling.prompt_tokens(r.prompt_tokens), scaling.output_tokens(r.output_tokens))
+        for r in read_azure(path).requests
+    ]
 
 
-def isolation_trace(tenants: Sequence[TenantSpec], rate: float, duration_s: float,
-                    bursts: Bursts, sizes: Sequence[tuple[int, int]], rng: random.Random,
-                    model: str) -> list[TraceRequest]:
+def isolation_trace(
+    tenants: Sequence[TenantSpec],
+    rate: float,
+    duration_s: float,
+    bursts: Bursts,
+    sizes: Sequence[tuple[int, int]],
+    rng: random.Random,
+    model: str,
+) -> list[TraceRequest]:
     """`rate` requests/s in total outside the bursts, split by the tenants' shares."""
     windows = bursts.windows(duration_s)
     out: list[TraceRequest] = []
@@ -79,9 +96,12 @@ def isolation_trace(tenants: Sequence[TenantSpec], rate: float, duration_s: floa
                 w += 1
             inside = w < len(windows) and windows[w][0] <= t
             if spec.aggressor and not inside and rng.random() * bursts.factor >= 1.0:
-                continue   # thinning: outside a burst the aggressor runs at its mean rate
+                continue  # thinning: outside a burst the aggressor runs at its mean rate
             prompt, output = sizes[rng.randrange(len(sizes))]
-            out.append(TraceRequest(t, prompt, output, tenant=spec.name, model=model,
-                                    sla_class=spec.sla_class))
+            out.append(
+                TraceRequest(
+                    t, prompt, output, tenant=spec.name, model=model, sla_class=spec.sla_class
+                )
+            )
     out.sort(key=lambda r: r.arrival_s)
     return out

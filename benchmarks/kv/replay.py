@@ -22,10 +22,9 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from benchmarks.kv.trace_scale import ScaledRequest
 from strata.engine.engine import EngineRequest, LLMEngine
 from strata.engine.sequence import SamplingParams
-
-from benchmarks.kv.trace_scale import ScaledRequest
 
 
 @dataclass(slots=True)
@@ -36,8 +35,8 @@ class RequestRecord:
     first_token_s: float | None = None
     finish_s: float | None = None
     output_tokens: int = 0
-    cached_tokens: int = 0            # prompt tokens served by the device prefix cache
-    tier_tokens: int = 0              # prompt tokens loaded from the KV tier store
+    cached_tokens: int = 0  # prompt tokens served by the device prefix cache
+    tier_tokens: int = 0  # prompt tokens loaded from the KV tier store
 
     @property
     def ttft_s(self) -> float:
@@ -94,15 +93,17 @@ def data_blocks(engine: LLMEngine) -> int:
     return pool.num_blocks - (pool.num_free - pool.num_cached)
 
 
-def replay(engine: LLMEngine, requests: Sequence[ScaledRequest],
-           tenant_of: Callable[[ScaledRequest], str],
-           clock: Callable[[], float] = time.perf_counter,
-           sleep: Callable[[float], None] = time.sleep,
-           on_finish: Callable[[RequestRecord], None] | None = None) -> ReplayResult:
+def replay(
+    engine: LLMEngine,
+    requests: Sequence[ScaledRequest],
+    tenant_of: Callable[[ScaledRequest], str],
+    clock: Callable[[], float] = time.perf_counter,
+    sleep: Callable[[float], None] = time.sleep,
+    on_finish: Callable[[RequestRecord], None] | None = None,
+) -> ReplayResult:
     """Send `requests` at their arrival times (greedy, EOS ignored) and wait for all of them."""
     pending = deque(sorted(requests, key=lambda r: (r.arrival_s, r.index)))
-    records = {r.index: RequestRecord(r.index, r.arrival_s, len(r.prompt_ids))
-               for r in requests}
+    records = {r.index: RequestRecord(r.index, r.arrival_s, len(r.prompt_ids)) for r in requests}
     memory = MemoryTrack()
     steps = 0
     start = clock()
@@ -111,10 +112,14 @@ def replay(engine: LLMEngine, requests: Sequence[ScaledRequest],
         now = clock() - start
         while pending and pending[0].arrival_s <= now:
             req = pending.popleft()
-            engine.add_request(EngineRequest(
-                request_id=str(req.index), prompt_ids=list(req.prompt_ids),
-                params=SamplingParams(max_tokens=req.max_tokens, ignore_eos=True),
-                tenant=tenant_of(req)))
+            engine.add_request(
+                EngineRequest(
+                    request_id=str(req.index),
+                    prompt_ids=list(req.prompt_ids),
+                    params=SamplingParams(max_tokens=req.max_tokens, ignore_eos=True),
+                    tenant=tenant_of(req),
+                )
+            )
         if not engine.has_work():
             sleep(max(0.0, pending[0].arrival_s - now))
             continue
@@ -133,7 +138,11 @@ def replay(engine: LLMEngine, requests: Sequence[ScaledRequest],
                 rec.tier_tokens = out.tier_tokens
                 if on_finish is not None:
                     on_finish(rec)
-    return ReplayResult(records=[records[i] for i in sorted(records)], memory=memory,
-                        wall_s=clock() - start, steps=steps,
-                        preemptions=engine.scheduler.preemptions,
-                        evictions=engine.pool.evictions)
+    return ReplayResult(
+        records=[records[i] for i in sorted(records)],
+        memory=memory,
+        wall_s=clock() - start,
+        steps=steps,
+        preemptions=engine.scheduler.preemptions,
+        evictions=engine.pool.evictions,
+    )

@@ -13,10 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from strata.core.stats import percentiles
-
 from benchmarks.kv.replay import ReplayResult
 from benchmarks.kv.store_process import StoreFigures
+from strata.core.stats import percentiles
 
 MIB = 1024 * 1024
 
@@ -33,7 +32,7 @@ class RoundFigures:
     """One replay of the window by one configuration."""
 
     round: int
-    position: int                     # 0: ran first in its round, 1: second
+    position: int  # 0: ran first in its round, 1: second
     ttft_p50_s: float
     ttft_p99_s: float
     e2e_p50_s: float
@@ -89,15 +88,23 @@ class ConfigResult:
         return self.share(self.device_hit_blocks + self.tier_hit_blocks)
 
 
-def round_figures(result: ReplayResult, round_index: int, position: int, own_cores: float,
-                  other_cores: float) -> RoundFigures:
+def round_figures(
+    result: ReplayResult, round_index: int, position: int, own_cores: float, other_cores: float
+) -> RoundFigures:
     ttft, e2e = _latencies(_finished(result))
-    return RoundFigures(round_index, position, ttft[0], ttft[1], e2e[0], e2e[1], own_cores,
-                        other_cores)
+    return RoundFigures(
+        round_index, position, ttft[0], ttft[1], e2e[0], e2e[1], own_cores, other_cores
+    )
 
 
-def summarize(name: str, description: str, results: Sequence[ReplayResult], pool_blocks: int,
-              block_bytes: int, block_size: int) -> ConfigResult:
+def summarize(
+    name: str,
+    description: str,
+    results: Sequence[ReplayResult],
+    pool_blocks: int,
+    block_bytes: int,
+    block_size: int,
+) -> ConfigResult:
     """Pool the rounds: every round's requests in one set of percentiles and hit counts; the
     peak is the highest of the rounds, the mean their average."""
     done = [r for result in results for r in _finished(result)]
@@ -105,17 +112,26 @@ def summarize(name: str, description: str, results: Sequence[ReplayResult], pool
         raise RuntimeError(f"{name}: no request finished; nothing to summarize")
     ttft, e2e = _latencies(done)
     return ConfigResult(
-        name=name, description=description, pool_blocks=pool_blocks, block_bytes=block_bytes,
-        requests=sum(len(r.records) for r in results), completed=len(done),
+        name=name,
+        description=description,
+        pool_blocks=pool_blocks,
+        block_bytes=block_bytes,
+        requests=sum(len(r.records) for r in results),
+        completed=len(done),
         peak_blocks=max(r.memory.peak_blocks for r in results),
         mean_blocks=sum(r.memory.mean_blocks for r in results) / len(results),
         prompt_blocks=sum((r.prompt_tokens - 1) // block_size for r in done),
         device_hit_blocks=sum(r.cached_tokens // block_size for r in done),
         tier_hit_blocks=sum(r.tier_tokens // block_size for r in done),
-        ttft_p50_s=ttft[0], ttft_p99_s=ttft[1], e2e_p50_s=e2e[0], e2e_p99_s=e2e[1],
-        wall_s=sum(r.wall_s for r in results), steps=sum(r.steps for r in results),
+        ttft_p50_s=ttft[0],
+        ttft_p99_s=ttft[1],
+        e2e_p50_s=e2e[0],
+        e2e_p99_s=e2e[1],
+        wall_s=sum(r.wall_s for r in results),
+        steps=sum(r.steps for r in results),
         preemptions=sum(r.preemptions for r in results),
-        evictions=sum(r.evictions for r in results))
+        evictions=sum(r.evictions for r in results),
+    )
 
 
 def _finished(result: ReplayResult) -> list:
@@ -124,8 +140,10 @@ def _finished(result: ReplayResult) -> list:
 
 def _latencies(done: list) -> tuple[list[float], list[float]]:
     """TTFT and E2E, each as (P50, P99)."""
-    return (percentiles([r.ttft_s for r in done], (50, 99)),
-            percentiles([r.e2e_s for r in done], (50, 99)))
+    return (
+        percentiles([r.ttft_s for r in done], (50, 99)),
+        percentiles([r.e2e_s for r in done], (50, 99)),
+    )
 
 
 def pair_ratios(device_only: ConfigResult, tiered: ConfigResult) -> list[float]:
@@ -148,23 +166,30 @@ class Target:
     passed: bool
 
 
-def check_targets(device_only: ConfigResult, tiered: ConfigResult, bound: float
-                  ) -> list[Target]:
+def check_targets(device_only: ConfigResult, tiered: ConfigResult, bound: float) -> list[Target]:
     saving = 1 - tiered.peak_blocks * tiered.block_bytes / (
-        device_only.peak_blocks * device_only.block_bytes)
+        device_only.peak_blocks * device_only.block_bytes
+    )
     increase = tiered.e2e_p50_s / device_only.e2e_p50_s - 1
     of_bound = tiered.hit_ratio / bound if bound > 0 else 1.0
     return [
-        Target("device-tier KV memory (peak) vs device-only",
-               f">= {MEMORY_SAVING_MIN:.0%} less",
-               f"{saving:.1%} less ({tiered.peak_mib:.1f} vs {device_only.peak_mib:.1f} MiB)",
-               saving >= MEMORY_SAVING_MIN - _EPS),
-        Target("P50 E2E latency vs device-only", f"<= {E2E_P50_INCREASE_MAX:.0%} higher",
-               f"{increase:+.1%} ({tiered.e2e_p50_s * 1000:.0f} vs "
-               f"{device_only.e2e_p50_s * 1000:.0f} ms)",
-               increase <= E2E_P50_INCREASE_MAX + _EPS),
-        Target("block-hit ratio vs infinite-cache bound",
-               f">= {1 - BOUND_SHORTFALL_MAX:.0%} of the bound",
-               f"{of_bound:.1%} of it ({tiered.hit_ratio:.1%} vs {bound:.1%})",
-               of_bound >= 1 - BOUND_SHORTFALL_MAX - _EPS),
+        Target(
+            "device-tier KV memory (peak) vs device-only",
+            f">= {MEMORY_SAVING_MIN:.0%} less",
+            f"{saving:.1%} less ({tiered.peak_mib:.1f} vs {device_only.peak_mib:.1f} MiB)",
+            saving >= MEMORY_SAVING_MIN - _EPS,
+        ),
+        Target(
+            "P50 E2E latency vs device-only",
+            f"<= {E2E_P50_INCREASE_MAX:.0%} higher",
+            f"{increase:+.1%} ({tiered.e2e_p50_s * 1000:.0f} vs "
+            f"{device_only.e2e_p50_s * 1000:.0f} ms)",
+            increase <= E2E_P50_INCREASE_MAX + _EPS,
+        ),
+        Target(
+            "block-hit ratio vs infinite-cache bound",
+            f">= {1 - BOUND_SHORTFALL_MAX:.0%} of the bound",
+            f"{of_bound:.1%} of it ({tiered.hit_ratio:.1%} vs {bound:.1%})",
+            of_bound >= 1 - BOUND_SHORTFALL_MAX - _EPS,
+        ),
     ]

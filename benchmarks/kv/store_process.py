@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from strata.rpc.channels import sync_channel
 from strata.security.settings import SecuritySettings
 from strata.v1 import kvstore_pb2, kvstore_pb2_grpc
@@ -57,12 +58,28 @@ class StoreFigures:
 
     @classmethod
     def from_pb(cls, s: kvstore_pb2.KVStats) -> StoreFigures:
-        return cls(blocks=s.blocks, bytes_used=s.bytes_used, bytes_capacity=s.bytes_capacity,
-                   hits=s.hits, misses=s.misses, evictions=s.evictions,
-                   checksum_failures=s.checksum_failures, reserve_refused=s.reserve_refused,
-                   tiers=tuple(TierFigures(t.tier, t.blocks, t.bytes_used, t.bytes_capacity,
-                                           t.hits, t.evictions, t.migrations_in)
-                               for t in s.tiers))
+        return cls(
+            blocks=s.blocks,
+            bytes_used=s.bytes_used,
+            bytes_capacity=s.bytes_capacity,
+            hits=s.hits,
+            misses=s.misses,
+            evictions=s.evictions,
+            checksum_failures=s.checksum_failures,
+            reserve_refused=s.reserve_refused,
+            tiers=tuple(
+                TierFigures(
+                    t.tier,
+                    t.blocks,
+                    t.bytes_used,
+                    t.bytes_capacity,
+                    t.hits,
+                    t.evictions,
+                    t.migrations_in,
+                )
+                for t in s.tiers
+            ),
+        )
 
     def tier(self, name: str) -> TierFigures | None:
         return next((t for t in self.tiers if t.tier == name), None)
@@ -78,17 +95,32 @@ class StoreProcess:
     """Start with `start()`, stop with `stop()`; `address` is what a TierClient dials, with
     `identity` (the store runs with a cluster credential of its own, as deployed)."""
 
-    def __init__(self, host_bytes: int, disk_bytes: int, disk_dir: str, log_path: str,
-                 slab_bytes: int = 0, node_id: str = "bench-kv", cpu_priority: str = "normal"):
+    def __init__(
+        self,
+        host_bytes: int,
+        disk_bytes: int,
+        disk_dir: str,
+        log_path: str,
+        slab_bytes: int = 0,
+        node_id: str = "bench-kv",
+        cpu_priority: str = "normal",
+    ):
         self.address = f"127.0.0.1:{free_port()}"
-        self.env = {**os.environ, "STRATA_KVSTORE_BIND": self.address,
-                    "STRATA_KVSTORE_HOST_BYTES": str(host_bytes),
-                    "STRATA_KVSTORE_DISK_BYTES": str(disk_bytes),
-                    "STRATA_KVSTORE_DISK_DIR": disk_dir, "STRATA_KVSTORE_NODE_ID": node_id,
-                    # alone: no spans, no block events to a scheduler
-                    "STRATA_OTLP_ENDPOINT": "", "STRATA_SCHEDULER_ADDR": "",
-                    "STRATA_KVSTORE_CPU_PRIORITY": cpu_priority, "OMP_NUM_THREADS": "1",
-                    "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+        self.env = {
+            **os.environ,
+            "STRATA_KVSTORE_BIND": self.address,
+            "STRATA_KVSTORE_HOST_BYTES": str(host_bytes),
+            "STRATA_KVSTORE_DISK_BYTES": str(disk_bytes),
+            "STRATA_KVSTORE_DISK_DIR": disk_dir,
+            "STRATA_KVSTORE_NODE_ID": node_id,
+            # alone: no spans, no block events to a scheduler
+            "STRATA_OTLP_ENDPOINT": "",
+            "STRATA_SCHEDULER_ADDR": "",
+            "STRATA_KVSTORE_CPU_PRIORITY": cpu_priority,
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
         if slab_bytes:
             self.env["STRATA_KVSTORE_SLAB_BYTES"] = str(slab_bytes)
         self.secrets_dir = tempfile.mkdtemp(prefix="strata-bench-kv-secrets-")
@@ -104,26 +136,38 @@ class StoreProcess:
 
     def start(self) -> None:
         self._log = open(self.log_path, "w", encoding="utf-8")
-        self._proc = subprocess.Popen([sys.executable, "-m", "services.kvstore"],
-                                      env=self.env, stdout=self._log, stderr=subprocess.STDOUT)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "services.kvstore"],
+            env=self.env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
         deadline = time.monotonic() + READY_TIMEOUT_S
         with sync_channel(self.address, self.identity) as ch:
             stub = health_pb2_grpc.HealthStub(ch)
             while True:
                 if self._proc.poll() is not None:
-                    raise RuntimeError(f"the KV tier store exited with code "
-                                       f"{self._proc.returncode} before serving; its last "
-                                       f"line: {self.log_tail()!r} (log: {self.log_path})")
+                    raise RuntimeError(
+                        f"the KV tier store exited with code "
+                        f"{self._proc.returncode} before serving; its last "
+                        f"line: {self.log_tail()!r} (log: {self.log_path})"
+                    )
                 try:
-                    if stub.Check(health_pb2.HealthCheckRequest(service=SERVICE),
-                                  timeout=1.0).status == health_pb2.HealthCheckResponse.SERVING:
+                    if (
+                        stub.Check(
+                            health_pb2.HealthCheckRequest(service=SERVICE), timeout=1.0
+                        ).status
+                        == health_pb2.HealthCheckResponse.SERVING
+                    ):
                         return
                 except grpc.RpcError:
-                    pass   # not listening yet: keep polling until the deadline
+                    pass  # not listening yet: keep polling until the deadline
                 if time.monotonic() > deadline:
                     self.stop()
-                    raise RuntimeError(f"the KV tier store did not serve on {self.address} "
-                                       f"within {READY_TIMEOUT_S:.0f} s (log: {self.log_path})")
+                    raise RuntimeError(
+                        f"the KV tier store did not serve on {self.address} "
+                        f"within {READY_TIMEOUT_S:.0f} s (log: {self.log_path})"
+                    )
                 time.sleep(0.2)
 
     @property

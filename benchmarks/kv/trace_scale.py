@@ -48,7 +48,7 @@ class Scaling:
     tokens_per_hash: int = 16
     max_hash_blocks: int = 32
     max_output: int = 16
-    rate: float | None = 2.0          # mean requests/s after compression; None = trace times
+    rate: float | None = 2.0  # mean requests/s after compression; None = trace times
     vocab_size: int = 49152
     seed: int = 0
 
@@ -68,15 +68,16 @@ class Scaling:
 
 @dataclass(slots=True, frozen=True)
 class ScaledRequest:
-    index: int                        # position in the window
-    arrival_s: float                  # from the window's first request
+    index: int  # position in the window
+    arrival_s: float  # from the window's first request
     prompt_ids: tuple[int, ...]
     max_tokens: int
-    hash_ids: tuple[int, ...]         # the trace's hash ids the prompt covers (some cut short)
+    hash_ids: tuple[int, ...]  # the trace's hash ids the prompt covers (some cut short)
 
 
-def select_window(requests: Sequence[TraceRequest], count: int, start: int | None
-                  ) -> list[TraceRequest]:
+def select_window(
+    requests: Sequence[TraceRequest], count: int, start: int | None
+) -> list[TraceRequest]:
     """`count` consecutive requests from `start`; start None = the trace's last `count`."""
     if count < 1:
         raise ValueError(f"the window needs at least 1 request, got {count}")
@@ -84,7 +85,7 @@ def select_window(requests: Sequence[TraceRequest], count: int, start: int | Non
         start = max(0, len(requests) - count)
     if not 0 <= start < len(requests):
         raise ValueError(f"window start {start} is outside the trace's {len(requests)} requests")
-    return list(requests[start:start + count])
+    return list(requests[start : start + count])
 
 
 def scale(requests: Sequence[TraceRequest], scaling: Scaling) -> list[ScaledRequest]:
@@ -99,8 +100,10 @@ def scale(requests: Sequence[TraceRequest], scaling: Scaling) -> list[ScaledRequ
         factor = (len(requests) - 1) / scaling.rate / span
     out = []
     for index, req in enumerate(requests):
-        length = min(scaling.max_prompt, max(1, math.ceil(
-            req.prompt_tokens * scaling.tokens_per_hash / MOONCAKE_BLOCK_TOKENS)))
+        length = min(
+            scaling.max_prompt,
+            max(1, math.ceil(req.prompt_tokens * scaling.tokens_per_hash / MOONCAKE_BLOCK_TOKENS)),
+        )
         ids: list[int] = []
         covered = []
         for h in req.hash_ids:
@@ -108,14 +111,19 @@ def scale(requests: Sequence[TraceRequest], scaling: Scaling) -> list[ScaledRequ
                 break
             if h not in blocks:
                 blocks[h] = _draw(scaling, f"block:{h}", scaling.tokens_per_hash)
-            ids.extend(blocks[h][:length - len(ids)])
+            ids.extend(blocks[h][: length - len(ids)])
             covered.append(h)
         if len(ids) < length:
             ids.extend(_draw(scaling, f"request:{index}", length - len(ids)))
-        out.append(ScaledRequest(index=index, arrival_s=(req.arrival_s - t0) * factor,
-                                 prompt_ids=tuple(ids),
-                                 max_tokens=min(req.output_tokens, scaling.max_output),
-                                 hash_ids=tuple(covered)))
+        out.append(
+            ScaledRequest(
+                index=index,
+                arrival_s=(req.arrival_s - t0) * factor,
+                prompt_ids=tuple(ids),
+                max_tokens=min(req.output_tokens, scaling.max_output),
+                hash_ids=tuple(covered),
+            )
+        )
     return out
 
 
@@ -127,11 +135,11 @@ def _draw(scaling: Scaling, key: str, count: int) -> list[int]:
 
 @dataclass(slots=True, frozen=True)
 class CacheFigures:
-    prompt_blocks: int                # blocks the engine looks up (prompt minus its last token)
-    bound_blocks: int                 # of them, what an infinite cache would serve
-    distinct_prompt_blocks: int       # distinct full prompt blocks (the shared ones once)
-    generated_blocks: int             # full blocks holding generated tokens, all requests
-    max_request_blocks: int           # blocks the largest request occupies at its end
+    prompt_blocks: int  # blocks the engine looks up (prompt minus its last token)
+    bound_blocks: int  # of them, what an infinite cache would serve
+    distinct_prompt_blocks: int  # distinct full prompt blocks (the shared ones once)
+    generated_blocks: int  # full blocks holding generated tokens, all requests
+    max_request_blocks: int  # blocks the largest request occupies at its end
 
     @property
     def bound(self) -> float:
@@ -155,7 +163,7 @@ def cache_figures(requests: Sequence[ScaledRequest], block_size: int) -> CacheFi
     prompt_blocks = bound_blocks = generated = largest = 0
     for req in requests:
         ids = req.prompt_ids
-        wanted = chain_hashes(ids[:len(ids) - 1], block_size, _KEYS)
+        wanted = chain_hashes(ids[: len(ids) - 1], block_size, _KEYS)
         prompt_blocks += len(wanted)
         for h in wanted:
             if h not in seen:
@@ -166,6 +174,10 @@ def cache_figures(requests: Sequence[ScaledRequest], block_size: int) -> CacheFi
         computed = len(ids) + req.max_tokens - 1
         generated += computed // block_size - len(full)
         largest = max(largest, -(-(len(ids) + req.max_tokens) // block_size))
-    return CacheFigures(prompt_blocks=prompt_blocks, bound_blocks=bound_blocks,
-                        distinct_prompt_blocks=len(seen), generated_blocks=generated,
-                        max_request_blocks=largest)
+    return CacheFigures(
+        prompt_blocks=prompt_blocks,
+        bound_blocks=bound_blocks,
+        distinct_prompt_blocks=len(seen),
+        generated_blocks=generated,
+        max_request_blocks=largest,
+    )

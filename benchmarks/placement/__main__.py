@@ -47,6 +47,8 @@ from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 
+from benchmarks.placement.report import describe_profile
+from services.placement.profiles import ProfileCosts
 from strata.core.profile import load_profile
 from strata.core.stats import percentile
 from strata.eval.model_mix import ModelLoad, model_mix
@@ -69,29 +71,40 @@ from strata.policy.placement.curves import (
 from strata.sim.cluster import SimConfig, Simulator, model_spec
 from strata.sim.workload import sim_requests
 
-from benchmarks.placement.report import describe_profile
-from services.placement.profiles import ProfileCosts
-
 ROOT = Path(__file__).resolve().parents[2]
-PROFILES = {"h200": ROOT / "libs/strata/core/profiles/dummy-1b-h200.json",
-            "cpu": ROOT / "libs/strata/core/profiles/smollm2-135m-instruct-cpu.json"}
+PROFILES = {
+    "h200": ROOT / "libs/strata/core/profiles/dummy-1b-h200.json",
+    "cpu": ROOT / "libs/strata/core/profiles/smollm2-135m-instruct-cpu.json",
+}
 OUT = ROOT / "docs/benchmarks/placement.md"
 GPU_BYTES = 80 << 30
-BASELINE_SHARE = 0.9           # vLLM's default gpu_memory_utilization
+BASELINE_SHARE = 0.9  # vLLM's default gpu_memory_utilization
 SLA = SlaTarget("interactive", ttft_ms=2000.0, tpot_ms=200.0)
 
 
 def _loads(models: int, mean_rate: float, period_s: float) -> list[ModelLoad]:
     phases = [i % 4 for i in range(models)]
     random.Random(7).shuffle(phases)
-    return [ModelLoad(f"m{i}", mean_rate, Uniform(64, 256), Uniform(16, 64), period_s=period_s,
-                      amplitude=0.8, phase_s=phases[i] * period_s / 4, burst_factor=3.0,
-                      burst_every_s=300.0, burst_len_s=20.0, sla_class=SLA.name)
-            for i in range(models)]
+    return [
+        ModelLoad(
+            f"m{i}",
+            mean_rate,
+            Uniform(64, 256),
+            Uniform(16, 64),
+            period_s=period_s,
+            amplitude=0.8,
+            phase_s=phases[i] * period_s / 4,
+            burst_factor=3.0,
+            burst_every_s=300.0,
+            burst_len_s=20.0,
+            sla_class=SLA.name,
+        )
+        for i in range(models)
+    ]
 
 
 def _memory(i: int) -> int:
-    return (12 if i % 2 else 20) << 30     # weights + KV pool of a replica, two sizes
+    return (12 if i % 2 else 20) << 30  # weights + KV pool of a replica, two sizes
 
 
 def _p(values: list[float], q: float) -> float:
@@ -118,33 +131,63 @@ def _figures(name: str, result, span_s: float) -> dict:
         ttft = [r.ttft_ms for r in good if r.ttft_ms is not None]
         e2e = [r.e2e_ms for r in good if r.e2e_ms is not None]
         tpot = [r.tpot_ms for r in good if r.tpot_ms is not None]
-        met = sum(1 for r in good if (r.ttft_ms or 0) <= SLA.ttft_ms
-                  and (r.tpot_ms or 0) <= SLA.tpot_ms)
+        met = sum(
+            1 for r in good if (r.ttft_ms or 0) <= SLA.ttft_ms and (r.tpot_ms or 0) <= SLA.tpot_ms
+        )
         ok += met
         total += len(rows)
-        per_model[model] = {"requests": len(rows), "ttft_p99": _p(ttft, 99),
-                            "e2e_p99": _p(e2e, 99), "tpot_p99": _p(tpot, 99),
-                            "sla": met / len(rows) if rows else 1.0}
+        per_model[model] = {
+            "requests": len(rows),
+            "ttft_p99": _p(ttft, 99),
+            "e2e_p99": _p(e2e, 99),
+            "tpot_p99": _p(tpot, 99),
+            "sla": met / len(rows) if rows else 1.0,
+        }
     all_e2e = [r.e2e_ms for r in result.rows if not r.error_code and r.e2e_ms is not None]
     all_ttft = [r.ttft_ms for r in result.rows if not r.error_code and r.ttft_ms is not None]
     loads = sum(len(p.loads) for p in result.placements[1:])
     unloads = sum(len(p.unloads) for p in result.placements[1:])
     replicas = max((len(p.assignments) for p in result.placements), default=0)
-    return {"name": name, "gpus_used": len(hosted), "gpus_mean": gpus_mean, "utilization": util,
-            "replicas": replicas, "per_gpu_hour": total / max(1e-9, gpus_mean * span_s / 3600),
-            "ttft_p99": _p(all_ttft, 99), "e2e_p99": _p(all_e2e, 99),
-            "e2e_p50": _p(all_e2e, 50), "sla": ok / total if total else 1.0,
-            "failed": failed, "requests": total, "migrations": loads + unloads,
-            "per_model": per_model, "wall_s": result.wall_s, "span_s": span_s}
+    return {
+        "name": name,
+        "gpus_used": len(hosted),
+        "gpus_mean": gpus_mean,
+        "utilization": util,
+        "replicas": replicas,
+        "per_gpu_hour": total / max(1e-9, gpus_mean * span_s / 3600),
+        "ttft_p99": _p(all_ttft, 99),
+        "e2e_p99": _p(all_e2e, 99),
+        "e2e_p50": _p(all_e2e, 50),
+        "sla": ok / total if total else 1.0,
+        "failed": failed,
+        "requests": total,
+        "migrations": loads + unloads,
+        "per_model": per_model,
+        "wall_s": result.wall_s,
+        "span_s": span_s,
+    }
 
 
 def _relative_sla(costs, curve, factor: float, replicas: int) -> SlaTarget:
     """The model's P99s alone at its busiest window, its traffic split over `replicas`."""
     peak = max(range(curve.windows), key=lambda w: curve.rates[w])
-    [alone] = predict([(costs, Demand(curve.rates[peak] / replicas, curve.prompt_tokens[peak],
-                                      curve.output_tokens[peak]))])
-    return SlaTarget(SLA.name, ttft_ms=min(SLA.ttft_ms, factor * alone.ttft_p99_ms),
-                     tpot_ms=min(SLA.tpot_ms, factor * alone.tpot_p99_ms))
+    [alone] = predict(
+        [
+            (
+                costs,
+                Demand(
+                    curve.rates[peak] / replicas,
+                    curve.prompt_tokens[peak],
+                    curve.output_tokens[peak],
+                ),
+            )
+        ]
+    )
+    return SlaTarget(
+        SLA.name,
+        ttft_ms=min(SLA.ttft_ms, factor * alone.ttft_p99_ms),
+        tpot_ms=min(SLA.tpot_ms, factor * alone.tpot_p99_ms),
+    )
 
 
 class _Lookahead:
@@ -160,8 +203,9 @@ class _Lookahead:
         some = next(iter(self.curves.values()))
         first = int(self.clock.now() // some.window_s) % some.windows
         cut = upcoming(self.curves, first, self.count)
-        return plan_batch_aware(ns, ms, cut, self.sla, self.lookup,
-                                capacity_cache=self.cache).applicable()
+        return plan_batch_aware(
+            ns, ms, cut, self.sla, self.lookup, capacity_cache=self.cache
+        ).applicable()
 
 
 def _red_line_name(factor: float | None) -> str:
@@ -180,8 +224,11 @@ def _compare(profile, args, red_lines: list[float | None], lookahead_windows: in
     history = model_mix(loads, args.period, random.Random(1))
     evaluation = model_mix(loads, args.period, random.Random(2))
     grid = WindowGrid.recent(args.period / args.windows, args.windows, args.period)
-    curves = arrival_curves([RequestRow(r.model, r.arrival_s, r.prompt_tokens,
-                                        r.output_tokens) for r in history], grid, args.burst_s)
+    curves = arrival_curves(
+        [RequestRow(r.model, r.arrival_s, r.prompt_tokens, r.output_tokens) for r in history],
+        grid,
+        args.burst_s,
+    )
     class_sla = {m: SLA for m in names}
 
     def red_line(factor: float | None) -> dict[str, SlaTarget]:
@@ -197,19 +244,30 @@ def _compare(profile, args, red_lines: list[float | None], lookahead_windows: in
     def lookup(model: str, device: str):
         return costs
 
-    first = plan_batch_aware(nodes, [ModelDemand(m, memory[m], 1) for m in names], curves,
-                             class_sla, lookup)
+    first = plan_batch_aware(
+        nodes, [ModelDemand(m, memory[m], 1) for m in names], curves, class_sla, lookup
+    )
     counts = {mp.model: max(1, mp.replicas) for mp in first.explanation.models}
-    print(f"capacity {cap:.3f} req/s a replica, mean rate {mean_rate:.3f} req/s a model, "
-          f"replicas {counts}", flush=True)
+    print(
+        f"capacity {cap:.3f} req/s a replica, mean rate {mean_rate:.3f} req/s a model, "
+        f"replicas {counts}",
+        flush=True,
+    )
     base_spec = model_spec(profile, 0)
-    requests = sim_requests(evaluation, Scaling(max_prompt=1024, max_output=256), Window(),
-                            names[0])
+    requests = sim_requests(
+        evaluation, Scaling(max_prompt=1024, max_output=256), Window(), names[0]
+    )
     ways: list[tuple[str, object, float | None, int]] = [("baseline", None, None, 0)]
     ways += [(f"batch-aware, {_red_line_name(f)}", f, f, 0) for f in red_lines]
     if lookahead_windows:
-        ways.append((f"batch-aware, class targets, lookahead {lookahead_windows}", None,
-                     None, lookahead_windows))
+        ways.append(
+            (
+                f"batch-aware, class targets, lookahead {lookahead_windows}",
+                None,
+                None,
+                lookahead_windows,
+            )
+        )
     results = []
     for name, _, factor, lookahead in ways:
         share = int(BASELINE_SHARE * GPU_BYTES) if name == "baseline" else None
@@ -221,13 +279,19 @@ def _compare(profile, args, red_lines: list[float | None], lookahead_windows: in
         elif lookahead:
             placement = _Lookahead(curves, sla, lookup, lookahead)
         else:
+
             def placement(ns, ms, sla=sla):
                 return plan_batch_aware(ns, ms, curves, sla, lookup).applicable()
-        sim = Simulator([(n.node_id, n.memory_bytes) for n in nodes], specs,
-                        lambda now, d=demands: d,
-                        SimConfig(sample_s=10.0, replan_s=args.period / args.windows, seed=3,
-                                  load_s=args.load_s),
-                        placement)
+
+        sim = Simulator(
+            [(n.node_id, n.memory_bytes) for n in nodes],
+            specs,
+            lambda now, d=demands: d,
+            SimConfig(
+                sample_s=10.0, replan_s=args.period / args.windows, seed=3, load_s=args.load_s
+            ),
+            placement,
+        )
         if isinstance(placement, _Lookahead):
             placement.clock = sim.clock
         started = time.perf_counter()
@@ -241,59 +305,95 @@ def _compare(profile, args, red_lines: list[float | None], lookahead_windows: in
                 errors[(r.model, r.error_code)] += 1
         if errors:
             print(f"{name}: failed requests by model and code: {dict(errors)}", flush=True)
-        print(f"{name}: {fig['gpus_used']} GPUs, utilization {fig['utilization']:.1%}, "
-              f"E2E P99 {fig['e2e_p99']:.0f} ms, SLA {fig['sla']:.1%}, "
-              f"migrations {fig['migrations']}, {fig['bench_wall_s']:.0f} s", flush=True)
+        print(
+            f"{name}: {fig['gpus_used']} GPUs, utilization {fig['utilization']:.1%}, "
+            f"E2E P99 {fig['e2e_p99']:.0f} ms, SLA {fig['sla']:.1%}, "
+            f"migrations {fig['migrations']}, {fig['bench_wall_s']:.0f} s",
+            flush=True,
+        )
     return results, counts, cap, mean_rate, len(requests)
 
 
 def _rel(path) -> str:
-    return str(Path(path).resolve().relative_to(ROOT)) if str(path).startswith(str(ROOT)) \
+    return (
+        str(Path(path).resolve().relative_to(ROOT))
+        if str(path).startswith(str(ROOT))
         else str(path)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.placement", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.placement",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--gpus", type=int, default=64)
     p.add_argument("--models", type=int, default=32)
     p.add_argument("--period", type=float, default=1800.0, help="seconds of one 'day'")
     p.add_argument("--windows", type=int, default=12)
-    p.add_argument("--burst-s", type=float, default=15.0,
-                   help="the curves' burst slice: replicas are provisioned for each window's "
-                        "busiest slice of this many seconds (must divide the window; 0: window "
-                        "means only)")
-    p.add_argument("--peak-replicas", type=float, default=0.6,
-                   help="replicas a model's diurnal peak needs (sets the request rate)")
-    p.add_argument("--red-lines", default="1.03,1.05,1.1,class",
-                   help="batch-aware runs, one per red line: 'class' = the class targets, F = "
-                        "each model's P99 at most F x its own alone at its busiest window "
-                        "(capped by the class targets); the first is the one judged: by "
-                        "default the target's own tail budget, P99 within 3%% of alone")
-    p.add_argument("--lookahead", type=int, default=2,
-                   help="one more batch-aware run (class targets) judging only the window in "
-                        "progress and the next N-1, the replan loop moving replicas before "
-                        "peaks; 0 = no such run")
-    p.add_argument("--load-s", type=float, default=10.0,
-                   help="seconds a replica placed by a replan loads and warms before it serves "
-                        "(the replica it replaces keeps serving meanwhile)")
-    p.add_argument("--profile", default="h200",
-                   help="engine profile pricing every model: h200 (TinyLlama-1.1B's shape in "
-                        "bfloat16 on an H200), cpu (SmolLM2-135M on this machine's cores) or a "
-                        "path")
-    p.add_argument("--compare-profile", default="cpu",
-                   help="price the baseline and the class-target run again by this profile "
-                        "(the same names as --profile; '' for none)")
-    p.add_argument("--no-stack", action="store_true",
-                   help="skip the real-stack comparison (benchmarks.placement.stack, ~7 min)")
+    p.add_argument(
+        "--burst-s",
+        type=float,
+        default=15.0,
+        help="the curves' burst slice: replicas are provisioned for each window's "
+        "busiest slice of this many seconds (must divide the window; 0: window "
+        "means only)",
+    )
+    p.add_argument(
+        "--peak-replicas",
+        type=float,
+        default=0.6,
+        help="replicas a model's diurnal peak needs (sets the request rate)",
+    )
+    p.add_argument(
+        "--red-lines",
+        default="1.03,1.05,1.1,class",
+        help="batch-aware runs, one per red line: 'class' = the class targets, F = "
+        "each model's P99 at most F x its own alone at its busiest window "
+        "(capped by the class targets); the first is the one judged: by "
+        "default the target's own tail budget, P99 within 3%% of alone",
+    )
+    p.add_argument(
+        "--lookahead",
+        type=int,
+        default=2,
+        help="one more batch-aware run (class targets) judging only the window in "
+        "progress and the next N-1, the replan loop moving replicas before "
+        "peaks; 0 = no such run",
+    )
+    p.add_argument(
+        "--load-s",
+        type=float,
+        default=10.0,
+        help="seconds a replica placed by a replan loads and warms before it serves "
+        "(the replica it replaces keeps serving meanwhile)",
+    )
+    p.add_argument(
+        "--profile",
+        default="h200",
+        help="engine profile pricing every model: h200 (TinyLlama-1.1B's shape in "
+        "bfloat16 on an H200), cpu (SmolLM2-135M on this machine's cores) or a "
+        "path",
+    )
+    p.add_argument(
+        "--compare-profile",
+        default="cpu",
+        help="price the baseline and the class-target run again by this profile "
+        "(the same names as --profile; '' for none)",
+    )
+    p.add_argument(
+        "--no-stack",
+        action="store_true",
+        help="skip the real-stack comparison (benchmarks.placement.stack, ~7 min)",
+    )
     p.add_argument("--out", default=str(OUT))
     p.add_argument("--command", default="")
     args = p.parse_args(argv)
     red_lines = [None if x.strip() == "class" else float(x) for x in args.red_lines.split(",")]
     path = PROFILES.get(args.profile, args.profile)
     profile = load_profile(path)
-    results, counts, cap, mean_rate, n_requests = _compare(profile, args, red_lines,
-                                                           args.lookahead)
+    results, counts, cap, mean_rate, n_requests = _compare(profile, args, red_lines, args.lookahead)
     other = None
     if args.compare_profile:
         other_path = PROFILES.get(args.compare_profile, args.compare_profile)
@@ -304,12 +404,24 @@ def main(argv: list[str] | None = None) -> int:
     stack = ""
     if not args.no_stack:
         from benchmarks.placement.stack import run_stack_comparison
+
         stack = run_stack_comparison().describe()
     from benchmarks.placement.report import render
-    Path(args.out).write_text(render(results, args, counts, cap, mean_rate, n_requests, stack,
-                                     args.command or " ".join(["python -m benchmarks.placement",
-                                                               *sys.argv[1:]]),
-                                     describe_profile(profile, _rel(path)), other))
+
+    Path(args.out).write_text(
+        render(
+            results,
+            args,
+            counts,
+            cap,
+            mean_rate,
+            n_requests,
+            stack,
+            args.command or " ".join(["python -m benchmarks.placement", *sys.argv[1:]]),
+            describe_profile(profile, _rel(path)),
+            other,
+        )
+    )
     print(f"wrote {args.out}")
     return 0
 

@@ -17,37 +17,65 @@ import json
 from collections.abc import Sequence
 
 from sqlalchemy import insert
+
 from strata.eval.traces import TraceRequest
 from strata.store.db import make_engine, session_factory
 from strata.store.models import Request
 from strata.store.runs import create_run
 
 HISTORY_RUN = "placement-bench history"
-FINISH_REASON = "length"        # the replay ignores EOS: every answer is max_tokens long
+FINISH_REASON = "length"  # the replay ignores EOS: every answer is max_tokens long
 
 
-def history_rows(history: Sequence[TraceRequest], end_unix_ms: int, tenant: str, run_id: int
-                 ) -> list[dict]:
+def history_rows(
+    history: Sequence[TraceRequest], end_unix_ms: int, tenant: str, run_id: int
+) -> list[dict]:
     """Request rows for `history` (arrival_s <= 0: seconds before `end_unix_ms`)."""
-    return [dict(request_id=f"history-{i}", trace_id=f"{i:032x}", tenant=tenant, model=r.model,
-                 start_unix_ms=end_unix_ms + round(r.arrival_s * 1000), ttft_ms=None,
-                 tpot_ms=None, e2e_ms=0.0, queue_ms=None, prompt_tokens=r.prompt_tokens,
-                 completion_tokens=r.output_tokens, cached_tokens=0,
-                 finish_reason=FINISH_REASON, error_code="", status_code=0, run_id=run_id)
-            for i, r in enumerate(history)]
+    return [
+        dict(
+            request_id=f"history-{i}",
+            trace_id=f"{i:032x}",
+            tenant=tenant,
+            model=r.model,
+            start_unix_ms=end_unix_ms + round(r.arrival_s * 1000),
+            ttft_ms=None,
+            tpot_ms=None,
+            e2e_ms=0.0,
+            queue_ms=None,
+            prompt_tokens=r.prompt_tokens,
+            completion_tokens=r.output_tokens,
+            cached_tokens=0,
+            finish_reason=FINISH_REASON,
+            error_code="",
+            status_code=0,
+            run_id=run_id,
+        )
+        for i, r in enumerate(history)
+    ]
 
 
-async def write_history(db_url: str, history: Sequence[TraceRequest], end_unix_ms: int,
-                        tenant: str, now_ms: int) -> int:
+async def write_history(
+    db_url: str, history: Sequence[TraceRequest], end_unix_ms: int, tenant: str, now_ms: int
+) -> int:
     """Stores `history` as rows of a new run ending at `end_unix_ms`; returns the run's id."""
     engine = make_engine(db_url)
     try:
         sessions = session_factory(engine)
         async with sessions() as s:
-            run = await create_run(s, HISTORY_RUN, "benchmark", json.dumps({
-                "what": "arrivals and token counts of the placement benchmark's history, "
+            run = await create_run(
+                s,
+                HISTORY_RUN,
+                "benchmark",
+                json.dumps(
+                    {
+                        "what": "arrivals and token counts of the placement benchmark's history, "
                         "inserted for the planner's arrival curves; no latencies",
-                "requests": len(history), "end_unix_ms": end_unix_ms}), now_ms)
+                        "requests": len(history),
+                        "end_unix_ms": end_unix_ms,
+                    }
+                ),
+                now_ms,
+            )
         rows = history_rows(history, end_unix_ms, tenant, run.run_id)
         async with sessions() as s:
             if rows:

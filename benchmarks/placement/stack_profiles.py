@@ -18,12 +18,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from benchmarks.placement.stack_workload import ModelRole
+from services.placement.profiles import load_profiles
 from strata.core.sla import SlaClass
 from strata.engine.dummy_configs import DUMMY_CONFIGS
 from strata.policy.placement.capacity import EngineCosts, SlaTarget, replica_capacity
-
-from benchmarks.placement.stack_workload import ModelRole
-from services.placement.profiles import load_profiles
 
 DEVICE = "cpu"
 
@@ -31,9 +30,9 @@ DEVICE = "cpu"
 @dataclass(slots=True, frozen=True)
 class ModelCost:
     model: str
-    prefill_ms: float         # one prompt of the role's length, the engine to itself
-    decode_ms: float          # one decode step of one sequence at the role's mean context
-    capacity: float           # requests/s one replica sustains within the class's targets
+    prefill_ms: float  # one prompt of the role's length, the engine to itself
+    decode_ms: float  # one decode step of one sequence at the role's mean context
+    capacity: float  # requests/s one replica sustains within the class's targets
 
 
 def profile_path(folder: Path, model: str) -> Path:
@@ -51,18 +50,34 @@ def ensure_profiles(models: Sequence[str], folder: Path, threads: int = 1) -> di
             continue
         started = time.perf_counter()
         done = subprocess.run(
-            [sys.executable, "-m", "strata.client.cli", "profile", "--model", model, "--quick",
-             "--threads", str(threads), "--device", DEVICE, "--out", str(out)],
-            capture_output=True, text=True)
+            [
+                sys.executable,
+                "-m",
+                "strata.client.cli",
+                "profile",
+                "--model",
+                model,
+                "--quick",
+                "--threads",
+                str(threads),
+                "--device",
+                DEVICE,
+                "--out",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+        )
         if done.returncode != 0:
-            raise RuntimeError(f"profiling {model} failed ({done.returncode}):\n"
-                               f"{done.stdout[-2000:]}{done.stderr[-2000:]}")
+            raise RuntimeError(
+                f"profiling {model} failed ({done.returncode}):\n"
+                f"{done.stdout[-2000:]}{done.stderr[-2000:]}"
+            )
         took[model] = time.perf_counter() - started
     return took
 
 
-def model_costs(roles: Sequence[ModelRole], folder: Path, sla: SlaClass
-                ) -> dict[str, ModelCost]:
+def model_costs(roles: Sequence[ModelRole], folder: Path, sla: SlaClass) -> dict[str, ModelCost]:
     """Each role priced by its profile in `folder`, as the planner will price it."""
     table = load_profiles(str(folder))
     target = SlaTarget(sla.name, sla.ttft_ms, sla.tpot_ms)
@@ -73,9 +88,11 @@ def model_costs(roles: Sequence[ModelRole], folder: Path, sla: SlaClass
             raise ValueError(f"no {DEVICE} profile of {r.model} in {folder}")
         context = r.prompt_tokens + r.output_tokens / 2
         out[r.model] = ModelCost(
-            r.model, costs.prefill_s(r.prompt_tokens) * 1000,
+            r.model,
+            costs.prefill_s(r.prompt_tokens) * 1000,
             costs.decode_step_s(1, context) * 1000,
-            replica_capacity(costs, target, r.prompt_tokens, r.output_tokens))
+            replica_capacity(costs, target, r.prompt_tokens, r.output_tokens),
+        )
     return out
 
 
@@ -83,8 +100,9 @@ def capacities(costs: Mapping[str, ModelCost]) -> dict[str, float]:
     return {m: c.capacity for m, c in costs.items()}
 
 
-def fit_prompt(costs: EngineCosts, sla: SlaTarget, output_tokens: int, capacity: float,
-               max_prompt: int) -> int:
+def fit_prompt(
+    costs: EngineCosts, sla: SlaTarget, output_tokens: int, capacity: float, max_prompt: int
+) -> int:
     """The shortest prompt (1..max_prompt tokens) with which one replica sustains at most
     `capacity` requests/s within `sla` (max_prompt when even that sustains more).
 
@@ -105,8 +123,9 @@ def fit_prompt(costs: EngineCosts, sla: SlaTarget, output_tokens: int, capacity:
     return lo
 
 
-def fit_roles(roles: Sequence[ModelRole], folder: Path, sla: SlaClass, capacity: float
-              ) -> list[ModelRole]:
+def fit_roles(
+    roles: Sequence[ModelRole], folder: Path, sla: SlaClass, capacity: float
+) -> list[ModelRole]:
     """`roles` with prompts fitted to `capacity` (fit_prompt) on the profiles in `folder`,
     within each model's context."""
     table = load_profiles(str(folder))
@@ -117,6 +136,7 @@ def fit_roles(roles: Sequence[ModelRole], folder: Path, sla: SlaClass, capacity:
         if costs is None:
             raise ValueError(f"no {DEVICE} profile of {r.model} in {folder}")
         limit = DUMMY_CONFIGS[r.model].max_position_embeddings - r.output_tokens
-        out.append(replace(r, prompt_tokens=fit_prompt(costs, target, r.output_tokens,
-                                                       capacity, limit)))
+        out.append(
+            replace(r, prompt_tokens=fit_prompt(costs, target, r.output_tokens, capacity, limit))
+        )
     return out

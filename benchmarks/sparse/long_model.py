@@ -22,9 +22,11 @@ def load_long_model() -> LoadedModel:
 
 
 def describe_model(cfg: ModelConfig) -> str:
-    return (f"{cfg.name}: hidden {cfg.hidden_size}, {cfg.num_layers} layers, {cfg.num_heads} "
-            f"heads ({cfg.num_kv_heads} KV heads, head_dim {cfg.head_dim}), intermediate "
-            f"{cfg.intermediate_size}, vocab {cfg.vocab_size}, "
-            f"{cfg.max_position_embeddings} positions, seeded random weights (seed {SEED}) with "
-            f"q/k biases scoring a key {RECENCY_NATS.get(cfg.name, 0.0):g} nats higher at "
-            f"distance 0 than far away on average")
+    return (
+        f"{cfg.name}: hidden {cfg.hidden_size}, {cfg.num_layers} layers, {cfg.num_heads} "
+        f"heads ({cfg.num_kv_heads} KV heads, head_dim {cfg.head_dim}), intermediate "
+        f"{cfg.intermediate_size}, vocab {cfg.vocab_size}, "
+        f"{cfg.max_position_embeddings} positions, seeded random weights (seed {SEED}) with "
+        f"q/k biases scoring a key {RECENCY_NATS.get(cfg.name, 0.0):g} nats higher at "
+        f"distance 0 than far away on average"
+    )

@@ -23,8 +23,10 @@ from dataclasses import dataclass
 
 from strata.engine.tokenizer import Tokenizer
 
-PREAMBLE = ("A special magic number is hidden within the following text. Make sure to memorize "
-            "it. I will quiz you about the number afterwards.\n")
+PREAMBLE = (
+    "A special magic number is hidden within the following text. Make sure to memorize "
+    "it. I will quiz you about the number afterwards.\n"
+)
 NEEDLE = " The special magic number is {number}."
 QUESTION = "What is the special magic number mentioned in the provided text?"
 ANSWER_PREFIX = "The special magic number mentioned in the provided text is"
@@ -43,10 +45,10 @@ class ChatPieces:
 @dataclass(slots=True, frozen=True)
 class NeedlePrompt:
     ids: list[int]
-    expected: str             # the number the answer must give
-    depth: float              # requested, percent of the haystack
-    needle_at: int            # haystack tokens before the needle
-    haystack_tokens: int      # haystack tokens in the prompt, the needle excluded
+    expected: str  # the number the answer must give
+    depth: float  # requested, percent of the haystack
+    needle_at: int  # haystack tokens before the needle
+    haystack_tokens: int  # haystack tokens in the prompt, the needle excluded
 
     @property
     def placed_depth(self) -> float:
@@ -54,18 +56,21 @@ class NeedlePrompt:
         return 100.0 * self.needle_at / self.haystack_tokens
 
 
-def chat_pieces(tokenizer: Tokenizer, question: str = QUESTION,
-                answer_prefix: str = ANSWER_PREFIX, preamble: str = PREAMBLE) -> ChatPieces:
+def chat_pieces(
+    tokenizer: Tokenizer,
+    question: str = QUESTION,
+    answer_prefix: str = ANSWER_PREFIX,
+    preamble: str = PREAMBLE,
+) -> ChatPieces:
     """Split the model's chat template around the document; the tail ends inside the answer."""
-    rendered = tokenizer.apply_chat_template(
-        [("user", preamble + _SENTINEL + "\n\n" + question)])
+    rendered = tokenizer.apply_chat_template([("user", preamble + _SENTINEL + "\n\n" + question)])
     before, after = rendered.split(_SENTINEL)
-    return ChatPieces(head=tokenizer.encode(before),
-                      tail=tokenizer.encode(after + answer_prefix))
+    return ChatPieces(head=tokenizer.encode(before), tail=tokenizer.encode(after + answer_prefix))
 
 
-def insert_at_depth(context: Sequence[int], needle: Sequence[int], depth: float,
-                    sentence_ends: frozenset[int]) -> tuple[list[int], int]:
+def insert_at_depth(
+    context: Sequence[int], needle: Sequence[int], depth: float, sentence_ends: frozenset[int]
+) -> tuple[list[int], int]:
     """context with needle inserted at `depth` percent, moved back to just after a sentence end
     (or to the start); at 100 the needle goes last. Returns (ids, index of the needle)."""
     if not 0.0 <= depth <= 100.0:
@@ -78,27 +83,35 @@ def insert_at_depth(context: Sequence[int], needle: Sequence[int], depth: float,
     return [*context[:at], *needle, *context[at:]], at
 
 
-def build_prompt(pieces: ChatPieces, haystack: Sequence[int], needle: Sequence[int],
-                 expected: str, depth: float, length: int,
-                 sentence_ends: frozenset[int]) -> NeedlePrompt:
+def build_prompt(
+    pieces: ChatPieces,
+    haystack: Sequence[int],
+    needle: Sequence[int],
+    expected: str,
+    depth: float,
+    length: int,
+    sentence_ends: frozenset[int],
+) -> NeedlePrompt:
     """A prompt of exactly `length` tokens: as much haystack as fits around the needle."""
     room = length - len(pieces.head) - len(pieces.tail) - len(needle)
     if room <= 0:
-        raise ValueError(f"a {length}-token prompt leaves no room for the haystack: the "
-                         f"template and question take {len(pieces.head) + len(pieces.tail)} "
-                         f"tokens and the needle {len(needle)}")
+        raise ValueError(
+            f"a {length}-token prompt leaves no room for the haystack: the "
+            f"template and question take {len(pieces.head) + len(pieces.tail)} "
+            f"tokens and the needle {len(needle)}"
+        )
     if room > len(haystack):
-        raise ValueError(f"the haystack has {len(haystack)} tokens; a {length}-token prompt "
-                         f"needs {room}")
+        raise ValueError(
+            f"the haystack has {len(haystack)} tokens; a {length}-token prompt needs {room}"
+        )
     body, at = insert_at_depth(haystack[:room], needle, depth, sentence_ends)
     ids = [*pieces.head, *body, *pieces.tail]
-    return NeedlePrompt(ids=ids, expected=expected, depth=depth,
-                        needle_at=at, haystack_tokens=room)
+    return NeedlePrompt(ids=ids, expected=expected, depth=depth, needle_at=at, haystack_tokens=room)
 
 
 def needle_number(rng: random.Random, digits: int = 7) -> str:
     """A number of `digits` digits with no leading zero."""
-    return str(rng.randrange(10 ** (digits - 1), 10 ** digits))
+    return str(rng.randrange(10 ** (digits - 1), 10**digits))
 
 
 def first_number(text: str) -> str | None:

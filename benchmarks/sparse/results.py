@@ -27,11 +27,11 @@ _EPS = 1e-9
 class SparseCounters:
     """The engine's cumulative sparse counters over one measured stretch (differences)."""
 
-    rows: int = 0              # decode rows that took the sparse path
-    layer_steps: int = 0       # layer computations on the sparse path
-    fallbacks: int = 0         # of those, recomputed with full attention by the trust check
-    blocks_read: int = 0       # KV blocks the sparse layers read
-    blocks_dense: int = 0      # blocks a dense read would have taken
+    rows: int = 0  # decode rows that took the sparse path
+    layer_steps: int = 0  # layer computations on the sparse path
+    fallbacks: int = 0  # of those, recomputed with full attention by the trust check
+    blocks_read: int = 0  # KV blocks the sparse layers read
+    blocks_dense: int = 0  # blocks a dense read would have taken
 
     @property
     def fallback_rate(self) -> float:
@@ -42,16 +42,22 @@ class SparseCounters:
         return self.blocks_read / self.blocks_dense if self.blocks_dense else 1.0
 
     def plus(self, other: SparseCounters) -> SparseCounters:
-        return SparseCounters(self.rows + other.rows, self.layer_steps + other.layer_steps,
-                              self.fallbacks + other.fallbacks,
-                              self.blocks_read + other.blocks_read,
-                              self.blocks_dense + other.blocks_dense)
+        return SparseCounters(
+            self.rows + other.rows,
+            self.layer_steps + other.layer_steps,
+            self.fallbacks + other.fallbacks,
+            self.blocks_read + other.blocks_read,
+            self.blocks_dense + other.blocks_dense,
+        )
 
     def minus(self, before: SparseCounters) -> SparseCounters:
-        return SparseCounters(self.rows - before.rows, self.layer_steps - before.layer_steps,
-                              self.fallbacks - before.fallbacks,
-                              self.blocks_read - before.blocks_read,
-                              self.blocks_dense - before.blocks_dense)
+        return SparseCounters(
+            self.rows - before.rows,
+            self.layer_steps - before.layer_steps,
+            self.fallbacks - before.fallbacks,
+            self.blocks_read - before.blocks_read,
+            self.blocks_dense - before.blocks_dense,
+        )
 
 
 @dataclass(slots=True)
@@ -60,23 +66,23 @@ class CosineStats:
 
     count: int
     mean: float
-    p1: float                  # 1st percentile: the bad tail
+    p1: float  # 1st percentile: the bad tail
     min: float
 
 
 @dataclass(slots=True)
 class FidelityRun:
     model: str
-    context: int               # prompt tokens
-    steps: int                 # generated tokens compared
-    agree: int                 # steps whose sparse top-1 token equals dense's
-    first_disagreement: int | None   # step index; before it, free-running outputs are equal
-    cosine: CosineStats | None             # what the layers used (after fallbacks)
-    cosine_selected: CosineStats | None    # the selection alone, before fallbacks
+    context: int  # prompt tokens
+    steps: int  # generated tokens compared
+    agree: int  # steps whose sparse top-1 token equals dense's
+    first_disagreement: int | None  # step index; before it, free-running outputs are equal
+    cosine: CosineStats | None  # what the layers used (after fallbacks)
+    cosine_selected: CosineStats | None  # the selection alone, before fallbacks
     counters: SparseCounters
     dense_replay: float = 1.0  # teacher-forced dense top-1 equal to the engine's own tokens
-    margin_median: float = 0.0       # dense top-1 logit minus the runner-up's, median over steps
-    disagree_margin_max: float | None = None   # the widest such lead where the paths disagreed
+    margin_median: float = 0.0  # dense top-1 logit minus the runner-up's, median over steps
+    disagree_margin_max: float | None = None  # the widest such lead where the paths disagreed
     # steps whose dense top-1 is the same through the fused CPU attention kernel and through the
     # pure-torch path (same dtype and cache: rounding is the only difference); None: no kernel
     dense_floor_agree: int | None = None
@@ -96,9 +102,9 @@ class FidelityRun:
 
 @dataclass(slots=True)
 class NeedleCell:
-    length: int                # prompt tokens
-    depth: float               # requested, percent
-    placed_depth: float        # where the needle landed, percent
+    length: int  # prompt tokens
+    depth: float  # requested, percent
+    placed_depth: float  # where the needle landed, percent
     trial: int
     expected: str
     dense_answer: str
@@ -110,11 +116,11 @@ class NeedleCell:
 
 @dataclass(slots=True)
 class LatencyRun:
-    context: int               # nominal context (8k, 16k, 32k): what the targets name
-    prompt_tokens: int         # the prompts' real length (the model's limit may cut it)
+    context: int  # nominal context (8k, 16k, 32k): what the targets name
+    prompt_tokens: int  # the prompts' real length (the model's limit may cut it)
     batch: int
     sparse: bool
-    steps: int                 # decode-only steps timed
+    steps: int  # decode-only steps timed
     p50_s: float
     p99_s: float
     mean_s: float
@@ -139,48 +145,73 @@ def p99_reduction(dense: LatencyRun, sparse: LatencyRun) -> float:
     return 1.0 - sparse.p99_s / dense.p99_s
 
 
-def check_targets(fidelity: list[FidelityRun], needles: list[NeedleCell],
-                  latency: list[LatencyRun], p99_context: int = P99_CONTEXT) -> list[Target]:
+def check_targets(
+    fidelity: list[FidelityRun],
+    needles: list[NeedleCell],
+    latency: list[LatencyRun],
+    p99_context: int = P99_CONTEXT,
+) -> list[Target]:
     """One target row per issue-8 target; a target with nothing measured fails and says so."""
     out: list[Target] = []
     pairs = _latency_pairs(latency, p99_context)
     if pairs:
         for batch, (dense, sparse) in sorted(pairs.items()):
             cut = p99_reduction(dense, sparse)
-            out.append(Target(
-                f"decode-step P99 at {_k(p99_context)} context, batch {batch}",
-                f">= {P99_REDUCTION_MIN:.0%} lower than dense",
-                f"{_change(cut)} ({sparse.p99_s * 1000:.1f} vs {dense.p99_s * 1000:.1f} ms)",
-                cut >= P99_REDUCTION_MIN - _EPS))
+            out.append(
+                Target(
+                    f"decode-step P99 at {_k(p99_context)} context, batch {batch}",
+                    f">= {P99_REDUCTION_MIN:.0%} lower than dense",
+                    f"{_change(cut)} ({sparse.p99_s * 1000:.1f} vs {dense.p99_s * 1000:.1f} ms)",
+                    cut >= P99_REDUCTION_MIN - _EPS,
+                )
+            )
     else:
-        out.append(Target(f"decode-step P99 at {_k(p99_context)} context",
-                          f">= {P99_REDUCTION_MIN:.0%} lower than dense",
-                          "not measured", False))
+        out.append(
+            Target(
+                f"decode-step P99 at {_k(p99_context)} context",
+                f">= {P99_REDUCTION_MIN:.0%} lower than dense",
+                "not measured",
+                False,
+            )
+        )
     with_cos = [f for f in fidelity if f.cosine is not None]
     if with_cos:
         worst = min(with_cos, key=lambda f: f.cosine.mean)
-        out.append(Target("attention-output cosine (mean per run, worst run)",
-                          f">= {COSINE_MIN}",
-                          f"{worst.cosine.mean:.4f} ({worst.model} at {_k(worst.context)}; "
-                          f"min over all steps {min(f.cosine.min for f in with_cos):.4f})",
-                          worst.cosine.mean >= COSINE_MIN - _EPS))
+        out.append(
+            Target(
+                "attention-output cosine (mean per run, worst run)",
+                f">= {COSINE_MIN}",
+                f"{worst.cosine.mean:.4f} ({worst.model} at {_k(worst.context)}; "
+                f"min over all steps {min(f.cosine.min for f in with_cos):.4f})",
+                worst.cosine.mean >= COSINE_MIN - _EPS,
+            )
+        )
     else:
         out.append(Target("attention-output cosine", f">= {COSINE_MIN}", "not measured", False))
     if fidelity:
         worst = worst_agreement(fidelity)
-        out.append(Target("top-1 agreement (teacher-forced, worst run)",
-                          f">= {AGREEMENT_MIN:.0%}",
-                          f"{worst.agreement:.1%} ({worst.agree}/{worst.steps}, {worst.model} "
-                          f"at {_k(worst.context)})",
-                          worst.agreement >= AGREEMENT_MIN - _EPS))
+        out.append(
+            Target(
+                "top-1 agreement (teacher-forced, worst run)",
+                f">= {AGREEMENT_MIN:.0%}",
+                f"{worst.agreement:.1%} ({worst.agree}/{worst.steps}, {worst.model} "
+                f"at {_k(worst.context)})",
+                worst.agreement >= AGREEMENT_MIN - _EPS,
+            )
+        )
     else:
         out.append(Target("top-1 agreement", f">= {AGREEMENT_MIN:.0%}", "not measured", False))
     if needles:
         dense, sparse = accuracy(needles, False), accuracy(needles, True)
         same = sum(c.dense_ok == c.sparse_ok for c in needles)
-        out.append(Target("needle accuracy, sparse vs dense", "equal",
-                          f"{sparse:.1%} vs {dense:.1%} ({same}/{len(needles)} cells "
-                          f"scored alike)", sparse == dense))
+        out.append(
+            Target(
+                "needle accuracy, sparse vs dense",
+                "equal",
+                f"{sparse:.1%} vs {dense:.1%} ({same}/{len(needles)} cells scored alike)",
+                sparse == dense,
+            )
+        )
     else:
         out.append(Target("needle accuracy, sparse vs dense", "equal", "not measured", False))
     return out
@@ -200,18 +231,23 @@ def floor_note(fidelity: list[FidelityRun]) -> str | None:
     where = f"{worst.model} at {_k(worst.context)}"
     floor = worst.dense_floor
     if floor is None:
-        return (f"Top-1 noise floor: not measured on the top-1 target's worst run ({where}): "
-                f"the engine had no fused CPU attention kernel to set against the torch path.")
-    return (f"Top-1 noise floor: on the top-1 target's worst run ({where}), the dense path "
-            f"computed two exact ways that differ only in float rounding (the fused CPU decode "
-            f"kernel and the pure-torch attention path, same dtype, same prefilled cache) "
-            f"agrees with itself on {floor:.1%} of steps ({worst.dense_floor_agree}/"
-            f"{worst.steps}): rounding alone flips {1 - floor:.1%} of the top tokens, the "
-            f"sparse path {1 - worst.agreement:.1%}.")
+        return (
+            f"Top-1 noise floor: not measured on the top-1 target's worst run ({where}): "
+            f"the engine had no fused CPU attention kernel to set against the torch path."
+        )
+    return (
+        f"Top-1 noise floor: on the top-1 target's worst run ({where}), the dense path "
+        f"computed two exact ways that differ only in float rounding (the fused CPU decode "
+        f"kernel and the pure-torch attention path, same dtype, same prefilled cache) "
+        f"agrees with itself on {floor:.1%} of steps ({worst.dense_floor_agree}/"
+        f"{worst.steps}): rounding alone flips {1 - floor:.1%} of the top tokens, the "
+        f"sparse path {1 - worst.agreement:.1%}."
+    )
 
 
-def _latency_pairs(runs: list[LatencyRun], context: int
-                   ) -> dict[int, tuple[LatencyRun, LatencyRun]]:
+def _latency_pairs(
+    runs: list[LatencyRun], context: int
+) -> dict[int, tuple[LatencyRun, LatencyRun]]:
     dense = {r.batch: r for r in runs if r.context == context and not r.sparse}
     sparse = {r.batch: r for r in runs if r.context == context and r.sparse}
     return {b: (dense[b], sparse[b]) for b in dense if b in sparse}

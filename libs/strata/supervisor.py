@@ -4,8 +4,8 @@ Start order follows dependencies (metrics collector, scheduler, KV tier stores, 
 placement planner, gateway), each waited on through its gRPC health service. The supervisor
 prints one ready line once a model replica serves. Before anything starts, the cluster's secrets
 (internal token, CA, per-service certificates) are written to <data dir>/secrets unless present;
-every internal call then runs over mutual TLS with the token. A service that dies is restarted after a
-backoff and the restart is logged (strata.policy.restart), as compose's restart policy and
+every internal call then runs over mutual TLS with the token. A service that dies is restarted
+after a backoff and the restart is logged (strata.policy.restart), as compose's restart policy and
 Kubernetes would; the stack stops on Ctrl-C (or SIGTERM), on a crash loop, or when the `--then`
 command ends. Services die with the supervisor, even under `kill -9` (strata.core.lifeline).
 """
@@ -35,9 +35,9 @@ from strata.security.settings import SecuritySettings
 from strata.v1 import common_pb2, scheduler_pb2_grpc
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-KV_DISK_BYTES = 2 << 30   # each node's disk tier under the data folder (host tier: 1 GiB default)
-START_TIMEOUT_S = 120.0   # a service's health check after a (re)start; a busy 2-core host is slow
-STANDBY_WORKERS = 1       # hot standby workers per model and node, as compose runs
+KV_DISK_BYTES = 2 << 30  # each node's disk tier under the data folder (host tier: 1 GiB default)
+START_TIMEOUT_S = 120.0  # a service's health check after a (re)start; a busy 2-core host is slow
+STANDBY_WORKERS = 1  # hot standby workers per model and node, as compose runs
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,39 +86,92 @@ class Service:
     env: dict[str, str] = field(default_factory=dict)
     proc: asyncio.subprocess.Process | None = None
     started_at: float = 0.0
-    shm_path: Path | None = None    # a KV tier store's shared-memory segment
-    public: bool = False            # the gateway: its port takes no cluster credential
+    shm_path: Path | None = None  # a KV tier store's shared-memory segment
+    public: bool = False  # the gateway: its port takes no cluster credential
 
 
-def plan_services(nodes: int, models: list[str], data_dir: str,
-                  ports: Ports = Ports()) -> list[Service]:
+def plan_services(
+    nodes: int, models: list[str], data_dir: str, ports: Ports = Ports()
+) -> list[Service]:
     services = [
-        Service("metrics", "services.metrics", ports.metrics,
-                {"STRATA_METRICS_BIND": ports.metrics, "STRATA_OTLP_BIND": ports.otlp}),
-        Service("scheduler", "services.scheduler", ports.scheduler,
-                {"STRATA_SCHEDULER_BIND": ports.scheduler}),
+        Service(
+            "metrics",
+            "services.metrics",
+            ports.metrics,
+            {"STRATA_METRICS_BIND": ports.metrics, "STRATA_OTLP_BIND": ports.otlp},
+        ),
+        Service(
+            "scheduler",
+            "services.scheduler",
+            ports.scheduler,
+            {"STRATA_SCHEDULER_BIND": ports.scheduler},
+        ),
     ]
     for i in range(nodes):
         node_addr, kv_addr = ports.node(i), ports.kvstore(i)
-        services.append(Service(f"kvstore-{i}", "services.kvstore", kv_addr, {
-            "STRATA_KVSTORE_BIND": kv_addr, "STRATA_KVSTORE_NODE_ID": f"node-{i}",
-            "STRATA_SCHEDULER_ADDR": ports.scheduler,
-            "STRATA_KVSTORE_DISK_DIR": os.path.join(data_dir, "kv", f"node-{i}"),
-            "STRATA_KVSTORE_DISK_BYTES": str(KV_DISK_BYTES)},
-            shm_path=segment_path(SHM_DIR, f"node-{i}", int(kv_addr.rsplit(":", 1)[1]))))
-        services.append(Service(f"node-{i}", "services.node", node_addr, {
-            "STRATA_NODE_ID": f"node-{i}", "STRATA_NODE_BIND": node_addr,
-            "STRATA_NODE_ADVERTISE": node_addr, "STRATA_KVSTORE_ADDR": kv_addr,
-            "STRATA_SCHEDULER_ADDR": ports.scheduler, "STRATA_METRICS_ADDR": ports.metrics,
-            "STRATA_NODE_STANDBY": str(STANDBY_WORKERS)}))
-    services.append(Service("placement", "services.placement", ports.placement, {
-        "STRATA_PLACEMENT_BIND": ports.placement, "STRATA_METRICS_ADDR": ports.metrics,
-        "STRATA_SCHEDULER_ADDR": ports.scheduler, "STRATA_MODELS": ",".join(models)}))
-    services.append(Service("gateway", "services.gateway", ports.gateway, {
-        "STRATA_GATEWAY_BIND": ports.gateway, "STRATA_METRICS_ADDR": ports.metrics,
-        "STRATA_SCHEDULER_ADDR": ports.scheduler}, public=True))
-    common = {"STRATA_DATA_DIR": data_dir, "STRATA_OTLP_ENDPOINT": ports.otlp,
-              "PYTHONUNBUFFERED": "1", **security_settings(data_dir).env()}
+        services.append(
+            Service(
+                f"kvstore-{i}",
+                "services.kvstore",
+                kv_addr,
+                {
+                    "STRATA_KVSTORE_BIND": kv_addr,
+                    "STRATA_KVSTORE_NODE_ID": f"node-{i}",
+                    "STRATA_SCHEDULER_ADDR": ports.scheduler,
+                    "STRATA_KVSTORE_DISK_DIR": os.path.join(data_dir, "kv", f"node-{i}"),
+                    "STRATA_KVSTORE_DISK_BYTES": str(KV_DISK_BYTES),
+                },
+                shm_path=segment_path(SHM_DIR, f"node-{i}", int(kv_addr.rsplit(":", 1)[1])),
+            )
+        )
+        services.append(
+            Service(
+                f"node-{i}",
+                "services.node",
+                node_addr,
+                {
+                    "STRATA_NODE_ID": f"node-{i}",
+                    "STRATA_NODE_BIND": node_addr,
+                    "STRATA_NODE_ADVERTISE": node_addr,
+                    "STRATA_KVSTORE_ADDR": kv_addr,
+                    "STRATA_SCHEDULER_ADDR": ports.scheduler,
+                    "STRATA_METRICS_ADDR": ports.metrics,
+                    "STRATA_NODE_STANDBY": str(STANDBY_WORKERS),
+                },
+            )
+        )
+    services.append(
+        Service(
+            "placement",
+            "services.placement",
+            ports.placement,
+            {
+                "STRATA_PLACEMENT_BIND": ports.placement,
+                "STRATA_METRICS_ADDR": ports.metrics,
+                "STRATA_SCHEDULER_ADDR": ports.scheduler,
+                "STRATA_MODELS": ",".join(models),
+            },
+        )
+    )
+    services.append(
+        Service(
+            "gateway",
+            "services.gateway",
+            ports.gateway,
+            {
+                "STRATA_GATEWAY_BIND": ports.gateway,
+                "STRATA_METRICS_ADDR": ports.metrics,
+                "STRATA_SCHEDULER_ADDR": ports.scheduler,
+            },
+            public=True,
+        )
+    )
+    common = {
+        "STRATA_DATA_DIR": data_dir,
+        "STRATA_OTLP_ENDPOINT": ports.otlp,
+        "PYTHONUNBUFFERED": "1",
+        **security_settings(data_dir).env(),
+    }
     for s in services:
         s.env = {**common, **s.env}
     return services
@@ -132,10 +185,11 @@ def say(message: str) -> None:
     print(f"strata: {message}", file=sys.stderr, flush=True)
 
 
-async def wait_healthy(address: str, timeout_s: float, proc: asyncio.subprocess.Process,
-                       public: bool = False) -> None:
+async def wait_healthy(
+    address: str, timeout_s: float, proc: asyncio.subprocess.Process, public: bool = False
+) -> None:
     deadline = time.monotonic() + timeout_s
-    async with (public_channel(address) if public else channel(address)) as ch:
+    async with public_channel(address) if public else channel(address) as ch:
         stub = health_pb2_grpc.HealthStub(ch)
         while True:
             if proc.returncode is not None:
@@ -161,7 +215,7 @@ async def wait_models(scheduler: str, models: list[str], timeout_s: float) -> No
                 if set(models) <= {m.name for m in resp.models}:
                     return
             except grpc.aio.AioRpcError:
-                pass      # restarting: the keeper brings it back
+                pass  # restarting: the keeper brings it back
             if time.monotonic() > deadline:
                 raise RuntimeError(f"models {models} not served after {timeout_s:.0f}s")
             await asyncio.sleep(0.5)
@@ -173,15 +227,19 @@ class Supervisor:
     def __init__(self, services: list[Service], policy: RestartPolicy | None = None):
         self.services = services
         self.policy = policy or RestartPolicy(time.monotonic)
-        self.fatal = asyncio.Event()          # a crash loop, or a restart that never came up
+        self.fatal = asyncio.Event()  # a crash loop, or a restart that never came up
         self.stopping = False
         self._keepers: list[asyncio.Task[None]] = []
 
     async def _spawn(self, s: Service) -> None:
         s.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", s.module, cwd=str(REPO_ROOT),
+            sys.executable,
+            "-m",
+            s.module,
+            cwd=str(REPO_ROOT),
             env=child_env({**os.environ, **s.env}, signal.SIGTERM),
-            start_new_session=True)  # Ctrl-C reaches only us; we stop them in order
+            start_new_session=True,
+        )  # Ctrl-C reaches only us; we stop them in order
         s.started_at = time.monotonic()
 
     async def start_all(self) -> None:
@@ -204,14 +262,18 @@ class Supervisor:
             ran = time.monotonic() - s.started_at
             delay = self.policy.after_exit(s.name, ran)
             if delay is None:
-                say(f"{s.name} exited with code {code}; it crashed "
+                say(
+                    f"{s.name} exited with code {code}; it crashed "
                     f"{self.policy.max_restarts + 1} times within "
-                    f"{self.policy.window_s:.0f} s: stopping the stack")
+                    f"{self.policy.window_s:.0f} s: stopping the stack"
+                )
                 self.fatal.set()
                 return
-            say(f"{s.name} exited with code {code} after {ran:.1f} s; restarting it in "
+            say(
+                f"{s.name} exited with code {code} after {ran:.1f} s; restarting it in "
                 f"{delay:.1f} s (restart {self.policy.restarts(s.name)} in the last "
-                f"{self.policy.window_s:.0f} s)")
+                f"{self.policy.window_s:.0f} s)"
+            )
             await asyncio.sleep(delay)
             if self.stopping:
                 return
@@ -246,8 +308,14 @@ def remove_segment(s: Service) -> None:
         s.shm_path.unlink(missing_ok=True)
 
 
-async def supervise(nodes: int, models: list[str], data_dir: str, ready_timeout_s: float,
-                    then: str | None = None, ports: Ports = Ports()) -> int:
+async def supervise(
+    nodes: int,
+    models: list[str],
+    data_dir: str,
+    ready_timeout_s: float,
+    then: str | None = None,
+    ports: Ports = Ports(),
+) -> int:
     """Run the stack until Ctrl-C, a crash loop, or (when given) the `then` command ends;
     returns the exit code (the command's own, when it ran)."""
     # The supervisor's own health checks are internal calls too.
@@ -262,16 +330,19 @@ async def supervise(nodes: int, models: list[str], data_dir: str, ready_timeout_
         starting = asyncio.create_task(_start(supervisor, ports, models, ready_timeout_s))
         stopped = asyncio.create_task(stop.wait())
         await asyncio.wait([starting, stopped], return_when=asyncio.FIRST_COMPLETED)
-        if not starting.done():         # Ctrl-C while starting
+        if not starting.done():  # Ctrl-C while starting
             starting.cancel()
             await asyncio.gather(starting, return_exceptions=True)
             return 130
         stopped.cancel()
-        await starting                  # its RuntimeError, if it failed
+        await starting  # its RuntimeError, if it failed
         key_file = Path(data_dir) / defaults.DEMO_KEY_FILE
         key = key_file.read_text().strip() if key_file.exists() else "(none)"
-        print(f"strata ready: gateway {ports.gateway}, models {', '.join(models)}, "
-              f"demo API key {key} (Ctrl-C stops)", flush=True)
+        print(
+            f"strata ready: gateway {ports.gateway}, models {', '.join(models)}, "
+            f"demo API key {key} (Ctrl-C stops)",
+            flush=True,
+        )
         waiting = [asyncio.create_task(stop.wait()), asyncio.create_task(supervisor.fatal.wait())]
         command = None
         if then:
@@ -296,8 +367,9 @@ async def supervise(nodes: int, models: list[str], data_dir: str, ready_timeout_
     return code
 
 
-async def _start(supervisor: Supervisor, ports: Ports, models: list[str],
-                 ready_timeout_s: float) -> None:
+async def _start(
+    supervisor: Supervisor, ports: Ports, models: list[str], ready_timeout_s: float
+) -> None:
     await supervisor.start_all()
     await wait_models(ports.scheduler, models, ready_timeout_s)
 
@@ -305,16 +377,26 @@ async def _start(supervisor: Supervisor, ports: Ports, models: list[str],
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="strata-run", description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=1, help="node managers to start (default 1)")
-    ap.add_argument("--models", default=defaults.DEFAULT_MODEL,
-                    help="comma-separated models to place (default %(default)s)")
-    ap.add_argument("--data-dir", default=os.environ.get("STRATA_DATA_DIR",
-                                                         str(REPO_ROOT / ".strata")))
-    ap.add_argument("--port-base", type=int, default=Ports().base,
-                    help="the gateway's port; the other services take the next ones "
-                         "(default %(default)s)")
+    ap.add_argument(
+        "--models",
+        default=defaults.DEFAULT_MODEL,
+        help="comma-separated models to place (default %(default)s)",
+    )
+    ap.add_argument(
+        "--data-dir", default=os.environ.get("STRATA_DATA_DIR", str(REPO_ROOT / ".strata"))
+    )
+    ap.add_argument(
+        "--port-base",
+        type=int,
+        default=Ports().base,
+        help="the gateway's port; the other services take the next ones (default %(default)s)",
+    )
     ap.add_argument("--ready-timeout", type=float, default=600.0)
-    ap.add_argument("--then", help="a shell command to run once the stack is ready; the stack "
-                                   "stops when it ends and its exit code is ours")
+    ap.add_argument(
+        "--then",
+        help="a shell command to run once the stack is ready; the stack "
+        "stops when it ends and its exit code is ours",
+    )
     args = ap.parse_args(argv)
     if args.nodes < 1:
         ap.error(f"--nodes must be at least 1, got {args.nodes}")
@@ -322,8 +404,16 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--port-base must leave 200 ports below 65536, got {args.port_base}")
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     os.makedirs(args.data_dir, exist_ok=True)
-    return asyncio.run(supervise(args.nodes, models, os.path.abspath(args.data_dir),
-                                 args.ready_timeout, args.then, Ports(base=args.port_base)))
+    return asyncio.run(
+        supervise(
+            args.nodes,
+            models,
+            os.path.abspath(args.data_dir),
+            args.ready_timeout,
+            args.then,
+            Ports(base=args.port_base),
+        )
+    )
 
 
 if __name__ == "__main__":

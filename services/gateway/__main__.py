@@ -6,6 +6,10 @@ import asyncio
 import logging
 import time
 
+from services.gateway.admin import AdminServicer
+from services.gateway.config import PROG, GatewayConfig
+from services.gateway.metrics_proxy import MetricsProxyServicer
+from services.gateway.servicer import GatewayServicer
 from strata.core.settings import load
 from strata.gateway.admin_key import ensure_admin_key
 from strata.gateway.auth import Authenticator
@@ -38,17 +42,13 @@ from strata.v1 import (
     metrics_pb2_grpc,
 )
 
-from services.gateway.admin import AdminServicer
-from services.gateway.config import PROG, GatewayConfig
-from services.gateway.metrics_proxy import MetricsProxyServicer
-from services.gateway.servicer import GatewayServicer
-
 log = logging.getLogger("services.gateway")
 
 
 def _registration(pb2, name: str, add, servicer) -> Registration:
-    return Registration(add=lambda s: add(servicer, s),
-                        service_name=pb2.DESCRIPTOR.services_by_name[name].full_name)
+    return Registration(
+        add=lambda s: add(servicer, s), service_name=pb2.DESCRIPTOR.services_by_name[name].full_name
+    )
 
 
 async def main(cfg: GatewayConfig) -> None:
@@ -63,26 +63,52 @@ async def main(cfg: GatewayConfig) -> None:
     admin_key = ensure_admin_key(cfg.admin_key_file)
     auth = Authenticator(sessions, time.monotonic)
     tenants = TenantDirectory(sessions, time.monotonic, cfg.tenant_policy_ttl_s, cfg.sla_seed)
-    schedulers = SchedulerClient(cfg.scheduler_addr,
-                                 StaleRouter(WallClock(), cfg.gateway_stale_route_s))
+    schedulers = SchedulerClient(
+        cfg.scheduler_addr, StaleRouter(WallClock(), cfg.gateway_stale_route_s)
+    )
     pipeline = RequestPipeline(
-        auth, tenants, TenantRateLimiter(WallClock(), cfg.rate_limit_rps, cfg.rate_limit_burst),
-        PrefixHasher(), schedulers, NodeClients(),
-        cfg.request_timeout_s)
+        auth,
+        tenants,
+        TenantRateLimiter(WallClock(), cfg.rate_limit_rps, cfg.rate_limit_burst),
+        PrefixHasher(),
+        schedulers,
+        NodeClients(),
+        cfg.request_timeout_s,
+    )
     metrics = channel(cfg.metrics_addr)
-    running = await start_server([
-        _registration(gateway_pb2, "Gateway", gateway_pb2_grpc.add_GatewayServicer_to_server,
-                      GatewayServicer(pipeline)),
-        _registration(admin_pb2, "Admin", admin_pb2_grpc.add_AdminServicer_to_server,
-                      AdminServicer(sessions, admin_key, auth, tenants, cfg.sla_seed)),
-        _registration(metrics_pb2, "Metrics", metrics_pb2_grpc.add_MetricsServicer_to_server,
-                      MetricsProxyServicer(metrics_pb2_grpc.MetricsStub(metrics), auth,
-                                           admin_key))],
-        bind=cfg.gateway_bind, max_receive_bytes=max_request_bytes(), tls=cfg.public_tls())
+    running = await start_server(
+        [
+            _registration(
+                gateway_pb2,
+                "Gateway",
+                gateway_pb2_grpc.add_GatewayServicer_to_server,
+                GatewayServicer(pipeline),
+            ),
+            _registration(
+                admin_pb2,
+                "Admin",
+                admin_pb2_grpc.add_AdminServicer_to_server,
+                AdminServicer(sessions, admin_key, auth, tenants, cfg.sla_seed),
+            ),
+            _registration(
+                metrics_pb2,
+                "Metrics",
+                metrics_pb2_grpc.add_MetricsServicer_to_server,
+                MetricsProxyServicer(metrics_pb2_grpc.MetricsStub(metrics), auth, admin_key),
+            ),
+        ],
+        bind=cfg.gateway_bind,
+        max_receive_bytes=max_request_bytes(),
+        tls=cfg.public_tls(),
+    )
     stop = asyncio.Event()
     views = asyncio.create_task(schedulers.refresh_forever(stop))
-    log.info("gateway listening on %s%s (admin key in %s)", cfg.gateway_bind,
-             " with TLS" if cfg.gateway_tls_cert else "", cfg.admin_key_file)
+    log.info(
+        "gateway listening on %s%s (admin key in %s)",
+        cfg.gateway_bind,
+        " with TLS" if cfg.gateway_tls_cert else "",
+        cfg.admin_key_file,
+    )
 
     async def on_stop() -> None:
         stop.set()
@@ -95,5 +121,5 @@ async def main(cfg: GatewayConfig) -> None:
 
 
 if __name__ == "__main__":
-    settings = load(GatewayConfig, PROG)        # --help and bad settings stop here
+    settings = load(GatewayConfig, PROG)  # --help and bad settings stop here
     run(lambda: main(settings))

@@ -15,9 +15,12 @@ from strata.v1 import admin_pb2
 
 def settings_from_record(r: admin_pb2.TenantRecord) -> TenantSettings:
     return TenantSettings(
-        sla_class=r.sla_class or DEFAULT_CLASS, weight=r.weight or 1.0,
-        guaranteed_share=r.guaranteed_share, burst_share=r.burst_share or 1.0,
-        rate_limit_rps=r.rate_limit_rps or None)
+        sla_class=r.sla_class or DEFAULT_CLASS,
+        weight=r.weight or 1.0,
+        guaranteed_share=r.guaranteed_share,
+        burst_share=r.burst_share or 1.0,
+        rate_limit_rps=r.rate_limit_rps or None,
+    )
 
 
 def changes_from_update(request: admin_pb2.UpdateTenantRequest) -> dict[str, object]:
@@ -31,10 +34,15 @@ def changes_from_update(request: admin_pb2.UpdateTenantRequest) -> dict[str, obj
 def record(info: TenantInfo) -> admin_pb2.TenantRecord:
     s = info.settings
     return admin_pb2.TenantRecord(
-        name=info.name, sla_class=s.sla_class, weight=s.weight,
-        guaranteed_share=s.guaranteed_share, burst_share=s.burst_share,
-        rate_limit_rps=s.rate_limit_rps or 0.0, created_unix_ms=info.created_unix_ms,
-        active_keys=info.active_keys)
+        name=info.name,
+        sla_class=s.sla_class,
+        weight=s.weight,
+        guaranteed_share=s.guaranteed_share,
+        burst_share=s.burst_share,
+        rate_limit_rps=s.rate_limit_rps or 0.0,
+        created_unix_ms=info.created_unix_ms,
+        active_keys=info.active_keys,
+    )
 
 
 def sla_record(sla: SlaClass) -> admin_pb2.SlaClassRecord:
@@ -47,6 +55,9 @@ def sla_record(sla: SlaClass) -> admin_pb2.SlaClassRecord:
 
 
 def sla_from_record(r: admin_pb2.SlaClassRecord) -> SlaClass:
-    return SlaClass(r.name, r.ttft_ms if r.HasField("ttft_ms") else None,
-                    r.tpot_ms if r.HasField("tpot_ms") else None, r.priority)
-
+    return SlaClass(
+        r.name,
+        r.ttft_ms if r.HasField("ttft_ms") else None,
+        r.tpot_ms if r.HasField("tpot_ms") else None,
+        r.priority,
+    )

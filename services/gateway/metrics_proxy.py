@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import grpc
+
 from strata.gateway.admin_key import is_admin_key
 from strata.gateway.auth import Authenticator, bearer_key
 from strata.gateway.errors import public_details
@@ -21,15 +22,18 @@ from strata.v1 import metrics_pb2, metrics_pb2_grpc
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT_S = 30.0
-NO_KEY = ("missing API key: send metadata 'authorization: Bearer <key>' (a tenant key reads its "
-          "own tenant, the admin key every tenant)")
+NO_KEY = (
+    "missing API key: send metadata 'authorization: Bearer <key>' (a tenant key reads its "
+    "own tenant, the admin key every tenant)"
+)
 BAD_KEY = "unknown or revoked API key; ask your admin for a valid key"
 CLUSTER_ONLY = "node samples and arrival curves are the cluster's own, not served to callers"
 
 
 class MetricsProxyServicer(metrics_pb2_grpc.MetricsServicer):
-    def __init__(self, metrics: metrics_pb2_grpc.MetricsStub, auth: Authenticator,
-                 admin_key: str) -> None:
+    def __init__(
+        self, metrics: metrics_pb2_grpc.MetricsStub, auth: Authenticator, admin_key: str
+    ) -> None:
         self._metrics = metrics
         self._auth = auth
         self._admin_key = admin_key
@@ -45,33 +49,42 @@ class MetricsProxyServicer(metrics_pb2_grpc.MetricsServicer):
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, BAD_KEY)
         return Scope(tenant)
 
-    async def _forward(self, call: Callable[..., Awaitable[T]], request,
-                       context: grpc.aio.ServicerContext) -> T:
+    async def _forward(
+        self, call: Callable[..., Awaitable[T]], request, context: grpc.aio.ServicerContext
+    ) -> T:
         scope = await self._scope(context)
         try:
-            return await call(request, metadata=(scope.metadata(),),
-                              timeout=context.time_remaining() or DEFAULT_TIMEOUT_S)
+            return await call(
+                request,
+                metadata=(scope.metadata(),),
+                timeout=context.time_remaining() or DEFAULT_TIMEOUT_S,
+            )
         except grpc.aio.AioRpcError as err:
             await context.abort(err.code(), public_details(err, "the metrics collector"))
 
-    async def GetReport(self, request: metrics_pb2.ReportRequest,
-                        context: grpc.aio.ServicerContext) -> metrics_pb2.Report:
+    async def GetReport(
+        self, request: metrics_pb2.ReportRequest, context: grpc.aio.ServicerContext
+    ) -> metrics_pb2.Report:
         return await self._forward(self._metrics.GetReport, request, context)
 
-    async def GetTrace(self, request: metrics_pb2.GetTraceRequest,
-                       context: grpc.aio.ServicerContext) -> metrics_pb2.Trace:
+    async def GetTrace(
+        self, request: metrics_pb2.GetTraceRequest, context: grpc.aio.ServicerContext
+    ) -> metrics_pb2.Trace:
         return await self._forward(self._metrics.GetTrace, request, context)
 
-    async def StartRun(self, request: metrics_pb2.StartRunRequest,
-                       context: grpc.aio.ServicerContext) -> metrics_pb2.RunInfo:
+    async def StartRun(
+        self, request: metrics_pb2.StartRunRequest, context: grpc.aio.ServicerContext
+    ) -> metrics_pb2.RunInfo:
         return await self._forward(self._metrics.StartRun, request, context)
 
-    async def FinishRun(self, request: metrics_pb2.FinishRunRequest,
-                        context: grpc.aio.ServicerContext) -> metrics_pb2.RunInfo:
+    async def FinishRun(
+        self, request: metrics_pb2.FinishRunRequest, context: grpc.aio.ServicerContext
+    ) -> metrics_pb2.RunInfo:
         return await self._forward(self._metrics.FinishRun, request, context)
 
-    async def ListRuns(self, request: metrics_pb2.ListRunsRequest,
-                       context: grpc.aio.ServicerContext) -> metrics_pb2.ListRunsResponse:
+    async def ListRuns(
+        self, request: metrics_pb2.ListRunsRequest, context: grpc.aio.ServicerContext
+    ) -> metrics_pb2.ListRunsResponse:
         return await self._forward(self._metrics.ListRuns, request, context)
 
     async def RecordNodeSamples(self, request, context):

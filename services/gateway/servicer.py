@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 import grpc
+
 from strata.gateway.auth import bearer_key
 from strata.gateway.pipeline import PipelineError, RequestPipeline
 from strata.gateway.validation import GenerateParams
@@ -19,27 +20,37 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     def __init__(self, pipeline: RequestPipeline):
         self.pipeline = pipeline
 
-    async def ListModels(self, request: common_pb2.ListModelsRequest,
-                         context: grpc.aio.ServicerContext) -> common_pb2.ListModelsResponse:
+    async def ListModels(
+        self, request: common_pb2.ListModelsRequest, context: grpc.aio.ServicerContext
+    ) -> common_pb2.ListModelsResponse:
         try:
             models = await self.pipeline.list_models(bearer_key(context.invocation_metadata()))
         except PipelineError as err:
             await _abort(context, err)
         return common_pb2.ListModelsResponse(models=models)
 
-    async def Generate(self, request: gateway_pb2.GenerateRequest,
-                       context: grpc.aio.ServicerContext):
+    async def Generate(
+        self, request: gateway_pb2.GenerateRequest, context: grpc.aio.ServicerContext
+    ):
         arrived = time.perf_counter()
         metadata = context.invocation_metadata()
         try:
             generation = await self.pipeline.admit(
-                bearer_key(metadata), params_of(request), run_id_of(metadata),
-                context.time_remaining(), arrived)
+                bearer_key(metadata),
+                params_of(request),
+                run_id_of(metadata),
+                context.time_remaining(),
+                arrived,
+            )
             async for chunk in generation.chunks:
                 reply = gateway_pb2.GenerateResponse(
-                    request_id=generation.request_id, text=chunk.text,
-                    token_ids=chunk.token_ids, finish_reason=chunk.finish_reason,
-                    trace_id=generation.trace_id, logprobs=chunk.logprobs)
+                    request_id=generation.request_id,
+                    text=chunk.text,
+                    token_ids=chunk.token_ids,
+                    finish_reason=chunk.finish_reason,
+                    trace_id=generation.trace_id,
+                    logprobs=chunk.logprobs,
+                )
                 if chunk.HasField("usage"):  # the last chunk only, as downstream
                     reply.usage.CopyFrom(chunk.usage)
                 yield reply
@@ -67,10 +78,22 @@ def run_id_of(metadata) -> str | None:
 def params_of(r: gateway_pb2.GenerateRequest) -> GenerateParams:
     s = r.sampling
     return GenerateParams(
-        model=r.model, prompt=r.prompt, messages=[(m.role, m.content) for m in r.messages],
-        max_tokens=r.max_tokens, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
-        repetition_penalty=s.repetition_penalty, stop=list(r.stop), min_p=s.min_p,
-        frequency_penalty=s.frequency_penalty, presence_penalty=s.presence_penalty,
-        logprobs=s.logprobs, stop_token_ids=tuple(s.stop_token_ids),
-        seed=s.seed if s.HasField("seed") else None, ignore_eos=s.ignore_eos,
-        prefix_public=r.prefix_public, sparse=r.sparse)
+        model=r.model,
+        prompt=r.prompt,
+        messages=[(m.role, m.content) for m in r.messages],
+        max_tokens=r.max_tokens,
+        temperature=s.temperature,
+        top_p=s.top_p,
+        top_k=s.top_k,
+        repetition_penalty=s.repetition_penalty,
+        stop=list(r.stop),
+        min_p=s.min_p,
+        frequency_penalty=s.frequency_penalty,
+        presence_penalty=s.presence_penalty,
+        logprobs=s.logprobs,
+        stop_token_ids=tuple(s.stop_token_ids),
+        seed=s.seed if s.HasField("seed") else None,
+        ignore_eos=s.ignore_eos,
+        prefix_public=r.prefix_public,
+        sparse=r.sparse,
+    )

@@ -6,6 +6,9 @@ import asyncio
 import logging
 import time
 
+from services.kvstore.config import PROG, KVStoreConfig
+from services.kvstore.events import EventPublisher
+from services.kvstore.servicer import KVStoreServicer
 from strata.core import cpu_priority
 from strata.core.cpu_priority import CpuClass
 from strata.core.settings import load
@@ -19,10 +22,6 @@ from strata.rpc.server import Registration, run, serve_until_signal, start_serve
 from strata.telemetry.setup import init_tracing
 from strata.v1 import kvstore_pb2, kvstore_pb2_grpc
 
-from services.kvstore.config import PROG, KVStoreConfig
-from services.kvstore.events import EventPublisher
-from services.kvstore.servicer import KVStoreServicer
-
 log = logging.getLogger("services.kvstore")
 
 
@@ -31,35 +30,66 @@ async def main(cfg: KVStoreConfig) -> None:
     install(identity)
     idle = cfg.kvstore_cpu_priority is CpuClass.IDLE
     if idle:
-        cpu_priority.to_background()      # threads started below inherit the class
+        cpu_priority.to_background()  # threads started below inherit the class
     init_tracing("kvstore", cfg.otlp_endpoint, identity=identity)
     port = int(cfg.kvstore_bind.rsplit(":", 1)[1])
-    segment = ShmSegment(segment_path(cfg.kvstore_shm_dir, cfg.kvstore_node_id, port),
-                         cfg.kvstore_host_bytes, create=True)
+    segment = ShmSegment(
+        segment_path(cfg.kvstore_shm_dir, cfg.kvstore_node_id, port),
+        cfg.kvstore_host_bytes,
+        create=True,
+    )
     # Opening the disk tier replays its manifest: after a crash the directory comes back from
     # it, and blocks whose files fail their checksums are dropped before anything is served.
-    disk = DiskTier(cfg.disk_dir, cfg.kvstore_disk_bytes, durable=cfg.kvstore_disk_durable) \
-        if cfg.kvstore_disk_bytes else None
-    store = TieredStore(segment, cfg.slab_bytes, disk, make_policy(cfg.kvstore_policy),
-                        time.monotonic, cfg.kvstore_high_watermark, cfg.kvstore_low_watermark)
+    disk = (
+        DiskTier(cfg.disk_dir, cfg.kvstore_disk_bytes, durable=cfg.kvstore_disk_durable)
+        if cfg.kvstore_disk_bytes
+        else None
+    )
+    store = TieredStore(
+        segment,
+        cfg.slab_bytes,
+        disk,
+        make_policy(cfg.kvstore_policy),
+        time.monotonic,
+        cfg.kvstore_high_watermark,
+        cfg.kvstore_low_watermark,
+    )
     migrator = Migrator(store).start()
     servicer = KVStoreServicer(store, str(segment.path))
-    running = await start_server([Registration(
-        add=lambda s: kvstore_pb2_grpc.add_KVStoreServicer_to_server(servicer, s),
-        service_name=kvstore_pb2.DESCRIPTOR.services_by_name["KVStore"].full_name)],
-        bind=cfg.kvstore_bind, identity=identity)
+    running = await start_server(
+        [
+            Registration(
+                add=lambda s: kvstore_pb2_grpc.add_KVStoreServicer_to_server(servicer, s),
+                service_name=kvstore_pb2.DESCRIPTOR.services_by_name["KVStore"].full_name,
+            )
+        ],
+        bind=cfg.kvstore_bind,
+        identity=identity,
+    )
     if idle:
-        cpu_priority.to_background()      # and the gRPC runtime's own threads
+        cpu_priority.to_background()  # and the gRPC runtime's own threads
     publisher = None
     if cfg.scheduler_addr:
-        publisher = EventPublisher(store, cfg.scheduler_addr, cfg.kvstore_node_id,
-                                   cfg.advertise, cfg.kvstore_events_interval_s)
+        publisher = EventPublisher(
+            store,
+            cfg.scheduler_addr,
+            cfg.kvstore_node_id,
+            cfg.advertise,
+            cfg.kvstore_events_interval_s,
+        )
         events = asyncio.create_task(publisher.run())
-    log.info("kvstore listening on %s (host tier %d MiB in %s, disk tier %d MiB in %s, "
-             "%d blocks recovered, %d dropped as corrupt, CPU class %s)", cfg.kvstore_bind,
-             cfg.kvstore_host_bytes >> 20, segment.path, cfg.kvstore_disk_bytes >> 20,
-             cfg.disk_dir if disk is not None else "-", store.counters.recovered,
-             store.counters.dropped_corrupt, cpu_priority.scheduling_class())
+    log.info(
+        "kvstore listening on %s (host tier %d MiB in %s, disk tier %d MiB in %s, "
+        "%d blocks recovered, %d dropped as corrupt, CPU class %s)",
+        cfg.kvstore_bind,
+        cfg.kvstore_host_bytes >> 20,
+        segment.path,
+        cfg.kvstore_disk_bytes >> 20,
+        cfg.disk_dir if disk is not None else "-",
+        store.counters.recovered,
+        store.counters.dropped_corrupt,
+        cpu_priority.scheduling_class(),
+    )
     try:
         await serve_until_signal(running)
     finally:
@@ -73,5 +103,5 @@ async def main(cfg: KVStoreConfig) -> None:
 
 
 if __name__ == "__main__":
-    settings = load(KVStoreConfig, PROG)        # --help and bad settings stop here
+    settings = load(KVStoreConfig, PROG)  # --help and bad settings stop here
     run(lambda: main(settings))

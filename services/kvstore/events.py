@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import grpc
+
 from strata.kvtier.tiered_store import TieredStore
 from strata.rpc.channels import channel
 from strata.v1 import scheduler_pb2, scheduler_pb2_grpc
@@ -35,8 +36,14 @@ class _Target:
 
 
 class EventPublisher:
-    def __init__(self, store: TieredStore, scheduler_addrs: Sequence[str], node_id: str,
-                 store_address: str, interval_s: float):
+    def __init__(
+        self,
+        store: TieredStore,
+        scheduler_addrs: Sequence[str],
+        node_id: str,
+        store_address: str,
+        interval_s: float,
+    ):
         self.store = store
         self.node_id = node_id
         self.store_address = store_address
@@ -63,20 +70,31 @@ class EventPublisher:
             return
         await asyncio.gather(*(self._send(t, reset, stored, removed) for t in self._targets))
 
-    async def _send(self, t: _Target, reset: bool, stored: list[int],
-                    removed: list[int]) -> None:
+    async def _send(self, t: _Target, reset: bool, stored: list[int], removed: list[int]) -> None:
         t.sequence += 1
         try:
-            resp = await t.stub.ReportKVEvents(scheduler_pb2.KVEventsRequest(
-                node_id=self.node_id, store_address=self.store_address, sequence=t.sequence,
-                reset=reset, stored=stored, removed=removed), timeout=5.0)
+            resp = await t.stub.ReportKVEvents(
+                scheduler_pb2.KVEventsRequest(
+                    node_id=self.node_id,
+                    store_address=self.store_address,
+                    sequence=t.sequence,
+                    reset=reset,
+                    stored=stored,
+                    removed=removed,
+                ),
+                timeout=5.0,
+            )
         except grpc.aio.AioRpcError as err:
             t.failures += 1
             t.reset = True
             if t.failures == 1 or t.failures % 100 == 0:
-                log.warning("reporting KV events to the scheduler at %s failed (%s, %d so far); "
-                            "the next report carries the whole block set", t.address,
-                            err.code().name, t.failures)
+                log.warning(
+                    "reporting KV events to the scheduler at %s failed (%s, %d so far); "
+                    "the next report carries the whole block set",
+                    t.address,
+                    err.code().name,
+                    t.failures,
+                )
             return
         self.reports += 1
         t.reset = resp.need_reset

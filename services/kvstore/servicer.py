@@ -7,6 +7,7 @@ import asyncio
 import logging
 
 import grpc
+
 from strata.kvtier.blocks import StoredBlock
 from strata.kvtier.hashing import from_bytes, to_bytes
 from strata.kvtier.tiered_store import Slot, Tier, TieredStore
@@ -28,8 +29,10 @@ class KVStoreServicer(kvstore_pb2_grpc.KVStoreServicer):
 
     # -- byte path ---------------------------------------------------------------------------
     async def PutBlocks(self, request, context):
-        blocks = [StoredBlock(await _hash(b.block_hash, context), b.layout, b.data, b.checksum)
-                  for b in request.blocks]
+        blocks = [
+            StoredBlock(await _hash(b.block_hash, context), b.layout, b.data, b.checksum)
+            for b in request.blocks
+        ]
         stored = await asyncio.to_thread(lambda: sum(self.store.put_bytes(b) for b in blocks))
         return kvstore_pb2.PutBlocksResponse(stored=stored)
 
@@ -41,7 +44,7 @@ class KVStoreServicer(kvstore_pb2_grpc.KVStoreServicer):
     async def StreamBlocks(self, request, context):
         hashes = await _hashes(request.block_hashes, context)
         for start in range(0, len(hashes), 8):
-            chunk = hashes[start:start + 8]
+            chunk = hashes[start : start + 8]
             blocks = await asyncio.to_thread(self.store.read_prefix, chunk)
             for b in blocks:
                 yield _pb_block(b)
@@ -55,29 +58,36 @@ class KVStoreServicer(kvstore_pb2_grpc.KVStoreServicer):
 
     # -- shared-memory path -------------------------------------------------------------------
     async def Attach(self, request, context):
-        return kvstore_pb2.AttachResponse(shm_path=self.shm_path,
-                                          shm_bytes=self.store.segment.size)
+        return kvstore_pb2.AttachResponse(shm_path=self.shm_path, shm_bytes=self.store.segment.size)
 
     async def Reserve(self, request, context):
         if not 0 < request.count <= MAX_RESERVE:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"count must be between 1 and {MAX_RESERVE}, got {request.count}")
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"count must be between 1 and {MAX_RESERVE}, got {request.count}",
+            )
         if not self.store.alloc.fits(request.block_bytes):
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"a {request.block_bytes}-byte block does not fit this store's "
-                                f"{self.store.alloc.slab_bytes}-byte slabs; raise "
-                                f"STRATA_KVSTORE_SLAB_BYTES or use the byte path")
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"a {request.block_bytes}-byte block does not fit this store's "
+                f"{self.store.alloc.slab_bytes}-byte slabs; raise "
+                f"STRATA_KVSTORE_SLAB_BYTES or use the byte path",
+            )
         slots = await asyncio.to_thread(self.store.reserve, request.block_bytes, request.count)
-        return kvstore_pb2.ReserveResponse(offsets=[s.offset for s in slots],
-                                           tickets=[s.ticket for s in slots])
+        return kvstore_pb2.ReserveResponse(
+            offsets=[s.offset for s in slots], tickets=[s.ticket for s in slots]
+        )
 
     async def Commit(self, request, context):
         if len(request.unused_offsets) != len(request.unused_tickets):
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"unused_offsets ({len(request.unused_offsets)}) and "
-                                f"unused_tickets ({len(request.unused_tickets)}) must pair up")
-        blocks = [(Slot(b.offset, b.ticket), b.block_hash, b.layout, b.checksum)
-                  for b in request.blocks]
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"unused_offsets ({len(request.unused_offsets)}) and "
+                f"unused_tickets ({len(request.unused_tickets)}) must pair up",
+            )
+        blocks = [
+            (Slot(b.offset, b.ticket), b.block_hash, b.layout, b.checksum) for b in request.blocks
+        ]
         unused = [Slot(o, t) for o, t in zip(request.unused_offsets, request.unused_tickets)]
         stored, dups, rejected = await asyncio.to_thread(self.store.commit, blocks, unused)
         return kvstore_pb2.CommitResponse(stored=stored, duplicates=dups, rejected=rejected)
@@ -85,15 +95,26 @@ class KVStoreServicer(kvstore_pb2_grpc.KVStoreServicer):
     async def Acquire(self, request, context):
         hashes = _check_count(list(request.block_hashes))
         if hashes is None:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"at most {MAX_HASHES} block hashes per call")
-        pinned, lease, on_disk = await asyncio.to_thread(self.store.acquire, hashes,
-                                                         request.promote)
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"at most {MAX_HASHES} block hashes per call"
+            )
+        pinned, lease, on_disk = await asyncio.to_thread(
+            self.store.acquire, hashes, request.promote
+        )
         return kvstore_pb2.AcquireResponse(
-            blocks=[kvstore_pb2.PinnedBlock(block_hash=p.block_hash, offset=p.offset,
-                                            nbytes=p.nbytes, layout=p.layout,
-                                            checksum=p.checksum) for p in pinned],
-            lease_id=lease, disk_blocks=on_disk)
+            blocks=[
+                kvstore_pb2.PinnedBlock(
+                    block_hash=p.block_hash,
+                    offset=p.offset,
+                    nbytes=p.nbytes,
+                    layout=p.layout,
+                    checksum=p.checksum,
+                )
+                for p in pinned
+            ],
+            lease_id=lease,
+            disk_blocks=on_disk,
+        )
 
     async def Release(self, request, context):
         self.store.release(list(request.lease_ids), request.moved)
@@ -102,8 +123,9 @@ class KVStoreServicer(kvstore_pb2_grpc.KVStoreServicer):
     async def Prefetch(self, request, context):
         hashes = _check_count(list(request.block_hashes))
         if hashes is None:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"at most {MAX_HASHES} block hashes per call")
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"at most {MAX_HASHES} block hashes per call"
+            )
         if request.peer_address:
             held, _, _ = self.store.lookup(hashes)
             if held < len(hashes):
@@ -115,27 +137,34 @@ class KVStoreServicer(kvstore_pb2_grpc.KVStoreServicer):
 
     async def NoteDeviceBlocks(self, request, context):
         if not request.worker_id:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                "worker_id is required: device blocks are tracked per worker")
-        self.store.note_device(request.worker_id, list(request.stored), list(request.removed),
-                               request.reset)
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "worker_id is required: device blocks are tracked per worker",
+            )
+        self.store.note_device(
+            request.worker_id, list(request.stored), list(request.removed), request.reset
+        )
         return kvstore_pb2.DeviceBlocksResponse()
 
     # -- cross-node ---------------------------------------------------------------------------
     async def Pull(self, request, context):
         if not request.peer_address:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                "peer_address is required: the store to pull blocks from")
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "peer_address is required: the store to pull blocks from",
+            )
         hashes = _check_count(list(request.block_hashes))
         if hashes is None:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"at most {MAX_HASHES} block hashes per call")
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"at most {MAX_HASHES} block hashes per call"
+            )
         try:
             pulled = await self._pull(request.peer_address, hashes)
         except grpc.aio.AioRpcError as err:
-            await context.abort(grpc.StatusCode.UNAVAILABLE,
-                                f"peer store {request.peer_address} failed: "
-                                f"{err.code().name} {err.details()}")
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE,
+                f"peer store {request.peer_address} failed: {err.code().name} {err.details()}",
+            )
         return kvstore_pb2.PullResponse(pulled=pulled)
 
     async def _pull(self, peer: str, hashes: list[int]) -> int:
@@ -146,20 +175,25 @@ class KVStoreServicer(kvstore_pb2_grpc.KVStoreServicer):
             return 0
         stub = self._peers.get(peer)
         if stub is None:
-            stub = self._peers[peer] = kvstore_pb2_grpc.KVStoreStub(
-                channel(peer))
+            stub = self._peers[peer] = kvstore_pb2_grpc.KVStoreStub(channel(peer))
         pulled = 0
         request = kvstore_pb2.GetBlocksRequest(block_hashes=[to_bytes(h) for h in want])
         try:
             async for blk in stub.StreamBlocks(request, timeout=30.0):
                 b = StoredBlock(from_bytes(blk.block_hash), blk.layout, blk.data, blk.checksum)
-                if b.block_hash != want[pulled] or \
-                        not await asyncio.to_thread(self.store.put_bytes, b):
+                if b.block_hash != want[pulled] or not await asyncio.to_thread(
+                    self.store.put_bytes, b
+                ):
                     break
                 pulled += 1
         except grpc.aio.AioRpcError as err:
-            log.warning("pulling %d blocks from %s stopped after %d: %s", len(want), peer,
-                        pulled, err.code().name)
+            log.warning(
+                "pulling %d blocks from %s stopped after %d: %s",
+                len(want),
+                peer,
+                pulled,
+                err.code().name,
+            )
             if pulled == 0:
                 raise
         self.store.counters.peer_pulled += pulled
@@ -172,29 +206,51 @@ class KVStoreServicer(kvstore_pb2_grpc.KVStoreServicer):
         counts = s.tier_counts()
         disk_cap = s.disk.capacity_bytes if s.disk is not None else 0
         node_blocks, device_blocks = s.node_blocks()
-        tiers = [kvstore_pb2.TierStats(
-            tier="host", blocks=counts[Tier.HOST][0], bytes_used=counts[Tier.HOST][1],
-            bytes_capacity=s.alloc.capacity_bytes, hits=c.host_hits,
-            evictions=c.host_evictions, migrations_in=c.promotions),
+        tiers = [
             kvstore_pb2.TierStats(
-            tier="disk", blocks=counts[Tier.DISK][0], bytes_used=counts[Tier.DISK][1],
-            bytes_capacity=disk_cap, hits=c.disk_hits, evictions=c.disk_evictions,
-            migrations_in=c.demotions)]
+                tier="host",
+                blocks=counts[Tier.HOST][0],
+                bytes_used=counts[Tier.HOST][1],
+                bytes_capacity=s.alloc.capacity_bytes,
+                hits=c.host_hits,
+                evictions=c.host_evictions,
+                migrations_in=c.promotions,
+            ),
+            kvstore_pb2.TierStats(
+                tier="disk",
+                blocks=counts[Tier.DISK][0],
+                bytes_used=counts[Tier.DISK][1],
+                bytes_capacity=disk_cap,
+                hits=c.disk_hits,
+                evictions=c.disk_evictions,
+                migrations_in=c.demotions,
+            ),
+        ]
         return kvstore_pb2.KVStats(
-            blocks=len(s), bytes_used=counts[Tier.HOST][1] + counts[Tier.DISK][1],
+            blocks=len(s),
+            bytes_used=counts[Tier.HOST][1] + counts[Tier.DISK][1],
             bytes_capacity=s.alloc.capacity_bytes + disk_cap,
-            hits=c.host_hits + c.disk_hits, misses=c.misses,
+            hits=c.host_hits + c.disk_hits,
+            misses=c.misses,
             evictions=c.host_evictions + c.disk_evictions,
-            checksum_failures=c.checksum_failures, tiers=tiers, device_blocks=device_blocks,
-            pinned_blocks=s.pinned_blocks(), reserved_bytes=s.reserved_bytes(),
-            pressure=s.pressure, recovered_blocks=c.recovered,
-            dropped_corrupt=c.dropped_corrupt, peer_blocks_pulled=c.peer_pulled,
-            reserve_refused=c.reserve_refused, node_blocks=node_blocks)
+            checksum_failures=c.checksum_failures,
+            tiers=tiers,
+            device_blocks=device_blocks,
+            pinned_blocks=s.pinned_blocks(),
+            reserved_bytes=s.reserved_bytes(),
+            pressure=s.pressure,
+            recovered_blocks=c.recovered,
+            dropped_corrupt=c.dropped_corrupt,
+            peer_blocks_pulled=c.peer_pulled,
+            reserve_refused=c.reserve_refused,
+            node_blocks=node_blocks,
+        )
 
 
 def _pb_block(b: StoredBlock) -> kvstore_pb2.KVBlock:
-    return kvstore_pb2.KVBlock(block_hash=to_bytes(b.block_hash), layout=b.layout, data=b.data,
-                               checksum=b.checksum)
+    return kvstore_pb2.KVBlock(
+        block_hash=to_bytes(b.block_hash), layout=b.layout, data=b.data, checksum=b.checksum
+    )
 
 
 def _check_count(hashes: list[int]) -> list[int] | None:
@@ -211,6 +267,8 @@ async def _hash(raw: bytes, context: grpc.aio.ServicerContext) -> int:
 
 async def _hashes(raw: list[bytes], context: grpc.aio.ServicerContext) -> list[int]:
     if len(raw) > MAX_HASHES:
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                            f"at most {MAX_HASHES} block hashes per call, got {len(raw)}")
+        await context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"at most {MAX_HASHES} block hashes per call, got {len(raw)}",
+        )
     return [await _hash(r, context) for r in raw]

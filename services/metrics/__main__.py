@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+from services.metrics.config import PROG, MetricsConfig
+from services.metrics.servicer import MetricsServicer
 from strata.core.defaults import DEMO_KEY_FILE, DEMO_TENANT
 from strata.core.settings import load
 from strata.rpc.channels import install
@@ -15,9 +17,6 @@ from strata.store.tenants import ensure_demo_tenant
 from strata.telemetry.receiver import OtlpReceiver
 from strata.telemetry.setup import init_tracing
 from strata.v1 import metrics_pb2, metrics_pb2_grpc
-
-from services.metrics.config import PROG, MetricsConfig
-from services.metrics.servicer import MetricsServicer
 
 
 async def main(cfg: MetricsConfig) -> None:
@@ -34,17 +33,27 @@ async def main(cfg: MetricsConfig) -> None:
         key = await ensure_demo_tenant(session, os.path.join(data_dir, DEMO_KEY_FILE))
     print(f"demo tenant '{DEMO_TENANT}' api key: {key}", flush=True)
 
-    receiver = OtlpReceiver(span_sink(sessions), capacity=cfg.metrics_queue_spans,
-                            batch_size=cfg.metrics_batch_spans)
+    receiver = OtlpReceiver(
+        span_sink(sessions), capacity=cfg.metrics_queue_spans, batch_size=cfg.metrics_batch_spans
+    )
     await receiver.start(cfg.otlp_bind, identity)
     servicer = MetricsServicer(sessions, receiver, cfg.layer_settings())
-    running = await start_server([Registration(
-        add=lambda s: metrics_pb2_grpc.add_MetricsServicer_to_server(servicer, s),
-        service_name=metrics_pb2.DESCRIPTOR.services_by_name["Metrics"].full_name)],
-        bind=cfg.metrics_bind, identity=identity)
+    running = await start_server(
+        [
+            Registration(
+                add=lambda s: metrics_pb2_grpc.add_MetricsServicer_to_server(servicer, s),
+                service_name=metrics_pb2.DESCRIPTOR.services_by_name["Metrics"].full_name,
+            )
+        ],
+        bind=cfg.metrics_bind,
+        identity=identity,
+    )
     host, otlp_host = cfg.metrics_bind.rsplit(":", 1)[0], cfg.otlp_bind.rsplit(":", 1)[0]
-    print(f"metrics listening on {host}:{running.port} "
-          f"(OTLP receiver on {otlp_host}:{receiver.port})", flush=True)
+    print(
+        f"metrics listening on {host}:{running.port} "
+        f"(OTLP receiver on {otlp_host}:{receiver.port})",
+        flush=True,
+    )
 
     async def on_stop() -> None:
         await receiver.stop()
@@ -54,5 +63,5 @@ async def main(cfg: MetricsConfig) -> None:
 
 
 if __name__ == "__main__":
-    settings = load(MetricsConfig, PROG)        # --help and bad settings stop here
+    settings = load(MetricsConfig, PROG)  # --help and bad settings stop here
     run(lambda: main(settings))

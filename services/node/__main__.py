@@ -5,6 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from services.node.config import PROG, NodeConfig
+from services.node.heartbeat import heartbeat_loop
+from services.node.sampler import NodeSampler, sample_loop
+from services.node.servicer import NodeManagerServicer
 from strata.core.settings import load
 from strata.node.energy import EnergyMeter, PowerModel, open_counter
 from strata.node.replicas import ReplicaSet
@@ -20,11 +24,6 @@ from strata.rpc.server import (
 from strata.telemetry.setup import init_tracing
 from strata.v1 import kvstore_pb2_grpc, node_pb2, node_pb2_grpc
 
-from services.node.config import PROG, NodeConfig
-from services.node.heartbeat import heartbeat_loop
-from services.node.sampler import NodeSampler, sample_loop
-from services.node.servicer import NodeManagerServicer
-
 log = logging.getLogger("services.node")
 
 
@@ -35,27 +34,46 @@ async def main(cfg: NodeConfig) -> None:
     pids = WorkerPids(cfg.state_dir)
     reaped = pids.reap_leftovers()
     if reaped:
-        log.warning("reaped %d workers a previous node manager left running: %s", len(reaped),
-                    ", ".join(map(str, reaped)))
-    replicas = ReplicaSet(cfg.worker_settings(), cfg.worker_ready_timeout_s,
-                          routing_grace_s=2 * cfg.heartbeat_interval_s,
-                          standby_per_model=cfg.node_standby, pids=pids)
+        log.warning(
+            "reaped %d workers a previous node manager left running: %s",
+            len(reaped),
+            ", ".join(map(str, reaped)),
+        )
+    replicas = ReplicaSet(
+        cfg.worker_settings(),
+        cfg.worker_ready_timeout_s,
+        routing_grace_s=2 * cfg.heartbeat_interval_s,
+        standby_per_model=cfg.node_standby,
+        pids=pids,
+    )
     servicer = NodeManagerServicer(cfg, replicas)
-    running = await start_server([Registration(
-        add=lambda s: node_pb2_grpc.add_NodeManagerServicer_to_server(servicer, s),
-        service_name=node_pb2.DESCRIPTOR.services_by_name["NodeManager"].full_name)],
-        bind=cfg.node_bind, identity=identity)
+    running = await start_server(
+        [
+            Registration(
+                add=lambda s: node_pb2_grpc.add_NodeManagerServicer_to_server(servicer, s),
+                service_name=node_pb2.DESCRIPTOR.services_by_name["NodeManager"].full_name,
+            )
+        ],
+        bind=cfg.node_bind,
+        identity=identity,
+    )
     stop = asyncio.Event()
-    beats = asyncio.create_task(heartbeat_loop(cfg, replicas, stop,
-                                               dispatcher=servicer.dispatcher))
-    meter = EnergyMeter(open_counter(cfg.energy_source),
-                        PowerModel(cfg.power_idle_watts, cfg.power_tdp_watts))
+    beats = asyncio.create_task(heartbeat_loop(cfg, replicas, stop, dispatcher=servicer.dispatcher))
+    meter = EnergyMeter(
+        open_counter(cfg.energy_source), PowerModel(cfg.power_idle_watts, cfg.power_tdp_watts)
+    )
     kv_channel = channel(cfg.kvstore_addr)
     sampler = NodeSampler(cfg.node_id, replicas, meter, kvstore_pb2_grpc.KVStoreStub(kv_channel))
-    samples = asyncio.create_task(sample_loop(sampler, cfg.metrics_addr, cfg.sample_interval_s,
-                                              stop))
-    log.info("node manager %s listening on %s (advertised as %s); energy from %s",
-             cfg.node_id, cfg.node_bind, cfg.advertise, meter.source)
+    samples = asyncio.create_task(
+        sample_loop(sampler, cfg.metrics_addr, cfg.sample_interval_s, stop)
+    )
+    log.info(
+        "node manager %s listening on %s (advertised as %s); energy from %s",
+        cfg.node_id,
+        cfg.node_bind,
+        cfg.advertise,
+        meter.source,
+    )
 
     async def on_stop() -> None:
         stop.set()
@@ -67,5 +85,5 @@ async def main(cfg: NodeConfig) -> None:
 
 
 if __name__ == "__main__":
-    settings = load(NodeConfig, PROG)           # --help and bad settings stop here
+    settings = load(NodeConfig, PROG)  # --help and bad settings stop here
     run(lambda: main(settings))

@@ -7,6 +7,9 @@ import asyncio
 import logging
 
 import grpc
+
+from services.node.config import NodeConfig
+from services.node.servicer import node_info
 from strata.node.dispatcher import Dispatcher
 from strata.node.interference_monitor import InterferenceMonitor, StepCounters
 from strata.node.replicas import ReplicaSet, State
@@ -14,9 +17,6 @@ from strata.policy.clock import Clock, WallClock
 from strata.policy.scheduling.interference import EstimatorSettings, MarginSettings
 from strata.rpc.server import channel
 from strata.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
-
-from services.node.config import NodeConfig
-from services.node.servicer import node_info
 
 log = logging.getLogger(__name__)
 
@@ -26,19 +26,30 @@ def interference_monitor(cfg: NodeConfig, clock: Clock = WallClock()) -> Interfe
     window = min(cfg.interference_baseline_s, max(2.0, 2 * cfg.heartbeat_interval_s))
     return InterferenceMonitor(
         EstimatorSettings(window_s=window, baseline_window_s=cfg.interference_baseline_s),
-        MarginSettings(floor=cfg.margin_floor, cap=cfg.margin_cap,
-                       half_life_s=cfg.margin_half_life_s), clock)
+        MarginSettings(
+            floor=cfg.margin_floor, cap=cfg.margin_cap, half_life_s=cfg.margin_half_life_s
+        ),
+        clock,
+    )
 
 
 def step_counters(replicas: ReplicaSet) -> dict[str, StepCounters]:
-    return {r.replica_id: StepCounters(r.stats.counters.step_seconds_observed,
-                                       r.stats.counters.step_seconds_solo)
-            for r in replicas.replicas.values() if r.state is State.READY}
+    return {
+        r.replica_id: StepCounters(
+            r.stats.counters.step_seconds_observed, r.stats.counters.step_seconds_solo
+        )
+        for r in replicas.replicas.values()
+        if r.state is State.READY
+    }
 
 
-async def heartbeat_loop(cfg: NodeConfig, replicas: ReplicaSet, stop: asyncio.Event,
-                         monitor: InterferenceMonitor | None = None,
-                         dispatcher: Dispatcher | None = None) -> None:
+async def heartbeat_loop(
+    cfg: NodeConfig,
+    replicas: ReplicaSet,
+    stop: asyncio.Event,
+    monitor: InterferenceMonitor | None = None,
+    dispatcher: Dispatcher | None = None,
+) -> None:
     """Report the node every interval to every scheduler: replicas, per-tenant loads and replica
     rates (from the dispatcher), interference and safety margin (from the monitor). FAILED
     replicas are forgotten once a scheduler has heard of them (to the others they are gone)."""
@@ -55,19 +66,31 @@ async def heartbeat_loop(cfg: NodeConfig, replicas: ReplicaSet, stop: asyncio.Ev
             estimate = monitor.update(step_counters(replicas))
             info.interference = estimate.interference
             info.safety_margin = estimate.safety_margin
-            models = [common_pb2.ModelInfo(name=r.model, context_length=r.stats.context_length,
-                                           memory_bytes=r.stats.memory_bytes)
-                      for r in replicas.replicas.values() if r.state is State.READY]
+            models = [
+                common_pb2.ModelInfo(
+                    name=r.model,
+                    context_length=r.stats.context_length,
+                    memory_bytes=r.stats.memory_bytes,
+                )
+                for r in replicas.replicas.values()
+                if r.state is State.READY
+            ]
             request = scheduler_pb2.HeartbeatRequest(node=info, models=models)
-            replies = await asyncio.gather(*(s.Heartbeat(request, timeout=max(interval, 1.0))
-                                             for s in stubs), return_exceptions=True)
+            replies = await asyncio.gather(
+                *(s.Heartbeat(request, timeout=max(interval, 1.0)) for s in stubs),
+                return_exceptions=True,
+            )
             for i, reply in enumerate(replies):
                 address = cfg.scheduler_addr[i]
                 if isinstance(reply, grpc.aio.AioRpcError):
                     failures[i] += 1
                     if failures[i] == 1 or failures[i] % 30 == 0:
-                        log.warning("heartbeat to scheduler %s failed (%d in a row): %s",
-                                    address, failures[i], reply.code().name)
+                        log.warning(
+                            "heartbeat to scheduler %s failed (%d in a row): %s",
+                            address,
+                            failures[i],
+                            reply.code().name,
+                        )
                     continue
                 if isinstance(reply, BaseException):
                     raise reply

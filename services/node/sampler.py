@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Callable
 
 import grpc
+
 from strata.core.counters import CounterSum, EngineCounters
 from strata.node.energy import EnergyMeter
 from strata.node.replicas import ReplicaSet, State
@@ -30,15 +31,20 @@ from strata.v1 import (
 
 log = logging.getLogger(__name__)
 
-MAX_PENDING = 900        # 30 minutes of samples at the default interval
+MAX_PENDING = 900  # 30 minutes of samples at the default interval
 STATS_TIMEOUT_S = 2.0
 
 
 class NodeSampler:
-    def __init__(self, node_id: str, replicas: ReplicaSet, meter: EnergyMeter,
-                 kvstore: kvstore_pb2_grpc.KVStoreStub | None,
-                 wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        node_id: str,
+        replicas: ReplicaSet,
+        meter: EnergyMeter,
+        kvstore: kvstore_pb2_grpc.KVStoreStub | None,
+        wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.node_id = node_id
         self.replicas = replicas
         self.meter = meter
@@ -61,8 +67,11 @@ class NodeSampler:
             try:
                 s = await r.stub.GetStats(worker_pb2.GetStatsRequest(), timeout=STATS_TIMEOUT_S)
             except grpc.aio.AioRpcError as err:
-                log.warning("stats of replica %s unavailable for the node sample: %s",
-                            r.replica_id, err.code().name)
+                log.warning(
+                    "stats of replica %s unavailable for the node sample: %s",
+                    r.replica_id,
+                    err.code().name,
+                )
                 continue
             growth = self.counters.add(r.replica_id, EngineCounters.from_pb(s))
             step_tokens += growth.step_tokens
@@ -83,35 +92,54 @@ class NodeSampler:
         energy = self.meter.read(utilization)
         c = self.counters.total
         return metrics_pb2.NodeSample(
-            node_id=self.node_id, unix_ms=self._wall_ms(), utilization=utilization,
-            batch_tokens=step_tokens, batch_budget=budget, kv_blocks_device_used=used,
-            kv_blocks_device_total=total, kv_blocks_host=host_blocks,
-            kv_blocks_disk=disk_blocks, running=running, waiting=waiting, preemptions=c.preemptions,
-            power_watts=energy.watts, energy_joules=energy.joules,
-            energy_source=energy.source, prefix_hit_tokens=c.prefix_hit_tokens,
-            tier_hit_tokens=c.tier_hit_tokens, prompt_tokens=c.prompt_tokens,
-            kv_blocks_evicted=c.kv_blocks_evicted, block_lifetime_sum_s=c.block_lifetime_sum_s,
-            block_lifetime_p50_s=lifetime_p50, block_lifetime_p99_s=lifetime_p99,
-            sparse_layer_steps=c.sparse_layer_steps, sparse_fallbacks=c.sparse_fallbacks)
+            node_id=self.node_id,
+            unix_ms=self._wall_ms(),
+            utilization=utilization,
+            batch_tokens=step_tokens,
+            batch_budget=budget,
+            kv_blocks_device_used=used,
+            kv_blocks_device_total=total,
+            kv_blocks_host=host_blocks,
+            kv_blocks_disk=disk_blocks,
+            running=running,
+            waiting=waiting,
+            preemptions=c.preemptions,
+            power_watts=energy.watts,
+            energy_joules=energy.joules,
+            energy_source=energy.source,
+            prefix_hit_tokens=c.prefix_hit_tokens,
+            tier_hit_tokens=c.tier_hit_tokens,
+            prompt_tokens=c.prompt_tokens,
+            kv_blocks_evicted=c.kv_blocks_evicted,
+            block_lifetime_sum_s=c.block_lifetime_sum_s,
+            block_lifetime_p50_s=lifetime_p50,
+            block_lifetime_p99_s=lifetime_p99,
+            sparse_layer_steps=c.sparse_layer_steps,
+            sparse_fallbacks=c.sparse_fallbacks,
+        )
 
     async def _kv_tier_blocks(self) -> tuple[int, int]:
         """(host, disk) blocks of the node's KV tier store; each block is in exactly one."""
         if self.kvstore is None:
             return 0, 0
         try:
-            stats = await self.kvstore.GetStats(kvstore_pb2.KVStatsRequest(),
-                                                timeout=STATS_TIMEOUT_S)
+            stats = await self.kvstore.GetStats(
+                kvstore_pb2.KVStatsRequest(), timeout=STATS_TIMEOUT_S
+            )
         except grpc.aio.AioRpcError as err:
-            log.warning("KV tier store stats unavailable (%s): reporting the last known "
-                        "tier blocks", err.code().name)
+            log.warning(
+                "KV tier store stats unavailable (%s): reporting the last known tier blocks",
+                err.code().name,
+            )
             return self._tier_blocks
         tiers = {t.tier: t.blocks for t in stats.tiers}
         self._tier_blocks = (tiers.get("host", stats.blocks), tiers.get("disk", 0))
         return self._tier_blocks
 
 
-async def sample_loop(sampler: NodeSampler, metrics_addr: str, interval_s: float,
-                      stop: asyncio.Event) -> None:
+async def sample_loop(
+    sampler: NodeSampler, metrics_addr: str, interval_s: float, stop: asyncio.Event
+) -> None:
     pending: deque[metrics_pb2.NodeSample] = deque()
     failures = dropped = 0
     async with channel(metrics_addr) as ch:
@@ -121,12 +149,17 @@ async def sample_loop(sampler: NodeSampler, metrics_addr: str, interval_s: float
                 pending.popleft()
                 dropped += 1
                 if dropped == 1 or dropped % 100 == 0:
-                    log.warning("metrics collector %s unreachable: %d node samples dropped",
-                                metrics_addr, dropped)
+                    log.warning(
+                        "metrics collector %s unreachable: %d node samples dropped",
+                        metrics_addr,
+                        dropped,
+                    )
             pending.append(await sampler.sample())
             try:
-                await stub.RecordNodeSamples(metrics_pb2.NodeSamplesRequest(
-                    samples=list(pending)), timeout=max(interval_s, 1.0))
+                await stub.RecordNodeSamples(
+                    metrics_pb2.NodeSamplesRequest(samples=list(pending)),
+                    timeout=max(interval_s, 1.0),
+                )
                 pending.clear()
                 if failures:
                     log.info("metrics collector %s reachable again", metrics_addr)
@@ -134,8 +167,12 @@ async def sample_loop(sampler: NodeSampler, metrics_addr: str, interval_s: float
             except grpc.aio.AioRpcError as err:
                 failures += 1
                 if failures == 1 or failures % 30 == 0:
-                    log.warning("node samples to metrics collector %s failed (%d in a row): %s",
-                                metrics_addr, failures, err.code().name)
+                    log.warning(
+                        "node samples to metrics collector %s failed (%d in a row): %s",
+                        metrics_addr,
+                        failures,
+                        err.code().name,
+                    )
                 if err.code() == grpc.StatusCode.INVALID_ARGUMENT:
                     # The collector refuses this batch for good; resending it would block
                     # every later sample behind it.

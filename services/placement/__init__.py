@@ -1,1 +1,2 @@
-"""Placement planner: decides which models run on which nodes and applies it through node managers."""
+"""Placement planner: decides which models run on which nodes and applies it through node
+managers."""

@@ -7,6 +7,13 @@ import logging
 import os
 import signal
 
+from services.placement.actions import NodeClients
+from services.placement.config import PROG, PlacementConfig, PolicyName
+from services.placement.curves_source import MetricsCurves
+from services.placement.planner import Planner
+from services.placement.policies import BatchAwarePolicy, FfdPolicy, PlacementPolicy
+from services.placement.profiles import load_profiles
+from services.placement.servicer import PlacementServicer
 from strata.core.settings import SettingsError, load
 from strata.policy.clock import WallClock
 from strata.policy.placement import BatchAwareSettings, MigrationCost
@@ -26,14 +33,6 @@ from strata.v1 import (
     scheduler_pb2_grpc,
 )
 
-from services.placement.actions import NodeClients
-from services.placement.config import PROG, PlacementConfig, PolicyName
-from services.placement.curves_source import MetricsCurves
-from services.placement.planner import Planner
-from services.placement.policies import BatchAwarePolicy, FfdPolicy, PlacementPolicy
-from services.placement.profiles import load_profiles
-from services.placement.servicer import PlacementServicer
-
 log = logging.getLogger("services.placement")
 
 
@@ -45,10 +44,16 @@ def make_policy(cfg: PlacementConfig) -> PlacementPolicy:
     except ValueError as err:
         raise SettingsError(f"STRATA_PLACEMENT_PROFILES: {err}") from None
     log.info("batch-aware placement; engine profiles: %s", profiles.describe())
-    return BatchAwarePolicy(profiles, BatchAwareSettings(
-        MigrationCost(cfg.placement_load_bytes_per_s, cfg.placement_warmup_s,
-                      cfg.planning_horizon_s),
-        cfg.placement_max_moves), lookahead=cfg.placement_lookahead_windows)
+    return BatchAwarePolicy(
+        profiles,
+        BatchAwareSettings(
+            MigrationCost(
+                cfg.placement_load_bytes_per_s, cfg.placement_warmup_s, cfg.planning_horizon_s
+            ),
+            cfg.placement_max_moves,
+        ),
+        lookahead=cfg.placement_lookahead_windows,
+    )
 
 
 async def main(cfg: PlacementConfig) -> None:
@@ -57,34 +62,56 @@ async def main(cfg: PlacementConfig) -> None:
     init_tracing("placement", cfg.otlp_endpoint, identity=identity)
     policy = make_policy(cfg)
     scheduler = cfg.scheduler_addr[0]
-    scheduler_channel, metrics_channel, nodes = (channel(scheduler),
-                                                 channel(cfg.metrics_addr), NodeClients())
-    curves = MetricsCurves(metrics_pb2_grpc.MetricsStub(metrics_channel), cfg.metrics_addr,
-                           cfg.placement_window_s, cfg.placement_windows,
-                           cfg.placement_curve_days, cfg.placement_rpc_timeout_s,
-                           burst_s=cfg.placement_burst_s)
+    scheduler_channel, metrics_channel, nodes = (
+        channel(scheduler),
+        channel(cfg.metrics_addr),
+        NodeClients(),
+    )
+    curves = MetricsCurves(
+        metrics_pb2_grpc.MetricsStub(metrics_channel),
+        cfg.metrics_addr,
+        cfg.placement_window_s,
+        cfg.placement_windows,
+        cfg.placement_curve_days,
+        cfg.placement_rpc_timeout_s,
+        burst_s=cfg.placement_burst_s,
+    )
     planner = Planner(
         scheduler=scheduler_pb2_grpc.SchedulerStub(scheduler_channel),
-        scheduler_addr=scheduler, nodes=nodes, models=cfg.models,
-        replicas=cfg.replica_counts, memory_overrides=cfg.memory_overrides, clock=WallClock(),
-        rpc_timeout_s=cfg.placement_rpc_timeout_s, load_timeout_s=cfg.placement_load_timeout_s,
-        drain_timeout_ms=cfg.placement_drain_timeout_ms, policy=policy, curves=curves)
+        scheduler_addr=scheduler,
+        nodes=nodes,
+        models=cfg.models,
+        replicas=cfg.replica_counts,
+        memory_overrides=cfg.memory_overrides,
+        clock=WallClock(),
+        rpc_timeout_s=cfg.placement_rpc_timeout_s,
+        load_timeout_s=cfg.placement_load_timeout_s,
+        drain_timeout_ms=cfg.placement_drain_timeout_ms,
+        policy=policy,
+        curves=curves,
+    )
     servicer = PlacementServicer(planner)
-    running = await start_server([Registration(
-        add=lambda s: placement_pb2_grpc.add_PlacementServicer_to_server(servicer, s),
-        service_name=placement_pb2.DESCRIPTOR.services_by_name["Placement"].full_name)],
-        bind=cfg.placement_bind, identity=identity)
+    running = await start_server(
+        [
+            Registration(
+                add=lambda s: placement_pb2_grpc.add_PlacementServicer_to_server(servicer, s),
+                service_name=placement_pb2.DESCRIPTOR.services_by_name["Placement"].full_name,
+            )
+        ],
+        bind=cfg.placement_bind,
+        identity=identity,
+    )
     stop = asyncio.Event()
     loop = asyncio.create_task(planner.run_until(stop, cfg.replan_interval_s))
     # A bug in the loop must stop the service loudly, not leave it serving a stale plan.
     loop.add_done_callback(
-        lambda t: t.cancelled() or t.exception() is None or os.kill(os.getpid(), signal.SIGTERM))
-    log.info("placement listening on %s (policy %s)", cfg.placement_bind,
-             cfg.placement_policy)
+        lambda t: t.cancelled() or t.exception() is None or os.kill(os.getpid(), signal.SIGTERM)
+    )
+    log.info("placement listening on %s (policy %s)", cfg.placement_bind, cfg.placement_policy)
 
     async def on_stop() -> None:
         stop.set()
-        await loop             # re-raises the loop's error, if that is why we stopped
+        await loop  # re-raises the loop's error, if that is why we stopped
         await planner.close()
         await nodes.close()
         await metrics_channel.close()
@@ -94,5 +121,5 @@ async def main(cfg: PlacementConfig) -> None:
 
 
 if __name__ == "__main__":
-    settings = load(PlacementConfig, PROG)      # --help and bad settings stop here
+    settings = load(PlacementConfig, PROG)  # --help and bad settings stop here
     run(lambda: main(settings))

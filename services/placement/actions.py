@@ -14,12 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import grpc
+
+from services.placement.migrate import Retiring
 from strata.policy.clock import Clock
 from strata.policy.placement import Assignment, Unload
 from strata.rpc.server import channel
 from strata.v1 import common_pb2, node_pb2, node_pb2_grpc
-
-from services.placement.migrate import Retiring
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +48,16 @@ class _Pending:
 
 
 class NodeActions:
-    def __init__(self, nodes: NodeClients, clock: Clock, *, rpc_timeout_s: float,
-                 load_timeout_s: float, drain_timeout_ms: int, pending_grace_s: float) -> None:
+    def __init__(
+        self,
+        nodes: NodeClients,
+        clock: Clock,
+        *,
+        rpc_timeout_s: float,
+        load_timeout_s: float,
+        drain_timeout_ms: int,
+        pending_grace_s: float,
+    ) -> None:
         self._nodes = nodes
         self._clock = clock
         self._rpc_timeout_s = rpc_timeout_s
@@ -61,30 +69,40 @@ class NodeActions:
 
     def pending_on(self, node_id: str) -> list[tuple[str, str]]:
         """(replica id, model) loaded on `node_id` that no heartbeat has shown yet."""
-        return [(rid, p.model) for (nid, rid), p in sorted(self._pending.items())
-                if nid == node_id]
+        return [(rid, p.model) for (nid, rid), p in sorted(self._pending.items()) if nid == node_id]
 
     def forget_settled(self, nodes: Sequence[common_pb2.NodeInfo]) -> None:
         now = self._clock.now()
         live = {n.node_id for n in nodes}
         seen = {(n.node_id, r.replica_id) for n in nodes for r in n.replicas}
-        self._pending = {k: p for k, p in self._pending.items()
-                         if k[0] in live and k not in seen and p.expires_at > now}
+        self._pending = {
+            k: p
+            for k, p in self._pending.items()
+            if k[0] in live and k not in seen and p.expires_at > now
+        }
 
     async def load(self, a: Assignment, address: str) -> bool:
         try:
             reply = await self._nodes.stub(address).LoadModel(
                 node_pb2.LoadModelRequest(model=a.model, replica_id=a.replica_id),
-                timeout=self._load_timeout_s)
+                timeout=self._load_timeout_s,
+            )
         except grpc.aio.AioRpcError as err:
-            log.warning("node %s at %s: LoadModel %s (replica %s) failed (%s: %s); retrying next "
-                        "round", a.node_id, address, a.model, a.replica_id, err.code().name,
-                        err.details())
+            log.warning(
+                "node %s at %s: LoadModel %s (replica %s) failed (%s: %s); retrying next round",
+                a.node_id,
+                address,
+                a.model,
+                a.replica_id,
+                err.code().name,
+                err.details(),
+            )
             return False
         replica_id = reply.replica.replica_id or a.replica_id
         self.managed.add((a.node_id, replica_id))
         self._pending[(a.node_id, replica_id)] = _Pending(
-            a.model, self._clock.now() + self._pending_grace_s)
+            a.model, self._clock.now() + self._pending_grace_s
+        )
         log.info("node %s: loading %s as replica %s (%s)", a.node_id, a.model, replica_id, a.reason)
         return True
 
@@ -94,16 +112,30 @@ class NodeActions:
     async def unload(self, u: Unload, address: str) -> bool:
         try:
             reply = await self._nodes.stub(address).UnloadModel(
-                node_pb2.UnloadModelRequest(model=u.model, replica_id=u.replica_id,
-                                            drain_timeout_ms=self._drain_timeout_ms),
-                timeout=self._rpc_timeout_s + self._drain_timeout_ms / 1000)
+                node_pb2.UnloadModelRequest(
+                    model=u.model, replica_id=u.replica_id, drain_timeout_ms=self._drain_timeout_ms
+                ),
+                timeout=self._rpc_timeout_s + self._drain_timeout_ms / 1000,
+            )
         except grpc.aio.AioRpcError as err:
-            log.warning("node %s at %s: UnloadModel %s (replica %s) failed (%s: %s); retrying "
-                        "next round", u.node_id, address, u.model, u.replica_id, err.code().name,
-                        err.details())
+            log.warning(
+                "node %s at %s: UnloadModel %s (replica %s) failed (%s: %s); retrying next round",
+                u.node_id,
+                address,
+                u.model,
+                u.replica_id,
+                err.code().name,
+                err.details(),
+            )
             return False
         self.managed.discard((u.node_id, u.replica_id))
         self._pending.pop((u.node_id, u.replica_id), None)
-        log.info("node %s: unloaded %d replica(s) of %s, replica %s (%s)", u.node_id,
-                 reply.unloaded, u.model, u.replica_id, u.reason)
+        log.info(
+            "node %s: unloaded %d replica(s) of %s, replica %s (%s)",
+            u.node_id,
+            reply.unloaded,
+            u.model,
+            u.replica_id,
+            u.reason,
+        )
         return True

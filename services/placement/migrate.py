@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import grpc
+
 from strata.v1 import common_pb2
 
 log = logging.getLogger(__name__)
@@ -39,12 +40,12 @@ class Retiring:
 @dataclass(slots=True)
 class Migration:
     model: str
-    new: list[tuple[str, str]]              # (node id, replica id): READY before any drain
+    new: list[tuple[str, str]]  # (node id, replica id): READY before any drain
     old: list[Retiring]
     state: str = LOADING
     detail: str = ""
-    version: int = 0                        # the plan version that started it
-    to_replica: dict[str, str] = field(default_factory=dict)   # old replica id -> its successor
+    version: int = 0  # the plan version that started it
+    to_replica: dict[str, str] = field(default_factory=dict)  # old replica id -> its successor
 
 
 ReplicaStates = Callable[[], Awaitable[dict[tuple[str, str], int]]]
@@ -52,8 +53,14 @@ Unloader = Callable[[Retiring], Awaitable[bool]]
 
 
 class Migrations:
-    def __init__(self, states: ReplicaStates, unload: Unloader, ready_timeout_s: float,
-                 poll_s: float = 0.25, history: int = 64) -> None:
+    def __init__(
+        self,
+        states: ReplicaStates,
+        unload: Unloader,
+        ready_timeout_s: float,
+        poll_s: float = 0.25,
+        history: int = 64,
+    ) -> None:
         self._states = states
         self._unload = unload
         self._ready_timeout_s = ready_timeout_s
@@ -105,19 +112,24 @@ class Migrations:
                 states = await self._states()
             except grpc.aio.AioRpcError as err:
                 states = None
-                log.warning("migration of %s: the scheduler did not list nodes (%s); still "
-                            "waiting", m.model, err.code().name)
+                log.warning(
+                    "migration of %s: the scheduler did not list nodes (%s); still waiting",
+                    m.model,
+                    err.code().name,
+                )
             if states is not None:
                 waiting = [k for k in m.new if states.get(k) != common_pb2.REPLICA_STATE_READY]
                 if not waiting:
                     return True
                 failed = [k for k in waiting if states.get(k) == common_pb2.REPLICA_STATE_FAILED]
                 if failed:
-                    return self._abandon(m, f"new replica {failed[0][1]} on {failed[0][0]} "
-                                            f"failed to start")
+                    return self._abandon(
+                        m, f"new replica {failed[0][1]} on {failed[0][0]} failed to start"
+                    )
             if loop.time() >= deadline:
-                return self._abandon(m, f"new replica(s) not READY after "
-                                        f"{self._ready_timeout_s:g} s")
+                return self._abandon(
+                    m, f"new replica(s) not READY after {self._ready_timeout_s:g} s"
+                )
             await asyncio.sleep(self._poll_s)
 
     def _abandon(self, m: Migration, why: str) -> bool:

@@ -25,6 +25,13 @@ from dataclasses import dataclass, field
 
 import grpc
 from opentelemetry import trace
+
+from services.placement import convert
+from services.placement.actions import NodeActions, NodeClients
+from services.placement.curves_source import MetricsCurves
+from services.placement.migrate import Migration, Migrations, Retiring
+from services.placement.policies import FfdPolicy, Outcome, PlacementPolicy
+from services.placement.profiles import device_kind
 from strata.core.defaults import NODE_TTL_S
 from strata.policy.clock import Clock
 from strata.policy.model_sizes import model_memory_bytes
@@ -39,13 +46,6 @@ from strata.policy.placement import (
 from strata.telemetry import names
 from strata.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 
-from services.placement import convert
-from services.placement.actions import NodeActions, NodeClients
-from services.placement.curves_source import MetricsCurves
-from services.placement.migrate import Migration, Migrations, Retiring
-from services.placement.policies import FfdPolicy, Outcome, PlacementPolicy
-from services.placement.profiles import device_kind
-
 log = logging.getLogger(__name__)
 
 
@@ -59,8 +59,8 @@ class UnknownNode(ValueError):
 
 @dataclass(slots=True, frozen=True)
 class PlanSnapshot:
-    version: int             # bumps when the assignments, unplaced models or verdict change
-    created_unix_ms: int     # when this version first appeared
+    version: int  # bumps when the assignments, unplaced models or verdict change
+    created_unix_ms: int  # when this version first appeared
     plan: PlacementPlan
     outcome: Outcome
     policy: str
@@ -70,14 +70,26 @@ class PlanSnapshot:
 
 
 class Planner:
-    def __init__(self, *, scheduler: scheduler_pb2_grpc.SchedulerStub, scheduler_addr: str,
-                 nodes: NodeClients, models: Sequence[str], replicas: Mapping[str, int],
-                 memory_overrides: Mapping[str, int], clock: Clock, rpc_timeout_s: float = 5.0,
-                 load_timeout_s: float = 300.0, drain_timeout_ms: int = 30_000,
-                 pending_grace_s: float = NODE_TTL_S, tracer: trace.Tracer | None = None,
-                 wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
-                 policy: PlacementPolicy | None = None, curves: MetricsCurves | None = None,
-                 ready_poll_s: float = 0.25) -> None:
+    def __init__(
+        self,
+        *,
+        scheduler: scheduler_pb2_grpc.SchedulerStub,
+        scheduler_addr: str,
+        nodes: NodeClients,
+        models: Sequence[str],
+        replicas: Mapping[str, int],
+        memory_overrides: Mapping[str, int],
+        clock: Clock,
+        rpc_timeout_s: float = 5.0,
+        load_timeout_s: float = 300.0,
+        drain_timeout_ms: int = 30_000,
+        pending_grace_s: float = NODE_TTL_S,
+        tracer: trace.Tracer | None = None,
+        wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        policy: PlacementPolicy | None = None,
+        curves: MetricsCurves | None = None,
+        ready_poll_s: float = 0.25,
+    ) -> None:
         self._scheduler = scheduler
         self._scheduler_addr = scheduler_addr
         self._nodes = nodes
@@ -93,21 +105,27 @@ class Planner:
         self._policy = policy or FfdPolicy()
         self._curves = curves
         self._lock = asyncio.Lock()
-        self._actions = NodeActions(nodes, clock, rpc_timeout_s=rpc_timeout_s,
-                                    load_timeout_s=load_timeout_s,
-                                    drain_timeout_ms=drain_timeout_ms,
-                                    pending_grace_s=pending_grace_s)
+        self._actions = NodeActions(
+            nodes,
+            clock,
+            rpc_timeout_s=rpc_timeout_s,
+            load_timeout_s=load_timeout_s,
+            drain_timeout_ms=drain_timeout_ms,
+            pending_grace_s=pending_grace_s,
+        )
         self._cordoned: set[str] = set()
-        self.migrations = Migrations(self._replica_states, self._actions.retire, load_timeout_s,
-                                     poll_s=ready_poll_s)
+        self.migrations = Migrations(
+            self._replica_states, self._actions.retire, load_timeout_s, poll_s=ready_poll_s
+        )
         self.latest: PlanSnapshot | None = None
 
     def memory_need(self, model: str, advertised: Mapping[str, int]) -> int | None:
         """Override or table first (known before loading), then what a node measured."""
         return model_memory_bytes(model, self._overrides) or advertised.get(model)
 
-    async def replan(self, cordon: Iterable[str] = (), uncordon: Iterable[str] = ()
-                     ) -> PlanSnapshot:
+    async def replan(
+        self, cordon: Iterable[str] = (), uncordon: Iterable[str] = ()
+    ) -> PlanSnapshot:
         """One round; raises SchedulerUnavailable when there is no cluster view and UnknownNode
         when `cordon` names a node the scheduler does not list."""
         async with self._lock:
@@ -116,8 +134,10 @@ class Planner:
                 known = {n.node_id for n in nodes} | self._cordoned
                 unknown = sorted(set(cordon) - known)
                 if unknown:
-                    raise UnknownNode(f"cannot cordon {', '.join(unknown)}: the scheduler lists "
-                                      f"no such node (known: {', '.join(sorted(known))})")
+                    raise UnknownNode(
+                        f"cannot cordon {', '.join(unknown)}: the scheduler lists "
+                        f"no such node (known: {', '.join(sorted(known))})"
+                    )
                 self._cordoned = (self._cordoned | set(cordon)) - set(uncordon)
                 self._actions.forget_settled(nodes)
                 notes: list[str] = []
@@ -129,12 +149,18 @@ class Planner:
                 open_nodes = [n for n in nodes if n.node_id not in self._cordoned]
                 outcome = self._policy.plan(
                     [self._capacity(n, advertised) for n in open_nodes],
-                    [ModelDemand(m, self.memory_need(m, advertised), self._replicas[m])
-                     for m in self._models],
-                    {n.node_id: device_kind(n.device) for n in open_nodes}, curves)
+                    [
+                        ModelDemand(m, self.memory_need(m, advertised), self._replicas[m])
+                        for m in self._models
+                    ],
+                    {n.node_id: device_kind(n.device) for n in open_nodes},
+                    curves,
+                )
                 if outcome.rejected:
-                    notes.append("the red line rejected the plan: nothing moves or unloads; "
-                                 "models without any replica are still loaded")
+                    notes.append(
+                        "the red line rejected the plan: nothing moves or unloads; "
+                        "models without any replica are still loaded"
+                    )
                 version = self._next_version(outcome)
                 notes += await self._apply(outcome.plan, nodes, advertised, version)
                 return self._publish(outcome, version, advertised, notes)
@@ -156,10 +182,12 @@ class Planner:
 
     async def _read_cluster(self) -> tuple[list[common_pb2.NodeInfo], dict[str, int]]:
         try:
-            listed = await self._scheduler.ListNodes(scheduler_pb2.ListNodesRequest(),
-                                                     timeout=self._rpc_timeout_s)
-            served = await self._scheduler.ListModels(common_pb2.ListModelsRequest(),
-                                                      timeout=self._rpc_timeout_s)
+            listed = await self._scheduler.ListNodes(
+                scheduler_pb2.ListNodesRequest(), timeout=self._rpc_timeout_s
+            )
+            served = await self._scheduler.ListModels(
+                common_pb2.ListModelsRequest(), timeout=self._rpc_timeout_s
+            )
         except grpc.aio.AioRpcError as err:
             raise SchedulerUnavailable(
                 f"the scheduler at {self._scheduler_addr} did not answer ({err.code().name}: "
@@ -169,50 +197,76 @@ class Planner:
         return list(listed.nodes), advertised
 
     async def _replica_states(self) -> dict[tuple[str, str], int]:
-        listed = await self._scheduler.ListNodes(scheduler_pb2.ListNodesRequest(),
-                                                 timeout=self._rpc_timeout_s)
+        listed = await self._scheduler.ListNodes(
+            scheduler_pb2.ListNodesRequest(), timeout=self._rpc_timeout_s
+        )
         return {(n.node_id, r.replica_id): r.state for n in listed.nodes for r in n.replicas}
 
     def _capacity(self, node: common_pb2.NodeInfo, advertised: Mapping[str, int]) -> NodeCapacity:
-        extra = tuple(PlacedReplica(model, rid, self.memory_need(model, advertised) or 0, managed=True)
-                      for rid, model in self._actions.pending_on(node.node_id))
-        capacity = convert.node_capacity(node, lambda m: self.memory_need(m, advertised) or 0,
-                                         self._actions.managed, extra)
+        extra = tuple(
+            PlacedReplica(model, rid, self.memory_need(model, advertised) or 0, managed=True)
+            for rid, model in self._actions.pending_on(node.node_id)
+        )
+        capacity = convert.node_capacity(
+            node, lambda m: self.memory_need(m, advertised) or 0, self._actions.managed, extra
+        )
         # Replicas a migration is retiring: not the policy's to count, but their memory is held.
         leaving = self.migrations.leaving()
         gone = [r for r in capacity.replicas if (node.node_id, r.replica_id) in leaving]
-        return NodeCapacity(capacity.node_id,
-                            capacity.memory_bytes - sum(r.memory_bytes for r in gone),
-                            tuple(r for r in capacity.replicas if r not in gone))
+        return NodeCapacity(
+            capacity.node_id,
+            capacity.memory_bytes - sum(r.memory_bytes for r in gone),
+            tuple(r for r in capacity.replicas if r not in gone),
+        )
 
-    async def _apply(self, plan: PlacementPlan, nodes: Sequence[common_pb2.NodeInfo],
-                     advertised: Mapping[str, int], version: int) -> list[str]:
+    async def _apply(
+        self,
+        plan: PlacementPlan,
+        nodes: Sequence[common_pb2.NodeInfo],
+        advertised: Mapping[str, int],
+        version: int,
+    ) -> list[str]:
         addresses = {n.node_id: n.address for n in nodes}
-        free = {n.node_id: c.memory_bytes - sum(r.memory_bytes for r in c.replicas)
-                for n in nodes for c in [self._capacity(n, advertised)]}
+        free = {
+            n.node_id: c.memory_bytes - sum(r.memory_bytes for r in c.replicas)
+            for n in nodes
+            for c in [self._capacity(n, advertised)]
+        }
         leaving = self.migrations.leaving()
         replaced = [u for u in plan.unloads if self._loads_of(plan, u.model)]
         replaced += self._cordon_unloads(plan, nodes, leaving)
-        at_once = [u for u in plan.unloads if u not in replaced
-                   and (u.node_id, u.replica_id) not in leaving]
-        notes = [f"{u.model} stays on cordoned {u.node_id}: no replacement could be placed"
-                 for u in self._stranded(plan, nodes, leaving)]
+        at_once = [
+            u
+            for u in plan.unloads
+            if u not in replaced and (u.node_id, u.replica_id) not in leaving
+        ]
+        notes = [
+            f"{u.model} stays on cordoned {u.node_id}: no replacement could be placed"
+            for u in self._stranded(plan, nodes, leaving)
+        ]
         now, later = [], []
         for a in plan.loads:
             need = self.memory_need(a.model, advertised) or 0
             (now if free.get(a.node_id, 0) >= need else later).append(a)
             free[a.node_id] = free.get(a.node_id, 0) - need
         loaded = await asyncio.gather(*(self._actions.load(a, addresses[a.node_id]) for a in now))
-        self._start_migrations([a for a, ok in zip(now, loaded) if ok], replaced, addresses,
-                               version)
-        unloaded = await asyncio.gather(*(self._actions.unload(u, addresses[u.node_id]) for u in at_once))
+        self._start_migrations(
+            [a for a, ok in zip(now, loaded) if ok], replaced, addresses, version
+        )
+        unloaded = await asyncio.gather(
+            *(self._actions.unload(u, addresses[u.node_id]) for u in at_once)
+        )
         for u, ok in zip(at_once, unloaded):
             if ok:
-                free[u.node_id] = free.get(u.node_id, 0) + (self.memory_need(u.model, advertised)
-                                                            or 0)
+                free[u.node_id] = free.get(u.node_id, 0) + (
+                    self.memory_need(u.model, advertised) or 0
+                )
         room = [a for a in later if free.get(a.node_id, 0) >= 0]
-        notes += [f"{a.model} waits for room on {a.node_id} (replicas still draining there)"
-                  for a in later if a not in room]
+        notes += [
+            f"{a.model} waits for room on {a.node_id} (replicas still draining there)"
+            for a in later
+            if a not in room
+        ]
         await asyncio.gather(*(self._actions.load(a, addresses[a.node_id]) for a in room))
         return notes
 
@@ -220,36 +274,58 @@ class Planner:
     def _loads_of(plan: PlacementPlan, model: str) -> list[Assignment]:
         return [a for a in plan.loads if a.model == model]
 
-    def _cordon_unloads(self, plan: PlacementPlan, nodes: Sequence[common_pb2.NodeInfo],
-                        leaving: Mapping) -> list[Unload]:
+    def _cordon_unloads(
+        self, plan: PlacementPlan, nodes: Sequence[common_pb2.NodeInfo], leaving: Mapping
+    ) -> list[Unload]:
         """Replicas of desired models on cordoned nodes whose model loads elsewhere now."""
         return [u for u in self._on_cordoned(nodes, leaving) if self._loads_of(plan, u.model)]
 
-    def _stranded(self, plan: PlacementPlan, nodes: Sequence[common_pb2.NodeInfo],
-                  leaving: Mapping) -> list[Unload]:
-        return [u for u in self._on_cordoned(nodes, leaving)
-                if not self._loads_of(plan, u.model) and not self.migrations.in_flight(u.model)]
+    def _stranded(
+        self, plan: PlacementPlan, nodes: Sequence[common_pb2.NodeInfo], leaving: Mapping
+    ) -> list[Unload]:
+        return [
+            u
+            for u in self._on_cordoned(nodes, leaving)
+            if not self._loads_of(plan, u.model) and not self.migrations.in_flight(u.model)
+        ]
 
     def _on_cordoned(self, nodes: Sequence[common_pb2.NodeInfo], leaving: Mapping) -> list[Unload]:
-        return [Unload(r.model, n.node_id, r.replica_id, f"{n.node_id} is cordoned")
-                for n in nodes if n.node_id in self._cordoned for r in n.replicas
-                if r.model in self._replicas and r.state in convert.OCCUPYING
-                and (n.node_id, r.replica_id) not in leaving]
+        return [
+            Unload(r.model, n.node_id, r.replica_id, f"{n.node_id} is cordoned")
+            for n in nodes
+            if n.node_id in self._cordoned
+            for r in n.replicas
+            if r.model in self._replicas
+            and r.state in convert.OCCUPYING
+            and (n.node_id, r.replica_id) not in leaving
+        ]
 
-    def _start_migrations(self, loaded: Sequence[Assignment], replaced: Sequence[Unload],
-                          addresses: Mapping[str, str], version: int) -> None:
+    def _start_migrations(
+        self,
+        loaded: Sequence[Assignment],
+        replaced: Sequence[Unload],
+        addresses: Mapping[str, str],
+        version: int,
+    ) -> None:
         for model in sorted({u.model for u in replaced}):
             new = [(a.node_id, a.replica_id) for a in loaded if a.model == model]
             if not new:
-                continue        # its load failed: the old replicas stay, next round retries
-            old = [Retiring(u.model, u.node_id, u.replica_id, addresses[u.node_id], u.reason)
-                   for u in replaced if u.model == model]
+                continue  # its load failed: the old replicas stay, next round retries
+            old = [
+                Retiring(u.model, u.node_id, u.replica_id, addresses[u.node_id], u.reason)
+                for u in replaced
+                if u.model == model
+            ]
             successors = {r.replica_id: new[min(i, len(new) - 1)][1] for i, r in enumerate(old)}
-            self.migrations.start(Migration(model, new, old, version=version,
-                                            to_replica=successors))
-            log.info("moving %s: %s drain(s) once %s READY", model,
-                     ", ".join(f"{r.replica_id}@{r.node_id}" for r in old),
-                     ", ".join(f"{rid}@{nid}" for nid, rid in new))
+            self.migrations.start(
+                Migration(model, new, old, version=version, to_replica=successors)
+            )
+            log.info(
+                "moving %s: %s drain(s) once %s READY",
+                model,
+                ", ".join(f"{r.replica_id}@{r.node_id}" for r in old),
+                ", ".join(f"{rid}@{nid}" for nid, rid in new),
+            )
 
     def _next_version(self, outcome: Outcome) -> int:
         previous = self.latest
@@ -257,25 +333,41 @@ class Planner:
             return previous.version
         return (previous.version if previous else 0) + 1
 
-    def _publish(self, outcome: Outcome, version: int, advertised: Mapping[str, int],
-                 notes: list[str]) -> PlanSnapshot:
+    def _publish(
+        self, outcome: Outcome, version: int, advertised: Mapping[str, int], notes: list[str]
+    ) -> PlanSnapshot:
         previous = self.latest
         same = previous is not None and previous.version == version
         created = previous.created_unix_ms if same else self._wall_ms()
         plan = outcome.plan
-        self.latest = PlanSnapshot(version, created, plan, outcome, self._policy.name,
-                                   tuple(sorted(self._cordoned)), tuple(notes),
-                                   tuple(m for m in self.migrations.recent
-                                         if m.version == version))
+        self.latest = PlanSnapshot(
+            version,
+            created,
+            plan,
+            outcome,
+            self._policy.name,
+            tuple(sorted(self._cordoned)),
+            tuple(notes),
+            tuple(m for m in self.migrations.recent if m.version == version),
+        )
         if same:
             return self.latest
-        log.info("plan v%d (%s%s): %s", version, self._policy.name,
-                 ", rejected by the red line" if outcome.rejected else "",
-                 ", ".join(f"{a.model}@{a.node_id}" for a in plan.assignments) or "empty")
+        log.info(
+            "plan v%d (%s%s): %s",
+            version,
+            self._policy.name,
+            ", rejected by the red line" if outcome.rejected else "",
+            ", ".join(f"{a.model}@{a.node_id}" for a in plan.assignments) or "empty",
+        )
         for u in outcome.plan.unplaced:
-            hint = ("; set STRATA_MODEL_MEMORY_BYTES=<name>=<bytes>"
-                    if self.memory_need(u.model, advertised) is None else "")
-            log.warning("cannot place %d replica(s) of %s: %s%s", u.missing, u.model, u.reason, hint)
+            hint = (
+                "; set STRATA_MODEL_MEMORY_BYTES=<name>=<bytes>"
+                if self.memory_need(u.model, advertised) is None
+                else ""
+            )
+            log.warning(
+                "cannot place %d replica(s) of %s: %s%s", u.missing, u.model, u.reason, hint
+            )
         for v in outcome.explanation.violations:
             log.warning("red line: %s on %s", v.describe(), v.node_id)
         return self.latest
@@ -284,5 +376,8 @@ class Planner:
 def _shape(outcome: Outcome) -> tuple:
     """What a plan decides, without the reasons (which change from 'placed' to 'kept')."""
     plan = outcome.plan
-    return (tuple((a.model, a.node_id, a.replica_id) for a in plan.assignments),
-            tuple((u.model, u.missing) for u in plan.unplaced), outcome.rejected)
+    return (
+        tuple((a.model, a.node_id, a.replica_id) for a in plan.assignments),
+        tuple((u.model, u.missing) for u in plan.unplaced),
+        outcome.rejected,
+    )

@@ -60,10 +60,15 @@ class ProfileCosts:
             while done < n:
                 chunk = min(self._chunk, n - done)
                 last = done + chunk >= n
-                total += self._costs.seconds(StepShape(
-                    tokens=chunk, sampled=1 if last else 0,
-                    prefill_keys=prefill_keys(1, chunk, done + chunk, self._block),
-                    prefill_longest=chunk, prefill_context=done))
+                total += self._costs.seconds(
+                    StepShape(
+                        tokens=chunk,
+                        sampled=1 if last else 0,
+                        prefill_keys=prefill_keys(1, chunk, done + chunk, self._block),
+                        prefill_longest=chunk,
+                        prefill_context=done,
+                    )
+                )
                 done += chunk
             self._prefill[n] = total
         return self._prefill[n]
@@ -75,8 +80,9 @@ class ProfileCosts:
 class ProfileTable:
     """The profiles found at a path, looked up by (model, device kind)."""
 
-    def __init__(self, costs: Mapping[tuple[str, str], EngineCosts],
-                 sources: Mapping[tuple[str, str], str]) -> None:
+    def __init__(
+        self, costs: Mapping[tuple[str, str], EngineCosts], sources: Mapping[tuple[str, str], str]
+    ) -> None:
         self._costs = dict(costs)
         self.sources = dict(sources)
 
@@ -97,15 +103,16 @@ def load_profiles(path: str) -> ProfileTable:
     elif os.path.isfile(path):
         files = [path]
     else:
-        raise ValueError(f"no engine profile file or folder at {path!r}; write one with "
-                         f"`strata profile` or set it to {NO_PROFILES!r}")
+        raise ValueError(
+            f"no engine profile file or folder at {path!r}; write one with "
+            f"`strata profile` or set it to {NO_PROFILES!r}"
+        )
     costs: dict[tuple[str, str], EngineCosts] = {}
     sources: dict[tuple[str, str], str] = {}
     for f in files:
         profile = load_profile(f)
         key = (profile.model, device_kind(profile.device))
         if key in sources:
-            raise ValueError(f"{f} and {sources[key]} both profile {key[0]} on {key[1]}; keep "
-                             f"one")
+            raise ValueError(f"{f} and {sources[key]} both profile {key[0]} on {key[1]}; keep one")
         costs[key], sources[key] = ProfileCosts(profile), f
     return ProfileTable(costs, sources)

@@ -6,6 +6,8 @@ import asyncio
 import logging
 import random
 
+from services.scheduler.config import PROG, SchedulerConfig
+from services.scheduler.servicer import SchedulerServicer
 from strata.core.settings import load
 from strata.policy.clock import WallClock
 from strata.policy.registry import NodeRegistry
@@ -14,9 +16,6 @@ from strata.rpc.channels import install
 from strata.rpc.server import Registration, run, serve_until_signal, start_server
 from strata.telemetry.setup import init_tracing
 from strata.v1 import scheduler_pb2, scheduler_pb2_grpc
-
-from services.scheduler.config import PROG, SchedulerConfig
-from services.scheduler.servicer import SchedulerServicer
 
 log = logging.getLogger("services.scheduler")
 
@@ -27,15 +26,23 @@ async def main(cfg: SchedulerConfig) -> None:
     init_tracing("scheduler", cfg.otlp_endpoint, identity=identity)
     registry = NodeRegistry(clock=WallClock(), ttl_s=cfg.node_ttl_s)
     # Unseeded on purpose: scheduler replicas must break ties differently, or they herd.
-    router = Router(rng=random.Random(),
-                    sample_size=cfg.route_sample, tie_tolerance=cfg.route_tie_tolerance)
-    servicer = SchedulerServicer(registry, router, cfg.heartbeat_interval_s,
-                                 settings=cfg.settings())
+    router = Router(
+        rng=random.Random(), sample_size=cfg.route_sample, tie_tolerance=cfg.route_tie_tolerance
+    )
+    servicer = SchedulerServicer(
+        registry, router, cfg.heartbeat_interval_s, settings=cfg.settings()
+    )
     log.info("scheduling mode %s", cfg.scheduler_mode)
-    running = await start_server([Registration(
-        add=lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s),
-        service_name=scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].full_name)],
-        bind=cfg.scheduler_bind, identity=identity)
+    running = await start_server(
+        [
+            Registration(
+                add=lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s),
+                service_name=scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].full_name,
+            )
+        ],
+        bind=cfg.scheduler_bind,
+        identity=identity,
+    )
     stop = asyncio.Event()
     expiry = asyncio.create_task(servicer.expire_until(stop, cfg.heartbeat_interval_s))
     log.info("scheduler listening on %s", cfg.scheduler_bind)
@@ -48,5 +55,5 @@ async def main(cfg: SchedulerConfig) -> None:
 
 
 if __name__ == "__main__":
-    settings = load(SchedulerConfig, PROG)      # --help and bad settings stop here
+    settings = load(SchedulerConfig, PROG)  # --help and bad settings stop here
     run(lambda: main(settings))

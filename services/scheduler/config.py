@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pydantic import Field, model_validator
+
 from strata.core import defaults
 from strata.policy.scheduling.admission import AdmissionSettings
 from strata.policy.scheduling.global_scheduler import Mode, SchedulerSettings
@@ -16,38 +17,55 @@ class SchedulerConfig(SecurityFields):
     routing. --print-config prints the resolved settings and exits."""
 
     scheduler_bind: str = Field(defaults.SCHEDULER_ADDR, description="host:port to listen on")
-    otlp_endpoint: str = Field("", description="OTLP/gRPC receiver for this service's spans; "
-                                               "empty: none")
-    node_ttl_s: float = Field(defaults.NODE_TTL_S, gt=0,
-                              description="a node silent this long leaves routing")
-    heartbeat_interval_s: float = Field(defaults.HEARTBEAT_INTERVAL_S, gt=0,
-                                        description="the heartbeat interval nodes are told")
-    scheduler_mode: Mode = Field(Mode.TWO_LEVEL, description="two-level (quotas, SLA, "
-                                 "interference) | fcfs | static (the isolation baselines)")
-    scheduler_partitions: str = Field("", description="static mode's partitions, "
-                                      "'tenant-a=node-0,node-1;tenant-b=node-2'")
-    route_sample: int = Field(64, ge=0, description="replicas scored per decision beyond the "
-                                                    "prefix holders (0: all)")
-    route_tie_tolerance: float = Field(0.1, ge=0, lt=1, description="draw among replicas "
-                                       "within this fraction of the best estimate")
-    admission_oversubscription: float = Field(1.0, ge=1, description="the pool admits this "
-                                              "many times what it holds")
-    admission_horizon_s: float = Field(5.0, gt=0, description="the pool admits the work its "
-                                       "replicas compute in this long")
-    sla_admission: bool = Field(True, description="refuse what no replica can serve within "
-                                                  "its class's TTFT target")
-    sla_slack: float = Field(1.0, gt=0, description="TTFT estimates are judged against the "
-                                                    "target times this")
+    otlp_endpoint: str = Field(
+        "", description="OTLP/gRPC receiver for this service's spans; empty: none"
+    )
+    node_ttl_s: float = Field(
+        defaults.NODE_TTL_S, gt=0, description="a node silent this long leaves routing"
+    )
+    heartbeat_interval_s: float = Field(
+        defaults.HEARTBEAT_INTERVAL_S, gt=0, description="the heartbeat interval nodes are told"
+    )
+    scheduler_mode: Mode = Field(
+        Mode.TWO_LEVEL,
+        description="two-level (quotas, SLA, "
+        "interference) | fcfs | static (the isolation baselines)",
+    )
+    scheduler_partitions: str = Field(
+        "", description="static mode's partitions, 'tenant-a=node-0,node-1;tenant-b=node-2'"
+    )
+    route_sample: int = Field(
+        64, ge=0, description="replicas scored per decision beyond the prefix holders (0: all)"
+    )
+    route_tie_tolerance: float = Field(
+        0.1, ge=0, lt=1, description="draw among replicas within this fraction of the best estimate"
+    )
+    admission_oversubscription: float = Field(
+        1.0, ge=1, description="the pool admits this many times what it holds"
+    )
+    admission_horizon_s: float = Field(
+        5.0, gt=0, description="the pool admits the work its replicas compute in this long"
+    )
+    sla_admission: bool = Field(
+        True, description="refuse what no replica can serve within its class's TTFT target"
+    )
+    sla_slack: float = Field(
+        1.0, gt=0, description="TTFT estimates are judged against the target times this"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> SchedulerConfig:
         if self.node_ttl_s <= self.heartbeat_interval_s:
             # A TTL at or below the interval would drop healthy nodes between two heartbeats.
-            raise ValueError(f"STRATA_NODE_TTL_S ({self.node_ttl_s}) must exceed "
-                             f"STRATA_HEARTBEAT_INTERVAL_S ({self.heartbeat_interval_s})")
+            raise ValueError(
+                f"STRATA_NODE_TTL_S ({self.node_ttl_s}) must exceed "
+                f"STRATA_HEARTBEAT_INTERVAL_S ({self.heartbeat_interval_s})"
+            )
         if self.scheduler_mode is Mode.STATIC and not self.partitions:
-            raise ValueError("STRATA_SCHEDULER_MODE=static needs STRATA_SCHEDULER_PARTITIONS, "
-                             "e.g. 'tenant-a=node-0,node-1;tenant-b=node-2'")
+            raise ValueError(
+                "STRATA_SCHEDULER_MODE=static needs STRATA_SCHEDULER_PARTITIONS, "
+                "e.g. 'tenant-a=node-0,node-1;tenant-b=node-2'"
+            )
         return self
 
     @property
@@ -57,9 +75,11 @@ class SchedulerConfig(SecurityFields):
     def settings(self) -> SchedulerSettings:
         return SchedulerSettings(
             mode=self.scheduler_mode,
-            admission=AdmissionSettings(self.admission_oversubscription,
-                                        self.admission_horizon_s),
-            sla_check=self.sla_admission, sla_slack=self.sla_slack, partitions=self.partitions)
+            admission=AdmissionSettings(self.admission_oversubscription, self.admission_horizon_s),
+            sla_check=self.sla_admission,
+            sla_slack=self.sla_slack,
+            partitions=self.partitions,
+        )
 
 
 def parse_partitions(spec: str) -> dict[str, frozenset[str]]:
@@ -70,7 +90,9 @@ def parse_partitions(spec: str) -> dict[str, frozenset[str]]:
         tenant, sep, nodes = entry.partition("=")
         ids = frozenset(n.strip() for n in nodes.split(",") if n.strip())
         if not sep or not tenant.strip() or not ids:
-            raise ValueError(f"STRATA_SCHEDULER_PARTITIONS entry {entry!r} must look like "
-                             f"tenant=node-id[,node-id...]")
+            raise ValueError(
+                f"STRATA_SCHEDULER_PARTITIONS entry {entry!r} must look like "
+                f"tenant=node-id[,node-id...]"
+            )
         out[tenant.strip()] = ids
     return out

@@ -26,24 +26,39 @@ _PHASE_TO_PB = {v: k for k, v in _PHASE_FROM_PB.items()}
 
 def replica_from_pb(r: common_pb2.ReplicaInfo) -> ReplicaState:
     return ReplicaState(
-        model=r.model, replica_id=r.replica_id,
+        model=r.model,
+        replica_id=r.replica_id,
         # A state added to the proto later reads as UNSPECIFIED, which routing never picks.
         phase=_PHASE_FROM_PB.get(r.state, ReplicaPhase.UNSPECIFIED),
-        worker_address=r.worker_address, running_requests=r.running_requests,
-        waiting_requests=r.waiting_requests, queued_tokens=r.queued_tokens,
-        kv_blocks_total=r.kv_blocks_total, kv_blocks_free=r.kv_blocks_free,
-        waiting_for_memory=r.waiting_for_memory, tokens_per_s=max(0.0, r.tokens_per_s),
-        max_seqs=r.max_seqs, block_size=max(0, r.kv_block_size))
+        worker_address=r.worker_address,
+        running_requests=r.running_requests,
+        waiting_requests=r.waiting_requests,
+        queued_tokens=r.queued_tokens,
+        kv_blocks_total=r.kv_blocks_total,
+        kv_blocks_free=r.kv_blocks_free,
+        waiting_for_memory=r.waiting_for_memory,
+        tokens_per_s=max(0.0, r.tokens_per_s),
+        max_seqs=r.max_seqs,
+        block_size=max(0, r.kv_block_size),
+    )
 
 
 def replica_to_pb(r: ReplicaState) -> common_pb2.ReplicaInfo:
     return common_pb2.ReplicaInfo(
-        model=r.model, replica_id=r.replica_id, state=_PHASE_TO_PB[r.phase],
-        worker_address=r.worker_address, running_requests=r.running_requests,
-        waiting_requests=r.waiting_requests, queued_tokens=r.queued_tokens,
-        kv_blocks_total=r.kv_blocks_total, kv_blocks_free=r.kv_blocks_free,
-        waiting_for_memory=r.waiting_for_memory, tokens_per_s=r.tokens_per_s,
-        max_seqs=r.max_seqs, kv_block_size=r.block_size)
+        model=r.model,
+        replica_id=r.replica_id,
+        state=_PHASE_TO_PB[r.phase],
+        worker_address=r.worker_address,
+        running_requests=r.running_requests,
+        waiting_requests=r.waiting_requests,
+        queued_tokens=r.queued_tokens,
+        kv_blocks_total=r.kv_blocks_total,
+        kv_blocks_free=r.kv_blocks_free,
+        waiting_for_memory=r.waiting_for_memory,
+        tokens_per_s=r.tokens_per_s,
+        max_seqs=r.max_seqs,
+        kv_block_size=r.block_size,
+    )
 
 
 def model_from_pb(m: common_pb2.ModelInfo) -> ModelInfo:
@@ -51,25 +66,35 @@ def model_from_pb(m: common_pb2.ModelInfo) -> ModelInfo:
 
 
 def model_to_pb(m: ModelInfo) -> common_pb2.ModelInfo:
-    return common_pb2.ModelInfo(name=m.name, context_length=m.context_length,
-                                memory_bytes=m.memory_bytes)
+    return common_pb2.ModelInfo(
+        name=m.name, context_length=m.context_length, memory_bytes=m.memory_bytes
+    )
 
 
 def node_from_pb(node: common_pb2.NodeInfo, models: Iterable[common_pb2.ModelInfo]) -> NodeState:
-    return NodeState(node_id=node.node_id, address=node.address, memory_bytes=node.memory_bytes,
-                     device=node.device, replicas=tuple(replica_from_pb(r) for r in node.replicas),
-                     models=tuple(model_from_pb(m) for m in models),
-                     tenants=tuple(tenant_load_from_pb(t) for t in node.tenants),
-                     interference=node.interference or 1.0,
-                     safety_margin=max(0.0, node.safety_margin),
-                     standby_workers=node.standby_workers)
+    return NodeState(
+        node_id=node.node_id,
+        address=node.address,
+        memory_bytes=node.memory_bytes,
+        device=node.device,
+        replicas=tuple(replica_from_pb(r) for r in node.replicas),
+        models=tuple(model_from_pb(m) for m in models),
+        tenants=tuple(tenant_load_from_pb(t) for t in node.tenants),
+        interference=node.interference or 1.0,
+        safety_margin=max(0.0, node.safety_margin),
+        standby_workers=node.standby_workers,
+    )
 
 
 def node_to_pb(node: NodeState) -> common_pb2.NodeInfo:
-    return common_pb2.NodeInfo(node_id=node.node_id, address=node.address,
-                               memory_bytes=node.memory_bytes, device=node.device,
-                               replicas=[replica_to_pb(r) for r in node.replicas],
-                               tenants=[tenant_load_to_pb(t) for t in node.tenants],
-                               interference=node.interference,
-                               safety_margin=node.safety_margin,
-                               standby_workers=node.standby_workers)
+    return common_pb2.NodeInfo(
+        node_id=node.node_id,
+        address=node.address,
+        memory_bytes=node.memory_bytes,
+        device=node.device,
+        replicas=[replica_to_pb(r) for r in node.replicas],
+        tenants=[tenant_load_to_pb(t) for t in node.tenants],
+        interference=node.interference,
+        safety_margin=node.safety_margin,
+        standby_workers=node.standby_workers,
+    )

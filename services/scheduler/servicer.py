@@ -9,6 +9,8 @@ import logging
 import grpc
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
+
+from services.scheduler import convert
 from strata.core.tenant_policy_pb import policy_from_pb
 from strata.policy.kv_index import PrefixIndex
 from strata.policy.registry import NodeRegistry
@@ -19,34 +21,43 @@ from strata.policy.scheduling.ledger import PoolLedger
 from strata.telemetry import names
 from strata.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 
-from services.scheduler import convert
-
 log = logging.getLogger(__name__)
 
 
 class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
-    def __init__(self, registry: NodeRegistry, router: Router, heartbeat_interval_s: float,
-                 tracer: trace.Tracer | None = None, index: PrefixIndex | None = None,
-                 settings: SchedulerSettings = SchedulerSettings()) -> None:
+    def __init__(
+        self,
+        registry: NodeRegistry,
+        router: Router,
+        heartbeat_interval_s: float,
+        tracer: trace.Tracer | None = None,
+        index: PrefixIndex | None = None,
+        settings: SchedulerSettings = SchedulerSettings(),
+    ) -> None:
         self._registry = registry
         self._router = router
         self._index = index if index is not None else PrefixIndex()
-        self._scheduler = GlobalScheduler(registry, router, PoolLedger(),
-                                          self._index, settings)
+        self._scheduler = GlobalScheduler(registry, router, PoolLedger(), self._index, settings)
         self._interval_ms = round(heartbeat_interval_s * 1000)
-        self._block_sizes: dict[str, int] = {}          # model -> first KV block size reported
+        self._block_sizes: dict[str, int] = {}  # model -> first KV block size reported
         self._mismatches: set[tuple[str, int]] = set()
         self._tracer = tracer or trace.get_tracer(__name__)
 
-    async def Heartbeat(self, request: scheduler_pb2.HeartbeatRequest,
-                        context: grpc.aio.ServicerContext) -> scheduler_pb2.HeartbeatResponse:
+    async def Heartbeat(
+        self, request: scheduler_pb2.HeartbeatRequest, context: grpc.aio.ServicerContext
+    ) -> scheduler_pb2.HeartbeatResponse:
         problem = _heartbeat_problem(request)
         if problem:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         node = request.node
         if self._registry.get(node.node_id) is None:
-            log.info("node %s joined at %s (%d bytes, %s)", node.node_id, node.address,
-                     node.memory_bytes, node.device or "device unknown")
+            log.info(
+                "node %s joined at %s (%d bytes, %s)",
+                node.node_id,
+                node.address,
+                node.memory_bytes,
+                node.device or "device unknown",
+            )
         self._registry.heartbeat(convert.node_from_pb(node, request.models))
         self._check_block_sizes(node)
         return scheduler_pb2.HeartbeatResponse(heartbeat_interval_ms=self._interval_ms)
@@ -60,24 +71,36 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             first = self._block_sizes.setdefault(r.model, r.kv_block_size)
             if r.kv_block_size != first and (r.model, r.kv_block_size) not in self._mismatches:
                 self._mismatches.add((r.model, r.kv_block_size))
-                log.warning("replica %s of %s on node %s uses KV blocks of %d tokens, other "
-                            "replicas of the model %d: prefix routing matches only replicas "
-                            "of the size most report; give every worker of a model the same "
-                            "STRATA_BLOCK_SIZE", r.replica_id, r.model, node.node_id,
-                            r.kv_block_size, first)
+                log.warning(
+                    "replica %s of %s on node %s uses KV blocks of %d tokens, other "
+                    "replicas of the model %d: prefix routing matches only replicas "
+                    "of the size most report; give every worker of a model the same "
+                    "STRATA_BLOCK_SIZE",
+                    r.replica_id,
+                    r.model,
+                    node.node_id,
+                    r.kv_block_size,
+                    first,
+                )
 
-    async def Route(self, request: scheduler_pb2.RouteRequest,
-                    context: grpc.aio.ServicerContext) -> scheduler_pb2.RouteResponse:
+    async def Route(
+        self, request: scheduler_pb2.RouteRequest, context: grpc.aio.ServicerContext
+    ) -> scheduler_pb2.RouteResponse:
         if not request.model:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                "model is required: name one of the models from ListModels")
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "model is required: name one of the models from ListModels",
+            )
         if request.prompt_tokens_estimate < 0:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"prompt_tokens_estimate must be >= 0, got "
-                                f"{request.prompt_tokens_estimate}")
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"prompt_tokens_estimate must be >= 0, got {request.prompt_tokens_estimate}",
+            )
         if request.max_tokens < 0:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"max_tokens must be >= 0, got {request.max_tokens}")
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"max_tokens must be >= 0, got {request.max_tokens}",
+            )
         try:
             policy = policy_from_pb(request.policy, request.tenant)
         except ValueError as err:
@@ -87,15 +110,20 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             span.set_attribute(names.GEN_AI_REQUEST_MODEL, request.model)
             span.set_attribute(names.SLA_CLASS, policy.sla_class)
             span.set_attribute(names.PRIORITY, policy.priority)
-            decision = self._scheduler.route(request.model, policy,
-                                             request.prompt_tokens_estimate, request.max_tokens,
-                                             request.prefix_hashes)
+            decision = self._scheduler.route(
+                request.model,
+                policy,
+                request.prompt_tokens_estimate,
+                request.max_tokens,
+                request.prefix_hashes,
+            )
             if isinstance(decision, Refusal):
                 span.set_attribute(names.ERROR_CODE, grpc.StatusCode.RESOURCE_EXHAUSTED.name)
                 span.set_attribute(names.ROUTE_REFUSED, decision.reason)
                 span.set_status(Status(StatusCode.ERROR, decision.message))
                 context.set_trailing_metadata(
-                    ((names.RETRY_AFTER_METADATA, str(int(decision.retry_after_s * 1000) + 1)),))
+                    ((names.RETRY_AFTER_METADATA, str(int(decision.retry_after_s * 1000) + 1)),)
+                )
                 code, message = grpc.StatusCode.RESOURCE_EXHAUSTED, decision.message
             elif decision is not None:
                 span.set_attribute(names.NODE_ID, decision.node_id)
@@ -103,11 +131,13 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 span.set_attribute(names.ROUTE_PROMPT_BLOCKS, len(request.prefix_hashes))
                 span.set_attribute(names.ROUTE_CACHED_BLOCKS, decision.cached_blocks)
                 span.set_attribute(names.ROUTE_ESTIMATED_TTFT_MS, decision.estimated_ttft_ms)
-                reply = scheduler_pb2.RouteResponse(node_id=decision.node_id,
-                                                    node_address=decision.address,
-                                                    replica_id=decision.replica_id,
-                                                    cached_blocks=decision.cached_blocks,
-                                                    estimated_ttft_ms=decision.estimated_ttft_ms)
+                reply = scheduler_pb2.RouteResponse(
+                    node_id=decision.node_id,
+                    node_address=decision.address,
+                    replica_id=decision.replica_id,
+                    cached_blocks=decision.cached_blocks,
+                    estimated_ttft_ms=decision.estimated_ttft_ms,
+                )
                 if decision.kv_source is not None:
                     reply.kv_source_address = decision.kv_source.address
                     reply.kv_source_blocks = decision.kv_source.blocks
@@ -116,35 +146,54 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 return reply
             else:
                 miss = self._scheduler.explain_miss(request.model)
-                code = (grpc.StatusCode.NOT_FOUND if miss.kind is MissKind.UNKNOWN_MODEL
-                        else grpc.StatusCode.UNAVAILABLE)
+                code = (
+                    grpc.StatusCode.NOT_FOUND
+                    if miss.kind is MissKind.UNKNOWN_MODEL
+                    else grpc.StatusCode.UNAVAILABLE
+                )
                 message = miss.message
                 span.set_attribute(names.ERROR_CODE, code.name)
                 span.set_status(Status(StatusCode.ERROR, message))
         await context.abort(code, message)
 
-    async def ReportKVEvents(self, request: scheduler_pb2.KVEventsRequest,
-                             context: grpc.aio.ServicerContext) -> scheduler_pb2.KVEventsResponse:
+    async def ReportKVEvents(
+        self, request: scheduler_pb2.KVEventsRequest, context: grpc.aio.ServicerContext
+    ) -> scheduler_pb2.KVEventsResponse:
         if not request.node_id:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                "node_id is required: set it to the node id this node's manager "
-                                "sends in its heartbeats")
-        need_reset = self._index.apply(request.node_id, request.store_address, request.sequence,
-                                       request.reset, request.stored, request.removed)
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "node_id is required: set it to the node id this node's manager "
+                "sends in its heartbeats",
+            )
+        need_reset = self._index.apply(
+            request.node_id,
+            request.store_address,
+            request.sequence,
+            request.reset,
+            request.stored,
+            request.removed,
+        )
         if need_reset:
-            log.info("KV events from node %s out of step (report %d): asked for its whole block "
-                     "set", request.node_id, request.sequence)
+            log.info(
+                "KV events from node %s out of step (report %d): asked for its whole block set",
+                request.node_id,
+                request.sequence,
+            )
         return scheduler_pb2.KVEventsResponse(need_reset=need_reset)
 
-    async def ListNodes(self, request: scheduler_pb2.ListNodesRequest,
-                        context: grpc.aio.ServicerContext) -> scheduler_pb2.ListNodesResponse:
+    async def ListNodes(
+        self, request: scheduler_pb2.ListNodesRequest, context: grpc.aio.ServicerContext
+    ) -> scheduler_pb2.ListNodesResponse:
         return scheduler_pb2.ListNodesResponse(
-            nodes=[convert.node_to_pb(n) for n in self._registry.nodes()])
+            nodes=[convert.node_to_pb(n) for n in self._registry.nodes()]
+        )
 
-    async def ListModels(self, request: common_pb2.ListModelsRequest,
-                         context: grpc.aio.ServicerContext) -> common_pb2.ListModelsResponse:
+    async def ListModels(
+        self, request: common_pb2.ListModelsRequest, context: grpc.aio.ServicerContext
+    ) -> common_pb2.ListModelsResponse:
         return common_pb2.ListModelsResponse(
-            models=[convert.model_to_pb(m) for m in self._registry.models()])
+            models=[convert.model_to_pb(m) for m in self._registry.models()]
+        )
 
     async def expire_until(self, stop: asyncio.Event, every_s: float) -> None:
         """Drop silent nodes from memory every `every_s` until `stop` is set.
@@ -158,8 +207,9 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             except TimeoutError:
                 for node_id in self._registry.expire():
                     self._index.forget(node_id)
-                    log.warning("node %s left: no heartbeat for over %.1fs", node_id,
-                                self._registry.ttl_s)
+                    log.warning(
+                        "node %s left: no heartbeat for over %.1fs", node_id, self._registry.ttl_s
+                    )
                 # A store whose node never heartbeats must not keep its blocks here forever;
                 # if its node appears later, the store's next report is answered need_reset.
                 live = {n.node_id for n in self._registry.nodes()}
@@ -173,14 +223,18 @@ def _heartbeat_problem(request: scheduler_pb2.HeartbeatRequest) -> str | None:
     if not node.node_id:
         return "node.node_id is required: set it to a name unique to this node manager"
     if not node.address:
-        return (f"node.address is required for node {node.node_id}: set it to the host:port "
-                f"its node manager listens on")
+        return (
+            f"node.address is required for node {node.node_id}: set it to the host:port "
+            f"its node manager listens on"
+        )
     if node.memory_bytes < 0:
         return f"node.memory_bytes of node {node.node_id} must be >= 0, got {node.memory_bytes}"
     for r in node.replicas:
         if not r.model or not r.replica_id:
-            return (f"node {node.node_id} reports a replica without a model or replica_id "
-                    f"(model={r.model!r}, replica_id={r.replica_id!r}); every replica needs both")
+            return (
+                f"node {node.node_id} reports a replica without a model or replica_id "
+                f"(model={r.model!r}, replica_id={r.replica_id!r}); every replica needs both"
+            )
     for m in request.models:
         if not m.name:
             return f"node {node.node_id} advertises a model without a name"

@@ -6,6 +6,9 @@ import logging
 import time
 
 import torch
+
+from services.worker.config import WorkerConfig, load_worker
+from services.worker.servicer import WorkerServicer
 from strata.core.settings import SettingsError
 from strata.engine.async_engine import AsyncEngine
 from strata.engine.engine import LLMEngine
@@ -18,9 +21,6 @@ from strata.rpc.server import Registration, run, serve_until_signal, start_serve
 from strata.telemetry.setup import init_tracing
 from strata.v1 import worker_pb2, worker_pb2_grpc
 
-from services.worker.config import WorkerConfig, load_worker
-from services.worker.servicer import WorkerServicer
-
 log = logging.getLogger("services.worker")
 
 
@@ -32,29 +32,47 @@ async def main(cfg: WorkerConfig) -> None:
     engine_config = cfg.engine_config()
     profile = cfg.profile
     try:
-        meter = meter_from_profile(profile, cfg.model, engine_config.block_size) \
-            if profile else None
+        meter = (
+            meter_from_profile(profile, cfg.model, engine_config.block_size) if profile else None
+        )
     except ValueError as err:
         raise SettingsError(f"STRATA_PROFILE_PATH: {err}") from None
     started = time.perf_counter()
     loaded = load_model(cfg.model)
-    tier = TierLink(TierClient(cfg.kvstore_addr, worker_id=f"{cfg.model}/{cfg.replica_id}")) \
-        if cfg.kvstore_addr else None
+    tier = (
+        TierLink(TierClient(cfg.kvstore_addr, worker_id=f"{cfg.model}/{cfg.replica_id}"))
+        if cfg.kvstore_addr
+        else None
+    )
     llm = LLMEngine(loaded, engine_config, tier=tier)
     warm = llm.warm_up()
-    llm.step_observer = meter   # after warm-up: its first-shape costs are no interference
+    llm.step_observer = meter  # after warm-up: its first-shape costs are no interference
     engine = AsyncEngine(llm)
     e = engine.engine
-    memory = sum(t.numel() * t.element_size() for t in e.model.state_dict().values()) + \
-        e.kv.numel() * e.kv.element_size()
-    log.info("loaded %s in %.1fs (warm-up %.1fs): %d KV blocks of %d tokens, %d torch threads",
-             cfg.model, time.perf_counter() - started, warm, e.pool.num_blocks,
-             engine_config.block_size, cfg.torch_threads)
+    memory = (
+        sum(t.numel() * t.element_size() for t in e.model.state_dict().values())
+        + e.kv.numel() * e.kv.element_size()
+    )
+    log.info(
+        "loaded %s in %.1fs (warm-up %.1fs): %d KV blocks of %d tokens, %d torch threads",
+        cfg.model,
+        time.perf_counter() - started,
+        warm,
+        e.pool.num_blocks,
+        engine_config.block_size,
+        cfg.torch_threads,
+    )
     servicer = WorkerServicer(engine, memory, meter)
-    running = await start_server([Registration(
-        add=lambda s: worker_pb2_grpc.add_WorkerServicer_to_server(servicer, s),
-        service_name=worker_pb2.DESCRIPTOR.services_by_name["Worker"].full_name)],
-        bind=cfg.worker_bind, identity=identity)
+    running = await start_server(
+        [
+            Registration(
+                add=lambda s: worker_pb2_grpc.add_WorkerServicer_to_server(servicer, s),
+                service_name=worker_pb2.DESCRIPTOR.services_by_name["Worker"].full_name,
+            )
+        ],
+        bind=cfg.worker_bind,
+        identity=identity,
+    )
     log.info("worker %s (%s) listening on %s", cfg.replica_id, cfg.model, cfg.worker_bind)
 
     async def on_stop() -> None:
@@ -66,5 +84,5 @@ async def main(cfg: WorkerConfig) -> None:
 
 
 if __name__ == "__main__":
-    settings = load_worker()                    # --help and bad settings stop here
+    settings = load_worker()  # --help and bad settings stop here
     run(lambda: main(settings))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 from pydantic import Field, ValidationError
+
 from strata.core import defaults
 from strata.core.settings import SettingsError, describe, load
 from strata.engine.settings import EngineFields
@@ -21,12 +22,16 @@ class WorkerConfig(SecurityFields, EngineFields):
     with STRATA_WORKER_CONFIG; --print-config prints the resolved settings and exits."""
 
     worker_bind: str = Field(description="host:port to listen on")
-    model: str = Field(defaults.DEFAULT_MODEL, description="the model to serve: a name "
-                       "(smollm2-135m-instruct, dummy-tiny, ...) or a checkpoint path")
+    model: str = Field(
+        defaults.DEFAULT_MODEL,
+        description="the model to serve: a name "
+        "(smollm2-135m-instruct, dummy-tiny, ...) or a checkpoint path",
+    )
     replica_id: str = Field("r0", description="the replica this worker serves as")
     kvstore_addr: str = Field("", description="the node's KV tier store (empty: none)")
-    otlp_endpoint: str = Field("", description="OTLP/gRPC receiver for this service's spans; "
-                                               "empty: none")
+    otlp_endpoint: str = Field(
+        "", description="OTLP/gRPC receiver for this service's spans; empty: none"
+    )
 
     @property
     def profile(self) -> str:

@@ -13,10 +13,10 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from strata.rpc.server import Registration, start_server
-from strata.v1 import worker_pb2, worker_pb2_grpc
 
 from services.worker.servicer import WorkerServicer
+from strata.rpc.server import Registration, start_server
+from strata.v1 import worker_pb2, worker_pb2_grpc
 
 _EXPORTER = InMemorySpanExporter()
 _installed = False
@@ -49,26 +49,44 @@ def spans_named(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]
 async def serve_worker(engine, memory_bytes: int = 1, meter=None):
     """A decode worker servicer over `engine` (an AsyncEngine) on port 0; the running server."""
     servicer = WorkerServicer(engine, memory_bytes, meter)
-    return await start_server([Registration(
-        add=lambda s: worker_pb2_grpc.add_WorkerServicer_to_server(servicer, s),
-        service_name=worker_pb2.DESCRIPTOR.services_by_name["Worker"].full_name)])
+    return await start_server(
+        [
+            Registration(
+                add=lambda s: worker_pb2_grpc.add_WorkerServicer_to_server(servicer, s),
+                service_name=worker_pb2.DESCRIPTOR.services_by_name["Worker"].full_name,
+            )
+        ]
+    )
 
 
-def gateway_servicer(scheduler_addresses, auth, limiter, request_timeout_s: float = 10.0,
-                     prefixes=None, tenants=None, stale=None):
+def gateway_servicer(
+    scheduler_addresses,
+    auth,
+    limiter,
+    request_timeout_s: float = 10.0,
+    prefixes=None,
+    tenants=None,
+    stale=None,
+):
     """The gateway servicer over a pipeline built as services.gateway builds it: `auth`'s store
     and clock for the tenant directory unless one is given, a default prefix hasher."""
+    from services.gateway.servicer import GatewayServicer
     from strata.gateway.node_clients import NodeClients
     from strata.gateway.pipeline import RequestPipeline
     from strata.gateway.prefix_hashes import PrefixHasher
     from strata.gateway.scheduler_client import SchedulerClient
     from strata.gateway.tenant_directory import TenantDirectory
 
-    from services.gateway.servicer import GatewayServicer
-
     if isinstance(scheduler_addresses, str):
         scheduler_addresses = [scheduler_addresses]
-    return GatewayServicer(RequestPipeline(
-        auth, tenants if tenants is not None else TenantDirectory(auth.sessions, auth.clock),
-        limiter, prefixes if prefixes is not None else PrefixHasher(),
-        SchedulerClient(scheduler_addresses, stale), NodeClients(), request_timeout_s))
+    return GatewayServicer(
+        RequestPipeline(
+            auth,
+            tenants if tenants is not None else TenantDirectory(auth.sessions, auth.clock),
+            limiter,
+            prefixes if prefixes is not None else PrefixHasher(),
+            SchedulerClient(scheduler_addresses, stale),
+            NodeClients(),
+            request_timeout_s,
+        )
+    )

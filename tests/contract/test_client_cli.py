@@ -12,6 +12,7 @@ import sys
 
 import grpc
 import pytest
+
 from strata.client import AsyncClient, Client, cli
 from strata.rpc.server import Registration, start_server
 from strata.v1 import (
@@ -50,19 +51,29 @@ class FakeGateway(gateway_pb2_grpc.GatewayServicer):
                 self.cancelled.set()
                 raise
         for i, piece in enumerate(PIECES):
-            yield gateway_pb2.GenerateResponse(request_id="r", text=piece,
-                                               trace_id=TRACE_ID if i == 0 else "")
+            yield gateway_pb2.GenerateResponse(
+                request_id="r", text=piece, trace_id=TRACE_ID if i == 0 else ""
+            )
             if request.model == "flaky":
-                await context.abort(grpc.StatusCode.UNAVAILABLE,
-                                    "node n1 stopped answering; retry the request")
+                await context.abort(
+                    grpc.StatusCode.UNAVAILABLE, "node n1 stopped answering; retry the request"
+                )
         yield gateway_pb2.GenerateResponse(
-            request_id="r", finish_reason=common_pb2.FINISH_REASON_STOP, trace_id=TRACE_ID,
-            usage=common_pb2.Usage(prompt_tokens=14, completion_tokens=8, cached_prompt_tokens=6))
+            request_id="r",
+            finish_reason=common_pb2.FINISH_REASON_STOP,
+            trace_id=TRACE_ID,
+            usage=common_pb2.Usage(prompt_tokens=14, completion_tokens=8, cached_prompt_tokens=6),
+        )
 
     async def ListModels(self, request, context):
         await self._authenticate(context)
-        return common_pb2.ListModelsResponse(models=[common_pb2.ModelInfo(
-            name="smollm2-135m-instruct", context_length=8192, memory_bytes=300 * 2**20)])
+        return common_pb2.ListModelsResponse(
+            models=[
+                common_pb2.ModelInfo(
+                    name="smollm2-135m-instruct", context_length=8192, memory_bytes=300 * 2**20
+                )
+            ]
+        )
 
 
 class FakeMetrics(metrics_pb2_grpc.MetricsServicer):
@@ -72,22 +83,47 @@ class FakeMetrics(metrics_pb2_grpc.MetricsServicer):
     async def GetReport(self, request, context):
         self.report_requests.append(request)
         p = metrics_pb2.Percentiles
-        return metrics_pb2.Report(tenants=[metrics_pb2.TenantReport(
-            tenant="demo", requests=4, errors=1, ttft_ms=p(p50=30, p95=50, p99=70),
-            tpot_ms=p(p50=20, p95=21, p99=22), e2e_ms=p(p50=200, p95=300, p99=400))],
-            spans_received=40)
+        return metrics_pb2.Report(
+            tenants=[
+                metrics_pb2.TenantReport(
+                    tenant="demo",
+                    requests=4,
+                    errors=1,
+                    ttft_ms=p(p50=30, p95=50, p99=70),
+                    tpot_ms=p(p50=20, p95=21, p99=22),
+                    e2e_ms=p(p50=200, p95=300, p99=400),
+                )
+            ],
+            spans_received=40,
+        )
 
     async def GetTrace(self, request, context):
         if request.trace_id != TRACE_ID:
-            await context.abort(grpc.StatusCode.NOT_FOUND,
-                                f"no spans recorded for trace {request.trace_id}")
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND, f"no spans recorded for trace {request.trace_id}"
+            )
         span = metrics_pb2.SpanRecord
-        return metrics_pb2.Trace(spans=[
-            span(trace_id=TRACE_ID, span_id="a", name="strata.gateway.generate",
-                 service="gateway", start_unix_nano=T0, end_unix_nano=T0 + 50_000_000),
-            span(trace_id=TRACE_ID, span_id="b", parent_span_id="a", name="strata.node.submit",
-                 service="node", start_unix_nano=T0 + 2_000_000, end_unix_nano=T0 + 49_000_000),
-        ])
+        return metrics_pb2.Trace(
+            spans=[
+                span(
+                    trace_id=TRACE_ID,
+                    span_id="a",
+                    name="strata.gateway.generate",
+                    service="gateway",
+                    start_unix_nano=T0,
+                    end_unix_nano=T0 + 50_000_000,
+                ),
+                span(
+                    trace_id=TRACE_ID,
+                    span_id="b",
+                    parent_span_id="a",
+                    name="strata.node.submit",
+                    service="node",
+                    start_unix_nano=T0 + 2_000_000,
+                    end_unix_nano=T0 + 49_000_000,
+                ),
+            ]
+        )
 
 
 class StdoutRecorder:
@@ -107,12 +143,18 @@ class StdoutRecorder:
 @pytest.fixture
 async def fakes(monkeypatch, tmp_path):
     gateway, metrics = FakeGateway(), FakeMetrics()
-    running = await start_server([
-        Registration(add=lambda s: gateway_pb2_grpc.add_GatewayServicer_to_server(gateway, s),
-                     service_name=gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name),
-        Registration(add=lambda s: metrics_pb2_grpc.add_MetricsServicer_to_server(metrics, s),
-                     service_name=metrics_pb2.DESCRIPTOR.services_by_name["Metrics"].full_name),
-    ])
+    running = await start_server(
+        [
+            Registration(
+                add=lambda s: gateway_pb2_grpc.add_GatewayServicer_to_server(gateway, s),
+                service_name=gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name,
+            ),
+            Registration(
+                add=lambda s: metrics_pb2_grpc.add_MetricsServicer_to_server(metrics, s),
+                service_name=metrics_pb2.DESCRIPTOR.services_by_name["Metrics"].full_name,
+            ),
+        ]
+    )
     monkeypatch.setenv("STRATA_GATEWAY_ADDR", running.address)
     monkeypatch.setenv("STRATA_METRICS_ADDR", running.address)
     monkeypatch.setenv("STRATA_API_KEY", KEY)
@@ -126,28 +168,50 @@ async def run_cli(argv: list[str]) -> int:
     return await asyncio.to_thread(cli.main, argv)
 
 
-async def test_generate_streams_each_chunk_then_prints_usage_and_trace_id(fakes, monkeypatch,
-                                                                          capsys):
+async def test_generate_streams_each_chunk_then_prints_usage_and_trace_id(
+    fakes, monkeypatch, capsys
+):
     gateway, _ = fakes
     out = StdoutRecorder()
     monkeypatch.setattr(sys, "stdout", out)
-    code = await run_cli(["generate", "--model", "smollm2-135m-instruct", "--max-tokens", "16",
-                          "--temperature", "0.5", "--seed", "7", "--stop", "\n\n", "--stop",
-                          "END", "What is the capital of France?"])
+    code = await run_cli(
+        [
+            "generate",
+            "--model",
+            "smollm2-135m-instruct",
+            "--max-tokens",
+            "16",
+            "--temperature",
+            "0.5",
+            "--seed",
+            "7",
+            "--stop",
+            "\n\n",
+            "--stop",
+            "END",
+            "What is the capital of France?",
+        ]
+    )
     assert code == 0
     assert out.writes == [*PIECES, "\n"]
     assert capsys.readouterr().err == (
         "usage: prompt_tokens=14 cached_prompt_tokens=6 completion_tokens=8 "
-        f"finish_reason=stop\ntrace_id: {TRACE_ID}\n")
+        f"finish_reason=stop\ntrace_id: {TRACE_ID}\n"
+    )
     [request] = gateway.requests
     assert (request.model, request.prompt, request.max_tokens, list(request.stop)) == (
-        "smollm2-135m-instruct", "What is the capital of France?", 16, ["\n\n", "END"])
+        "smollm2-135m-instruct",
+        "What is the capital of France?",
+        16,
+        ["\n\n", "END"],
+    )
     assert (request.sampling.temperature, request.sampling.seed) == (0.5, 7)
     assert list(request.messages) == []
 
 
-async def test_chat_flag_sends_one_user_message_with_the_demo_key_file(fakes, monkeypatch,
-                                                                       tmp_path, capsys):
+async def test_chat_flag_sends_one_user_message_with_the_demo_key_file(
+    fakes, monkeypatch, tmp_path, capsys
+):
     gateway, _ = fakes
     monkeypatch.delenv("STRATA_API_KEY")
     (tmp_path / "demo_api_key").write_text(f"{KEY}\n")
@@ -184,8 +248,8 @@ async def test_error_mid_stream_keeps_the_text_so_far_and_exits_2(fakes, capsys)
 async def test_models_lists_the_gateway_models(fakes, capsys):
     assert await run_cli(["models"]) == 0
     assert capsys.readouterr().out == (
-        "model                  context  memory_mib\n"
-        "smollm2-135m-instruct     8192       300.0\n")
+        "model                  context  memory_mib\nsmollm2-135m-instruct     8192       300.0\n"
+    )
 
 
 async def test_report_asks_for_the_tenant_and_prints_the_table(fakes, capsys):
@@ -197,7 +261,8 @@ async def test_report_asks_for_the_tenant_and_prints_the_table(fakes, capsys):
         "e2e_p50  e2e_p95  e2e_p99\n"
         "demo           4       1      30.0      50.0      70.0      20.0      21.0      22.0    "
         "200.0    300.0    400.0\n"
-        "latencies in ms; spans received 40, dropped 0\n")
+        "latencies in ms; spans received 40, dropped 0\n"
+    )
 
 
 async def test_trace_prints_the_span_tree(fakes, capsys):
@@ -206,7 +271,8 @@ async def test_trace_prints_the_span_tree(fakes, capsys):
         f"trace {TRACE_ID}: 2 spans, 50.0 ms\n"
         " start  duration  span\n"
         "0.0 ms   50.0 ms  strata.gateway.generate [gateway]\n"
-        "2.0 ms   47.0 ms    strata.node.submit [node]\n")
+        "2.0 ms   47.0 ms    strata.node.submit [node]\n"
+    )
 
 
 async def test_trace_errors_exit_2_with_the_server_or_argument_message(fakes, capsys):

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 from grpc_health.v1 import health_pb2
+
 from strata.client import healthcheck
 from strata.rpc.server import start_server
 
@@ -50,8 +51,13 @@ async def test_runs_as_a_module_with_the_exit_code_as_status():
     running = await start_server([])
     try:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "strata.client.healthcheck", running.address,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            sys.executable,
+            "-m",
+            "strata.client.healthcheck",
+            running.address,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         out, _ = await asyncio.wait_for(proc.communicate(), timeout=30)
     finally:
         await running.stop(0)

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import grpc
 import pytest
+
+from services.scheduler.servicer import SchedulerServicer
 from strata.engine.dummy import load_dummy
 from strata.engine.prompt import prompt_ids
 from strata.gateway.auth import Authenticator
@@ -31,8 +33,6 @@ from strata.v1 import (
     scheduler_pb2,
     scheduler_pb2_grpc,
 )
-
-from services.scheduler.servicer import SchedulerServicer
 from tests.contract.helpers import gateway_servicer
 
 MODEL = "dummy-tiny"
@@ -42,8 +42,11 @@ PROMPT = "The tiered KV store keeps hot blocks on the device and cold ones below
 
 class RecordingScheduler(SchedulerServicer):
     def __init__(self) -> None:
-        super().__init__(NodeRegistry(clock=ManualClock()), Router(rng=random.Random(0)),
-                         heartbeat_interval_s=1.0)
+        super().__init__(
+            NodeRegistry(clock=ManualClock()),
+            Router(rng=random.Random(0)),
+            heartbeat_interval_s=1.0,
+        )
         self.routes: list[scheduler_pb2.RouteRequest] = []
 
     async def Route(self, request, context):
@@ -59,8 +62,12 @@ class FakeNode(node_pb2_grpc.NodeManagerServicer):
 
     async def Submit(self, request, context):
         self.submits.append(request)
-        yield common_pb2.GenerationChunk(request_id=request.request_id, text="ok", token_ids=[1],
-                                         finish_reason=common_pb2.FINISH_REASON_STOP)
+        yield common_pb2.GenerationChunk(
+            request_id=request.request_id,
+            text="ok",
+            token_ids=[1],
+            finish_reason=common_pb2.FINISH_REASON_STOP,
+        )
 
 
 class RefusingTokenizer:
@@ -98,15 +105,27 @@ class Env:
     metadata: tuple[tuple[str, str], ...]
 
 
-def heartbeat(node_id: str, address: str, queued: int = 0,
-              block_size: int = 16) -> scheduler_pb2.HeartbeatRequest:
+def heartbeat(
+    node_id: str, address: str, queued: int = 0, block_size: int = 16
+) -> scheduler_pb2.HeartbeatRequest:
     return scheduler_pb2.HeartbeatRequest(
-        node=common_pb2.NodeInfo(node_id=node_id, address=address, replicas=[
-            common_pb2.ReplicaInfo(model=MODEL, replica_id=f"{node_id}-r0", queued_tokens=queued,
-                                   state=common_pb2.REPLICA_STATE_READY,
-                                   kv_blocks_total=64, kv_blocks_free=64,
-                                   kv_block_size=block_size)]),
-        models=[common_pb2.ModelInfo(name=MODEL, context_length=2048)])
+        node=common_pb2.NodeInfo(
+            node_id=node_id,
+            address=address,
+            replicas=[
+                common_pb2.ReplicaInfo(
+                    model=MODEL,
+                    replica_id=f"{node_id}-r0",
+                    queued_tokens=queued,
+                    state=common_pb2.REPLICA_STATE_READY,
+                    kv_blocks_total=64,
+                    kv_blocks_free=64,
+                    kv_block_size=block_size,
+                )
+            ],
+        ),
+        models=[common_pb2.ModelInfo(name=MODEL, context_length=2048)],
+    )
 
 
 @pytest.fixture
@@ -118,26 +137,57 @@ async def env(tmp_path):
         await create_tenant(session, TENANT)
         key = await issue_api_key(session, TENANT)
     node, scheduler = FakeNode(), RecordingScheduler()
-    servers = [await start_server([Registration(
-        add=lambda s: node_pb2_grpc.add_NodeManagerServicer_to_server(node, s),
-        service_name="strata.v1.NodeManager")]), await start_server([Registration(
-            add=lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(scheduler, s),
-            service_name="strata.v1.Scheduler")])]
+    servers = [
+        await start_server(
+            [
+                Registration(
+                    add=lambda s: node_pb2_grpc.add_NodeManagerServicer_to_server(node, s),
+                    service_name="strata.v1.NodeManager",
+                )
+            ]
+        ),
+        await start_server(
+            [
+                Registration(
+                    add=lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(scheduler, s),
+                    service_name="strata.v1.Scheduler",
+                )
+            ]
+        ),
+    ]
     channels = [channel(servers[1].address)]
     loader = Loader()
     hasher = PrefixHasher(loader=loader)
-    gateway = gateway_servicer(servers[1].address,
-                               Authenticator(sessions, ManualClock().now, ttl_s=10.0),
-                               TenantRateLimiter(ManualClock(), 1000.0, 1000.0),
-                               request_timeout_s=10.0, prefixes=hasher,
-                               stale=StaleRouter(ManualClock(), 30.0))
-    servers.append(await start_server([Registration(
-        add=lambda s: gateway_pb2_grpc.add_GatewayServicer_to_server(gateway, s),
-        service_name=gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name)]))
+    gateway = gateway_servicer(
+        servers[1].address,
+        Authenticator(sessions, ManualClock().now, ttl_s=10.0),
+        TenantRateLimiter(ManualClock(), 1000.0, 1000.0),
+        request_timeout_s=10.0,
+        prefixes=hasher,
+        stale=StaleRouter(ManualClock(), 30.0),
+    )
+    servers.append(
+        await start_server(
+            [
+                Registration(
+                    add=lambda s: gateway_pb2_grpc.add_GatewayServicer_to_server(gateway, s),
+                    service_name=gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name,
+                )
+            ]
+        )
+    )
     channels.append(channel(servers[2].address))
-    yield Env(gateway_pb2_grpc.GatewayStub(channels[1]), gateway, scheduler,
-              scheduler_pb2_grpc.SchedulerStub(channels[0]), node, servers[0].address, hasher,
-              loader, (("authorization", f"Bearer {key}"),))
+    yield Env(
+        gateway_pb2_grpc.GatewayStub(channels[1]),
+        gateway,
+        scheduler,
+        scheduler_pb2_grpc.SchedulerStub(channels[0]),
+        node,
+        servers[0].address,
+        hasher,
+        loader,
+        (("authorization", f"Bearer {key}"),),
+    )
     await gateway.close()
     for ch in channels:
         await ch.close()
@@ -147,8 +197,9 @@ async def env(tmp_path):
 
 
 async def generate(env: Env, **fields) -> list[gateway_pb2.GenerateResponse]:
-    req = gateway_pb2.GenerateRequest(**{"model": MODEL, "prompt": PROMPT, "max_tokens": 4,
-                                         **fields})
+    req = gateway_pb2.GenerateRequest(
+        **{"model": MODEL, "prompt": PROMPT, "max_tokens": 4, **fields}
+    )
     return [c async for c in env.gateway.Generate(req, metadata=env.metadata)]
 
 
@@ -169,13 +220,15 @@ async def test_the_prompts_hashes_steer_routing_and_the_kv_source_reaches_the_no
     first = env.scheduler.routes[-1]
     assert (list(first.prefix_hashes), first.prompt_tokens_estimate) == ([], len(PROMPT) // 4)
     assert env.node.submits[-1].replica_id == "node-1-r0"
-    await env.hasher.close()                     # the load the first request started
+    await env.hasher.close()  # the load the first request started
     assert env.loader.calls == [MODEL]
 
     # node-2's store holds the prompt's 8 blocks: 100 queued + 16 to prefill beats 0 + 144.
-    reply = await env.scheduler_stub.ReportKVEvents(scheduler_pb2.KVEventsRequest(
-        node_id="node-2", store_address="node-2.kv:50057", sequence=1, reset=True,
-        stored=hashes))
+    reply = await env.scheduler_stub.ReportKVEvents(
+        scheduler_pb2.KVEventsRequest(
+            node_id="node-2", store_address="node-2.kv:50057", sequence=1, reset=True, stored=hashes
+        )
+    )
     assert reply.need_reset is False
     await generate(env)
     route = env.scheduler.routes[-1]
@@ -192,8 +245,10 @@ async def test_the_prompts_hashes_steer_routing_and_the_kv_source_reaches_the_no
     # A public prefix hashes with the public salt: another chain, which no node holds yet.
     await generate(env, prefix_public=True)
     assert list(env.scheduler.routes[-1].prefix_hashes) == chain_hashes(
-        prompt_ids(load_dummy(MODEL).tokenizer, PROMPT, [])[:-1], 16,
-        HashKeys.for_request(MODEL, TENANT, True))
+        prompt_ids(load_dummy(MODEL).tokenizer, PROMPT, [])[:-1],
+        16,
+        HashKeys.for_request(MODEL, TENANT, True),
+    )
     assert env.node.submits[-1].kv_source_address == ""
     assert env.loader.calls == [MODEL]
 
@@ -201,12 +256,13 @@ async def test_the_prompts_hashes_steer_routing_and_the_kv_source_reaches_the_no
 async def test_the_gateway_hashes_in_the_block_size_the_models_workers_report(env):
     await env.scheduler_stub.Heartbeat(heartbeat("node-1", env.node_addr, block_size=8))
     assert await env.servicer.pipeline.schedulers.refresh_view()
-    await generate(env)                          # starts the tokenizer load
+    await generate(env)  # starts the tokenizer load
     await env.hasher.close()
     await generate(env)
     ids = prompt_ids(load_dummy(MODEL).tokenizer, PROMPT, [])
     assert list(env.scheduler.routes[-1].prefix_hashes) == chain_hashes(
-        ids[:-1], 8, HashKeys.for_request(MODEL, TENANT, False))
+        ids[:-1], 8, HashKeys.for_request(MODEL, TENANT, False)
+    )
 
 
 async def test_an_unknown_model_is_never_looked_up(env):

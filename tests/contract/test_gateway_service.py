@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import grpc
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from services.scheduler.servicer import SchedulerServicer
 from strata.gateway.auth import Authenticator
 from strata.policy.clock import ManualClock
 from strata.policy.ratelimit import TenantRateLimiter
@@ -34,8 +36,6 @@ from strata.v1 import (
     scheduler_pb2,
     scheduler_pb2_grpc,
 )
-
-from services.scheduler.servicer import SchedulerServicer
 from tests.contract.helpers import gateway_servicer, global_spans, spans_named
 
 MODEL = "dummy-tiny"
@@ -62,8 +62,9 @@ class FakeNode(node_pb2_grpc.NodeManagerServicer):
         if request.spec.prompt == "endless":
             try:
                 while True:
-                    yield common_pb2.GenerationChunk(request_id=request.request_id, text="x",
-                                                     token_ids=[1])
+                    yield common_pb2.GenerationChunk(
+                        request_id=request.request_id, text="x", token_ids=[1]
+                    )
                     await asyncio.sleep(0.01)
             except asyncio.CancelledError:
                 self.cancelled.set()
@@ -71,12 +72,16 @@ class FakeNode(node_pb2_grpc.NodeManagerServicer):
         for i, piece in enumerate(PIECES):
             if i:
                 await asyncio.sleep(GAP_S)
-            chunk = common_pb2.GenerationChunk(request_id=request.request_id, text=piece,
-                                               token_ids=[100 + i])
+            chunk = common_pb2.GenerationChunk(
+                request_id=request.request_id, text=piece, token_ids=[100 + i]
+            )
             if i == len(PIECES) - 1:
                 chunk.finish_reason = STOP
-                chunk.usage.CopyFrom(common_pb2.Usage(prompt_tokens=9, completion_tokens=3,
-                                                      cached_prompt_tokens=4, queue_ms=7.5))
+                chunk.usage.CopyFrom(
+                    common_pb2.Usage(
+                        prompt_tokens=9, completion_tokens=3, cached_prompt_tokens=4, queue_ms=7.5
+                    )
+                )
             yield chunk
 
 
@@ -114,39 +119,62 @@ async def env(tmp_path):
         return ch
 
     node = FakeNode()
-    node_addr = await serve(Registration(
-        add=lambda s: node_pb2_grpc.add_NodeManagerServicer_to_server(node, s),
-        service_name="strata.v1.NodeManager"))
-    scheduler = SchedulerServicer(NodeRegistry(clock=ManualClock()), Router(rng=random.Random(0)),
-                                  heartbeat_interval_s=1.0)
-    scheduler_addr = await serve(Registration(
-        add=lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(scheduler, s),
-        service_name="strata.v1.Scheduler"))
+    node_addr = await serve(
+        Registration(
+            add=lambda s: node_pb2_grpc.add_NodeManagerServicer_to_server(node, s),
+            service_name="strata.v1.NodeManager",
+        )
+    )
+    scheduler = SchedulerServicer(
+        NodeRegistry(clock=ManualClock()), Router(rng=random.Random(0)), heartbeat_interval_s=1.0
+    )
+    scheduler_addr = await serve(
+        Registration(
+            add=lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(scheduler, s),
+            service_name="strata.v1.Scheduler",
+        )
+    )
     await scheduler_pb2_grpc.SchedulerStub(connect(scheduler_addr)).Heartbeat(
         scheduler_pb2.HeartbeatRequest(
-            node=common_pb2.NodeInfo(node_id="node-1", address=node_addr, replicas=[
-                common_pb2.ReplicaInfo(model=MODEL, replica_id="node-1-r0",
-                                       state=common_pb2.REPLICA_STATE_READY,
-                                       kv_blocks_total=64, kv_blocks_free=64)]),
-            models=[common_pb2.ModelInfo(name=MODEL, context_length=2048,
-                                         memory_bytes=1_000_000)]))
+            node=common_pb2.NodeInfo(
+                node_id="node-1",
+                address=node_addr,
+                replicas=[
+                    common_pb2.ReplicaInfo(
+                        model=MODEL,
+                        replica_id="node-1-r0",
+                        state=common_pb2.REPLICA_STATE_READY,
+                        kv_blocks_total=64,
+                        kv_blocks_free=64,
+                    )
+                ],
+            ),
+            models=[common_pb2.ModelInfo(name=MODEL, context_length=2048, memory_bytes=1_000_000)],
+        )
+    )
     auth_clock, rate_clock = ManualClock(), ManualClock()
     gateways: list = []
 
     async def start_gateway(rate: float, burst: float) -> gateway_pb2_grpc.GatewayStub:
         servicer = gateway_servicer(
-            scheduler_addr, Authenticator(sessions, auth_clock.now, ttl_s=10.0),
-            TenantRateLimiter(rate_clock, rate, burst), request_timeout_s=10.0)
+            scheduler_addr,
+            Authenticator(sessions, auth_clock.now, ttl_s=10.0),
+            TenantRateLimiter(rate_clock, rate, burst),
+            request_timeout_s=10.0,
+        )
         gateways.append(servicer)
-        addr = await serve(Registration(
-            add=lambda s: gateway_pb2_grpc.add_GatewayServicer_to_server(servicer, s),
-            service_name=gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name))
+        addr = await serve(
+            Registration(
+                add=lambda s: gateway_pb2_grpc.add_GatewayServicer_to_server(servicer, s),
+                service_name=gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name,
+            )
+        )
         return gateway_pb2_grpc.GatewayStub(connect(addr))
 
     stub = await start_gateway(1000.0, 1000.0)
     yield Env(stub, node, key, sessions, auth_clock, rate_clock, start_gateway)
     for servicer in gateways:
-        await servicer.close()        # waits for tokenizer loads its requests started
+        await servicer.close()  # waits for tokenizer loads its requests started
     for ch in channels:
         await ch.close()
     for running in reversed(servers):
@@ -159,9 +187,13 @@ def auth(key: str) -> tuple[tuple[str, str], ...]:
 
 
 def request(**overrides) -> gateway_pb2.GenerateRequest:
-    fields = dict(model=MODEL, prompt="What is the capital of France?", max_tokens=16,
-                  sampling=common_pb2.SamplingParams(temperature=0.5, top_p=0.9, seed=7),
-                  stop=["\n\n"])
+    fields = dict(
+        model=MODEL,
+        prompt="What is the capital of France?",
+        max_tokens=16,
+        sampling=common_pb2.SamplingParams(temperature=0.5, top_p=0.9, seed=7),
+        stop=["\n\n"],
+    )
     fields.update(overrides)
     return gateway_pb2.GenerateRequest(**fields)
 
@@ -177,12 +209,17 @@ async def rpc_error(coro) -> grpc.aio.AioRpcError:
 
 
 async def test_missing_and_unknown_keys_are_unauthenticated(env):
-    for metadata, details in [((), MISSING_KEY), ((("authorization", "Basic abc"),), MISSING_KEY),
-                              (auth("sk-strata-not-issued"), BAD_KEY), (auth("hunter2"), BAD_KEY)]:
+    for metadata, details in [
+        ((), MISSING_KEY),
+        ((("authorization", "Basic abc"),), MISSING_KEY),
+        (auth("sk-strata-not-issued"), BAD_KEY),
+        (auth("hunter2"), BAD_KEY),
+    ]:
         err = await rpc_error(collect(env.gateway, request(), metadata))
         assert (err.code(), err.details()) == (grpc.StatusCode.UNAUTHENTICATED, details)
-        err = await rpc_error(env.gateway.ListModels(common_pb2.ListModelsRequest(),
-                                                     metadata=metadata))
+        err = await rpc_error(
+            env.gateway.ListModels(common_pb2.ListModelsRequest(), metadata=metadata)
+        )
         assert (err.code(), err.details()) == (grpc.StatusCode.UNAUTHENTICATED, details)
     assert env.node.submits == []
 
@@ -191,29 +228,43 @@ async def test_a_revoked_key_keeps_working_until_the_auth_cache_expires(env):
     assert len(await collect(env.gateway, request(), auth(env.key))) == 3
     async with env.sessions() as session:
         assert await revoke_api_key(session, env.key) is True
-    env.auth_clock.advance(9.9)       # the positive answer is cached for 10 s
+    env.auth_clock.advance(9.9)  # the positive answer is cached for 10 s
     assert len(await collect(env.gateway, request(), auth(env.key))) == 3
     env.auth_clock.advance(0.2)
     err = await rpc_error(collect(env.gateway, request(), auth(env.key)))
     assert (err.code(), err.details()) == (grpc.StatusCode.UNAUTHENTICATED, BAD_KEY)
 
 
-@pytest.mark.parametrize(("overrides", "details"), [
-    (dict(max_tokens=0), "max_tokens must be between 1 and 32768, got 0"),
-    (dict(sampling=common_pb2.SamplingParams(temperature=3)),
-     "temperature must be between 0 and 2, got 3"),
-    (dict(sampling=common_pb2.SamplingParams(temperature=1e-45)),
-     "temperature must be 0 (greedy) or at least 1e-05, got 1.4013e-45; a smaller one samples "
-     "the most likely token anyway"),
-    (dict(sampling=common_pb2.SamplingParams(repetition_penalty=float("nan"))),
-     "repetition_penalty must be positive (0 or 1 disables it), got nan"),
-    (dict(messages=[common_pb2.ChatMessage(role="user", content="Hi")]),
-     "give exactly one of prompt or messages"),
-    (dict(prompt="", messages=[common_pb2.ChatMessage(role="robot", content="Hi")]),
-     "messages[0].role must be system, user, assistant or tool, got 'robot'"),
-    (dict(stop=["\n", ""]), "stop strings must not be empty"),
-    (dict(model=""), "model is required; call ListModels to see what this deployment serves"),
-])
+@pytest.mark.parametrize(
+    ("overrides", "details"),
+    [
+        (dict(max_tokens=0), "max_tokens must be between 1 and 32768, got 0"),
+        (
+            dict(sampling=common_pb2.SamplingParams(temperature=3)),
+            "temperature must be between 0 and 2, got 3",
+        ),
+        (
+            dict(sampling=common_pb2.SamplingParams(temperature=1e-45)),
+            "temperature must be 0 (greedy) or at least 1e-05, got 1.4013e-45; "
+            "a smaller one samples "
+            "the most likely token anyway",
+        ),
+        (
+            dict(sampling=common_pb2.SamplingParams(repetition_penalty=float("nan"))),
+            "repetition_penalty must be positive (0 or 1 disables it), got nan",
+        ),
+        (
+            dict(messages=[common_pb2.ChatMessage(role="user", content="Hi")]),
+            "give exactly one of prompt or messages",
+        ),
+        (
+            dict(prompt="", messages=[common_pb2.ChatMessage(role="robot", content="Hi")]),
+            "messages[0].role must be system, user, assistant or tool, got 'robot'",
+        ),
+        (dict(stop=["\n", ""]), "stop strings must not be empty"),
+        (dict(model=""), "model is required; call ListModels to see what this deployment serves"),
+    ],
+)
 async def test_invalid_requests_name_the_problem(env, overrides, details):
     err = await rpc_error(collect(env.gateway, request(**overrides), auth(env.key)))
     assert (err.code(), err.details()) == (grpc.StatusCode.INVALID_ARGUMENT, details)
@@ -224,8 +275,9 @@ async def test_unknown_model_is_not_found_from_the_scheduler(env):
     exporter = global_spans()
     err = await rpc_error(collect(env.gateway, request(model="llama-9000"), auth(env.key)))
     assert err.code() == grpc.StatusCode.NOT_FOUND
-    assert err.details() == f"model 'llama-9000' is not served by this cluster; known models: " \
-                            f"{MODEL}"
+    assert (
+        err.details() == f"model 'llama-9000' is not served by this cluster; known models: {MODEL}"
+    )
     (span,) = spans_named(exporter, names.SPAN_GATEWAY_GENERATE)
     assert span.attributes[names.ERROR_CODE] == "NOT_FOUND"
     assert span.attributes[names.GEN_AI_REQUEST_MODEL] == "llama-9000"
@@ -240,7 +292,8 @@ async def test_over_the_rate_the_tenant_gets_resource_exhausted_with_retry_after
     assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert err.details() == "tenant 'acme' is over its request rate; retry in 1000 ms"
     assert [(k, v) for k, v in err.trailing_metadata() if k == "retry-after-ms"] == [
-        ("retry-after-ms", "1001")]
+        ("retry-after-ms", "1001")
+    ]
     env.rate_clock.advance(0.5)
     err = await rpc_error(collect(limited, request(), auth(env.key)))
     assert err.details() == "tenant 'acme' is over its request rate; retry in 500 ms"
@@ -253,7 +306,10 @@ async def test_chunks_are_forwarded_with_request_and_trace_ids(env):
     exporter = global_spans()
     chunks = await collect(env.gateway, request(), auth(env.key))
     assert [(c.text, list(c.token_ids), c.finish_reason) for c in chunks] == [
-        ("Paris", [100], 0), (" is", [101], 0), (" lovely.", [102], STOP)]
+        ("Paris", [100], 0),
+        (" is", [101], 0),
+        (" lovely.", [102], STOP),
+    ]
     assert [c.usage for c in chunks[:-1]] == [common_pb2.Usage()] * 2
     usage = chunks[-1].usage
     assert (usage.prompt_tokens, usage.completion_tokens, usage.cached_prompt_tokens) == (9, 3, 4)
@@ -265,22 +321,42 @@ async def test_chunks_are_forwarded_with_request_and_trace_ids(env):
 
     assert (submit.tenant, submit.replica_id) == (TENANT, "node-1-r0")
     assert submit.spec == common_pb2.GenerationSpec(
-        model=MODEL, prompt="What is the capital of France?", max_tokens=16, stop=["\n\n"],
-        sampling=common_pb2.SamplingParams(temperature=0.5, top_p=0.9, seed=7))
+        model=MODEL,
+        prompt="What is the capital of France?",
+        max_tokens=16,
+        stop=["\n\n"],
+        sampling=common_pb2.SamplingParams(temperature=0.5, top_p=0.9, seed=7),
+    )
 
     (span,) = spans_named(exporter, names.SPAN_GATEWAY_GENERATE)
     assert format(span.context.trace_id, "032x") == trace_id
     attrs = dict(span.attributes)
-    timings = {k: attrs.pop(k) for k in (names.TTFT_MS, names.TPOT_MS, names.E2E_MS,
-                                         names.ITL_P50_MS, names.ITL_P95_MS, names.ITL_P99_MS)}
+    timings = {
+        k: attrs.pop(k)
+        for k in (
+            names.TTFT_MS,
+            names.TPOT_MS,
+            names.E2E_MS,
+            names.ITL_P50_MS,
+            names.ITL_P95_MS,
+            names.ITL_P99_MS,
+        )
+    }
     assert attrs == {
-        names.GEN_AI_SYSTEM: "strata", names.GEN_AI_OPERATION: "text_completion",
-        names.TENANT: TENANT, names.REQUEST_ID: submit.request_id,
-        names.GEN_AI_REQUEST_MODEL: MODEL, names.GEN_AI_REQUEST_MAX_TOKENS: 16,
-        names.GEN_AI_REQUEST_TEMPERATURE: pytest.approx(0.5), names.NODE_ID: "node-1",
-        names.GEN_AI_USAGE_INPUT_TOKENS: 9, names.GEN_AI_USAGE_OUTPUT_TOKENS: 3,
-        names.CACHED_TOKENS: 4, names.QUEUE_MS: 7.5,
-        names.GEN_AI_RESPONSE_FINISH_REASONS: ("stop",)}
+        names.GEN_AI_SYSTEM: "strata",
+        names.GEN_AI_OPERATION: "text_completion",
+        names.TENANT: TENANT,
+        names.REQUEST_ID: submit.request_id,
+        names.GEN_AI_REQUEST_MODEL: MODEL,
+        names.GEN_AI_REQUEST_MAX_TOKENS: 16,
+        names.GEN_AI_REQUEST_TEMPERATURE: pytest.approx(0.5),
+        names.NODE_ID: "node-1",
+        names.GEN_AI_USAGE_INPUT_TOKENS: 9,
+        names.GEN_AI_USAGE_OUTPUT_TOKENS: 3,
+        names.CACHED_TOKENS: 4,
+        names.QUEUE_MS: 7.5,
+        names.GEN_AI_RESPONSE_FINISH_REASONS: ("stop",),
+    }
     ttft, tpot, e2e = timings[names.TTFT_MS], timings[names.TPOT_MS], timings[names.E2E_MS]
     # three tokens sent GAP_S apart: two gaps between the first token and the last
     assert 0 < ttft < e2e
@@ -291,13 +367,17 @@ async def test_chunks_are_forwarded_with_request_and_trace_ids(env):
 
 async def test_chat_messages_are_passed_on_and_named_chat_on_the_span(env):
     exporter = global_spans()
-    messages = [common_pb2.ChatMessage(role="system", content="Be brief."),
-                common_pb2.ChatMessage(role="user", content="Capital of France?")]
+    messages = [
+        common_pb2.ChatMessage(role="system", content="Be brief."),
+        common_pb2.ChatMessage(role="user", content="Capital of France?"),
+    ]
     chunks = await collect(env.gateway, request(prompt="", messages=messages), auth(env.key))
     assert "".join(c.text for c in chunks) == "Paris is lovely."
     [submit] = env.node.submits
     assert [(m.role, m.content) for m in submit.spec.messages] == [
-        ("system", "Be brief."), ("user", "Capital of France?")]
+        ("system", "Be brief."),
+        ("user", "Capital of France?"),
+    ]
     assert submit.spec.prompt == ""
     (span,) = spans_named(exporter, names.SPAN_GATEWAY_GENERATE)
     assert span.attributes[names.GEN_AI_OPERATION] == "chat"
@@ -306,20 +386,25 @@ async def test_chat_messages_are_passed_on_and_named_chat_on_the_span(env):
 async def test_list_models_comes_from_the_scheduler(env):
     reply = await env.gateway.ListModels(common_pb2.ListModelsRequest(), metadata=auth(env.key))
     assert [(m.name, m.context_length, m.memory_bytes) for m in reply.models] == [
-        (MODEL, 2048, 1_000_000)]
+        (MODEL, 2048, 1_000_000)
+    ]
 
 
 async def test_a_node_failing_unavailable_is_passed_on_and_recorded(env):
     exporter = global_spans()
     env.node.fail = (grpc.StatusCode.UNAVAILABLE, "node node-1 is draining; retry")
     err = await rpc_error(collect(env.gateway, request(), auth(env.key)))
-    assert (err.code(), err.details()) == (grpc.StatusCode.UNAVAILABLE,
-                                           "node node-1 is draining; retry")
+    assert (err.code(), err.details()) == (
+        grpc.StatusCode.UNAVAILABLE,
+        "node node-1 is draining; retry",
+    )
     (span,) = spans_named(exporter, names.SPAN_GATEWAY_GENERATE)
     assert span.attributes[names.ERROR_CODE] == "UNAVAILABLE"
     assert span.attributes[names.NODE_ID] == "node-1"
     assert (span.status.status_code.name, span.status.description) == (
-        "ERROR", "node node-1 is draining; retry")
+        "ERROR",
+        "node node-1 is draining; retry",
+    )
     assert names.GEN_AI_RESPONSE_FINISH_REASONS not in span.attributes
 
 

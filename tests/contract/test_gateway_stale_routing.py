@@ -10,6 +10,8 @@ import re
 
 import grpc
 import pytest
+
+from services.scheduler.servicer import SchedulerServicer
 from strata.gateway.auth import Authenticator
 from strata.gateway.scheduler_client import view_of
 from strata.policy.clock import ManualClock
@@ -29,8 +31,6 @@ from strata.v1 import (
     scheduler_pb2,
     scheduler_pb2_grpc,
 )
-
-from services.scheduler.servicer import SchedulerServicer
 from tests.contract.helpers import gateway_servicer, global_spans, spans_named
 from tests.contract.test_gateway_service import MODEL, FakeNode
 
@@ -52,33 +52,65 @@ class Env:
             self.key = await issue_api_key(session, "acme")
         self.servers, self.channels = [], []
         self.node = FakeNode()
-        node = await self._serve(Registration(
-            add=lambda s: node_pb2_grpc.add_NodeManagerServicer_to_server(self.node, s),
-            service_name="strata.v1.NodeManager"))
+        node = await self._serve(
+            Registration(
+                add=lambda s: node_pb2_grpc.add_NodeManagerServicer_to_server(self.node, s),
+                service_name="strata.v1.NodeManager",
+            )
+        )
         self.schedulers = []
         for _ in range(2):
-            servicer = SchedulerServicer(NodeRegistry(clock=ManualClock()),
-                                         Router(rng=random.Random(0)), heartbeat_interval_s=1.0)
-            running = await start_server([Registration(
-                add=lambda s, sv=servicer: scheduler_pb2_grpc.add_SchedulerServicer_to_server(
-                    sv, s), service_name="strata.v1.Scheduler")])
+            servicer = SchedulerServicer(
+                NodeRegistry(clock=ManualClock()),
+                Router(rng=random.Random(0)),
+                heartbeat_interval_s=1.0,
+            )
+            running = await start_server(
+                [
+                    Registration(
+                        add=lambda s, sv=servicer: (
+                            scheduler_pb2_grpc.add_SchedulerServicer_to_server(sv, s)
+                        ),
+                        service_name="strata.v1.Scheduler",
+                    )
+                ]
+            )
             self.schedulers.append(running)
             ch = channel(running.address)
             self.channels.append(ch)
-            await scheduler_pb2_grpc.SchedulerStub(ch).Heartbeat(scheduler_pb2.HeartbeatRequest(
-                node=common_pb2.NodeInfo(node_id="node-1", address=node, replicas=[
-                    common_pb2.ReplicaInfo(model=MODEL, replica_id="r0", max_seqs=4,
-                                           state=common_pb2.REPLICA_STATE_READY,
-                                           kv_blocks_total=64, kv_blocks_free=64)]),
-                models=[common_pb2.ModelInfo(name=MODEL, context_length=2048)]))
+            await scheduler_pb2_grpc.SchedulerStub(ch).Heartbeat(
+                scheduler_pb2.HeartbeatRequest(
+                    node=common_pb2.NodeInfo(
+                        node_id="node-1",
+                        address=node,
+                        replicas=[
+                            common_pb2.ReplicaInfo(
+                                model=MODEL,
+                                replica_id="r0",
+                                max_seqs=4,
+                                state=common_pb2.REPLICA_STATE_READY,
+                                kv_blocks_total=64,
+                                kv_blocks_free=64,
+                            )
+                        ],
+                    ),
+                    models=[common_pb2.ModelInfo(name=MODEL, context_length=2048)],
+                )
+            )
         self.clock = ManualClock()
         self.stale = StaleRouter(self.clock, max_age_s=30.0)
         self.servicer = gateway_servicer(
-            [s.address for s in self.schedulers], Authenticator(sessions, ManualClock().now),
-            TenantRateLimiter(ManualClock(), 1000.0, 1000.0), stale=self.stale)
-        address = await self._serve(Registration(
-            add=lambda s: gateway_pb2_grpc.add_GatewayServicer_to_server(self.servicer, s),
-            service_name="strata.v1.Gateway"))
+            [s.address for s in self.schedulers],
+            Authenticator(sessions, ManualClock().now),
+            TenantRateLimiter(ManualClock(), 1000.0, 1000.0),
+            stale=self.stale,
+        )
+        address = await self._serve(
+            Registration(
+                add=lambda s: gateway_pb2_grpc.add_GatewayServicer_to_server(self.servicer, s),
+                service_name="strata.v1.Gateway",
+            )
+        )
         ch = channel(address)
         self.channels.append(ch)
         self.gateway = gateway_pb2_grpc.GatewayStub(ch)
@@ -91,8 +123,9 @@ class Env:
         return running.address
 
     async def generate(self, model: str = MODEL) -> list[gateway_pb2.GenerateResponse]:
-        return [c async for c in self.gateway.Generate(gateway_request(model),
-                                                        metadata=self.metadata)]
+        return [
+            c async for c in self.gateway.Generate(gateway_request(model), metadata=self.metadata)
+        ]
 
     async def close(self):
         await self.servicer.close()
@@ -127,8 +160,7 @@ async def test_without_any_scheduler_requests_route_from_the_last_view_until_it_
     assert env.node.submits[-1].replica_id == "r0"
     (span,) = spans_named(exporter, names.SPAN_GATEWAY_GENERATE)
     assert span.attributes[names.ROUTE_STALE] is True
-    models = await env.gateway.ListModels(common_pb2.ListModelsRequest(),
-                                          metadata=env.metadata)
+    models = await env.gateway.ListModels(common_pb2.ListModelsRequest(), metadata=env.metadata)
     assert [m.name for m in models.models] == [MODEL]
     with pytest.raises(grpc.aio.AioRpcError) as unknown:
         await env.generate("llama-9000")
@@ -144,19 +176,32 @@ async def test_without_any_scheduler_requests_route_from_the_last_view_until_it_
 
 
 async def test_no_tenant_facing_error_names_an_internal_address(env):
-    for running in env.schedulers:          # no view was ever taken: nothing to route from
+    for running in env.schedulers:  # no view was ever taken: nothing to route from
         await running.stop(0)
-    for call in (env.generate(), env.gateway.ListModels(common_pb2.ListModelsRequest(),
-                                                        metadata=env.metadata)):
+    for call in (
+        env.generate(),
+        env.gateway.ListModels(common_pb2.ListModelsRequest(), metadata=env.metadata),
+    ):
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await call
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE
         assert not ADDRESS.search(err.value.details()), err.value.details()
-    await env.servers[0].stop(0)            # the node manager too
-    env.stale.update(*view_of([common_pb2.NodeInfo(
-        node_id="node-1", address="127.0.0.1:1", replicas=[
-            common_pb2.ReplicaInfo(model=MODEL, replica_id="r0",
-                                   state=common_pb2.REPLICA_STATE_READY)])]))
+    await env.servers[0].stop(0)  # the node manager too
+    env.stale.update(
+        *view_of(
+            [
+                common_pb2.NodeInfo(
+                    node_id="node-1",
+                    address="127.0.0.1:1",
+                    replicas=[
+                        common_pb2.ReplicaInfo(
+                            model=MODEL, replica_id="r0", state=common_pb2.REPLICA_STATE_READY
+                        )
+                    ],
+                )
+            ]
+        )
+    )
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await env.generate()
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE

@@ -10,6 +10,9 @@ import time
 
 import grpc
 import pytest
+
+from services.kvstore.events import EventPublisher
+from services.kvstore.servicer import KVStoreServicer
 from strata.engine.engine import EngineRequest
 from strata.engine.sequence import SamplingParams
 from strata.engine.tier_link import TierLink
@@ -21,9 +24,6 @@ from strata.kvtier.tiered_store import Tier, TieredStore
 from strata.policy.kv_tiering import LRUPolicy
 from strata.rpc.server import Registration, channel, start_server
 from strata.v1 import kvstore_pb2, kvstore_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
-
-from services.kvstore.events import EventPublisher
-from services.kvstore.servicer import KVStoreServicer
 from tests.engine_helpers import run_to_end, tiny_engine
 
 SLAB = 4096
@@ -33,15 +33,21 @@ class Store:
     def __init__(self, tmp_path, name: str, host_bytes: int, disk_bytes: int):
         self.segment = ShmSegment(tmp_path / f"{name}.shm", host_bytes, create=True)
         self.disk = DiskTier(tmp_path / f"{name}-disk", disk_bytes) if disk_bytes else None
-        self.tiered = TieredStore(self.segment, min(SLAB, host_bytes), self.disk, LRUPolicy(),
-                                  time.monotonic)
+        self.tiered = TieredStore(
+            self.segment, min(SLAB, host_bytes), self.disk, LRUPolicy(), time.monotonic
+        )
         self.servicer = KVStoreServicer(self.tiered, str(self.segment.path))
 
     async def start(self, bind: str = "127.0.0.1:0"):
-        self.running = await start_server([Registration(
-            add=lambda s: kvstore_pb2_grpc.add_KVStoreServicer_to_server(self.servicer, s),
-            service_name=kvstore_pb2.DESCRIPTOR.services_by_name["KVStore"].full_name)],
-            bind=bind)
+        self.running = await start_server(
+            [
+                Registration(
+                    add=lambda s: kvstore_pb2_grpc.add_KVStoreServicer_to_server(self.servicer, s),
+                    service_name=kvstore_pb2.DESCRIPTOR.services_by_name["KVStore"].full_name,
+                )
+            ],
+            bind=bind,
+        )
         self.channel = channel(self.running.address)
         self.stub = kvstore_pb2_grpc.KVStoreStub(self.channel)
         return self
@@ -69,8 +75,9 @@ async def make_store(tmp_path):
 
 
 def block(h: int, data: bytes, layout: str = "float32:1x2x4x1x2") -> kvstore_pb2.KVBlock:
-    return kvstore_pb2.KVBlock(block_hash=to_bytes(h), layout=layout, data=data,
-                               checksum=checksum(data))
+    return kvstore_pb2.KVBlock(
+        block_hash=to_bytes(h), layout=layout, data=data, checksum=checksum(data)
+    )
 
 
 def hashes(*hs: int) -> list[bytes]:
@@ -88,15 +95,21 @@ async def test_byte_path_round_trip_stops_at_the_first_missing_hash(make_store):
     bad = block(4, b"d" * 1024)
     bad.checksum ^= 1
     reply = await s.stub.PutBlocks(kvstore_pb2.PutBlocksRequest(blocks=[a, b, c, bad]))
-    assert reply.stored == 3                           # the bad checksum is refused
+    assert reply.stored == 3  # the bad checksum is refused
     assert await prefix(s.stub, 1, 2, 3, 4) == (3, 3, 0)
     assert await prefix(s.stub, 1, 9, 3) == (1, 1, 0)
     got = await s.stub.GetBlocks(kvstore_pb2.GetBlocksRequest(block_hashes=hashes(1, 2, 9, 3)))
     assert [(x.block_hash, x.layout, x.data) for x in got.blocks] == [
-        (y.block_hash, y.layout, y.data) for y in (a, b)]
+        (y.block_hash, y.layout, y.data) for y in (a, b)
+    ]
     stats = await s.stub.GetStats(kvstore_pb2.KVStatsRequest())
-    assert (stats.blocks, stats.bytes_used, stats.hits, stats.misses,
-            stats.checksum_failures) == (3, 2560, 2, 1, 1)
+    assert (stats.blocks, stats.bytes_used, stats.hits, stats.misses, stats.checksum_failures) == (
+        3,
+        2560,
+        2,
+        1,
+        1,
+    )
     assert [(t.tier, t.blocks) for t in stats.tiers] == [("host", 3), ("disk", 0)]
 
 
@@ -104,19 +117,31 @@ async def test_bad_input_is_invalid_argument_with_a_sentence(make_store):
     s = await make_store()
     seven = b"\x00" * 7
     cases = [
-        (s.stub.Lookup(kvstore_pb2.LookupRequest(block_hashes=[seven])),
-         "bad block hash: a block hash is 8 bytes, got 7"),
-        (s.stub.Lookup(kvstore_pb2.LookupRequest(block_hashes=hashes(*range(4097)))),
-         "at most 4096 block hashes per call, got 4097"),
-        (s.stub.Reserve(kvstore_pb2.ReserveRequest(block_bytes=1024, count=0)),
-         "count must be between 1 and 1024, got 0"),
-        (s.stub.Reserve(kvstore_pb2.ReserveRequest(block_bytes=SLAB + 1, count=1)),
-         "a 4097-byte block does not fit this store's 4096-byte slabs; raise "
-         "STRATA_KVSTORE_SLAB_BYTES or use the byte path"),
-        (s.stub.NoteDeviceBlocks(kvstore_pb2.DeviceBlocksRequest(stored=[1])),
-         "worker_id is required: device blocks are tracked per worker"),
-        (s.stub.Pull(kvstore_pb2.PullRequest(block_hashes=[1])),
-         "peer_address is required: the store to pull blocks from"),
+        (
+            s.stub.Lookup(kvstore_pb2.LookupRequest(block_hashes=[seven])),
+            "bad block hash: a block hash is 8 bytes, got 7",
+        ),
+        (
+            s.stub.Lookup(kvstore_pb2.LookupRequest(block_hashes=hashes(*range(4097)))),
+            "at most 4096 block hashes per call, got 4097",
+        ),
+        (
+            s.stub.Reserve(kvstore_pb2.ReserveRequest(block_bytes=1024, count=0)),
+            "count must be between 1 and 1024, got 0",
+        ),
+        (
+            s.stub.Reserve(kvstore_pb2.ReserveRequest(block_bytes=SLAB + 1, count=1)),
+            "a 4097-byte block does not fit this store's 4096-byte slabs; raise "
+            "STRATA_KVSTORE_SLAB_BYTES or use the byte path",
+        ),
+        (
+            s.stub.NoteDeviceBlocks(kvstore_pb2.DeviceBlocksRequest(stored=[1])),
+            "worker_id is required: device blocks are tracked per worker",
+        ),
+        (
+            s.stub.Pull(kvstore_pb2.PullRequest(block_hashes=[1])),
+            "peer_address is required: the store to pull blocks from",
+        ),
     ]
     for call, message in cases:
         with pytest.raises(grpc.aio.AioRpcError) as err:
@@ -170,12 +195,12 @@ async def test_a_restarted_store_is_reattached_and_the_old_slots_forgotten(tmp_p
         view[:] = b"\x01" * 1024
         client.commit_slot(slot, 1, "L", 1024)
         await asyncio.to_thread(client.flush)
-        await first.stop()                      # as a crash: its segment file goes away
+        await first.stop()  # as a crash: its segment file goes away
         second = await Store(tmp_path, "r", 64 * 1024, 0).start(bind=address)
         deadline = time.monotonic() + 60
         while client.reattached == 0:
             assert time.monotonic() < deadline, "the client never mapped the new segment"
-            client.note_device([], [])          # wakes the background thread
+            client.note_device([], [])  # wakes the background thread
             await asyncio.sleep(0.05)
         await asyncio.to_thread(client.flush)
         slot, view = client.take_slot(1024)
@@ -197,10 +222,9 @@ async def test_a_full_host_tier_demotes_to_disk_and_promotes_back(make_store):
     blocks = [block(h, bytes([h]) * 1024) for h in range(1, 7)]
     for b in blocks:
         await s.stub.PutBlocks(kvstore_pb2.PutBlocksRequest(blocks=[b]))
-    assert await prefix(s.stub, *range(1, 7)) == (6, 4, 2)   # the two oldest sank to disk
+    assert await prefix(s.stub, *range(1, 7)) == (6, 4, 2)  # the two oldest sank to disk
     assert s.tiered.tier_of(1) is Tier.DISK and s.tiered.tier_of(6) is Tier.HOST
-    reply = await s.stub.Acquire(kvstore_pb2.AcquireRequest(block_hashes=[1, 2, 3],
-                                                            promote=True))
+    reply = await s.stub.Acquire(kvstore_pb2.AcquireRequest(block_hashes=[1, 2, 3], promote=True))
     assert [p.block_hash for p in reply.blocks] == [1, 2, 3]
     assert bytes(s.segment.read(reply.blocks[0].offset, 1024)) == b"\x01" * 1024
     stats = await s.stub.GetStats(kvstore_pb2.KVStatsRequest())
@@ -214,12 +238,11 @@ async def test_a_full_host_tier_demotes_to_disk_and_promotes_back(make_store):
 async def test_prefetch_queues_promotions_without_waiting(make_store):
     s = await make_store(host_bytes=2 * 1024, disk_bytes=64 * 1024)
     for h in (1, 2, 3, 4):
-        await s.stub.PutBlocks(kvstore_pb2.PutBlocksRequest(
-            blocks=[block(h, bytes([h]) * 1024)]))
+        await s.stub.PutBlocks(kvstore_pb2.PutBlocksRequest(blocks=[block(h, bytes([h]) * 1024)]))
     assert await prefix(s.stub, 1, 2) == (2, 0, 2)
     reply = await s.stub.Prefetch(kvstore_pb2.PrefetchRequest(block_hashes=[1, 2]))
     assert (reply.host_blocks, reply.queued_promotions) == (0, 2)
-    await asyncio.to_thread(s.tiered.run_once)               # the migrator's next round
+    await asyncio.to_thread(s.tiered.run_once)  # the migrator's next round
     assert await prefix(s.stub, 1, 2) == (2, 2, 0)
 
 
@@ -227,18 +250,19 @@ async def test_a_store_pulls_a_prefix_from_a_peer_node(make_store):
     a = await make_store(name="a")
     b = await make_store(name="b")
     data = [bytes([h]) * 1024 for h in (1, 2, 3)]
-    await a.stub.PutBlocks(kvstore_pb2.PutBlocksRequest(
-        blocks=[block(h, d) for h, d in zip((1, 2, 3), data)]))
+    await a.stub.PutBlocks(
+        kvstore_pb2.PutBlocksRequest(blocks=[block(h, d) for h, d in zip((1, 2, 3), data)])
+    )
     await b.stub.PutBlocks(kvstore_pb2.PutBlocksRequest(blocks=[block(1, data[0])]))
-    reply = await b.stub.Pull(kvstore_pb2.PullRequest(peer_address=a.running.address,
-                                                      block_hashes=[1, 2, 3, 4]))
-    assert reply.pulled == 2                                  # 1 was there already, 4 nowhere
+    reply = await b.stub.Pull(
+        kvstore_pb2.PullRequest(peer_address=a.running.address, block_hashes=[1, 2, 3, 4])
+    )
+    assert reply.pulled == 2  # 1 was there already, 4 nowhere
     got = await b.stub.GetBlocks(kvstore_pb2.GetBlocksRequest(block_hashes=hashes(1, 2, 3)))
     assert [x.data for x in got.blocks] == data
     assert (await b.stub.GetStats(kvstore_pb2.KVStatsRequest())).peer_blocks_pulled == 2
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await b.stub.Pull(kvstore_pb2.PullRequest(peer_address="127.0.0.1:1",
-                                                  block_hashes=[7]))
+        await b.stub.Pull(kvstore_pb2.PullRequest(peer_address="127.0.0.1:1", block_hashes=[7]))
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE
     assert err.value.details().startswith("peer store 127.0.0.1:1 failed: UNAVAILABLE")
 
@@ -257,9 +281,14 @@ class _FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
 async def test_events_reach_the_scheduler_as_a_reset_then_deltas(make_store):
     s = await make_store()
     fake = _FakeScheduler()
-    sched = await start_server([Registration(
-        add=lambda srv: scheduler_pb2_grpc.add_SchedulerServicer_to_server(fake, srv),
-        service_name=scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].full_name)])
+    sched = await start_server(
+        [
+            Registration(
+                add=lambda srv: scheduler_pb2_grpc.add_SchedulerServicer_to_server(fake, srv),
+                service_name=scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].full_name,
+            )
+        ]
+    )
     pub = EventPublisher(s.tiered, [sched.address], "node-7", "10.0.0.7:50054", 0.05)
     try:
         await s.stub.PutBlocks(kvstore_pb2.PutBlocksRequest(blocks=[block(5, b"e" * 1024)]))
@@ -268,10 +297,15 @@ async def test_events_reach_the_scheduler_as_a_reset_then_deltas(make_store):
         s.tiered.note_device("w", [7], [], reset=False)
         fake.ask_reset = True
         await pub.publish_once()
-        await pub.publish_once()                   # nothing changed, but a reset was asked for
+        await pub.publish_once()  # nothing changed, but a reset was asked for
         first, second, third = fake.reports
-        assert (first.node_id, first.store_address, first.sequence, first.reset,
-                list(first.stored)) == ("node-7", "10.0.0.7:50054", 1, True, [5])
+        assert (
+            first.node_id,
+            first.store_address,
+            first.sequence,
+            first.reset,
+            list(first.stored),
+        ) == ("node-7", "10.0.0.7:50054", 1, True, [5])
         assert (second.sequence, second.reset, list(second.stored)) == (2, False, [6, 7])
         assert (third.sequence, third.reset, list(third.stored)) == (3, True, [5, 6, 7])
     finally:
@@ -280,8 +314,11 @@ async def test_events_reach_the_scheduler_as_a_reset_then_deltas(make_store):
 
 
 def request(rid: str, prompt: list[int]) -> EngineRequest:
-    return EngineRequest(request_id=rid, prompt_ids=prompt,
-                         params=SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True))
+    return EngineRequest(
+        request_id=rid,
+        prompt_ids=prompt,
+        params=SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True),
+    )
 
 
 async def test_engine_offloads_evicted_blocks_and_loads_them_back_on_a_repeat(make_store):
@@ -290,7 +327,7 @@ async def test_engine_offloads_evicted_blocks_and_loads_them_back_on_a_repeat(ma
     try:
         # 8 blocks of 4 tokens: a 20-token prompt plus 4 outputs (23 computed) takes 6 of them
         engine = tiny_engine(num_blocks=8, block_size=4, tier=TierLink(client))
-        await asyncio.to_thread(client.flush)       # reserved slots are in place
+        await asyncio.to_thread(client.flush)  # reserved slots are in place
         prompt = list(range(10, 30))
         # TierClient is a blocking client of a server on this event loop: steps run in a thread.
         engine.add_request(request("first", prompt))
@@ -337,7 +374,7 @@ async def test_a_request_with_a_kv_source_pulls_the_prefix_from_the_peer_node(ma
         engine_a = tiny_engine(num_blocks=8, block_size=4, tier=TierLink(client_a))
         engine_a.add_request(request("first", prompt))
         first = (await asyncio.to_thread(run_to_end, engine_a))["first"]
-        engine_a.add_request(request("evict", list(range(100, 128))))   # push it to A's store
+        engine_a.add_request(request("evict", list(range(100, 128))))  # push it to A's store
         await asyncio.to_thread(run_to_end, engine_a)
         await asyncio.to_thread(client_a.flush)
         assert (await a.stub.GetStats(kvstore_pb2.KVStatsRequest())).blocks == 5
@@ -346,8 +383,8 @@ async def test_a_request_with_a_kv_source_pulls_the_prefix_from_the_peer_node(ma
         req = request("repeat", prompt)
         req.kv_source = a.running.address
         engine_b.add_request(req)
-        await asyncio.to_thread(client_b.flush)          # the prefetch went out
-        for _ in range(100):                             # the pull runs in B's store
+        await asyncio.to_thread(client_b.flush)  # the prefetch went out
+        for _ in range(100):  # the pull runs in B's store
             if (await b.stub.GetStats(kvstore_pb2.KVStatsRequest())).peer_blocks_pulled == 4:
                 break
             await asyncio.sleep(0.05)
@@ -358,7 +395,7 @@ async def test_a_request_with_a_kv_source_pulls_the_prefix_from_the_peer_node(ma
                 outputs.extend(engine_b.step())
 
         await asyncio.to_thread(run_collecting)
-        assert outputs[-1].tier_tokens == 16             # 4 blocks came from node A, via B
+        assert outputs[-1].tier_tokens == 16  # 4 blocks came from node A, via B
         assert [t for o in outputs for t in o.token_ids] == first
     finally:
         await asyncio.to_thread(client_a.close)

@@ -4,8 +4,8 @@ run id with a reason, and records the request's inter-token gap percentiles on i
 
 import grpc
 import pytest
-from strata.telemetry import names
 
+from strata.telemetry import names
 from tests.contract.helpers import global_spans, spans_named
 from tests.contract.test_gateway_service import (  # noqa: F401
     GAP_S,
@@ -39,9 +39,11 @@ async def test_untagged_requests_carry_no_run(env):  # noqa: F811
 
 @pytest.mark.parametrize("value", ["abc", "0", "-3", "1.5"])
 async def test_a_malformed_run_id_is_refused_before_any_work(env, value):  # noqa: F811
-    err = await rpc_error(collect(env.gateway, request(),
-                                  (*auth(env.key), (names.RUN_ID_METADATA, value))))
+    err = await rpc_error(
+        collect(env.gateway, request(), (*auth(env.key), (names.RUN_ID_METADATA, value)))
+    )
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert err.details() == (f"x-strata-run-id must be the positive run id that "
-                             f"Metrics.StartRun returned, got {value!r}")
+    assert err.details() == (
+        f"x-strata-run-id must be the positive run id that Metrics.StartRun returned, got {value!r}"
+    )
     assert env.node.submits == []

@@ -6,6 +6,9 @@ import asyncio
 import socket
 
 import pytest
+
+from services.metrics.servicer import MetricsServicer
+from services.node.sampler import NodeSampler, sample_loop
 from strata.node.energy import EnergyMeter, PowerModel
 from strata.node.replicas import Replica, ReplicaSet, State
 from strata.node.worker_process import WorkerProcess
@@ -23,9 +26,6 @@ from strata.v1 import (
     worker_pb2_grpc,
 )
 
-from services.metrics.servicer import MetricsServicer
-from services.node.sampler import NodeSampler, sample_loop
-
 T0_MS = 1_700_000_000_000
 
 
@@ -41,22 +41,45 @@ class ScriptedWorker(worker_pb2_grpc.WorkerServicer):
 
 class FixedKV(kvstore_pb2_grpc.KVStoreServicer):
     async def GetStats(self, request, context):
-        return kvstore_pb2.KVStats(blocks=20, tiers=[kvstore_pb2.TierStats(tier="host", blocks=17),
-                                                     kvstore_pb2.TierStats(tier="disk", blocks=3)])
+        return kvstore_pb2.KVStats(
+            blocks=20,
+            tiers=[
+                kvstore_pb2.TierStats(tier="host", blocks=17),
+                kvstore_pb2.TierStats(tier="disk", blocks=3),
+            ],
+        )
 
 
-def stats(steps: int, busy: float, prompt: int, prefix: int, preempt: int = 0,
-          running: int = 1, free: int = 40,
-          evicted: tuple[int, float, float, float] = (0, 0.0, 0.0, 0.0)
-          ) -> worker_pb2.WorkerStats:
+def stats(
+    steps: int,
+    busy: float,
+    prompt: int,
+    prefix: int,
+    preempt: int = 0,
+    running: int = 1,
+    free: int = 40,
+    evicted: tuple[int, float, float, float] = (0, 0.0, 0.0, 0.0),
+) -> worker_pb2.WorkerStats:
     """evicted: blocks evicted, their lifetime sum, recent lifetime p50 and p99."""
     return worker_pb2.WorkerStats(
-        running_requests=running, waiting_requests=2, kv_blocks_total=64, kv_blocks_free=free,
-        steps=steps, step_tokens=steps * 100, step_token_budget=steps * 256,
-        busy_seconds=busy, prompt_tokens=prompt, prefix_hit_tokens=prefix,
-        tier_hit_tokens=prefix // 2, preemptions=preempt, max_batched_tokens=256,
-        kv_blocks_evicted=evicted[0], block_lifetime_sum_s=evicted[1],
-        block_lifetime_p50_s=evicted[2], block_lifetime_p99_s=evicted[3])
+        running_requests=running,
+        waiting_requests=2,
+        kv_blocks_total=64,
+        kv_blocks_free=free,
+        steps=steps,
+        step_tokens=steps * 100,
+        step_token_budget=steps * 256,
+        busy_seconds=busy,
+        prompt_tokens=prompt,
+        prefix_hit_tokens=prefix,
+        tier_hit_tokens=prefix // 2,
+        preemptions=preempt,
+        max_batched_tokens=256,
+        kv_blocks_evicted=evicted[0],
+        block_lifetime_sum_s=evicted[1],
+        block_lifetime_p50_s=evicted[2],
+        block_lifetime_p99_s=evicted[3],
+    )
 
 
 class Clocks:
@@ -79,28 +102,46 @@ async def node(tmp_path):
         servers.append(running)
         return running.address
 
-    w0 = ScriptedWorker([stats(10, 1.0, 1000, 400, evicted=(8, 16.0, 1.5, 3.0)),
-                         stats(30, 2.0, 3000, 900, preempt=1, evicted=(20, 50.0, 2.0, 4.5))])
+    w0 = ScriptedWorker(
+        [
+            stats(10, 1.0, 1000, 400, evicted=(8, 16.0, 1.5, 3.0)),
+            stats(30, 2.0, 3000, 900, preempt=1, evicted=(20, 50.0, 2.0, 4.5)),
+        ]
+    )
     # w1 restarts between the first and second read: its counters start again from zero.
-    w1 = ScriptedWorker([stats(50, 1.5, 5000, 100, evicted=(12, 6.0, 0.5, 0.9)),
-                         stats(5, 0.5, 200, 100, running=0, evicted=(3, 1.5, 0.25, 0.5))])
+    w1 = ScriptedWorker(
+        [
+            stats(50, 1.5, 5000, 100, evicted=(12, 6.0, 0.5, 0.9)),
+            stats(5, 0.5, 200, 100, running=0, evicted=(3, 1.5, 0.25, 0.5)),
+        ]
+    )
     replicas = ReplicaSet({})
     for rid, servicer in (("r0", w0), ("r1", w1)):
-        addr = await serve(lambda s, w=servicer: worker_pb2_grpc.add_WorkerServicer_to_server(
-            w, s), "strata.v1.Worker")
+        addr = await serve(
+            lambda s, w=servicer: worker_pb2_grpc.add_WorkerServicer_to_server(w, s),
+            "strata.v1.Worker",
+        )
         replica = Replica(rid, "m", addr, WorkerProcess(rid, addr, {}), state=State.READY)
         replica.connect()
         replicas.replicas[rid] = replica
-    replicas.replicas["loading"] = Replica("loading", "m", "127.0.0.1:1",
-                                           WorkerProcess("loading", "127.0.0.1:1", {}))
-    kv_addr = await serve(lambda s: kvstore_pb2_grpc.add_KVStoreServicer_to_server(FixedKV(), s),
-                          "strata.v1.KVStore")
+    replicas.replicas["loading"] = Replica(
+        "loading", "m", "127.0.0.1:1", WorkerProcess("loading", "127.0.0.1:1", {})
+    )
+    kv_addr = await serve(
+        lambda s: kvstore_pb2_grpc.add_KVStoreServicer_to_server(FixedKV(), s), "strata.v1.KVStore"
+    )
     kv_channel = channel(kv_addr)
     channels.append(kv_channel)
     clocks = Clocks()
     meter = EnergyMeter(None, PowerModel(100.0, 300.0), clocks.mono)
-    sampler = NodeSampler("node-7", replicas, meter, kvstore_pb2_grpc.KVStoreStub(kv_channel),
-                          wall_ms=clocks.wall_ms, monotonic=clocks.mono)
+    sampler = NodeSampler(
+        "node-7",
+        replicas,
+        meter,
+        kvstore_pb2_grpc.KVStoreStub(kv_channel),
+        wall_ms=clocks.wall_ms,
+        monotonic=clocks.mono,
+    )
     yield sampler, clocks
     for r in replicas.replicas.values():
         if r.stub is not None:
@@ -119,8 +160,7 @@ async def test_samples_carry_interval_figures_and_restart_safe_counters(node):
     # Both workers grew from zero: 60 steps, 2.5 busy seconds in 4 s.
     assert (first.batch_tokens, first.batch_budget) == (6000, 60 * 256)
     assert first.utilization == pytest.approx(2.5 / 4)
-    assert (first.prompt_tokens, first.prefix_hit_tokens, first.tier_hit_tokens) == (
-        6000, 500, 250)
+    assert (first.prompt_tokens, first.prefix_hit_tokens, first.tier_hit_tokens) == (6000, 500, 250)
     assert (first.running, first.waiting) == (2, 4)
     assert (first.kv_blocks_device_used, first.kv_blocks_device_total) == (48, 128)
     assert (first.kv_blocks_host, first.kv_blocks_disk) == (17, 3)
@@ -135,7 +175,10 @@ async def test_samples_carry_interval_figures_and_restart_safe_counters(node):
     assert (second.batch_tokens, second.batch_budget) == (2500, 25 * 256)
     assert second.utilization == pytest.approx(1.5 / 2)
     assert (second.prompt_tokens, second.prefix_hit_tokens, second.preemptions) == (
-        6000 + 2000 + 200, 500 + 500 + 100, 1)
+        6000 + 2000 + 200,
+        500 + 500 + 100,
+        1,
+    )
     assert second.energy_joules == 900.0 + 250.0 * 2
     # r0 evicted 12 more blocks living 34 s in all; r1's 3 since its restart lived 1.5 s.
     assert (second.kv_blocks_evicted, second.block_lifetime_sum_s) == (20 + 12 + 3, 57.5)
@@ -163,7 +206,7 @@ async def test_the_loop_delivers_samples_and_resends_what_the_collector_missed(n
     port = free_port()
     stop = asyncio.Event()
     loop = asyncio.create_task(sample_loop(sampler, f"127.0.0.1:{port}", 0.05, stop))
-    await asyncio.sleep(0.3)                 # the collector is not up: samples wait
+    await asyncio.sleep(0.3)  # the collector is not up: samples wait
     missed = len(produced)
     assert missed >= 2
 
@@ -171,10 +214,15 @@ async def test_the_loop_delivers_samples_and_resends_what_the_collector_missed(n
     await create_all(engine)
     sessions = session_factory(engine)
     metrics = MetricsServicer(sessions, OtlpReceiver(span_sink(sessions)))
-    running = await start_server([Registration(
-        add=lambda s: metrics_pb2_grpc.add_MetricsServicer_to_server(metrics, s),
-        service_name=metrics_pb2.DESCRIPTOR.services_by_name["Metrics"].full_name)],
-        bind=f"127.0.0.1:{port}")
+    running = await start_server(
+        [
+            Registration(
+                add=lambda s: metrics_pb2_grpc.add_MetricsServicer_to_server(metrics, s),
+                service_name=metrics_pb2.DESCRIPTOR.services_by_name["Metrics"].full_name,
+            )
+        ],
+        bind=f"127.0.0.1:{port}",
+    )
     try:
         stored = []
         for _ in range(200):
@@ -191,6 +239,6 @@ async def test_the_loop_delivers_samples_and_resends_what_the_collector_missed(n
         await running.stop(0)
         await engine.dispose()
     assert len(produced) > missed
-    assert [s.unix_ms for s in stored] == produced          # none lost, none twice
+    assert [s.unix_ms for s in stored] == produced  # none lost, none twice
     assert {s.node_id for s in stored} == {"node-7"}
     assert stored[-1].kv_blocks_host == 17

@@ -11,26 +11,27 @@ from dataclasses import dataclass
 
 import grpc
 import pytest
+
+from services.node.config import NodeConfig
+from services.node.servicer import NodeManagerServicer
 from strata.core.settings import ConfigError
 from strata.node.replicas import Replica, ReplicaSet, State
 from strata.node.worker_process import WorkerProcess
 from strata.rpc.server import Registration, channel, start_server
 from strata.v1 import common_pb2, node_pb2, node_pb2_grpc, worker_pb2, worker_pb2_grpc
 
-from services.node.config import NodeConfig
-from services.node.servicer import NodeManagerServicer
-
 MODEL = "dummy-tiny"
-FAR = 60_000.0      # a TTFT target no test comes near: nothing turns urgent
+FAR = 60_000.0  # a TTFT target no test comes near: nothing turns urgent
 
 
 class HoldingWorker(worker_pb2_grpc.WorkerServicer):
     """Starts each request and answers one token when the test calls finish(). Test-only."""
 
     def __init__(self, max_seqs: int) -> None:
-        self.started: list[tuple[str, int]] = []       # (request id, priority), in order
-        self.stats = worker_pb2.WorkerStats(model=MODEL, max_seqs=max_seqs, step_tokens=500,
-                                            busy_seconds=2.0)
+        self.started: list[tuple[str, int]] = []  # (request id, priority), in order
+        self.stats = worker_pb2.WorkerStats(
+            model=MODEL, max_seqs=max_seqs, step_tokens=500, busy_seconds=2.0
+        )
         self._gates: dict[str, asyncio.Event] = {}
 
     def finish(self, request_id: str) -> None:
@@ -40,9 +41,11 @@ class HoldingWorker(worker_pb2_grpc.WorkerServicer):
         self.started.append((request.request_id, request.priority))
         await self._gates.setdefault(request.request_id, asyncio.Event()).wait()
         yield common_pb2.GenerationChunk(
-            request_id=request.request_id, token_ids=[7],
+            request_id=request.request_id,
+            token_ids=[7],
             finish_reason=common_pb2.FINISH_REASON_LENGTH,
-            usage=common_pb2.Usage(prompt_tokens=3, completion_tokens=1, queue_ms=1.0))
+            usage=common_pb2.Usage(prompt_tokens=3, completion_tokens=1, queue_ms=1.0),
+        )
 
     async def GetStats(self, request, context):
         return self.stats
@@ -63,13 +66,31 @@ class Env:
     servicer: NodeManagerServicer
     calls: list[Sub]
 
-    def submit(self, rid: str, tenant: str, sla_class: str = "standard", priority: int = 1,
-               weight: float = 1.0, ttft_ms: float = FAR) -> Sub:
-        call = self.stub.Submit(node_pb2.SubmitRequest(
-            request_id=rid, tenant=tenant, replica_id="w0", prompt_tokens_estimate=80,
-            spec=common_pb2.GenerationSpec(model=MODEL, prompt="x" * 320, max_tokens=40),
-            policy=common_pb2.TenantPolicy(tenant=tenant, sla_class=sla_class, priority=priority,
-                                           ttft_ms=ttft_ms, weight=weight)))
+    def submit(
+        self,
+        rid: str,
+        tenant: str,
+        sla_class: str = "standard",
+        priority: int = 1,
+        weight: float = 1.0,
+        ttft_ms: float = FAR,
+    ) -> Sub:
+        call = self.stub.Submit(
+            node_pb2.SubmitRequest(
+                request_id=rid,
+                tenant=tenant,
+                replica_id="w0",
+                prompt_tokens_estimate=80,
+                spec=common_pb2.GenerationSpec(model=MODEL, prompt="x" * 320, max_tokens=40),
+                policy=common_pb2.TenantPolicy(
+                    tenant=tenant,
+                    sla_class=sla_class,
+                    priority=priority,
+                    ttft_ms=ttft_ms,
+                    weight=weight,
+                ),
+            )
+        )
 
         async def drain():
             return [c async for c in call]
@@ -101,13 +122,29 @@ async def until(cond, timeout_s: float = 5.0) -> None:
 @contextlib.asynccontextmanager
 async def node_env(max_seqs: int = 1, queue: str = "wfq"):
     worker = HoldingWorker(max_seqs)
-    worker_server = await start_server([Registration(
-        add=lambda s: worker_pb2_grpc.add_WorkerServicer_to_server(worker, s),
-        service_name="strata.v1.Worker")])
-    cfg = NodeConfig(node_id="node-q", node_bind="127.0.0.1:0", node_advertise="node-q.local:50053",
-                     internal_auth=False, scheduler_addr=(), kvstore_addr="", otlp_endpoint="",
-                     node_memory_bytes=8 << 30, device="cpu", torch_threads=1,
-                     worker_ready_timeout_s=60.0, heartbeat_interval_s=60.0, node_queue=queue)
+    worker_server = await start_server(
+        [
+            Registration(
+                add=lambda s: worker_pb2_grpc.add_WorkerServicer_to_server(worker, s),
+                service_name="strata.v1.Worker",
+            )
+        ]
+    )
+    cfg = NodeConfig(
+        node_id="node-q",
+        node_bind="127.0.0.1:0",
+        node_advertise="node-q.local:50053",
+        internal_auth=False,
+        scheduler_addr=(),
+        kvstore_addr="",
+        otlp_endpoint="",
+        node_memory_bytes=8 << 30,
+        device="cpu",
+        torch_threads=1,
+        worker_ready_timeout_s=60.0,
+        heartbeat_interval_s=60.0,
+        node_queue=queue,
+    )
     replicas = ReplicaSet({}, cfg.worker_ready_timeout_s)
     address = worker_server.address
     # A replica whose worker is the in-process fake: no process is ever started for it.
@@ -116,9 +153,14 @@ async def node_env(max_seqs: int = 1, queue: str = "wfq"):
     replicas.replicas["w0"] = replica
     await replicas.refresh(replica)
     servicer = NodeManagerServicer(cfg, replicas)
-    node_server = await start_server([Registration(
-        add=lambda s: node_pb2_grpc.add_NodeManagerServicer_to_server(servicer, s),
-        service_name="strata.v1.NodeManager")])
+    node_server = await start_server(
+        [
+            Registration(
+                add=lambda s: node_pb2_grpc.add_NodeManagerServicer_to_server(servicer, s),
+                service_name="strata.v1.NodeManager",
+            )
+        ]
+    )
     ch = channel(node_server.address)
     env = Env(node_pb2_grpc.NodeManagerStub(ch), worker, servicer, [])
     try:
@@ -154,9 +196,15 @@ async def test_a_batch_backlog_delays_an_interactive_request_by_one_slot_at_most
         order = await serve_in_turn(env, 6)
         if queue == "wfq":
             assert order == ["b0", "i0", "b1", "b2", "b3", "b4"]
-            assert dict(env.worker.started) == {"b0": 0, "i0": 2, "b1": 0, "b2": 0, "b3": 0,
-                                                "b4": 0}
-        else:   # the pooled baseline: in arrival order, one priority for the engine
+            assert dict(env.worker.started) == {
+                "b0": 0,
+                "i0": 2,
+                "b1": 0,
+                "b2": 0,
+                "b3": 0,
+                "b4": 0,
+            }
+        else:  # the pooled baseline: in arrival order, one priority for the engine
             assert order == ["b0", "b1", "b2", "b3", "b4", "i0"]
             assert set(dict(env.worker.started).values()) == {0}
         chunks = await chat.task
@@ -176,7 +224,7 @@ async def test_two_tenants_are_served_one_to_three_by_weight():
             await env.queued(k + 1)
         order = await serve_in_turn(env, 11)
         assert order[1:] == ["a0", "b0", "b1", "b2", "a1", "b3", "b4", "b5", "a2", "a3"]
-        first_eight = order[1:9]     # 1:3 in tokens, as the weights say
+        first_eight = order[1:9]  # 1:3 in tokens, as the weights say
         assert [120 * sum(r[0] == t for r in first_eight) for t in "ab"] == [240, 720]
 
 
@@ -192,7 +240,7 @@ async def test_an_urgent_request_goes_past_the_cap_only_to_displace_a_lower_clas
         assert env.servicer.dispatcher.beyond_cap == 1
         env.submit("i1", "chat", "interactive", 2, ttft_ms=100.0)
         await env.queued(1)
-        await asyncio.sleep(0.3)        # urgent too, but only b0 is below it and i0 took its place
+        await asyncio.sleep(0.3)  # urgent too, but only b0 is below it and i0 took its place
         assert len(env.worker.started) == 2 and len(env.servicer.dispatcher.queue) == 1
         env.worker.finish("i0")
         assert await env.started(3) == ["b0", "i0", "i1"]
@@ -205,14 +253,16 @@ async def test_a_cancelled_waiting_request_leaves_the_queue_at_once():
         gone = env.submit("w0", "quitter")
         await env.queued(1)
         assert [(t.tenant, t.queued) for t in (await env.status()).tenants] == [
-            ("acme", 0), ("quitter", 1)]
+            ("acme", 0),
+            ("quitter", 1),
+        ]
         gone.call.cancel()
         await env.queued(0)
         assert [t.tenant for t in (await env.status()).tenants] == ["acme"]
         env.submit("y0", "acme")
         await env.queued(1)
         env.worker.finish("x0")
-        assert await env.started(2) == ["x0", "y0"]   # w0 never reached the worker
+        assert await env.started(2) == ["x0", "y0"]  # w0 never reached the worker
         with pytest.raises(asyncio.CancelledError):
             await gone.task
         assert await gone.call.code() == grpc.StatusCode.CANCELLED
@@ -227,16 +277,19 @@ async def test_status_reports_tenant_loads_slots_and_measured_rate():
         await env.queued(2)
         info = await env.status()
         assert [(t.tenant, t.priority, t.running, t.queued, t.tokens) for t in info.tenants] == [
-            ("acme", 1, 1, 0, 120), ("bulk", 0, 0, 2, 240)]
+            ("acme", 1, 1, 0, 120),
+            ("bulk", 0, 0, 2, 240),
+        ]
         (replica,) = info.replicas
-        assert (replica.max_seqs, replica.tokens_per_s) == (1, 250.0)   # 500 tokens in 2 s
+        assert (replica.max_seqs, replica.tokens_per_s) == (1, 250.0)  # 500 tokens in 2 s
         env.worker.stats.step_tokens, env.worker.stats.busy_seconds = 1500, 4.0
         (replica,) = (await env.status()).replicas
-        assert replica.tokens_per_s == 500.0                            # 1000 more in 2 s more
+        assert replica.tokens_per_s == 500.0  # 1000 more in 2 s more
         env.worker.finish("x0")
         await env.started(2)
-        assert [(t.tenant, t.running, t.queued, t.tokens) for t in (await env.status()).tenants
-                ] == [("bulk", 1, 1, 240)]
+        assert [
+            (t.tenant, t.running, t.queued, t.tokens) for t in (await env.status()).tenants
+        ] == [("bulk", 1, 1, 240)]
 
 
 async def test_a_request_id_already_on_the_node_is_refused():
@@ -245,13 +298,14 @@ async def test_a_request_id_already_on_the_node_is_refused():
         await env.started(1)
         env.submit("w0", "acme")
         await env.queued(1)
-        for rid in ("x0", "w0"):         # running, queued
+        for rid in ("x0", "w0"):  # running, queued
             again = env.submit(rid, "acme")
             with pytest.raises(grpc.aio.AioRpcError) as err:
                 await again.task
             assert (err.value.code(), err.value.details()) == (
                 grpc.StatusCode.INVALID_ARGUMENT,
-                f"request id {rid!r} is already on this node; ids must be unique")
+                f"request id {rid!r} is already on this node; ids must be unique",
+            )
         env.worker.finish("x0")
         assert await env.started(2) == ["x0", "w0"]
 
@@ -262,6 +316,9 @@ def test_the_queue_policy_is_read_from_the_environment(monkeypatch):
     monkeypatch.delenv("STRATA_NODE_QUEUE")
     assert NodeConfig.from_env().node_queue == "wfq"
     monkeypatch.setenv("STRATA_NODE_QUEUE", "lottery")
-    with pytest.raises(ConfigError, match=r"STRATA_NODE_QUEUE \(--node-queue\): Input should be "
-                                          r"'wfq' or 'fcfs', got 'lottery'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"STRATA_NODE_QUEUE \(--node-queue\): Input should be "
+        r"'wfq' or 'fcfs', got 'lottery'",
+    ):
         NodeConfig.from_env()

@@ -7,6 +7,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+
+from services.node.config import NodeConfig
+from services.node.heartbeat import heartbeat_loop, interference_monitor
 from strata.node.dispatcher import Dispatcher
 from strata.node.replicas import Replica, ReplicaSet, State
 from strata.node.worker_process import WorkerProcess
@@ -15,11 +18,8 @@ from strata.policy.scheduling.fair_queue import FairQueue, QueueItem
 from strata.rpc.server import Registration, start_server
 from strata.v1 import scheduler_pb2, scheduler_pb2_grpc, worker_pb2, worker_pb2_grpc
 
-from services.node.config import NodeConfig
-from services.node.heartbeat import heartbeat_loop, interference_monitor
-
-MISMATCH = 2.0      # the worker's solo profile is twice too fast for this "machine"
-SOLO_S = 0.8        # priced work between two heartbeats
+MISMATCH = 2.0  # the worker's solo profile is twice too fast for this "machine"
+SOLO_S = 0.8  # priced work between two heartbeats
 QUIET, LOADED = 12, 4
 
 
@@ -39,9 +39,12 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
         self.clock.advance(1.0)
         self.observed_s += SOLO_S * MISMATCH * factor
         self.solo_s += SOLO_S
-        return worker_pb2.WorkerStats(model="m", steps=self.calls,
-                                      step_seconds_observed=self.observed_s,
-                                      step_seconds_solo=self.solo_s)
+        return worker_pb2.WorkerStats(
+            model="m",
+            steps=self.calls,
+            step_seconds_observed=self.observed_s,
+            step_seconds_solo=self.solo_s,
+        )
 
 
 class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
@@ -60,19 +63,44 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
 async def one_replica_node(node_id: str, worker, scheduler):
     """The fake worker and scheduler served on port 0, a node config reaching them, and a
     replica set holding one READY replica of model "m" on that worker."""
-    worker_server = await start_server([Registration(
-        add=lambda s: worker_pb2_grpc.add_WorkerServicer_to_server(worker, s),
-        service_name=worker_pb2.DESCRIPTOR.services_by_name["Worker"].full_name)])
-    scheduler_server = await start_server([Registration(
-        add=lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(scheduler, s),
-        service_name="strata.v1.Scheduler")])
-    cfg = NodeConfig(node_id=node_id, node_bind="127.0.0.1:0", node_advertise=f"{node_id}.local:50053",
-                     internal_auth=False, scheduler_addr=(scheduler_server.address,), kvstore_addr="", otlp_endpoint="",
-                     node_memory_bytes=8 << 30, device="cpu", torch_threads=1,
-                     worker_ready_timeout_s=60.0, heartbeat_interval_s=0.01)
+    worker_server = await start_server(
+        [
+            Registration(
+                add=lambda s: worker_pb2_grpc.add_WorkerServicer_to_server(worker, s),
+                service_name=worker_pb2.DESCRIPTOR.services_by_name["Worker"].full_name,
+            )
+        ]
+    )
+    scheduler_server = await start_server(
+        [
+            Registration(
+                add=lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(scheduler, s),
+                service_name="strata.v1.Scheduler",
+            )
+        ]
+    )
+    cfg = NodeConfig(
+        node_id=node_id,
+        node_bind="127.0.0.1:0",
+        node_advertise=f"{node_id}.local:50053",
+        internal_auth=False,
+        scheduler_addr=(scheduler_server.address,),
+        kvstore_addr="",
+        otlp_endpoint="",
+        node_memory_bytes=8 << 30,
+        device="cpu",
+        torch_threads=1,
+        worker_ready_timeout_s=60.0,
+        heartbeat_interval_s=0.01,
+    )
     replicas = ReplicaSet({}, cfg.worker_ready_timeout_s)
-    replica = Replica("m-0", "m", worker_server.address,
-                      WorkerProcess("m-0", worker_server.address, {}), state=State.READY)
+    replica = Replica(
+        "m-0",
+        "m",
+        worker_server.address,
+        WorkerProcess("m-0", worker_server.address, {}),
+        state=State.READY,
+    )
     replica.connect()
     replicas.replicas[replica.replica_id] = replica
     return worker_server, scheduler_server, cfg, replicas, replica
@@ -84,7 +112,8 @@ async def test_heartbeats_carry_the_nodes_interference_and_safety_margin():
     worker = FakeWorker(clock, [1.0] * QUIET + [1.5] * LOADED)
     scheduler = FakeScheduler(QUIET + LOADED, stop)
     worker_server, scheduler_server, cfg, replicas, replica = await one_replica_node(
-        "node-i", worker, scheduler)
+        "node-i", worker, scheduler
+    )
     monitor = interference_monitor(cfg, clock)
     try:
         await asyncio.wait_for(heartbeat_loop(cfg, replicas, stop, monitor), timeout=30)
@@ -99,7 +128,7 @@ async def test_heartbeats_carry_the_nodes_interference_and_safety_margin():
     assert got[:QUIET] == [(1.0, floor)] * QUIET
     # The first loaded beat pools one quiet and one loaded interval, the next only loaded ones.
     assert got[QUIET] == pytest.approx((1.25, floor + 0.25))
-    assert got[QUIET + 1:] == [pytest.approx((1.5, floor + 0.5))] * (LOADED - 1)
+    assert got[QUIET + 1 :] == [pytest.approx((1.5, floor + 0.5))] * (LOADED - 1)
     assert {b.node.node_id for b in scheduler.beats} == {"node-i"}
 
 
@@ -112,16 +141,18 @@ async def test_heartbeats_carry_tenant_loads_and_the_prefill_rate_from_the_dispa
             return worker_pb2.WorkerStats(model="m", max_seqs=1, prefill_tokens_per_s=750.0)
 
     worker_server, scheduler_server, cfg, replicas, replica = await one_replica_node(
-        "node-t", RatedWorker(), scheduler)
-    await replicas.refresh(replica)          # the cap (max_seqs 1) is known before dispatching
+        "node-t", RatedWorker(), scheduler
+    )
+    await replicas.refresh(replica)  # the cap (max_seqs 1) is known before dispatching
     dispatcher = Dispatcher(replicas, FairQueue(WallClock()), WallClock())
     # one chat request running (the only slot), one bulk request waiting for it
     lease = await dispatcher.acquire(QueueItem("a", "chat", "m", 2, 100, 20))
     waiting = asyncio.ensure_future(dispatcher.acquire(QueueItem("b", "bulk", "m", 0, 50, 10)))
     await asyncio.sleep(0)
     try:
-        await asyncio.wait_for(heartbeat_loop(cfg, replicas, stop, dispatcher=dispatcher),
-                               timeout=30)
+        await asyncio.wait_for(
+            heartbeat_loop(cfg, replicas, stop, dispatcher=dispatcher), timeout=30
+        )
     finally:
         waiting.cancel()
         dispatcher.release(lease)
@@ -129,5 +160,7 @@ async def test_heartbeats_carry_tenant_loads_and_the_prefill_rate_from_the_dispa
         await scheduler_server.stop(0)
     node = scheduler.beats[0].node
     assert [(t.tenant, t.priority, t.running, t.queued, t.tokens) for t in node.tenants] == [
-        ("bulk", 0, 0, 1, 60), ("chat", 2, 1, 0, 120)]
+        ("bulk", 0, 0, 1, 60),
+        ("chat", 2, 1, 0, 120),
+    ]
     assert node.replicas[0].tokens_per_s == 750.0

@@ -7,6 +7,11 @@ import asyncio
 import random
 
 import pytest
+
+from services.node.config import NodeConfig
+from services.node.heartbeat import heartbeat_loop
+from services.node.servicer import NodeManagerServicer
+from services.scheduler.servicer import SchedulerServicer
 from strata.node.replicas import Replica, ReplicaSet, State
 from strata.node.worker_process import WorkerProcess
 from strata.policy.clock import WallClock
@@ -23,11 +28,6 @@ from strata.v1 import (
     worker_pb2_grpc,
 )
 
-from services.node.config import NodeConfig
-from services.node.heartbeat import heartbeat_loop
-from services.node.servicer import NodeManagerServicer
-from services.scheduler.servicer import SchedulerServicer
-
 MODEL = "dummy-tiny"
 
 
@@ -39,42 +39,89 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
 
     async def Generate(self, request, context):
         self.requests.append(request)
-        yield common_pb2.GenerationChunk(request_id=request.request_id, text="x", token_ids=[7],
-                                         finish_reason=common_pb2.FINISH_REASON_LENGTH)
+        yield common_pb2.GenerationChunk(
+            request_id=request.request_id,
+            text="x",
+            token_ids=[7],
+            finish_reason=common_pb2.FINISH_REASON_LENGTH,
+        )
 
     async def GetStats(self, request, context):
-        return worker_pb2.WorkerStats(model=MODEL, kv_blocks_total=64, kv_blocks_free=3,
-                                      queued_tokens=40, waiting_for_memory=2)
+        return worker_pb2.WorkerStats(
+            model=MODEL,
+            kv_blocks_total=64,
+            kv_blocks_free=3,
+            queued_tokens=40,
+            waiting_for_memory=2,
+        )
 
 
 @pytest.fixture
 async def env():
     worker = FakeWorker()
-    servers = [await start_server([Registration(
-        add=lambda s: worker_pb2_grpc.add_WorkerServicer_to_server(worker, s),
-        service_name="strata.v1.Worker")])]
-    scheduler = SchedulerServicer(NodeRegistry(clock=WallClock()), Router(rng=random.Random(0)),
-                                  heartbeat_interval_s=60.0)
-    servers.append(await start_server([Registration(
-        add=lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(scheduler, s),
-        service_name="strata.v1.Scheduler")]))
-    cfg = NodeConfig(node_id="node-k", node_bind="127.0.0.1:0", node_advertise="node-k.local:50053",
-                     internal_auth=False, scheduler_addr=(servers[1].address,), kvstore_addr="", otlp_endpoint="",
-                     node_memory_bytes=8 << 30, device="cpu", torch_threads=1,
-                     worker_ready_timeout_s=60.0, heartbeat_interval_s=60.0)
+    servers = [
+        await start_server(
+            [
+                Registration(
+                    add=lambda s: worker_pb2_grpc.add_WorkerServicer_to_server(worker, s),
+                    service_name="strata.v1.Worker",
+                )
+            ]
+        )
+    ]
+    scheduler = SchedulerServicer(
+        NodeRegistry(clock=WallClock()), Router(rng=random.Random(0)), heartbeat_interval_s=60.0
+    )
+    servers.append(
+        await start_server(
+            [
+                Registration(
+                    add=lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(scheduler, s),
+                    service_name="strata.v1.Scheduler",
+                )
+            ]
+        )
+    )
+    cfg = NodeConfig(
+        node_id="node-k",
+        node_bind="127.0.0.1:0",
+        node_advertise="node-k.local:50053",
+        internal_auth=False,
+        scheduler_addr=(servers[1].address,),
+        kvstore_addr="",
+        otlp_endpoint="",
+        node_memory_bytes=8 << 30,
+        device="cpu",
+        torch_threads=1,
+        worker_ready_timeout_s=60.0,
+        heartbeat_interval_s=60.0,
+    )
     replicas = ReplicaSet({}, cfg.worker_ready_timeout_s)
     address = servers[0].address
     # A replica whose worker is the in-process fake: no process is ever started for it.
     replica = Replica("w0", MODEL, address, WorkerProcess("w0", address, {}), state=State.READY)
     replica.connect()
     replicas.replicas["w0"] = replica
-    servers.append(await start_server([Registration(
-        add=lambda s: node_pb2_grpc.add_NodeManagerServicer_to_server(
-            NodeManagerServicer(cfg, replicas), s),
-        service_name="strata.v1.NodeManager")]))
+    servers.append(
+        await start_server(
+            [
+                Registration(
+                    add=lambda s: node_pb2_grpc.add_NodeManagerServicer_to_server(
+                        NodeManagerServicer(cfg, replicas), s
+                    ),
+                    service_name="strata.v1.NodeManager",
+                )
+            ]
+        )
+    )
     channels = [channel(servers[2].address), channel(servers[1].address)]
-    yield (node_pb2_grpc.NodeManagerStub(channels[0]),
-           scheduler_pb2_grpc.SchedulerStub(channels[1]), worker, cfg, replicas)
+    yield (
+        node_pb2_grpc.NodeManagerStub(channels[0]),
+        scheduler_pb2_grpc.SchedulerStub(channels[1]),
+        worker,
+        cfg,
+        replicas,
+    )
     for ch in (*channels, replica._channel):
         await ch.close()
     for running in reversed(servers):
@@ -84,20 +131,38 @@ async def env():
 async def test_submit_passes_the_kv_source_on_to_the_worker(env):
     node, _, worker, *_ = env
     spec = common_pb2.GenerationSpec(model=MODEL, prompt="Hello", max_tokens=1)
-    chunks = [c async for c in node.Submit(node_pb2.SubmitRequest(
-        request_id="r1", tenant="acme", priority=2, spec=spec, replica_id="w0",
-        kv_source_address="node-b.local:50057"))]
+    chunks = [
+        c
+        async for c in node.Submit(
+            node_pb2.SubmitRequest(
+                request_id="r1",
+                tenant="acme",
+                priority=2,
+                spec=spec,
+                replica_id="w0",
+                kv_source_address="node-b.local:50057",
+            )
+        )
+    ]
     assert [list(c.token_ids) for c in chunks] == [[7]]
-    assert worker.requests == [worker_pb2.WorkerGenerateRequest(
-        request_id="r1", tenant="acme", priority=2, spec=spec,
-        kv_source_address="node-b.local:50057")]
+    assert worker.requests == [
+        worker_pb2.WorkerGenerateRequest(
+            request_id="r1",
+            tenant="acme",
+            priority=2,
+            spec=spec,
+            kv_source_address="node-b.local:50057",
+        )
+    ]
 
 
 async def test_memory_wait_reaches_the_node_status_and_the_scheduler(env):
     node, scheduler, _, cfg, replicas = env
     info = await node.GetNodeStatus(node_pb2.GetNodeStatusRequest())
-    assert [(r.replica_id, r.kv_blocks_free, r.queued_tokens, r.waiting_for_memory)
-            for r in info.replicas] == [("w0", 3, 40, 2)]
+    assert [
+        (r.replica_id, r.kv_blocks_free, r.queued_tokens, r.waiting_for_memory)
+        for r in info.replicas
+    ] == [("w0", 3, 40, 2)]
     stop = asyncio.Event()
     beats = asyncio.create_task(heartbeat_loop(cfg, replicas, stop))
     try:
@@ -109,5 +174,4 @@ async def test_memory_wait_reaches_the_node_status_and_the_scheduler(env):
     finally:
         stop.set()
         await beats
-    assert [(r.replica_id, r.waiting_for_memory) for n in listed for r in n.replicas] == [
-        ("w0", 2)]
+    assert [(r.replica_id, r.waiting_for_memory) for n in listed for r in n.replicas] == [("w0", 2)]

@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+
+from services.placement.convert import check_pb
+from services.placement.policies import BatchAwarePolicy
 from strata.client import cli
 from strata.client.placement_cli import format_explanation
 from strata.policy.placement import (
@@ -15,9 +18,6 @@ from strata.policy.placement import (
     replica_capacity,
 )
 from strata.v1 import common_pb2, placement_pb2
-
-from services.placement.convert import check_pb
-from services.placement.policies import BatchAwarePolicy
 from tests.contract.test_placement_replan import FixedCurves, LinearCosts, beat, planner
 from tests.contract.test_placement_service import Cluster, FakeNode
 
@@ -35,8 +35,13 @@ async def placement(monkeypatch):
     await scheduler.Heartbeat(beat("n2", await c.node(FakeNode())))
     sla = SlaTarget("interactive", ttft_ms=500, tpot_ms=40)
     cap = replica_capacity(LinearCosts(), sla, 100, 50)
-    curves = FixedCurves({"a": ArrivalCurve.flat("a", 600, [0.5 * cap, 0.1 * cap], 100, 50),
-                          "b": ArrivalCurve.flat("b", 600, [0.1 * cap, 0.5 * cap], 100, 50)}, sla)
+    curves = FixedCurves(
+        {
+            "a": ArrivalCurve.flat("a", 600, [0.5 * cap, 0.1 * cap], 100, 50),
+            "b": ArrivalCurve.flat("b", 600, [0.1 * cap, 0.5 * cap], 100, 50),
+        },
+        sla,
+    )
     policy = BatchAwarePolicy(lambda model, device: LinearCosts(), BatchAwareSettings())
     p = planner(c, ("a", "b"), policy, curves)
     stub = await c.placement(p)
@@ -64,7 +69,8 @@ async def test_replan_then_explain_print_the_decisions_with_their_numbers(placem
         "plan v1: batch-aware: 1 node(s) used, mean window load 0.600; 2 load(s), 0 move(s), "
         "0 unload(s)",
         "windows: 2 of 600 s",
-        "models:"]
+        "models:",
+    ]
     assert text[4:] == [
         "nodes:",
         "  n1 [a, b] peak 0.600 mean 0.600 loads 0.60 0.60",
@@ -85,8 +91,9 @@ async def test_replan_then_explain_print_the_decisions_with_their_numbers(placem
 async def test_an_unknown_cordon_prints_the_planners_reason_and_exits_2(placement, capsys):
     address, _ = placement
     assert await run("placement", "--placement", address, "replan", "--cordon", "n9") == 2
-    assert capsys.readouterr().err == ("error: NOT_FOUND: cannot cordon n9: the scheduler lists "
-                                       "no such node (known: n1, n2)\n")
+    assert capsys.readouterr().err == (
+        "error: NOT_FOUND: cannot cordon n9: the scheduler lists no such node (known: n1, n2)\n"
+    )
 
 
 async def test_plan_before_any_round_is_unavailable(placement, capsys):
@@ -96,11 +103,14 @@ async def test_plan_before_any_round_is_unavailable(placement, capsys):
 
 
 def test_a_check_broken_by_a_neighbours_burst_says_so():
-    check = RedLineCheck("a", "n1", 0, 612.5, 38.0, SlaTarget("interactive", 500, 40), False,
-                         bursting="b")
-    e = placement_pb2.PlacementExplanation(plan_version=3, summary="s",
-                                           violations=[check_pb(check)])
+    check = RedLineCheck(
+        "a", "n1", 0, 612.5, 38.0, SlaTarget("interactive", 500, 40), False, bursting="b"
+    )
+    e = placement_pb2.PlacementExplanation(
+        plan_version=3, summary="s", violations=[check_pb(check)]
+    )
     assert format_explanation(e).splitlines()[2:4] == [
         "red-line violations:",
         "  a on n1 window 0 while b bursts: P99 TTFT 612.5/500 ms, TPOT 38.0/40 ms "
-        "(interactive) BREAKS"]
+        "(interactive) BREAKS",
+    ]

@@ -9,6 +9,11 @@ from dataclasses import dataclass
 
 import grpc
 import pytest
+
+from services.placement.actions import NodeClients
+from services.placement.curves_source import CurveSnapshot, snapshot
+from services.placement.planner import Planner
+from services.placement.policies import BatchAwarePolicy
 from strata.policy.clock import ManualClock
 from strata.policy.placement import (
     ArrivalCurve,
@@ -23,17 +28,15 @@ from strata.v1 import (
     scheduler_pb2,
     scheduler_pb2_grpc,
 )
-
-from services.placement.actions import NodeClients
-from services.placement.curves_source import CurveSnapshot, snapshot
-from services.placement.planner import Planner
-from services.placement.policies import BatchAwarePolicy
 from tests.contract.test_placement_service import Cluster, FakeNode
 
 MODEL = "smollm2-135m-instruct"
 GB = 10**9
-READY, LOADING, FAILED = (common_pb2.REPLICA_STATE_READY, common_pb2.REPLICA_STATE_LOADING,
-                          common_pb2.REPLICA_STATE_FAILED)
+READY, LOADING, FAILED = (
+    common_pb2.REPLICA_STATE_READY,
+    common_pb2.REPLICA_STATE_LOADING,
+    common_pb2.REPLICA_STATE_FAILED,
+)
 
 
 @pytest.fixture
@@ -43,24 +46,42 @@ async def cluster():
     await c.close()
 
 
-def beat(node_id: str, address: str, *replicas: tuple[str, str, int]
-         ) -> scheduler_pb2.HeartbeatRequest:
-    return scheduler_pb2.HeartbeatRequest(node=common_pb2.NodeInfo(
-        node_id=node_id, address=address, memory_bytes=2 * GB, device="cpu",
-        replicas=[common_pb2.ReplicaInfo(model=m, replica_id=r, state=s)
-                  for m, r, s in replicas]))
+def beat(
+    node_id: str, address: str, *replicas: tuple[str, str, int]
+) -> scheduler_pb2.HeartbeatRequest:
+    return scheduler_pb2.HeartbeatRequest(
+        node=common_pb2.NodeInfo(
+            node_id=node_id,
+            address=address,
+            memory_bytes=2 * GB,
+            device="cpu",
+            replicas=[
+                common_pb2.ReplicaInfo(model=m, replica_id=r, state=s) for m, r, s in replicas
+            ],
+        )
+    )
 
 
-def planner(cluster: Cluster, models=(MODEL,), policy=None, curves=None,
-            load_timeout_s=300.0) -> Planner:
+def planner(
+    cluster: Cluster, models=(MODEL,), policy=None, curves=None, load_timeout_s=300.0
+) -> Planner:
     cluster.nodes = NodeClients()
-    return Planner(scheduler=scheduler_pb2_grpc.SchedulerStub(
-                       cluster.channel(cluster.scheduler_addr)),
-                   scheduler_addr=cluster.scheduler_addr, nodes=cluster.nodes, models=models,
-                   replicas={}, memory_overrides={m: GB for m in models}, clock=ManualClock(),
-                   rpc_timeout_s=2.0, drain_timeout_ms=100, load_timeout_s=load_timeout_s,
-                   wall_ms=lambda: 1_700_000_000_000, policy=policy, curves=curves,
-                   ready_poll_s=0.01)
+    return Planner(
+        scheduler=scheduler_pb2_grpc.SchedulerStub(cluster.channel(cluster.scheduler_addr)),
+        scheduler_addr=cluster.scheduler_addr,
+        nodes=cluster.nodes,
+        models=models,
+        replicas={},
+        memory_overrides={m: GB for m in models},
+        clock=ManualClock(),
+        rpc_timeout_s=2.0,
+        drain_timeout_ms=100,
+        load_timeout_s=load_timeout_s,
+        wall_ms=lambda: 1_700_000_000_000,
+        policy=policy,
+        curves=curves,
+        ready_poll_s=0.01,
+    )
 
 
 async def until(predicate, timeout_s=5.0) -> None:
@@ -86,15 +107,20 @@ async def test_cordoned_replica_drains_only_after_its_replacement_is_ready(clust
     assert list(plan.cordoned_nodes) == ["n1"]
     assert [(a.model, a.node_id, a.replica_id) for a in plan.assignments] == [(MODEL, "n2", new_id)]
     [move] = plan.moves
-    assert (move.model, move.from_node_id, move.from_replica_id, move.to_node_id,
-            move.to_replica_id, move.state) == (MODEL, "n1", "r1", "n2", new_id, "loading")
+    assert (
+        move.model,
+        move.from_node_id,
+        move.from_replica_id,
+        move.to_node_id,
+        move.to_replica_id,
+        move.state,
+    ) == (MODEL, "n1", "r1", "n2", new_id, "loading")
 
     # Loading: a round in between neither loads again nor unloads anything.
     await scheduler.Heartbeat(beat("n2", addr2, (MODEL, new_id, LOADING)))
     again = await stub.Replan(placement_pb2.ReplanRequest())
     await asyncio.sleep(0.1)
-    assert new_node.loads == [(MODEL, new_id)] and old_node.unloads == [] \
-        and new_node.unloads == []
+    assert new_node.loads == [(MODEL, new_id)] and old_node.unloads == [] and new_node.unloads == []
     assert again.version == plan.version and again.moves[0].state == "loading"
 
     await scheduler.Heartbeat(beat("n2", addr2, (MODEL, new_id, READY)))
@@ -125,8 +151,10 @@ async def test_a_move_whose_new_replica_fails_is_abandoned_and_the_old_one_keeps
     assert old_node.unloads == []
     [move] = (await stub.GetPlan(placement_pb2.GetPlanRequest())).moves
     assert move.state == "abandoned"
-    assert move.reason == (f"n1 is cordoned; new replica {MODEL}@n2 on n2 failed to start; the "
-                           f"old replica keeps serving")
+    assert move.reason == (
+        f"n1 is cordoned; new replica {MODEL}@n2 on n2 failed to start; the "
+        f"old replica keeps serving"
+    )
 
 
 async def test_a_move_that_never_gets_ready_is_abandoned_after_the_load_timeout(cluster):
@@ -139,8 +167,9 @@ async def test_a_move_that_never_gets_ready_is_abandoned_after_the_load_timeout(
     await p.replan(cordon=["n1"])
     await p.migrations.wait_idle()
     assert old_node.unloads == []
-    assert p.latest.migrations[0].detail == ("new replica(s) not READY after 0.2 s; the old "
-                                             "replica keeps serving")
+    assert p.latest.migrations[0].detail == (
+        "new replica(s) not READY after 0.2 s; the old replica keeps serving"
+    )
 
 
 async def test_replan_refuses_unknown_and_contradictory_cordons(cluster):
@@ -192,10 +221,16 @@ async def test_explain_gives_window_loads_pair_benefits_and_red_line_checks(clus
     await scheduler.Heartbeat(beat("n2", await cluster.node(n2)))
     sla = SlaTarget("interactive", ttft_ms=500, tpot_ms=40)
     cap = replica_capacity(LinearCosts(), sla, 100, 50)
-    curves = FixedCurves({"a": ArrivalCurve.flat("a", 600, [0.5 * cap, 0.1 * cap], 100, 50),
-                          "b": ArrivalCurve.flat("b", 600, [0.1 * cap, 0.5 * cap], 100, 50)}, sla)
-    policy = BatchAwarePolicy(lambda model, device: LinearCosts() if device == "cpu" else None,
-                              BatchAwareSettings())
+    curves = FixedCurves(
+        {
+            "a": ArrivalCurve.flat("a", 600, [0.5 * cap, 0.1 * cap], 100, 50),
+            "b": ArrivalCurve.flat("b", 600, [0.1 * cap, 0.5 * cap], 100, 50),
+        },
+        sla,
+    )
+    policy = BatchAwarePolicy(
+        lambda model, device: LinearCosts() if device == "cpu" else None, BatchAwareSettings()
+    )
     stub = await cluster.placement(planner(cluster, ("a", "b"), policy, curves))
     plan = await stub.Replan(placement_pb2.ReplanRequest())
     assert plan.policy == "batch-aware" and not plan.rejected
@@ -204,9 +239,15 @@ async def test_explain_gives_window_loads_pair_benefits_and_red_line_checks(clus
 
     e = await stub.Explain(placement_pb2.ExplainRequest())
     assert (e.plan_version, e.policy, e.window_s, e.windows, e.rejected) == (
-        1, "batch-aware", 600.0, 2, False)
-    assert e.summary == ("batch-aware: 1 node(s) used, mean window load 0.600; 2 load(s), "
-                         "0 move(s), 0 unload(s)")
+        1,
+        "batch-aware",
+        600.0,
+        2,
+        False,
+    )
+    assert e.summary == (
+        "batch-aware: 1 node(s) used, mean window load 0.600; 2 load(s), 0 move(s), 0 unload(s)"
+    )
     b = next(d for d in e.decisions if d.model == "b")
     assert (b.action, b.node_id, b.replica_id) == ("load", "n1", "b@n1")
     assert list(b.window_loads) == pytest.approx([0.6, 0.6], abs=1e-9)
@@ -226,13 +267,25 @@ async def test_explain_gives_window_loads_pair_benefits_and_red_line_checks(clus
 
 
 def test_curves_from_the_metrics_reply_fill_silent_models_with_zeros():
-    reply = metrics_pb2.ArrivalCurvesResponse(window_s=60, observed_s=[60.0, 60.0], curves=[
-        metrics_pb2.ArrivalCurve(model="a", requests=[6, 0], prompt_tokens_mean=[10.0, 0.0],
-                                 output_tokens_mean=[5.0, 0.0],
-                                 sla=metrics_pb2.SlaTarget(sla_class="interactive",
-                                                           ttft_ms=300)),
-        metrics_pb2.ArrivalCurve(model="not-desired", requests=[1, 1],
-                                 prompt_tokens_mean=[1.0, 1.0], output_tokens_mean=[1.0, 1.0])])
+    reply = metrics_pb2.ArrivalCurvesResponse(
+        window_s=60,
+        observed_s=[60.0, 60.0],
+        curves=[
+            metrics_pb2.ArrivalCurve(
+                model="a",
+                requests=[6, 0],
+                prompt_tokens_mean=[10.0, 0.0],
+                output_tokens_mean=[5.0, 0.0],
+                sla=metrics_pb2.SlaTarget(sla_class="interactive", ttft_ms=300),
+            ),
+            metrics_pb2.ArrivalCurve(
+                model="not-desired",
+                requests=[1, 1],
+                prompt_tokens_mean=[1.0, 1.0],
+                output_tokens_mean=[1.0, 1.0],
+            ),
+        ],
+    )
     got = snapshot(reply, ["a", "b"])
     assert sorted(got.curves) == ["a", "b"]
     assert got.curves["a"].rates == (0.1, 0.0) and got.curves["b"].rates == (0.0, 0.0)
@@ -240,11 +293,19 @@ def test_curves_from_the_metrics_reply_fill_silent_models_with_zeros():
 
 
 def test_curves_from_the_metrics_reply_keep_the_busiest_slices():
-    reply = metrics_pb2.ArrivalCurvesResponse(window_s=60, observed_s=[60.0, 60.0], burst_s=15,
-                                              curves=[metrics_pb2.ArrivalCurve(
-                                                  model="a", requests=[6, 0],
-                                                  prompt_tokens_mean=[10.0, 0.0],
-                                                  output_tokens_mean=[5.0, 0.0],
-                                                  burst_requests=[3, 0])])
+    reply = metrics_pb2.ArrivalCurvesResponse(
+        window_s=60,
+        observed_s=[60.0, 60.0],
+        burst_s=15,
+        curves=[
+            metrics_pb2.ArrivalCurve(
+                model="a",
+                requests=[6, 0],
+                prompt_tokens_mean=[10.0, 0.0],
+                output_tokens_mean=[5.0, 0.0],
+                burst_requests=[3, 0],
+            )
+        ],
+    )
     a = snapshot(reply, ["a"]).curves["a"]
     assert (a.burst_s, a.burst_rates) == (15.0, (0.2, 0.0))

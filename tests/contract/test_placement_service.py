@@ -12,6 +12,16 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from services.placement.actions import NodeClients
+from services.placement.config import (
+    PlacementConfig,
+    parse_memory_overrides,
+    parse_replicas,
+)
+from services.placement.planner import Planner
+from services.placement.servicer import PlacementServicer
+from services.scheduler.servicer import SchedulerServicer
 from strata.core.settings import ConfigError
 from strata.policy.clock import ManualClock, WallClock
 from strata.policy.registry import NodeRegistry
@@ -27,16 +37,6 @@ from strata.v1 import (
     scheduler_pb2,
     scheduler_pb2_grpc,
 )
-
-from services.placement.actions import NodeClients
-from services.placement.config import (
-    PlacementConfig,
-    parse_memory_overrides,
-    parse_replicas,
-)
-from services.placement.planner import Planner
-from services.placement.servicer import PlacementServicer
-from services.scheduler.servicer import SchedulerServicer
 
 MODEL = "smollm2-135m-instruct"
 GB = 10**9
@@ -54,9 +54,13 @@ class FakeNode(node_pb2_grpc.NodeManagerServicer):
         self.loads.append((request.model, request.replica_id))
         if self.fail:
             await context.abort(*self.fail)
-        return node_pb2.LoadModelResponse(replica=common_pb2.ReplicaInfo(
-            model=request.model, replica_id=request.replica_id,
-            state=common_pb2.REPLICA_STATE_LOADING))
+        return node_pb2.LoadModelResponse(
+            replica=common_pb2.ReplicaInfo(
+                model=request.model,
+                replica_id=request.replica_id,
+                state=common_pb2.REPLICA_STATE_LOADING,
+            )
+        )
 
     async def UnloadModel(self, request, context):
         self.unloads.append((request.model, request.replica_id, request.drain_timeout_ms))
@@ -75,35 +79,57 @@ class Cluster:
         return running.address
 
     async def scheduler(self) -> scheduler_pb2_grpc.SchedulerStub:
-        servicer = SchedulerServicer(NodeRegistry(clock=WallClock()), Router(rng=random.Random(0)),
-                                     heartbeat_interval_s=1.0)
-        self.scheduler_addr = await self.start(Registration(
-            add=lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s),
-            service_name="strata.v1.Scheduler"))
+        servicer = SchedulerServicer(
+            NodeRegistry(clock=WallClock()), Router(rng=random.Random(0)), heartbeat_interval_s=1.0
+        )
+        self.scheduler_addr = await self.start(
+            Registration(
+                add=lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s),
+                service_name="strata.v1.Scheduler",
+            )
+        )
         return scheduler_pb2_grpc.SchedulerStub(self.channel(self.scheduler_addr))
 
     async def node(self, fake: FakeNode) -> str:
-        return await self.start(Registration(
-            add=lambda s: node_pb2_grpc.add_NodeManagerServicer_to_server(fake, s),
-            service_name="strata.v1.NodeManager"))
+        return await self.start(
+            Registration(
+                add=lambda s: node_pb2_grpc.add_NodeManagerServicer_to_server(fake, s),
+                service_name="strata.v1.NodeManager",
+            )
+        )
 
     async def placement(self, planner: Planner) -> placement_pb2_grpc.PlacementStub:
         servicer = PlacementServicer(planner)
-        addr = await self.start(Registration(
-            add=lambda s: placement_pb2_grpc.add_PlacementServicer_to_server(servicer, s),
-            service_name="strata.v1.Placement"))
+        addr = await self.start(
+            Registration(
+                add=lambda s: placement_pb2_grpc.add_PlacementServicer_to_server(servicer, s),
+                service_name="strata.v1.Placement",
+            )
+        )
         return placement_pb2_grpc.PlacementStub(self.channel(addr))
 
-    def planner(self, scheduler_addr: str, models: tuple[str, ...] = (MODEL,),
-                clock: ManualClock | None = None) -> Planner:
+    def planner(
+        self,
+        scheduler_addr: str,
+        models: tuple[str, ...] = (MODEL,),
+        clock: ManualClock | None = None,
+    ) -> Planner:
         self.nodes = NodeClients()
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(self.exporter))
-        return Planner(scheduler=scheduler_pb2_grpc.SchedulerStub(self.channel(scheduler_addr)),
-                       scheduler_addr=scheduler_addr, nodes=self.nodes, models=models,
-                       replicas={}, memory_overrides={}, clock=clock or ManualClock(), rpc_timeout_s=2.0,
-                       drain_timeout_ms=100, tracer=provider.get_tracer("t"),
-                       wall_ms=lambda: 1_700_000_000_000)
+        return Planner(
+            scheduler=scheduler_pb2_grpc.SchedulerStub(self.channel(scheduler_addr)),
+            scheduler_addr=scheduler_addr,
+            nodes=self.nodes,
+            models=models,
+            replicas={},
+            memory_overrides={},
+            clock=clock or ManualClock(),
+            rpc_timeout_s=2.0,
+            drain_timeout_ms=100,
+            tracer=provider.get_tracer("t"),
+            wall_ms=lambda: 1_700_000_000_000,
+        )
 
     def channel(self, addr: str):
         ch = channel(addr)
@@ -126,11 +152,21 @@ async def cluster():
     await c.close()
 
 
-def heartbeat(node_id: str, address: str, *replicas: tuple[str, str]) -> scheduler_pb2.HeartbeatRequest:
-    return scheduler_pb2.HeartbeatRequest(node=common_pb2.NodeInfo(
-        node_id=node_id, address=address, memory_bytes=2 * GB, device="cpu",
-        replicas=[common_pb2.ReplicaInfo(model=m, replica_id=r, state=common_pb2.REPLICA_STATE_READY)
-                  for m, r in replicas]))
+def heartbeat(
+    node_id: str, address: str, *replicas: tuple[str, str]
+) -> scheduler_pb2.HeartbeatRequest:
+    return scheduler_pb2.HeartbeatRequest(
+        node=common_pb2.NodeInfo(
+            node_id=node_id,
+            address=address,
+            memory_bytes=2 * GB,
+            device="cpu",
+            replicas=[
+                common_pb2.ReplicaInfo(model=m, replica_id=r, state=common_pb2.REPLICA_STATE_READY)
+                for m, r in replicas
+            ],
+        )
+    )
 
 
 def assignments(plan: placement_pb2.PlacementPlan) -> list[tuple[str, str, str, str]]:
@@ -152,9 +188,13 @@ async def test_planner_loads_configured_model_on_registered_node_and_get_plan_re
     rid = f"{MODEL}@n1"
     assert fake.loads == [(MODEL, rid)]
     assert (plan.version, plan.created_unix_ms, list(plan.unplaced_models)) == (
-        1, 1_700_000_000_000, [])
-    assert assignments(plan) == [(MODEL, "n1", rid, "first-fit-decreasing: needs 800000000 "
-                                                    "bytes, 2000000000 free on n1")]
+        1,
+        1_700_000_000_000,
+        [],
+    )
+    assert assignments(plan) == [
+        (MODEL, "n1", rid, "first-fit-decreasing: needs 800000000 bytes, 2000000000 free on n1")
+    ]
     assert await stub.GetPlan(placement_pb2.GetPlanRequest()) == plan
 
     # Before the node heartbeats the new replica, a replan must not load it a second time.
@@ -165,8 +205,9 @@ async def test_planner_loads_configured_model_on_registered_node_and_get_plan_re
     settled = await stub.Replan(placement_pb2.ReplanRequest())
     assert fake.loads == [(MODEL, rid)] and fake.unloads == []
     assert settled.version == 1
-    assert assignments(settled) == [(MODEL, "n1", rid, "kept: already on n1, needs 800000000 "
-                                                       "bytes, 1200000000 left free")]
+    assert assignments(settled) == [
+        (MODEL, "n1", rid, "kept: already on n1, needs 800000000 bytes, 1200000000 left free")
+    ]
     spans = cluster.exporter.get_finished_spans()
     assert [s.name for s in spans] == [names.SPAN_PLACEMENT_REPLAN] * 3
 
@@ -181,7 +222,7 @@ async def test_load_never_heartbeated_is_issued_again_after_the_grace(cluster):
     clock.advance(4.9)
     await planner.replan()
     assert len(fake.loads) == 1
-    clock.advance(0.2)                  # past the 5 s grace: the node evidently lost it
+    clock.advance(0.2)  # past the 5 s grace: the node evidently lost it
     await planner.replan()
     assert fake.loads == [(MODEL, f"{MODEL}@n1")] * 2
 
@@ -217,7 +258,8 @@ async def test_node_errors_are_logged_with_node_id_and_retried_next_round(cluste
     assert len(fake.loads) >= 3 and set(fake.loads) == {(MODEL, f"{MODEL}@n1")}
     assert caplog.records[0].getMessage() == (
         f"node n1 at {addr}: LoadModel {MODEL} (replica {MODEL}@n1) failed (RESOURCE_EXHAUSTED: "
-        f"out of memory); retrying next round")
+        f"out of memory); retrying next round"
+    )
     assert planner.latest is not None and planner.latest.version == 1
 
 
@@ -226,7 +268,9 @@ async def test_replan_without_scheduler_is_unavailable_with_the_address(cluster)
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await stub.Replan(placement_pb2.ReplanRequest())
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE
-    assert err.value.details().startswith("the scheduler at 127.0.0.1:1 did not answer (UNAVAILABLE")
+    assert err.value.details().startswith(
+        "the scheduler at 127.0.0.1:1 did not answer (UNAVAILABLE"
+    )
     assert err.value.details().endswith("check STRATA_SCHEDULER_ADDR and that the scheduler runs")
 
 
@@ -245,29 +289,41 @@ def test_config_from_env(monkeypatch):
     monkeypatch.setenv("STRATA_REPLAN_INTERVAL_S", "2.5")
     monkeypatch.setenv("STRATA_SCHEDULER_ADDR", "scheduler:50052")
     cfg = PlacementConfig.from_env()
-    assert (cfg.models, cfg.replica_counts, cfg.memory_overrides, cfg.replan_interval_s,
-            cfg.scheduler_addr) == (("a", "b"), {"a": 1, "b": 3}, {"a": 100, "b": 2000}, 2.5,
-                                    ("scheduler:50052",))
+    assert (
+        cfg.models,
+        cfg.replica_counts,
+        cfg.memory_overrides,
+        cfg.replan_interval_s,
+        cfg.scheduler_addr,
+    ) == (("a", "b"), {"a": 1, "b": 3}, {"a": 100, "b": 2000}, 2.5, ("scheduler:50052",))
     for var in ("STRATA_MODELS", "STRATA_REPLICAS", "STRATA_MODEL_MEMORY_BYTES"):
         monkeypatch.delenv(var)
     cfg = PlacementConfig.from_env()
     assert (cfg.models, cfg.replica_counts, cfg.memory_overrides) == ((MODEL,), {MODEL: 1}, {})
     monkeypatch.setenv("STRATA_REPLICAS", "c=1")
-    with pytest.raises(ConfigError, match=r"STRATA_REPLICAS names c, which is not in "
-                                          r"STRATA_MODELS"):
+    with pytest.raises(
+        ConfigError,
+        match=r"STRATA_REPLICAS names c, which is not in "
+        r"STRATA_MODELS",
+    ):
         PlacementConfig.from_env()
 
 
 def test_config_parse_errors_name_the_variable():
     assert parse_replicas("2", ("a", "b")) == {"a": 2, "b": 2}
-    with pytest.raises(ValueError, match=r"STRATA_REPLICAS names c, which is not in "
-                                          r"STRATA_MODELS \(a, b\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"STRATA_REPLICAS names c, which is not in "
+        r"STRATA_MODELS \(a, b\)",
+    ):
         parse_replicas("c=1", ("a", "b"))
     with pytest.raises(ValueError, match="STRATA_REPLICAS needs an integer, got 'x'"):
         parse_replicas("a=x", ("a",))
-    with pytest.raises(ValueError, match="STRATA_MODEL_MEMORY_BYTES entries must look like "
-                                          "name=number, got 'a'"):
+    with pytest.raises(
+        ValueError, match="STRATA_MODEL_MEMORY_BYTES entries must look like name=number, got 'a'"
+    ):
         parse_memory_overrides("a")
-    with pytest.raises(ValueError, match="STRATA_MODEL_MEMORY_BYTES values must be at least 1, "
-                                          "got 0"):
+    with pytest.raises(
+        ValueError, match="STRATA_MODEL_MEMORY_BYTES values must be at least 1, got 0"
+    ):
         parse_memory_overrides("a=0")

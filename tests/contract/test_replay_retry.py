@@ -13,6 +13,7 @@ from collections import Counter
 
 import grpc
 import pytest
+
 from strata.client.replay import ReplayConfig, RetryPolicy, replay
 from strata.eval.workload import WorkloadRequest
 from strata.rpc.server import Registration, start_server
@@ -41,8 +42,9 @@ class RefusingGateway(gateway_pb2_grpc.GatewayServicer):
         hint = {"twice": "100" if self.calls[prompt] <= 2 else None, "always": "200"}.get(prompt)
         if hint is not None:
             context.set_trailing_metadata(((RETRY_AFTER_METADATA, hint),))
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                f"tenant over its share; retry in {hint} ms")
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED, f"tenant over its share; retry in {hint} ms"
+            )
         if prompt == "nohint":
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "over its share")
         for i in range(request.max_tokens):
@@ -50,13 +52,14 @@ class RefusingGateway(gateway_pb2_grpc.GatewayServicer):
             if prompt == "late" and i == 1:
                 context.set_trailing_metadata(((RETRY_AFTER_METADATA, "10"),))
                 await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "preempted")
-            yield gateway_pb2.GenerateResponse(request_id=f"{prompt}-{self.calls[prompt]}",
-                                               text="x", token_ids=[120])
+            yield gateway_pb2.GenerateResponse(
+                request_id=f"{prompt}-{self.calls[prompt]}", text="x", token_ids=[120]
+            )
         yield gateway_pb2.GenerateResponse(
             request_id=f"{prompt}-{self.calls[prompt]}",
             finish_reason=common_pb2.FINISH_REASON_LENGTH,
-            usage=common_pb2.Usage(prompt_tokens=len(prompt),
-                                   completion_tokens=request.max_tokens))
+            usage=common_pb2.Usage(prompt_tokens=len(prompt), completion_tokens=request.max_tokens),
+        )
 
 
 class Metrics(metrics_pb2_grpc.MetricsServicer):
@@ -70,25 +73,46 @@ class Metrics(metrics_pb2_grpc.MetricsServicer):
 @pytest.fixture
 async def gateway():
     fake = RefusingGateway()
-    running = await start_server([
-        Registration(add=lambda s: gateway_pb2_grpc.add_GatewayServicer_to_server(fake, s),
-                     service_name=gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name),
-        Registration(add=lambda s: metrics_pb2_grpc.add_MetricsServicer_to_server(Metrics(), s),
-                     service_name=metrics_pb2.DESCRIPTOR.services_by_name["Metrics"].full_name),
-    ])
+    running = await start_server(
+        [
+            Registration(
+                add=lambda s: gateway_pb2_grpc.add_GatewayServicer_to_server(fake, s),
+                service_name=gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name,
+            ),
+            Registration(
+                add=lambda s: metrics_pb2_grpc.add_MetricsServicer_to_server(Metrics(), s),
+                service_name=metrics_pb2.DESCRIPTOR.services_by_name["Metrics"].full_name,
+            ),
+        ]
+    )
     yield fake, running.address
     await running.stop(0)
 
 
 def _workload(*prompts: str) -> list[WorkloadRequest]:
-    return [WorkloadRequest(index=i, send_at_s=0.0, prompt=p, prompt_tokens=len(p), max_tokens=3,
-                            tenant="t", api_key="k") for i, p in enumerate(prompts)]
+    return [
+        WorkloadRequest(
+            index=i,
+            send_at_s=0.0,
+            prompt=p,
+            prompt_tokens=len(p),
+            max_tokens=3,
+            tenant="t",
+            api_key="k",
+        )
+        for i, p in enumerate(prompts)
+    ]
 
 
 async def test_refusals_are_retried_after_the_hint_until_give_up(gateway, tmp_path):
     fake, address = gateway
-    config = ReplayConfig(model="m", gateway=address, metrics=address, out_dir=str(tmp_path),
-                          retry=RetryPolicy(give_up_s=0.5))
+    config = ReplayConfig(
+        model="m",
+        gateway=address,
+        metrics=address,
+        out_dir=str(tmp_path),
+        retry=RetryPolicy(give_up_s=0.5),
+    )
     result = await replay(_workload("twice", "always", "nohint", "late", "plain"), config)
     by_prompt = dict(zip(("twice", "always", "nohint", "late", "plain"), result.records))
 
@@ -100,7 +124,8 @@ async def test_refusals_are_retried_after_the_hint_until_give_up(gateway, tmp_pa
     assert twice.ttft_s == pytest.approx(0.2 + TOKEN_S, abs=0.06)
     assert twice.e2e_s == pytest.approx(0.2 + 3 * TOKEN_S, abs=0.08)
     assert [b - a for a, b in zip(result.attempts[0], result.attempts[0][1:])] == pytest.approx(
-        [0.1, 0.1], abs=0.05)
+        [0.1, 0.1], abs=0.05
+    )
 
     # refused at 0, 0.2 and 0.4 s; a fourth attempt at 0.6 s would pass give_up_s: it stands
     always = by_prompt["always"]
@@ -113,8 +138,11 @@ async def test_refusals_are_retried_after_the_hint_until_give_up(gateway, tmp_pa
     # without a hint, and after output, a refusal is final
     assert (fake.calls["nohint"], by_prompt["nohint"].status) == (1, "RESOURCE_EXHAUSTED")
     assert result.attempts[2] == [pytest.approx(by_prompt["nohint"].sent_s)]
-    assert (fake.calls["late"], by_prompt["late"].status,
-            by_prompt["late"].output_tokens) == (1, "RESOURCE_EXHAUSTED", 1)
+    assert (fake.calls["late"], by_prompt["late"].status, by_prompt["late"].output_tokens) == (
+        1,
+        "RESOURCE_EXHAUSTED",
+        1,
+    )
     assert 3 not in result.attempts
     assert (fake.calls["plain"], by_prompt["plain"].status) == (1, "OK")
     assert 4 not in result.attempts
@@ -126,15 +154,22 @@ async def test_without_a_retry_policy_a_refusal_is_final(gateway, tmp_path):
     config = ReplayConfig(model="m", gateway=address, metrics=address, out_dir=str(tmp_path))
     result = await replay(_workload("twice", "plain"), config)
     assert [(r.status, r.output_tokens) for r in result.records] == [
-        ("RESOURCE_EXHAUSTED", 0), ("OK", 3)]
+        ("RESOURCE_EXHAUSTED", 0),
+        ("OK", 3),
+    ]
     assert fake.calls == Counter({"twice": 1, "plain": 1})
     assert list(result.attempts) == [0]
 
 
 async def test_a_floor_on_the_wait_spaces_retries_given_a_short_hint(gateway, tmp_path):
     fake, address = gateway
-    config = ReplayConfig(model="m", gateway=address, metrics=address, out_dir=str(tmp_path),
-                          retry=RetryPolicy(give_up_s=0.7, min_wait_s=0.3))
+    config = ReplayConfig(
+        model="m",
+        gateway=address,
+        metrics=address,
+        out_dir=str(tmp_path),
+        retry=RetryPolicy(give_up_s=0.7, min_wait_s=0.3),
+    )
     result = await replay(_workload("twice", "always"), config)
     # hints of 100 and 200 ms, a floor of 300: attempts at 0, 0.3 and 0.6 s; "twice" is served
     # on its third, "always" refused on each, and a fourth at 0.9 s would pass give_up_s

@@ -9,6 +9,7 @@ import logging
 
 import grpc
 import pytest
+
 from strata.gateway.validation import MAX_PROMPT_CHARS, max_request_bytes
 from strata.rpc.server import Registration, start_server
 from strata.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
@@ -28,9 +29,15 @@ class _Servicer(gateway_pb2_grpc.GatewayServicer):
 @pytest.fixture
 async def server():
     servicer = _Servicer()
-    running = await start_server([Registration(
-        add=lambda s: gateway_pb2_grpc.add_GatewayServicer_to_server(servicer, s),
-        service_name="strata.v1.Gateway")], max_receive_bytes=max_request_bytes())
+    running = await start_server(
+        [
+            Registration(
+                add=lambda s: gateway_pb2_grpc.add_GatewayServicer_to_server(servicer, s),
+                service_name="strata.v1.Gateway",
+            )
+        ],
+        max_receive_bytes=max_request_bytes(),
+    )
     yield running
     await running.stop(0)
 
@@ -42,28 +49,38 @@ async def _call(address, method, body, streaming):
         return await ch.unary_unary(method)(body)
 
 
-@pytest.mark.parametrize(("method", "streaming", "message"), [
-    ("/strata.v1.Gateway/ListModels", False, "strata.v1.ListModelsRequest"),
-    ("/strata.v1.Gateway/Generate", True, "strata.v1.GenerateRequest"),
-])
+@pytest.mark.parametrize(
+    ("method", "streaming", "message"),
+    [
+        ("/strata.v1.Gateway/ListModels", False, "strata.v1.ListModelsRequest"),
+        ("/strata.v1.Gateway/Generate", True, "strata.v1.GenerateRequest"),
+    ],
+)
 async def test_a_malformed_body_is_invalid_argument_logged_once_with_a_count(
-        server, caplog, method, streaming, message):
+    server, caplog, method, streaming, message
+):
     caplog.set_level(logging.WARNING, logger="strata.rpc.guard")
     for _ in range(5):
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await _call(server.address, method, b"\xff\xff\xff\x0f not protobuf", streaming)
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert caught.value.details() == (f"the request body is not a valid {message} message; "
-                                          f"send the message this method's .proto declares")
+        assert caught.value.details() == (
+            f"the request body is not a valid {message} message; "
+            f"send the message this method's .proto declares"
+        )
     lines = [r for r in caplog.records if r.name == "strata.rpc.guard"]
-    assert len(lines) == 1 and lines[0].exc_info is None   # once per interval, no traceback
+    assert len(lines) == 1 and lines[0].exc_info is None  # once per interval, no traceback
 
 
 async def test_an_unexpected_exception_is_internal_with_a_reference(server, caplog):
     caplog.set_level(logging.ERROR, logger="strata.rpc.guard")
     with pytest.raises(grpc.aio.AioRpcError) as caught:
-        await _call(server.address, "/strata.v1.Gateway/ListModels",
-                    common_pb2.ListModelsRequest().SerializeToString(), False)
+        await _call(
+            server.address,
+            "/strata.v1.Gateway/ListModels",
+            common_pb2.ListModelsRequest().SerializeToString(),
+            False,
+        )
     err = caught.value
     assert err.code() == grpc.StatusCode.INTERNAL
     assert "KeyError" not in err.details() and "a bug" not in err.details()
@@ -80,24 +97,31 @@ async def test_a_stream_that_fails_midway_ends_internal_and_abort_passes_through
                 got.append(chunk.text)
         assert got == ["first"] and caught.value.code() == grpc.StatusCode.INTERNAL
         with pytest.raises(grpc.aio.AioRpcError) as caught:
-            async for chunk in stub.Generate(gateway_pb2.GenerateRequest(prompt="abort")):
+            async for _ in stub.Generate(gateway_pb2.GenerateRequest(prompt="abort")):
                 pass
         assert (caught.value.code(), caught.value.details()) == (
-            grpc.StatusCode.FAILED_PRECONDITION, "its own sentence")
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "its own sentence",
+        )
 
 
 async def test_the_largest_valid_request_fits_and_a_larger_body_is_refused_unparsed(server):
-    largest = gateway_pb2.GenerateRequest(model="m" * 256, prompt="\U0001F600" * MAX_PROMPT_CHARS,
-                                          stop=["\U0001F600" * 1000] * 8, max_tokens=1)
+    largest = gateway_pb2.GenerateRequest(
+        model="m" * 256,
+        prompt="\U0001f600" * MAX_PROMPT_CHARS,
+        stop=["\U0001f600" * 1000] * 8,
+        max_tokens=1,
+    )
     assert largest.ByteSize() <= max_request_bytes()
     async with grpc.aio.insecure_channel(server.address) as ch:
         stub = gateway_pb2_grpc.GatewayStub(ch)
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             async for _ in stub.Generate(largest):
                 pass
-        assert caught.value.code() == grpc.StatusCode.INTERNAL    # reached the servicer
+        assert caught.value.code() == grpc.StatusCode.INTERNAL  # reached the servicer
         with pytest.raises(grpc.aio.AioRpcError) as caught:
-            async for _ in stub.Generate(gateway_pb2.GenerateRequest(
-                    prompt="x" * (max_request_bytes() + 1))):
+            async for _ in stub.Generate(
+                gateway_pb2.GenerateRequest(prompt="x" * (max_request_bytes() + 1))
+            ):
                 pass
         assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED

@@ -12,14 +12,14 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from services.scheduler.servicer import SchedulerServicer
 from strata.policy.clock import ManualClock
 from strata.policy.registry import NodeRegistry
 from strata.policy.routing import Router
 from strata.rpc.server import Registration, channel, start_server
 from strata.telemetry import names
 from strata.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
-
-from services.scheduler.servicer import SchedulerServicer
 
 MODEL = "smollm2-135m-instruct"
 READY = common_pb2.REPLICA_STATE_READY
@@ -32,27 +32,49 @@ async def env():
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    servicer = SchedulerServicer(registry, Router(rng=random.Random(0)), heartbeat_interval_s=0.5,
-                                 tracer=provider.get_tracer("test"))
-    running = await start_server([Registration(
-        add=lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s),
-        service_name=scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].full_name)])
+    servicer = SchedulerServicer(
+        registry,
+        Router(rng=random.Random(0)),
+        heartbeat_interval_s=0.5,
+        tracer=provider.get_tracer("test"),
+    )
+    running = await start_server(
+        [
+            Registration(
+                add=lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s),
+                service_name=scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].full_name,
+            )
+        ]
+    )
     ch = channel(running.address)
     yield scheduler_pb2_grpc.SchedulerStub(ch), clock, exporter, servicer
     await ch.close()
     await running.stop(0)
 
 
-def heartbeat(node_id: str, queued: int = 0, running: int = 0, state: int = READY,
-              waiting_for_memory: int = 0) -> scheduler_pb2.HeartbeatRequest:
-    replica = common_pb2.ReplicaInfo(model=MODEL, replica_id=f"{node_id}-r0", state=state,
-                                     queued_tokens=queued, running_requests=running,
-                                     kv_blocks_total=64, kv_blocks_free=64,
-                                     waiting_for_memory=waiting_for_memory)
+def heartbeat(
+    node_id: str, queued: int = 0, running: int = 0, state: int = READY, waiting_for_memory: int = 0
+) -> scheduler_pb2.HeartbeatRequest:
+    replica = common_pb2.ReplicaInfo(
+        model=MODEL,
+        replica_id=f"{node_id}-r0",
+        state=state,
+        queued_tokens=queued,
+        running_requests=running,
+        kv_blocks_total=64,
+        kv_blocks_free=64,
+        waiting_for_memory=waiting_for_memory,
+    )
     return scheduler_pb2.HeartbeatRequest(
-        node=common_pb2.NodeInfo(node_id=node_id, address=f"{node_id}.local:50053",
-                                 memory_bytes=8_000_000_000, device="cpu", replicas=[replica]),
-        models=[common_pb2.ModelInfo(name=MODEL, context_length=8192, memory_bytes=800_000_000)])
+        node=common_pb2.NodeInfo(
+            node_id=node_id,
+            address=f"{node_id}.local:50053",
+            memory_bytes=8_000_000_000,
+            device="cpu",
+            replicas=[replica],
+        ),
+        models=[common_pb2.ModelInfo(name=MODEL, context_length=8192, memory_bytes=800_000_000)],
+    )
 
 
 async def test_heartbeat_returns_interval_and_nodes_and_models_are_listed(env):
@@ -62,29 +84,42 @@ async def test_heartbeat_returns_interval_and_nodes_and_models_are_listed(env):
     await stub.Heartbeat(heartbeat("n2"))
     nodes = (await stub.ListNodes(scheduler_pb2.ListNodesRequest())).nodes
     assert [(n.node_id, n.address, n.memory_bytes) for n in nodes] == [
-        ("n1", "n1.local:50053", 8_000_000_000), ("n2", "n2.local:50053", 8_000_000_000)]
+        ("n1", "n1.local:50053", 8_000_000_000),
+        ("n2", "n2.local:50053", 8_000_000_000),
+    ]
     assert [(r.replica_id, r.state) for r in nodes[0].replicas] == [("n1-r0", READY)]
     models = (await stub.ListModels(common_pb2.ListModelsRequest())).models
     assert [(m.name, m.context_length, m.memory_bytes) for m in models] == [
-        (MODEL, 8192, 800_000_000)]
+        (MODEL, 8192, 800_000_000)
+    ]
 
 
 async def test_route_picks_less_loaded_node_and_records_span(env):
     stub, _, exporter, _ = env
     await stub.Heartbeat(heartbeat("n1", queued=900))
-    await stub.Heartbeat(heartbeat("n2", running=2))     # 2 * 128 = 256 tokens of work
-    reply = await stub.Route(scheduler_pb2.RouteRequest(model=MODEL, tenant="acme",
-                                                        prompt_tokens_estimate=40))
+    await stub.Heartbeat(heartbeat("n2", running=2))  # 2 * 128 = 256 tokens of work
+    reply = await stub.Route(
+        scheduler_pb2.RouteRequest(model=MODEL, tenant="acme", prompt_tokens_estimate=40)
+    )
     assert (reply.node_id, reply.node_address, reply.replica_id) == (
-        "n2", "n2.local:50053", "n2-r0")
+        "n2",
+        "n2.local:50053",
+        "n2-r0",
+    )
     (span,) = exporter.get_finished_spans()
     assert span.name == names.SPAN_SCHEDULER_ROUTE
-    assert dict(span.attributes) == {names.TENANT: "acme", names.GEN_AI_REQUEST_MODEL: MODEL,
-                                     names.NODE_ID: "n2", names.REPLICA_ID: "n2-r0",
-                                     names.ROUTE_PROMPT_BLOCKS: 0, names.ROUTE_CACHED_BLOCKS: 0,
-                                     names.SLA_CLASS: "standard", names.PRIORITY: 1,
-                                     # no replica reported a measured rate: no estimate claimed
-                                     names.ROUTE_ESTIMATED_TTFT_MS: 0.0}
+    assert dict(span.attributes) == {
+        names.TENANT: "acme",
+        names.GEN_AI_REQUEST_MODEL: MODEL,
+        names.NODE_ID: "n2",
+        names.REPLICA_ID: "n2-r0",
+        names.ROUTE_PROMPT_BLOCKS: 0,
+        names.ROUTE_CACHED_BLOCKS: 0,
+        names.SLA_CLASS: "standard",
+        names.PRIORITY: 1,
+        # no replica reported a measured rate: no estimate claimed
+        names.ROUTE_ESTIMATED_TTFT_MS: 0.0,
+    }
 
 
 async def test_silent_node_leaves_routing_after_ttl(env, caplog):
@@ -93,8 +128,8 @@ async def test_silent_node_leaves_routing_after_ttl(env, caplog):
     await stub.Heartbeat(heartbeat("n2", queued=5000))
     assert (await stub.Route(scheduler_pb2.RouteRequest(model=MODEL))).node_id == "n1"
     clock.advance(1.5)
-    await stub.Heartbeat(heartbeat("n2", queued=5000))   # n1 stays silent
-    clock.advance(1.0)                                   # n1 silent 2.5 s > TTL 2 s
+    await stub.Heartbeat(heartbeat("n2", queued=5000))  # n1 stays silent
+    clock.advance(1.0)  # n1 silent 2.5 s > TTL 2 s
     assert (await stub.Route(scheduler_pb2.RouteRequest(model=MODEL))).node_id == "n2"
     nodes = (await stub.ListNodes(scheduler_pb2.ListNodesRequest())).nodes
     assert [n.node_id for n in nodes] == ["n2"]
@@ -114,15 +149,17 @@ async def test_heartbeat_validation_messages(env):
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await stub.Heartbeat(bad)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert err.value.details() == ("node.node_id is required: set it to a name unique to this "
-                                   "node manager")
+    assert err.value.details() == (
+        "node.node_id is required: set it to a name unique to this node manager"
+    )
     bad = heartbeat("n1")
     bad.node.address = ""
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await stub.Heartbeat(bad)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert err.value.details() == ("node.address is required for node n1: set it to the "
-                                   "host:port its node manager listens on")
+    assert err.value.details() == (
+        "node.address is required for node n1: set it to the host:port its node manager listens on"
+    )
 
 
 async def test_route_errors_not_found_unavailable_invalid(env):
@@ -136,13 +173,15 @@ async def test_route_errors_not_found_unavailable_invalid(env):
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await stub.Route(scheduler_pb2.RouteRequest(model="llama-9000", tenant="acme"))
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
-    assert err.value.details() == (f"model 'llama-9000' is not served by this cluster; known "
-                                   f"models: {MODEL}")
+    assert err.value.details() == (
+        f"model 'llama-9000' is not served by this cluster; known models: {MODEL}"
+    )
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await stub.Route(scheduler_pb2.RouteRequest(model=MODEL, tenant="acme"))
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE
-    assert err.value.details() == (f"model '{MODEL}' has no ready replica right now (1 loading); "
-                                   f"retry in a few seconds")
+    assert err.value.details() == (
+        f"model '{MODEL}' has no ready replica right now (1 loading); retry in a few seconds"
+    )
     spans = exporter.get_finished_spans()
     assert [s.attributes[names.ERROR_CODE] for s in spans] == ["NOT_FOUND", "UNAVAILABLE"]
 
@@ -155,7 +194,7 @@ async def test_replicas_of_one_model_with_different_block_sizes_are_reported(env
     with caplog.at_level("WARNING", logger="services.scheduler.servicer"):
         await stub.Heartbeat(first)
         await stub.Heartbeat(other)
-        await stub.Heartbeat(other)                 # said once, not per heartbeat
+        await stub.Heartbeat(other)  # said once, not per heartbeat
     warned = [r.getMessage() for r in caplog.records if "KV blocks of 32 tokens" in r.getMessage()]
     assert len(warned) == 1 and "other replicas of the model 16" in warned[0]
     nodes = (await stub.ListNodes(scheduler_pb2.ListNodesRequest())).nodes
@@ -163,45 +202,58 @@ async def test_replicas_of_one_model_with_different_block_sizes_are_reported(env
 
 
 def test_config_reads_env_and_rejects_ttl_not_above_interval(monkeypatch):
-    from strata.core.settings import ConfigError
-
     from services.scheduler.config import SchedulerConfig
+    from strata.core.settings import ConfigError
 
     monkeypatch.delenv("STRATA_HEARTBEAT_INTERVAL_S", raising=False)
     monkeypatch.setenv("STRATA_SCHEDULER_BIND", "0.0.0.0:6000")
     monkeypatch.setenv("STRATA_NODE_TTL_S", "3")
     cfg = SchedulerConfig.from_env()
-    assert (cfg.scheduler_bind, cfg.node_ttl_s, cfg.heartbeat_interval_s) == ("0.0.0.0:6000", 3.0, 1.0)
+    assert (cfg.scheduler_bind, cfg.node_ttl_s, cfg.heartbeat_interval_s) == (
+        "0.0.0.0:6000",
+        3.0,
+        1.0,
+    )
     monkeypatch.setenv("STRATA_NODE_TTL_S", "1")
-    with pytest.raises(ConfigError, match=r"STRATA_NODE_TTL_S \(1.0\) must exceed "
-                                          r"STRATA_HEARTBEAT_INTERVAL_S \(1.0\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"STRATA_NODE_TTL_S \(1.0\) must exceed "
+        r"STRATA_HEARTBEAT_INTERVAL_S \(1.0\)",
+    ):
         SchedulerConfig.from_env()
 
 
-CHAIN = [0xFFFF_FFFF_FFFF_FFF0 + i for i in range(10)]   # fixed64: the top bit survives the wire
+CHAIN = [0xFFFF_FFFF_FFFF_FFF0 + i for i in range(10)]  # fixed64: the top bit survives the wire
 
 
 def kv_events(node_id: str, sequence: int, reset: bool = False, stored=(), removed=()):
-    return scheduler_pb2.KVEventsRequest(node_id=node_id, store_address=f"{node_id}.kv:50057",
-                                         sequence=sequence, reset=reset, stored=list(stored),
-                                         removed=list(removed))
+    return scheduler_pb2.KVEventsRequest(
+        node_id=node_id,
+        store_address=f"{node_id}.kv:50057",
+        sequence=sequence,
+        reset=reset,
+        stored=list(stored),
+        removed=list(removed),
+    )
 
 
 def route_request(prefix_hashes=CHAIN) -> scheduler_pb2.RouteRequest:
-    return scheduler_pb2.RouteRequest(model=MODEL, tenant="acme", prompt_tokens_estimate=160,
-                                      prefix_hashes=prefix_hashes)
+    return scheduler_pb2.RouteRequest(
+        model=MODEL, tenant="acme", prompt_tokens_estimate=160, prefix_hashes=prefix_hashes
+    )
 
 
 async def test_kv_events_ask_for_a_reset_when_the_scheduler_lost_track(env):
     stub, *_ = env
     assert (await stub.ReportKVEvents(kv_events("n1", 1, stored=CHAIN))).need_reset is True
-    assert (await stub.ReportKVEvents(kv_events("n1", 1, reset=True, stored=CHAIN))).need_reset \
-        is False
+    assert (
+        await stub.ReportKVEvents(kv_events("n1", 1, reset=True, stored=CHAIN))
+    ).need_reset is False
     assert (await stub.ReportKVEvents(kv_events("n1", 2, removed=CHAIN[5:]))).need_reset is False
     assert (await stub.ReportKVEvents(kv_events("n1", 4, stored=CHAIN[5:]))).need_reset is True
     await stub.Heartbeat(heartbeat("n1"))
     reply = await stub.Route(route_request())
-    assert (reply.node_id, reply.cached_blocks) == ("n1", 5)     # the report after the gap: ignored
+    assert (reply.node_id, reply.cached_blocks) == ("n1", 5)  # the report after the gap: ignored
 
 
 async def test_kv_events_without_a_node_id_are_refused(env):
@@ -209,8 +261,9 @@ async def test_kv_events_without_a_node_id_are_refused(env):
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await stub.ReportKVEvents(scheduler_pb2.KVEventsRequest(sequence=1, reset=True))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert err.value.details() == ("node_id is required: set it to the node id this node's "
-                                   "manager sends in its heartbeats")
+    assert err.value.details() == (
+        "node_id is required: set it to the node id this node's manager sends in its heartbeats"
+    )
 
 
 async def test_route_prefers_the_node_holding_the_prefix_and_names_a_pull_source(env):
@@ -218,21 +271,33 @@ async def test_route_prefers_the_node_holding_the_prefix_and_names_a_pull_source
     await stub.Heartbeat(heartbeat("n1", queued=100))
     await stub.Heartbeat(heartbeat("n2"))
     await stub.ReportKVEvents(kv_events("n1", 1, reset=True, stored=CHAIN))
-    reply = await stub.Route(route_request())      # n1: 100 queued + 0; n2: 0 + 160 to prefill
-    assert (reply.node_id, reply.replica_id, reply.cached_blocks, reply.kv_source_address,
-            reply.kv_source_blocks) == ("n1", "n1-r0", 10, "", 0)
+    reply = await stub.Route(route_request())  # n1: 100 queued + 0; n2: 0 + 160 to prefill
+    assert (
+        reply.node_id,
+        reply.replica_id,
+        reply.cached_blocks,
+        reply.kv_source_address,
+        reply.kv_source_blocks,
+    ) == ("n1", "n1-r0", 10, "", 0)
     without = await stub.Route(route_request(prefix_hashes=[]))
     assert (without.node_id, without.cached_blocks) == ("n2", 0)
 
     await stub.Heartbeat(heartbeat("n1", queued=1000))
     reply = await stub.Route(route_request())
-    assert (reply.node_id, reply.cached_blocks, reply.kv_source_address,
-            reply.kv_source_blocks) == ("n2", 0, "n1.kv:50057", 10)
+    assert (
+        reply.node_id,
+        reply.cached_blocks,
+        reply.kv_source_address,
+        reply.kv_source_blocks,
+    ) == ("n2", 0, "n1.kv:50057", 10)
     span = env[2].get_finished_spans()[-1]
     assert {k: v for k, v in span.attributes.items() if k.startswith("strata.route.")} == {
-        "strata.route.prompt_blocks": 10, "strata.route.cached_blocks": 0,
-        "strata.route.kv_source": "n1.kv:50057", "strata.route.kv_source_blocks": 10,
-        "strata.route.estimated_ttft_ms": 0.0}
+        "strata.route.prompt_blocks": 10,
+        "strata.route.cached_blocks": 0,
+        "strata.route.kv_source": "n1.kv:50057",
+        "strata.route.kv_source_blocks": 10,
+        "strata.route.estimated_ttft_ms": 0.0,
+    }
 
 
 async def test_memory_wait_is_listed_and_steers_routing_away(env):
@@ -244,7 +309,10 @@ async def test_memory_wait_is_listed_and_steers_routing_away(env):
     assert [r.waiting_for_memory for n in nodes for r in n.replicas] == [3, 0]
     reply = await stub.Route(route_request())
     assert (reply.node_id, reply.kv_source_address, reply.kv_source_blocks) == (
-        "n2", "n1.kv:50057", 10)
+        "n2",
+        "n1.kv:50057",
+        10,
+    )
 
 
 async def test_an_expired_node_leaves_the_prefix_index(env):
@@ -279,16 +347,23 @@ async def test_a_store_whose_node_never_heartbeats_is_forgotten(env):
 
 async def test_over_burst_tenant_gets_resource_exhausted_with_a_retry_hint(env):
     stub, _, exporter, _ = env
-    hb = heartbeat("n1")      # 64 blocks x 16 tokens = 1024 tokens, less than 10 s of compute
+    hb = heartbeat("n1")  # 64 blocks x 16 tokens = 1024 tokens, less than 10 s of compute
     hb.node.replicas[0].tokens_per_s = 1000.0
-    hb.node.tenants.append(common_pb2.TenantLoad(tenant="acme", priority=1, running=3,
-                                                 tokens=1000))
+    hb.node.tenants.append(common_pb2.TenantLoad(tenant="acme", priority=1, running=3, tokens=1000))
     await stub.Heartbeat(hb)
-    policy = common_pb2.TenantPolicy(tenant="acme", sla_class="standard", priority=1,
-                                     burst_share=0.5)
+    policy = common_pb2.TenantPolicy(
+        tenant="acme", sla_class="standard", priority=1, burst_share=0.5
+    )
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await stub.Route(scheduler_pb2.RouteRequest(model=MODEL, tenant="acme", policy=policy,
-                                                    prompt_tokens_estimate=100, max_tokens=100))
+        await stub.Route(
+            scheduler_pb2.RouteRequest(
+                model=MODEL,
+                tenant="acme",
+                policy=policy,
+                prompt_tokens_estimate=100,
+                max_tokens=100,
+            )
+        )
     assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert err.value.details().startswith("tenant 'acme' holds 1000 tokens of work")
     # the pool admits its 1024 KV tokens (less than 5 s of compute), half of it for acme:
@@ -297,10 +372,15 @@ async def test_over_burst_tenant_gets_resource_exhausted_with_a_retry_hint(env):
     assert exporter.get_finished_spans()[-1].attributes[names.ROUTE_REFUSED] == "burst"
     # the pool is nearly full (1000 of 1024): a tenant within its guarantee is still
     # admitted, and gets an estimate from the measured rate
-    reply = await stub.Route(scheduler_pb2.RouteRequest(
-        model=MODEL, tenant="other", prompt_tokens_estimate=100, max_tokens=10,
-        policy=common_pb2.TenantPolicy(sla_class="standard", priority=1,
-                                       guaranteed_share=0.5)))
+    reply = await stub.Route(
+        scheduler_pb2.RouteRequest(
+            model=MODEL,
+            tenant="other",
+            prompt_tokens_estimate=100,
+            max_tokens=10,
+            policy=common_pb2.TenantPolicy(sla_class="standard", priority=1, guaranteed_share=0.5),
+        )
+    )
     assert (reply.node_id, reply.estimated_ttft_ms) == ("n1", pytest.approx(100.0))
 
 
@@ -308,9 +388,16 @@ async def test_a_policy_out_of_range_is_invalid(env):
     stub, *_ = env
     await stub.Heartbeat(heartbeat("n1"))
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await stub.Route(scheduler_pb2.RouteRequest(
-            model=MODEL, tenant="acme", policy=common_pb2.TenantPolicy(
-                sla_class="standard", guaranteed_share=0.6, burst_share=0.5)))
+        await stub.Route(
+            scheduler_pb2.RouteRequest(
+                model=MODEL,
+                tenant="acme",
+                policy=common_pb2.TenantPolicy(
+                    sla_class="standard", guaranteed_share=0.6, burst_share=0.5
+                ),
+            )
+        )
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert err.value.details() == ("tenant 'acme': burst_share must be between "
-                                   "guaranteed_share (0.6) and 1, got 0.5")
+    assert err.value.details() == (
+        "tenant 'acme': burst_share must be between guaranteed_share (0.6) and 1, got 0.5"
+    )

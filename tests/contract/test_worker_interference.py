@@ -8,6 +8,8 @@ import math
 
 import pytest
 import torch
+
+from services.worker.config import WorkerConfig
 from strata.core.settings import ConfigError
 from strata.engine.async_engine import AsyncEngine
 from strata.engine.dummy import load_dummy
@@ -16,8 +18,6 @@ from strata.engine.loaded import LoadedModel
 from strata.engine.step_meter import StepMeter, find_profile, meter_from_profile
 from strata.rpc.server import channel
 from strata.v1 import common_pb2, worker_pb2, worker_pb2_grpc
-
-from services.worker.config import WorkerConfig
 from tests.contract.helpers import serve_worker
 
 MODEL = "dummy-tiny"
@@ -44,10 +44,21 @@ async def generate_and_read_stats(loaded: LoadedModel, meter: StepMeter | None):
         async with channel(running.address) as ch:
             stub = worker_pb2_grpc.WorkerStub(ch)
             for i in range(2):
-                chunks = [c async for c in stub.Generate(worker_pb2.WorkerGenerateRequest(
-                    request_id=f"r{i}", tenant="acme", spec=common_pb2.GenerationSpec(
-                        model=MODEL, prompt="interference " * 6, max_tokens=12,
-                        sampling=common_pb2.SamplingParams(ignore_eos=True))))]
+                chunks = [
+                    c
+                    async for c in stub.Generate(
+                        worker_pb2.WorkerGenerateRequest(
+                            request_id=f"r{i}",
+                            tenant="acme",
+                            spec=common_pb2.GenerationSpec(
+                                model=MODEL,
+                                prompt="interference " * 6,
+                                max_tokens=12,
+                                sampling=common_pb2.SamplingParams(ignore_eos=True),
+                            ),
+                        )
+                    )
+                ]
                 assert len(chunks) == 12
             return await stub.GetStats(worker_pb2.GetStatsRequest()), engine.engine.stats
     finally:
@@ -58,7 +69,7 @@ async def generate_and_read_stats(loaded: LoadedModel, meter: StepMeter | None):
 async def test_get_stats_reports_observed_and_solo_seconds_of_the_steps_it_ran(loaded):
     meter = meter_from_profile(find_profile(MODEL, "cpu"), MODEL, CONFIG.block_size)
     stats, engine_stats = await generate_and_read_stats(loaded, meter)
-    assert stats.steps == engine_stats.steps == meter.steps == 24   # 2 x (1 prefill + 11)
+    assert stats.steps == engine_stats.steps == meter.steps == 24  # 2 x (1 prefill + 11)
     assert stats.step_seconds_observed == meter.observed_s > 0
     assert stats.step_seconds_solo == meter.solo_s > 0
     # Whole steps are timed, schedule() included: at least the engine's busy time.

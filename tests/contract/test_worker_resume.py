@@ -8,12 +8,12 @@ from __future__ import annotations
 import grpc
 import pytest
 import torch
+
 from strata.engine.async_engine import AsyncEngine
 from strata.engine.dummy import load_dummy
 from strata.engine.engine import EngineConfig, LLMEngine
 from strata.rpc.server import channel
 from strata.v1 import common_pb2, worker_pb2, worker_pb2_grpc
-
 from tests.contract.helpers import serve_worker
 
 MODEL = "dummy-tiny"
@@ -36,9 +36,16 @@ async def stub():
 
 def generate(request_id: str, max_tokens: int, resume=()) -> worker_pb2.WorkerGenerateRequest:
     return worker_pb2.WorkerGenerateRequest(
-        request_id=request_id, tenant="acme", resume_output_ids=list(resume),
-        spec=common_pb2.GenerationSpec(model=MODEL, prompt=PROMPT, max_tokens=max_tokens,
-                                       sampling=common_pb2.SamplingParams(ignore_eos=True)))
+        request_id=request_id,
+        tenant="acme",
+        resume_output_ids=list(resume),
+        spec=common_pb2.GenerationSpec(
+            model=MODEL,
+            prompt=PROMPT,
+            max_tokens=max_tokens,
+            sampling=common_pb2.SamplingParams(ignore_eos=True),
+        ),
+    )
 
 
 async def chunks(stub, request) -> list[common_pb2.GenerationChunk]:
@@ -56,7 +63,7 @@ async def test_streamed_tokens_then_a_resume_equal_one_uninterrupted_run(stub, s
     whole = await chunks(stub, generate("whole", 12))
     assert len(tokens(whole)) == 12 and whole[-1].finish_reason == LENGTH
     assert (whole[6].text, whole[7].text) == ("", "\ufffdc")
-    first = (await chunks(stub, generate("first", 12)))[:streamed]    # then the worker "died"
+    first = (await chunks(stub, generate("first", 12)))[:streamed]  # then the worker "died"
     assert tokens(first) == tokens(whole)[:streamed]
     rest = await chunks(stub, generate("rest", 12, resume=tokens(first)))
     assert tokens(rest) == tokens(whole)[streamed:]
@@ -66,8 +73,7 @@ async def test_streamed_tokens_then_a_resume_equal_one_uninterrupted_run(stub, s
     assert [c.text for c in rest] == [c.text for c in whole[streamed:]]
     prompt_tokens = len(PROMPT.encode())
     assert (rest[-1].usage.prompt_tokens, rest[-1].usage.completion_tokens) == (prompt_tokens, 12)
-    assert (whole[-1].usage.prompt_tokens, whole[-1].usage.completion_tokens) == (
-        prompt_tokens, 12)
+    assert (whole[-1].usage.prompt_tokens, whole[-1].usage.completion_tokens) == (prompt_tokens, 12)
 
 
 async def test_a_resume_that_reached_max_tokens_finishes_at_once(stub):
@@ -84,5 +90,6 @@ async def test_a_resume_id_outside_the_vocabulary_is_refused(stub):
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await chunks(stub, generate("bad", 6, resume=[1, vocab]))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert err.value.details() == (f"resume_output_ids holds token id {vocab}, outside the "
-                                   f"model's vocabulary (0..{vocab - 1})")
+    assert err.value.details() == (
+        f"resume_output_ids holds token id {vocab}, outside the model's vocabulary (0..{vocab - 1})"
+    )

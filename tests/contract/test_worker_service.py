@@ -8,6 +8,7 @@ import asyncio
 import grpc
 import pytest
 import torch
+
 from strata.engine.async_engine import AsyncEngine
 from strata.engine.dummy import load_dummy
 from strata.engine.engine import EngineConfig, EngineRequest, LLMEngine
@@ -16,7 +17,6 @@ from strata.engine.sequence import SamplingParams
 from strata.rpc.server import channel
 from strata.telemetry import names
 from strata.v1 import common_pb2, worker_pb2, worker_pb2_grpc
-
 from tests.contract.helpers import global_spans, serve_worker, spans_named
 from tests.engine_helpers import run_to_end
 
@@ -44,12 +44,19 @@ async def worker(loaded):
     engine.stop()
 
 
-def generate(request_id: str = "req-1", prompt: str = "", messages=(),
-             max_tokens: int = 8) -> worker_pb2.WorkerGenerateRequest:
+def generate(
+    request_id: str = "req-1", prompt: str = "", messages=(), max_tokens: int = 8
+) -> worker_pb2.WorkerGenerateRequest:
     return worker_pb2.WorkerGenerateRequest(
-        request_id=request_id, tenant="acme", spec=common_pb2.GenerationSpec(
-            model=MODEL, prompt=prompt, max_tokens=max_tokens,
-            messages=[common_pb2.ChatMessage(role=r, content=c) for r, c in messages]))
+        request_id=request_id,
+        tenant="acme",
+        spec=common_pb2.GenerationSpec(
+            model=MODEL,
+            prompt=prompt,
+            max_tokens=max_tokens,
+            messages=[common_pb2.ChatMessage(role=r, content=c) for r, c in messages],
+        ),
+    )
 
 
 def reference(loaded: LoadedModel, prompt_ids: list[int], max_tokens: int) -> list[int]:
@@ -84,27 +91,44 @@ async def test_messages_are_rendered_with_the_chat_template(worker, loaded):
     chunks = [c async for c in stub.Generate(generate(messages=messages, max_tokens=3))]
     tok = engine.engine.tokenizer
     rendered = tok.encode(tok.apply_chat_template(messages))
-    assert len(rendered) == 40        # the ChatML frame around 11 characters of content
+    assert len(rendered) == 40  # the ChatML frame around 11 characters of content
     assert chunks[-1].usage.prompt_tokens == 40
     assert [t for c in chunks for t in c.token_ids] == reference(loaded, rendered, 3)
 
 
-@pytest.mark.parametrize(("prompt", "messages", "max_tokens", "details"), [
-    ("Hi", [("user", "Hi")], 4, "give either prompt or messages, not both"),
-    ("", [], 4, "the request has neither a prompt nor messages"),
-    ("", [("robot", "Hi")], 4,
-     "messages[0].role must be one of system, user, assistant, tool, got 'robot'"),
-    ("Hello, world", [], 0, "max_tokens must be at least 1, got 0"),
-    ("Hello, world", [], 2040,
-     "prompt (12 tokens) plus max_tokens (2040) exceeds the model's context of 2048 tokens"),
-    ("Hello, world", [], 1020,     # ceil(1032 / 16) = 65 blocks
-     "the request needs 65 KV blocks but this worker has 64; shorten the prompt or max_tokens"),
-])
+@pytest.mark.parametrize(
+    ("prompt", "messages", "max_tokens", "details"),
+    [
+        ("Hi", [("user", "Hi")], 4, "give either prompt or messages, not both"),
+        ("", [], 4, "the request has neither a prompt nor messages"),
+        (
+            "",
+            [("robot", "Hi")],
+            4,
+            "messages[0].role must be one of system, user, assistant, tool, got 'robot'",
+        ),
+        ("Hello, world", [], 0, "max_tokens must be at least 1, got 0"),
+        (
+            "Hello, world",
+            [],
+            2040,
+            "prompt (12 tokens) plus max_tokens (2040) exceeds the model's context of 2048 tokens",
+        ),
+        (
+            "Hello, world",
+            [],
+            1020,  # ceil(1032 / 16) = 65 blocks
+            "the request needs 65 KV blocks but this worker has 64; "
+            "shorten the prompt or max_tokens",
+        ),
+    ],
+)
 async def test_bad_requests_are_invalid_argument(worker, prompt, messages, max_tokens, details):
     stub, _ = worker
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        async for _ in stub.Generate(generate(prompt=prompt, messages=messages,
-                                              max_tokens=max_tokens)):
+        async for _ in stub.Generate(
+            generate(prompt=prompt, messages=messages, max_tokens=max_tokens)
+        ):
             pass
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert err.value.details() == details
@@ -155,10 +179,20 @@ async def test_cancelling_mid_stream_frees_the_blocks(worker):
 async def test_get_stats_reports_the_model_pool_and_prefix_hits(worker):
     stub, _ = worker
     s = await stats(stub)
-    assert (s.model, s.running_requests, s.waiting_requests, s.kv_blocks_total, s.kv_blocks_free,
-            s.kv_blocks_cached, s.prefix_hit_tokens, s.tier_hit_tokens, s.blocks_offloaded,
-            s.queued_tokens, s.context_length, s.memory_bytes) == (
-        MODEL, 0, 0, BLOCKS, BLOCKS, 0, 0, 0, 0, 0, 2048, MEMORY_BYTES)
+    assert (
+        s.model,
+        s.running_requests,
+        s.waiting_requests,
+        s.kv_blocks_total,
+        s.kv_blocks_free,
+        s.kv_blocks_cached,
+        s.prefix_hit_tokens,
+        s.tier_hit_tokens,
+        s.blocks_offloaded,
+        s.queued_tokens,
+        s.context_length,
+        s.memory_bytes,
+    ) == (MODEL, 0, 0, BLOCKS, BLOCKS, 0, 0, 0, 0, 0, 2048, MEMORY_BYTES)
     prompt = "a" * 40
     [c async for c in stub.Generate(generate("one", prompt=prompt))]
     s = await stats(stub)
@@ -176,10 +210,13 @@ async def test_generate_span_carries_request_model_and_token_counts(worker):
     [c async for c in stub.Generate(generate("req-span", prompt="Hello, world", max_tokens=3))]
     (span,) = spans_named(exporter, names.SPAN_WORKER_GENERATE)
     assert dict(span.attributes) == {
-        names.REQUEST_ID: "req-span", names.GEN_AI_REQUEST_MODEL: MODEL,
-        names.GEN_AI_USAGE_INPUT_TOKENS: 12, names.GEN_AI_USAGE_OUTPUT_TOKENS: 3,
-        names.CACHED_TOKENS: 0, names.TIER_TOKENS: 0}
-
+        names.REQUEST_ID: "req-span",
+        names.GEN_AI_REQUEST_MODEL: MODEL,
+        names.GEN_AI_USAGE_INPUT_TOKENS: 12,
+        names.GEN_AI_USAGE_OUTPUT_TOKENS: 3,
+        names.CACHED_TOKENS: 0,
+        names.TIER_TOKENS: 0,
+    }
 
 
 async def test_concurrent_requests_without_an_id_on_one_channel_both_run(worker):
@@ -198,14 +235,14 @@ async def test_get_stats_reports_evicted_block_lifetimes(worker):
     stub, engine = worker
     assert (await stats(stub)).kv_blocks_evicted == 0
     pool = engine.engine.pool
-    times = iter([0.0] * 4 + [1.0, 2.0, 3.0, 4.0])   # four commits, then four evictions
+    times = iter([0.0] * 4 + [1.0, 2.0, 3.0, 4.0])  # four commits, then four evictions
     pool.clock = lambda: next(times)
     blocks = pool.allocate(BLOCKS)
     for i, b in enumerate(blocks[:4]):
         pool.commit(b, 1000 + i)
     pool.free(blocks)
-    pool.free(pool.allocate(BLOCKS))                  # evicts the four committed blocks
+    pool.free(pool.allocate(BLOCKS))  # evicts the four committed blocks
     s = await stats(stub)
     assert (s.kv_blocks_evicted, s.block_lifetime_sum_s) == (4, 10.0)
     assert s.block_lifetime_p50_s == 2.5
-    assert s.block_lifetime_p99_s == pytest.approx(3.97)   # rank 0.99 x 3 between 3 and 4
+    assert s.block_lifetime_p99_s == pytest.approx(3.97)  # rank 0.99 x 3 between 3 and 4

@@ -23,6 +23,7 @@ import grpc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from strata.client.sdk import Client
 from strata.core import defaults
 from strata.rpc.channels import public_sync_channel, sync_channel
@@ -34,7 +35,6 @@ from strata.v1 import (
     worker_pb2,
     worker_pb2_grpc,
 )
-
 from tests.fuzz.proto_strategies import messages
 from tests.integration.conftest import DUMMY_OVERRIDES, running_stack
 from tests.integration.test_stack import MODEL, _node_replica, _wait_model_ready
@@ -44,15 +44,24 @@ EXAMPLES = int(os.environ.get("STRATA_FUZZ_EXAMPLES", "20"))
 CALL_TIMEOUT_S = 60.0
 # What a sentence must never show a caller: Python's exception machinery.
 INSIDES = re.compile(r"Traceback|File \"|<class '|Unexpected <|Exception calling")
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=False,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                       HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=False,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+    ],
+)
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    overrides = {**DUMMY_OVERRIDES, "gateway": {"STRATA_RATE_LIMIT_RPS": "100000",
-                                                "STRATA_RATE_LIMIT_BURST": "100000"}}
+    overrides = {
+        **DUMMY_OVERRIDES,
+        "gateway": {"STRATA_RATE_LIMIT_RPS": "100000", "STRATA_RATE_LIMIT_BURST": "100000"},
+    }
     with running_stack(tmp_path_factory.mktemp("fuzz"), overrides) as s:
         _wait_model_ready(s)
         yield s
@@ -81,8 +90,9 @@ def _call(address: str, method: str, request, key: str | None, streaming: bool) 
     metadata = (("authorization", f"Bearer {key}"),) if key is not None else ()
     with public_sync_channel(address) as ch:
         call = (ch.unary_stream if streaming else ch.unary_unary)(
-            method, request_serializer=lambda m: m if isinstance(m, bytes)
-            else m.SerializeToString())
+            method,
+            request_serializer=lambda m: m if isinstance(m, bytes) else m.SerializeToString(),
+        )
         try:
             reply = call(request, metadata=metadata, timeout=CALL_TIMEOUT_S)
             if streaming:
@@ -94,8 +104,11 @@ def _call(address: str, method: str, request, key: str | None, streaming: bool) 
 
 def _stream_tokens(address: str, key: str, prompt: str) -> list[int]:
     with Client(address, key) as client:
-        return [t for c in client.generate(MODEL, prompt=prompt, max_tokens=48,
-                                           ignore_eos=True) for t in c.token_ids]
+        return [
+            t
+            for c in client.generate(MODEL, prompt=prompt, max_tokens=48, ignore_eos=True)
+            for t in c.token_ids
+        ]
 
 
 def test_one_tenants_degenerate_sampling_never_fails_anothers_streams(stack, keys):
@@ -124,24 +137,40 @@ def test_one_tenants_degenerate_sampling_never_fails_anothers_streams(stack, key
         stub = worker_pb2_grpc.WorkerStub(ch)
         for temperature in (1e-45, 1e-30, 3.4e38):
             spec = common_pb2.GenerationSpec(
-                model=MODEL, prompt="another tenant", max_tokens=16,
-                sampling=common_pb2.SamplingParams(temperature=temperature, top_p=1e-45,
-                                                   min_p=1.0, repetition_penalty=1e-30))
-            chunks = list(stub.Generate(worker_pb2.WorkerGenerateRequest(
-                request_id=f"t-{temperature}", tenant="other", spec=spec), timeout=60))
-            assert chunks[-1].finish_reason in (common_pb2.FINISH_REASON_LENGTH,
-                                                common_pb2.FINISH_REASON_STOP)
+                model=MODEL,
+                prompt="another tenant",
+                max_tokens=16,
+                sampling=common_pb2.SamplingParams(
+                    temperature=temperature, top_p=1e-45, min_p=1.0, repetition_penalty=1e-30
+                ),
+            )
+            chunks = list(
+                stub.Generate(
+                    worker_pb2.WorkerGenerateRequest(
+                        request_id=f"t-{temperature}", tenant="other", spec=spec
+                    ),
+                    timeout=60,
+                )
+            )
+            assert chunks[-1].finish_reason in (
+                common_pb2.FINISH_REASON_LENGTH,
+                common_pb2.FINISH_REASON_STOP,
+            )
     for t in threads:
         t.join(120)
     assert [results[i] for i in range(6)] == alone
 
 
-GENERATE = messages(gateway_pb2.GenerateRequest.DESCRIPTOR, interesting={
-    "strata.v1.GenerateRequest.model": st.sampled_from([MODEL, MODEL, "", "llama", "\x00"]),
-    "strata.v1.GenerateRequest.max_tokens": st.one_of(st.integers(-3, 24),
-                                                      st.sampled_from([2**31 - 1, 40000])),
-    "strata.v1.GenerateRequest.prompt": st.text(max_size=300),
-})
+GENERATE = messages(
+    gateway_pb2.GenerateRequest.DESCRIPTOR,
+    interesting={
+        "strata.v1.GenerateRequest.model": st.sampled_from([MODEL, MODEL, "", "llama", "\x00"]),
+        "strata.v1.GenerateRequest.max_tokens": st.one_of(
+            st.integers(-3, 24), st.sampled_from([2**31 - 1, 40000])
+        ),
+        "strata.v1.GenerateRequest.prompt": st.text(max_size=300),
+    },
+)
 KEYS = st.sampled_from(["tenant", "tenant", "admin", "made-up", "none"])
 
 
@@ -154,8 +183,13 @@ def test_generate(stack, keys, request, key):
 @FUZZ
 @given(key=KEYS)
 def test_list_models(stack, keys, key):
-    _call(stack.addr("gateway"), "/strata.v1.Gateway/ListModels",
-          common_pb2.ListModelsRequest(), keys[key], False)
+    _call(
+        stack.addr("gateway"),
+        "/strata.v1.Gateway/ListModels",
+        common_pb2.ListModelsRequest(),
+        keys[key],
+        False,
+    )
 
 
 def _unary_cases(service: str, pb2) -> list[tuple[str, object]]:
@@ -176,8 +210,11 @@ def test_admin_and_metrics_methods(stack, keys, method, input_type):
     fuzz()
 
 
-METHODS = [("/strata.v1.Gateway/Generate", True), ("/strata.v1.Gateway/ListModels", False),
-           *((m, False) for m, _ in UNARY)]
+METHODS = [
+    ("/strata.v1.Gateway/Generate", True),
+    ("/strata.v1.Gateway/ListModels", False),
+    *((m, False) for m, _ in UNARY),
+]
 
 
 @FUZZ
@@ -187,8 +224,9 @@ def test_raw_bytes_that_are_no_message(stack, keys, method, body, key):
 
 
 def test_every_process_survived_and_the_gateway_memory_is_bounded(stack):
-    dead = {name: p.proc.returncode for name, p in stack.processes.items()
-            if p.proc.poll() is not None}
+    dead = {
+        name: p.proc.returncode for name, p in stack.processes.items() if p.proc.poll() is not None
+    }
     assert dead == {}, stack.logs()
     assert _node_replica(stack).state == common_pb2.REPLICA_STATE_READY
     rss_mb = _rss_kb(stack.processes["gateway"].proc.pid) / 1024

@@ -2,34 +2,39 @@
 
 import pytest
 import torch
+
 from strata.engine.engine import EngineConfig, EngineRequest, LLMEngine
 from strata.engine.sequence import SamplingParams
-
 from tests.engine_helpers import run_to_end, tiny_loaded
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
+]
 
 PROMPT = list(range(40, 77))
 
 
 def _engine(device, dtype, **kw):
-    return LLMEngine(tiny_loaded(), EngineConfig(block_size=16, num_blocks=64, device=device,
-                                                 dtype=dtype, **kw))
+    return LLMEngine(
+        tiny_loaded(), EngineConfig(block_size=16, num_blocks=64, device=device, dtype=dtype, **kw)
+    )
 
 
 def _greedy(engine, prompts, max_tokens=16):
     for i, p in enumerate(prompts):
-        engine.add_request(EngineRequest(f"r{i}", list(p), SamplingParams(
-            max_tokens=max_tokens, ignore_eos=True)))
+        engine.add_request(
+            EngineRequest(f"r{i}", list(p), SamplingParams(max_tokens=max_tokens, ignore_eos=True))
+        )
     return run_to_end(engine)
 
 
 def test_cuda_fp32_matches_cpu_fp32():
     torch.set_num_threads(1)
     prompts = [PROMPT, list(range(100, 111)), list(range(5, 70))]
-    assert _greedy(_engine("cuda", "float32"), prompts) == _greedy(_engine("cpu", "float32"),
-                                                                   prompts)
+    assert _greedy(_engine("cuda", "float32"), prompts) == _greedy(
+        _engine("cpu", "float32"), prompts
+    )
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
@@ -41,10 +46,18 @@ def test_cuda_half_precision_logits_stay_close_to_fp32(dtype):
     ids = torch.tensor(PROMPT, device="cuda")
     out = []
     for e in (ref, half):
-        meta = AttentionMetadata.build([SeqSlice(0, len(PROMPT), len(PROMPT), [3, 1, 2])], 16,
-                                       "cuda")
-        out.append(e.model(ids, torch.arange(len(PROMPT), device="cuda"), e.kv, meta,
-                           torch.arange(len(PROMPT), device="cuda")).float())
+        meta = AttentionMetadata.build(
+            [SeqSlice(0, len(PROMPT), len(PROMPT), [3, 1, 2])], 16, "cuda"
+        )
+        out.append(
+            e.model(
+                ids,
+                torch.arange(len(PROMPT), device="cuda"),
+                e.kv,
+                meta,
+                torch.arange(len(PROMPT), device="cuda"),
+            ).float()
+        )
     cos = torch.nn.functional.cosine_similarity(out[0], out[1], dim=-1)
     assert cos.min() > 0.99
 

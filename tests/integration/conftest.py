@@ -10,15 +10,19 @@ from tests.integration.stack import ComposeStack
 # to the KV tier store; replanning every second so the model is placed quickly.
 DUMMY_OVERRIDES = {
     "placement": {"STRATA_MODELS": "dummy-tiny", "STRATA_REPLAN_INTERVAL_S": "1.0"},
-    "node": {"STRATA_TORCH_THREADS": "1", "STRATA_KV_BLOCKS": "256",
-             "STRATA_MAX_BATCHED_TOKENS": "256"},
+    "node": {
+        "STRATA_TORCH_THREADS": "1",
+        "STRATA_KV_BLOCKS": "256",
+        "STRATA_MAX_BATCHED_TOKENS": "256",
+    },
 }
 
 
 @contextlib.contextmanager
 def running_stack(data_dir, overrides):
-    s = ComposeStack(data_dir=data_dir, db_url=f"sqlite+aiosqlite:///{data_dir}/strata.db",
-                     overrides=overrides)
+    s = ComposeStack(
+        data_dir=data_dir, db_url=f"sqlite+aiosqlite:///{data_dir}/strata.db", overrides=overrides
+    )
     try:
         s.start()
         yield s

@@ -29,6 +29,7 @@ from pathlib import Path
 import grpc
 import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from strata.core.lifeline import child_env
 from strata.rpc.channels import public_sync_channel, sync_channel
 from strata.security.identity import ClusterIdentity
@@ -43,7 +44,7 @@ INFRA = {"postgres", "jaeger", "otel-collector"}
 # that a node manager started on port 0 (seen as "Address already in use" at a node's start).
 _PORTS = range(20000, 32000)
 _rng = random.Random()
-_given: set[int] = set()        # handed out by this process: never twice
+_given: set[int] = set()  # handed out by this process: never twice
 
 
 def _free_port() -> int:
@@ -69,7 +70,7 @@ class StackProcess:
     address: str
     proc: subprocess.Popen | None = None
     log_path: Path | None = None
-    public: bool = False         # the gateway's port: no cluster credential
+    public: bool = False  # the gateway's port: no cluster credential
 
 
 @dataclass
@@ -87,7 +88,7 @@ class ComposeStack:
         """A path on a compose volume, moved under the test's data folder: /data/x to
         <data>/x, /secrets to <data>/secrets."""
         if value == "/data" or value.startswith("/data/"):
-            return str(self.data_dir / value[len("/data"):].lstrip("/"))
+            return str(self.data_dir / value[len("/data") :].lstrip("/"))
         if value == "/secrets" or value.startswith("/secrets/"):
             return str(self.data_dir / value.lstrip("/"))
         return value
@@ -99,17 +100,23 @@ class ComposeStack:
             if name in INFRA or svc.get("environment"):
                 continue
             command = [self._local(a) for a in svc["command"]]
-            done = subprocess.run([sys.executable, *command[1:]], cwd=ROOT,
-                                  env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                                  capture_output=True, text=True, timeout=300)
+            done = subprocess.run(
+                [sys.executable, *command[1:]],
+                cwd=ROOT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             if done.returncode != 0:
-                raise RuntimeError(f"compose job {name} failed ({done.returncode}):\n"
-                                   f"{done.stdout}{done.stderr}")
+                raise RuntimeError(
+                    f"compose job {name} failed ({done.returncode}):\n{done.stdout}{done.stderr}"
+                )
 
     def plan(self) -> list[StackProcess]:
         compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
         compose = {n: s for n, s in compose.items() if s.get("environment") or n in INFRA}
-        ports: dict[str, int] = {}      # "service:port" -> loopback port
+        ports: dict[str, int] = {}  # "service:port" -> loopback port
         for name, svc in compose.items():
             if name in INFRA:
                 continue
@@ -120,9 +127,11 @@ class ComposeStack:
 
         def rewrite(value: str) -> str:
             value = re.sub(r"\botel-collector:4317\b", f"127.0.0.1:{otlp}", value)
-            return re.sub(r"\b([a-z-]+):(\d+)\b",
-                          lambda m: f"127.0.0.1:{ports[m.group(0)]}" if m.group(0) in ports
-                          else m.group(0), value)
+            return re.sub(
+                r"\b([a-z-]+):(\d+)\b",
+                lambda m: f"127.0.0.1:{ports[m.group(0)]}" if m.group(0) in ports else m.group(0),
+                value,
+            )
 
         order = _topological([n for n in compose if n not in INFRA], compose)
         planned = []
@@ -144,9 +153,12 @@ class ComposeStack:
                     value = rewrite(value)
                 env[key] = value
             env.update(self.overrides.get(name, {}))
-            bind = next(v for k, v in env.items() if k.endswith("_BIND") and k != "STRATA_OTLP_BIND")
-            planned.append(StackProcess(name, list(svc["command"]), env, bind,
-                                        public=name == "gateway"))
+            bind = next(
+                v for k, v in env.items() if k.endswith("_BIND") and k != "STRATA_OTLP_BIND"
+            )
+            planned.append(
+                StackProcess(name, list(svc["command"]), env, bind, public=name == "gateway")
+            )
         return planned
 
     def start(self, timeout_s: float = 240.0) -> None:
@@ -156,8 +168,12 @@ class ComposeStack:
             log = open(p.log_path, "w")
             p.proc = subprocess.Popen(
                 [sys.executable if p.command[0] == "python" else p.command[0], *p.command[1:]],
-                cwd=ROOT, env=child_env({**os.environ, "PYTHONUNBUFFERED": "1", **p.env}),
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                cwd=ROOT,
+                env=child_env({**os.environ, "PYTHONUNBUFFERED": "1", **p.env}),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
             self.processes[p.name] = p
             wait_serving(p, timeout_s, None if p.public else self.identity)
 
@@ -175,8 +191,11 @@ class ComposeStack:
         return self.processes[name].address
 
     def logs(self) -> str:
-        return "\n".join(f"==== {p.name}\n{p.log_path.read_text()[-3000:]}"
-                         for p in self.processes.values() if p.log_path)
+        return "\n".join(
+            f"==== {p.name}\n{p.log_path.read_text()[-3000:]}"
+            for p in self.processes.values()
+            if p.log_path
+        )
 
 
 def operator_identity(data_dir: Path) -> ClusterIdentity:
@@ -185,21 +204,28 @@ def operator_identity(data_dir: Path) -> ClusterIdentity:
     return SecuritySettings(str(Path(data_dir) / "secrets")).identity("operator")
 
 
-def wait_serving(p: StackProcess, timeout_s: float,
-                 identity: ClusterIdentity | None = None) -> None:
+def wait_serving(
+    p: StackProcess, timeout_s: float, identity: ClusterIdentity | None = None
+) -> None:
     """Wait until p's health service answers SERVING: over the cluster credential when given
     (an internal service), else in plaintext (the gateway's public port)."""
     deadline = time.monotonic() + timeout_s
-    with (sync_channel(p.address, identity) if identity is not None
-          else public_sync_channel(p.address)) as ch:
+    with (
+        sync_channel(p.address, identity)
+        if identity is not None
+        else public_sync_channel(p.address)
+    ) as ch:
         stub = health_pb2_grpc.HealthStub(ch)
         while time.monotonic() < deadline:
             if p.proc.poll() is not None:
-                raise RuntimeError(f"{p.name} exited with {p.proc.returncode}:\n"
-                                   f"{p.log_path.read_text()[-3000:]}")
+                raise RuntimeError(
+                    f"{p.name} exited with {p.proc.returncode}:\n{p.log_path.read_text()[-3000:]}"
+                )
             try:
-                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == \
-                        health_pb2.HealthCheckResponse.SERVING:
+                if (
+                    stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status
+                    == health_pb2.HealthCheckResponse.SERVING
+                ):
                     return
             except grpc.RpcError:
                 pass
@@ -211,7 +237,7 @@ def _topological(names: list[str], compose: dict) -> list[str]:
     done: list[str] = []
 
     def visit(n: str) -> None:
-        if n in done or n in INFRA or n not in compose:    # not in compose: a one-shot job
+        if n in done or n in INFRA or n not in compose:  # not in compose: a one-shot job
             return
         for dep in compose[n].get("depends_on", {}):
             visit(dep)

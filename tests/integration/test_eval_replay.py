@@ -6,10 +6,10 @@ import time
 from pathlib import Path
 
 import pytest
+
 from strata.client import cli
 from strata.rpc.channels import sync_channel
 from strata.v1 import metrics_pb2, metrics_pb2_grpc
-
 from tests.integration.test_stack import _wait_model_ready
 
 pytestmark = pytest.mark.integration
@@ -30,10 +30,29 @@ def _report(stack, run_id: int, want: int) -> metrics_pb2.Report:
 def test_fixture_replay_report_agrees_with_the_client(stack, tmp_path, monkeypatch):
     _wait_model_ready(stack)
     monkeypatch.setenv("STRATA_DATA_DIR", str(stack.data_dir))
-    rc = cli.main(["--gateway", stack.addr("gateway"),
-                   "replay", "--trace", str(FIXTURE), "--format", "azure", "--model",
-                   "dummy-tiny", "--time-scale", "4", "--length-scale", "4", "--max-output", "48",
-                   "--out", str(tmp_path), "--name", "fixture"])
+    rc = cli.main(
+        [
+            "--gateway",
+            stack.addr("gateway"),
+            "replay",
+            "--trace",
+            str(FIXTURE),
+            "--format",
+            "azure",
+            "--model",
+            "dummy-tiny",
+            "--time-scale",
+            "4",
+            "--length-scale",
+            "4",
+            "--max-output",
+            "48",
+            "--out",
+            str(tmp_path),
+            "--name",
+            "fixture",
+        ]
+    )
     assert rc == 0
     [run_dir] = tmp_path.glob("run-*")
     run_id = int(run_dir.name.removeprefix("run-"))

@@ -14,7 +14,6 @@ from strata.kvtier.disk_tier import BLOCKS_DIR, block_filename
 from strata.kvtier.hashing import checksum, to_bytes
 from strata.rpc.channels import sync_channel
 from strata.v1 import kvstore_pb2, kvstore_pb2_grpc
-
 from tests.integration.stack import (
     ROOT,
     StackProcess,
@@ -27,17 +26,33 @@ BLOCK = 1024
 
 
 def _start(tmp_path, port: int, log_name: str) -> StackProcess:
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}/libs:{ROOT}",
-           "STRATA_KVSTORE_BIND": f"127.0.0.1:{port}", "STRATA_KVSTORE_NODE_ID": "node-r",
-           "STRATA_KVSTORE_HOST_BYTES": str(16 * BLOCK), "STRATA_KVSTORE_SLAB_BYTES": "4096",
-           "STRATA_KVSTORE_DISK_BYTES": str(256 * BLOCK),
-           "STRATA_KVSTORE_DISK_DIR": str(tmp_path / "disk"),
-           "STRATA_KVSTORE_SHM_DIR": str(tmp_path), "STRATA_DATA_DIR": str(tmp_path)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{ROOT}/libs:{ROOT}",
+        "STRATA_KVSTORE_BIND": f"127.0.0.1:{port}",
+        "STRATA_KVSTORE_NODE_ID": "node-r",
+        "STRATA_KVSTORE_HOST_BYTES": str(16 * BLOCK),
+        "STRATA_KVSTORE_SLAB_BYTES": "4096",
+        "STRATA_KVSTORE_DISK_BYTES": str(256 * BLOCK),
+        "STRATA_KVSTORE_DISK_DIR": str(tmp_path / "disk"),
+        "STRATA_KVSTORE_SHM_DIR": str(tmp_path),
+        "STRATA_DATA_DIR": str(tmp_path),
+    }
     log_path = tmp_path / log_name
-    p = StackProcess("kvstore", [sys.executable, "-m", "services.kvstore"], env,
-                     f"127.0.0.1:{port}", log_path=log_path)
-    p.proc = subprocess.Popen(p.command, cwd=ROOT, env=child_env(env), stdout=open(log_path, "w"),
-                              stderr=subprocess.STDOUT)
+    p = StackProcess(
+        "kvstore",
+        [sys.executable, "-m", "services.kvstore"],
+        env,
+        f"127.0.0.1:{port}",
+        log_path=log_path,
+    )
+    p.proc = subprocess.Popen(
+        p.command,
+        cwd=ROOT,
+        env=child_env(env),
+        stdout=open(log_path, "w"),
+        stderr=subprocess.STDOUT,
+    )
     wait_serving(p, 240, operator_identity(tmp_path))
     return p
 
@@ -46,8 +61,11 @@ def _blocks(n: int) -> list[kvstore_pb2.KVBlock]:
     out = []
     for h in range(1, n + 1):
         data = h.to_bytes(4, "little") * (BLOCK // 4)
-        out.append(kvstore_pb2.KVBlock(block_hash=to_bytes(h), layout="L", data=data,
-                                       checksum=checksum(data)))
+        out.append(
+            kvstore_pb2.KVBlock(
+                block_hash=to_bytes(h), layout="L", data=data, checksum=checksum(data)
+            )
+        )
     return out
 
 
@@ -59,7 +77,7 @@ def test_kill_dash_nine_then_restart_rebuilds_the_directory_from_disk(tmp_path):
         with sync_channel(p.address, operator_identity(tmp_path)) as ch:
             stub = kvstore_pb2_grpc.KVStoreStub(ch)
             for i in range(0, 40, 8):
-                stub.PutBlocks(kvstore_pb2.PutBlocksRequest(blocks=blocks[i:i + 8]), timeout=10)
+                stub.PutBlocks(kvstore_pb2.PutBlocksRequest(blocks=blocks[i : i + 8]), timeout=10)
             deadline = time.monotonic() + 20
             # The migrator demotes once the host tier passes its high watermark (0.90 of 16
             # slots), down to the low one (12 slots); puts landing meanwhile can leave it
@@ -100,8 +118,9 @@ def test_kill_dash_nine_then_restart_rebuilds_the_directory_from_disk(tmp_path):
             served = 0
             for blk in blocks:
                 h = int.from_bytes(blk.block_hash, "big")
-                got = stub.GetBlocks(kvstore_pb2.GetBlocksRequest(block_hashes=[blk.block_hash]),
-                                     timeout=5).blocks
+                got = stub.GetBlocks(
+                    kvstore_pb2.GetBlocksRequest(block_hashes=[blk.block_hash]), timeout=5
+                ).blocks
                 if h in bad:
                     assert list(got) == []
                 elif got:

@@ -17,6 +17,7 @@ import time
 
 import grpc
 import pytest
+
 from strata.client.sdk import Client
 from strata.core import defaults
 from strata.core.lifeline import child_env
@@ -30,17 +31,22 @@ from strata.v1 import (
     scheduler_pb2,
     scheduler_pb2_grpc,
 )
-
 from tests.integration.conftest import running_stack
 from tests.integration.stack import ROOT, StackProcess, _free_port, wait_serving
 
 pytestmark = pytest.mark.integration
 MODEL = "dummy-tiny"
 OVERRIDES = {
-    "placement": {"STRATA_MODELS": MODEL, "STRATA_REPLAN_INTERVAL_S": "1.0",
-                  "STRATA_PLACEMENT_DRAIN_TIMEOUT_MS": "30000"},
-    "node": {"STRATA_TORCH_THREADS": "1", "STRATA_KV_BLOCKS": "256",
-             "STRATA_MAX_BATCHED_TOKENS": "256"},
+    "placement": {
+        "STRATA_MODELS": MODEL,
+        "STRATA_REPLAN_INTERVAL_S": "1.0",
+        "STRATA_PLACEMENT_DRAIN_TIMEOUT_MS": "30000",
+    },
+    "node": {
+        "STRATA_TORCH_THREADS": "1",
+        "STRATA_KV_BLOCKS": "256",
+        "STRATA_MAX_BATCHED_TOKENS": "256",
+    },
     "kvstore": {"STRATA_KVSTORE_HOST_BYTES": "67108864", "STRATA_KVSTORE_SLAB_BYTES": "4194304"},
 }
 
@@ -49,16 +55,25 @@ def _second_node(stack) -> None:
     """node-1 and its KV tier store, configured like node-0 apart from ids, ports and folders."""
     store_addr = f"127.0.0.1:{_free_port()}"
     node_addr = f"127.0.0.1:{_free_port()}"
-    store_env = {**stack.processes["kvstore"].env, "STRATA_KVSTORE_BIND": store_addr,
-                 "STRATA_KVSTORE_ADVERTISE": store_addr, "STRATA_KVSTORE_NODE_ID": "node-1",
-                 "STRATA_KVSTORE_DISK_DIR": str(stack.data_dir / "kv" / "node-1")}
-    node_env = {**stack.processes["node"].env, "STRATA_NODE_BIND": node_addr,
-                "STRATA_NODE_ADVERTISE": node_addr, "STRATA_NODE_ID": "node-1",
-                "STRATA_KVSTORE_ADDR": store_addr,
-                "STRATA_NODE_STATE_DIR": str(stack.data_dir / "node" / "node-1")}
+    store_env = {
+        **stack.processes["kvstore"].env,
+        "STRATA_KVSTORE_BIND": store_addr,
+        "STRATA_KVSTORE_ADVERTISE": store_addr,
+        "STRATA_KVSTORE_NODE_ID": "node-1",
+        "STRATA_KVSTORE_DISK_DIR": str(stack.data_dir / "kv" / "node-1"),
+    }
+    node_env = {
+        **stack.processes["node"].env,
+        "STRATA_NODE_BIND": node_addr,
+        "STRATA_NODE_ADVERTISE": node_addr,
+        "STRATA_NODE_ID": "node-1",
+        "STRATA_KVSTORE_ADDR": store_addr,
+        "STRATA_NODE_STATE_DIR": str(stack.data_dir / "node" / "node-1"),
+    }
     for name, command, env, address in (
-            ("kvstore-1", stack.processes["kvstore"].command, store_env, store_addr),
-            ("node-1", stack.processes["node"].command, node_env, node_addr)):
+        ("kvstore-1", stack.processes["kvstore"].command, store_env, store_addr),
+        ("node-1", stack.processes["node"].command, node_env, node_addr),
+    ):
         p = StackProcess(name, list(command), env, address)
         stack.processes[name] = p
         _spawn(stack, p)
@@ -70,25 +85,30 @@ def _spawn(stack, p: StackProcess) -> None:
     p.log_path = stack.data_dir / f"{p.name}.log"
     p.proc = subprocess.Popen(
         [sys.executable if p.command[0] == "python" else p.command[0], *p.command[1:]],
-        cwd=ROOT, env=child_env({**os.environ, "PYTHONUNBUFFERED": "1", **p.env}),
-        stdout=open(p.log_path, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+        cwd=ROOT,
+        env=child_env({**os.environ, "PYTHONUNBUFFERED": "1", **p.env}),
+        stdout=open(p.log_path, "w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def _replicas(stack, name: str) -> list[common_pb2.ReplicaInfo]:
     with sync_channel(stack.addr(name), stack.identity) as ch:
-        info = node_pb2_grpc.NodeManagerStub(ch).GetNodeStatus(node_pb2.GetNodeStatusRequest(),
-                                                                timeout=5)
+        info = node_pb2_grpc.NodeManagerStub(ch).GetNodeStatus(
+            node_pb2.GetNodeStatusRequest(), timeout=5
+        )
     # serving replicas: compose keeps a hot standby beside each, which never serves by itself
-    return [r for r in info.replicas
-            if r.model == MODEL and r.state != common_pb2.REPLICA_STATE_STANDBY]
+    return [
+        r for r in info.replicas if r.model == MODEL and r.state != common_pb2.REPLICA_STATE_STANDBY
+    ]
 
 
 def _wait(predicate, timeout_s: float, what: str, stack) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
         if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {timeout_s:.0f} s:\n"
-                                 f"{stack.logs()}")
+            raise AssertionError(f"{what} did not happen within {timeout_s:.0f} s:\n{stack.logs()}")
         time.sleep(0.2)
 
 
@@ -99,7 +119,7 @@ class Traffic:
         key = (stack.data_dir / defaults.DEMO_KEY_FILE).read_text().strip()
         self._address, self._key = stack.addr("gateway"), key
         self._stop = threading.Event()
-        self.ok: list[float] = []            # finish times
+        self.ok: list[float] = []  # finish times
         self.failed: list[str] = []
         self._threads = [threading.Thread(target=self._loop, args=(i,)) for i in range(clients)]
 
@@ -119,8 +139,14 @@ class Traffic:
             while not self._stop.is_set():
                 n += 1
                 try:
-                    chunks = list(client.generate(MODEL, prompt=f"client {i} request {n}: hello",
-                                                  max_tokens=16, timeout=60))
+                    chunks = list(
+                        client.generate(
+                            MODEL,
+                            prompt=f"client {i} request {n}: hello",
+                            max_tokens=16,
+                            timeout=60,
+                        )
+                    )
                     if chunks[-1].finish_reason == common_pb2.FINISH_REASON_LENGTH:
                         self.ok.append(time.monotonic())
                     else:
@@ -131,26 +157,52 @@ class Traffic:
 
 def test_no_request_fails_while_a_replan_moves_the_replica(tmp_path):
     with running_stack(tmp_path, OVERRIDES) as stack:
-        _wait(lambda: len(_replicas(stack, "node")) == 1
-              and _replicas(stack, "node")[0].state == common_pb2.REPLICA_STATE_READY,
-              120, "dummy-tiny READY on node-0", stack)
+        _wait(
+            lambda: (
+                len(_replicas(stack, "node")) == 1
+                and _replicas(stack, "node")[0].state == common_pb2.REPLICA_STATE_READY
+            ),
+            120,
+            "dummy-tiny READY on node-0",
+            stack,
+        )
         _second_node(stack)
         with sync_channel(stack.addr("scheduler"), stack.identity) as ch:
             scheduler = scheduler_pb2_grpc.SchedulerStub(ch)
-            _wait(lambda: "node-1" in {n.node_id for n in scheduler.ListNodes(
-                scheduler_pb2.ListNodesRequest()).nodes}, 60, "node-1 registered", stack)
+            _wait(
+                lambda: (
+                    "node-1"
+                    in {
+                        n.node_id
+                        for n in scheduler.ListNodes(scheduler_pb2.ListNodesRequest()).nodes
+                    }
+                ),
+                60,
+                "node-1 registered",
+                stack,
+            )
         with sync_channel(stack.addr("placement"), stack.identity) as ch:
             placement = placement_pb2_grpc.PlacementStub(ch)
             with Traffic(stack, clients=2) as traffic:
                 _wait(lambda: len(traffic.ok) >= 5, 60, "traffic flowing", stack)
-                plan = placement.Replan(placement_pb2.ReplanRequest(cordon=["node-0"]),
-                                        timeout=30)
+                plan = placement.Replan(placement_pb2.ReplanRequest(cordon=["node-0"]), timeout=30)
                 assert [(a.model, a.node_id) for a in plan.assignments] == [(MODEL, "node-1")]
-                _wait(lambda: [m.state for m in placement.GetPlan(
-                    placement_pb2.GetPlanRequest()).moves] == ["done"], 120, "the move", stack)
+                _wait(
+                    lambda: (
+                        [m.state for m in placement.GetPlan(placement_pb2.GetPlanRequest()).moves]
+                        == ["done"]
+                    ),
+                    120,
+                    "the move",
+                    stack,
+                )
                 moved_at = time.monotonic()
-                _wait(lambda: sum(t > moved_at for t in traffic.ok) >= 5, 60,
-                      "traffic after the move", stack)
+                _wait(
+                    lambda: sum(t > moved_at for t in traffic.ok) >= 5,
+                    60,
+                    "traffic after the move",
+                    stack,
+                )
             [move] = placement.GetPlan(placement_pb2.GetPlanRequest()).moves
         assert traffic.failed == []
         assert (move.from_node_id, move.to_node_id, move.state) == ("node-0", "node-1", "done")

@@ -43,6 +43,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from strata.client import cli
 from strata.engine.engine import EngineConfig
 from strata.engine.profiler import ProfileGrid, profile_engine
@@ -63,7 +64,6 @@ from strata.sim.stack_overheads import (
 from strata.sim.workload import sim_requests
 from strata.telemetry import names
 from strata.v1 import metrics_pb2, metrics_pb2_grpc
-
 from tests.integration.conftest import running_stack
 from tests.integration.test_stack import _client
 
@@ -73,17 +73,26 @@ MODEL = "dummy-bench"
 BLOCKS, STEP_TOKENS = 256, 256
 OVERRIDES = {
     "placement": {"STRATA_MODELS": MODEL, "STRATA_REPLAN_INTERVAL_S": "1.0"},
-    "node": {"STRATA_TORCH_THREADS": "1", "STRATA_KV_BLOCKS": str(BLOCKS),
-             "STRATA_MAX_BATCHED_TOKENS": str(STEP_TOKENS)},
+    "node": {
+        "STRATA_TORCH_THREADS": "1",
+        "STRATA_KV_BLOCKS": str(BLOCKS),
+        "STRATA_MAX_BATCHED_TOKENS": str(STEP_TOKENS),
+    },
 }
-GRID = ProfileGrid(prefill_tokens=(16, 64, 256), prefill_contexts=(0, 256),
-                   decode_batches=(1, 4, 16), decode_contexts=(16, 256), mixed=((4, 128, 64),),
-                   repeats=2, decode_steps=3)
+GRID = ProfileGrid(
+    prefill_tokens=(16, 64, 256),
+    prefill_contexts=(0, 256),
+    decode_batches=(1, 4, 16),
+    decode_contexts=(16, 256),
+    mixed=((4, 128, 64),),
+    repeats=2,
+    decode_steps=3,
+)
 RATE, REQUESTS, PROMPT, OUTPUT, SPREAD, SEED = 3.0, 50, 128, 24, 0.75, 7
 CAL_PROMPT, CAL_OUTPUT, CAL_SINGLES, CAL_BURST = 64, 48, 6, 16
-TARGET = 0.10    # the target, reported
-BOUND = 0.25     # what this test asserts: see the module docstring for why not TARGET
-QUIET_CORES = 0.5   # other work's CPU above which a miss says nothing about the simulator
+TARGET = 0.10  # the target, reported
+BOUND = 0.25  # what this test asserts: see the module docstring for why not TARGET
+QUIET_CORES = 0.5  # other work's CPU above which a miss says nothing about the simulator
 
 
 @pytest.fixture(scope="module")
@@ -98,8 +107,23 @@ def bench_stack(tmp_path_factory):
 
 
 def _replay(stack, out: Path, name: str, args: list[str]) -> tuple[int, Path]:
-    assert cli.main(["--gateway", stack.addr("gateway"),
-                     "replay", *args, "--model", MODEL, "--out", str(out), "--name", name]) == 0
+    assert (
+        cli.main(
+            [
+                "--gateway",
+                stack.addr("gateway"),
+                "replay",
+                *args,
+                "--model",
+                MODEL,
+                "--out",
+                str(out),
+                "--name",
+                name,
+            ]
+        )
+        == 0
+    )
     run_dir = max(out.glob("run-*"), key=lambda p: int(p.name.removeprefix("run-")))
     return int(run_dir.name.removeprefix("run-")), run_dir
 
@@ -123,15 +147,23 @@ def _spans(stack, trace_ids: list[str]) -> list[CalibrationRequest]:
         for trace_id in trace_ids:
             deadline = time.monotonic() + 20
             while True:
-                spans = {s.name: s for s in stub.GetTrace(
-                    metrics_pb2.GetTraceRequest(trace_id=trace_id)).spans}
+                spans = {
+                    s.name: s
+                    for s in stub.GetTrace(metrics_pb2.GetTraceRequest(trace_id=trace_id)).spans
+                }
                 if gateway in spans and worker in spans:
                     break
                 assert time.monotonic() < deadline, f"no spans for trace {trace_id}"
                 time.sleep(0.2)
             g, w = spans[gateway], spans[worker]
-            out.append(CalibrationRequest(g.start_unix_nano / 1e9, g.end_unix_nano / 1e9,
-                                          w.start_unix_nano / 1e9, w.end_unix_nano / 1e9))
+            out.append(
+                CalibrationRequest(
+                    g.start_unix_nano / 1e9,
+                    g.end_unix_nano / 1e9,
+                    w.start_unix_nano / 1e9,
+                    w.end_unix_nano / 1e9,
+                )
+            )
     return out
 
 
@@ -141,7 +173,7 @@ def _cpu_seconds(roots: list[int]) -> tuple[float, float]:
     tick = os.sysconf("SC_CLK_TCK")
     with open("/proc/stat", encoding="utf-8") as f:
         fields = [int(x) for x in f.readline().split()[1:9]]
-    busy = (sum(fields) - fields[3] - fields[4]) / tick        # all but idle and iowait
+    busy = (sum(fields) - fields[3] - fields[4]) / tick  # all but idle and iowait
     stats = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -149,14 +181,15 @@ def _cpu_seconds(roots: list[int]) -> tuple[float, float]:
                 with open(f"/proc/{entry}/stat", encoding="utf-8") as f:
                     stats[int(entry)] = f.read().rsplit(")", 1)[1].split()
             except OSError:
-                continue   # exited meanwhile
+                continue  # exited meanwhile
     mine, grew = set(roots), True
     while grew:
         before = len(mine)
-        mine |= {pid for pid, st in stats.items() if int(st[1]) in mine}   # st[1]: ppid
+        mine |= {pid for pid, st in stats.items() if int(st[1]) in mine}  # st[1]: ppid
         grew = len(mine) > before
     own = time.process_time() + sum(
-        (int(stats[pid][11]) + int(stats[pid][12])) / tick for pid in mine if pid in stats)
+        (int(stats[pid][11]) + int(stats[pid][12])) / tick for pid in mine if pid in stats
+    )
     return busy, own
 
 
@@ -169,42 +202,102 @@ def test_simulator_latencies_match_the_stack(bench_stack, tmp_path, monkeypatch)
     pids = [p.proc.pid for p in bench_stack.processes.values()]
     busy0, own0, wall0 = *_cpu_seconds(pids), time.monotonic()
     torch.set_num_threads(1)
-    profile = profile_engine(load_model(MODEL), EngineConfig(
-        num_blocks=2048, max_batched_tokens=STEP_TOKENS, max_seqs=32), threads=1, grid=GRID)
+    profile = profile_engine(
+        load_model(MODEL),
+        EngineConfig(num_blocks=2048, max_batched_tokens=STEP_TOKENS, max_seqs=32),
+        threads=1,
+        grid=GRID,
+    )
 
     # Calibration: single requests one at a time, then a burst decoding together.
-    singles_id, singles_dir = _replay(bench_stack, tmp_path, "calibration-singles", [
-        "--format", "gamma", "--rate", "1", "--cv", "0", "--max-requests", str(CAL_SINGLES),
-        *_sized(CAL_PROMPT, CAL_OUTPUT), "--seed", "3"])
-    records = [json.loads(line) for line in
-               (singles_dir / "requests.jsonl").read_text().splitlines()]
+    singles_id, singles_dir = _replay(
+        bench_stack,
+        tmp_path,
+        "calibration-singles",
+        [
+            "--format",
+            "gamma",
+            "--rate",
+            "1",
+            "--cv",
+            "0",
+            "--max-requests",
+            str(CAL_SINGLES),
+            *_sized(CAL_PROMPT, CAL_OUTPUT),
+            "--seed",
+            "3",
+        ],
+    )
+    records = [
+        json.loads(line) for line in (singles_dir / "requests.jsonl").read_text().splitlines()
+    ]
     singles = _spans(bench_stack, [r["trace_id"] for r in records])
-    burst_id, _ = _replay(bench_stack, tmp_path, "calibration-burst", [
-        "--format", "gamma", "--rate", "500", "--cv", "0", "--max-requests", str(CAL_BURST),
-        *_sized(CAL_PROMPT, CAL_OUTPUT), "--seed", "3"])
+    burst_id, _ = _replay(
+        bench_stack,
+        tmp_path,
+        "calibration-burst",
+        [
+            "--format",
+            "gamma",
+            "--rate",
+            "500",
+            "--cv",
+            "0",
+            "--max-requests",
+            str(CAL_BURST),
+            *_sized(CAL_PROMPT, CAL_OUTPUT),
+            "--seed",
+            "3",
+        ],
+    )
     context = CAL_PROMPT + CAL_OUTPUT / 2
     single = _report(bench_stack, singles_id, CAL_SINGLES).request.overall
     burst = _report(bench_stack, burst_id, CAL_BURST).request.overall
-    overheads = stack_overheads(singles, FirstToken(CAL_PROMPT, single.ttft_ms.p50 / 1e3),
-                                DecodeTiming(1, context, single.tpot_ms.p50 / 1e3),
-                                DecodeTiming(CAL_BURST, context, burst.tpot_ms.p50 / 1e3),
-                                profile.costs, profile.overheads.add_s, block_size=16)
+    overheads = stack_overheads(
+        singles,
+        FirstToken(CAL_PROMPT, single.ttft_ms.p50 / 1e3),
+        DecodeTiming(1, context, single.tpot_ms.p50 / 1e3),
+        DecodeTiming(CAL_BURST, context, burst.tpot_ms.p50 / 1e3),
+        profile.costs,
+        profile.overheads.add_s,
+        block_size=16,
+    )
 
-    run_id, _ = _replay(bench_stack, tmp_path, "fidelity", [
-        "--format", "poisson", "--rate", str(RATE), "--max-requests", str(REQUESTS),
-        *_sized(PROMPT, OUTPUT), "--length-range", str(SPREAD), "--seed", str(SEED)])
+    run_id, _ = _replay(
+        bench_stack,
+        tmp_path,
+        "fidelity",
+        [
+            "--format",
+            "poisson",
+            "--rate",
+            str(RATE),
+            "--max-requests",
+            str(REQUESTS),
+            *_sized(PROMPT, OUTPUT),
+            "--length-range",
+            str(SPREAD),
+            "--seed",
+            str(SEED),
+        ],
+    )
     real = _report(bench_stack, run_id, REQUESTS)
 
     # The same requests, drawn as the replay client draws them.
     rng = random.Random(SEED)
     arrivals = synthetic.poisson_arrivals(RATE, rng, count=REQUESTS)
     trace = synthetic.requests_at(
-        arrivals, synthetic.Uniform(round(PROMPT * (1 - SPREAD)), round(PROMPT * (1 + SPREAD))),
-        synthetic.Uniform(round(OUTPUT * (1 - SPREAD)), round(OUTPUT * (1 + SPREAD))), rng)
-    spec = model_spec(profile, 10**9, num_blocks=BLOCKS, max_batched_tokens=STEP_TOKENS,
-                      overheads=overheads)
-    result = Simulator([("node-0", 10**10)], [spec], lambda now: [ModelDemand(MODEL, 10**9, 1)],
-                       SimConfig()).run(sim_requests(trace, Scaling(), Window(), MODEL))
+        arrivals,
+        synthetic.Uniform(round(PROMPT * (1 - SPREAD)), round(PROMPT * (1 + SPREAD))),
+        synthetic.Uniform(round(OUTPUT * (1 - SPREAD)), round(OUTPUT * (1 + SPREAD))),
+        rng,
+    )
+    spec = model_spec(
+        profile, 10**9, num_blocks=BLOCKS, max_batched_tokens=STEP_TOKENS, overheads=overheads
+    )
+    result = Simulator(
+        [("node-0", 10**10)], [spec], lambda now: [ModelDemand(MODEL, 10**9, 1)], SimConfig()
+    ).run(sim_requests(trace, Scaling(), Window(), MODEL))
     sim = sim_report(result, 1_700_000_000_000, "fidelity")
 
     busy1, own1 = _cpu_seconds(pids)
@@ -212,24 +305,50 @@ def test_simulator_latencies_match_the_stack(bench_stack, tmp_path, monkeypatch)
     r, s = real.request.overall, sim.request.overall
     assert (s.requests, s.errors) == (r.requests, r.errors) == (REQUESTS, 0)
     assert (s.prompt_tokens, s.completion_tokens) == (r.prompt_tokens, r.completion_tokens)
-    figures = [(f"{metric.removesuffix('_ms').upper()} {q.upper()} ms",
-                getattr(getattr(r, metric), q), getattr(getattr(s, metric), q))
-               for metric in ("ttft_ms", "e2e_ms") for q in ("p50", "p99")]
+    figures = [
+        (
+            f"{metric.removesuffix('_ms').upper()} {q.upper()} ms",
+            getattr(getattr(r, metric), q),
+            getattr(getattr(s, metric), q),
+        )
+        for metric in ("ttft_ms", "e2e_ms")
+        for q in ("p50", "p99")
+    ]
     out = os.environ.get("STRATA_SIM_FIDELITY_OUT")
     if out:
-        Path(out).write_text(json.dumps({
-            "model": MODEL, "requests": REQUESTS,
-            "workload": f"Poisson {RATE:g}/s, prompts {round(PROMPT * (1 - SPREAD))}-"
-                        f"{round(PROMPT * (1 + SPREAD))}, outputs "
-                        f"{round(OUTPUT * (1 - SPREAD))}-{round(OUTPUT * (1 + SPREAD))}",
-            "overheads": ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in
-                                   zip(overheads.__slots__, (getattr(overheads, k) for k in
-                                                             overheads.__slots__))),
-            "other_cores": others, "target": TARGET, "bound": BOUND, "figures": figures}))
-    off = [(name, real_v, sim_v) for name, real_v, sim_v in figures
-           if abs(sim_v - real_v) > BOUND * real_v]
+        Path(out).write_text(
+            json.dumps(
+                {
+                    "model": MODEL,
+                    "requests": REQUESTS,
+                    "workload": f"Poisson {RATE:g}/s, prompts {round(PROMPT * (1 - SPREAD))}-"
+                    f"{round(PROMPT * (1 + SPREAD))}, outputs "
+                    f"{round(OUTPUT * (1 - SPREAD))}-{round(OUTPUT * (1 + SPREAD))}",
+                    "overheads": ", ".join(
+                        f"{k} {v * 1e3:.2f} ms"
+                        for k, v in zip(
+                            overheads.__slots__,
+                            (getattr(overheads, k) for k in overheads.__slots__),
+                        )
+                    ),
+                    "other_cores": others,
+                    "target": TARGET,
+                    "bound": BOUND,
+                    "figures": figures,
+                }
+            )
+        )
+    off = [
+        (name, real_v, sim_v)
+        for name, real_v, sim_v in figures
+        if abs(sim_v - real_v) > BOUND * real_v
+    ]
     if off and others > QUIET_CORES:
-        pytest.skip(f"other work used {others:.2f} cores during the comparison, which needs a "
-                    f"quiet machine; outside {BOUND:.0%}: {off}")
-    assert not off, (f"simulator outside {BOUND:.0%} of the stack: {off}; all: {figures}; "
-                     f"other work used {others:.2f} cores meanwhile")
+        pytest.skip(
+            f"other work used {others:.2f} cores during the comparison, which needs a "
+            f"quiet machine; outside {BOUND:.0%}: {off}"
+        )
+    assert not off, (
+        f"simulator outside {BOUND:.0%} of the stack: {off}; all: {figures}; "
+        f"other work used {others:.2f} cores meanwhile"
+    )

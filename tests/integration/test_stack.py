@@ -7,6 +7,7 @@ import pytest
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
+
 from strata.client.sdk import Client
 from strata.core import defaults
 from strata.rpc.channels import public_sync_channel, sync_channel
@@ -46,8 +47,9 @@ def _node_replica(stack) -> common_pb2.ReplicaInfo:
     with sync_channel(stack.addr("node"), stack.identity) as ch:
         info = node_pb2_grpc.NodeManagerStub(ch).GetNodeStatus(node_pb2.GetNodeStatusRequest())
     # the serving replica (compose keeps a hot standby of it too)
-    [replica] = [r for r in info.replicas
-                 if r.model == MODEL and r.state == common_pb2.REPLICA_STATE_READY]
+    [replica] = [
+        r for r in info.replicas if r.model == MODEL and r.state == common_pb2.REPLICA_STATE_READY
+    ]
     return replica
 
 
@@ -84,7 +86,7 @@ def test_streamed_generation_through_the_gateway(ready):
     last = chunks[-1]
     assert last.finish_reason == common_pb2.FINISH_REASON_LENGTH
     assert last.usage.completion_tokens == 12
-    assert last.usage.prompt_tokens == len("Hello, Strata!".encode())
+    assert last.usage.prompt_tokens == len(b"Hello, Strata!")
     assert len({c.request_id for c in chunks}) == 1
     assert len(last.trace_id) == 32
 
@@ -94,10 +96,15 @@ def test_one_trace_spans_every_hop_and_the_request_lands_in_the_report(ready):
     trace_id = chunks[-1].trace_id
     # each service exports its spans in batches, so a service's grpc server span can land
     # before its own generate span: wait for the named spans, not just for every service
-    want = {"strata.gateway.generate", "strata.scheduler.route", "strata.node.submit",
-            "strata.worker.generate"}
-    spans = _poll(lambda: (lambda s: s if want <= {x.name for x in s} else [])(
-        _trace(ready, trace_id)))
+    want = {
+        "strata.gateway.generate",
+        "strata.scheduler.route",
+        "strata.node.submit",
+        "strata.worker.generate",
+    }
+    spans = _poll(
+        lambda: (lambda s: s if want <= {x.name for x in s} else [])(_trace(ready, trace_id))
+    )
     assert spans, f"trace {trace_id} never had all of {want}:\n{_trace(ready, trace_id)}"
     assert {s.trace_id for s in spans} == {trace_id}
     assert {"gateway", "scheduler", "node", "worker"} <= {s.service for s in spans}
@@ -105,7 +112,8 @@ def test_one_trace_spans_every_hop_and_the_request_lands_in_the_report(ready):
     def report_row():
         with sync_channel(ready.addr("metrics"), ready.identity) as ch:
             rep = metrics_pb2_grpc.MetricsStub(ch).GetReport(
-                metrics_pb2.ReportRequest(tenant=defaults.DEMO_TENANT))
+                metrics_pb2.ReportRequest(tenant=defaults.DEMO_TENANT)
+            )
         return [t for t in rep.tenants if t.tenant == defaults.DEMO_TENANT and t.requests >= 1]
 
     [row] = _poll(report_row)
@@ -141,17 +149,20 @@ def test_bad_requests_get_precise_statuses(ready):
 
 
 def test_cancelled_stream_frees_its_kv_blocks(ready):
-    before = _poll(lambda: (lambda r: r if r.running_requests == 0 else None)(
-        _node_replica(ready))).kv_blocks_free
+    before = _poll(
+        lambda: (lambda r: r if r.running_requests == 0 else None)(_node_replica(ready))
+    ).kv_blocks_free
     stream = _client(ready).generate(MODEL, prompt="a long one " * 20, max_tokens=1800)
     got = [next(stream), next(stream)]
     assert all(c.token_ids for c in got)
-    busy = _poll(lambda: (lambda r: r if r.kv_blocks_free < before else None)(
-        _node_replica(ready)))
+    busy = _poll(lambda: (lambda r: r if r.kv_blocks_free < before else None)(_node_replica(ready)))
     assert busy is not None, "the running request holds no blocks?"
     stream.close()  # cancels the call: gateway -> node manager -> worker abort
-    freed = _poll(lambda: (lambda r: r if r.kv_blocks_free == before and
-                           r.running_requests == 0 else None)(_node_replica(ready)))
+    freed = _poll(
+        lambda: (lambda r: r if r.kv_blocks_free == before and r.running_requests == 0 else None)(
+            _node_replica(ready)
+        )
+    )
     assert freed is not None, "blocks were not returned after the stream was cancelled"
 
 
@@ -165,15 +176,18 @@ def test_concurrent_requests_are_batched_not_serialized(ready):
         barrier.wait()
         # ~0.5 s each on dummy-tiny: long enough that arrival skew cannot explain an overlap
         # (ignore_eos: dummy-tiny's random weights end "request 1 ..." after 11 tokens)
-        return list(client.generate(MODEL, prompt=f"request {i} " * 4, max_tokens=300,
-                                    ignore_eos=True))
+        return list(
+            client.generate(MODEL, prompt=f"request {i} " * 4, max_tokens=300, ignore_eos=True)
+        )
 
     with cf.ThreadPoolExecutor(4) as pool:
         results = list(pool.map(one, range(4)))
     trace_ids = [r[-1].trace_id for r in results]
     spans = []
     for tid in trace_ids:
-        got = _poll(lambda: [s for s in _trace(ready, tid) if s.name == "strata.worker.generate"])
+        got = _poll(
+            lambda tid=tid: [s for s in _trace(ready, tid) if s.name == "strata.worker.generate"]
+        )
         spans.extend(got)
     assert len(spans) == 4
     # Every pair of worker spans overlaps in time: the engine decoded them in shared steps.
@@ -184,11 +198,12 @@ def test_concurrent_requests_are_batched_not_serialized(ready):
 
 def test_evicted_blocks_go_to_the_kv_tier_and_come_back_on_a_prefix_hit(ready):
     client = _client(ready)
-    first = "The quick brown fox jumps over the lazy dog. " * 8      # 360 bytes: 22 blocks
+    first = "The quick brown fox jumps over the lazy dog. " * 8  # 360 bytes: 22 blocks
     list(client.generate(MODEL, prompt=first, max_tokens=2))
     for i in range(14):  # other long prompts push the first one's blocks out of the 256
-        list(client.generate(MODEL, prompt=f"{i} filler text that differs {i}. " * 12,
-                             max_tokens=2))
+        list(
+            client.generate(MODEL, prompt=f"{i} filler text that differs {i}. " * 12, max_tokens=2)
+        )
     with sync_channel(ready.addr("kvstore"), ready.identity) as ch:
         stats = kvstore_pb2_grpc.KVStoreStub(ch).GetStats(kvstore_pb2.KVStatsRequest())
     assert stats.blocks > 0, "no evicted block reached the KV tier store"
@@ -205,8 +220,11 @@ def test_every_service_serves_health_and_reflection(ready):
     addresses = {name: ready.addr(name) for name in ready.processes} | {"worker": worker}
     assert len(addresses) == 7
     for name, address in addresses.items():
-        with (public_sync_channel(address) if name == "gateway" else
-              sync_channel(address, ready.identity)) as ch:
+        with (
+            public_sync_channel(address)
+            if name == "gateway"
+            else sync_channel(address, ready.identity)
+        ) as ch:
             db = ProtoReflectionDescriptorDatabase(ch)
             services = set(db.get_services())
         assert "grpc.health.v1.Health" in services, name

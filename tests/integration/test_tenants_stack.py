@@ -9,6 +9,7 @@ import time
 
 import grpc
 import pytest
+
 from strata.client import cli
 from strata.client.sdk import Client
 from strata.core import defaults
@@ -47,7 +48,8 @@ def _wait_model_ready(client: Client, timeout_s: float = 240.0) -> None:
 
 
 def test_a_tenant_created_with_the_cli_is_served_with_its_class_then_revoked(
-        stack, monkeypatch, capsys):
+    stack, monkeypatch, capsys
+):
     key_file = stack.data_dir / defaults.ADMIN_KEY_FILE
     assert stat.S_IMODE(os.stat(key_file).st_mode) == 0o600
     monkeypatch.setenv("STRATA_DATA_DIR", str(stack.data_dir))
@@ -56,13 +58,32 @@ def test_a_tenant_created_with_the_cli_is_served_with_its_class_then_revoked(
     _wait_model_ready(Client(stack.addr("gateway"), demo))
 
     assert cli.main([*gateway, "tenants", "classes", "--json"]) == 0
-    [interactive] = [c for c in json.loads(capsys.readouterr().out)["classes"]
-                     if c["name"] == "interactive"]
-    assert cli.main([*gateway, "tenants", "create", "chat", "--class", "interactive",
-                     "--weight", "2", "--issue-key", "--json"]) == 0
+    [interactive] = [
+        c for c in json.loads(capsys.readouterr().out)["classes"] if c["name"] == "interactive"
+    ]
+    assert (
+        cli.main(
+            [
+                *gateway,
+                "tenants",
+                "create",
+                "chat",
+                "--class",
+                "interactive",
+                "--weight",
+                "2",
+                "--issue-key",
+                "--json",
+            ]
+        )
+        == 0
+    )
     created = json.loads(capsys.readouterr().out)
     assert (created["sla_class"], created["weight"], created["active_keys"]) == (
-        "interactive", 2.0, 1)
+        "interactive",
+        2.0,
+        1,
+    )
     client = Client(stack.addr("gateway"), created["api_key"])
     chunks = list(client.generate(MODEL, prompt="Hello", max_tokens=4))
     assert chunks[-1].usage.completion_tokens == 4
@@ -70,7 +91,10 @@ def test_a_tenant_created_with_the_cli_is_served_with_its_class_then_revoked(
     # the class's priority as the SQL table holds it (compose seeds the table from the metrics
     # service's STRATA_SLA_CLASSES)
     assert (route[names.TENANT], route[names.SLA_CLASS], route[names.PRIORITY]) == (
-        "chat", "interactive", interactive["priority"])
+        "chat",
+        "interactive",
+        interactive["priority"],
+    )
 
     assert cli.main([*gateway, "tenants", "revoke-key", created["api_key"]]) == 0
     with pytest.raises(grpc.RpcError) as err:

@@ -35,15 +35,27 @@ PROMPTS = [f"request {i}: the quick brown fox jumps over the lazy dog" for i in 
 # Seconds from the kill to the first success of a request sent after it. Serving does not
 # need the KV store, the metrics collector, the planner or (for a while) the scheduler; a dead
 # node manager is restarted and its model loaded again (replanned every second here).
-BOUNDS_S = {"worker": 15.0, "kvstore": 15.0, "scheduler": 15.0, "metrics": 15.0,
-            "placement": 15.0, "node": 120.0}
+BOUNDS_S = {
+    "worker": 15.0,
+    "kvstore": 15.0,
+    "scheduler": 15.0,
+    "metrics": 15.0,
+    "placement": 15.0,
+    "node": 120.0,
+}
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    s = SupervisedStack(tmp_path_factory.mktemp("reliability"), env={
-        "STRATA_REPLAN_INTERVAL_S": "1", "STRATA_TORCH_THREADS": "1",
-        "STRATA_KV_BLOCKS": "512", "STRATA_MAX_BATCHED_TOKENS": "256"})
+    s = SupervisedStack(
+        tmp_path_factory.mktemp("reliability"),
+        env={
+            "STRATA_REPLAN_INTERVAL_S": "1",
+            "STRATA_TORCH_THREADS": "1",
+            "STRATA_KV_BLOCKS": "512",
+            "STRATA_MAX_BATCHED_TOKENS": "256",
+        },
+    )
     try:
         s.start()
         s.wait_whole()
@@ -81,18 +93,25 @@ def test_kill_dash_nine_under_load(stack, service):
         killed_at = time.monotonic()
         os.kill(pid, signal.SIGKILL)
         bound = BOUNDS_S[service]
-        _wait(lambda: first_success_after(load.outcomes, killed_at) is not None,
-              bound + 60, f"a success after killing the {service}", s)
+        _wait(
+            lambda: first_success_after(load.outcomes, killed_at) is not None,
+            bound + 60,
+            f"a success after killing the {service}",
+            s,
+        )
         # a few more, so that requests in flight at the kill have ended too
         _wait(lambda: _completed_since(load, killed_at) >= 4, 120, "more successes", s)
     finally:
         outcomes = load.stop()
     failures, retriable = judge(outcomes, reference)
     took = first_success_after(outcomes, killed_at)
-    print(f"\nkill -9 {service}: {len(outcomes)} requests, "
-          f"{len(outcomes) - len(failures) - len(retriable)} completed, {len(retriable)} "
-          f"retriable, {len(failures)} failed; first success {took:.2f} s after the kill"
-          if took is not None else f"\nkill -9 {service}: no success after the kill")
+    print(
+        f"\nkill -9 {service}: {len(outcomes)} requests, "
+        f"{len(outcomes) - len(failures) - len(retriable)} completed, {len(retriable)} "
+        f"retriable, {len(failures)} failed; first success {took:.2f} s after the kill"
+        if took is not None
+        else f"\nkill -9 {service}: no success after the kill"
+    )
     assert failures == [], failures[:5]
     assert took is not None and took <= bound, (service, took)
     if service == "worker":

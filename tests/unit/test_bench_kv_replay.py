@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from strata.engine.engine import EngineConfig, LLMEngine
-from strata.eval.traces import read_mooncake
 
 from benchmarks.kv.replay import MemoryTrack, data_blocks, replay
 from benchmarks.kv.sizing import size_configs
 from benchmarks.kv.trace_scale import Scaling, cache_figures, scale
+from strata.engine.engine import EngineConfig, LLMEngine
+from strata.eval.traces import read_mooncake
 from tests.engine_helpers import tiny_loaded
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "traces" / "mooncake.jsonl"
@@ -37,8 +37,10 @@ class FakeClock:
 
 def engine(num_blocks: int) -> LLMEngine:
     torch.set_num_threads(1)
-    return LLMEngine(tiny_loaded(vocab=VOCAB), EngineConfig(
-        block_size=16, num_blocks=num_blocks, max_batched_tokens=64, max_seqs=8))
+    return LLMEngine(
+        tiny_loaded(vocab=VOCAB),
+        EngineConfig(block_size=16, num_blocks=num_blocks, max_batched_tokens=64, max_seqs=8),
+    )
 
 
 @pytest.fixture
@@ -61,14 +63,13 @@ def test_device_only_replay_reaches_the_bound_and_holds_the_working_set(requests
     assert result.evictions == 0
     assert data_blocks(eng) == figures.working_set_blocks == 12
     assert result.memory.peak_blocks >= 12
-    assert clock.slept > 0          # idle gaps are slept through, not spun
+    assert clock.slept > 0  # idle gaps are slept through, not spun
 
 
 def test_one_tenant_per_request_shares_nothing(requests):
     eng = engine(64)
     clock = FakeClock()
-    result = replay(eng, requests, lambda r: f"request-{r.index}", clock=clock,
-                    sleep=clock.sleep)
+    result = replay(eng, requests, lambda r: f"request-{r.index}", clock=clock, sleep=clock.sleep)
     assert [r.cached_tokens for r in result.records] == [0] * 8
     assert len(result.records) == 8 and all(r.finish_s is not None for r in result.records)
 
@@ -79,7 +80,7 @@ def test_memory_mean_is_weighted_by_time():
     m.sample(1.0, 10)
     m.sample(3.0, 4)
     assert m.peak_blocks == 10 and m.samples == 3
-    assert m.mean_blocks == pytest.approx(20 / 3)     # 0 for 1 s, then 10 for 2 s, over 3 s
+    assert m.mean_blocks == pytest.approx(20 / 3)  # 0 for 1 s, then 10 for 2 s, over 3 s
     single = MemoryTrack()
     single.sample(0.0, 7)
     assert single.mean_blocks == 7.0

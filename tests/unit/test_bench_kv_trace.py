@@ -4,7 +4,6 @@ compression, and the infinite-cache bound and working set worked out by hand on 
 from pathlib import Path
 
 import pytest
-from strata.eval.traces import TraceRequest, read_mooncake
 
 from benchmarks.kv.trace_scale import (
     TOKEN_LOW,
@@ -13,6 +12,7 @@ from benchmarks.kv.trace_scale import (
     scale,
     select_window,
 )
+from strata.eval.traces import TraceRequest, read_mooncake
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "traces" / "mooncake.jsonl"
 
@@ -32,8 +32,16 @@ def test_prompt_lengths_scale_in_proportion_and_output_is_capped(requests):
     # ceil(L * 16 / 512): 1200 -> 37.5 -> 38 (block 2 cut to 6 tokens), 512 -> 16
     assert [len(r.prompt_ids) for r in requests] == [38, 22, 47, 10, 32, 63, 16, 48]
     assert [r.max_tokens for r in requests] == [6, 16, 12, 16, 3, 16, 1, 16]
-    assert [r.hash_ids for r in requests] == [(0, 1, 2), (3, 4), (0, 1, 5), (6,), (3, 4),
-                                              (0, 1, 2, 7), (8,), (0, 9, 10)]
+    assert [r.hash_ids for r in requests] == [
+        (0, 1, 2),
+        (3, 4),
+        (0, 1, 5),
+        (6,),
+        (3, 4),
+        (0, 1, 2, 7),
+        (8,),
+        (0, 9, 10),
+    ]
     assert all(TOKEN_LOW <= t < 49152 for r in requests for t in r.prompt_ids)
 
 
@@ -41,9 +49,9 @@ def test_equal_hash_ids_are_equal_tokens_and_a_cut_block_is_its_prefix(requests)
     r0, r2, r5, r7 = requests[0], requests[2], requests[5], requests[7]
     assert r0.prompt_ids[:32] == r2.prompt_ids[:32] == r5.prompt_ids[:32]
     assert r0.prompt_ids[:16] == r7.prompt_ids[:16]
-    assert r0.prompt_ids[16:32] != r7.prompt_ids[16:32]            # hash 1 vs hash 9
-    assert r0.prompt_ids[32:38] == r5.prompt_ids[32:38]             # 6 tokens of hash 2
-    assert r2.prompt_ids[32:] != r5.prompt_ids[32:47]               # hash 5 vs hash 2
+    assert r0.prompt_ids[16:32] != r7.prompt_ids[16:32]  # hash 1 vs hash 9
+    assert r0.prompt_ids[32:38] == r5.prompt_ids[32:38]  # 6 tokens of hash 2
+    assert r2.prompt_ids[32:] != r5.prompt_ids[32:47]  # hash 5 vs hash 2
     assert requests[1].prompt_ids == requests[4].prompt_ids[:22]
     again = scale(read_mooncake(FIXTURE).requests, Scaling(rate=2.0))
     assert [r.prompt_ids for r in again] == [r.prompt_ids for r in requests]
@@ -54,10 +62,10 @@ def test_equal_hash_ids_are_equal_tokens_and_a_cut_block_is_its_prefix(requests)
 def test_time_is_compressed_to_the_target_mean_rate(requests):
     # 8 requests over 5 s of trace; at 2 req/s the 7 gaps take 3.5 s: a factor of 0.7
     assert [r.arrival_s for r in requests] == pytest.approx(
-        [0.0, 0.0, 0.175, 0.7, 1.225, 1.75, 2.814, 3.5])
+        [0.0, 0.0, 0.175, 0.7, 1.225, 1.75, 2.814, 3.5]
+    )
     own = scale(read_mooncake(FIXTURE).requests, Scaling(rate=None))
-    assert [r.arrival_s for r in own] == pytest.approx(
-        [0.0, 0.0, 0.25, 1.0, 1.75, 2.5, 4.02, 5.0])
+    assert [r.arrival_s for r in own] == pytest.approx([0.0, 0.0, 0.25, 1.0, 1.75, 2.5, 4.02, 5.0])
 
 
 def test_prompts_keep_their_leading_hash_blocks_under_the_cap():
@@ -85,7 +93,7 @@ def test_cache_figures_worked_by_hand(requests):
     # requests 1, 2, 3 and 5 each fill one block with generated tokens
     assert (f.distinct_prompt_blocks, f.generated_blocks) == (8, 4)
     assert f.working_set_blocks == 12
-    assert f.max_request_blocks == 5                  # request 5: ceil((63 + 16) / 16)
+    assert f.max_request_blocks == 5  # request 5: ceil((63 + 16) / 16)
 
 
 def test_select_window_defaults_to_the_trace_tail():

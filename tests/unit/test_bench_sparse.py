@@ -7,7 +7,6 @@ import random
 import zipfile
 
 import pytest
-from strata.engine.chat_template import ChatTemplate
 
 from benchmarks.sparse.__main__ import parse_args, sparse_config
 from benchmarks.sparse.haystack import haystack_text, read_essays
@@ -32,8 +31,9 @@ from benchmarks.sparse.results import (
     check_targets,
     floor_note,
 )
+from strata.engine.chat_template import ChatTemplate
 
-END = 9          # the "." token in these tests
+END = 9  # the "." token in these tests
 NEEDLE = [100, 101, 102]
 
 
@@ -87,7 +87,7 @@ def test_prompt_is_exactly_the_asked_length_with_head_haystack_needle_tail():
     hay[9] = END
     p = build_prompt(pieces, hay, NEEDLE, "42", 50.0, 40, frozenset({END}))
     assert p.needle_at == 10 and p.placed_depth == pytest.approx(31.25)
-    assert p.ids[2 + 10:2 + 13] == NEEDLE
+    assert p.ids[2 + 10 : 2 + 13] == NEEDLE
 
 
 def test_prompt_refuses_lengths_it_cannot_fill():
@@ -102,17 +102,16 @@ def test_chat_pieces_split_the_template_around_the_document_and_end_in_the_answe
     tok = CharTokenizer()
     pieces = chat_pieces(tok, question="Q?", answer_prefix="The number is", preamble="Look.\n")
     assert tok.decode(pieces.head) == "<|im_start|>user\nLook.\n"
-    assert tok.decode(pieces.tail) == ("\n\nQ?<|im_end|>\n<|im_start|>assistant\n"
-                                       "The number is")
+    assert tok.decode(pieces.tail) == ("\n\nQ?<|im_end|>\n<|im_start|>assistant\nThe number is")
 
 
 def test_answers_are_scored_on_their_first_number_exactly():
     assert is_correct(" 4821305.<|im_end|>", "4821305")
     assert is_correct(" 4,821,305", "4821305")
     assert first_number("The number is 48213, not 7.") == "48213"
-    assert not is_correct(" 482130", "4821305")          # a digit short
-    assert not is_correct(" 48213055", "4821305")        # a digit too many
-    assert not is_correct(" 7 and 4821305", "4821305")   # the first number counts
+    assert not is_correct(" 482130", "4821305")  # a digit short
+    assert not is_correct(" 48213055", "4821305")  # a digit too many
+    assert not is_correct(" 7 and 4821305", "4821305")  # the first number counts
     assert not is_correct(" I do not know", "4821305")
     assert first_number("none") is None
 
@@ -139,59 +138,90 @@ def test_latency_prompts_share_the_prefix_and_differ_in_their_tails():
     base = list(range(64))
     prompts = request_prompts(base, 48, 3, vocab=40)
     assert [len(p) for p in prompts] == [48, 48, 48]
-    assert all(p[:48 - TAIL] == base[:48 - TAIL] for p in prompts)
-    assert prompts[0][48 - TAIL:] == [(t + 1) % 40 for t in base[48 - TAIL:48]]
+    assert all(p[: 48 - TAIL] == base[: 48 - TAIL] for p in prompts)
+    assert prompts[0][48 - TAIL :] == [(t + 1) % 40 for t in base[48 - TAIL : 48]]
     assert prompts[2][-1] == (47 + 3) % 40
     assert len({tuple(p) for p in prompts}) == 3
     with pytest.raises(ValueError, match="64 tokens, 65 wanted"):
         request_prompts(base, 65, 1, vocab=40)
 
 
-@pytest.mark.parametrize("flags, compensate", [([], True), (["--no-compensate"], False),
-                                               (["--compensate"], True)])
+@pytest.mark.parametrize(
+    "flags, compensate", [([], True), (["--no-compensate"], False), (["--compensate"], True)]
+)
 def test_the_run_compensates_unless_told_not_to(monkeypatch, flags, compensate):
     monkeypatch.setattr("sys.argv", ["bench", "--quick", "--threshold", "0.2", *flags])
     cfg = sparse_config(parse_args())
-    assert (cfg.compensate, cfg.threshold, cfg.enabled, cfg.min_context) == \
-        (compensate, 0.2, False, 1024)
+    assert (cfg.compensate, cfg.threshold, cfg.enabled, cfg.min_context) == (
+        compensate,
+        0.2,
+        False,
+        1024,
+    )
 
 
 def test_counters_give_rates_and_differences():
     c = SparseCounters(rows=10, layer_steps=40, fallbacks=10, blocks_read=100, blocks_dense=800)
     assert c.fallback_rate == 0.25 and c.read_share == 0.125
-    d = c.minus(SparseCounters(rows=4, layer_steps=16, fallbacks=4, blocks_read=40,
-                               blocks_dense=320))
+    d = c.minus(
+        SparseCounters(rows=4, layer_steps=16, fallbacks=4, blocks_read=40, blocks_dense=320)
+    )
     assert d == SparseCounters(6, 24, 6, 60, 480)
     assert d.plus(d) == SparseCounters(12, 48, 12, 120, 960)
     assert SparseCounters().fallback_rate == 0.0
 
 
 def _fid(agree=256, mean=0.995, model="m", context=4096, floor=None) -> FidelityRun:
-    return FidelityRun(model=model, context=context, steps=256, agree=agree,
-                       first_disagreement=None if agree == 256 else 3,
-                       cosine=CosineStats(count=100, mean=mean, p1=mean - 0.01,
-                                          min=mean - 0.02),
-                       cosine_selected=CosineStats(count=100, mean=0.98, p1=0.9, min=0.8),
-                       counters=SparseCounters(256, 1024, 8, 100, 800), margin_median=1.25,
-                       dense_floor_agree=floor)
+    return FidelityRun(
+        model=model,
+        context=context,
+        steps=256,
+        agree=agree,
+        first_disagreement=None if agree == 256 else 3,
+        cosine=CosineStats(count=100, mean=mean, p1=mean - 0.01, min=mean - 0.02),
+        cosine_selected=CosineStats(count=100, mean=0.98, p1=0.9, min=0.8),
+        counters=SparseCounters(256, 1024, 8, 100, 800),
+        margin_median=1.25,
+        dense_floor_agree=floor,
+    )
 
 
 def _lat(sparse: bool, p99: float, batch: int = 1, context: int = 32768) -> LatencyRun:
-    return LatencyRun(context=context, prompt_tokens=context, batch=batch, sparse=sparse,
-                      steps=48, p50_s=p99 / 2, p99_s=p99, mean_s=p99 / 2)
+    return LatencyRun(
+        context=context,
+        prompt_tokens=context,
+        batch=batch,
+        sparse=sparse,
+        steps=48,
+        p50_s=p99 / 2,
+        p99_s=p99,
+        mean_s=p99 / 2,
+    )
 
 
 def _cell(dense_ok: bool, sparse_ok: bool, depth: float = 50.0) -> NeedleCell:
-    return NeedleCell(length=2048, depth=depth, placed_depth=depth, trial=0, expected="1234567",
-                      dense_answer=" 1234567" if dense_ok else " 7",
-                      sparse_answer=" 1234567" if sparse_ok else " 7",
-                      dense_ok=dense_ok, sparse_ok=sparse_ok)
+    return NeedleCell(
+        length=2048,
+        depth=depth,
+        placed_depth=depth,
+        trial=0,
+        expected="1234567",
+        dense_answer=" 1234567" if dense_ok else " 7",
+        sparse_answer=" 1234567" if sparse_ok else " 7",
+        dense_ok=dense_ok,
+        sparse_ok=sparse_ok,
+    )
 
 
 def test_targets_pass_at_their_thresholds_and_fail_past_them():
-    lat = [_lat(False, 0.100), _lat(True, 0.060), _lat(False, 0.200, batch=4),
-           _lat(True, 0.130, batch=4), _lat(False, 0.05, context=8192),
-           _lat(True, 0.09, context=8192)]
+    lat = [
+        _lat(False, 0.100),
+        _lat(True, 0.060),
+        _lat(False, 0.200, batch=4),
+        _lat(True, 0.130, batch=4),
+        _lat(False, 0.05, context=8192),
+        _lat(True, 0.09, context=8192),
+    ]
     fid = [_fid(agree=254, mean=0.99), _fid(model="long", context=32768)]
     needles = [_cell(True, True), _cell(False, False, 0.0)]
     t = check_targets(fid, needles, lat)
@@ -211,9 +241,9 @@ def test_targets_with_nothing_measured_fail_and_say_so():
     t = check_targets([], [], [_lat(False, 0.1, context=8192), _lat(True, 0.05, context=8192)])
     assert [x.passed for x in t] == [False, False, False, False]
     assert {x.measured for x in t} == {"not measured"}
-    assert check_targets([], [], [_lat(False, 0.1, context=8192), _lat(True, 0.05,
-                                                                      context=8192)],
-                         p99_context=8192)[0].passed
+    assert check_targets(
+        [], [], [_lat(False, 0.1, context=8192), _lat(True, 0.05, context=8192)], p99_context=8192
+    )[0].passed
 
 
 def test_needle_accuracy_counts_each_path():
@@ -232,10 +262,12 @@ def test_dense_floor_is_the_share_of_steps_and_its_note_names_the_worst_run():
         "computed two exact ways that differ only in float rounding (the fused CPU decode "
         "kernel and the pure-torch attention path, same dtype, same prefilled cache) agrees "
         "with itself on 90.2% of steps (231/256): rounding alone flips 9.8% of the top tokens, "
-        "the sparse path 17.2%.")
+        "the sparse path 17.2%."
+    )
     assert floor_note([_fid(agree=212, context=5000)]) == (
         "Top-1 noise floor: not measured on the top-1 target's worst run (m at 5000): the "
-        "engine had no fused CPU attention kernel to set against the torch path.")
+        "engine had no fused CPU attention kernel to set against the torch path."
+    )
     assert floor_note([]) is None
 
 
@@ -244,41 +276,67 @@ def test_report_shows_command_verdicts_tables_and_differing_answers():
     fid = [_fid(), _fid(agree=212, model="long", context=32768, floor=231)]
     cells = [_cell(True, True, 0.0), _cell(True, False, 100.0)]
     report = SparseBenchReport(
-        command="make bench-sparse", date="2026-11-29 18:00 UTC", machine="2 cores",
-        setup=["torch threads: 2"], fidelity=fid, needles=cells, needle_setup="Needle X.",
-        latency=lat, targets=check_targets(fid, cells, lat),
-        phases=[("needle", 120.0), ("latency", 60.0)], busy="Other work used 0.50 cores.")
+        command="make bench-sparse",
+        date="2026-11-29 18:00 UTC",
+        machine="2 cores",
+        setup=["torch threads: 2"],
+        fidelity=fid,
+        needles=cells,
+        needle_setup="Needle X.",
+        latency=lat,
+        targets=check_targets(fid, cells, lat),
+        phases=[("needle", 120.0), ("latency", 60.0)],
+        busy="Other work used 0.50 cores.",
+    )
     md = render(report)
     assert "Run 2026-11-29 18:00 UTC with `make bench-sparse`; 3.0 min in all" in md
     assert "Other work used 0.50 cores." in md
-    assert "| decode-step P99 at 32k context, batch 1 | >= 40% lower than dense | 50.0% lower " \
-           "(50.0 vs 100.0 ms) | **PASS** |" in md
-    assert "| needle accuracy, sparse vs dense | equal | 50.0% vs 100.0% (1/2 cells scored " \
-           "alike) | **FAIL** |" in md
+    assert (
+        "| decode-step P99 at 32k context, batch 1 | >= 40% lower than dense | 50.0% lower "
+        "(50.0 vs 100.0 ms) | **PASS** |" in md
+    )
+    assert (
+        "| needle accuracy, sparse vs dense | equal | 50.0% vs 100.0% (1/2 cells scored "
+        "alike) | **FAIL** |" in md
+    )
     assert "| 2048 | 1/1 / 1/1 | 1/1 / 0/1 | 100.0% / 50.0% |" in md
     assert "| 2048 | 100% | 0 | 1234567 | `1234567` | `7` |" in md
-    assert "| m | 4096 | 256 | 100.0% | - | none | 1.250 / - | 0.9950 | 0.9850 | 0.9750 | " \
-           "0.9800 / 0.8000 | " \
-           "100.0% | 1024 layer steps, 0.8% fell back, 12.5% of dense blocks read |" in md
+    assert (
+        "| m | 4096 | 256 | 100.0% | - | none | 1.250 / - | 0.9950 | 0.9850 | 0.9750 | "
+        "0.9800 / 0.8000 | "
+        "100.0% | 1024 layer steps, 0.8% fell back, 12.5% of dense blocks read |" in md
+    )
     assert "| long | 32768 | 256 | 82.8% | 90.2% (231/256) | 3 | 1.250 / - | 0.9950 |" in md
     # the floor's sentence sits right under the targets table (the needle row is its last)
-    assert "scored alike) | **FAIL** |\n\nTop-1 noise floor: on the top-1 target's worst run " \
-           "(long at 32k)" in md
-    assert "| top-1 agreement (teacher-forced, worst run) | >= 99% | 82.8% (212/256, long at " \
-           "32k) | **FAIL** |" in md
+    assert (
+        "scored alike) | **FAIL** |\n\nTop-1 noise floor: on the top-1 target's worst run "
+        "(long at 32k)" in md
+    )
+    assert (
+        "| top-1 agreement (teacher-forced, worst run) | >= 99% | 82.8% (212/256, long at "
+        "32k) | **FAIL** |" in md
+    )
     assert "| 32k | 32768 | 1 | sparse | 48 | 25.00 | 50.00 | 25.00 | -50.0% |" in md
 
 
-@pytest.mark.parametrize("chosen,bf16_prefill,used,says", [
-    ("auto", 1.0, "bfloat16", "bfloat16 is faster here, so this run uses it (--dtype auto)"),
-    ("auto", 9.0, "float32", "float32 is faster here, so this run uses it (--dtype auto)"),
-    ("bfloat16", 9.0, "bfloat16", "float32 is faster here, but this run used bfloat16"),
-    ("float32", 9.0, "float32", "float32 is faster here, and this run uses it")])
-def test_dtype_probe_runs_auto_in_the_faster_dtype_and_says_so(monkeypatch, chosen,
-                                                                bf16_prefill, used, says):
+@pytest.mark.parametrize(
+    "chosen,bf16_prefill,used,says",
+    [
+        ("auto", 1.0, "bfloat16", "bfloat16 is faster here, so this run uses it (--dtype auto)"),
+        ("auto", 9.0, "float32", "float32 is faster here, so this run uses it (--dtype auto)"),
+        ("bfloat16", 9.0, "bfloat16", "float32 is faster here, but this run used bfloat16"),
+        ("float32", 9.0, "float32", "float32 is faster here, and this run uses it"),
+    ],
+)
+def test_dtype_probe_runs_auto_in_the_faster_dtype_and_says_so(
+    monkeypatch, chosen, bf16_prefill, used, says
+):
     from benchmarks.sparse import dtype_probe
-    fake = {"float32": dtype_probe.DtypeTiming("float32", 3.0, 0.020),
-            "bfloat16": dtype_probe.DtypeTiming("bfloat16", bf16_prefill, 0.025)}
+
+    fake = {
+        "float32": dtype_probe.DtypeTiming("float32", 3.0, 0.020),
+        "bfloat16": dtype_probe.DtypeTiming("bfloat16", bf16_prefill, 0.025),
+    }
     monkeypatch.setattr(dtype_probe, "time_dtype", lambda loaded, d, prompt, steps: fake[d])
     timings, line, got = dtype_probe.probe_dtypes(None, chosen, [1, 2, 3])
     assert got == used and says in line

@@ -1,12 +1,15 @@
 """Azure trace length reader: exact rows, limits, and errors that name file and line."""
 
 import pytest
+
 from strata.eval.trace_lengths import RequestLengths, read_azure_lengths
 
-CSV = ("TIMESTAMP,ContextTokens,GeneratedTokens\n"
-       "2023-11-16 18:15:46.6805900,374,44\n"
-       "2023-11-16 18:15:50.9951690,396,109\n"
-       "2023-11-16 18:15:51.2224670,879,55\n")
+CSV = (
+    "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+    "2023-11-16 18:15:46.6805900,374,44\n"
+    "2023-11-16 18:15:50.9951690,396,109\n"
+    "2023-11-16 18:15:51.2224670,879,55\n"
+)
 
 
 def _write(tmp_path, text):
@@ -17,13 +20,15 @@ def _write(tmp_path, text):
 
 def test_reads_every_row(tmp_path):
     assert read_azure_lengths(_write(tmp_path, CSV)) == [
-        RequestLengths(374, 44), RequestLengths(396, 109), RequestLengths(879, 55)]
+        RequestLengths(374, 44),
+        RequestLengths(396, 109),
+        RequestLengths(879, 55),
+    ]
 
 
 def test_limit(tmp_path):
     path = _write(tmp_path, CSV)
-    assert read_azure_lengths(path, limit=2) == [RequestLengths(374, 44),
-                                                 RequestLengths(396, 109)]
+    assert read_azure_lengths(path, limit=2) == [RequestLengths(374, 44), RequestLengths(396, 109)]
     assert read_azure_lengths(path, limit=0) == []
 
 

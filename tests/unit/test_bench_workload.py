@@ -3,8 +3,6 @@
 import random
 
 import pytest
-from strata.engine.byte_tokenizer import ByteTokenizer
-from strata.eval.trace_lengths import RequestLengths
 
 from benchmarks.engine.workload import (
     LengthMapping,
@@ -14,13 +12,15 @@ from benchmarks.engine.workload import (
     poisson_offsets,
     prompt_text,
 )
+from strata.engine.byte_tokenizer import ByteTokenizer
+from strata.eval.trace_lengths import RequestLengths
 
 
 def test_default_mapping_is_ceil_of_quarter_clipped():
     m = LengthMapping()
     assert m.apply(RequestLengths(374, 44)) == RequestLengths(94, 11)
     assert m.apply(RequestLengths(4, 5)) == RequestLengths(1, 2)
-    assert m.apply(RequestLengths(0, 0)) == RequestLengths(1, 1)     # never an empty request
+    assert m.apply(RequestLengths(0, 0)) == RequestLengths(1, 1)  # never an empty request
     assert m.apply(RequestLengths(4096, 1024)) == RequestLengths(1024, 256)
     assert m.apply(RequestLengths(14050, 1000)) == RequestLengths(1024, 250)
 
@@ -29,8 +29,10 @@ def test_custom_mapping_and_description():
     m = LengthMapping(divisor=1, max_prompt=100, max_output=8)
     assert m.apply(RequestLengths(99, 7)) == RequestLengths(99, 7)
     assert m.apply(RequestLengths(101, 9)) == RequestLengths(100, 8)
-    assert m.describe() == ("prompt = clip(ceil(ContextTokens / 1), 1, 100), "
-                            "output = clip(ceil(GeneratedTokens / 1), 1, 8)")
+    assert m.describe() == (
+        "prompt = clip(ceil(ContextTokens / 1), 1, 100), "
+        "output = clip(ceil(GeneratedTokens / 1), 1, 8)"
+    )
 
 
 def test_mapping_rejects_a_zero_divisor():
@@ -66,7 +68,7 @@ def test_offline_prompts_are_seeded_byte_tokens():
     assert a == b and a != offline_prompts(3, 5, seed=8)
     assert [len(p) for p in a] == [5, 5, 5]
     tok = ByteTokenizer(32000)
-    for ids in a:     # each id is one lowercase letter: the same prompt as text
+    for ids in a:  # each id is one lowercase letter: the same prompt as text
         assert all(ord("a") <= i <= ord("z") for i in ids)
         assert tok.encode(tok.decode(ids)) == ids
 

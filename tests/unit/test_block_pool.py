@@ -1,6 +1,7 @@
 """Block pool: exact ids, exact eviction order, refcounts (a tiny pool, as vLLM's tests do)."""
 
 import pytest
+
 from strata.engine.block_pool import BlockPool
 from strata.kvtier.hashing import HashKeys, block_hash, chain_hashes
 
@@ -12,13 +13,13 @@ def test_allocate_free_and_evict_in_lru_order_tail_first():
     assert a == [0, 1, 2]
     for i, b in enumerate(a):
         pool.commit(b, 100 + i)
-    pool.free(a)                       # reversed: 2 then 1 then 0 join the queue's tail
+    pool.free(a)  # reversed: 2 then 1 then 0 join the queue's tail
     assert pool.num_free == 6 and pool.num_cached == 3
-    b = pool.allocate(4)               # never-used blocks 3,4,5 first, then the oldest cached: 2
+    b = pool.allocate(4)  # never-used blocks 3,4,5 first, then the oldest cached: 2
     assert b == [3, 4, 5, 2]
     assert evicted == [(2, 102)]
     assert pool.lookup(102) is None and pool.lookup(100) == 0
-    assert pool.allocate(3) is None    # only 0 and 1 remain
+    assert pool.allocate(3) is None  # only 0 and 1 remain
 
 
 def test_cache_hit_takes_a_reference_and_leaves_the_free_queue():
@@ -29,9 +30,9 @@ def test_cache_hit_takes_a_reference_and_leaves_the_free_queue():
     assert pool.num_free == 2
     pool.acquire_cached(pool.lookup(7))
     assert pool.num_free == 1
-    pool.acquire_cached(blk)           # a second sequence shares it
+    pool.acquire_cached(blk)  # a second sequence shares it
     pool.free([blk])
-    assert pool.num_free == 1          # still held once
+    assert pool.num_free == 1  # still held once
     pool.free([blk])
     assert pool.num_free == 2
     with pytest.raises(RuntimeError):
@@ -42,7 +43,7 @@ def test_commit_keeps_one_copy_per_hash():
     pool = BlockPool(num_blocks=4, block_size=4)
     x, y = pool.allocate(2)
     assert pool.commit(x, 5) == x
-    assert pool.commit(y, 5) == x      # the existing block stands for the hash
+    assert pool.commit(y, 5) == x  # the existing block stands for the hash
     assert pool.blocks[y].block_hash is None
 
 
@@ -52,26 +53,27 @@ def test_hash_chain_depends_on_parent_tokens_and_keys():
     hs = chain_hashes(toks, 4, keys)
     assert len(hs) == 3
     assert hs[1] == block_hash(hs[0], toks[4:8], keys)
-    assert chain_hashes(toks[:11], 4, keys) == hs[:2]           # partial block not hashed
+    assert chain_hashes(toks[:11], 4, keys) == hs[:2]  # partial block not hashed
     other_tenant = HashKeys.for_request("m", "tenant-b", prefix_public=False)
     assert chain_hashes(toks, 4, other_tenant)[0] != hs[0]
     public_a = HashKeys.for_request("m", "tenant-a", prefix_public=True)
     public_b = HashKeys.for_request("m", "tenant-b", prefix_public=True)
     assert chain_hashes(toks, 4, public_a) == chain_hashes(toks, 4, public_b)
     # fixed seed: the value is the same in every process and on every node
-    assert block_hash(0, [1, 2, 3, 4], HashKeys("m", "public")) == \
-        block_hash(0, [1, 2, 3, 4], HashKeys("m", "public"))
+    assert block_hash(0, [1, 2, 3, 4], HashKeys("m", "public")) == block_hash(
+        0, [1, 2, 3, 4], HashKeys("m", "public")
+    )
 
 
 def test_evicted_block_lifetimes_run_from_commit_to_eviction():
     now = [10.0]
     pool = BlockPool(num_blocks=3, block_size=4, clock=lambda: now[0])
     a = pool.allocate(2)
-    pool.commit(a[0], 100)             # committed at 10.0
+    pool.commit(a[0], 100)  # committed at 10.0
     now[0] = 12.5
-    pool.commit(a[1], 101)             # committed at 12.5
-    pool.commit(a[1], 101)             # committing again keeps the first commit time
-    pool.free(a)                       # queue: 2 (never used), then 1, then 0
+    pool.commit(a[1], 101)  # committed at 12.5
+    pool.commit(a[1], 101)  # committing again keeps the first commit time
+    pool.free(a)  # queue: 2 (never used), then 1, then 0
     now[0] = 20.0
     assert pool.allocate(2) == [2, 1]  # evicts block 1 only
     assert pool.evicted_lifetimes_count == 1
@@ -108,7 +110,7 @@ def test_missing_suffix_is_the_chain_after_its_leading_held_blocks():
     pool = BlockPool(num_blocks=4, block_size=2)
     a, b = pool.allocate(2)
     pool.commit(a, 11)
-    pool.commit(b, 33)          # held, but after a gap: the chain breaks at 22
+    pool.commit(b, 33)  # held, but after a gap: the chain breaks at 22
     assert pool.missing_suffix([11, 22, 33]) == [22, 33]
     assert pool.missing_suffix([11]) == []
     assert pool.missing_suffix([44, 11]) == [44, 11]

@@ -1,6 +1,7 @@
 """Block tables kept across steps (strata.engine.block_tables) and the groups built from them."""
 
 import torch
+
 from strata.engine.attention import AttentionMetadata, SeqSlice
 from strata.engine.block_tables import BlockTables
 
@@ -9,7 +10,7 @@ def test_a_growing_table_is_appended_to_and_earlier_views_stay_true():
     tables = BlockTables("cpu")
     ids = [7, 3, 9]
     views = []
-    for new in ([], [4], [], list(range(20, 60))):      # the last one outgrows the room
+    for new in ([], [4], [], list(range(20, 60))):  # the last one outgrows the room
         ids.extend(new)
         (view,) = tables.step([ids])
         assert view.tolist() == ids
@@ -23,7 +24,7 @@ def test_changed_leading_ids_or_a_new_list_build_a_new_tensor():
     tables = BlockTables("cpu")
     ids = [1, 2, 3]
     (first,) = tables.step([ids])
-    ids[1] = 8                                  # a resume that got another block
+    ids[1] = 8  # a resume that got another block
     (second,) = tables.step([ids])
     assert second.tolist() == [1, 8, 3] and first.tolist() == [1, 2, 3]
     assert tables.built == 2
@@ -38,7 +39,7 @@ def test_rows_of_sequences_a_step_leaves_out_are_dropped():
     tables.step([a, b])
     tables.step([b])
     tables.step([a, b])
-    assert tables.built == 3                    # a was dropped and made again; b was kept
+    assert tables.built == 3  # a was dropped and made again; b was kept
 
 
 def test_groups_from_kept_tables_equal_groups_from_lists():
@@ -53,4 +54,4 @@ def test_groups_from_kept_tables_equal_groups_from_lists():
             assert torch.equal(g.context_lens, h.context_lens)
         a.append(20 + step)
         slices[0] = SeqSlice(0, 1, 41 + step, a)
-    assert tables.built == 3                    # one per sequence, then only appends
+    assert tables.built == 3  # one per sequence, then only appends

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
+
 from strata.core import defaults
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,14 +23,22 @@ COMPOSE = ROOT / "docker-compose.yml"
 STRATA_SERVICES = ("gateway", "scheduler", "node", "kvstore", "placement", "metrics")
 COLLECTOR = "otel-collector:4317"
 DEFAULT_PORTS = {
-    "GATEWAY": defaults.GATEWAY_ADDR, "SCHEDULER": defaults.SCHEDULER_ADDR,
-    "NODE": defaults.NODE_ADDR, "KVSTORE": defaults.KVSTORE_ADDR,
-    "PLACEMENT": defaults.PLACEMENT_ADDR, "METRICS": defaults.METRICS_ADDR,
+    "GATEWAY": defaults.GATEWAY_ADDR,
+    "SCHEDULER": defaults.SCHEDULER_ADDR,
+    "NODE": defaults.NODE_ADDR,
+    "KVSTORE": defaults.KVSTORE_ADDR,
+    "PLACEMENT": defaults.PLACEMENT_ADDR,
+    "METRICS": defaults.METRICS_ADDR,
     "OTLP": defaults.OTLP_ADDR,
 }
-SETTINGS = {"gateway": "GatewayConfig", "scheduler": "SchedulerConfig", "node": "NodeConfig",
-            "kvstore": "KVStoreConfig", "placement": "PlacementConfig",
-            "metrics": "MetricsConfig"}
+SETTINGS = {
+    "gateway": "GatewayConfig",
+    "scheduler": "SchedulerConfig",
+    "node": "NodeConfig",
+    "kvstore": "KVStoreConfig",
+    "placement": "PlacementConfig",
+    "metrics": "MetricsConfig",
+}
 # Left at their defaults in compose on purpose: the internal credential check is on unless a
 # test turns it off. A service given STRATA_SECRETS_DIR needs a data directory only if it keeps
 # data of its own, so compose may leave it out there.
@@ -52,8 +61,13 @@ def port(address: str) -> int:
 
 def _validator() -> list[str] | None:
     docker = shutil.which("docker")
-    if docker and subprocess.run([docker, "compose", "version"], capture_output=True,
-                                 timeout=60).returncode == 0:
+    if (
+        docker
+        and subprocess.run(
+            [docker, "compose", "version"], capture_output=True, timeout=60
+        ).returncode
+        == 0
+    ):
         return [docker, "compose", "-f", str(COMPOSE), "config", "-q"]
     legacy = shutil.which("docker-compose")
     if legacy:
@@ -64,8 +78,10 @@ def _validator() -> list[str] | None:
 def test_compose_file_passes_the_compose_tool() -> None:
     command = _validator()
     if command is None:
-        pytest.skip("neither `docker compose` nor `docker-compose` is installed; "
-                    ".ci/run installs Debian's docker-compose")
+        pytest.skip(
+            "neither `docker compose` nor `docker-compose` is installed; "
+            ".ci/run installs Debian's docker-compose"
+        )
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, f"{' '.join(command[:2])} rejected the file:\n{result.stderr}"
 
@@ -134,12 +150,16 @@ def test_binds_use_the_shared_default_ports_and_addresses_point_at_them(compose:
 
 def test_healthchecks_probe_each_service_and_gate_its_dependents(compose: dict) -> None:
     for name in STRATA_SERVICES:
-        bind = next(v for k, v in env(compose, name).items()
-                    if k == f"STRATA_{name.upper()}_BIND")
-        internal = [] if name == "gateway" else ["--internal"]   # the cluster credential
+        bind = next(v for k, v in env(compose, name).items() if k == f"STRATA_{name.upper()}_BIND")
+        internal = [] if name == "gateway" else ["--internal"]  # the cluster credential
         assert compose["services"][name]["healthcheck"]["test"] == [
-            "CMD", "python", "-m", "strata.client.healthcheck", *internal,
-            f"127.0.0.1:{port(bind)}"]
+            "CMD",
+            "python",
+            "-m",
+            "strata.client.healthcheck",
+            *internal,
+            f"127.0.0.1:{port(bind)}",
+        ]
     for name, service in compose["services"].items():
         for dependency, rule in service.get("depends_on", {}).items():
             assert dependency in compose["services"], f"{name} depends on unknown {dependency}"
@@ -153,9 +173,13 @@ def test_metrics_store_is_the_compose_postgres(compose: dict) -> None:
     assert url.scheme == "postgresql+asyncpg"
     assert (url.hostname, url.port) == ("postgres", 5432)
     assert (url.username, url.password, url.path) == (
-        pg["POSTGRES_USER"], pg["POSTGRES_PASSWORD"], f"/{pg['POSTGRES_DB']}")
+        pg["POSTGRES_USER"],
+        pg["POSTGRES_PASSWORD"],
+        f"/{pg['POSTGRES_DB']}",
+    )
     assert compose["services"]["metrics"]["depends_on"]["postgres"] == {
-        "condition": "service_healthy"}
+        "condition": "service_healthy"
+    }
 
 
 def test_collector_sends_the_traces_pipeline_to_jaeger_and_metrics(compose: dict) -> None:
@@ -178,12 +202,16 @@ def test_collector_sends_the_traces_pipeline_to_jaeger_and_metrics(compose: dict
     # and the receiver takes only exporters with a certificate the cluster CA signed.
     assert config["exporters"][exporters["jaeger:4317"]]["tls"] == {"insecure": True}
     to_metrics = config["exporters"][exporters[f"metrics:{otlp_port}"]]
-    assert to_metrics["tls"] == {"ca_file": "/secrets/ca.pem",
-                                 "cert_file": "/secrets/otel-collector.pem",
-                                 "key_file": "/secrets/otel-collector-key.pem"}
+    assert to_metrics["tls"] == {
+        "ca_file": "/secrets/ca.pem",
+        "cert_file": "/secrets/otel-collector.pem",
+        "key_file": "/secrets/otel-collector-key.pem",
+    }
     assert to_metrics["headers"] == {"x-strata-internal": "${file:/secrets/internal_token}"}
-    assert config["receivers"]["otlp"]["protocols"]["grpc"]["tls"]["client_ca_file"] == \
-        "/secrets/ca.pem"
+    assert (
+        config["receivers"]["otlp"]["protocols"]["grpc"]["tls"]["client_ca_file"]
+        == "/secrets/ca.pem"
+    )
     assert "strata-secrets:/secrets:ro" in collector["volumes"]
     assert env(compose, "jaeger")["COLLECTOR_OTLP_ENABLED"] == "true"
     assert "16686:16686" in compose["services"]["jaeger"]["ports"]

@@ -7,9 +7,9 @@ import sys
 import textwrap
 
 import pytest
-from strata.core.settings import ConfigError
 
 from services.kvstore.config import KVStoreConfig
+from strata.core.settings import ConfigError
 
 
 def test_every_thread_moves_to_the_idle_class_and_new_threads_inherit_it():
@@ -35,8 +35,14 @@ def test_every_thread_moves_to_the_idle_class_and_new_threads_inherit_it():
         after.join()
         print(moved >= 2, cpu_priority.scheduling_class(), seen["before"], seen["after"])
     """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         env={**os.environ}, timeout=60, check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env={**os.environ},
+        timeout=60,
+        check=True,
+    ).stdout.split()
     assert out == ["True", "idle", "idle", "idle"]
 
 
@@ -46,6 +52,9 @@ def test_the_store_reads_its_cpu_class_and_rejects_others(monkeypatch, tmp_path)
     monkeypatch.setenv("STRATA_KVSTORE_CPU_PRIORITY", "idle")
     assert KVStoreConfig.from_env().kvstore_cpu_priority == "idle"
     monkeypatch.setenv("STRATA_KVSTORE_CPU_PRIORITY", "low")
-    with pytest.raises(ConfigError, match=r"STRATA_KVSTORE_CPU_PRIORITY \(--kvstore-cpu-priority\): "
-                                          r"Input should be 'normal' or 'idle', got 'low'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"STRATA_KVSTORE_CPU_PRIORITY \(--kvstore-cpu-priority\): "
+        r"Input should be 'normal' or 'idle', got 'low'",
+    ):
         KVStoreConfig.from_env()

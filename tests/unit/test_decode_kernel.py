@@ -2,17 +2,19 @@
 
 import pytest
 import torch
+
 from strata.engine import kernels
 from strata.engine.attention import AttentionMetadata, SeqSlice, _attend
 from strata.engine.engine import EngineRequest
 from strata.engine.sequence import SamplingParams
-
 from tests.engine_helpers import run_to_end, tiny_engine
 
 OPS = kernels.load()
 pytestmark = pytest.mark.skipif(
-    OPS is None, reason="the C++ decode kernel could not be built here (no compiler or a build "
-    "error; see the warning logged by strata.engine.kernels.load)")
+    OPS is None,
+    reason="the C++ decode kernel could not be built here (no compiler or a build "
+    "error; see the warning logged by strata.engine.kernels.load)",
+)
 
 BLOCK = 16
 LENS = [1, 15, 16, 17, 300]
@@ -26,7 +28,7 @@ def _case(heads, kv_heads, dim, dtype, seed=0):
     slices, used = [], 0
     for i, n in enumerate(LENS):
         nb = -(-n // BLOCK)
-        slices.append(SeqSlice(start=i, num_new=1, context_len=n, block_ids=perm[used:used + nb]))
+        slices.append(SeqSlice(start=i, num_new=1, context_len=n, block_ids=perm[used : used + nb]))
         used += nb
     meta = AttentionMetadata.build(slices, BLOCK, "cpu")
     q = torch.randn(len(LENS), heads, dim, generator=gen).to(dtype)
@@ -41,7 +43,7 @@ def test_kernel_matches_torch_attend(dtype, tol, gqa, dim):
     torch.set_num_threads(1)
     kv_heads = 2
     q, k, v, group = _case(gqa * kv_heads, kv_heads, dim, dtype)
-    scale = dim ** -0.5
+    scale = dim**-0.5
     want = _attend(q, k, v, group, scale, gqa).float()
     got = OPS.decode_attention(q, k, v, group.block_tables, group.context_lens, scale)
     assert got.dtype == dtype and got.shape == q.shape
@@ -74,8 +76,9 @@ def _greedy_tokens(kernel: str):
     engine = tiny_engine(max_batched_tokens=16, attention_kernel=kernel)
     prompts = {"a": list(range(40, 77)), "b": list(range(100, 111)), "c": [7, 8, 9]}
     for rid, prompt in prompts.items():
-        engine.add_request(EngineRequest(rid, prompt, SamplingParams(max_tokens=12,
-                                                                     ignore_eos=True)))
+        engine.add_request(
+            EngineRequest(rid, prompt, SamplingParams(max_tokens=12, ignore_eos=True))
+        )
     return run_to_end(engine)
 
 

@@ -36,7 +36,9 @@ def test_put_get_round_trip_and_files(tmp_path):
     assert tier.bytes_used == 2 * SIZE
     assert block_files(tmp_path) == ["0000000000000001.blk", "0000000000000002.blk"]
     assert [(r["seq"], r["op"], r["hash"], r["size"]) for r in manifest(tmp_path)] == [
-        (0, "put", "0000000000000001", SIZE), (1, "put", "0000000000000002", SIZE)]
+        (0, "put", "0000000000000001", SIZE),
+        (1, "put", "0000000000000002", SIZE),
+    ]
 
 
 def test_rejects_bad_checksum_and_oversized(tmp_path):
@@ -44,7 +46,9 @@ def test_rejects_bad_checksum_and_oversized(tmp_path):
     bad = StoredBlock(block_hash=7, layout="x", data=b"a" * 8, checksum=checksum(b"b" * 8))
     assert tier.put(bad) == (False, 0)
     assert tier.put(StoredBlock(8, "x", b"a" * (SIZE + 1), checksum(b"a" * (SIZE + 1)))) == (
-        False, 0)
+        False,
+        0,
+    )
     assert tier.stats.rejected == 2
     assert len(tier) == 0 and block_files(tmp_path) == []
 
@@ -60,8 +64,14 @@ def test_capacity_evicts_least_recently_used(tmp_path):
     assert tier.stats.evictions == 2
     assert block_files(tmp_path) == [block_filename(h) for h in (1, 4, 5)]
     assert [(r["op"], r["hash"][-1]) for r in manifest(tmp_path)] == [
-        ("put", "1"), ("put", "2"), ("put", "3"), ("evict", "2"), ("put", "4"),
-        ("evict", "3"), ("put", "5")]
+        ("put", "1"),
+        ("put", "2"),
+        ("put", "3"),
+        ("evict", "2"),
+        ("put", "4"),
+        ("evict", "3"),
+        ("put", "5"),
+    ]
     assert [r["seq"] for r in manifest(tmp_path)] == list(range(7))
 
 
@@ -79,7 +89,10 @@ def test_reopen_finds_every_block_after_close_and_after_crash(tmp_path):
     crashed = DiskTier(tmp_path, capacity_bytes=10 * SIZE)
     assert crashed.hashes() == [11, 12, 13, 14]
     assert (crashed.stats.recovered, crashed.stats.dropped, crashed.stats.orphans_removed) == (
-        4, 0, 0)
+        4,
+        0,
+        0,
+    )
     assert crashed.bytes_used == 4 * SIZE
     crashed.put(blk(15))
     assert [r["seq"] for r in manifest(tmp_path)][-2:] == [3, 4]  # seq keeps rising across opens
@@ -93,8 +106,11 @@ def test_corrupt_file_dropped_on_reopen_and_prefix_ends_there(tmp_path):
     path = tmp_path / "blocks" / block_filename(2)
     path.write_bytes(b"\xff" + path.read_bytes()[1:])  # same size, one byte flipped
     reopened = DiskTier(tmp_path, capacity_bytes=10 * SIZE)
-    assert (reopened.stats.recovered, reopened.stats.dropped,
-            reopened.stats.checksum_failures) == (2, 1, 1)
+    assert (reopened.stats.recovered, reopened.stats.dropped, reopened.stats.checksum_failures) == (
+        2,
+        1,
+        1,
+    )
     assert not path.exists()
     assert [b.block_hash for b in reopened.get_prefix([1, 2, 3])] == [1]
     assert reopened.prefix_len([1, 2, 3]) == 1
@@ -171,10 +187,15 @@ def test_compaction_keeps_exactly_the_live_set(tmp_path):
     assert reopened.stats.compactions == 1
     records = manifest(tmp_path)
     assert [(r["op"], int(r["hash"], 16)) for r in records] == [
-        ("put", 37), ("put", 38), ("put", 39), ("put", 40)]
+        ("put", 37),
+        ("put", 38),
+        ("put", 39),
+        ("put", 40),
+    ]
     assert [r["seq"] for r in records] == [76, 77, 78, 79]
-    assert all(r["size"] == SIZE and r["checksum"] == blk(int(r["hash"], 16)).checksum
-               for r in records)
+    assert all(
+        r["size"] == SIZE and r["checksum"] == blk(int(r["hash"], 16)).checksum for r in records
+    )
     assert DiskTier(tmp_path, capacity_bytes=4 * SIZE).hashes() == [37, 38, 39, 40]
 
 

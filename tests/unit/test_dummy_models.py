@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+
 from strata.engine.byte_tokenizer import ByteTokenizer
 from strata.engine.chat_template import CHATML_TEMPLATE
 from strata.engine.dummy import DUMMY_CONFIGS, dummy_names, load_dummy
@@ -32,7 +33,8 @@ def test_same_seed_same_weights_other_seed_other_weights():
     assert not torch.equal(a.weights[embed], c.weights[embed])
     # pinned values: seed 0 means the same model in every process (with the pinned torch)
     assert a.weights["model.embed_tokens.weight"][0, :3].tolist() == pytest.approx(
-        [-0.022516796365380287, -0.023047203198075294, -0.005011571571230888], rel=1e-6)
+        [-0.022516796365380287, -0.023047203198075294, -0.005011571571230888], rel=1e-6
+    )
 
 
 def test_weights_are_small_and_norms_are_one():
@@ -64,8 +66,12 @@ def test_configs_are_not_shared_with_callers():
 def test_names_and_the_large_one_is_about_a_billion_parameters():
     assert dummy_names() == ("dummy-tiny", "dummy-small", "dummy-bench", "dummy-1b", "dummy-long")
     # the engine benchmark's shape: embeddings and head 2 x 32000 x 512, 8 layers of 2.88M
-    assert DUMMY_CONFIGS["dummy-bench"].param_count() == 2 * 32000 * 512 + 8 * (
-        512 * 512 + 2 * 512 * 128 + 512 * 512 + 3 * 512 * 1536 + 2 * 512) + 512
+    assert (
+        DUMMY_CONFIGS["dummy-bench"].param_count()
+        == 2 * 32000 * 512
+        + 8 * (512 * 512 + 2 * 512 * 128 + 512 * 512 + 3 * 512 * 1536 + 2 * 512)
+        + 512
+    )
     assert 1.0e9 < DUMMY_CONFIGS["dummy-1b"].param_count() < 1.2e9
     with pytest.raises(ValueError, match="unknown dummy model 'dummy-huge'; known: dummy-tiny"):
         load_dummy("dummy-huge")

@@ -1,16 +1,20 @@
 """The engine end to end on a tiny random model: chunking, batching, prefix cache, preemption."""
 
 import torch
+
 from strata.engine.engine import EngineRequest
 from strata.engine.sequence import FinishReason, SamplingParams
-
 from tests.engine_helpers import run_to_end, tiny_engine
 
 
 def _req(rid, prompt, max_tokens=8, tenant="a", public=False, **kw):
-    return EngineRequest(rid, list(prompt), SamplingParams(max_tokens=max_tokens, ignore_eos=True,
-                                                           **kw), tenant=tenant,
-                         prefix_public=public)
+    return EngineRequest(
+        rid,
+        list(prompt),
+        SamplingParams(max_tokens=max_tokens, ignore_eos=True, **kw),
+        tenant=tenant,
+        prefix_public=public,
+    )
 
 
 def _reference_greedy(engine, prompt, n):
@@ -21,12 +25,14 @@ def _reference_greedy(engine, prompt, n):
     for _ in range(n):
         kv = torch.zeros_like(engine.kv)
         blocks = list(range(-(-len(ids) // engine.config.block_size)))
-        meta = AttentionMetadata.build([SeqSlice(0, len(ids), len(ids), blocks)],
-                                       engine.config.block_size, "cpu")
-        logits = engine.model(torch.tensor(ids), torch.arange(len(ids)), kv, meta,
-                              torch.tensor([len(ids) - 1]))
+        meta = AttentionMetadata.build(
+            [SeqSlice(0, len(ids), len(ids), blocks)], engine.config.block_size, "cpu"
+        )
+        logits = engine.model(
+            torch.tensor(ids), torch.arange(len(ids)), kv, meta, torch.tensor([len(ids) - 1])
+        )
         ids.append(int(logits[0].argmax()))
-    return ids[len(prompt):]
+    return ids[len(prompt) :]
 
 
 PROMPT = list(range(40, 77))  # 37 tokens: several blocks plus a partial one
@@ -164,7 +170,7 @@ def test_cumulative_counters_for_the_node_layer():
 def test_queue_time_is_the_wait_before_the_first_scheduled_step():
     engine = tiny_engine(max_seqs=1)
     engine.add_request(_req("a", PROMPT, max_tokens=3))
-    engine.add_request(_req("b", range(10), max_tokens=1))   # waits: one sequence slot
+    engine.add_request(_req("b", range(10), max_tokens=1))  # waits: one sequence slot
     outs = {}
     while engine.has_work():
         for o in engine.step():

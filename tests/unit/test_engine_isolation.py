@@ -8,21 +8,24 @@ import asyncio
 
 import pytest
 import torch
+
 from strata.engine.async_engine import AsyncEngine, RequestFailed
 from strata.engine.engine import EngineRequest
 from strata.engine.sampler import SamplingError, SeqSampler
 from strata.engine.sequence import SamplingParams
-
 from tests.engine_helpers import run_to_end, tiny_engine
 
-POISON = 299           # a token id the patched model refuses to compute
+POISON = 299  # a token id the patched model refuses to compute
 PROMPTS = {f"r{i}": list(range(20 + 7 * i, 37 + 7 * i)) for i in range(6)}
 
 
 def _req(rid, prompt, max_tokens=8, **kw):
-    return EngineRequest(rid, list(prompt), SamplingParams(max_tokens=max_tokens,
-                                                           ignore_eos=True, **kw),
-                         tenant=f"tenant-{rid}")
+    return EngineRequest(
+        rid,
+        list(prompt),
+        SamplingParams(max_tokens=max_tokens, ignore_eos=True, **kw),
+        tenant=f"tenant-{rid}",
+    )
 
 
 def _solo() -> dict[str, list[int]]:
@@ -101,8 +104,7 @@ def test_a_row_that_cannot_be_sampled_fails_alone():
         __slots__ = ()
 
         def sample(self, logits, history):
-            raise SamplingError("the model produced no finite logit for this request's next "
-                                "token")
+            raise SamplingError("the model produced no finite logit for this request's next token")
 
     engine._samplers["nan"] = Broken(SamplingParams(temperature=1.0), 9)
     outs = _outputs(engine)
@@ -113,28 +115,33 @@ def test_a_row_that_cannot_be_sampled_fails_alone():
 def test_sampling_is_finite_for_extreme_admitted_values():
     from strata.engine.sampler import SeqSampler, sample_batch
 
-    logits = torch.tensor([[1e30, -1e30, 3.0, float("inf")],
-                           [float("nan")] * 4,
-                           [0.5, 2.0, 1.0, -1.0]])
-    samplers = [SeqSampler(SamplingParams(temperature=2e-5, top_p=0.5, min_p=1.0, seed=3), 1),
-                SeqSampler(SamplingParams(temperature=1.0, seed=3), 1),
-                SeqSampler(SamplingParams(temperature=1e-3, repetition_penalty=1e-30,
-                                          seed=3), 1)]
+    logits = torch.tensor(
+        [[1e30, -1e30, 3.0, float("inf")], [float("nan")] * 4, [0.5, 2.0, 1.0, -1.0]]
+    )
+    samplers = [
+        SeqSampler(SamplingParams(temperature=2e-5, top_p=0.5, min_p=1.0, seed=3), 1),
+        SeqSampler(SamplingParams(temperature=1.0, seed=3), 1),
+        SeqSampler(SamplingParams(temperature=1e-3, repetition_penalty=1e-30, seed=3), 1),
+    ]
     picks = sample_batch(logits, samplers, [[0], [0], [0, 1]])
-    assert picks[0].token_id == 3                       # +inf is the largest, not a nan
-    assert isinstance(picks[1], SamplingError)          # nothing finite: this row alone
-    assert picks[2].token_id == 1                       # penalty made it huge, not nan
+    assert picks[0].token_id == 3  # +inf is the largest, not a nan
+    assert isinstance(picks[1], SamplingError)  # nothing finite: this row alone
+    assert picks[2].token_id == 1  # penalty made it huge, not nan
 
 
 def test_greedy_fast_path_fails_only_the_row_without_a_finite_logit():
     from strata.engine.sampler import SeqSampler, sample_batch
 
-    logits = torch.tensor([[0.0, 2.0], [float("nan"), float("nan")],
-                           [float("-inf"), float("-inf")], [3.0, 1.0]])
-    picks = sample_batch(logits, [SeqSampler(SamplingParams(), 1) for _ in range(4)],
-                         [[0]] * 4)
-    assert [p.token_id if not isinstance(p, SamplingError) else None for p in picks] == \
-        [1, None, None, 0]
+    logits = torch.tensor(
+        [[0.0, 2.0], [float("nan"), float("nan")], [float("-inf"), float("-inf")], [3.0, 1.0]]
+    )
+    picks = sample_batch(logits, [SeqSampler(SamplingParams(), 1) for _ in range(4)], [[0]] * 4)
+    assert [p.token_id if not isinstance(p, SamplingError) else None for p in picks] == [
+        1,
+        None,
+        None,
+        0,
+    ]
 
 
 @pytest.mark.asyncio
@@ -158,8 +165,9 @@ async def test_async_engine_fails_one_stream_and_serves_the_others():
         return tokens
 
     try:
-        tasks = {rid: asyncio.create_task(collect(_req(rid, prompt)))
-                 for rid, prompt in PROMPTS.items()}
+        tasks = {
+            rid: asyncio.create_task(collect(_req(rid, prompt))) for rid, prompt in PROMPTS.items()
+        }
         bad = asyncio.create_task(collect(_req("bad", [POISON, 1, 2])))
         with pytest.raises(RequestFailed, match="poisoned input"):
             await asyncio.wait_for(bad, 120)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from strata.engine.engine import EngineRequest
 from strata.engine.sequence import SamplingParams
 from strata.engine.tier_link import TierLink
-
 from tests.engine_helpers import LocalTierClient, run_to_end, tiny_engine
 
 # tiny model blocks: 2 layers x k|v x 2 kv heads x 4 tokens x 16 dims x 4 bytes
@@ -14,12 +13,13 @@ BLOCK_BYTES = 2 * 2 * 2 * 4 * 16 * 4
 
 
 def _req(rid: str, prompt: list[int], max_tokens: int = 6) -> EngineRequest:
-    return EngineRequest(rid, prompt, SamplingParams(max_tokens=max_tokens, ignore_eos=True),
-                         tenant="t")
+    return EngineRequest(
+        rid, prompt, SamplingParams(max_tokens=max_tokens, ignore_eos=True), tenant="t"
+    )
 
 
 def _prompts() -> dict[str, list[int]]:
-    shared = list(range(20, 44))                      # 6 shared blocks of 4 tokens
+    shared = list(range(20, 44))  # 6 shared blocks of 4 tokens
     return {f"r{i}": shared + [100 + i * 7 + j for j in range(8 + i % 5)] for i in range(12)}
 
 
@@ -57,10 +57,10 @@ def test_every_tier_full_makes_work_wait_and_nothing_deadlocks():
         for out in engine.step():
             got.setdefault(out.request_id, []).extend(out.token_ids)
         waited = max(waited, engine.scheduler.waiting_for_memory)
-        client.store.run_once()                      # the migrator's rounds, in step with us
+        client.store.run_once()  # the migrator's rounds, in step with us
     assert not engine.has_work(), "the engine stopped making progress"
-    assert got == expected                          # every request finished, exactly
-    assert waited > 0                               # the node manager saw the memory signal
+    assert got == expected  # every request finished, exactly
+    assert waited > 0  # the node manager saw the memory signal
     store = client.store
     # the tiny tiers overflowed: blocks sank to disk and the disk tier dropped its LRU ones
     assert store.counters.demotions > 0 and store.counters.disk_evictions > 0

@@ -4,6 +4,7 @@ the power model, the meter's integration and hand-over, NVML when present."""
 import os
 
 import pytest
+
 from strata.node.energy import (
     EnergyCounterError,
     EnergyMeter,
@@ -30,25 +31,28 @@ def set_uj(root, name: str, uj: int) -> None:
 @pytest.fixture
 def powercap(tmp_path):
     zone(tmp_path, "intel-rapl:0", "package-0", 900_000)
-    zone(tmp_path, "intel-rapl:0:0", "core", 5)            # inside the package: not added
-    zone(tmp_path, "intel-rapl:0:1", "dram", 100)          # outside it: added
+    zone(tmp_path, "intel-rapl:0:0", "core", 5)  # inside the package: not added
+    zone(tmp_path, "intel-rapl:0:1", "dram", 100)  # outside it: added
     zone(tmp_path, "intel-rapl:1", "package-1", 0)
-    zone(tmp_path, "intel-rapl:2", "psys", 0)              # would count the packages twice
-    (tmp_path / "intel-rapl").mkdir()                      # the control type, no counter
+    zone(tmp_path, "intel-rapl:2", "psys", 0)  # would count the packages twice
+    (tmp_path / "intel-rapl").mkdir()  # the control type, no counter
     return tmp_path
 
 
 def test_rapl_sums_packages_and_dram_and_folds_in_wraparound(powercap):
     counter = RaplCounter.open(str(powercap))
     assert [os.path.basename(z.path) for z in counter.zones] == [
-        "intel-rapl:0", "intel-rapl:0:1", "intel-rapl:1"]
+        "intel-rapl:0",
+        "intel-rapl:0:1",
+        "intel-rapl:1",
+    ]
     assert counter.read_joules() == 0.0
-    set_uj(powercap, "intel-rapl:0", 950_000)     # +50_000
-    set_uj(powercap, "intel-rapl:0:1", 600)       # +500
-    set_uj(powercap, "intel-rapl:1", 2_000)       # +2_000
+    set_uj(powercap, "intel-rapl:0", 950_000)  # +50_000
+    set_uj(powercap, "intel-rapl:0:1", 600)  # +500
+    set_uj(powercap, "intel-rapl:1", 2_000)  # +2_000
     assert counter.read_joules() == pytest.approx(0.0525)
-    set_uj(powercap, "intel-rapl:0", 30_000)      # wrapped at 1_000_000: +80_000
-    set_uj(powercap, "intel-rapl:0:0", 0)         # the core subzone is never read
+    set_uj(powercap, "intel-rapl:0", 30_000)  # wrapped at 1_000_000: +80_000
+    set_uj(powercap, "intel-rapl:0:0", 0)  # the core subzone is never read
     assert counter.read_joules() == pytest.approx(0.1325)
 
 
@@ -64,7 +68,12 @@ def test_rapl_without_readable_zones_is_unavailable(tmp_path):
 def test_power_model_is_a_line_from_idle_to_tdp():
     model = PowerModel(idle_watts=50.0, tdp_watts=250.0)
     assert [model.watts(u) for u in (0.0, 0.25, 1.0, 1.7, -1.0)] == [
-        50.0, 100.0, 250.0, 250.0, 50.0]
+        50.0,
+        100.0,
+        250.0,
+        250.0,
+        50.0,
+    ]
     with pytest.raises(ValueError, match="0 <= idle watts <= TDP watts"):
         PowerModel(idle_watts=300.0, tdp_watts=250.0)
 
@@ -81,9 +90,9 @@ def test_meter_integrates_the_model_over_each_interval():
     clock = Clock()
     meter = EnergyMeter(None, PowerModel(50.0, 250.0), clock)
     clock.t += 2.0
-    first = meter.read(utilization=0.5)               # 150 W for 2 s
+    first = meter.read(utilization=0.5)  # 150 W for 2 s
     clock.t += 4.0
-    second = meter.read(utilization=0.0)              # 50 W for 4 s
+    second = meter.read(utilization=0.0)  # 50 W for 4 s
     assert (first.joules, first.watts, first.source) == (300.0, 150.0, "model")
     assert (second.joules, second.watts) == (500.0, 50.0)
 
@@ -109,7 +118,7 @@ def test_meter_reports_counter_differences_and_hands_over_to_the_model_on_failur
     measured = meter.read(utilization=1.0)
     assert (measured.joules, measured.watts, measured.source) == (300.0, 100.0, "rapl")
     clock.t += 1.0
-    modelled = meter.read(utilization=0.5)            # counter failed: 60 W for 1 s
+    modelled = meter.read(utilization=0.5)  # counter failed: 60 W for 1 s
     assert (modelled.joules, modelled.watts, modelled.source) == (360.0, 60.0, "model")
     assert meter.source == "model"
 

@@ -6,6 +6,7 @@ import random
 from pathlib import Path
 
 import pytest
+
 from strata.engine.byte_tokenizer import ByteTokenizer
 from strata.eval.traces import TraceRequest, read_mooncake
 from strata.eval.workload import (
@@ -30,7 +31,15 @@ def test_scaling_divides_rounds_up_and_clips():
     scaling = Scaling(time_scale=10.0, length_scale=4.0, max_prompt=300, max_output=50)
     assert scaling.send_at(12.5) == 1.25
     assert [scaling.prompt_tokens(n) for n in (0, 1, 4, 5, 1199, 1200, 1201, 10_000)] == [
-        1, 1, 1, 2, 300, 300, 300, 300]
+        1,
+        1,
+        1,
+        2,
+        300,
+        300,
+        300,
+        300,
+    ]
     assert [scaling.prompt_tokens(n) for n in (400, 401)] == [100, 101]
     assert [scaling.output_tokens(n) for n in (0, 7, 8, 9, 200, 201)] == [1, 2, 2, 3, 50, 50]
     assert scaling.block_tokens == 128
@@ -46,13 +55,20 @@ def test_round_robin_unless_the_trace_names_a_known_tenant():
     keys = [TenantKey("alice", "ka"), TenantKey("bob", "kb")]
     mapper = TenantMapper(keys)
     assert [mapper.assign(t).label for t in ("", "", "bob", "", "carol", "")] == [
-        "alice", "bob", "bob", "alice", "bob", "alice"]
+        "alice",
+        "bob",
+        "bob",
+        "alice",
+        "bob",
+        "alice",
+    ]
 
 
 def test_weighted_mapping_follows_the_weights_and_the_seed():
     keys = [TenantKey("a", "ka", 3.0), TenantKey("b", "kb", 1.0)]
-    draws = [TenantMapper(keys, weighted=True, rng=random.Random(4)).assign().label
-             for _ in range(1)]
+    draws = [
+        TenantMapper(keys, weighted=True, rng=random.Random(4)).assign().label for _ in range(1)
+    ]
     mapper = TenantMapper(keys, weighted=True, rng=random.Random(4))
     labels = [mapper.assign().label for _ in range(4000)]
     assert labels[0] == draws[0]
@@ -64,7 +80,9 @@ def test_weighted_mapping_follows_the_weights_and_the_seed():
 def test_parse_tenants():
     assert parse_tenants("k1,k2") == ([TenantKey("key1", "k1"), TenantKey("key2", "k2")], False)
     assert parse_tenants("alice=k1:3, bob=k2") == (
-        [TenantKey("alice", "k1", 3.0), TenantKey("bob", "k2", 1.0)], True)
+        [TenantKey("alice", "k1", 3.0), TenantKey("bob", "k2", 1.0)],
+        True,
+    )
     with pytest.raises(ValueError, match="--tenants entry 2 is empty"):
         parse_tenants("k1,")
     with pytest.raises(ValueError, match="the weight after ':' must be a number, got 'x'"):
@@ -88,8 +106,8 @@ def test_equal_hash_ids_give_equal_blocks_and_different_ones_differ():
     synth = PromptSynth(ByteText(), block_tokens=8, seed=3)
     a = synth.pieces(0, 24, (0, 1, 2))
     b = synth.pieces(1, 30, (0, 1, 5))
-    assert a[:16] == b[:16]                    # blocks 0 and 1 shared
-    assert a[16:24] != b[16:24]                # block 2 vs block 5
+    assert a[:16] == b[:16]  # blocks 0 and 1 shared
+    assert a[16:24] != b[16:24]  # block 2 vs block 5
     # a prompt ending inside a block takes that block's beginning
     assert synth.pieces(2, 12, (0, 1)) == a[:12]
     # no hash ids: unique per request index, the same on a rebuild
@@ -103,11 +121,19 @@ def test_mooncake_fixture_shares_scaled_blocks():
     requests = read_mooncake(MOONCAKE).requests
     scaling = Scaling(time_scale=2.0, length_scale=4.0, max_prompt=400, max_output=20)
     synth = PromptSynth(ByteText(), scaling.block_tokens, seed=0)
-    workload = build_workload(requests, scaling, Window(), TenantMapper([TenantKey("d", "k")]),
-                              synth)
+    workload = build_workload(
+        requests, scaling, Window(), TenantMapper([TenantKey("d", "k")]), synth
+    )
     assert [(w.send_at_s, w.prompt_tokens, w.max_tokens, w.shared_blocks) for w in workload] == [
-        (0.0, 300, 2, 3), (0.0, 175, 10, 2), (0.125, 375, 3, 3), (0.5, 75, 20, 1),
-        (0.875, 256, 1, 2), (1.25, 400, 20, 4), (2.01, 128, 1, 1), (2.5, 384, 16, 3)]
+        (0.0, 300, 2, 3),
+        (0.0, 175, 10, 2),
+        (0.125, 375, 3, 3),
+        (0.5, 75, 20, 1),
+        (0.875, 256, 1, 2),
+        (1.25, 400, 20, 4),
+        (2.01, 128, 1, 1),
+        (2.5, 384, 16, 3),
+    ]
     prompts = [w.prompt for w in workload]
     assert all(len(p) == w.prompt_tokens for p, w in zip(prompts, workload))
     # hash ids (0, 1, 2), (0, 1, 5), (0, 1, 2, 7), (0, 9, 10): 128-token blocks
@@ -122,8 +148,9 @@ def test_window_by_count_and_scaled_duration():
     requests = [TraceRequest(float(t), 10, 10) for t in range(10)]
     mapper = TenantMapper([TenantKey("d", "k")])
     synth = PromptSynth(ByteText(), 16, seed=0)
-    by_time = build_workload(requests, Scaling(time_scale=2.0), Window(max_duration_s=2.0),
-                             mapper, synth)
+    by_time = build_workload(
+        requests, Scaling(time_scale=2.0), Window(max_duration_s=2.0), mapper, synth
+    )
     assert [w.send_at_s for w in by_time] == [0.0, 0.5, 1.0, 1.5, 2.0]
     by_count = build_workload(requests, Scaling(), Window(max_requests=3), mapper, synth)
     assert [(w.index, w.send_at_s) for w in by_count] == [(0, 0.0), (1, 1.0), (2, 2.0)]

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import grpc
 import pytest
+
 from strata.node import failover
 from strata.node.failover import WorkerLost, generate_with_failover
 from strata.node.replicas import Replica, ReplicaSet, State
@@ -63,7 +64,7 @@ class Stub:
         self.calls = list(calls)
         self.requests: list[tuple[worker_pb2.WorkerGenerateRequest, float | None]] = []
 
-    def Generate(self, request, timeout=None):   # noqa: N802 - the gRPC method's name
+    def Generate(self, request, timeout=None):  # noqa: N802 - the gRPC method's name
         self.requests.append((request, timeout))
         return self.calls.pop(0)
 
@@ -76,8 +77,11 @@ def replica(address: str, stub: Stub, alive: bool = True) -> Replica:
 
 def request() -> worker_pb2.WorkerGenerateRequest:
     return worker_pb2.WorkerGenerateRequest(
-        request_id="r1", tenant="acme", priority=2,
-        spec=common_pb2.GenerationSpec(model=MODEL, prompt="hi", max_tokens=5))
+        request_id="r1",
+        tenant="acme",
+        priority=2,
+        spec=common_pb2.GenerationSpec(model=MODEL, prompt="hi", max_tokens=5),
+    )
 
 
 async def tokens(stream) -> list[int]:
@@ -88,20 +92,27 @@ async def test_a_dead_worker_resumes_on_the_replica_that_took_over():
     replicas = ReplicaSet({})
     standby = replica("127.0.0.1:2", Stub(Call([chunk(13), chunk(14, last=True)])))
 
-    def die_and_promote():    # what the node does when it sees the worker's exit
+    def die_and_promote():  # what the node does when it sees the worker's exit
         dead.state, dead.process.proc.returncode = State.FAILED, -9
         replicas.replicas["a"] = standby
 
-    dead = replica("127.0.0.1:1", Stub(Call([chunk(10), chunk(11), chunk(12)],
-                                            rpc_error(grpc.StatusCode.UNAVAILABLE),
-                                            before_error=die_and_promote)))
-    dead.in_flight = 1          # the caller's count
+    dead = replica(
+        "127.0.0.1:1",
+        Stub(
+            Call(
+                [chunk(10), chunk(11), chunk(12)],
+                rpc_error(grpc.StatusCode.UNAVAILABLE),
+                before_error=die_and_promote,
+            )
+        ),
+    )
+    dead.in_flight = 1  # the caller's count
     replicas.replicas["a"] = dead
     out = await tokens(generate_with_failover(replicas, dead, request(), 30.0, node_id="n1"))
     assert out == [10, 11, 12, 13, 14]
-    (first, _), = dead.stub.requests
+    ((first, _),) = dead.stub.requests
     assert first == request() and list(first.resume_output_ids) == []
-    (resumed, timeout), = standby.stub.requests
+    ((resumed, timeout),) = standby.stub.requests
     want = request()
     want.resume_output_ids.extend([10, 11, 12])
     assert resumed == want and 0 < timeout <= 30.0
@@ -110,22 +121,32 @@ async def test_a_dead_worker_resumes_on_the_replica_that_took_over():
 
 async def test_with_no_takeover_the_caller_learns_how_far_it_got():
     replicas = ReplicaSet({})
-    dead = replica("127.0.0.1:1", Stub(Call([chunk(10), chunk(11)],
-                                            rpc_error(grpc.StatusCode.UNAVAILABLE))), alive=False)
+    dead = replica(
+        "127.0.0.1:1",
+        Stub(Call([chunk(10), chunk(11)], rpc_error(grpc.StatusCode.UNAVAILABLE))),
+        alive=False,
+    )
     replicas.replicas["a"] = dead
     got = []
     with pytest.raises(WorkerLost) as err:
-        async for c in generate_with_failover(replicas, dead, request(), None, node_id="n1",
-                                              takeover_wait_s=0.2):
+        async for c in generate_with_failover(
+            replicas, dead, request(), None, node_id="n1", takeover_wait_s=0.2
+        ):
             got.extend(c.token_ids)
     assert got == [10, 11]
-    assert str(err.value) == ("worker a of node n1 failed after 2 tokens and no replica took "
-                              "over within 0.2 s; retry")
+    assert str(err.value) == (
+        "worker a of node n1 failed after 2 tokens and no replica took over within 0.2 s; retry"
+    )
 
 
-@pytest.mark.parametrize("code,alive", [(grpc.StatusCode.INTERNAL, True),
-                                        (grpc.StatusCode.DEADLINE_EXCEEDED, False),
-                                        (grpc.StatusCode.INVALID_ARGUMENT, False)])
+@pytest.mark.parametrize(
+    "code,alive",
+    [
+        (grpc.StatusCode.INTERNAL, True),
+        (grpc.StatusCode.DEADLINE_EXCEEDED, False),
+        (grpc.StatusCode.INVALID_ARGUMENT, False),
+    ],
+)
 async def test_errors_of_a_live_worker_or_of_the_request_pass_through(monkeypatch, code, alive):
     monkeypatch.setattr(failover, "EXIT_GRACE_S", 0.05)
     replicas = ReplicaSet({})

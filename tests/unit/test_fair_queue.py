@@ -1,6 +1,7 @@
 """The node's fair queue: exact pop order under strict priority, weights, idle tenants, FCFS."""
 
 import pytest
+
 from strata.policy.clock import ManualClock
 from strata.policy.scheduling.fair_queue import (
     FairQueue,
@@ -10,8 +11,9 @@ from strata.policy.scheduling.fair_queue import (
 )
 
 
-def _item(rid, tenant="a", priority=1, prompt=60, out=40, weight=1.0, model="m", ttft=None,
-          replica=""):
+def _item(
+    rid, tenant="a", priority=1, prompt=60, out=40, weight=1.0, model="m", ttft=None, replica=""
+):
     return QueueItem(rid, tenant, model, priority, prompt, out, weight, ttft, replica)
 
 
@@ -33,7 +35,7 @@ def test_strict_priority_across_classes_then_arrival_within_one_flow():
 def test_weights_one_to_three_give_one_to_three_tokens_of_service_over_a_backlog():
     q = FairQueue(ManualClock())
     for k in range(12):
-        q.push(_item(f"a{k}", tenant="a", weight=1.0))   # 100 tokens each
+        q.push(_item(f"a{k}", tenant="a", weight=1.0))  # 100 tokens each
         q.push(_item(f"b{k}", tenant="b", weight=3.0))
     served = _drain(q)[:8]
     # start tags: a 0, 100, ...; b 0, 33.3, 66.7, 100, 133.3, ... (ties by arrival)
@@ -44,10 +46,10 @@ def test_weights_one_to_three_give_one_to_three_tokens_of_service_over_a_backlog
 
 def test_cost_is_prompt_plus_max_tokens_so_big_requests_wait_their_share():
     q = FairQueue(ManualClock())
-    q.push(_item("big", tenant="a", prompt=900, out=100))     # 1000 tokens
+    q.push(_item("big", tenant="a", prompt=900, out=100))  # 1000 tokens
     q.push(_item("big2", tenant="a", prompt=900, out=100))
     for k in range(4):
-        q.push(_item(f"s{k}", tenant="b", prompt=200, out=50))   # 250 tokens each
+        q.push(_item(f"s{k}", tenant="b", prompt=200, out=50))  # 250 tokens each
     # a: 0, 1000; b: 0, 250, 500, 750: all of b's fit before a's second
     assert _drain(q) == ["big", "s0", "s1", "s2", "s3", "big2"]
 
@@ -85,7 +87,7 @@ def test_an_emptied_level_forgets_its_flows():
     q.push(_item("b0", tenant="b"))
     a3, b0 = q.pop_next(), q.pop_next()
     assert (a3.request_id, b0.request_id) == ("a3", "b0")
-    assert a3.start_tag == b0.start_tag == 300.0    # even, at the end of the last busy period
+    assert a3.start_tag == b0.start_tag == 300.0  # even, at the end of the last busy period
 
 
 def test_accept_skips_requests_whose_replica_is_full_and_keeps_their_place():
@@ -105,9 +107,12 @@ def test_remove_takes_a_request_out_and_gives_a_flows_last_reservation_back():
     q.push(_item("b0", tenant="b"))
     assert q.remove("a1").request_id == "a1"
     assert q.remove("a1") is None and "a1" not in q
-    q.push(_item("a2", tenant="a"))                 # starts at 100, where a1 started
-    assert [(i.request_id, i.start_tag) for i in (q.pop_next(), q.pop_next(), q.pop_next())] \
-        == [("a0", 0.0), ("b0", 0.0), ("a2", 100.0)]
+    q.push(_item("a2", tenant="a"))  # starts at 100, where a1 started
+    assert [(i.request_id, i.start_tag) for i in (q.pop_next(), q.pop_next(), q.pop_next())] == [
+        ("a0", 0.0),
+        ("b0", 0.0),
+        ("a2", 100.0),
+    ]
     assert q.pop_next() is None
 
 
@@ -136,16 +141,19 @@ def test_urgent_names_requests_whose_wait_plus_service_reaches_the_fraction_of_t
     clock.advance(0.1)
     q.push(_item("i1", tenant="i", priority=2, ttft=500.0, prompt=400))
     q.push(_item("s0", tenant="s", priority=1, ttft=2000.0))
-    q.push(_item("b0", tenant="b", priority=0))      # best effort: never urgent
+    q.push(_item("b0", tenant="b", priority=0))  # best effort: never urgent
     clock.advance(0.1)
-    assert q.urgent() == []                          # 200 ms < 250 ms (half of 500)
-    service = lambda it: it.prompt_tokens / 1000.0   # 1000 tokens per second
+    assert q.urgent() == []  # 200 ms < 250 ms (half of 500)
+
+    def service(it):
+        return it.prompt_tokens / 1000.0  # 1000 tokens per second
+
     # i0: 0.2 + 0.1 = 0.3 s >= 0.25; i1: 0.1 + 0.4 = 0.5 s >= 0.25; s0: 0.1 + 0.06 < 1.0
     assert [i.request_id for i in q.urgent(service)] == ["i0", "i1"]
     clock.advance(1.0)
     assert [i.request_id for i in q.urgent(service)] == ["i0", "i1", "s0"]
     assert [i.request_id for i in q.urgent(service, fraction=1.0)] == ["i0", "i1"]
-    assert len(q) == 4                               # urgent() takes nothing out
+    assert len(q) == 4  # urgent() takes nothing out
 
 
 def test_fcfs_is_one_line_in_arrival_order_and_never_urgent():

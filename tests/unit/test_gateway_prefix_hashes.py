@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 from gguf import GGUFReader
+
 from strata.engine.bpe_tokenizer import BpeTokenizer
 from strata.engine.byte_tokenizer import ByteTokenizer
 from strata.engine.engine import EngineConfig, EngineRequest, LLMEngine
@@ -19,7 +20,6 @@ from strata.engine.registry import DEFAULT_MODEL, load_model
 from strata.engine.sequence import SamplingParams
 from strata.gateway.prefix_hashes import PrefixHasher, PromptHashes
 from strata.kvtier.hashing import HashKeys, chain_hashes
-
 from tests.engine_helpers import run_to_end
 from tests.unit.test_gguf_loader import write_tiny_gguf
 
@@ -33,17 +33,33 @@ def _one_thread():
 
 
 def engine_for(model: str) -> LLMEngine:
-    return LLMEngine(load_model(model), EngineConfig(block_size=16, num_blocks=64,
-                                                     max_batched_tokens=256,
-                                                     attention_kernel="torch"))
+    return LLMEngine(
+        load_model(model),
+        EngineConfig(
+            block_size=16, num_blocks=64, max_batched_tokens=256, attention_kernel="torch"
+        ),
+    )
 
 
-def run_on_engine(engine: LLMEngine, request_id: str, tenant: str, prompt: str = "",
-                  messages=(), prefix_public: bool = False) -> list[int]:
+def run_on_engine(
+    engine: LLMEngine,
+    request_id: str,
+    tenant: str,
+    prompt: str = "",
+    messages=(),
+    prefix_public: bool = False,
+) -> list[int]:
     """Serve the request as the worker does; returns its prompt ids."""
     ids = prompt_ids(engine.tokenizer, prompt, list(messages))
-    engine.add_request(EngineRequest(request_id, ids, SamplingParams(max_tokens=2),
-                                     tenant=tenant, prefix_public=prefix_public))
+    engine.add_request(
+        EngineRequest(
+            request_id,
+            ids,
+            SamplingParams(max_tokens=2),
+            tenant=tenant,
+            prefix_public=prefix_public,
+        )
+    )
     run_to_end(engine)
     return ids
 
@@ -136,7 +152,8 @@ async def test_unknown_model_sends_no_hashes_and_is_logged_once(caplog):
     assert loader.calls == ["llama-9000"]
     assert [r.getMessage() for r in caplog.records] == [
         "no tokenizer for model 'llama-9000' (unknown model 'llama-9000'); its requests are "
-        "routed without prefix hashes"]
+        "routed without prefix hashes"
+    ]
     assert await hasher.hash_prompt("llama-9000", "acme", False, PROMPT, []) is None
 
 
@@ -145,7 +162,7 @@ async def test_tokenizers_load_in_the_background_and_first_requests_go_unhashed(
     hasher = PrefixHasher(loader=loader)
     assert await hasher.hash_prompt("m", "acme", False, "x" * 40, []) is None
     hasher.ensure_loading("m")
-    hasher.ensure_loading("m")                     # one load under way is enough
+    hasher.ensure_loading("m")  # one load under way is enough
     await hasher.close()
     assert loader.calls == ["m"]
     got = await hasher.hash_prompt("m", "acme", False, "x" * 40, [])
@@ -169,8 +186,10 @@ async def test_an_unexpected_loader_failure_is_logged_with_its_error_and_not_ret
         hasher.ensure_loading("broken")
     assert loader.calls == ["broken"]
     (record,) = caplog.records
-    assert record.getMessage() == ("loading the tokenizer of model 'broken' failed; its requests "
-                                   "are routed without prefix hashes")
+    assert record.getMessage() == (
+        "loading the tokenizer of model 'broken' failed; its requests "
+        "are routed without prefix hashes"
+    )
     assert str(record.exc_info[1]) == "tokenizer.json is corrupt"
 
 
@@ -179,7 +198,7 @@ async def test_least_recently_used_tokenizers_are_dropped():
     hasher = PrefixHasher(max_models=2, loader=loader)
     await hasher.load("a")
     await hasher.load("b")
-    assert await hasher.hash_prompt("a", "t", False, "hi", []) is not None   # a is fresh again
+    assert await hasher.hash_prompt("a", "t", False, "hi", []) is not None  # a is fresh again
     await hasher.load("c")
     assert hasher.loaded_models() == ["a", "c"]
     assert await hasher.hash_prompt("b", "t", False, "hi", []) is None

@@ -7,6 +7,7 @@ import gguf
 import numpy as np
 import pytest
 import torch
+
 from strata.engine.bpe_tokenizer import _bytes_to_unicode
 from strata.engine.gguf_loader import (
     default_model_path,
@@ -28,8 +29,11 @@ TEMPLATE = "{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}{% endfor 
 
 def _llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
     """convert_hf_to_gguf.py LlamaModel.permute, as llama.cpp applies it to q_proj and k_proj."""
-    return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
-            .swapaxes(1, 2).reshape(w.shape))
+    return (
+        w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(w.shape)
+    )
 
 
 def _hf_weights(tied: bool) -> dict[str, np.ndarray]:
@@ -39,15 +43,28 @@ def _hf_weights(tied: bool) -> dict[str, np.ndarray]:
     if not tied:
         w["output.weight"] = (len(TOKENS), HIDDEN)
     for i in range(LAYERS):
-        layer = {"attn_norm": (HIDDEN,), "ffn_norm": (HIDDEN,), "attn_q": (q, HIDDEN),
-                 "attn_k": (kv, HIDDEN), "attn_v": (kv, HIDDEN), "attn_output": (HIDDEN, q),
-                 "ffn_gate": (INTER, HIDDEN), "ffn_up": (INTER, HIDDEN), "ffn_down": (HIDDEN, INTER)}
+        layer = {
+            "attn_norm": (HIDDEN,),
+            "ffn_norm": (HIDDEN,),
+            "attn_q": (q, HIDDEN),
+            "attn_k": (kv, HIDDEN),
+            "attn_v": (kv, HIDDEN),
+            "attn_output": (HIDDEN, q),
+            "ffn_gate": (INTER, HIDDEN),
+            "ffn_up": (INTER, HIDDEN),
+            "ffn_down": (HIDDEN, INTER),
+        }
         w.update({f"blk.{i}.{name}.weight": shape for name, shape in layer.items()})
     return {name: rng.normal(0, 0.1, shape).astype(np.float32) for name, shape in w.items()}
 
 
-def write_tiny_gguf(path: Path, tied: bool = True, arch: str = "llama", quantize: bool = False,
-                    extra_tensor: str | None = None) -> dict[str, np.ndarray]:
+def write_tiny_gguf(
+    path: Path,
+    tied: bool = True,
+    arch: str = "llama",
+    quantize: bool = False,
+    extra_tensor: str | None = None,
+) -> dict[str, np.ndarray]:
     """Write a tiny Llama GGUF; returns its weights under GGUF names, before the Q/K permutation."""
     weights = _hf_weights(tied)
     writer = gguf.GGUFWriter(str(path), arch)
@@ -75,8 +92,11 @@ def write_tiny_gguf(path: Path, tied: bool = True, arch: str = "llama", quantize
         elif name.endswith("attn_k.weight"):
             w = _llama_cpp_permute(w, KV_HEADS)
         if quantize and name.endswith("ffn_up.weight"):
-            writer.add_tensor(name, gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q8_0),
-                              raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+            writer.add_tensor(
+                name,
+                gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q8_0),
+                raw_dtype=gguf.GGMLQuantizationType.Q8_0,
+            )
         elif quantize and name.endswith("ffn_gate.weight"):
             writer.add_tensor(name, w.astype(np.float16))
         else:
@@ -110,14 +130,18 @@ def test_config_comes_from_the_llama_metadata(tmp_path):
     write_tiny_gguf(tmp_path / "tiny.gguf")
     cfg = load_gguf(tmp_path / "tiny.gguf", name="tiny-test").config
     assert (cfg.name, cfg.vocab_size, cfg.hidden_size, cfg.intermediate_size) == (
-        "tiny-test", 262, HIDDEN, INTER)
+        "tiny-test",
+        262,
+        HIDDEN,
+        INTER,
+    )
     assert (cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim) == (2, 4, 2, 8)
     assert cfg.rms_norm_eps == pytest.approx(1e-6, rel=1e-6)
     assert cfg.rope_theta == 500000.0 and cfg.rope_scaling is None
     assert cfg.max_position_embeddings == 256
     assert cfg.tie_word_embeddings is True
     assert cfg.eos_token_ids == (0, 2)  # <|endoftext|> from the file, then <|im_end|>
-    assert cfg.bos_token_id is None     # add_bos_token is false
+    assert cfg.bos_token_id is None  # add_bos_token is false
     assert load_gguf(tmp_path / "tiny.gguf").config.name == "tiny"
 
 
@@ -125,8 +149,9 @@ def test_untied_file_has_an_lm_head(tmp_path):
     original = write_tiny_gguf(tmp_path / "untied.gguf", tied=False)
     loaded = load_gguf(tmp_path / "untied.gguf")
     assert loaded.config.tie_word_embeddings is False
-    assert torch.equal(loaded.weights["lm_head.weight"],
-                       torch.from_numpy(original["output.weight"]))
+    assert torch.equal(
+        loaded.weights["lm_head.weight"], torch.from_numpy(original["output.weight"])
+    )
 
 
 def test_quantized_and_half_tensors_are_dequantized_to_float32(tmp_path):
@@ -141,8 +166,10 @@ def test_quantized_and_half_tensors_are_dequantized_to_float32(tmp_path):
     assert bool(((up - ref).abs().reshape(-1, 32) <= step * (0.5 + 127 * 2**-11)).all())
     assert not torch.equal(up, ref)
     gate = loaded.weights["model.layers.1.mlp.gate_proj.weight"]
-    assert torch.equal(gate, torch.from_numpy(original["blk.1.ffn_gate.weight"].astype(np.float16)
-                                              .astype(np.float32)))
+    assert torch.equal(
+        gate,
+        torch.from_numpy(original["blk.1.ffn_gate.weight"].astype(np.float16).astype(np.float32)),
+    )
 
 
 def test_tokenizer_and_template_come_from_the_file(tmp_path):
@@ -169,7 +196,7 @@ def _rope_half(x, pos, theta=10000.0):
     inv = theta ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
     ang = pos * inv
     cos, sin = torch.cat([ang.cos(), ang.cos()]), torch.cat([ang.sin(), ang.sin()])
-    rot = torch.cat([-x[..., d // 2:], x[..., :d // 2]], dim=-1)
+    rot = torch.cat([-x[..., d // 2 :], x[..., : d // 2]], dim=-1)
     return x * cos + rot * sin
 
 
@@ -197,8 +224,9 @@ def test_permuted_rows_with_interleaved_rope_equal_unpermuted_rows_with_rotate_h
 
 def test_non_llama_architecture_is_refused(tmp_path):
     write_tiny_gguf(tmp_path / "q.gguf", arch="qwen2")
-    with pytest.raises(ValueError, match="only Llama-architecture GGUF files are supported, "
-                                         "this one is 'qwen2'"):
+    with pytest.raises(
+        ValueError, match="only Llama-architecture GGUF files are supported, this one is 'qwen2'"
+    ):
         load_gguf(tmp_path / "q.gguf")
 
 

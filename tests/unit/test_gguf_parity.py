@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+
 from strata.engine.gguf_loader import default_model_path, load_gguf
 
 transformers = pytest.importorskip("transformers")
@@ -15,7 +16,8 @@ def pair():
     path = default_model_path()
     ours = load_gguf(path)
     hf = transformers.AutoModelForCausalLM.from_pretrained(
-        str(path.parent), gguf_file=path.name, dtype=torch.float32)
+        str(path.parent), gguf_file=path.name, dtype=torch.float32
+    )
     return ours, hf
 
 

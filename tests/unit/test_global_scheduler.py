@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
+
 from strata.core.tenant_policy import TenantPolicy
 from strata.policy.clock import ManualClock
 from strata.policy.kv_index import PrefixIndex
@@ -26,39 +27,76 @@ from strata.policy.scheduling.global_scheduler import (
 from strata.policy.scheduling.ledger import PoolLedger
 
 
-def replica(rid: str, queued: int = 0, running: int = 0, total: int = 100, free: int = 100,
-            rate: float = 0.0, phase: ReplicaPhase = ReplicaPhase.READY) -> ReplicaState:
-    return ReplicaState(model="m", replica_id=rid, phase=phase, queued_tokens=queued,
-                        running_requests=running, kv_blocks_total=total, kv_blocks_free=free,
-                        tokens_per_s=rate)
+def replica(
+    rid: str,
+    queued: int = 0,
+    running: int = 0,
+    total: int = 100,
+    free: int = 100,
+    rate: float = 0.0,
+    phase: ReplicaPhase = ReplicaPhase.READY,
+) -> ReplicaState:
+    return ReplicaState(
+        model="m",
+        replica_id=rid,
+        phase=phase,
+        queued_tokens=queued,
+        running_requests=running,
+        kv_blocks_total=total,
+        kv_blocks_free=free,
+        tokens_per_s=rate,
+    )
 
 
 def node(node_id: str, *replicas: ReplicaState, tenants=(), margin: float = 0.0) -> NodeState:
-    return NodeState(node_id=node_id, address=f"{node_id}:1", replicas=replicas,
-                     tenants=tuple(tenants), safety_margin=margin)
+    return NodeState(
+        node_id=node_id,
+        address=f"{node_id}:1",
+        replicas=replicas,
+        tenants=tuple(tenants),
+        safety_margin=margin,
+    )
 
 
-def scheduler(*nodes: NodeState, mode: Mode = Mode.TWO_LEVEL, sample: int = 0,
-              tolerance: float = 0.0, seed: int = 0, **settings) -> GlobalScheduler:
+def scheduler(
+    *nodes: NodeState,
+    mode: Mode = Mode.TWO_LEVEL,
+    sample: int = 0,
+    tolerance: float = 0.0,
+    seed: int = 0,
+    **settings,
+) -> GlobalScheduler:
     reg = NodeRegistry(clock=ManualClock())
-    router = Router(rng=random.Random(seed), request_weight_tokens=100,
-                    sample_size=sample, tie_tolerance=tolerance)
+    router = Router(
+        rng=random.Random(seed),
+        request_weight_tokens=100,
+        sample_size=sample,
+        tie_tolerance=tolerance,
+    )
     settings.setdefault("admission", AdmissionSettings(oversubscription=2.0, horizon_s=30.0))
-    gs = GlobalScheduler(reg, router, PoolLedger(), PrefixIndex(),
-                         SchedulerSettings(mode=mode, **settings))
+    gs = GlobalScheduler(
+        reg, router, PoolLedger(), PrefixIndex(), SchedulerSettings(mode=mode, **settings)
+    )
     for n in nodes:
         reg.heartbeat(n)
     return gs
 
 
-def policy(tenant: str = "t", priority: int = 1, ttft_ms: float | None = None,
-           guaranteed: float = 0.0, burst: float = 1.0) -> TenantPolicy:
+def policy(
+    tenant: str = "t",
+    priority: int = 1,
+    ttft_ms: float | None = None,
+    guaranteed: float = 0.0,
+    burst: float = 1.0,
+) -> TenantPolicy:
     return TenantPolicy(tenant, "c", priority, ttft_ms, None, 1.0, guaranteed, burst)
 
 
 def test_ledger_follows_heartbeats_pending_routes_and_expiry():
-    gs = scheduler(node("n1", replica("r1", total=100), tenants=[TenantLoad("a", 1, 1, 0, 300)]),
-                   node("n2", replica("r2", total=50, phase=ReplicaPhase.LOADING)))
+    gs = scheduler(
+        node("n1", replica("r1", total=100), tenants=[TenantLoad("a", 1, 1, 0, 300)]),
+        node("n2", replica("r2", total=50, phase=ReplicaPhase.LOADING)),
+    )
     ledger = gs.ledger
     assert (ledger.capacity_tokens, ledger.tenant_tokens["a"]) == (1600, 300)  # READY only
     gs.route("m", policy("a"), 100, 20)
@@ -84,24 +122,26 @@ def test_lower_classes_are_turned_away_first_as_the_pool_fills():
 
 
 def test_capacity_is_what_a_replica_holds_or_computes_in_the_horizon():
-    gs = scheduler(node("n1", replica("r1", total=100, rate=10.0)),     # 1600 KV, 300 in 30 s
-                   node("n2", replica("r2", total=100, rate=1000.0)),   # 1600 KV, 30000
-                   node("n3", replica("r3", total=100)))                # 1600 KV, no rate yet
+    gs = scheduler(
+        node("n1", replica("r1", total=100, rate=10.0)),  # 1600 KV, 300 in 30 s
+        node("n2", replica("r2", total=100, rate=1000.0)),  # 1600 KV, 30000
+        node("n3", replica("r3", total=100)),
+    )  # 1600 KV, no rate yet
     assert gs.ledger.capacity_tokens == 300 + 1600 + 1600
 
 
 def test_burst_share_refuses_with_a_retry_hint_but_never_a_first_request():
     ledger = PoolLedger(capacity_tokens=1000, tokens_per_s=100.0)
-    burst = policy("a", burst=0.5)     # of the 2 x 1000 tokens the pool admits: 1000
+    burst = policy("a", burst=0.5)  # of the 2 x 1000 tokens the pool admits: 1000
     two = AdmissionSettings(oversubscription=2.0)
-    assert admit(burst, 1800, ledger, two) is None      # holds nothing yet: one is servable
+    assert admit(burst, 1800, ledger, two) is None  # holds nothing yet: one is servable
     ledger.tenant_tokens["a"] = 900
     refusal = admit(burst, 200, ledger, two)
     assert isinstance(refusal, Refusal) and refusal.reason == "burst"
     # 100 tokens over its cap, drained at its share (50%) of 100 tokens/s: 2 s
     assert refusal.retry_after_s == pytest.approx(2.0)
     assert refusal.message.startswith("tenant 'a' holds 900 tokens of work")
-    assert admit(burst, 100, ledger, two) is None       # exactly at the cap
+    assert admit(burst, 100, ledger, two) is None  # exactly at the cap
 
 
 def test_full_pool_refuses_borrowers_but_admits_within_the_guarantee():
@@ -110,7 +150,7 @@ def test_full_pool_refuses_borrowers_but_admits_within_the_guarantee():
     settings = AdmissionSettings(oversubscription=2.0, class_step=0.1)
     # alone, a borrower's work queues on the nodes: nobody's guarantee is at stake
     assert admit(policy("big"), 100, ledger, settings) is None
-    ledger.guarantees["small"] = 0.2        # small holds work within its guarantee
+    ledger.guarantees["small"] = 0.2  # small holds work within its guarantee
     refusal = admit(policy("big"), 100, ledger, settings)
     # a standard (priority 1) tenant is refused at 90% of the 2000 admitted: 250 tokens over,
     # at 500 tokens/s
@@ -121,23 +161,27 @@ def test_full_pool_refuses_borrowers_but_admits_within_the_guarantee():
     ledger2.tenant_tokens.update({"x": 890, "g": 10})  # of 900 a standard tenant is admitted to
     ledger2.guarantees["g"] = 0.1
     assert admit(policy("y"), 200, ledger2, settings).reason == "pool_full"
-    assert admit(policy("y"), 200, ledger2,
-                 AdmissionSettings(2.0, use_margin=False, class_step=0.1)) is None
+    assert (
+        admit(policy("y"), 200, ledger2, AdmissionSettings(2.0, use_margin=False, class_step=0.1))
+        is None
+    )
 
 
 def test_every_class_counts_all_queued_work_as_ahead_of_it():
     # The engine finishes started prefill chunks before admitting new work, so 1000 queued
     # batch tokens delay an interactive request as much as 1000 interactive ones would.
-    gs = scheduler(node("n1", replica("r1", queued=1000),
-                        tenants=[TenantLoad("bulk", 0, 0, 3, 1000)]),
-                   node("n2", replica("r2", queued=300), tenants=[TenantLoad("web", 2, 1, 0, 300)]))
+    gs = scheduler(
+        node("n1", replica("r1", queued=1000), tenants=[TenantLoad("bulk", 0, 0, 3, 1000)]),
+        node("n2", replica("r2", queued=300), tenants=[TenantLoad("web", 2, 1, 0, 300)]),
+    )
     assert gs.route("m", policy("chat", priority=2), 10, 10).node_id == "n2"
 
 
 def test_safety_margin_and_pending_work_steer_away():
-    gs = scheduler(node("n1", replica("r1", queued=100), margin=0.5),
-                   node("n2", replica("r2", queued=120)))
-    assert gs.route("m", policy(), 10, 0).node_id == "n2"       # 110 * 1.5 > 130
+    gs = scheduler(
+        node("n1", replica("r1", queued=100), margin=0.5), node("n2", replica("r2", queued=120))
+    )
+    assert gs.route("m", policy(), 10, 0).node_id == "n2"  # 110 * 1.5 > 130
     gs2 = scheduler(node("n1", replica("r1")), node("n2", replica("r2", queued=70)))
     picks = [gs2.route("m", policy(), 40, 40).node_id for _ in range(3)]
     # n1 gets the first; the 40 prompt tokens then pending there are still below n2's 70, so
@@ -164,7 +208,7 @@ def test_sla_check_refuses_what_no_replica_can_serve_in_time():
 def test_static_partitions_confine_each_tenant_and_name_a_missing_one():
     nodes = [node("n1", replica("r1", queued=500)), node("n2", replica("r2"))]
     gs = scheduler(*nodes, mode=Mode.STATIC, partitions={"a": frozenset({"n1"})})
-    assert gs.route("m", policy("a"), 10, 10).node_id == "n1"   # n2 is idle, but not a's
+    assert gs.route("m", policy("a"), 10, 10).node_id == "n1"  # n2 is idle, but not a's
     refusal = gs.route("m", policy("b"), 10, 10)
     assert refusal.reason == "partition" and "tenant 'b' has no partition" in refusal.message
     with pytest.raises(ValueError, match="static mode needs partitions"):
@@ -172,8 +216,10 @@ def test_static_partitions_confine_each_tenant_and_name_a_missing_one():
 
 
 def test_fcfs_mode_ignores_quotas():
-    gs = scheduler(node("n1", replica("r1", total=10), tenants=[TenantLoad("a", 1, 9, 9, 5000)]),
-                   mode=Mode.FCFS)
+    gs = scheduler(
+        node("n1", replica("r1", total=10), tenants=[TenantLoad("a", 1, 9, 9, 5000)]),
+        mode=Mode.FCFS,
+    )
     assert isinstance(gs.route("m", policy("a", burst=0.1), 100, 100), RouteDecision)
     two = scheduler(node("n1", replica("r1", total=10), tenants=[TenantLoad("a", 1, 9, 9, 5000)]))
     assert two.route("m", policy("a", burst=0.1), 100, 100).reason == "burst"
@@ -198,7 +244,7 @@ def test_sampled_decisions_over_a_thousand_nodes_keep_the_prefix_holder():
         assert (d.node_id, d.cached_blocks) == ("n0777", 4)
         gs.registry.heartbeat(node("n0777", replica("r777", queued=500)))  # clears its pending
     seen = {gs.route("m", policy(), 64, 0).node_id for _ in range(50)}
-    assert len(seen) > 10      # random samples, not always the same few nodes
+    assert len(seen) > 10  # random samples, not always the same few nodes
 
 
 def test_registry_index_tracks_phase_changes_and_expiry():
@@ -222,8 +268,10 @@ def test_a_prompt_too_long_for_the_target_anywhere_is_served_not_refused():
     gs = scheduler(node("n1", replica("r1", queued=900, rate=1000.0)))
     decision = gs.route("m", policy(ttft_ms=500.0), 2000, 10)
     assert isinstance(decision, RouteDecision)
-    assert (decision.estimated_ttft_ms, decision.solo_ttft_ms) == (pytest.approx(2900.0),
-                                                                   pytest.approx(2000.0))
+    assert (decision.estimated_ttft_ms, decision.solo_ttft_ms) == (
+        pytest.approx(2900.0),
+        pytest.approx(2000.0),
+    )
 
 
 def test_prompts_avoid_nodes_where_they_would_stall_other_tenants_protected_decodes():
@@ -231,8 +279,10 @@ def test_prompts_avoid_nodes_where_they_would_stall_other_tenants_protected_deco
     # queued. An aggressor's 500-token prompt at 1000 tokens/s stalls each chat decode on n1
     # for 0.5 s: 2 s of inflicted delay outweighs n2's 100 extra queued tokens.
     loads = {"n1": [TenantLoad("chat", 2, 4, 0, 800)], "n2": [TenantLoad("bulk", 0, 4, 0, 800)]}
-    nodes = [node("n1", replica("r1", rate=1000.0), tenants=loads["n1"]),
-             node("n2", replica("r2", queued=100, rate=1000.0), tenants=loads["n2"])]
+    nodes = [
+        node("n1", replica("r1", rate=1000.0), tenants=loads["n1"]),
+        node("n2", replica("r2", queued=100, rate=1000.0), tenants=loads["n2"]),
+    ]
     assert scheduler(*nodes).route("m", policy("agg", priority=1), 500, 10).node_id == "n2"
     # chat itself does not count its own sequences: it takes the less loaded n1
     assert scheduler(*nodes).route("m", policy("chat", priority=2), 500, 10).node_id == "n1"

@@ -6,26 +6,43 @@ import json
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
 from strata.engine.config import ModelConfig
 from strata.engine.hf_loader import load_hf_dir
 from strata.engine.registry import load_model
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 transformers = pytest.importorskip("transformers")
 
-SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]   # ids 0, 1, 2
-CORPUS = ["the quick brown fox jumps over the lazy dog",
-          "hello there, the model answers questions about the weather today",
-          "a paged cache keeps the keys and values of every token in blocks"]
-TEMPLATE = ("{{ bos_token }}{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + "
-            "m['content'] + '<|im_end|>\n' }}{% endfor %}"
-            "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
-ARCHS = {"LlamaForCausalLM": ("LlamaConfig", "LlamaForCausalLM"),
-         "Qwen2ForCausalLM": ("Qwen2Config", "Qwen2ForCausalLM"),
-         "MistralForCausalLM": ("MistralConfig", "MistralForCausalLM")}
-BASE = dict(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-            rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2, initializer_range=0.2)
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]  # ids 0, 1, 2
+CORPUS = [
+    "the quick brown fox jumps over the lazy dog",
+    "hello there, the model answers questions about the weather today",
+    "a paged cache keeps the keys and values of every token in blocks",
+]
+TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + "
+    "m['content'] + '<|im_end|>\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+ARCHS = {
+    "LlamaForCausalLM": ("LlamaConfig", "LlamaForCausalLM"),
+    "Qwen2ForCausalLM": ("Qwen2Config", "Qwen2ForCausalLM"),
+    "MistralForCausalLM": ("MistralConfig", "MistralForCausalLM"),
+}
+BASE = dict(
+    vocab_size=300,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+    rms_norm_eps=1e-6,
+    bos_token_id=1,
+    eos_token_id=2,
+    initializer_range=0.2,
+)
 
 
 @functools.cache
@@ -34,9 +51,15 @@ def _tokenizer_json() -> str:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(CORPUS, trainers.BpeTrainer(
-        vocab_size=300, special_tokens=SPECIALS, show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        CORPUS,
+        trainers.BpeTrainer(
+            vocab_size=300,
+            special_tokens=SPECIALS,
+            show_progress=False,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     return tok.to_str()
 
 
@@ -44,20 +67,31 @@ def write_tokenizer(folder, template=TEMPLATE, where="config"):
     """tokenizer.json plus tokenizer_config.json; the template as a string, a named list, or
     a chat_template.jinja file."""
     (folder / "tokenizer.json").write_text(_tokenizer_json())
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|endoftext|>",
-              "eos_token": "<|im_end|>"}
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<|endoftext|>",
+        "eos_token": "<|im_end|>",
+    }
     if where == "config":
         config["chat_template"] = template
     elif where == "list":
-        config["chat_template"] = [{"name": "tool_use", "template": "unused"},
-                                   {"name": "default", "template": template}]
+        config["chat_template"] = [
+            {"name": "tool_use", "template": "unused"},
+            {"name": "default", "template": template},
+        ]
     else:
         (folder / "chat_template.jinja").write_text(template)
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
 
 
-def write_tiny_hf_dir(folder, arch="LlamaForCausalLM", seed=0, max_shard_size=None,
-                      template_where="config", **overrides):
+def write_tiny_hf_dir(
+    folder,
+    arch="LlamaForCausalLM",
+    seed=0,
+    max_shard_size=None,
+    template_where="config",
+    **overrides,
+):
     """Save a random tiny transformers model of `arch` and a tokenizer; return the model."""
     config_cls, model_cls = (getattr(transformers, n) for n in ARCHS[arch])
     torch.manual_seed(seed)
@@ -75,20 +109,43 @@ def _edit_config(folder, **changes):
     path.write_text(json.dumps(raw))
 
 
-LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-          "original_max_position_embeddings": 32}
+LLAMA3 = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 32,
+}
 
 
 def test_config_maps_every_field(tmp_path):
     torch.set_num_threads(1)
-    write_tiny_hf_dir(tmp_path, num_key_value_heads=1, tie_word_embeddings=True,
-                      rope_theta=500000.0, rope_scaling=dict(LLAMA3))
+    write_tiny_hf_dir(
+        tmp_path,
+        num_key_value_heads=1,
+        tie_word_embeddings=True,
+        rope_theta=500000.0,
+        rope_scaling=dict(LLAMA3),
+    )
     loaded = load_hf_dir(tmp_path, name="tiny-llama")
     assert loaded.config == ModelConfig(
-        name="tiny-llama", vocab_size=300, hidden_size=64, intermediate_size=128, num_layers=2,
-        num_heads=4, num_kv_heads=1, head_dim=16, rms_norm_eps=1e-6, rope_theta=500000.0,
-        rope_scaling=LLAMA3, max_position_embeddings=256, tie_word_embeddings=True,
-        attention_bias=False, bos_token_id=1, eos_token_ids=(2, 0))
+        name="tiny-llama",
+        vocab_size=300,
+        hidden_size=64,
+        intermediate_size=128,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=1,
+        head_dim=16,
+        rms_norm_eps=1e-6,
+        rope_theta=500000.0,
+        rope_scaling=LLAMA3,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        attention_bias=False,
+        bos_token_id=1,
+        eos_token_ids=(2, 0),
+    )
     assert loaded.tokenizer.eos_token_ids == (2, 0)
     assert load_hf_dir(tmp_path).config.name == tmp_path.name
 
@@ -104,13 +161,17 @@ def test_transformers4_layout_reads_the_same(tmp_path):
     _edit_config(tmp_path, rope_theta=20000.0, rope_scaling={"type": "linear", "factor": 2.0})
     v4_linear = load_hf_dir(tmp_path).config
     assert (v4_linear.rope_theta, v4_linear.rope_scaling) == (
-        20000.0, {"type": "linear", "rope_type": "linear", "factor": 2.0})
+        20000.0,
+        {"type": "linear", "rope_type": "linear", "factor": 2.0},
+    )
     _edit_config(tmp_path, rope_scaling=None)
     assert load_hf_dir(tmp_path).config.rope_scaling is None
     # without num_key_value_heads every head has its own K/V, which these weights contradict
     _edit_config(tmp_path, num_key_value_heads=None)
-    assert _error(tmp_path) == ("checkpoint tensor model.layers.0.self_attn.k_proj.weight has "
-                                "shape (32, 64), config.json implies (64, 64)")
+    assert _error(tmp_path) == (
+        "checkpoint tensor model.layers.0.self_attn.k_proj.weight has "
+        "shape (32, 64), config.json implies (64, 64)"
+    )
 
 
 def test_qwen2_biases_and_mistral_head_dim(tmp_path):
@@ -125,7 +186,8 @@ def test_qwen2_biases_and_mistral_head_dim(tmp_path):
     cfg = load_hf_dir(tmp_path / "mistral").config
     assert (cfg.head_dim, cfg.hidden_size, cfg.attention_bias) == (32, 64, False)
     assert load_hf_dir(tmp_path / "mistral").weights[
-        "model.layers.0.self_attn.q_proj.weight"].shape == (128, 64)
+        "model.layers.0.self_attn.q_proj.weight"
+    ].shape == (128, 64)
 
 
 def test_weights_single_sharded_and_bf16(tmp_path):
@@ -172,7 +234,8 @@ def test_chat_template_from_each_place(tmp_path, where):
     loaded = load_hf_dir(tmp_path)
     assert loaded.chat_template == TEMPLATE
     assert loaded.tokenizer.apply_chat_template([("user", "hi")]) == (
-        "<|endoftext|><|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+        "<|endoftext|><|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    )
 
 
 def test_registry_routes_a_folder_to_this_loader(tmp_path):
@@ -191,19 +254,29 @@ def _error(folder) -> str:
 
 def test_refusals_say_why(tmp_path):
     torch.set_num_threads(1)
-    assert _error(tmp_path) == f"{tmp_path} has no config.json; a Hugging Face checkpoint " \
-                               "folder needs one"
+    assert (
+        _error(tmp_path) == f"{tmp_path} has no config.json; a Hugging Face checkpoint "
+        "folder needs one"
+    )
     write_tiny_hf_dir(tmp_path)
     _edit_config(tmp_path, architectures=["GPT2LMHeadModel"])
-    assert _error(tmp_path) == ("architecture 'GPT2LMHeadModel' is not supported; supported: "
-                                "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM")
-    _edit_config(tmp_path, architectures=["LlamaForCausalLM"],
-                 rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e4})
-    assert _error(tmp_path) == ("rope scaling type 'yarn' is not supported; supported: "
-                                "default, linear, llama3")
+    assert _error(tmp_path) == (
+        "architecture 'GPT2LMHeadModel' is not supported; supported: "
+        "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM"
+    )
+    _edit_config(
+        tmp_path,
+        architectures=["LlamaForCausalLM"],
+        rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e4},
+    )
+    assert _error(tmp_path) == (
+        "rope scaling type 'yarn' is not supported; supported: default, linear, llama3"
+    )
     _edit_config(tmp_path, rope_parameters=None, attention_bias=True)
-    assert _error(tmp_path) == ("attention_bias=true is not supported for LlamaForCausalLM: it "
-                                "also biases o_proj, which the engine's attention lacks")
+    assert _error(tmp_path) == (
+        "attention_bias=true is not supported for LlamaForCausalLM: it "
+        "also biases o_proj, which the engine's attention lacks"
+    )
     _edit_config(tmp_path, attention_bias=False, hidden_size=None)
     assert _error(tmp_path) == "config.json lacks hidden_size; the checkpoint is incomplete"
     _edit_config(tmp_path, hidden_size=64)
@@ -211,18 +284,23 @@ def test_refusals_say_why(tmp_path):
     weights = load_file(tmp_path / "model.safetensors")
     del weights["model.layers.1.mlp.up_proj.weight"]
     save_file(weights, tmp_path / "model.safetensors")
-    assert _error(tmp_path) == ("checkpoint lacks 1 of the model's 21 tensors, e.g. "
-                                "'model.layers.1.mlp.up_proj.weight'")
+    assert _error(tmp_path) == (
+        "checkpoint lacks 1 of the model's 21 tensors, e.g. 'model.layers.1.mlp.up_proj.weight'"
+    )
     weights["model.layers.1.mlp.up_proj.weight"] = torch.zeros(128, 64)
     weights["model.layers.0.self_attn.o_proj.bias"] = torch.zeros(64)
     save_file(weights, tmp_path / "model.safetensors")
-    assert _error(tmp_path) == ("checkpoint tensor 'model.layers.0.self_attn.o_proj.bias' has "
-                                "no place in this model; its config.json does not describe "
-                                "these weights")
+    assert _error(tmp_path) == (
+        "checkpoint tensor 'model.layers.0.self_attn.o_proj.bias' has "
+        "no place in this model; its config.json does not describe "
+        "these weights"
+    )
     (tmp_path / "model.safetensors").unlink()
-    assert _error(tmp_path) == (f"{tmp_path} has neither model.safetensors nor "
-                                "model.safetensors.index.json; only safetensors checkpoints "
-                                "load (save with safe_serialization=True)")
+    assert _error(tmp_path) == (
+        f"{tmp_path} has neither model.safetensors nor "
+        "model.safetensors.index.json; only safetensors checkpoints "
+        "load (save with safe_serialization=True)"
+    )
 
 
 def test_sliding_window_refused_only_when_it_binds(tmp_path):
@@ -231,7 +309,8 @@ def test_sliding_window_refused_only_when_it_binds(tmp_path):
     assert _error(tmp_path / "mistral") == (
         "sliding_window 64 is smaller than max_position_embeddings 256, and the engine has no "
         "sliding-window attention; set max_position_embeddings to at most 64 in config.json to "
-        "serve this model with full attention")
+        "serve this model with full attention"
+    )
     _edit_config(tmp_path / "mistral", max_position_embeddings=64)
     assert load_hf_dir(tmp_path / "mistral").config.max_position_embeddings == 64
     # Qwen2 ships a sliding_window it does not use unless use_sliding_window is set

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
+
 from strata.policy.clock import ManualClock
 from strata.policy.scheduling.interference import (
     EstimatorSettings,
@@ -15,16 +16,21 @@ from strata.policy.scheduling.interference import (
     quantile,
 )
 
-INTERVAL_S = 1.0          # the node's heartbeat
-SOLO_S = 0.8              # priced work per interval: a busy worker
+INTERVAL_S = 1.0  # the node's heartbeat
+SOLO_S = 0.8  # priced work per interval: a busy worker
 FLOOR = MarginSettings().floor
 
 
 class Node:
     """One worker's counters growing every interval, read by an estimator and a margin."""
 
-    def __init__(self, mismatch: float = 1.0, noise: float = 0.0, seed: int = 0,
-                 margin: MarginSettings = MarginSettings()) -> None:
+    def __init__(
+        self,
+        mismatch: float = 1.0,
+        noise: float = 0.0,
+        seed: int = 0,
+        margin: MarginSettings = MarginSettings(),
+    ) -> None:
         self.clock = ManualClock()
         self.estimator = InterferenceEstimator(self.clock)
         self.margin = SafetyMargin(self.clock, margin)
@@ -96,10 +102,9 @@ def test_ten_percent_noise_does_not_move_the_margin():
 
 def test_hysteresis_keeps_a_raised_margin_following_its_level_until_it_falls_below_release():
     clock = ManualClock()
-    margin = SafetyMargin(clock, MarginSettings(floor=0.0, rise=0.2, release=0.1,
-                                                half_life_s=2.0))
+    margin = SafetyMargin(clock, MarginSettings(floor=0.0, rise=0.2, release=0.1, half_life_s=2.0))
     clock.advance(1)
-    assert margin.update(1.15) == 0.0          # below rise: at rest
+    assert margin.update(1.15) == 0.0  # below rise: at rest
     clock.advance(1)
     assert margin.update(1.25) == pytest.approx(0.25)
     clock.advance(2)
@@ -122,16 +127,17 @@ def test_the_margin_is_capped_and_rises_at_once():
 
 def test_the_estimator_pools_small_intervals_and_waits_for_a_baseline():
     clock = ManualClock()
-    est = InterferenceEstimator(clock, EstimatorSettings(window_s=2.0, min_solo_s=0.5,
-                                                         warmup_samples=2))
+    est = InterferenceEstimator(
+        clock, EstimatorSettings(window_s=2.0, min_solo_s=0.5, warmup_samples=2)
+    )
     clock.advance(1)
     est.observe(0.3, 0.25)
-    assert est.recent_solo_s() == 0.0          # pooled: not yet enough priced work
+    assert est.recent_solo_s() == 0.0  # pooled: not yet enough priced work
     clock.advance(1)
     est.observe(0.3, 0.25)
     assert est.recent_solo_s() == 0.5
     assert est.baseline() == 1.2
-    assert est.ratio() == 1.0                  # one sample: no baseline yet
+    assert est.ratio() == 1.0  # one sample: no baseline yet
     clock.advance(1)
     est.observe(1.2, 0.5)
     # Baseline: the 25% quantile of (1.2, 2.4) = 1.5; the window pools both samples:
@@ -139,20 +145,19 @@ def test_the_estimator_pools_small_intervals_and_waits_for_a_baseline():
     assert est.baseline() == pytest.approx(1.5)
     assert est.ratio() == pytest.approx(1.2)
     clock.advance(2)
-    assert est.ratio() == 1.0                  # nothing recent: no evidence of interference
+    assert est.ratio() == 1.0  # nothing recent: no evidence of interference
 
 
 def test_samples_leave_the_baseline_after_its_window():
     clock = ManualClock()
-    est = InterferenceEstimator(clock, EstimatorSettings(baseline_window_s=10.0,
-                                                         warmup_samples=1))
+    est = InterferenceEstimator(clock, EstimatorSettings(baseline_window_s=10.0, warmup_samples=1))
     clock.advance(1)
     est.observe(1.0, 1.0)
     clock.advance(1)
     est.observe(3.0, 1.0)
     assert est.baseline() == pytest.approx(1.5)
     clock.advance(9)
-    assert est.baseline() == 3.0               # the first sample is 10 s old
+    assert est.baseline() == 3.0  # the first sample is 10 s old
 
 
 def test_bad_input_and_settings_are_refused():

@@ -4,6 +4,7 @@ first sightings, replicas without a profile, the work-weighted node ratio, forgo
 from __future__ import annotations
 
 import pytest
+
 from strata.node.interference_monitor import InterferenceMonitor, StepCounters
 from strata.policy.clock import ManualClock
 from strata.policy.scheduling.interference import EstimatorSettings, MarginSettings
@@ -20,8 +21,9 @@ class Counters:
         self.now = StepCounters()
 
     def grow(self, solo_s: float, interference: float = 1.0) -> StepCounters:
-        self.now = StepCounters(self.now.observed_s + solo_s * self.mismatch * interference,
-                                self.now.solo_s + solo_s)
+        self.now = StepCounters(
+            self.now.observed_s + solo_s * self.mismatch * interference, self.now.solo_s + solo_s
+        )
         return self.now
 
 
@@ -45,7 +47,7 @@ def test_each_replica_learns_its_own_baseline_and_the_node_weights_them_by_work(
     # Only a is slowed: the node's ratio is a's, weighted by a's share of the work.
     beat(monitor, clock, a=a.grow(0.3, 2.0), b=b.grow(0.1))
     est = beat(monitor, clock, a=a.grow(0.3, 2.0), b=b.grow(0.1))
-    assert est.interference == pytest.approx((0.75 * 2.0 + 0.25 * 1.0))
+    assert est.interference == pytest.approx(0.75 * 2.0 + 0.25 * 1.0)
 
 
 def test_a_first_sighting_or_a_restart_only_sets_the_starting_point():
@@ -74,4 +76,7 @@ def test_replicas_without_a_profile_or_idle_add_nothing_and_gone_ones_are_forgot
     assert set(monitor._estimators) == {"a"}
     est = beat(monitor, clock, noprofile=StepCounters())
     assert (est.interference, monitor._estimators, monitor._last) == (
-        1.0, {}, {"noprofile": StepCounters()})
+        1.0,
+        {},
+        {"noprofile": StepCounters()},
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from strata.policy.kv_index import KVSource, PrefixIndex
 
-A, B, C, D, E = 0xA, 0xB, 0xC, 0xD, 0xFFFF_FFFF_FFFF_FFFF   # E: the largest fixed64
+A, B, C, D, E = 0xA, 0xB, 0xC, 0xD, 0xFFFF_FFFF_FFFF_FFFF  # E: the largest fixed64
 
 
 def index_with(**nodes: list[int]) -> PrefixIndex:
@@ -18,7 +18,7 @@ def test_reports_in_order_add_and_remove_blocks():
     index = PrefixIndex()
     assert index.apply("n1", "n1.kv:9", 7, True, [A, B], []) is False
     assert index.apply("n1", "", 8, False, [C, E], [A]) is False
-    assert index.apply("n1", "", 9, False, [], [D]) is False        # never held: nothing to do
+    assert index.apply("n1", "", 9, False, [], [D]) is False  # never held: nothing to do
     assert index.leading_blocks("n1", [B, C, E]) == 3
     assert index.leading_blocks("n1", [A, B]) == 0
     assert index.blocks("n1") == 3
@@ -33,12 +33,12 @@ def test_a_hash_stored_and_removed_in_one_report_counts_as_gone():
 
 def test_unknown_node_or_gap_asks_for_a_reset_and_changes_nothing():
     index = PrefixIndex()
-    assert index.apply("n1", "n1.kv:9", 1, False, [A], []) is True      # never reset
+    assert index.apply("n1", "n1.kv:9", 1, False, [A], []) is True  # never reset
     assert index.node_ids() == []
     assert index.apply("n1", "n1.kv:9", 1, True, [A], []) is False
-    assert index.apply("n1", "n1.kv:9", 3, False, [B], [A]) is True     # report 2 was lost
-    assert index.leading_blocks("n1", [A, B]) == 1                      # old set kept as is
-    assert index.apply("n1", "n1.kv:9", 0, False, [B], []) is True      # going backwards
+    assert index.apply("n1", "n1.kv:9", 3, False, [B], [A]) is True  # report 2 was lost
+    assert index.leading_blocks("n1", [A, B]) == 1  # old set kept as is
+    assert index.apply("n1", "n1.kv:9", 0, False, [B], []) is True  # going backwards
     assert index.apply("n1", "n1.kv:9", 40, True, [B, C], []) is False  # reset: any number
     assert index.leading_blocks("n1", [A]) == 0
     assert index.leading_blocks("n1", [B, C]) == 2
@@ -49,7 +49,7 @@ def test_unknown_node_or_gap_asks_for_a_reset_and_changes_nothing():
 def test_a_repeated_report_is_ignored_without_a_reset():
     index = index_with(n1=[A])
     assert index.apply("n1", "n1.kv:9", 2, False, [B], []) is False
-    assert index.apply("n1", "n1.kv:9", 2, False, [C], [B]) is False    # retry of report 2
+    assert index.apply("n1", "n1.kv:9", 2, False, [C], [B]) is False  # retry of report 2
     assert index.leading_blocks("n1", [A, B, C]) == 2
 
 
@@ -81,7 +81,8 @@ def test_best_source_longest_prefix_excluding_the_chosen_node_and_ties_to_lowest
     assert index.best_source([A, B, C]) == KVSource("n1", "n1.kv:9", 3)
     assert index.best_source([A, B, C], exclude_node="n1") == KVSource("n2", "n2.kv:9", 2)
     assert index.best_source([A, B, C], exclude_node="n1", among={"n3"}) == KVSource(
-        "n3", "n3.kv:9", 2)
+        "n3", "n3.kv:9", 2
+    )
     assert index.best_source([A, B], exclude_node="n1", among=set()) is None
     assert index.best_source([D]) is None
 
@@ -101,4 +102,4 @@ def test_forget_drops_the_node_and_its_hashes():
     assert index.node_ids() == ["n2"]
     assert index._holders == {B: {"n2"}}
     assert index.best_source([A, B]) is None
-    assert index.apply("n1", "n1.kv:9", 2, False, [C], []) is True   # must reset again
+    assert index.apply("n1", "n1.kv:9", 2, False, [C], []) is True  # must reset again

@@ -4,6 +4,7 @@ and tier policies, shared-memory segment."""
 from __future__ import annotations
 
 import pytest
+
 from strata.kvtier.heat import HeatTable
 from strata.kvtier.presence import NodePresence
 from strata.kvtier.shm_segment import ShmSegment, segment_path
@@ -12,15 +13,15 @@ from strata.policy.kv_tiering import BlockHeat, HeatPolicy, LRUPolicy, make_poli
 
 
 def test_slabs_take_one_size_each_and_return_when_empty():
-    a = SlabAllocator(capacity_bytes=4096 + 100, slab_bytes=1024)   # 4 slabs, tail unused
+    a = SlabAllocator(capacity_bytes=4096 + 100, slab_bytes=1024)  # 4 slabs, tail unused
     assert (a.num_slabs, a.capacity_bytes) == (4, 4096)
-    x = [a.alloc(512) for _ in range(3)]              # slab 0 (two slots), then slab 1
+    x = [a.alloc(512) for _ in range(3)]  # slab 0 (two slots), then slab 1
     assert x == [0, 512, 1024] and a.bytes_used == 1536
-    y = a.alloc(1000)                                 # another size: its own slab (2)
+    y = a.alloc(1000)  # another size: its own slab (2)
     assert y == 2048 and a.slot_bytes(y) == 1000
-    assert a.free_bytes_for(512) == 512 + 1024        # one slot left in slab 1, slab 3 empty
-    a.free(1024)                                      # slab 1 is empty again: back to the pool
-    assert a.free_bytes_for(1000) == 2000             # empty slabs 1 and 3 (1000 fits once each)
+    assert a.free_bytes_for(512) == 512 + 1024  # one slot left in slab 1, slab 3 empty
+    a.free(1024)  # slab 1 is empty again: back to the pool
+    assert a.free_bytes_for(1000) == 2000  # empty slabs 1 and 3 (1000 fits once each)
     assert a.alloc(1000) in (1024, 3072)
     assert a.alloc(1000) in (1024, 3072)
     assert a.alloc(1000) is None and a.alloc(512) is None
@@ -35,15 +36,15 @@ def test_presence_announces_first_holder_and_withdraws_after_last():
     p.add(1)
     p.device_update("w1", stored=[1, 2], removed=[], reset=False)
     assert p.drain() == ([1, 2], [])
-    p.remove(1)                      # still on w1's device: no event
+    p.remove(1)  # still on w1's device: no event
     p.device_update("w1", stored=[], removed=[2], reset=False)
     assert p.drain() == ([], [2])
     p.add(3)
-    p.remove(3)                      # stored and removed between reports: nothing to send
+    p.remove(3)  # stored and removed between reports: nothing to send
     assert p.drain() == ([], [])
     p.device_update("w2", stored=[5], removed=[], reset=False)
-    assert p.device_blocks == 2      # 1 on w1, 5 on w2
-    p.device_update("w1", stored=[6], removed=[], reset=True)   # w1 restarted: only 6 now
+    assert p.device_blocks == 2  # 1 on w1, 5 on w2
+    p.device_update("w1", stored=[6], removed=[], reset=True)  # w1 restarted: only 6 now
     assert p.drain() == ([5, 6], [1])
     assert p.snapshot() == [5, 6] and len(p) == 2
 
@@ -51,7 +52,7 @@ def test_presence_announces_first_holder_and_withdraws_after_last():
 def test_heat_decays_with_half_life_and_counts_live_refs():
     t = HeatTable(half_life_s=10)
     t.touch(1, now=0)
-    h = t.touch(1, now=10)           # 1 decayed to 0.5, plus this read
+    h = t.touch(1, now=10)  # 1 decayed to 0.5, plus this read
     assert h.frequency == pytest.approx(1.5)
     t.add_ref(1, now=10)
     t.add_ref(1, now=10)

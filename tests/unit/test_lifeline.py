@@ -16,8 +16,10 @@ from pathlib import Path
 from strata.core.lifeline import PARENT_PID_ENV, child_env, die_with_parent
 from strata.node.worker_pids import WorkerPids, start_ticks
 
-CHILD = "from strata.core.lifeline import die_with_parent; import time; " \
-        "assert die_with_parent(); print('armed', flush=True); time.sleep(600)"
+CHILD = (
+    "from strata.core.lifeline import die_with_parent; import time; "
+    "assert die_with_parent(); print('armed', flush=True); time.sleep(600)"
+)
 
 
 def _wait_gone(pid: int, timeout_s: float = 60.0) -> bool:
@@ -44,8 +46,9 @@ def test_a_child_dies_when_its_parent_is_killed(tmp_path):
         print(child.pid, flush=True)
         import time; time.sleep(600)
     """)
-    parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE,
-                              text=True)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", parent_code], stdout=subprocess.PIPE, text=True
+    )
     try:
         child_pid = int(parent.stdout.readline())
         assert start_ticks(child_pid) is not None
@@ -57,9 +60,10 @@ def test_a_child_dies_when_its_parent_is_killed(tmp_path):
 
 
 def test_a_child_whose_parent_is_already_gone_exits_at_once():
-    env = {**os.environ, PARENT_PID_ENV: "1"}   # "started by" init: not our parent
-    done = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True,
-                          text=True, timeout=120)
+    env = {**os.environ, PARENT_PID_ENV: "1"}  # "started by" init: not our parent
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 1 and "parent process 1 is gone" in done.stderr
 
 
@@ -78,8 +82,10 @@ def test_a_successor_reaps_orphaned_workers_and_spares_reused_pids_and_live_node
             pids.record(p.pid, rid)
         # m-0's node manager died (the record names another parent); m-1's worker died and the
         # pid now belongs to another process; m-2's node manager (this test) lives.
-        for p, old, new in ((leftover, '"parent": ', '"parent": 1'),
-                            (unrelated, '"start_ticks": ', '"start_ticks": 1')):
+        for p, old, new in (
+            (leftover, '"parent": ', '"parent": 1'),
+            (unrelated, '"start_ticks": ', '"start_ticks": 1'),
+        ):
             record = tmp_path / "node" / f"{p.pid}.json"
             record.write_text(record.read_text().replace(old, new))
         assert WorkerPids(tmp_path / "node").reap_leftovers() == [leftover.pid]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
+
 from strata.eval.model_mix import (
     ModelLoad,
     burst_windows,
@@ -23,7 +24,7 @@ def _load(**kw) -> ModelLoad:
 def test_antiphase_models_peak_in_opposite_halves():
     a, b = phase_shifted(["a", "b"], 20.0, Fixed(8), Fixed(4), period_s=100.0, amplitude=0.9)
     assert (a.phase_s, b.phase_s) == (0.0, 50.0)
-    assert a.diurnal_rate(25.0) == pytest.approx(38.0)       # a's peak is b's trough
+    assert a.diurnal_rate(25.0) == pytest.approx(38.0)  # a's peak is b's trough
     assert b.diurnal_rate(25.0) == pytest.approx(2.0)
     reqs = model_mix([a, b], 1000.0, random.Random(1))
     first_half = [r.model for r in reqs if (r.arrival_s % 100.0) < 50.0]
@@ -48,8 +49,9 @@ def test_bursts_multiply_the_rate_inside_their_windows():
 
 
 def test_same_seed_same_mix_and_validation():
-    loads = phase_shifted([f"m{i}" for i in range(8)], 2.0, Fixed(8), Fixed(4), period_s=60.0,
-                          groups=4)
+    loads = phase_shifted(
+        [f"m{i}" for i in range(8)], 2.0, Fixed(8), Fixed(4), period_s=60.0, groups=4
+    )
     assert [ld.phase_s for ld in loads] == [0.0, 15.0, 30.0, 45.0] * 2
     assert model_mix(loads, 120.0, random.Random(5)) == model_mix(loads, 120.0, random.Random(5))
     with pytest.raises(ValueError, match="model names in a mix must be unique"):

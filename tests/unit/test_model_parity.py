@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+
 from strata.engine.attention import AttentionMetadata, SeqSlice, kv_cache_shape
 from strata.engine.config import ModelConfig
 from strata.engine.model import build_model
@@ -12,35 +13,60 @@ CONFIGS = {
     "gqa3-tied": dict(num_attention_heads=6, num_key_value_heads=2, tie_word_embeddings=True),
     "mha-untied": dict(num_attention_heads=4, num_key_value_heads=4, tie_word_embeddings=False),
     "mqa-theta": dict(num_attention_heads=4, num_key_value_heads=1, rope_theta=500000.0),
-    "llama3-scaling": dict(num_attention_heads=4, num_key_value_heads=2, rope_scaling={
-        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 32}),
-    "linear-scaling": dict(num_attention_heads=4, num_key_value_heads=2,
-                           rope_scaling={"rope_type": "linear", "factor": 2.0}),
+    "llama3-scaling": dict(
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        rope_scaling={
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 32,
+        },
+    ),
+    "linear-scaling": dict(
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        rope_scaling={"rope_type": "linear", "factor": 2.0},
+    ),
 }
 
 
 def _pair(overrides):
     torch.manual_seed(0)
     hf_cfg = transformers.LlamaConfig(
-        vocab_size=97, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
-        max_position_embeddings=128, rms_norm_eps=1e-6, **overrides)
+        vocab_size=97,
+        hidden_size=48,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        max_position_embeddings=128,
+        rms_norm_eps=1e-6,
+        **overrides,
+    )
     hf = transformers.LlamaForCausalLM(hf_cfg).eval()
     cfg = ModelConfig(
-        name="tiny", vocab_size=97, hidden_size=48, intermediate_size=96, num_layers=2,
-        num_heads=hf_cfg.num_attention_heads, num_kv_heads=hf_cfg.num_key_value_heads,
-        rms_norm_eps=1e-6, rope_theta=getattr(hf_cfg, "rope_theta", None) or
-        hf_cfg.rope_parameters["rope_theta"],
-        rope_scaling=overrides.get("rope_scaling"), max_position_embeddings=128,
-        tie_word_embeddings=hf_cfg.tie_word_embeddings)
+        name="tiny",
+        vocab_size=97,
+        hidden_size=48,
+        intermediate_size=96,
+        num_layers=2,
+        num_heads=hf_cfg.num_attention_heads,
+        num_kv_heads=hf_cfg.num_key_value_heads,
+        rms_norm_eps=1e-6,
+        rope_theta=getattr(hf_cfg, "rope_theta", None) or hf_cfg.rope_parameters["rope_theta"],
+        rope_scaling=overrides.get("rope_scaling"),
+        max_position_embeddings=128,
+        tie_word_embeddings=hf_cfg.tie_word_embeddings,
+    )
     weights = {k: v for k, v in hf.state_dict().items()}
     ours = build_model(cfg, weights, torch.device("cpu"), torch.float32)
     return hf, ours, cfg
 
 
 def _kv(cfg, num_blocks, block_size):
-    return torch.zeros(kv_cache_shape(cfg.num_layers, cfg.num_kv_heads, num_blocks, block_size,
-                                      cfg.head_dim))
+    return torch.zeros(
+        kv_cache_shape(cfg.num_layers, cfg.num_kv_heads, num_blocks, block_size, cfg.head_dim)
+    )
 
 
 @pytest.mark.parametrize("name", CONFIGS)
@@ -63,8 +89,9 @@ def test_prefill_and_decode_match_transformers(name):
         nxt = int(logits[-1].argmax())
         ids.append(nxt)
         meta = AttentionMetadata.build([SeqSlice(0, 1, len(ids), blocks)], block_size, "cpu")
-        logits = ours(torch.tensor([nxt]), torch.tensor([len(ids) - 1]), kv, meta,
-                      torch.tensor([0]))
+        logits = ours(
+            torch.tensor([nxt]), torch.tensor([len(ids) - 1]), kv, meta, torch.tensor([0])
+        )
         with torch.no_grad():
             ref = hf(torch.tensor([ids])).logits[0, -1:]
         assert torch.allclose(logits, ref, atol=1e-4), (logits - ref).abs().max()
@@ -83,8 +110,9 @@ def test_batched_mixed_step_matches_separate_runs():
     ours(a[:8], torch.arange(8), kv, meta, torch.tensor([7]))
     step_ids = torch.cat([a[8:9], b])
     positions = torch.cat([torch.tensor([8]), torch.arange(6)])
-    meta = AttentionMetadata.build([SeqSlice(0, 1, 9, blocks_a), SeqSlice(1, 6, 6, blocks_b)],
-                                   4, "cpu")
+    meta = AttentionMetadata.build(
+        [SeqSlice(0, 1, 9, blocks_a), SeqSlice(1, 6, 6, blocks_b)], 4, "cpu"
+    )
     logits = ours(step_ids, positions, kv, meta, torch.tensor([0, 6]))
     with torch.no_grad():
         ref_a = hf(a[None]).logits[0, -1]

@@ -7,17 +7,21 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 from sqlalchemy.exc import OperationalError
+
 from strata.telemetry.receiver import OtlpReceiver, ReceiverStats
 
 TRACE = bytes.fromhex("0af7651916cd43dd8448eb211c80319c")
 
 
 def export(*names: str, bad_ids: int = 0) -> ExportTraceServiceRequest:
-    spans = [Span(trace_id=TRACE, span_id=(i + 1).to_bytes(8, "big"), name=n)
-             for i, n in enumerate(names)]
+    spans = [
+        Span(trace_id=TRACE, span_id=(i + 1).to_bytes(8, "big"), name=n)
+        for i, n in enumerate(names)
+    ]
     spans += [Span(trace_id=b"\x01", span_id=b"\x01" * 8, name="bad")] * bad_ids
-    return ExportTraceServiceRequest(resource_spans=[ResourceSpans(
-        scope_spans=[ScopeSpans(spans=spans)])])
+    return ExportTraceServiceRequest(
+        resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=spans)])]
+    )
 
 
 async def send(port: int, request: ExportTraceServiceRequest):
@@ -37,7 +41,8 @@ async def test_spans_beyond_capacity_are_rejected_and_counted():
         reply = await send(port, export("a", "b", "c", "d", "e"))
         assert reply.partial_success.rejected_spans == 2
         assert reply.partial_success.error_message == (
-            "2 of 5 spans rejected: 2 did not fit the receiver's full queue")
+            "2 of 5 spans rejected: 2 did not fit the receiver's full queue"
+        )
         assert await receiver.flush(timeout=5) is True
         assert written == [["a", "b"], ["c"]]
         # Room again once the writer has taken them.
@@ -60,7 +65,8 @@ async def test_malformed_ids_are_rejected_with_the_reason():
         reply = await send(port, export("ok", bad_ids=2))
         assert reply.partial_success.rejected_spans == 2
         assert reply.partial_success.error_message == (
-            "2 of 3 spans rejected: 2 had trace/span ids of the wrong length or all zero")
+            "2 of 3 spans rejected: 2 had trace/span ids of the wrong length or all zero"
+        )
         assert receiver.stats == ReceiverStats(received=3, dropped=2)
     finally:
         await receiver.stop()
@@ -74,7 +80,7 @@ async def test_failed_write_counts_the_batch_as_dropped():
     port = await receiver.start()
     try:
         reply = await send(port, export("a", "b"))
-        assert not reply.HasField("partial_success")   # accepted; the loss happens later
+        assert not reply.HasField("partial_success")  # accepted; the loss happens later
         assert await receiver.flush(timeout=5) is True
         assert receiver.stats == ReceiverStats(received=2, dropped=2)
     finally:

@@ -15,16 +15,37 @@ ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 EXTRAS = PROJECT["optional-dependencies"]
 # Import name -> distribution, where they differ.
-DISTRIBUTION = {"google": "protobuf", "grpc": "grpcio", "grpc_health": "grpcio-health-checking",
-                "grpc_reflection": "grpcio-reflection", "grpc_tools": "grpcio-tools",
-                "yaml": "pyyaml", "jinja2": "jinja2", "pynvml": "nvidia-ml-py",
-                "pydantic_settings": "pydantic-settings", "importlinter": "import-linter",
-                "opentelemetry": "opentelemetry-api"}
+DISTRIBUTION = {
+    "google": "protobuf",
+    "grpc": "grpcio",
+    "grpc_health": "grpcio-health-checking",
+    "grpc_reflection": "grpcio-reflection",
+    "grpc_tools": "grpcio-tools",
+    "yaml": "pyyaml",
+    "jinja2": "jinja2",
+    "pynvml": "nvidia-ml-py",
+    "pydantic_settings": "pydantic-settings",
+    "importlinter": "import-linter",
+    "opentelemetry": "opentelemetry-api",
+}
 # Imported where they are, on purpose, without being declared: the vLLM baseline runs in its
 # own venv (make bench-engine PEERS=vllm); docker is testcontainers' own dependency.
 UNDECLARED = {"vllm", "docker"}
-SERVER_ONLY = ("torch", "sqlalchemy", "aiosqlite", "asyncpg", "uvloop", "safetensors", "gguf",
-               "tokenizers", "jinja2", "xxhash", "cryptography", "opentelemetry", "transformers")
+SERVER_ONLY = (
+    "torch",
+    "sqlalchemy",
+    "aiosqlite",
+    "asyncpg",
+    "uvloop",
+    "safetensors",
+    "gguf",
+    "tokenizers",
+    "jinja2",
+    "xxhash",
+    "cryptography",
+    "opentelemetry",
+    "transformers",
+)
 
 
 def _name(requirement: str) -> str:
@@ -60,7 +81,8 @@ def _third_party_imports(folders: tuple[str, ...]) -> set[str]:
 def test_every_direct_dependency_is_pinned_exactly() -> None:
     for name, pin in _declared().items():
         assert re.fullmatch(r"[A-Za-z0-9_.\-]+(\[[a-z,]+\])?==[0-9][0-9A-Za-z.+]*", pin), (
-            f"{name}: pin it exactly (name==version), got {pin!r}")
+            f"{name}: pin it exactly (name==version), got {pin!r}"
+        )
     assert _declared()["torch"] == "torch==2.13.0"
 
 
@@ -75,8 +97,18 @@ def test_every_imported_module_is_declared() -> None:
 
 def test_test_tools_stay_out_of_the_runtime_extras() -> None:
     runtime = {_name(p) for p in PROJECT["dependencies"] + EXTRAS["server"]}
-    for tool in ("pytest", "testcontainers", "hypothesis", "transformers", "ruff", "mypy",
-                 "grpcio-tools", "import-linter", "accelerate", "psycopg"):
+    for tool in (
+        "pytest",
+        "testcontainers",
+        "hypothesis",
+        "transformers",
+        "ruff",
+        "mypy",
+        "grpcio-tools",
+        "import-linter",
+        "accelerate",
+        "psycopg",
+    ):
         assert tool not in runtime, tool
 
 
@@ -96,7 +128,8 @@ for module in ("strata.client.sdk", "strata.client.cli", "strata.client.replay",
 from strata.client.cli import main
 sys.exit(main(["--help"]))
 """
-    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert "generate" in done.stdout

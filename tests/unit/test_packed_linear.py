@@ -4,13 +4,15 @@ the same numbers as F.linear, bit for bit, and a weight changed or replaced is p
 import pytest
 import torch
 import torch.nn.functional as F
+
 from strata.engine import packed_linear
 from strata.engine.packed_linear import Packs
 
 needs_onednn_bf16 = pytest.mark.skipif(
     not packed_linear.available(torch.zeros(1, dtype=torch.bfloat16)),
     reason="oneDNN's packed linear ops are not in this torch build, or this CPU lacks "
-           "its bfloat16 path (AVX-512 or AVX-NE-CONVERT)")
+    "its bfloat16 path (AVX-512 or AVX-NE-CONVERT)",
+)
 
 
 @needs_onednn_bf16
@@ -23,7 +25,7 @@ def test_packed_bfloat16_linear_equals_f_linear_bit_for_bit(rows, bias):
     x = torch.randn(rows, 64, generator=gen).bfloat16()
     packs = Packs()
     assert torch.equal(packs.linear("w", x, w, b), F.linear(x, w, b))
-    assert torch.equal(packs.linear("w", x, w, b), F.linear(x, w, b))     # the kept copy
+    assert torch.equal(packs.linear("w", x, w, b), F.linear(x, w, b))  # the kept copy
 
 
 def test_float32_goes_through_f_linear():
@@ -48,9 +50,9 @@ def test_a_weight_changed_in_place_or_replaced_is_packed_again():
     x = torch.randn(3, 8).bfloat16()
     packs = Packs()
     packs.linear("w", x, w)
-    w.mul_(2)                                   # in place: the version counter moves
+    w.mul_(2)  # in place: the version counter moves
     assert torch.equal(packs.linear("w", x, w), F.linear(x, w))
-    other = torch.randn(16, 8).bfloat16()       # another tensor under the same name
+    other = torch.randn(16, 8).bfloat16()  # another tensor under the same name
     assert torch.equal(packs.linear("w", x, other), F.linear(x, other))
 
 
@@ -59,12 +61,12 @@ def test_the_engine_model_gives_the_same_logits_packed_or_not(monkeypatch):
     from strata.engine.attention import AttentionMetadata, SeqSlice
     from strata.engine.dummy import load_dummy
     from strata.engine.model import build_model
+
     torch.set_num_threads(1)
     loaded = load_dummy("dummy-tiny")
     cfg = loaded.config
     model = build_model(cfg, loaded.weights, torch.device("cpu"), torch.bfloat16)
-    kv = torch.zeros(cfg.num_layers, 2, cfg.num_kv_heads, 8, 16, cfg.head_dim,
-                     dtype=torch.bfloat16)
+    kv = torch.zeros(cfg.num_layers, 2, cfg.num_kv_heads, 8, 16, cfg.head_dim, dtype=torch.bfloat16)
     ids = torch.randint(0, cfg.vocab_size, (20,), generator=torch.Generator().manual_seed(3))
 
     def logits() -> torch.Tensor:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+
 from strata.policy.placement import (
     Demand,
     MigrationCost,
@@ -50,7 +51,7 @@ def test_one_replica_matches_the_closed_form():
 
 def test_a_replica_that_outgrows_its_batch_or_its_prefill_budget_cannot_keep_up():
     [batch] = predict([(LinearCosts(max_batch=8), Demand(10.0, 100, 50))])
-    [prefill] = predict([(COSTS, Demand(100.0, 100, 50))])        # prefill load 1.0
+    [prefill] = predict([(COSTS, Demand(100.0, 100, 50))])  # prefill load 1.0
     assert not batch.stable and not prefill.stable
     assert math.isinf(batch.ttft_p99_ms) and math.isinf(prefill.tpot_p99_ms)
     assert predict([(COSTS, Demand(0.0, 100, 50))])[0].ttft_p99_ms == 0.0
@@ -79,7 +80,7 @@ def test_a_co_located_replica_slows_its_neighbour_by_its_steps():
 
 def test_pair_benefit_rewards_alternating_peaks_only():
     a, b = np.array([0.6, 0.1]), np.array([0.1, 0.6])
-    assert pair_benefit(a, b) == pytest.approx(0.5, abs=1e-12)   # 1.2 reserved apart, 0.7 together
+    assert pair_benefit(a, b) == pytest.approx(0.5, abs=1e-12)  # 1.2 reserved apart, 0.7 together
     assert pair_benefit(a, a) == 0.0
     assert pair_benefit(a, np.zeros(2)) == 0.0
 
@@ -97,22 +98,39 @@ def test_the_neighbours_shares_scale_what_their_steps_and_prefills_add():
     alone = predict([(COSTS, mine)])[0]
     # a neighbour with no prompt to prefill: at shares 0 it costs nothing at all
     quiet = Demand(2.0, 0, 50)
-    free = predict([(LinearCosts(colocation_share=0.0, prefill_colocation_share=0.0), mine),
-                    (LinearCosts(colocation_share=0.0, prefill_colocation_share=0.0), quiet)])[0]
+    free = predict(
+        [
+            (LinearCosts(colocation_share=0.0, prefill_colocation_share=0.0), mine),
+            (LinearCosts(colocation_share=0.0, prefill_colocation_share=0.0), quiet),
+        ]
+    )[0]
     assert free.tpot_p99_ms == pytest.approx(alone.tpot_p99_ms)
     assert free.ttft_p99_ms == pytest.approx(alone.ttft_p99_ms)
-    tpot = {s: predict([(LinearCosts(colocation_share=s), mine),
-                        (LinearCosts(colocation_share=s), quiet)])[0].tpot_p99_ms
-            for s in (0.0, 0.5, 1.0)}
+    tpot = {
+        s: predict(
+            [(LinearCosts(colocation_share=s), mine), (LinearCosts(colocation_share=s), quiet)]
+        )[0].tpot_p99_ms
+        for s in (0.0, 0.5, 1.0)
+    }
     assert tpot[0.0] < tpot[0.5] < tpot[1.0]
     # the neighbour's prefills count by the prefill share: 1 is the GPU-wide load of strict turns
-    pair = Demand(4.0, 400, 20)         # prefills of 40 ms, 16% of the GPU each
-    ttft = {f: predict([(LinearCosts(prefill_colocation_share=f), pair),
-                        (LinearCosts(prefill_colocation_share=f), pair)])[0].ttft_p99_ms
-            for f in (0.0, 0.5, 1.0)}
+    pair = Demand(4.0, 400, 20)  # prefills of 40 ms, 16% of the GPU each
+    ttft = {
+        f: predict(
+            [
+                (LinearCosts(prefill_colocation_share=f), pair),
+                (LinearCosts(prefill_colocation_share=f), pair),
+            ]
+        )[0].ttft_p99_ms
+        for f in (0.0, 0.5, 1.0)
+    }
     assert ttft[0.0] < ttft[0.5] < ttft[1.0]
     # and a load that overflows only by the neighbour's prefills is no overload at share 0
-    heavy = Demand(60.0, 100, 1)        # 60 prefills of 10 ms a second: 0.6 each
+    heavy = Demand(60.0, 100, 1)  # 60 prefills of 10 ms a second: 0.6 each
     assert not predict([(COSTS, heavy), (COSTS, heavy)])[0].stable
-    assert predict([(LinearCosts(prefill_colocation_share=0.0), heavy),
-                    (LinearCosts(prefill_colocation_share=0.0), heavy)])[0].stable
+    assert predict(
+        [
+            (LinearCosts(prefill_colocation_share=0.0), heavy),
+            (LinearCosts(prefill_colocation_share=0.0), heavy),
+        ]
+    )[0].stable

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from strata.policy.model_sizes import model_memory_bytes
 from strata.policy.placement import (
     Assignment,
@@ -21,18 +22,24 @@ def where(plan) -> list[tuple[str, str, str]]:
 
 def test_first_fit_decreasing_exact_assignments():
     nodes = [NodeCapacity("n2", 100), NodeCapacity("n1", 60)]
-    models = [ModelDemand("small", 30, replicas=2), ModelDemand("big", 70),
-              ModelDemand("mid", 50)]
+    models = [ModelDemand("small", 30, replicas=2), ModelDemand("big", 70), ModelDemand("mid", 50)]
     plan = plan_placement(nodes, models)
     # big(70) -> n2 (n1 has 60); mid(50) -> n1; small(30) x2 -> n2 (30 left), n1 has 10: unplaced
-    assert where(plan) == [("big", "n2", "big@n2"), ("mid", "n1", "mid@n1"),
-                           ("small", "n2", "small@n2")]
-    assert plan.loads[0] == Assignment("big", "n2", "big@n2",
-                                       "first-fit-decreasing: needs 70 bytes, 100 free on n2")
+    assert where(plan) == [
+        ("big", "n2", "big@n2"),
+        ("mid", "n1", "mid@n1"),
+        ("small", "n2", "small@n2"),
+    ]
+    assert plan.loads[0] == Assignment(
+        "big", "n2", "big@n2", "first-fit-decreasing: needs 70 bytes, 100 free on n2"
+    )
     assert [a.model for a in plan.loads] == ["big", "mid", "small"]
     assert plan.unloads == []
-    assert plan.unplaced == [Unplaced("small", 1, "needs 30 bytes, largest free 10 bytes on a "
-                                                  "node without a replica of small")]
+    assert plan.unplaced == [
+        Unplaced(
+            "small", 1, "needs 30 bytes, largest free 10 bytes on a node without a replica of small"
+        )
+    ]
 
 
 def test_existing_replicas_are_kept_even_where_ffd_would_not_put_them():
@@ -51,20 +58,33 @@ def test_replanning_the_applied_plan_changes_nothing():
     first = plan_placement([NodeCapacity(n, m) for n, m in sizes], models)
     applied = {}
     for a in first.assignments:
-        applied.setdefault(a.node_id, []).append(PlacedReplica(a.model, a.replica_id, 0, managed=True))
-    again = plan_placement([NodeCapacity(n, m, tuple(applied.get(n, ())))
-                            for n, m in sizes], models)
-    assert where(again) == where(first) == [("a", "n1", "a@n1"), ("a", "n2", "a@n2"),
-                                            ("b", "n1", "b@n1")]
+        applied.setdefault(a.node_id, []).append(
+            PlacedReplica(a.model, a.replica_id, 0, managed=True)
+        )
+    again = plan_placement(
+        [NodeCapacity(n, m, tuple(applied.get(n, ()))) for n, m in sizes], models
+    )
+    assert (
+        where(again)
+        == where(first)
+        == [("a", "n1", "a@n1"), ("a", "n2", "a@n2"), ("b", "n1", "b@n1")]
+    )
     assert first.unplaced == []
     assert again.loads == [] and again.unloads == [] and again.unplaced == []
 
 
 def test_surplus_duplicates_and_dropped_models_are_unloaded():
     nodes = [
-        NodeCapacity("n1", 100, (PlacedReplica("a", "a1", 10), PlacedReplica("a", "a2", 10),
-                                 PlacedReplica("old", "o1", 20, managed=True),
-                                 PlacedReplica("foreign", "f1", 50))),
+        NodeCapacity(
+            "n1",
+            100,
+            (
+                PlacedReplica("a", "a1", 10),
+                PlacedReplica("a", "a2", 10),
+                PlacedReplica("old", "o1", 20, managed=True),
+                PlacedReplica("foreign", "f1", 50),
+            ),
+        ),
         NodeCapacity("n2", 100, (PlacedReplica("a", "a3", 10),)),
     ]
     plan = plan_placement(nodes, [ModelDemand("a", 10, replicas=1)])
@@ -79,35 +99,56 @@ def test_surplus_duplicates_and_dropped_models_are_unloaded():
 
 
 def test_second_replica_on_one_node_moves_to_another_node():
-    nodes = [NodeCapacity("n1", 100, (PlacedReplica("a", "a1", 10), PlacedReplica("a", "a2", 10))),
-             NodeCapacity("n2", 100)]
+    nodes = [
+        NodeCapacity("n1", 100, (PlacedReplica("a", "a1", 10), PlacedReplica("a", "a2", 10))),
+        NodeCapacity("n2", 100),
+    ]
     plan = plan_placement(nodes, [ModelDemand("a", 10, replicas=2)])
     assert where(plan) == [("a", "n1", "a1"), ("a", "n2", "a@n2")]
-    assert plan.unloads == [Unload("a", "n1", "a2", "a second replica of a on n1; at most one per node")]
+    assert plan.unloads == [
+        Unload("a", "n1", "a2", "a second replica of a on n1; at most one per node")
+    ]
 
 
 def test_replica_that_no_longer_fits_is_unloaded_and_replaced():
     nodes = [NodeCapacity("n1", 50, (PlacedReplica("a", "a1", 40),)), NodeCapacity("n2", 100)]
     plan = plan_placement(nodes, [ModelDemand("a", 60)])
-    assert plan.unloads == [Unload("a", "n1", "a1", "no longer fits: needs 60 bytes, 50 free on n1")]
+    assert plan.unloads == [
+        Unload("a", "n1", "a1", "no longer fits: needs 60 bytes, 50 free on n1")
+    ]
     assert where(plan) == [("a", "n2", "a@n2")]
 
 
 def test_unplaced_reasons():
     assert plan_placement([], [ModelDemand("a", 10)]).unplaced == [
-        Unplaced("a", 1, "needs 10 bytes, but no nodes are registered")]
+        Unplaced("a", 1, "needs 10 bytes, but no nodes are registered")
+    ]
     plan = plan_placement([NodeCapacity("n1", 100)], [ModelDemand("a", 10, replicas=3)])
-    assert plan.unplaced == [Unplaced("a", 2, "needs 10 bytes, but all 1 node(s) already hold a "
-                                              "replica of a and a node holds at most one")]
+    assert plan.unplaced == [
+        Unplaced(
+            "a",
+            2,
+            "needs 10 bytes, but all 1 node(s) already hold a "
+            "replica of a and a node holds at most one",
+        )
+    ]
     plan = plan_placement([NodeCapacity("n1", 100)], [ModelDemand("mystery", None)])
     assert plan.assignments == []
-    assert plan.unplaced == [Unplaced("mystery", 1, "memory need of mystery is unknown: it is not "
-                                                     "in the model size table and no override was given")]
+    assert plan.unplaced == [
+        Unplaced(
+            "mystery",
+            1,
+            "memory need of mystery is unknown: it is not "
+            "in the model size table and no override was given",
+        )
+    ]
 
 
 def test_zero_replicas_unloads_all_and_bad_demand_is_rejected():
-    plan = plan_placement([NodeCapacity("n1", 100, (PlacedReplica("a", "a1", 10),))],
-                          [ModelDemand("a", 10, replicas=0)])
+    plan = plan_placement(
+        [NodeCapacity("n1", 100, (PlacedReplica("a", "a1", 10),))],
+        [ModelDemand("a", 10, replicas=0)],
+    )
     assert plan.assignments == [] and [u.replica_id for u in plan.unloads] == ["a1"]
     with pytest.raises(ValueError, match="listed twice"):
         plan_placement([], [ModelDemand("a", 1), ModelDemand("a", 2)])

@@ -5,10 +5,10 @@ import json
 import shutil
 
 import pytest
-from strata.core.profile import StepShape, load_profile, prefill_keys
 
 from services.placement.config import BUNDLED_PROFILES
 from services.placement.profiles import ProfileCosts, device_kind, load_profiles
+from strata.core.profile import StepShape, load_profile, prefill_keys
 
 
 def test_bundled_profiles_are_found_by_model_and_device_kind():
@@ -25,14 +25,35 @@ def test_profile_costs_follow_the_fitted_step_line():
     line = profile.costs
     assert costs.max_batch == profile.engine["max_seqs"]
     assert costs.decode_step_s(8, 99) == line.decode_seconds(8, 8 * 100)
-    one_chunk = line.seconds(StepShape(tokens=100, sampled=1, prefill_keys=prefill_keys(
-        1, 100, 100, 16), prefill_longest=100, prefill_context=0))
+    one_chunk = line.seconds(
+        StepShape(
+            tokens=100,
+            sampled=1,
+            prefill_keys=prefill_keys(1, 100, 100, 16),
+            prefill_longest=100,
+            prefill_context=0,
+        )
+    )
     assert costs.prefill_s(100) == one_chunk
     chunk = profile.engine["max_batched_tokens"]
-    first = line.seconds(StepShape(tokens=chunk, sampled=0, prefill_keys=prefill_keys(
-        1, chunk, chunk, 16), prefill_longest=chunk, prefill_context=0))
-    rest = line.seconds(StepShape(tokens=10, sampled=1, prefill_keys=prefill_keys(
-        1, 10, chunk + 10, 16), prefill_longest=10, prefill_context=chunk))
+    first = line.seconds(
+        StepShape(
+            tokens=chunk,
+            sampled=0,
+            prefill_keys=prefill_keys(1, chunk, chunk, 16),
+            prefill_longest=chunk,
+            prefill_context=0,
+        )
+    )
+    rest = line.seconds(
+        StepShape(
+            tokens=10,
+            sampled=1,
+            prefill_keys=prefill_keys(1, 10, chunk + 10, 16),
+            prefill_longest=10,
+            prefill_context=chunk,
+        )
+    )
     assert costs.prefill_s(chunk + 10) == first + rest
 
 

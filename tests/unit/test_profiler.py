@@ -2,23 +2,33 @@
 names, on an engine with the threads asked for, and the profile describes what was measured."""
 
 import torch
+
 from strata.core.profile import prefill_keys
 from strata.engine.engine import EngineConfig
 from strata.engine.profiler import ProfileGrid, profile_engine
-
 from tests.engine_helpers import tiny_loaded
 
-GRID = ProfileGrid(prefill_tokens=(16, 32), prefill_contexts=(0, 40), decode_batches=(1, 4),
-                   decode_contexts=(16, 64), mixed=((2, 16, 16),), repeats=1, decode_steps=2)
+GRID = ProfileGrid(
+    prefill_tokens=(16, 32),
+    prefill_contexts=(0, 40),
+    decode_batches=(1, 4),
+    decode_contexts=(16, 64),
+    mixed=((2, 16, 16),),
+    repeats=1,
+    decode_steps=2,
+)
 
 
 def test_profile_measures_each_grid_shape():
-    config = EngineConfig(block_size=16, num_blocks=64, max_batched_tokens=64, max_seqs=8,
-                          attention_kernel="torch")
+    config = EngineConfig(
+        block_size=16, num_blocks=64, max_batched_tokens=64, max_seqs=8, attention_kernel="torch"
+    )
     profile = profile_engine(tiny_loaded(), config, threads=1, grid=GRID)
     assert torch.get_num_threads() == 1
-    shapes = [(m.kind, m.tokens, m.sampled, m.prefill_keys, m.decode_keys, m.context)
-              for m in profile.measurements]
+    shapes = [
+        (m.kind, m.tokens, m.sampled, m.prefill_keys, m.decode_keys, m.context)
+        for m in profile.measurements
+    ]
     assert shapes == [
         ("prefill", 16, 0, prefill_keys(1, 16, 16, 16), 0.0, 0),
         ("prefill", 16, 0, prefill_keys(1, 16, 56, 16), 0.0, 40),

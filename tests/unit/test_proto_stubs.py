@@ -14,5 +14,14 @@ def test_generated_stubs_are_fresh(tmp_path):
 
 def test_every_service_contract_has_a_stub():
     names = {p.stem for p in codegen.proto_files()}
-    assert names == {"common", "gateway", "scheduler", "node", "worker", "kvstore", "placement",
-                     "metrics", "admin"}
+    assert names == {
+        "common",
+        "gateway",
+        "scheduler",
+        "node",
+        "worker",
+        "kvstore",
+        "placement",
+        "metrics",
+        "admin",
+    }

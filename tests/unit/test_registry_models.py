@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-from strata.engine.registry import DEFAULT_MODEL, known_models, load_model
 
+from strata.engine.registry import DEFAULT_MODEL, known_models, load_model
 from tests.unit.test_gguf_loader import write_tiny_gguf
 
 
@@ -13,8 +13,14 @@ def _one_thread():
 
 
 def test_known_models():
-    assert known_models() == ("smollm2-135m-instruct", "dummy-tiny", "dummy-small", "dummy-bench",
-                              "dummy-1b", "dummy-long")
+    assert known_models() == (
+        "smollm2-135m-instruct",
+        "dummy-tiny",
+        "dummy-small",
+        "dummy-bench",
+        "dummy-1b",
+        "dummy-long",
+    )
     assert DEFAULT_MODEL == "smollm2-135m-instruct"
 
 
@@ -26,9 +32,11 @@ def test_dummy_name_loads_the_dummy():
 def test_unknown_name_lists_the_known_ones():
     with pytest.raises(ValueError) as err:
         load_model("gpt-5")
-    assert str(err.value) == ("unknown model 'gpt-5'; known models: smollm2-135m-instruct, "
-                              "dummy-tiny, dummy-small, dummy-bench, dummy-1b, dummy-long, a path "
-                              "to a .gguf file, or a Hugging Face checkpoint folder")
+    assert str(err.value) == (
+        "unknown model 'gpt-5'; known models: smollm2-135m-instruct, "
+        "dummy-tiny, dummy-small, dummy-bench, dummy-1b, dummy-long, a path "
+        "to a .gguf file, or a Hugging Face checkpoint folder"
+    )
 
 
 def test_missing_gguf_path(tmp_path):

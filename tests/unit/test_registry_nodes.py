@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from strata.policy.clock import ManualClock
 from strata.policy.registry import (
     ModelInfo,
@@ -14,8 +15,9 @@ from strata.policy.registry import (
 
 
 def node(node_id: str, *replicas: ReplicaState, models: tuple[ModelInfo, ...] = ()) -> NodeState:
-    return NodeState(node_id=node_id, address=f"{node_id}:1", memory_bytes=10, replicas=replicas,
-                     models=models)
+    return NodeState(
+        node_id=node_id, address=f"{node_id}:1", memory_bytes=10, replicas=replicas, models=models
+    )
 
 
 def replica(model: str, rid: str, phase: ReplicaPhase = ReplicaPhase.READY) -> ReplicaState:
@@ -28,10 +30,10 @@ def test_node_expires_after_ttl_on_the_injected_clock():
     reg.heartbeat(node("a"))
     clock.advance(2.0)
     reg.heartbeat(node("b"))
-    clock.advance(3.0)                      # a silent for exactly the TTL: still alive
+    clock.advance(3.0)  # a silent for exactly the TTL: still alive
     assert [n.node_id for n in reg.nodes()] == ["a", "b"]
     assert reg.expire() == []
-    clock.advance(0.5)                      # a silent 5.5 s, b 3.5 s
+    clock.advance(0.5)  # a silent 5.5 s, b 3.5 s
     assert [n.node_id for n in reg.nodes()] == ["b"]
     assert reg.get("a") is None
     assert reg.expire() == ["a"]
@@ -50,7 +52,8 @@ def test_heartbeat_refreshes_and_replaces_state():
     alive = reg.get("a")
     assert alive is not None and alive.last_seen == pytest.approx(100.9)
     assert [(loc.node.node_id, loc.replica.replica_id) for loc in reg.ready_replicas("m")] == [
-        ("a", "r1")]
+        ("a", "r1")
+    ]
 
 
 def test_ready_replicas_only_ready_sorted_by_node_then_replica():
@@ -58,7 +61,10 @@ def test_ready_replicas_only_ready_sorted_by_node_then_replica():
     reg.heartbeat(node("b", replica("m", "r2"), replica("m", "r1"), replica("x", "r3")))
     reg.heartbeat(node("a", replica("m", "r9", ReplicaPhase.DRAINING), replica("m", "r8")))
     assert [(loc.node.node_id, loc.replica.replica_id) for loc in reg.ready_replicas("m")] == [
-        ("a", "r8"), ("b", "r1"), ("b", "r2")]
+        ("a", "r8"),
+        ("b", "r1"),
+        ("b", "r2"),
+    ]
 
 
 def test_models_from_live_nodes_and_known_models_remember_the_gone():

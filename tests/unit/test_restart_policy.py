@@ -21,7 +21,7 @@ def test_quick_failures_double_the_backoff_and_a_stable_run_resets_it():
         clock.t += 10
     assert delays == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
     assert p.after_exit("node", ran_s=3600.0) == 0.5
-    assert p.after_exit("gateway", ran_s=1.0) == 0.5      # per service
+    assert p.after_exit("gateway", ran_s=1.0) == 0.5  # per service
 
 
 def test_a_crash_loop_stops_restarting_and_old_restarts_age_out():

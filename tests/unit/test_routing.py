@@ -9,10 +9,24 @@ from strata.policy.registry import NodeRegistry, NodeState, ReplicaPhase, Replic
 from strata.policy.routing import MissKind, RouteDecision, Router
 
 
-def ready(rid: str, queued: int = 0, running: int = 0, free: int = 0, total: int = 0,
-          model: str = "m", phase: ReplicaPhase = ReplicaPhase.READY) -> ReplicaState:
-    return ReplicaState(model=model, replica_id=rid, phase=phase, queued_tokens=queued,
-                        running_requests=running, kv_blocks_free=free, kv_blocks_total=total)
+def ready(
+    rid: str,
+    queued: int = 0,
+    running: int = 0,
+    free: int = 0,
+    total: int = 0,
+    model: str = "m",
+    phase: ReplicaPhase = ReplicaPhase.READY,
+) -> ReplicaState:
+    return ReplicaState(
+        model=model,
+        replica_id=rid,
+        phase=phase,
+        queued_tokens=queued,
+        running_requests=running,
+        kv_blocks_free=free,
+        kv_blocks_total=total,
+    )
 
 
 def registry(**nodes: tuple[ReplicaState, ...]) -> NodeRegistry:
@@ -28,35 +42,43 @@ def router(seed: int = 0) -> Router:
 
 def test_picks_least_load_counting_running_requests_as_tokens():
     # n1: 250 queued; n2: 3 running = 300; n3: 100 queued + 1 running = 200 -> n3
-    reg = registry(n1=(ready("r1", queued=250),), n2=(ready("r2", running=3),),
-                   n3=(ready("r3", queued=100, running=1),))
+    reg = registry(
+        n1=(ready("r1", queued=250),),
+        n2=(ready("r2", running=3),),
+        n3=(ready("r3", queued=100, running=1),),
+    )
     assert router().route("m", "t", 10, reg) == RouteDecision("n3", "n3.addr:7", "r3")
 
 
 def test_equal_load_prefers_more_free_kv_blocks():
-    reg = registry(n1=(ready("r1", queued=50, free=10, total=64),),
-                   n2=(ready("r2", queued=50, free=40, total=64),))
+    reg = registry(
+        n1=(ready("r1", queued=50, free=10, total=64),),
+        n2=(ready("r2", queued=50, free=40, total=64),),
+    )
     assert router().route("m", "t", 10, reg) == RouteDecision("n2", "n2.addr:7", "r2")
 
 
 def test_replica_whose_free_kv_cannot_hold_the_prompt_goes_last():
     # r1 is idle but has 2 free blocks = 32 tokens < 100-token prompt; r2 is busier but has room.
-    reg = registry(n1=(ready("r1", free=2, total=64),),
-                   n2=(ready("r2", queued=500, free=20, total=64),))
+    reg = registry(
+        n1=(ready("r1", free=2, total=64),), n2=(ready("r2", queued=500, free=20, total=64),)
+    )
     assert router().route("m", "t", 100, reg).replica_id == "r2"
     assert router().route("m", "t", 32, reg).replica_id == "r1"
 
 
 def test_not_ready_replicas_and_other_models_are_ignored():
-    reg = registry(n1=(ready("r1", phase=ReplicaPhase.LOADING), ready("x1", model="x")),
-                   n2=(ready("r2", queued=9000),))
+    reg = registry(
+        n1=(ready("r1", phase=ReplicaPhase.LOADING), ready("x1", model="x")),
+        n2=(ready("r2", queued=9000),),
+    )
     assert router().route("m", "t", 1, reg).replica_id == "r2"
 
 
 def test_ties_break_with_the_seeded_rng_reproducibly_and_spread():
     reg = registry(n1=(ready("r1"),), n2=(ready("r2"),), n3=(ready("r3"),))
     picks = [router(seed=7).route("m", "t", 1, reg).replica_id for _ in range(3)]
-    assert len(set(picks)) == 1                             # same seed, same choice
+    assert len(set(picks)) == 1  # same seed, same choice
     expected = random.Random(7).choice(["r1", "r2", "r3"])  # candidates sorted by node, replica
     assert picks[0] == expected
     shared = router(seed=1)
@@ -81,12 +103,15 @@ def test_unknown_model_lists_known_models():
 
 
 def test_known_model_without_ready_replica_is_retryable():
-    reg = registry(n1=(ready("r1", phase=ReplicaPhase.LOADING),),
-                   n2=(ready("r2", phase=ReplicaPhase.FAILED), ready("r3", phase=ReplicaPhase.LOADING)))
+    reg = registry(
+        n1=(ready("r1", phase=ReplicaPhase.LOADING),),
+        n2=(ready("r2", phase=ReplicaPhase.FAILED), ready("r3", phase=ReplicaPhase.LOADING)),
+    )
     miss = Router.explain_miss("m", reg)
     assert miss.kind is MissKind.NO_READY_REPLICA
-    assert miss.message == ("model 'm' has no ready replica right now (2 loading, 1 failed); "
-                            "retry in a few seconds")
+    assert miss.message == (
+        "model 'm' has no ready replica right now (2 loading, 1 failed); retry in a few seconds"
+    )
 
 
 def test_model_whose_nodes_all_expired_is_known_but_unavailable():

@@ -9,13 +9,19 @@ from strata.policy.kv_index import KVSource, PrefixIndex
 from strata.policy.registry import NodeRegistry, NodeState, ReplicaPhase, ReplicaState
 from strata.policy.routing import RouteDecision, Router
 
-CHAIN = list(range(101, 111))       # a 10-block prompt: 160 tokens at 16 tokens a block
+CHAIN = list(range(101, 111))  # a 10-block prompt: 160 tokens at 16 tokens a block
 
 
 def ready(rid: str, queued: int = 0, waiting_for_memory: int = 0) -> ReplicaState:
-    return ReplicaState(model="m", replica_id=rid, phase=ReplicaPhase.READY, queued_tokens=queued,
-                        kv_blocks_free=64, kv_blocks_total=64,
-                        waiting_for_memory=waiting_for_memory)
+    return ReplicaState(
+        model="m",
+        replica_id=rid,
+        phase=ReplicaPhase.READY,
+        queued_tokens=queued,
+        kv_blocks_free=64,
+        kv_blocks_total=64,
+        waiting_for_memory=waiting_for_memory,
+    )
 
 
 def registry(clock: ManualClock | None = None, **nodes: ReplicaState) -> NodeRegistry:
@@ -33,8 +39,13 @@ def index(**held: int) -> PrefixIndex:
     return idx
 
 
-def route(reg: NodeRegistry, idx: PrefixIndex | None, prompt_tokens: int = 160,
-          hashes: list[int] = CHAIN, **kw) -> RouteDecision:
+def route(
+    reg: NodeRegistry,
+    idx: PrefixIndex | None,
+    prompt_tokens: int = 160,
+    hashes: list[int] = CHAIN,
+    **kw,
+) -> RouteDecision:
     router = Router(rng=random.Random(0), request_weight_tokens=100, **kw)
     return router.route("m", "t", prompt_tokens, reg, prefix_hashes=hashes, index=idx)
 
@@ -49,7 +60,8 @@ def test_a_much_busier_holder_loses_and_is_named_as_the_source():
     # n1: 160; n2: 500 + 0 -> n1, which can pull the 10 blocks from n2's store
     reg = registry(n1=ready("r1"), n2=ready("r2", queued=500))
     assert route(reg, index(n2=10)) == RouteDecision(
-        "n1", "n1.addr:7", "r1", cached_blocks=0, kv_source=KVSource("n2", "n2.kv:9", 10))
+        "n1", "n1.addr:7", "r1", cached_blocks=0, kv_source=KVSource("n2", "n2.kv:9", 10)
+    )
 
 
 def test_partial_prefixes_compare_by_tokens_left_to_compute():
@@ -57,7 +69,7 @@ def test_partial_prefixes_compare_by_tokens_left_to_compute():
     reg = registry(n1=ready("r1", queued=40), n2=ready("r2", queued=90))
     decision = route(reg, index(n1=4, n2=6))
     assert (decision.node_id, decision.cached_blocks) == ("n1", 4)
-    assert decision.kv_source == KVSource("n2", "n2.kv:9", 6)     # 6 >= 4 + 2
+    assert decision.kv_source == KVSource("n2", "n2.kv:9", 6)  # 6 >= 4 + 2
 
 
 def test_a_source_must_hold_at_least_two_more_blocks_than_the_chosen_node():
@@ -86,16 +98,17 @@ def test_without_hashes_or_index_routing_is_by_load_alone():
     assert route(reg, None) == RouteDecision("n2", "n2.addr:7", "r2")
     assert route(reg, index(n1=10), hashes=[]) == RouteDecision("n2", "n2.addr:7", "r2")
     assert Router(rng=random.Random(0)).route("m", "t", 160, reg) == RouteDecision(
-        "n2", "n2.addr:7", "r2")
+        "n2", "n2.addr:7", "r2"
+    )
 
 
 def test_a_silent_node_is_never_a_source():
     clock = ManualClock()
     reg = registry(clock, n1=ready("r1"), n2=ready("r2", queued=1000))
-    idx = index(n2=10, n3=10)                      # n3 reports blocks but never heartbeats
+    idx = index(n2=10, n3=10)  # n3 reports blocks but never heartbeats
     assert route(reg, idx).kv_source == KVSource("n2", "n2.kv:9", 10)
     clock.advance(1.5)
     reg.heartbeat(NodeState(node_id="n1", address="n1.addr:7", replicas=(ready("r1"),)))
-    clock.advance(1.0)                             # n2 silent for 2.5 s > TTL
+    clock.advance(1.0)  # n2 silent for 2.5 s > TTL
     decision = route(reg, idx)
     assert (decision.node_id, decision.kv_source) == ("n1", None)

@@ -3,6 +3,7 @@
 import math
 
 import torch
+
 from strata.engine.sampler import SeqSampler, sample_batch
 from strata.engine.sequence import SamplingParams
 
@@ -27,23 +28,27 @@ def test_frequency_and_presence_penalties_count_output_tokens_only():
     logits = torch.tensor([2.5, 2.0, 0.0])
     # prompt [0, 0] does not count; output [0, 0] does: 2.5 - 2*0.5 - 0.1 = 1.4 < 2.0
     assert _s(frequency_penalty=0.5, presence_penalty=0.1).sample(logits, [0, 0]).token_id == 0
-    assert _s(frequency_penalty=0.5, presence_penalty=0.1).sample(
-        logits, [0, 0, 0, 0]).token_id == 1
+    assert (
+        _s(frequency_penalty=0.5, presence_penalty=0.1).sample(logits, [0, 0, 0, 0]).token_id == 1
+    )
 
 
 def test_min_p_removes_unlikely_tokens():
     logits = torch.log(torch.tensor([0.6, 0.3, 0.1]))
-    seen = {_s(temperature=1.0, min_p=0.4, seed=i).sample(logits, [0, 0]).token_id
-            for i in range(200)}
+    seen = {
+        _s(temperature=1.0, min_p=0.4, seed=i).sample(logits, [0, 0]).token_id for i in range(200)
+    }
     assert seen == {0, 1}  # 0.1 < 0.4 * 0.6: token 2 never drawn
 
 
 def test_top_k_and_top_p():
     logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
-    top_k = {_s(temperature=1.0, top_k=2, seed=i).sample(logits, [0, 0]).token_id
-             for i in range(200)}
-    top_p = {_s(temperature=1.0, top_p=0.7, seed=i).sample(logits, [0, 0]).token_id
-             for i in range(200)}
+    top_k = {
+        _s(temperature=1.0, top_k=2, seed=i).sample(logits, [0, 0]).token_id for i in range(200)
+    }
+    top_p = {
+        _s(temperature=1.0, top_p=0.7, seed=i).sample(logits, [0, 0]).token_id for i in range(200)
+    }
     assert top_k == {0, 1}
     assert top_p == {0, 1}  # 0.5 < 0.7 needs the second token; 0.8 >= 0.7 stops there
 

@@ -4,38 +4,48 @@ and the flag."""
 import json
 
 import pytest
-from strata.core.settings import ConfigError
 
 from services.gateway.config import GatewayConfig
 from services.node.config import NodeConfig
 from services.worker.config import WorkerConfig
+from strata.core.settings import ConfigError
 
 
 def test_worker_requires_its_bind_address(monkeypatch):
     monkeypatch.delenv("STRATA_WORKER_BIND", raising=False)
-    with pytest.raises(ConfigError,
-                       match=r"STRATA_WORKER_BIND \(--worker-bind\): required but not set"):
+    with pytest.raises(
+        ConfigError, match=r"STRATA_WORKER_BIND \(--worker-bind\): required but not set"
+    ):
         WorkerConfig.from_env()
 
 
 def test_malformed_numbers_name_the_variable(monkeypatch):
     monkeypatch.setenv("STRATA_WORKER_BIND", "127.0.0.1:1")
     monkeypatch.setenv("STRATA_KV_CACHE_BYTES", "lots")
-    with pytest.raises(ConfigError, match=r"STRATA_KV_CACHE_BYTES \(--kv-cache-bytes\): "
-                                          r"Input should be a valid integer.*got 'lots'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"STRATA_KV_CACHE_BYTES \(--kv-cache-bytes\): "
+        r"Input should be a valid integer.*got 'lots'",
+    ):
         WorkerConfig.from_env()
     monkeypatch.setenv("STRATA_KV_CACHE_BYTES", "1000")
     monkeypatch.setenv("STRATA_BLOCK_SIZE", "12")
     with pytest.raises(ConfigError, match="block_size must be a positive power of two, got 12"):
         WorkerConfig.from_env()
     monkeypatch.setenv("STRATA_RATE_LIMIT_RPS", "fast")
-    with pytest.raises(ConfigError, match=r"STRATA_RATE_LIMIT_RPS \(--rate-limit-rps\): "
-                                          r"Input should be a valid number"):
+    with pytest.raises(
+        ConfigError,
+        match=r"STRATA_RATE_LIMIT_RPS \(--rate-limit-rps\): "
+        r"Input should be a valid number",
+    ):
         GatewayConfig.from_env()
     monkeypatch.setenv("STRATA_BLOCK_SIZE", "16")
     monkeypatch.setenv("STRATA_NODE_MEMORY_BYTES", "0")
-    with pytest.raises(ConfigError, match=r"STRATA_NODE_MEMORY_BYTES \(--node-memory-bytes\): "
-                                          r"Input should be greater than or equal to 1, got '0'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"STRATA_NODE_MEMORY_BYTES \(--node-memory-bytes\): "
+        r"Input should be greater than or equal to 1, got '0'",
+    ):
         NodeConfig.from_env()
 
 
@@ -45,8 +55,14 @@ def test_node_hands_its_engine_settings_to_its_workers(monkeypatch):
     monkeypatch.setenv("STRATA_KVSTORE_ADDR", "127.0.0.1:9")
     monkeypatch.setenv("STRATA_INTERNAL_AUTH", "false")
     node = NodeConfig.from_env()
-    payload = json.dumps({**node.worker_settings(), "worker_bind": "127.0.0.1:5",
-                          "model": "dummy-tiny", "replica_id": "r7"})
+    payload = json.dumps(
+        {
+            **node.worker_settings(),
+            "worker_bind": "127.0.0.1:5",
+            "model": "dummy-tiny",
+            "replica_id": "r7",
+        }
+    )
     worker = WorkerConfig.model_validate_json(payload)
     assert (worker.kv_blocks, worker.torch_threads) == (64, 3)
     assert worker.kvstore_addr == "127.0.0.1:9"
@@ -55,9 +71,9 @@ def test_node_hands_its_engine_settings_to_its_workers(monkeypatch):
 
 
 def test_flags_override_variables_and_help_lists_every_setting(monkeypatch, capsys):
+    from services.scheduler.config import SchedulerConfig
     from strata.core.settings import SettingsError, load
 
-    from services.scheduler.config import SchedulerConfig
     monkeypatch.setenv("STRATA_NODE_TTL_S", "9")
     cfg = load(SchedulerConfig, "prog", ["--node-ttl-s", "12"])
     assert cfg.node_ttl_s == 12.0
@@ -75,9 +91,9 @@ def test_flags_override_variables_and_help_lists_every_setting(monkeypatch, caps
 
 
 def test_print_config_masks_secrets(monkeypatch, capsys):
+    from services.gateway.config import GatewayConfig as Config
     from strata.core.settings import load
 
-    from services.gateway.config import GatewayConfig as Config
     with pytest.raises(SystemExit) as done:
         load(Config, "prog", ["--print-config"])
     assert done.value.code == 0
@@ -86,9 +102,9 @@ def test_print_config_masks_secrets(monkeypatch, capsys):
 
 
 def test_print_config_masks_a_database_password(monkeypatch, capsys):
+    from services.metrics.config import MetricsConfig
     from strata.core.settings import load
 
-    from services.metrics.config import MetricsConfig
     monkeypatch.setenv("STRATA_DB_URL", "postgresql+psycopg2://strata:hunter2@db:5432/strata")
     with pytest.raises(SystemExit):
         load(MetricsConfig, "prog", ["--print-config"])

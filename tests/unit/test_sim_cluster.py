@@ -5,6 +5,7 @@ giving the same per-request latencies as exact stepping."""
 import random
 
 import pytest
+
 from strata.core.profile import RequestOverheads, StepCosts
 from strata.eval.synthetic import Uniform, poisson_arrivals, requests_at
 from strata.eval.workload import Scaling, Window
@@ -21,10 +22,10 @@ from strata.sim.replica import EngineLimits
 from strata.sim.workload import SimRequest, sim_requests
 
 # 1 ms per step + 0.1 ms per token: a prefill of 20 tokens takes 3 ms, a decode 1.1 ms.
-FLAT = StepCosts(step_s=1e-3, token_s=1e-4, sample_s=0.0, prefill_attend_s=0.0,
-                 decode_attend_s=0.0)
-LIMITS = EngineLimits(num_blocks=64, block_size=16, max_batched_tokens=256, max_seqs=8,
-                      max_context=1024)
+FLAT = StepCosts(step_s=1e-3, token_s=1e-4, sample_s=0.0, prefill_attend_s=0.0, decode_attend_s=0.0)
+LIMITS = EngineLimits(
+    num_blocks=64, block_size=16, max_batched_tokens=256, max_seqs=8, max_context=1024
+)
 MB = 10**6
 
 
@@ -50,7 +51,7 @@ def by_id(result):
 def test_one_request_takes_the_profiled_step_times(fast_forward):
     result = simulator(fast_forward=fast_forward).run([req(0, 0.5)])
     [row] = result.rows
-    assert row.ttft_ms == pytest.approx(3.0)           # prefill of 20 tokens
+    assert row.ttft_ms == pytest.approx(3.0)  # prefill of 20 tokens
     assert row.e2e_ms == pytest.approx(3.0 + 2 * 1.1)  # and two decodes
     assert row.tpot_ms == pytest.approx(1.1)
     assert row.queue_ms == 0.0 and row.completion_tokens == 3 and row.error_code == ""
@@ -61,8 +62,9 @@ def test_one_request_takes_the_profiled_step_times(fast_forward):
 def test_stack_overheads():
     # 2 ms in (plus 0.5 ms of add_request), 1 ms out; sending a token costs the engine's
     # interpreter 0.4 ms, so every step takes 0.4 ms more per token it samples
-    slow = spec(overheads=RequestOverheads(add_s=5e-4, inbound_s=2e-3, outbound_s=1e-3,
-                                           token_send_s=4e-4))
+    slow = spec(
+        overheads=RequestOverheads(add_s=5e-4, inbound_s=2e-3, outbound_s=1e-3, token_send_s=4e-4)
+    )
     [row] = simulator(models=(slow,)).run([req(0, 0.5)]).rows
     assert row.ttft_ms == pytest.approx(2.5 + 3.4 + 1.0)
     assert row.e2e_ms == pytest.approx(2.5 + 3.4 + 2 * 1.5 + 1.0)
@@ -93,8 +95,9 @@ def test_routing_reads_heartbeats():
 
 
 def test_requests_the_engine_or_the_cluster_refuses():
-    result = simulator().run([req(0, 0.1, prompt=1000, output=100),
-                              req(1, 0.2, model="unknown"), req(2, 0.3)])
+    result = simulator().run(
+        [req(0, 0.1, prompt=1000, output=100), req(1, 0.2, model="unknown"), req(2, 0.3)]
+    )
     rows = by_id(result)
     assert rows[0].error_code == "INVALID_ARGUMENT" and rows[0].ttft_ms is None
     assert rows[1].error_code == "UNAVAILABLE"
@@ -105,13 +108,21 @@ def test_placement_runs_at_start_and_every_replan():
     calls = []
 
     def placement(nodes, models):
-        calls.append(([(n.node_id, tuple(r.replica_id for r in n.replicas)) for n in nodes],
-                      [(m.name, m.replicas) for m in models]))
+        calls.append(
+            (
+                [(n.node_id, tuple(r.replica_id for r in n.replicas)) for n in nodes],
+                [(m.name, m.replicas) for m in models],
+            )
+        )
         return plan_placement(nodes, models)
 
-    sim = Simulator([("node-0", 100 * MB), ("node-1", 100 * MB)], [spec("a")],
-                    lambda now: [ModelDemand("a", 10 * MB, 2 if now >= 1.0 else 1)],
-                    SimConfig(replan_s=1.0, load_s=0.5, heartbeat_s=0.25), placement)
+    sim = Simulator(
+        [("node-0", 100 * MB), ("node-1", 100 * MB)],
+        [spec("a")],
+        lambda now: [ModelDemand("a", 10 * MB, 2 if now >= 1.0 else 1)],
+        SimConfig(replan_s=1.0, load_s=0.5, heartbeat_s=0.25),
+        placement,
+    )
     result = sim.run([req(i, 0.1 + 0.5 * i, output=2) for i in range(6)])
     assert calls[0] == ([("node-0", ()), ("node-1", ())], [("a", 1)])
     assert calls[1] == ([("node-0", ("a@node-0",)), ("node-1", ())], [("a", 2)])
@@ -131,14 +142,19 @@ def test_a_moved_replica_serves_until_its_replacement_is_ready():
             return plan_placement(nodes[:1], models)
         if not nodes[0].replicas:
             return PlacementPlan(assignments=[Assignment("a", "node-1", "a@node-1", "kept")])
-        return PlacementPlan(assignments=[Assignment("a", "node-1", "a@node-1", "moved")],
-                             loads=[Assignment("a", "node-1", "a@node-1", "moved")],
-                             unloads=[Unload("a", "node-0", "a@node-0", "moved")])
+        return PlacementPlan(
+            assignments=[Assignment("a", "node-1", "a@node-1", "moved")],
+            loads=[Assignment("a", "node-1", "a@node-1", "moved")],
+            unloads=[Unload("a", "node-0", "a@node-0", "moved")],
+        )
 
-    sim = Simulator([("node-0", 100 * MB), ("node-1", 100 * MB)], [spec("a")],
-                    lambda now: [ModelDemand("a", 10 * MB, 1)],
-                    SimConfig(replan_s=1.0, load_s=0.5, heartbeat_s=0.25,
-                              horizon_s=2.9), placement)
+    sim = Simulator(
+        [("node-0", 100 * MB), ("node-1", 100 * MB)],
+        [spec("a")],
+        lambda now: [ModelDemand("a", 10 * MB, 1)],
+        SimConfig(replan_s=1.0, load_s=0.5, heartbeat_s=0.25, horizon_s=2.9),
+        placement,
+    )
     result = sim.run([req(i, 0.6 + 0.2 * i, output=2) for i in range(10)])
     rows = by_id(result)
     # requests between the replan and the new replica's first heartbeat as READY still find
@@ -151,8 +167,9 @@ def test_a_moved_replica_serves_until_its_replacement_is_ready():
 
 def test_node_samples_measure_utilization_as_busy_over_wall_time():
     result = simulator(sample_s=1.0).run([req(0, 0.5)])
-    samples = [(s.unix_ms - 1_700_000_000_000, s.utilization, s.batch_tokens)
-               for s in result.samples]
+    samples = [
+        (s.unix_ms - 1_700_000_000_000, s.utilization, s.batch_tokens) for s in result.samples
+    ]
     # at the start, at half the interval (one node's phase), and when the run ends: the 5.2 ms
     # after the arrival were all engine steps
     assert samples[:2] == [(0, 0.0, 0), (500, 0.0, 0)]
@@ -162,29 +179,46 @@ def test_node_samples_measure_utilization_as_busy_over_wall_time():
 
 def _workload(n=60, seed=1):
     rng = random.Random(seed)
-    trace = requests_at(poisson_arrivals(100.0, rng, count=n), Uniform(8, 120), Uniform(1, 120),
-                        rng)
+    trace = requests_at(
+        poisson_arrivals(100.0, rng, count=n), Uniform(8, 120), Uniform(1, 120), rng
+    )
     reqs = sim_requests(trace, Scaling(), Window(), "a")
     # every fourth request to a second model, co-located with a's first replica
-    return [SimRequest(r.index, r.arrival_s, r.prompt_tokens, r.output_tokens,
-                       "b" if r.index % 4 == 3 else "a") for r in reqs]
+    return [
+        SimRequest(
+            r.index, r.arrival_s, r.prompt_tokens, r.output_tokens, "b" if r.index % 4 == 3 else "a"
+        )
+        for r in reqs
+    ]
 
 
 @pytest.mark.parametrize("send_s", [0.0, 2e-4])
 def test_fast_forward_gives_the_same_latencies_as_exact_stepping(send_s):
-    costs = StepCosts(step_s=4e-4, token_s=2e-5, sample_s=3e-5, prefill_attend_s=1e-8,
-                      decode_attend_s=5e-7, group_s=1e-4)
+    costs = StepCosts(
+        step_s=4e-4,
+        token_s=2e-5,
+        sample_s=3e-5,
+        prefill_attend_s=1e-8,
+        decode_attend_s=5e-7,
+        group_s=1e-4,
+    )
     # 24 blocks of 16 tokens for up to 8 sequences: decodes run out of blocks and preempt
-    small = EngineLimits(num_blocks=24, block_size=16, max_batched_tokens=128, max_seqs=8,
-                         max_context=1024)
-    overheads = RequestOverheads(add_s=1e-5, inbound_s=2e-3, outbound_s=1e-3,
-                                 token_send_s=send_s)
+    small = EngineLimits(
+        num_blocks=24, block_size=16, max_batched_tokens=128, max_seqs=8, max_context=1024
+    )
+    overheads = RequestOverheads(add_s=1e-5, inbound_s=2e-3, outbound_s=1e-3, token_send_s=send_s)
     models = (spec("a", costs, small, overheads), spec("b", costs, small, overheads))
-    nodes = (("node-0", 25 * MB), ("node-1", 15 * MB))    # node-0 hosts a and b
+    nodes = (("node-0", 25 * MB), ("node-1", 15 * MB))  # node-0 hosts a and b
     out = {}
     for ff in (False, True):
-        sim = simulator(nodes=nodes, models=models, replicas={"a": 2, "b": 1}, heartbeat_s=0.02,
-                        sample_s=0.05, fast_forward=ff)
+        sim = simulator(
+            nodes=nodes,
+            models=models,
+            replicas={"a": 2, "b": 1},
+            heartbeat_s=0.02,
+            sample_s=0.05,
+            fast_forward=ff,
+        )
         out[ff] = (sim.run(_workload()), sim)
     exact, fast = out[False][0], out[True][0]
     assert fast.stretches > 10 and exact.stretches == 0
@@ -196,14 +230,20 @@ def test_fast_forward_gives_the_same_latencies_as_exact_stepping(send_s):
     for i in a:
         assert b[i].error_code == a[i].error_code == ""
         for field in ("ttft_ms", "e2e_ms", "queue_ms"):
-            assert getattr(b[i], field) == pytest.approx(getattr(a[i], field), rel=1e-9,
-                                                         abs=1e-9), (i, field)
+            assert getattr(b[i], field) == pytest.approx(
+                getattr(a[i], field), rel=1e-9, abs=1e-9
+            ), (i, field)
     assert out[True][1].routed == out[False][1].routed
     # node samples read mid-stretch agree with the exact run's too; device blocks in use may
     # count a cached block the stretch took as newly used (replica.used_blocks says why)
     for s, t in zip(exact.samples, fast.samples, strict=True):
-        assert (s.node_id, s.unix_ms, s.batch_tokens, s.running, s.waiting) == \
-            (t.node_id, t.unix_ms, t.batch_tokens, t.running, t.waiting)
+        assert (s.node_id, s.unix_ms, s.batch_tokens, s.running, s.waiting) == (
+            t.node_id,
+            t.unix_ms,
+            t.batch_tokens,
+            t.running,
+            t.waiting,
+        )
         assert 0 <= t.kv_blocks_device_used - s.kv_blocks_device_used <= 8
         assert s.utilization == pytest.approx(t.utilization, abs=1e-9)
 

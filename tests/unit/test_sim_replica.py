@@ -8,9 +8,18 @@ from strata.sim.replica import Stretch
 
 
 def _stretch(rng, steps, first, growth, end1, gap, gap_growth):
-    return Stretch(steps=steps, batch=4, first_s=first, growth_s=growth, order=[],
-                   allocs=[(1, 0), (17, 1), (17, 0), (33, 0)], alloc_steps=[1, 17, 17, 33],
-                   end1_s=end1, gap_s=gap, gap_growth_s=gap_growth)
+    return Stretch(
+        steps=steps,
+        batch=4,
+        first_s=first,
+        growth_s=growth,
+        order=[],
+        allocs=[(1, 0), (17, 1), (17, 0), (33, 0)],
+        alloc_steps=[1, 17, 17, 33],
+        end1_s=end1,
+        gap_s=gap,
+        gap_growth_s=gap_growth,
+    )
 
 
 def test_step_counts_match_a_step_by_step_count():
@@ -19,21 +28,27 @@ def test_step_counts_match_a_step_by_step_count():
         steps = rng.randint(2, 300)
         first, growth = rng.uniform(1e-4, 0.2), rng.choice([0.0, 1e-7, 1e-4])
         start = rng.uniform(0, 100)
-        if case % 2:   # alone on the GPU
+        if case % 2:  # alone on the GPU
             st = _stretch(rng, steps, first, growth, start + first, first + growth, growth)
-        else:          # second of three replicas taking turns
+        else:  # second of three replicas taking turns
             others = [(rng.uniform(1e-4, 0.2), rng.choice([0.0, 1e-6])) for _ in range(2)]
             per_round = first + sum(a for a, _ in others)
             all_growth = growth + sum(g for _, g in others)
             before, before_growth = others[0][0] + first, others[0][1] + growth
-            st = _stretch(rng, steps, first, growth, start + before, per_round + before_growth,
-                          all_growth)
+            st = _stretch(
+                rng, steps, first, growth, start + before, per_round + before_growth, all_growth
+            )
             # its step j ends after j rounds of the first replica and j of its own, j - 1
             # of the third
             j = rng.randint(1, steps)
-            expect = start + sum(others[0][0] + others[0][1] * (k - 1) + first + growth * (k - 1)
-                                 for k in range(1, j + 1)) + sum(
-                others[1][0] + others[1][1] * (k - 1) for k in range(1, j))
+            expect = (
+                start
+                + sum(
+                    others[0][0] + others[0][1] * (k - 1) + first + growth * (k - 1)
+                    for k in range(1, j + 1)
+                )
+                + sum(others[1][0] + others[1][1] * (k - 1) for k in range(1, j))
+            )
             assert abs(st.end_of(j) - expect) < 1e-9
         ends = [st.end_of(j) for j in range(1, steps + 1)]
         starts = [st.start_of(j) for j in range(1, steps + 1)]

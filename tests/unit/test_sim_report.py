@@ -3,10 +3,10 @@ layer functions as a real run's, written as `strata report --json` writes, read 
 `strata report --compare` beside another report file."""
 
 import pytest
+
 from strata.client import cli
 from strata.client.report_cli import load_report_file
 from strata.sim.report import sim_report, write_report
-
 from tests.unit.test_sim_cluster import req, simulator
 
 EPOCH = 1_700_000_000_000
@@ -53,4 +53,5 @@ def test_compare_names_a_file_that_is_not_a_report(tmp_path, capsys):
     write_report(sim_report(_run([3]), EPOCH, "x"), good)
     assert cli.main(["report", "--compare", str(good), str(bad)]) == 2
     assert capsys.readouterr().err.startswith(
-        f"error: {bad} is not a layered report as `strata report --json` writes it")
+        f"error: {bad} is not a layered report as `strata report --json` writes it"
+    )

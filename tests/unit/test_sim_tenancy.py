@@ -3,6 +3,7 @@ class priorities, client retries after a refusal, static partitions; exact times
 cost line."""
 
 import pytest
+
 from strata.core.profile import StepCosts
 from strata.core.tenant_policy import TenantPolicy
 from strata.policy.placement import ModelDemand
@@ -14,20 +15,26 @@ from strata.sim.tenancy import Tenancy
 from strata.sim.workload import SimRequest
 
 # 1 ms per step + 0.1 ms per token: a prefill of 20 tokens takes 3 ms, a decode 1.1 ms.
-FLAT = StepCosts(step_s=1e-3, token_s=1e-4, sample_s=0.0, prefill_attend_s=0.0,
-                 decode_attend_s=0.0)
+FLAT = StepCosts(step_s=1e-3, token_s=1e-4, sample_s=0.0, prefill_attend_s=0.0, decode_attend_s=0.0)
 MB = 10**6
-POLICIES = {"chat": TenantPolicy("chat", "interactive", 2, 500.0, None),
-            "bulk": TenantPolicy("bulk", "batch", 0)}
+POLICIES = {
+    "chat": TenantPolicy("chat", "interactive", 2, 500.0, None),
+    "bulk": TenantPolicy("bulk", "batch", 0),
+}
 
 
 def simulator(tenancy, nodes=1, max_seqs=1):
-    limits = EngineLimits(num_blocks=64, block_size=16, max_batched_tokens=256,
-                          max_seqs=max_seqs, max_context=1024)
+    limits = EngineLimits(
+        num_blocks=64, block_size=16, max_batched_tokens=256, max_seqs=max_seqs, max_context=1024
+    )
     spec = ModelSpec("a", FLAT, limits, memory_bytes=10 * MB)
-    return Simulator([(f"node-{i}", 10 * MB) for i in range(nodes)], [spec],
-                     lambda now: [ModelDemand("a", 10 * MB, nodes)], SimConfig(), 
-                     tenancy=tenancy)
+    return Simulator(
+        [(f"node-{i}", 10 * MB) for i in range(nodes)],
+        [spec],
+        lambda now: [ModelDemand("a", 10 * MB, nodes)],
+        SimConfig(),
+        tenancy=tenancy,
+    )
 
 
 def req(index, at, tenant, output=10):
@@ -40,11 +47,16 @@ def by_id(result):
 
 def test_the_fair_queue_lets_a_higher_class_take_the_next_slot():
     # One slot; bulk 0 runs (3 + 9 x 1.1 = 12.9 ms), bulk 1 and 2 wait, chat arrives at 1 ms.
-    work = [req(0, 0.0, "bulk"), req(1, 0.0005, "bulk"), req(2, 0.0006, "bulk"),
-            req(3, 0.001, "chat")]
+    work = [
+        req(0, 0.0, "bulk"),
+        req(1, 0.0005, "bulk"),
+        req(2, 0.0006, "bulk"),
+        req(3, 0.001, "chat"),
+    ]
     wfq = by_id(simulator(Tenancy(SchedulerSettings(), POLICIES, queue="wfq")).run(work))
-    fcfs = by_id(simulator(Tenancy(SchedulerSettings(mode=Mode.FCFS), POLICIES,
-                                   queue="fcfs")).run(work))
+    fcfs = by_id(
+        simulator(Tenancy(SchedulerSettings(mode=Mode.FCFS), POLICIES, queue="fcfs")).run(work)
+    )
     # wfq: chat right after bulk 0 (ends at 12.9 ms): its TTFT = 12.9 + 3 - 1 ms
     assert wfq[3].ttft_ms == pytest.approx(14.9)
     # fcfs: behind all three bulk requests
@@ -57,8 +69,9 @@ def test_a_refused_client_retries_and_its_latency_counts_from_the_first_attempt(
     # horizon is more); bulk may hold 10% of it, 102 tokens: three requests of 30 tokens fit,
     # the fourth and fifth are refused, and without a measured pool rate yet the hint is 1 s.
     policies = {"bulk": TenantPolicy("bulk", "batch", 0, burst_share=0.1)}
-    tenancy = Tenancy(SchedulerSettings(admission=AdmissionSettings(horizon_s=1.0)), policies,
-                      queue="wfq")
+    tenancy = Tenancy(
+        SchedulerSettings(admission=AdmissionSettings(horizon_s=1.0)), policies, queue="wfq"
+    )
     sim = simulator(tenancy, max_seqs=8)
     rows = by_id(sim.run([req(i, 0.0001 * i, "bulk") for i in range(5)]))
     assert all(not r.error_code for r in rows.values())
@@ -70,18 +83,27 @@ def test_a_refused_client_retries_and_its_latency_counts_from_the_first_attempt(
 def test_a_client_that_is_refused_past_its_patience_fails_resource_exhausted():
     policies = {"bulk": TenantPolicy("bulk", "batch", 0, burst_share=0.01)}
     tenancy = Tenancy(SchedulerSettings(), policies, queue="wfq", give_up_s=0.0)
-    rows = by_id(simulator(tenancy, max_seqs=8).run(
-        [req(0, 0.0, "bulk", output=200), req(1, 0.001, "bulk")]))
+    rows = by_id(
+        simulator(tenancy, max_seqs=8).run([req(0, 0.0, "bulk", output=200), req(1, 0.001, "bulk")])
+    )
     assert rows[0].error_code == ""
     assert (rows[1].error_code, rows[1].ttft_ms) == ("RESOURCE_EXHAUSTED", None)
 
 
 def test_static_partitions_keep_each_tenant_on_its_nodes():
-    tenancy = Tenancy(SchedulerSettings(mode=Mode.STATIC, partitions={
-        "chat": frozenset({"node-0"}), "bulk": frozenset({"node-1"})}), POLICIES, queue="fcfs")
+    tenancy = Tenancy(
+        SchedulerSettings(
+            mode=Mode.STATIC,
+            partitions={"chat": frozenset({"node-0"}), "bulk": frozenset({"node-1"})},
+        ),
+        POLICIES,
+        queue="fcfs",
+    )
     sim = simulator(tenancy, nodes=2, max_seqs=4)
     sim.run([req(i, 0.001 * i, "bulk" if i % 2 else "chat") for i in range(6)])
-    nodes = {i: sim.replicas[rid].node_id if rid in sim.replicas else rid
-             for i, rid in sim.routed.items()}
+    nodes = {
+        i: sim.replicas[rid].node_id if rid in sim.replicas else rid
+        for i, rid in sim.routed.items()
+    }
     assert {nodes[i] for i in (0, 2, 4)} == {"node-0"}
     assert {nodes[i] for i in (1, 3, 5)} == {"node-1"}

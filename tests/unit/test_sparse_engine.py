@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+
 from strata.engine import kernels
 from strata.engine.attention import AttentionMetadata, SeqSlice
 from strata.engine.dummy import load_dummy
@@ -49,13 +50,18 @@ def run(engine: LLMEngine, reqs: list[EngineRequest]) -> dict[str, list[tuple[in
 
 
 def req(rid: str, ids: list[int], steps: int = 6, sparse: bool | None = None) -> EngineRequest:
-    return EngineRequest(rid, ids, SamplingParams(max_tokens=steps, ignore_eos=True, logprobs=1),
-                         sparse=sparse)
+    return EngineRequest(
+        rid, ids, SamplingParams(max_tokens=steps, ignore_eos=True, logprobs=1), sparse=sparse
+    )
 
 
 def engine(loaded, sparse: SparseConfig | None, kernel: str = "cpp", blocks: int = 160):
-    return LLMEngine(loaded, EngineConfig(num_blocks=blocks, max_batched_tokens=512,
-                                          attention_kernel=kernel, sparse=sparse))
+    return LLMEngine(
+        loaded,
+        EngineConfig(
+            num_blocks=blocks, max_batched_tokens=512, attention_kernel=kernel, sparse=sparse
+        ),
+    )
 
 
 @pytest.mark.parametrize("kernel", ["cpp", "torch"])
@@ -81,8 +87,14 @@ def test_outputs_are_bit_for_bit_dense_when_off_short_or_opted_out(tiny, kernel)
 
 
 def test_counters_count_rows_layers_and_blocks(tiny):
-    cfg = SparseConfig(enabled=True, min_context=1024, budget_fraction=0.25, sink_blocks=1,
-                       window_blocks=2, threshold=1.0)
+    cfg = SparseConfig(
+        enabled=True,
+        min_context=1024,
+        budget_fraction=0.25,
+        sink_blocks=1,
+        window_blocks=2,
+        threshold=1.0,
+    )
     e = engine(tiny, cfg)
     ids = prompt(1000)
     run(e, [req("a", ids, steps=40)])
@@ -104,8 +116,9 @@ def test_a_zero_threshold_falls_back_everywhere_to_the_dense_numbers(tiny):
         pytest.skip("the fused CPU kernel did not build: fallbacks are not bit-exact without it")
     ids = prompt(1100)
     dense = run(engine(tiny, None), [req("a", ids)])
-    e = engine(tiny, SparseConfig(enabled=True, min_context=512, budget_fraction=0.25,
-                                  threshold=0.0))
+    e = engine(
+        tiny, SparseConfig(enabled=True, min_context=512, budget_fraction=0.25, threshold=0.0)
+    )
     assert run(e, [req("a", ids)]) == dense
     s = e.sparse.stats
     assert s.fallbacks == s.layer_steps == 5 * 2
@@ -120,8 +133,15 @@ def decoder_case(estimate: str):
     layers, kv_heads, nb, dim, g = 1, 2, 24, 8, 2
     kv = torch.randn(layers, 2, kv_heads, nb, BS, dim, generator=gen)
     kv[0, 0] *= 0.01
-    cfg = SparseConfig(enabled=True, min_context=1, budget_blocks=8, sink_blocks=1,
-                       window_blocks=2, estimate=estimate, threshold=1.0)
+    cfg = SparseConfig(
+        enabled=True,
+        min_context=1,
+        budget_blocks=8,
+        sink_blocks=1,
+        window_blocks=2,
+        estimate=estimate,
+        threshold=1.0,
+    )
     dec = SparseDecoder(cfg, layers, kv_heads, nb, BS, dim, torch.device("cpu"), torch.float32)
     table = list(range(3, 23))
     dec.index.summarize(kv, table[:-1])
@@ -139,7 +159,7 @@ def run_layer(kv, dec, table, q, native=False) -> tuple[torch.Tensor, list[Layer
     step = dec.plan(kv, ["r"], slices, meta.groups[0], native)
     probes: list[LayerProbe] = []
     dec.probe = probes.append
-    out = step.attend(q, kv[0, 0], kv[0, 1], meta.groups[0], 8 ** -0.5, 0, lambda g: None)
+    out = step.attend(q, kv[0, 0], kv[0, 1], meta.groups[0], 8**-0.5, 0, lambda g: None)
     dec.probe = None
     return out, probes
 
@@ -149,29 +169,46 @@ def test_fallback_happens_exactly_when_the_estimate_passes_the_threshold():
     _, (probe,) = run_layer(kv, dec, table, q)
     # the bound estimate, recomputed here from its definition: each left-out block's keys all
     # at its bound, against the exact partition function of the blocks read
-    scale = 8 ** -0.5
+    scale = 8**-0.5
     for h in range(2):
-        keys = kv[0, 0, h, table].reshape(-1, 8)[:19 * BS + 4].double()
-        q_h = q[0, 2 * h:2 * h + 2].double()
+        keys = kv[0, 0, h, table].reshape(-1, 8)[: 19 * BS + 4].double()
+        q_h = q[0, 2 * h : 2 * h + 2].double()
         scores = q_h @ keys.T * scale
         read = torch.zeros(20, dtype=torch.bool)
         read[[table.index(b) for b in dec_selected(dec, kv, table, q, h)]] = True
-        keyread = read.repeat_interleave(BS)[:19 * BS + 4]
+        keyread = read.repeat_interleave(BS)[: 19 * BS + 4]
         z_in = torch.logsumexp(scores[:, keyread], -1)
-        box = torch.stack([(q_h.clamp(min=0) @ dec.index.kmax[0, h, b].double() +
-                            q_h.clamp(max=0) @ dec.index.kmin[0, h, b].double()) * scale
-                           for b in table[:-1]], -1)
+        box = torch.stack(
+            [
+                (
+                    q_h.clamp(min=0) @ dec.index.kmax[0, h, b].double()
+                    + q_h.clamp(max=0) @ dec.index.kmin[0, h, b].double()
+                )
+                * scale
+                for b in table[:-1]
+            ],
+            -1,
+        )
         left = ~read[:-1]
         log_e = torch.logsumexp(box[:, left] + math.log(BS), -1)
         want = torch.sigmoid(log_e - z_in)
         assert torch.allclose(probe.estimate[0, h].double(), want, rtol=1e-4)
-    top = probe.estimate[0].amax(-1)                 # [KVH]: each group's largest estimate
+    top = probe.estimate[0].amax(-1)  # [KVH]: each group's largest estimate
     assert top[1] > top[0]
-    for threshold, fell in ((float(top[0]) * 0.999, [True, True]),
-                            ((float(top[0]) + float(top[1])) / 2, [False, True]),
-                            (float(top[1]) * 1.001, [False, False])):
-        dec.cfg = SparseConfig(enabled=True, min_context=1, budget_blocks=8, sink_blocks=1,
-                               window_blocks=2, estimate="bound", threshold=threshold)
+    for threshold, fell in (
+        (float(top[0]) * 0.999, [True, True]),
+        ((float(top[0]) + float(top[1])) / 2, [False, True]),
+        (float(top[1]) * 1.001, [False, False]),
+    ):
+        dec.cfg = SparseConfig(
+            enabled=True,
+            min_context=1,
+            budget_blocks=8,
+            sink_blocks=1,
+            window_blocks=2,
+            estimate="bound",
+            threshold=threshold,
+        )
         before = dec.stats.fallbacks
         out, (p,) = run_layer(kv, dec, table, q)
         assert p.fell_back[0].tolist() == fell
@@ -186,10 +223,11 @@ def test_fallback_happens_exactly_when_the_estimate_passes_the_threshold():
 def dec_selected(dec, kv, table, q, head) -> list[int]:
     """The physical blocks the decoder reads for KV head `head` (without running attention)."""
     from strata.engine.sparse.select import select_blocks
+
     slices = [SeqSlice(0, 1, 19 * BS + 4, table)]
     meta = AttentionMetadata.build(slices, BS, "cpu", False)
     step = dec.plan(kv, ["r"], slices, meta.groups[0], False)
-    sel = select_blocks(q.view(1, 2, 2, 8), dec.index, 0, step.layout, dec.cfg, BS, 8 ** -0.5)
+    sel = select_blocks(q.view(1, 2, 2, 8), dec.index, 0, step.layout, dec.cfg, BS, 8**-0.5)
     return [b for b, n in zip(sel.block_ids[head].tolist(), sel.block_lens[head].tolist()) if n]
 
 
@@ -206,13 +244,21 @@ def test_moment_estimate_tracks_the_true_mass_left_out():
 
 def test_cosine_against_dense_on_the_long_context_dummy():
     loaded = load_dummy("dummy-long")
-    e = LLMEngine(loaded, EngineConfig(num_blocks=160, max_batched_tokens=1024, sparse=SparseConfig(
-        enabled=True, min_context=1024, budget_fraction=0.25, threshold=1.0)))
+    e = LLMEngine(
+        loaded,
+        EngineConfig(
+            num_blocks=160,
+            max_batched_tokens=1024,
+            sparse=SparseConfig(
+                enabled=True, min_context=1024, budget_fraction=0.25, threshold=1.0
+            ),
+        ),
+    )
     ids = prompt(2048, vocab=512)
     tf = teacher_forced(e, ids, prompt(8, seed=3, vocab=512))
     assert bool(tf.sparse_steps.all())
     assert float(tf.cosine_selected.min()) >= 0.99
-    assert torch.equal(tf.cosine, tf.cosine_selected)            # nothing fell back
+    assert torch.equal(tf.cosine, tf.cosine_selected)  # nothing fell back
     assert tf.top1_agreement == 1.0
     assert (tf.estimate.amax(-1) < 0.1).all()
     assert e.sparse.stats.layer_steps == 8 * 4 and not e.has_work()
@@ -225,11 +271,20 @@ def test_compensation_brings_the_long_context_dummy_closer_to_dense():
     gap, logits = {}, {}
     for compensate in (False, True):
         # a small budget (8 of 128 blocks) leaves out up to 2% of the mass
-        e = LLMEngine(loaded, EngineConfig(num_blocks=160, max_batched_tokens=1024,
-                                           sparse=SparseConfig(enabled=True, min_context=1024,
-                                                               budget_fraction=0.0625,
-                                                               threshold=1.0,
-                                                               compensate=compensate)))
+        e = LLMEngine(
+            loaded,
+            EngineConfig(
+                num_blocks=160,
+                max_batched_tokens=1024,
+                sparse=SparseConfig(
+                    enabled=True,
+                    min_context=1024,
+                    budget_fraction=0.0625,
+                    threshold=1.0,
+                    compensate=compensate,
+                ),
+            ),
+        )
         tf = teacher_forced(e, ids, more)
         assert bool(tf.sparse_steps.all())
         gap[compensate] = (1 - tf.cosine_selected.double()).mean().item()
@@ -249,7 +304,7 @@ def test_shared_prefix_blocks_share_entries_and_tier_copies_are_summarized(tiny)
     second = run(e, [req("b", ids)])
     assert second["b"] == first["a"]
     assert e.finished["b"].sparse_layer_steps == 5 * 2
-    assert e.sparse.index.summarized - summarized == 1    # its own block filled while decoding
+    assert e.sparse.index.summarized - summarized == 1  # its own block filled while decoding
     # a block copied in from the KV tier store is summarized through the pool's commit hook
     (block,) = e.pool.allocate(1)
     keys = torch.randn(2, 2, BS, 16)

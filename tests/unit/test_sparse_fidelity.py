@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from strata.engine import kernels
 from strata.engine.dummy import load_dummy
 from strata.engine.engine import EngineConfig, LLMEngine
@@ -32,9 +33,16 @@ def ids(n: int, seed: int) -> list[int]:
 
 def engine(loaded, kernel: str) -> LLMEngine:
     # 600 prompt tokens prefill in chunks of 512 and 88: no chunk is a one-token decode
-    return LLMEngine(loaded, EngineConfig(num_blocks=BLOCKS, max_batched_tokens=512,
-                                          dtype="bfloat16", attention_kernel=kernel,
-                                          sparse=SPARSE))
+    return LLMEngine(
+        loaded,
+        EngineConfig(
+            num_blocks=BLOCKS,
+            max_batched_tokens=512,
+            dtype="bfloat16",
+            attention_kernel=kernel,
+            sparse=SPARSE,
+        ),
+    )
 
 
 def test_torch_dense_is_the_torch_engines_dense_run_and_leaves_the_others_alone(tiny):
@@ -71,7 +79,18 @@ def test_dense_floor_counts_the_steps_whose_top_token_is_the_same_both_ways():
     dense = torch.tensor([[0.0, 1.0], [1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
     other = torch.tensor([[0.0, 1.0], [0.4, 0.6], [0.1, 0.9], [0.8, 0.2]])
     empty = torch.zeros(4, 1)
-    tf = TeacherForced(dense, dense, empty.bool(), empty, empty, empty.bool(), empty, empty,
-                       [], [], dense_torch_logits=other)
+    tf = TeacherForced(
+        dense,
+        dense,
+        empty.bool(),
+        empty,
+        empty,
+        empty.bool(),
+        empty,
+        empty,
+        [],
+        [],
+        dense_torch_logits=other,
+    )
     assert tf.dense_floor == 0.75
     assert tf.top1_agreement == 1.0

@@ -10,6 +10,7 @@ import math
 
 import pytest
 import torch
+
 from strata.engine.attention import AttentionMetadata, SeqSlice
 from strata.engine.sparse import SparseConfig, SparseDecoder, native
 from strata.engine.sparse.attend import attend_blocks
@@ -23,7 +24,7 @@ BS, KVH, G, NB = 4, 2, 3, 48
 def _kernels():
     if native.load() is None:
         pytest.skip("the sparse CPU kernels did not build")
-    torch.set_num_threads(2)        # pairs split over threads: each pair's numbers must hold
+    torch.set_num_threads(2)  # pairs split over threads: each pair's numbers must hold
 
 
 def case(dim: int, dtype: torch.dtype, comp: bool, estimate: str):
@@ -31,12 +32,19 @@ def case(dim: int, dtype: torch.dtype, comp: bool, estimate: str):
     kv = torch.randn(1, 2, KVH, NB, BS, dim, generator=gen)
     kv[0, 0] *= 0.5
     kv = kv.to(dtype)
-    cfg = SparseConfig(enabled=True, min_context=1, budget_blocks=6, sink_blocks=1,
-                       window_blocks=2, estimate=estimate, compensate=comp)
+    cfg = SparseConfig(
+        enabled=True,
+        min_context=1,
+        budget_blocks=6,
+        sink_blocks=1,
+        window_blocks=2,
+        estimate=estimate,
+        compensate=comp,
+    )
     dec = SparseDecoder(cfg, 1, KVH, NB, BS, dim, torch.device("cpu"), dtype)
     dec.index.summarize(kv, list(range(NB)))
     tables = [list(range(40, 20, -1)), list(range(2, 16)), [30, 5, 17, 44, 9, 26, 33, 1, 12]]
-    lens = [19 * BS + 2, 13 * BS + 4, 8 * BS + 1]       # the third row reads 6 of 9 blocks
+    lens = [19 * BS + 2, 13 * BS + 4, 8 * BS + 1]  # the third row reads 6 of 9 blocks
     for i in range(3):
         dec.register(f"r{i}", True)
     slices = [SeqSlice(i, 1, n, t) for i, (n, t) in enumerate(zip(lens, tables))]
@@ -51,25 +59,33 @@ def three_ops(kv, dec, step, q, scale):
     as decode.py computes it after them."""
     dim = q.shape[-1]
     qp = q.view(3 * KVH, G, dim)
-    sel = select_blocks(qp.view(3, KVH, G, dim), dec.index, 0, step.layout, dec.cfg, BS, scale,
-                        fused=True)
-    got, lse = attend_blocks(qp, kv[0, 0], kv[0, 1], sel.flat_ids, sel.block_lens, scale,
-                             fused=True)
+    sel = select_blocks(
+        qp.view(3, KVH, G, dim), dec.index, 0, step.layout, dec.cfg, BS, scale, fused=True
+    )
+    got, lse = attend_blocks(
+        qp, kv[0, 0], kv[0, 1], sel.flat_ids, sel.block_lens, scale, fused=True
+    )
     if step.left_out is not None:
-        got = step.left_out.apply(got, lse, sel.log_left_comp, sel.flat_ids, dec.index.vsum, 0,
-                                  fused=True)
+        got = step.left_out.apply(
+            got, lse, sel.log_left_comp, sel.flat_ids, dec.index.vsum, 0, fused=True
+        )
     fail = (sel.log_left_out - lse).gt_(dec.cfg.logit_threshold).any(dim=-1)
     return got, fail, sel.log_left_out - lse
 
 
-@pytest.mark.parametrize("dim, dtype, comp, estimate", [
-    (64, torch.bfloat16, True, "moment"), (64, torch.float32, True, "moment"),
-    (64, torch.bfloat16, False, "moment"), (24, torch.float32, True, "moment"),
-    (24, torch.bfloat16, False, "bound")])
-def test_one_call_equals_the_three_ops_and_the_trust_check_bit_for_bit(dim, dtype, comp,
-                                                                        estimate):
+@pytest.mark.parametrize(
+    "dim, dtype, comp, estimate",
+    [
+        (64, torch.bfloat16, True, "moment"),
+        (64, torch.float32, True, "moment"),
+        (64, torch.bfloat16, False, "moment"),
+        (24, torch.float32, True, "moment"),
+        (24, torch.bfloat16, False, "bound"),
+    ],
+)
+def test_one_call_equals_the_three_ops_and_the_trust_check_bit_for_bit(dim, dtype, comp, estimate):
     kv, dec, step, q = case(dim, dtype, comp, estimate)
-    scale = dim ** -0.5
+    scale = dim**-0.5
     want, want_fail, logit = three_ops(kv, dec, step, q, scale)
     # thresholds that fail none, some and all of the pairs
     cut = logit.amax(dim=-1).sort().values
@@ -100,7 +116,7 @@ def test_a_layer_through_attend_takes_the_one_call_and_falls_back_as_before(monk
     out = out.view(3 * KVH, G, dim)
     kept = ~fail
     assert torch.equal(out[kept], got[kept])
-    assert not torch.equal(out[fail], got[fail])         # recomputed with full attention
+    assert not torch.equal(out[fail], got[fail])  # recomputed with full attention
 
 
 def test_a_block_id_outside_the_index_is_refused_with_a_sentence():
@@ -113,8 +129,8 @@ def test_a_block_id_outside_the_index_is_refused_with_a_sentence():
 def test_queries_sliced_from_the_models_projection_give_what_contiguous_ones_do():
     # the model hands attention q as a slice of its q/k projection: rows are not contiguous
     kv, dec, step, q = case(64, torch.bfloat16, True, "moment")
-    wide = torch.cat([q, torch.zeros(3, KVH, 64, dtype=q.dtype)], dim=1)     # [S, H + KVH, D]
-    sliced = wide[:, :KVH * G]
+    wide = torch.cat([q, torch.zeros(3, KVH, 64, dtype=q.dtype)], dim=1)  # [S, H + KVH, D]
+    sliced = wide[:, : KVH * G]
     assert not sliced.is_contiguous()
     want = step.attend(q, kv[0, 0], kv[0, 1], None, 0.125, 0, lambda g: None)
     got = step.attend(sliced, kv[0, 0], kv[0, 1], None, 0.125, 0, lambda g: None)

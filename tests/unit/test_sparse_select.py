@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+
 from strata.engine.sparse.attend import attend_blocks, attend_full, flat_ids
 from strata.engine.sparse.config import SparseConfig, parse_budget
 from strata.engine.sparse.index import BlockIndex
@@ -27,8 +28,9 @@ def _one_thread():
     torch.set_num_threads(1)
 
 
-def indexed(keys: torch.Tensor, compensation: bool = True,
-            dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, BlockIndex]:
+def indexed(
+    keys: torch.Tensor, compensation: bool = True, dtype: torch.dtype = torch.float32
+) -> tuple[torch.Tensor, BlockIndex]:
     """keys [L, KVH, NB, BS, D] -> (cache kv with random values, an index of every block),
     both in `dtype`."""
     layers, kv_heads, nb, _, dim = keys.shape
@@ -73,10 +75,14 @@ def test_index_value_sums_are_each_blocks_values_summed_in_float32(dtype):
     for layer in range(2):
         for head in range(3):
             for block in range(6):
-                want = kv[layer, 1, head, block].double().sum(0) if block in (1, 2, 4) else \
-                    torch.zeros(8, dtype=torch.float64)
-                assert torch.allclose(index.vsum[layer, head, block].double(), want,
-                                      rtol=0, atol=1e-5), (layer, head, block)
+                want = (
+                    kv[layer, 1, head, block].double().sum(0)
+                    if block in (1, 2, 4)
+                    else torch.zeros(8, dtype=torch.float64)
+                )
+                assert torch.allclose(
+                    index.vsum[layer, head, block].double(), want, rtol=0, atol=1e-5
+                ), (layer, head, block)
     # a block handed out again and refilled is summed anew
     kv[:, 1, :, 2] = 1.0
     index.mark([2])
@@ -106,10 +112,10 @@ def test_marked_blocks_are_summarized_once_at_refresh():
 def test_the_bound_is_never_below_a_score_and_exact_for_a_block_of_equal_keys():
     gen = torch.Generator().manual_seed(3)
     keys = torch.randn(1, 2, 40, 8, 16, generator=gen) * 2.0
-    keys[0, :, 5] = keys[0, :, 5, :1]           # block 5: eight copies of one key
+    keys[0, :, 5] = keys[0, :, 5, :1]  # block 5: eight copies of one key
     _, index = indexed(keys)
-    q = torch.randn(2, 3, 16, generator=gen) * 1.5    # [KVH, G, D]
-    scale = 16 ** -0.5
+    q = torch.randn(2, 3, 16, generator=gen) * 1.5  # [KVH, G, D]
+    scale = 16**-0.5
     bounds, log_mass, _ = score_blocks(q, index.entries[0].flatten(-2), scale, 8, "bound")
     true_max = torch.einsum("hgd,hbjd->hgbj", q.double(), keys[0].double()).amax(-1) * scale
     assert (bounds.double() >= true_max - 1e-5).all()
@@ -138,14 +144,14 @@ def test_compensations_estimate_is_the_log_normal_mean_from_the_exact_variance()
     q = torch.randn(1, 2, 8, generator=gen)
     scale = 0.5
     bounds, trust, comp = score_blocks(q, index.entries[0].flatten(-2), scale, 16, "moment")
-    qs = q[0] * scale                                                  # [G, D]
-    center = (keys.amax(3) + keys.amin(3))[0, 0] / 2                  # [NB, D]
+    qs = q[0] * scale  # [G, D]
+    center = (keys.amax(3) + keys.amin(3))[0, 0] / 2  # [NB, D]
     var = keys.var(dim=3, correction=0)[0, 0]
     want = torch.minimum(qs @ center.T + 0.5 * (qs * qs) @ var.T, bounds[0]) + math.log(16)
     assert torch.allclose(comp[0], want, atol=1e-5)
     # where every dimension's range-based spread exceeds its variance, the trust check's
     # estimate is the larger (it leans high on purpose)
-    wide = (index.spread[0, 0] >= index.var[0, 0]).all(dim=-1)         # [NB]
+    wide = (index.spread[0, 0] >= index.var[0, 0]).all(dim=-1)  # [NB]
     assert wide.any() and (trust[0][:, wide] >= comp[0][:, wide] - 1e-6).all()
     # an index without the var row has no compensation estimate
     bare = BlockIndex(1, 1, 6, 8, "cpu", torch.float32, compensation=False)
@@ -162,8 +168,14 @@ def test_selection_keeps_sinks_and_window_and_takes_each_kv_heads_best_blocks():
         for pos, v in dims_values.items():
             keys[0, head, table[pos], 0, head] = v
     kv, index = indexed(keys)
-    cfg = SparseConfig(enabled=True, min_context=1, budget_blocks=5, sink_blocks=1,
-                       window_blocks=2, estimate="bound")
+    cfg = SparseConfig(
+        enabled=True,
+        min_context=1,
+        budget_blocks=5,
+        sink_blocks=1,
+        window_blocks=2,
+        estimate="bound",
+    )
     lay = layout([table], [11 * bs + 2], cfg, bs)
     q = torch.zeros(1, 2, 1, dim)
     q[0, 0, 0, 0] = 1.0
@@ -181,22 +193,22 @@ def test_selection_keeps_sinks_and_window_and_takes_each_kv_heads_best_blocks():
 def test_query_heads_of_a_group_rank_blocks_relative_to_their_own_best():
     bs, dim = 2, 2
     keys = torch.zeros(1, 1, 10, bs, dim)
-    keys[0, 0, 2, 0, 0] = 1.0      # query head 0's best block
-    keys[0, 0, 3, 0, 0] = 0.9      # its second best: raw score far above head 1's best
-    keys[0, 0, 5, 0, 1] = 1.0      # query head 1's best
+    keys[0, 0, 2, 0, 0] = 1.0  # query head 0's best block
+    keys[0, 0, 3, 0, 0] = 0.9  # its second best: raw score far above head 1's best
+    keys[0, 0, 5, 0, 1] = 1.0  # query head 1's best
     kv, index = indexed(keys)
-    cfg = SparseConfig(enabled=True, min_context=1, budget_blocks=5, sink_blocks=1,
-                       window_blocks=2)
+    cfg = SparseConfig(enabled=True, min_context=1, budget_blocks=5, sink_blocks=1, window_blocks=2)
     lay = layout([list(range(10))], [20], cfg, bs)
-    q = torch.tensor([[[[10.0, 0.0], [0.0, 1.0]]]])     # [R=1, KVH=1, G=2, D]
+    q = torch.tensor([[[[10.0, 0.0], [0.0, 1.0]]]])  # [R=1, KVH=1, G=2, D]
     sel = select_blocks(q, index, 0, lay, cfg, bs, scale=0.5)
     assert sorted(sel.block_ids[0, 3:].tolist()) == [2, 5]
 
 
 def test_rows_of_different_lengths_read_their_own_budget():
     bs = 4
-    cfg = SparseConfig(enabled=True, min_context=1, budget_fraction=0.5, sink_blocks=1,
-                       window_blocks=1)
+    cfg = SparseConfig(
+        enabled=True, min_context=1, budget_fraction=0.5, sink_blocks=1, window_blocks=1
+    )
     lay = layout([list(range(8)), list(range(8, 20))], [30, 47], cfg, bs)
     assert (lay.nblocks, lay.budgets, lay.picks) == ([8, 12], [4, 6], 4)
     assert lay.chosen.tolist() == [[[True, True, False, False], [True, True, True, True]]]
@@ -209,28 +221,35 @@ def test_attention_over_the_selection_is_exact_and_the_bound_covers_the_mass_lef
     bs, dim, kv_heads, g = 8, 16, 2, 3
     keys = torch.randn(1, kv_heads, 40, bs, dim, generator=gen) * 1.5
     kv, index = indexed(keys)
-    cfg = SparseConfig(enabled=True, min_context=1, budget_fraction=0.3, sink_blocks=1,
-                       window_blocks=2, estimate="bound")
+    cfg = SparseConfig(
+        enabled=True,
+        min_context=1,
+        budget_fraction=0.3,
+        sink_blocks=1,
+        window_blocks=2,
+        estimate="bound",
+    )
     tables = [list(range(0, 17)), list(range(17, 40))]
     lens = [16 * bs + 3, 23 * bs]
     lay = layout(tables, lens, cfg, bs)
     q = torch.randn(2, kv_heads, g, dim, generator=gen)
-    scale = dim ** -0.5
+    scale = dim**-0.5
     sel = select_blocks(q, index, 0, lay, cfg, bs, scale)
     qp = q.reshape(2 * kv_heads, g, dim)
-    out, lse = attend_blocks(qp, kv[0, 0], kv[0, 1], flat_ids(sel.block_ids, kv_heads, 40),
-                             sel.block_lens, scale)
+    out, lse = attend_blocks(
+        qp, kv[0, 0], kv[0, 1], flat_ids(sel.block_ids, kv_heads, 40), sel.block_lens, scale
+    )
     estimate = left_out_mass(sel.log_left_out, lse)
     for p in range(2 * kv_heads):
         row, head = divmod(p, kv_heads)
         table, n = tables[row], lens[row]
         k_all = keys[0, head, table].reshape(-1, dim)[:n].double()
         v_all = kv[0, 1, head, table].reshape(-1, dim)[:n].double()
-        scores = qp[p].double() @ k_all.T * scale                       # [G, n]
+        scores = qp[p].double() @ k_all.T * scale  # [G, n]
         read = torch.zeros(n, dtype=torch.bool)
         for block, length in zip(sel.block_ids[p].tolist(), sel.block_lens[p].tolist()):
             start = table.index(block) * bs
-            read[start:start + length] = True
+            read[start : start + length] = True
         want_lse = torch.logsumexp(scores[:, read], -1)
         want_out = torch.softmax(scores[:, read], -1) @ v_all[read]
         true_left = 1 - torch.exp(want_lse - torch.logsumexp(scores, -1))
@@ -238,7 +257,7 @@ def test_attention_over_the_selection_is_exact_and_the_bound_covers_the_mass_lef
         assert torch.allclose(lse[p].double(), want_lse, atol=1e-5)
         assert torch.allclose(out[p].double(), want_out, atol=1e-5)
         assert (estimate[p].double() >= true_left - 1e-6).all()
-        assert (true_left > 0.05).all()          # the case is not trivial: mass is left out
+        assert (true_left > 0.05).all()  # the case is not trivial: mass is left out
 
 
 def test_scoring_the_whole_pool_selects_what_a_gather_of_the_rows_blocks_selects():
@@ -249,8 +268,14 @@ def test_scoring_the_whole_pool_selects_what_a_gather_of_the_rows_blocks_selects
     tables = [list(range(29, 9, -1)), list(range(0, 10))]
     q = torch.randn(2, 2, 2, dim, generator=gen)
     for estimate in ("moment", "bound"):
-        cfg = SparseConfig(enabled=True, min_context=1, budget_fraction=0.4, sink_blocks=1,
-                           window_blocks=1, estimate=estimate)
+        cfg = SparseConfig(
+            enabled=True,
+            min_context=1,
+            budget_fraction=0.4,
+            sink_blocks=1,
+            window_blocks=1,
+            estimate=estimate,
+        )
         width = max(len(t) for t in tables)
         padded = torch.tensor([t + [0] * (width - len(t)) for t in tables])
         gather = Layout.build(padded, torch.tensor([79, 37]), cfg, bs)
@@ -264,11 +289,12 @@ def test_scoring_the_whole_pool_selects_what_a_gather_of_the_rows_blocks_selects
 
 def test_full_attention_of_pairs_matches_the_kernel_and_the_torch_path():
     from strata.engine import kernels
+
     gen = torch.Generator().manual_seed(5)
     kv_heads, nb, bs, dim = 2, 9, 4, 8
     kc = torch.randn(kv_heads, nb, bs, dim, generator=gen)
     vc = torch.randn(kv_heads, nb, bs, dim, generator=gen)
-    q = torch.randn(kv_heads, 2, dim, generator=gen)                    # one row, 2 pairs
+    q = torch.randn(kv_heads, 2, dim, generator=gen)  # one row, 2 pairs
     flat = flat_ids(torch.tensor([[3, 1, 7]] * kv_heads), kv_heads, nb)
     lens = torch.tensor([10, 10])
     out, lse = attend_full(q, kc, vc, flat, lens, 0.3, native=False)
@@ -283,23 +309,38 @@ def test_full_attention_of_pairs_matches_the_kernel_and_the_torch_path():
         assert none is None and torch.allclose(native, out, atol=1e-5)
 
 
-@pytest.mark.parametrize("dim, estimate, comp, dtype", [
-    (64, "moment", True, torch.float32), (64, "moment", False, torch.float32),
-    (24, "moment", True, torch.float32), (64, "bound", True, torch.float32),
-    (24, "bound", False, torch.float32),
-    # a bfloat16 index: the kernel widens its entries (AVX-512 or not) as torch's .float() does
-    (64, "moment", True, torch.bfloat16), (24, "moment", True, torch.bfloat16)])
+@pytest.mark.parametrize(
+    "dim, estimate, comp, dtype",
+    [
+        (64, "moment", True, torch.float32),
+        (64, "moment", False, torch.float32),
+        (24, "moment", True, torch.float32),
+        (64, "bound", True, torch.float32),
+        (24, "bound", False, torch.float32),
+        # a bfloat16 index: the kernel widens its entries (AVX-512 or not) as torch's .float() does
+        (64, "moment", True, torch.bfloat16),
+        (24, "moment", True, torch.bfloat16),
+    ],
+)
 def test_the_fused_cpu_kernels_compute_what_the_torch_path_does(dim, estimate, comp, dtype):
     from strata.engine.sparse import native
+
     if native.load() is None:
         pytest.skip("the sparse CPU kernels did not build")
     gen = torch.Generator().manual_seed(13)
     bs, kv_heads, g = 4, 2, 3
     keys = torch.randn(1, kv_heads, 30, bs, dim, generator=gen)
     kv, index = indexed(keys, compensation=comp, dtype=dtype)
-    kv = kv.float()     # attention below is compared in float32 whatever the index's dtype
-    cfg = SparseConfig(enabled=True, min_context=1, budget_fraction=0.4, sink_blocks=1,
-                       window_blocks=1, estimate=estimate, compensate=comp)
+    kv = kv.float()  # attention below is compared in float32 whatever the index's dtype
+    cfg = SparseConfig(
+        enabled=True,
+        min_context=1,
+        budget_fraction=0.4,
+        sink_blocks=1,
+        window_blocks=1,
+        estimate=estimate,
+        compensate=comp,
+    )
     # the third row has fewer middle blocks (3) than the longest row's picks (6): padding
     tables = [list(range(29, 9, -1)), list(range(0, 10)), [12, 4, 22, 8, 17]]
     lay = layout(tables, [79, 37, 18], cfg, bs)
@@ -307,23 +348,24 @@ def test_the_fused_cpu_kernels_compute_what_the_torch_path_does(dim, estimate, c
     a = select_blocks(q, index, 0, lay, cfg, bs, 0.35)
     b = select_blocks(q, index, 0, lay, cfg, bs, 0.35, fused=True)
     assert torch.equal(a.block_lens, b.block_lens)
-    for sel in (a, b):      # block b of KV head h is flat block h * NB + b in both paths
+    for sel in (a, b):  # block b of KV head h is flat block h * NB + b in both paths
         assert torch.equal(sel.flat_ids, flat_ids(sel.block_ids, kv_heads, 30))
     # Both read a best-ranked set of middle blocks of the row's size. Each query head's best
     # block ranks exactly 0, so blocks can tie; the kernel breaks ties by position, torch's
     # topk as it may: where the ranks at the cut differ the two sets are the same.
     rows = query_rows(q.transpose(0, 1), 0.35, estimate, comp)
     e = index.entries.shape[3] * dim
-    entries = full_entries(index.entries[0].index_select(1, lay.mid_ids).view(kv_heads, 3, -1, e),
-                           dim)
+    entries = full_entries(
+        index.entries[0].index_select(1, lay.mid_ids).view(kv_heads, 3, -1, e), dim
+    )
     bounds = split_scores(rows @ entries.transpose(-1, -2), g, bs, estimate, comp)[0]
-    rank = (bounds + (lay.mid_mask if lay.mid_mask is not None else 0))
-    rank = (rank - rank.amax(-1, keepdim=True)).amax(dim=2)                  # [KVH, R, M]
+    rank = bounds + (lay.mid_mask if lay.mid_mask is not None else 0)
+    rank = (rank - rank.amax(-1, keepdim=True)).amax(dim=2)  # [KVH, R, M]
     fixed = lay.fixed_ids.shape[-1]
     for sel in (a, b):
         for p, (ids, lens) in enumerate(zip(sel.block_ids.tolist(), sel.block_lens.tolist())):
             row, head = divmod(p, kv_heads)
-            mids = lay.mid_ids.view(3, -1)[row].tolist()[:int(lay.mid_counts[row])]
+            mids = lay.mid_ids.view(3, -1)[row].tolist()[: int(lay.mid_counts[row])]
             chosen = {i for i, n in zip(ids[fixed:], lens[fixed:]) if n}
             assert len(chosen) == int(lay.takes[row])
             inside = [rank[head, row, j] for j, i in enumerate(mids) if i in chosen]
@@ -331,10 +373,13 @@ def test_the_fused_cpu_kernels_compute_what_the_torch_path_does(dim, estimate, c
             assert min(inside) >= max(outside, default=float("-inf"))
 
     def read(sel):
-        return [sorted(i for i, n in zip(ids.tolist(), lens.tolist()) if n)
-                for ids, lens in zip(sel.block_ids, sel.block_lens)]
+        return [
+            sorted(i for i, n in zip(ids.tolist(), lens.tolist()) if n)
+            for ids, lens in zip(sel.block_ids, sel.block_lens)
+        ]
+
     same = [p for p, (x, y) in enumerate(zip(read(a), read(b))) if x == y]
-    assert len(same) >= 5                       # a tie at the cut changes at most one pair here
+    assert len(same) >= 5  # a tie at the cut changes at most one pair here
     assert torch.allclose(a.log_left_out[same], b.log_left_out[same], atol=1e-4)
     if comp:
         assert torch.allclose(a.log_left_comp[same], b.log_left_comp[same], atol=1e-4)
@@ -346,39 +391,51 @@ def test_the_fused_cpu_kernels_compute_what_the_torch_path_does(dim, estimate, c
     flat = flat_ids(a.block_ids, kv_heads, 30)
     want, want_lse = attend_blocks(qp, kv[0, 0], kv[0, 1], flat, a.block_lens, 0.35)
     got, got_lse = attend_blocks(qp, kv[0, 0], kv[0, 1], flat, a.block_lens, 0.35, fused=True)
-    assert (a.block_lens == 0).any()            # padding entries are skipped, not read
+    assert (a.block_lens == 0).any()  # padding entries are skipped, not read
     assert torch.allclose(got, want, atol=1e-5) and torch.allclose(got_lse, want_lse, atol=1e-5)
 
 
 def test_config_is_validated_and_budgets_parse():
-    with pytest.raises(ValueError, match=r"budget_blocks \(5\) must exceed sink_blocks \+ "
-                                         r"window_blocks \(5\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"budget_blocks \(5\) must exceed sink_blocks \+ "
+        r"window_blocks \(5\)",
+    ):
         SparseConfig(budget_blocks=5, sink_blocks=1, window_blocks=4)
     with pytest.raises(ValueError, match=r"budget_fraction must be in \(0, 1\], got 1.5"):
         SparseConfig(budget_fraction=1.5)
     with pytest.raises(ValueError, match="estimate must be one of moment, bound, got 'exact'"):
         SparseConfig(estimate="exact")
-    with pytest.raises(ValueError, match=r"threshold must be a fraction of attention mass in "
-                                         r"\[0, 1\], got -0.1"):
+    with pytest.raises(
+        ValueError,
+        match=r"threshold must be a fraction of attention mass in "
+        r"\[0, 1\], got -0.1",
+    ):
         SparseConfig(threshold=-0.1)
     assert parse_budget("256") == (256, 0.125)
     assert parse_budget("0.25") == (0, 0.25)
     assert parse_budget("12.5%") == (0, 0.125)
-    with pytest.raises(ValueError, match=r"a sparse budget is a block count \(256\) or a "
-                                         r"fraction of the context \(0.125 or 12.5%\), got 'x'"):
+    with pytest.raises(
+        ValueError,
+        match=r"a sparse budget is a block count \(256\) or a "
+        r"fraction of the context \(0.125 or 12.5%\), got 'x'",
+    ):
         parse_budget("x")
     cfg = SparseConfig(min_context=100, budget_fraction=0.25, sink_blocks=1, window_blocks=2)
     assert [cfg.budget_for(n) for n in (4, 10, 40)] == [4, 4, 10]
     # below min_context, or a budget that covers every block: dense
-    assert (cfg.applies(99, 16), cfg.applies(100, 16), cfg.applies(100, 32)) == \
-        (False, True, False)
+    assert (cfg.applies(99, 16), cfg.applies(100, 16), cfg.applies(100, 32)) == (False, True, False)
 
 
 @pytest.mark.parametrize("threshold", [0.0, 0.1, 0.5, 0.97, 1.0])
 def test_the_trust_check_in_logs_decides_as_the_mass_estimate_does(threshold):
     cfg = SparseConfig(threshold=threshold)
-    x = torch.cat([torch.linspace(-12, 12, 2001, dtype=torch.float64),
-                   torch.tensor([float("-inf")], dtype=torch.float64)])
+    x = torch.cat(
+        [
+            torch.linspace(-12, 12, 2001, dtype=torch.float64),
+            torch.tensor([float("-inf")], dtype=torch.float64),
+        ]
+    )
     in_logs = x > cfg.logit_threshold
     in_mass = torch.sigmoid(x) > threshold
     # the two may differ only where the estimate sits on the threshold within rounding

@@ -17,8 +17,9 @@ def replica(rid: str, model: str = "m", load: int = 0, slots: int = 4) -> ViewRe
 def router(max_age_s: float = 30.0) -> tuple[StaleRouter, ManualClock]:
     clock = ManualClock()
     r = StaleRouter(clock, max_age_s)
-    r.update([replica("a", load=3), replica("b", load=1), replica("c", model="other")],
-             ["m", "other"])
+    r.update(
+        [replica("a", load=3), replica("b", load=1), replica("c", model="other")], ["m", "other"]
+    )
     return r, clock
 
 
@@ -48,9 +49,9 @@ def test_unknown_models_not_ready_models_and_an_old_view_are_refused():
     unknown = r.route("llama", "t", 1.0)
     assert unknown.unknown_model and "known models: m, other" in unknown.reason
     r.update([replica("a")], ["m", "gone"])
-    assert not r.route("gone", "t", 1.0).unknown_model       # known, but none READY
+    assert not r.route("gone", "t", 1.0).unknown_model  # known, but none READY
     clock.advance(10.0)
-    assert isinstance(r.route("m", "t", 1.0), ViewReplica)   # at the bound: still usable
+    assert isinstance(r.route("m", "t", 1.0), ViewReplica)  # at the bound: still usable
     clock.advance(0.1)
     old = r.route("m", "t", 1.0)
     assert isinstance(old, StaleRefusal) and "too old" in old.reason
@@ -61,10 +62,15 @@ def test_the_block_size_is_the_one_the_models_workers_report_the_majoritys_on_di
     from strata.core.blocks import DEFAULT_BLOCK_SIZE, agreed_block_size
 
     r = StaleRouter(ManualClock(), 30.0)
-    assert r.block_size("m") == DEFAULT_BLOCK_SIZE            # nothing reported yet
-    r.update([ViewReplica("n1", "a:1", "x", "m", 0, 4, 32), ViewReplica("n2", "a:2", "y", "m", 0,
-                                                                       4, 32),
-              ViewReplica("n3", "a:3", "z", "m", 0, 4, 8)], ["m"])
+    assert r.block_size("m") == DEFAULT_BLOCK_SIZE  # nothing reported yet
+    r.update(
+        [
+            ViewReplica("n1", "a:1", "x", "m", 0, 4, 32),
+            ViewReplica("n2", "a:2", "y", "m", 0, 4, 32),
+            ViewReplica("n3", "a:3", "z", "m", 0, 4, 8),
+        ],
+        ["m"],
+    )
     assert r.block_size("m") == 32
     assert agreed_block_size([32, 32, 8]) == (32, False)
-    assert agreed_block_size([0, 16]) == (16, True)          # 0: not reported, the default
+    assert agreed_block_size([0, 16]) == (16, True)  # 0: not reported, the default

@@ -1,20 +1,21 @@
 """Percentiles: linear interpolation between closest ranks, numpy's default rule."""
 
 import pytest
+
 from strata.core.stats import Summary, percentile, percentiles, summarize
 
 
 def test_ranks_that_land_on_samples_return_them():
-    values = [float(v) for v in range(0, 1010, 10)]   # 101 samples: rank q lands on values[q]
+    values = [float(v) for v in range(0, 1010, 10)]  # 101 samples: rank q lands on values[q]
     assert percentiles(values, [0, 50, 95, 99, 100]) == [0.0, 500.0, 950.0, 990.0, 1000.0]
 
 
 def test_between_ranks_interpolates_linearly():
-    values = [40.0, 10.0, 30.0, 20.0]                  # order does not matter
-    assert percentile(values, 50) == 25.0             # rank 1.5: halfway between 20 and 30
-    assert percentile(values, 95) == pytest.approx(38.5, abs=1e-12)   # rank 2.85
-    assert percentile(values, 99) == pytest.approx(39.7, abs=1e-12)   # rank 2.97
-    assert percentile(values, 25) == 17.5             # rank 0.75
+    values = [40.0, 10.0, 30.0, 20.0]  # order does not matter
+    assert percentile(values, 50) == 25.0  # rank 1.5: halfway between 20 and 30
+    assert percentile(values, 95) == pytest.approx(38.5, abs=1e-12)  # rank 2.85
+    assert percentile(values, 99) == pytest.approx(39.7, abs=1e-12)  # rank 2.97
+    assert percentile(values, 25) == 17.5  # rank 0.75
 
 
 def test_single_sample_is_every_percentile():

@@ -9,6 +9,7 @@ import os
 
 import pytest
 import torch
+
 from strata.core.profile import StepCosts, StepShape, step_shape
 from strata.engine.dummy import load_dummy
 from strata.engine.engine import EngineConfig, EngineRequest, LLMEngine
@@ -24,17 +25,28 @@ from strata.kvtier.hashing import HashKeys
 from strata.sim.replica import EngineLimits, SimReplica
 
 # Powers of two, so every sum below is exact in floating point.
-COSTS = StepCosts(step_s=2.0 ** -10, token_s=2.0 ** -14, sample_s=2.0 ** -12,
-                  prefill_attend_s=2.0 ** -20, decode_attend_s=2.0 ** -18, group_s=2.0 ** -11)
+COSTS = StepCosts(
+    step_s=2.0**-10,
+    token_s=2.0**-14,
+    sample_s=2.0**-12,
+    prefill_attend_s=2.0**-20,
+    decode_attend_s=2.0**-18,
+    group_s=2.0**-11,
+)
 BLOCK = 16
 
 
 def item(computed: int, new: int, sample: bool = True) -> ScheduledSeq:
     """A scheduled item whose sequence has `computed` tokens computed (the meter sees items
     already advanced by their `new` tokens, the simulator before)."""
-    seq = Sequence(request_id=f"s{computed}", token_ids=list(range(computed + 1)),
-                   num_prompt=computed, params=SamplingParams(),
-                   hash_keys=HashKeys.for_request("m", "t", False), num_computed=computed)
+    seq = Sequence(
+        request_id=f"s{computed}",
+        token_ids=list(range(computed + 1)),
+        num_prompt=computed,
+        params=SamplingParams(),
+        hash_keys=HashKeys.for_request("m", "t", False),
+        num_computed=computed,
+    )
     return ScheduledSeq(seq, new, sample)
 
 
@@ -43,23 +55,36 @@ def test_a_mixed_step_is_priced_exactly():
     # A 24-token chunk after 16 computed tokens (context 40 after it), decodes at 10 and 33.
     meter([item(40, 24), item(10, 1), item(33, 1)], 0.0125)
     # prefill keys: 1 chunk x 24 tokens x 3 blocks of 16 = 1152; decode keys 10 + 33 = 43.
-    expected = (COSTS.step_s + 26 * COSTS.token_s + 3 * COSTS.sample_s
-                + 1152 * COSTS.prefill_attend_s + 43 * COSTS.decode_attend_s + 2 * COSTS.group_s)
+    expected = (
+        COSTS.step_s
+        + 26 * COSTS.token_s
+        + 3 * COSTS.sample_s
+        + 1152 * COSTS.prefill_attend_s
+        + 43 * COSTS.decode_attend_s
+        + 2 * COSTS.group_s
+    )
     assert meter.solo_s == expected
     assert meter.observed_s == 0.0125
     assert meter.steps == 1
 
 
 def test_decode_steps_add_the_residual_of_their_batch_and_the_sums_accumulate():
-    costs = StepCosts(step_s=2.0 ** -10, token_s=2.0 ** -14, sample_s=2.0 ** -12,
-                      prefill_attend_s=0.0, decode_attend_s=2.0 ** -18,
-                      decode_batches=(1, 3), decode_residual_s=(0.0, 2.0 ** -9))
+    costs = StepCosts(
+        step_s=2.0**-10,
+        token_s=2.0**-14,
+        sample_s=2.0**-12,
+        prefill_attend_s=0.0,
+        decode_attend_s=2.0**-18,
+        decode_batches=(1, 3),
+        decode_residual_s=(0.0, 2.0**-9),
+    )
     meter = StepMeter(costs, BLOCK)
     meter([item(20, 1), item(12, 1)], 0.25)
     meter([item(5, 1)], 0.125)
-    two = (2.0 ** -10 + 2 * (2.0 ** -14 + 2.0 ** -12) + 32 * 2.0 ** -18
-           + 0.5 * 2.0 ** -9)               # batch 2 is halfway between the residuals' batches
-    one = 2.0 ** -10 + 2.0 ** -14 + 2.0 ** -12 + 5 * 2.0 ** -18
+    two = (
+        2.0**-10 + 2 * (2.0**-14 + 2.0**-12) + 32 * 2.0**-18 + 0.5 * 2.0**-9
+    )  # batch 2 is halfway between the residuals' batches
+    one = 2.0**-10 + 2.0**-14 + 2.0**-12 + 5 * 2.0**-18
     assert meter.solo_s == two + one
     assert meter.observed_s == 0.375
     assert meter.steps == 2
@@ -69,20 +94,28 @@ def test_a_chunk_that_does_not_sample_prices_no_sampling():
     meter = StepMeter(COSTS, BLOCK)
     meter([item(64, 64, sample=False)], 0.5)
     # 64 tokens from nothing: 1 x 64 x 64 keys; no token sampled, one attention group.
-    assert meter.solo_s == (COSTS.step_s + 64 * COSTS.token_s + 4096 * COSTS.prefill_attend_s
-                            + COSTS.group_s)
+    assert meter.solo_s == (
+        COSTS.step_s + 64 * COSTS.token_s + 4096 * COSTS.prefill_attend_s + COSTS.group_s
+    )
 
 
 def test_step_shape_takes_contexts_after_the_step():
     shape = step_shape([(24, True, 40), (1, True, 10), (1, False, 33)], BLOCK)
-    assert shape == StepShape(tokens=26, sampled=2, prefill_keys=1152.0, decode_keys=43.0,
-                              groups=2, prefill_longest=24, prefill_context=16)
+    assert shape == StepShape(
+        tokens=26,
+        sampled=2,
+        prefill_keys=1152.0,
+        decode_keys=43.0,
+        groups=2,
+        prefill_longest=24,
+        prefill_context=16,
+    )
     assert step_shape([], BLOCK) == StepShape(0, 0, 0.0, 0.0, 0)
 
 
 def test_the_simulator_before_a_step_and_the_meter_after_it_price_it_alike():
     replica = SimReplica("r0", "m", "n0", EngineLimits(num_blocks=8, block_size=BLOCK), COSTS)
-    before = [item(16, 24), item(9, 1), item(32, 1)]     # num_computed before the step
+    before = [item(16, 24), item(9, 1), item(32, 1)]  # num_computed before the step
     meter = StepMeter(COSTS, BLOCK)
     meter([item(40, 24), item(10, 1), item(33, 1)], 0.0)
     assert meter.solo_s == COSTS.seconds(replica.shape(before))
@@ -90,13 +123,17 @@ def test_the_simulator_before_a_step_and_the_meter_after_it_price_it_alike():
 
 def test_the_engine_calls_its_step_observer_once_per_step_with_the_step_time():
     torch.set_num_threads(1)
-    engine = LLMEngine(load_dummy("dummy-tiny"),
-                       EngineConfig(block_size=BLOCK, num_blocks=32, max_batched_tokens=64))
+    engine = LLMEngine(
+        load_dummy("dummy-tiny"),
+        EngineConfig(block_size=BLOCK, num_blocks=32, max_batched_tokens=64),
+    )
     seen: list[tuple[list[tuple[int, int]], float]] = []
     engine.step_observer = lambda items, s: seen.append(
-        ([(i.num_new, i.seq.num_computed) for i in items], s))
-    engine.add_request(EngineRequest("a", list(range(1, 41)),
-                                     SamplingParams(max_tokens=3, ignore_eos=True)))
+        ([(i.num_new, i.seq.num_computed) for i in items], s)
+    )
+    engine.add_request(
+        EngineRequest("a", list(range(1, 41)), SamplingParams(max_tokens=3, ignore_eos=True))
+    )
     while engine.has_work():
         engine.step()
     # Observed after the step: contexts include the step's own tokens.
@@ -118,8 +155,9 @@ def test_a_profile_of_another_model_or_no_profile_is_refused(tmp_path):
     meter = meter_from_profile(path, "dummy-tiny", BLOCK)
     with open(path, encoding="utf-8") as f:
         assert meter.costs.step_s == json.load(f)["costs"]["step_s"]
-    with pytest.raises(ValueError, match="measured for model 'dummy-tiny', but this worker "
-                                         "serves 'dummy-1b'"):
+    with pytest.raises(
+        ValueError, match="measured for model 'dummy-tiny', but this worker serves 'dummy-1b'"
+    ):
         meter_from_profile(path, "dummy-1b", BLOCK)
     with pytest.raises(ValueError, match="cannot read the solo profile"):
         meter_from_profile(str(tmp_path / "missing.json"), "dummy-tiny", BLOCK)

@@ -3,6 +3,7 @@
 import asyncio
 
 from sqlalchemy import inspect, text
+
 from strata.store.db import (
     SQLITE_BUSY_TIMEOUT_MS,
     create_all,
@@ -15,7 +16,7 @@ pytest_plugins = ["tests.pg"]
 
 
 async def test_sqlite_runs_in_wal_mode_with_a_busy_timeout_and_foreign_keys(tmp_path):
-    path = tmp_path / "nested" / "dir" / "strata.db"     # parent directories are created
+    path = tmp_path / "nested" / "dir" / "strata.db"  # parent directories are created
     engine = make_engine(f"sqlite+aiosqlite:///{path}")
     async with engine.connect() as conn:
         mode = (await conn.execute(text("PRAGMA journal_mode"))).scalar_one()
@@ -30,10 +31,18 @@ async def test_two_engines_on_one_file_see_each_others_writes(tmp_path):
     url = f"sqlite+aiosqlite:///{tmp_path / 'strata.db'}"
     writer, reader = make_engine(url), make_engine(url)
     await create_all(writer)
-    span = SpanRecord(trace_id="1" * 32, span_id="2" * 16, parent_span_id="", name="x",
-                      service="s", start_unix_nano=1, end_unix_nano=2, attributes={"a": 1})
+    span = SpanRecord(
+        trace_id="1" * 32,
+        span_id="2" * 16,
+        parent_span_id="",
+        name="x",
+        service="s",
+        start_unix_nano=1,
+        end_unix_nano=2,
+        attributes={"a": 1},
+    )
     async with session_factory(reader)() as r:
-        assert await get_trace(r, "1" * 32) == []      # reader holds a connection open
+        assert await get_trace(r, "1" * 32) == []  # reader holds a connection open
         async with session_factory(writer)() as w:
             await insert_spans(w, [span])
         assert await get_trace(r, "1" * 32) == [span]
@@ -45,14 +54,22 @@ async def test_services_starting_together_create_the_schema_once(store_url):
     engines = [make_engine(store_url) for _ in range(3)]
     try:
         await asyncio.gather(*(create_all(e) for e in engines))
-        await create_all(engines[0])                    # and again on a later start
+        await create_all(engines[0])  # and again on a later start
         async with engines[0].connect() as conn:
             tables = await conn.run_sync(lambda c: sorted(inspect(c).get_table_names()))
     finally:
         for e in engines:
             await e.dispose()
-    assert tables == ["api_keys", "node_samples", "placements", "requests", "runs",
-                      "sla_classes", "spans", "tenants"]
+    assert tables == [
+        "api_keys",
+        "node_samples",
+        "placements",
+        "requests",
+        "runs",
+        "sla_classes",
+        "spans",
+        "tenants",
+    ]
 
 
 async def test_the_sqlite_store_and_its_wal_files_are_private(tmp_path):
@@ -66,6 +83,6 @@ async def test_the_sqlite_store_and_its_wal_files_are_private(tmp_path):
     wal = [p for p in (path, tmp_path / "strata.db-wal", tmp_path / "strata.db-shm") if p.exists()]
     assert path in wal
     assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in wal} == {p.name: 0o600 for p in wal}
-    os.chmod(path, 0o644)                # a store from before: narrowed at the next start
+    os.chmod(path, 0o644)  # a store from before: narrowed at the next start
     make_engine(f"sqlite+aiosqlite:///{path}")
     assert stat.S_IMODE(path.stat().st_mode) == 0o600

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import select
+
 from strata.core.defaults import DEMO_TENANT
 from strata.store.models import ApiKey, Tenant
 from strata.store.tenants import (

@@ -4,6 +4,7 @@ TTL (no store read meanwhile), invalidation, unknown tenants, SLA classes cached
 from __future__ import annotations
 
 import pytest
+
 from strata.core.sla import SlaClass, parse_classes
 from strata.core.tenant_policy import TenantPolicy
 from strata.gateway.tenant_directory import TenantDirectory, TenantEntry
@@ -33,8 +34,9 @@ async def store(tmp_path):
     await create_all(engine)
     sessions = session_factory(engine)
     async with sessions() as s:
-        await create_tenant(s, "chat", "interactive", weight=2.0, guaranteed_share=0.1,
-                            burst_share=0.5)
+        await create_tenant(
+            s, "chat", "interactive", weight=2.0, guaranteed_share=0.1, burst_share=0.5
+        )
     yield sessions
     await engine.dispose()
 
@@ -45,8 +47,16 @@ def clock() -> ManualClock:
 
 
 def chat(**overrides) -> TenantPolicy:
-    fields = dict(tenant="chat", sla_class="interactive", priority=2, ttft_ms=500.0,
-                  tpot_ms=100.0, weight=2.0, guaranteed_share=0.1, burst_share=0.5)
+    fields = dict(
+        tenant="chat",
+        sla_class="interactive",
+        priority=2,
+        ttft_ms=500.0,
+        tpot_ms=100.0,
+        weight=2.0,
+        guaranteed_share=0.1,
+        burst_share=0.5,
+    )
     fields.update(overrides)
     return TenantPolicy(**fields)
 
@@ -88,8 +98,11 @@ async def test_an_unknown_tenant_is_none_and_that_answer_is_cached_too(store, cl
     directory.invalidate("jobs")
     entry = await directory.lookup("jobs")
     assert (entry.policy.sla_class, entry.policy.priority, entry.policy.best_effort) == (
-        "batch", 0, True)
-    assert (await directory.lookup("chat")).policy == chat()     # still within the TTL
+        "batch",
+        0,
+        True,
+    )
+    assert (await directory.lookup("chat")).policy == chat()  # still within the TTL
     clock.advance(TTL_S)
     assert await directory.lookup("chat") is None
 
@@ -99,18 +112,16 @@ async def test_sla_classes_are_cached_and_invalidate_all_rereads_them(store, clo
     assert (await directory.lookup("chat")).policy == chat()
     async with store() as s:
         await put_sla_class(s, SlaClass("interactive", 300.0, 50.0, 3))
-    directory.invalidate("chat")          # the tenant is read again, the classes are not
+    directory.invalidate("chat")  # the tenant is read again, the classes are not
     assert (await directory.lookup("chat")).policy == chat()
     directory.invalidate_all()
-    assert (await directory.lookup("chat")).policy == chat(priority=3, ttft_ms=300.0,
-                                                           tpot_ms=50.0)
+    assert (await directory.lookup("chat")).policy == chat(priority=3, ttft_ms=300.0, tpot_ms=50.0)
 
 
 async def test_the_seed_classes_hold_while_the_table_is_empty(store, clock):
     seed = parse_classes("interactive=250/25@4,standard=2000/200")
     directory = TenantDirectory(store, clock.now, ttl_s=TTL_S, seed=seed)
-    assert (await directory.lookup("chat")).policy == chat(priority=4, ttft_ms=250.0,
-                                                           tpot_ms=25.0)
+    assert (await directory.lookup("chat")).policy == chat(priority=4, ttft_ms=250.0, tpot_ms=25.0)
     async with store() as s:
         await seed_sla_classes(s, parse_classes(""))
     clock.advance(TTL_S)
@@ -123,6 +134,9 @@ async def test_a_ttl_of_zero_reads_every_time_and_a_negative_one_is_refused(stor
     await directory.lookup("chat")
     await directory.lookup("chat")
     assert counted.opened == 2
-    with pytest.raises(ValueError, match=r"^the tenant policy TTL must be 0 or more seconds, "
-                                         r"got -1.0$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^the tenant policy TTL must be 0 or more seconds, "
+        r"got -1.0$",
+    ):
         TenantDirectory(store, clock.now, ttl_s=-1.0)

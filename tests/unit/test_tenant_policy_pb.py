@@ -4,6 +4,7 @@ the node alike; before the converters were shared, the scheduler read priority 1
 targets, the node the default class's targets."""
 
 import pytest
+
 from strata.core.sla import DEFAULT_CLASS, SlaTable
 from strata.core.tenant_policy import TenantPolicy
 from strata.core.tenant_policy_pb import policy_from_pb, policy_to_pb
@@ -26,16 +27,26 @@ def test_no_class_reads_as_the_default_class_everywhere():
     assert policy_from_pb(empty, "acme") == expected
     assert policy_from_pb(empty, "acme", 0) == expected
     assert (expected.ttft_ms, expected.tpot_ms, expected.priority) == (
-        STANDARD.ttft_ms, STANDARD.tpot_ms, STANDARD.priority)
+        STANDARD.ttft_ms,
+        STANDARD.tpot_ms,
+        STANDARD.priority,
+    )
     # A priority the request carries wins; the targets stay the default class's.
     raised = policy_from_pb(empty, "acme", 5)
-    assert (raised.priority, raised.ttft_ms, raised.tpot_ms) == (5, STANDARD.ttft_ms,
-                                                                  STANDARD.tpot_ms)
+    assert (raised.priority, raised.ttft_ms, raised.tpot_ms) == (
+        5,
+        STANDARD.ttft_ms,
+        STANDARD.tpot_ms,
+    )
 
 
 def test_the_request_tenant_wins_and_bad_shares_are_refused():
-    assert policy_from_pb(common_pb2.TenantPolicy(tenant="x", sla_class="batch"),
-                          "acme").tenant == "acme"
+    assert (
+        policy_from_pb(common_pb2.TenantPolicy(tenant="x", sla_class="batch"), "acme").tenant
+        == "acme"
+    )
     with pytest.raises(ValueError, match="burst_share must be between"):
-        policy_from_pb(common_pb2.TenantPolicy(sla_class="batch", guaranteed_share=0.5,
-                                               burst_share=0.25), "acme")
+        policy_from_pb(
+            common_pb2.TenantPolicy(sla_class="batch", guaranteed_share=0.5, burst_share=0.25),
+            "acme",
+        )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+
 from strata.kvtier.blocks import StoredBlock
 from strata.kvtier.disk_tier import DiskTier
 from strata.kvtier.hashing import checksum
@@ -32,12 +33,25 @@ def block(i: int) -> StoredBlock:
 def make(tmp_path):
     made = []
 
-    def _make(host_blocks: int = 4, disk_blocks: int = 0, policy=None, clock=None,
-              high: float = 0.9, low: float = 0.5) -> TieredStore:
+    def _make(
+        host_blocks: int = 4,
+        disk_blocks: int = 0,
+        policy=None,
+        clock=None,
+        high: float = 0.9,
+        low: float = 0.5,
+    ) -> TieredStore:
         seg = ShmSegment(tmp_path / f"seg{len(made)}", host_blocks * BLOCK, create=True)
         disk = DiskTier(tmp_path / "disk", disk_blocks * BLOCK) if disk_blocks else None
-        store = TieredStore(seg, BLOCK, disk, policy or LRUPolicy(), clock or Clock(),
-                            high_watermark=high, low_watermark=low)
+        store = TieredStore(
+            seg,
+            BLOCK,
+            disk,
+            policy or LRUPolicy(),
+            clock or Clock(),
+            high_watermark=high,
+            low_watermark=low,
+        )
         made.append((seg, disk))
         return store
 
@@ -96,7 +110,7 @@ def test_full_host_demotes_coldest_to_disk_and_promotes_back(make):
     pinned, lease, _ = store.acquire([block(0).block_hash], promote=True)
     assert len(pinned) == 1 and store.tier_of(block(0).block_hash) is Tier.HOST
     assert bytes(store.segment.read(pinned[0].offset, BLOCK)) == block(0).data
-    assert block(0).block_hash not in store.disk   # one copy: the disk copy was freed
+    assert block(0).block_hash not in store.disk  # one copy: the disk copy was freed
     assert store.counters.promotions == 1 and store.counters.demotions == 2
     store.release([lease], moved=False)
 
@@ -115,8 +129,7 @@ def test_pinned_blocks_are_never_demoted_and_reserve_signals_pressure(make):
 
 def test_watermark_demotion_orders_by_policy(make):
     clock = Clock()
-    store = make(host_blocks=4, disk_blocks=8, clock=clock, policy=HeatPolicy(), high=0.7,
-                 low=0.5)
+    store = make(host_blocks=4, disk_blocks=8, clock=clock, policy=HeatPolicy(), high=0.7, low=0.5)
     for i in range(4):
         clock.t += 1
         write(store, block(i)) if i < 3 else None
@@ -133,7 +146,7 @@ def test_watermark_demotion_orders_by_policy(make):
 def test_prefetch_promotes_in_the_background_round(make):
     store = make(host_blocks=1, disk_blocks=4)
     write(store, block(0))
-    write(store, block(1))       # pushes block 0 to disk
+    write(store, block(1))  # pushes block 0 to disk
     assert store.tier_of(block(0).block_hash) is Tier.DISK
     assert store.prefetch([block(0).block_hash]) == (0, 1)
     assert store.work.is_set()
@@ -200,8 +213,9 @@ def test_concurrent_readers_and_migrations_never_see_a_half_moved_block(make):
         t.join()
     assert errors == []
     assert len(store) == 8 and store.pinned_blocks() == 0
-    assert [b.data for b in store.read_prefix([b.block_hash for b in blocks])] == \
-        [b.data for b in blocks]
+    assert [b.data for b in store.read_prefix([b.block_hash for b in blocks])] == [
+        b.data for b in blocks
+    ]
 
 
 def test_an_expired_reservation_can_neither_commit_nor_free_the_next_holders_slot(make):
@@ -209,13 +223,13 @@ def test_an_expired_reservation_can_neither_commit_nor_free_the_next_holders_slo
     store = make(host_blocks=1, clock=clock)
     [old] = store.reserve(BLOCK, 1)
     clock.t += store.lease_ttl_s + 1
-    store.run_once()                                   # the writer looked dead: reclaimed
+    store.run_once()  # the writer looked dead: reclaimed
     [new] = store.reserve(BLOCK, 1)
     assert new.offset == old.offset and new.ticket != old.ticket
     b = block(3)
     store.segment.write(old.offset, b.data)
     assert store.commit([(old, b.block_hash, b.layout, b.checksum)], [old]) == (0, 0, 1)
-    assert store.reserved_bytes() == BLOCK             # the new holder still has its slot
+    assert store.reserved_bytes() == BLOCK  # the new holder still has its slot
     assert store.commit([(new, b.block_hash, b.layout, b.checksum)], []) == (1, 0, 0)
 
 
@@ -223,7 +237,7 @@ def test_reserved_slots_do_not_push_committed_blocks_to_disk(make):
     store = make(host_blocks=8, disk_blocks=8, high=0.9, low=0.5)
     for i in range(3):
         write(store, block(i))
-    store.reserve(BLOCK, 5)                            # the host is full, 3 of 8 committed
+    store.reserve(BLOCK, 5)  # the host is full, 3 of 8 committed
     store.run_once()
     assert store.counters.demotions == 0
     assert [store.tier_of(block(i).block_hash) for i in range(3)] == [Tier.HOST] * 3

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+
 from strata.engine.bpe_tokenizer import BpeTokenizer, _bytes_to_unicode
 from strata.engine.gguf_loader import GGUFReader, _metadata, default_model_path
 
@@ -41,12 +42,13 @@ def test_merges_apply_and_specials_stay_whole():
 
 def test_end_tokens_and_bos_rules():
     tok = BpeTokenizer.from_gguf_metadata(_toy_metadata())
-    assert tok.eos_token_ids == (2, 0)       # the file's EOS first, then <|endoftext|>
-    assert tok.bos_token_id is None          # the file does not ask for a BOS
+    assert tok.eos_token_ids == (2, 0)  # the file's EOS first, then <|endoftext|>
+    assert tok.bos_token_id is None  # the file does not ask for a BOS
     with_bos = BpeTokenizer.from_gguf_metadata(
-        _toy_metadata(**{"tokenizer.ggml.add_bos_token": True}))
+        _toy_metadata(**{"tokenizer.ggml.add_bos_token": True})
+    )
     assert with_bos.bos_token_id == 1
-    assert with_bos.encode("he") == [259]    # encode itself never adds it
+    assert with_bos.encode("he") == [259]  # encode itself never adds it
 
 
 def test_pre_tokenizer_follows_the_pre_type():
@@ -71,21 +73,35 @@ def test_unsupported_pre_and_model_kinds_are_refused():
 def test_chat_template_from_metadata_or_chatml():
     plain = BpeTokenizer.from_gguf_metadata(_toy_metadata())
     assert plain.apply_chat_template([("user", "hi")]) == (
-        "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
-    custom = BpeTokenizer.from_gguf_metadata(_toy_metadata(**{
-        "tokenizer.chat_template": "{{ bos_token }}{% for m in messages %}{{ m['content'] }}"
-                                   "{{ eos_token }}{% endfor %}"}))
+        "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    )
+    custom = BpeTokenizer.from_gguf_metadata(
+        _toy_metadata(
+            **{
+                "tokenizer.chat_template": "{{ bos_token }}{% for m in messages %}"
+                "{{ m['content'] }}"
+                "{{ eos_token }}{% endfor %}"
+            }
+        )
+    )
     assert custom.apply_chat_template([("user", "a"), ("assistant", "b")]) == (
-        "<|im_start|>a<|im_end|>b<|im_end|>")
+        "<|im_start|>a<|im_end|>b<|im_end|>"
+    )
 
 
 def test_tokenizer_json_folder_round_trip(tmp_path):
     source = BpeTokenizer.from_gguf_metadata(_toy_metadata())
     source.save(tmp_path / "tokenizer.json")
-    (tmp_path / "tokenizer_config.json").write_text(json.dumps({
-        "eos_token": {"content": "<|im_end|>"}, "bos_token": "<|im_start|>",
-        "add_bos_token": True,
-        "chat_template": "{% for m in messages %}<{{ m['role'] }}>{% endfor %}"}))
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "eos_token": {"content": "<|im_end|>"},
+                "bos_token": "<|im_start|>",
+                "add_bos_token": True,
+                "chat_template": "{% for m in messages %}<{{ m['role'] }}>{% endfor %}",
+            }
+        )
+    )
     tok = BpeTokenizer.from_tokenizer_json(tmp_path)
     assert tok.encode("<|im_start|>the he") == [1, _byte("t"), 259, _byte(" "), 259]
     assert (tok.vocab_size, tok.eos_token_ids, tok.bos_token_id) == (261, (2, 0), 1)
@@ -150,14 +166,28 @@ def test_chat_template_matches_transformers(real_pair):
     ours, reference = real_pair
     expected = reference.apply_chat_template(
         [{"role": "user", "content": "What is the capital of France?"}],
-        add_generation_prompt=True, tokenize=False)
+        add_generation_prompt=True,
+        tokenize=False,
+    )
     rendered = ours.apply_chat_template([("user", "What is the capital of France?")])
-    assert rendered == expected == (
-        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
-        "<|im_end|>\n<|im_start|>user\nWhat is the capital of France?<|im_end|>\n"
-        "<|im_start|>assistant\n")
-    with_system = [("system", "Be brief."), ("user", "Hi"), ("assistant", "Hello"),
-                   ("user", "2+2?")]
+    assert (
+        rendered
+        == expected
+        == (
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, "
+            "trained by Hugging Face"
+            "<|im_end|>\n<|im_start|>user\nWhat is the capital of France?<|im_end|>\n"
+            "<|im_start|>assistant\n"
+        )
+    )
+    with_system = [
+        ("system", "Be brief."),
+        ("user", "Hi"),
+        ("assistant", "Hello"),
+        ("user", "2+2?"),
+    ]
     assert ours.apply_chat_template(with_system) == reference.apply_chat_template(
-        [{"role": r, "content": c} for r, c in with_system], add_generation_prompt=True,
-        tokenize=False)
+        [{"role": r, "content": c} for r, c in with_system],
+        add_generation_prompt=True,
+        tokenize=False,
+    )

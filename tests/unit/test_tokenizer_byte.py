@@ -1,6 +1,7 @@
 """ByteTokenizer: UTF-8 bytes as ids, four specials, ChatML."""
 
 import pytest
+
 from strata.engine.byte_tokenizer import ByteTokenizer
 
 
@@ -41,8 +42,10 @@ def test_incomplete_utf8_decodes_to_replacement_character():
 def test_chatml_template():
     tok = ByteTokenizer()
     prompt = tok.apply_chat_template([("system", "Be brief."), ("user", "Hi")])
-    assert prompt == ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
-                      "<|im_start|>assistant\n")
+    assert prompt == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
     ids = tok.encode(prompt)
     assert ids[0] == 258 and ids[-11:] == [258, *b"assistant\n"]
     assert ids.count(259) == 2

@@ -1,6 +1,7 @@
 """Chat templates render in a sandbox, as transformers renders them, with ChatML as the fallback."""
 
 import pytest
+
 from strata.engine.chat_template import CHATML_TEMPLATE, ChatTemplate
 
 
@@ -9,15 +10,20 @@ def test_missing_template_falls_back_to_chatml():
         template = ChatTemplate(source)
         assert template.source == CHATML_TEMPLATE
         assert template.render([("user", "Hi")]) == (
-            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+        )
 
 
 def test_template_sees_special_tokens_and_generation_flag():
     template = ChatTemplate(
         "{{ bos_token }}{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
-        "{% if add_generation_prompt %}assistant:{% endif %}", bos_token="<s>", eos_token="</s>")
+        "{% if add_generation_prompt %}assistant:{% endif %}",
+        bos_token="<s>",
+        eos_token="</s>",
+    )
     assert template.render([("user", "a"), ("assistant", "b")]) == (
-        "<s>user: a\nassistant: b\nassistant:")
+        "<s>user: a\nassistant: b\nassistant:"
+    )
 
 
 def test_blocks_are_trimmed_like_transformers():
@@ -27,13 +33,14 @@ def test_blocks_are_trimmed_like_transformers():
 
 def test_tojson_does_not_escape_html():
     template = ChatTemplate("{{ messages[0].content | tojson }}")
-    assert template.render([("user", "<b>\"é\"</b>")]) == '"<b>\\"é\\"</b>"'
+    assert template.render([("user", '<b>"é"</b>')]) == '"<b>\\"é\\"</b>"'
 
 
 def test_raise_exception_becomes_a_value_error():
     template = ChatTemplate(
         "{% if messages[0].role != 'user' %}"
-        "{{ raise_exception('conversation must start with the user') }}{% endif %}")
+        "{{ raise_exception('conversation must start with the user') }}{% endif %}"
+    )
     assert template.render([("user", "x")]) == ""
     with pytest.raises(ValueError, match="conversation must start with the user"):
         template.render([("assistant", "x")])

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from strata.engine.registry import load_model, load_tokenizer
 
+from strata.engine.registry import load_model, load_tokenizer
 from tests.unit.test_gguf_loader import write_tiny_gguf
 
 TEXTS = ["the theme of the day", "<|im_start|>user\nhello<|im_end|>", "héllo wörld 123", ""]
@@ -66,8 +66,11 @@ def test_the_gateway_tokenizes_without_importing_torch():
     import subprocess
     import sys
 
-    code = ("import sys, services.gateway.__main__, strata.gateway.prefix_hashes as p; "
-            "p.load_engine_tokenizer('dummy-tiny'); print('torch' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, check=True)
+    code = (
+        "import sys, services.gateway.__main__, strata.gateway.prefix_hashes as p; "
+        "p.load_engine_tokenizer('dummy-tiny'); print('torch' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
     assert out.stdout.strip() == "False"

@@ -50,9 +50,17 @@ async def _generate(args: argparse.Namespace) -> int:
     async with AsyncClient(args.gateway, tls_ca=args.tls_ca) as client:
         try:
             async for chunk in client.generate(
-                    args.model, prompt, messages, max_tokens=args.max_tokens,
-                    temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
-                    seed=args.seed, stop=args.stop, timeout=args.timeout):
+                args.model,
+                prompt,
+                messages,
+                max_tokens=args.max_tokens,
+                temperature=args.temperature,
+                top_p=args.top_p,
+                top_k=args.top_k,
+                seed=args.seed,
+                stop=args.stop,
+                timeout=args.timeout,
+            ):
                 if chunk.text:
                     out.write(chunk.text)
                     out.flush()
@@ -89,8 +97,11 @@ async def _trace(args: argparse.Namespace) -> int:
     async with metrics_client(args) as client:
         trace = await client.trace(trace_id)
     if not trace.spans:
-        print(f"error: no spans recorded for trace {trace_id} (spans arrive in batches about "
-              f"a second apart; try again shortly)", file=sys.stderr)
+        print(
+            f"error: no spans recorded for trace {trace_id} (spans arrive in batches about "
+            f"a second apart; try again shortly)",
+            file=sys.stderr,
+        )
         return 1
     print(format_trace(trace))
     return 0
@@ -98,44 +109,72 @@ async def _trace(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="strata", description="Strata tenant command line.")
-    parser.add_argument("--gateway", help="gateway host:port (default: STRATA_GATEWAY_ADDR or "
-                                          f"{defaults.GATEWAY_ADDR})")
-    parser.add_argument("--metrics", help="where reports and traces are read (default: the "
-                                          "gateway, which serves them scoped to the key)")
-    parser.add_argument("--tls-ca", help="PEM file of the authority that signed the gateway's "
-                                         "TLS certificate (default: STRATA_TLS_CA; none: "
-                                         "plaintext)")
+    parser.add_argument(
+        "--gateway",
+        help=f"gateway host:port (default: STRATA_GATEWAY_ADDR or {defaults.GATEWAY_ADDR})",
+    )
+    parser.add_argument(
+        "--metrics",
+        help="where reports and traces are read (default: the "
+        "gateway, which serves them scoped to the key)",
+    )
+    parser.add_argument(
+        "--tls-ca",
+        help="PEM file of the authority that signed the gateway's "
+        "TLS certificate (default: STRATA_TLS_CA; none: "
+        "plaintext)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     gen = sub.add_parser("generate", help="stream a completion to stdout")
-    gen.add_argument("--model", default=defaults.DEFAULT_MODEL,
-                     help=f"model name (default {defaults.DEFAULT_MODEL})")
-    gen.add_argument("--chat", action="store_true",
-                     help="send PROMPT as one user message through the model's chat template")
+    gen.add_argument(
+        "--model",
+        default=defaults.DEFAULT_MODEL,
+        help=f"model name (default {defaults.DEFAULT_MODEL})",
+    )
+    gen.add_argument(
+        "--chat",
+        action="store_true",
+        help="send PROMPT as one user message through the model's chat template",
+    )
     gen.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
     gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     gen.add_argument("--top-p", type=float, default=0.0, help="0 = disabled")
     gen.add_argument("--top-k", type=int, default=0, help="0 = disabled")
     gen.add_argument("--seed", type=int, help="makes sampling reproducible")
     gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    gen.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
-                     help=f"deadline in seconds (default {DEFAULT_TIMEOUT_S:.0f})")
+    gen.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        help=f"deadline in seconds (default {DEFAULT_TIMEOUT_S:.0f})",
+    )
     gen.add_argument("prompt", help="the prompt text, or - to read it from stdin")
     gen.set_defaults(handler=_generate)
 
     sub.add_parser("models", help="list the models the gateway serves").set_defaults(
-        handler=_models)
+        handler=_models
+    )
 
-    rep = sub.add_parser("report", help="request, node and cluster figures of a run or of "
-                                        "every request; HTML and JSON; runs compared")
+    rep = sub.add_parser(
+        "report",
+        help="request, node and cluster figures of a run or of "
+        "every request; HTML and JSON; runs compared",
+    )
     add_report_arguments(rep)
     rep.set_defaults(handler=_report)
 
     tr = sub.add_parser("trace", help="show one request's spans as a tree")
-    tr.add_argument("trace_id", help="a trace id or a request id (32 hex characters each), as "
-                                     "printed by `strata generate` or stored by `strata replay`")
-    tr.add_argument("--admin", action="store_true",
-                    help="with the admin key: any tenant's trace (default: the API key's own)")
+    tr.add_argument(
+        "trace_id",
+        help="a trace id or a request id (32 hex characters each), as "
+        "printed by `strata generate` or stored by `strata replay`",
+    )
+    tr.add_argument(
+        "--admin",
+        action="store_true",
+        help="with the admin key: any tenant's trace (default: the API key's own)",
+    )
     tr.set_defaults(handler=_trace)
 
     add_replay_parser(sub)

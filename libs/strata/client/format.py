@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from strata.eval.tables import table
 from strata.v1 import common_pb2, metrics_pb2
 
-STATUS_CODE_ERROR = 2   # OpenTelemetry Status.code for an error
+STATUS_CODE_ERROR = 2  # OpenTelemetry Status.code for an error
 
 
 def format_models(models: Sequence[common_pb2.ModelInfo]) -> str:
@@ -25,8 +25,9 @@ def _ms(value: float) -> str:
 
 
 def format_report(report: metrics_pb2.Report) -> str:
-    footer = (f"latencies in ms; spans received {report.spans_received}, "
-              f"dropped {report.spans_dropped}")
+    footer = (
+        f"latencies in ms; spans received {report.spans_received}, dropped {report.spans_dropped}"
+    )
     if not report.tenants:
         return f"no finished requests recorded\n{footer}"
     headers = ["tenant", "requests", "errors"]
@@ -64,25 +65,32 @@ def format_trace(trace: metrics_pb2.Trace) -> str:
     seen: set[str] = set()
 
     def walk(span: metrics_pb2.SpanRecord, depth: int) -> None:
-        if span.span_id in seen:   # a corrupt parent cycle must not loop forever
+        if span.span_id in seen:  # a corrupt parent cycle must not loop forever
             return
         seen.add(span.span_id)
         label = f"{'  ' * depth}{span.name} [{span.service}]"
         if span.status_code == STATUS_CODE_ERROR:
             label += " ERROR"
-        rows.append((_ms((span.start_unix_nano - t0) / 1e6) + " ms",
-                     _ms((span.end_unix_nano - span.start_unix_nano) / 1e6) + " ms", label))
+        rows.append(
+            (
+                _ms((span.start_unix_nano - t0) / 1e6) + " ms",
+                _ms((span.end_unix_nano - span.start_unix_nano) / 1e6) + " ms",
+                label,
+            )
+        )
         for child in children.get(span.span_id, []):
             walk(child, depth + 1)
 
     for root in roots:
         walk(root, 0)
-    for span in spans:   # spans only reachable through a cycle
+    for span in spans:  # spans only reachable through a cycle
         walk(span, 0)
     width_start = max(len("start"), *(len(r[0]) for r in rows))
     width_dur = max(len("duration"), *(len(r[1]) for r in rows))
-    lines = [f"trace {spans[0].trace_id}: {len(spans)} spans, {_ms((t1 - t0) / 1e6)} ms",
-             f"{'start'.rjust(width_start)}  {'duration'.rjust(width_dur)}  span"]
+    lines = [
+        f"trace {spans[0].trace_id}: {len(spans)} spans, {_ms((t1 - t0) / 1e6)} ms",
+        f"{'start'.rjust(width_start)}  {'duration'.rjust(width_dur)}  span",
+    ]
     lines += [f"{a.rjust(width_start)}  {b.rjust(width_dur)}  {c}" for a, b, c in rows]
     return "\n".join(lines)
 
@@ -90,7 +98,9 @@ def format_trace(trace: metrics_pb2.Trace) -> str:
 def format_summary(usage: common_pb2.Usage, finish_reason: int, trace_id: str) -> str:
     """What `strata generate` prints to stderr once the stream ends."""
     finish = common_pb2.FinishReason.Name(finish_reason).removeprefix("FINISH_REASON_").lower()
-    return (f"usage: prompt_tokens={usage.prompt_tokens} "
-            f"cached_prompt_tokens={usage.cached_prompt_tokens} "
-            f"completion_tokens={usage.completion_tokens} finish_reason={finish}\n"
-            f"trace_id: {trace_id or 'none'}")
+    return (
+        f"usage: prompt_tokens={usage.prompt_tokens} "
+        f"cached_prompt_tokens={usage.cached_prompt_tokens} "
+        f"completion_tokens={usage.completion_tokens} finish_reason={finish}\n"
+        f"trace_id: {trace_id or 'none'}"
+    )

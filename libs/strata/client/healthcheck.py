@@ -18,11 +18,13 @@ from strata.rpc.channels import public_sync_channel, sync_channel
 from strata.security.identity import ClusterIdentity
 
 
-def check(address: str, service: str = "", timeout: float = 3.0,
-          identity: ClusterIdentity | None = None) -> tuple[bool, str]:
+def check(
+    address: str, service: str = "", timeout: float = 3.0, identity: ClusterIdentity | None = None
+) -> tuple[bool, str]:
     """Return (healthy, one-line description) for `service` ("" = the whole server)."""
-    with (sync_channel(address, identity) if identity is not None
-          else public_sync_channel(address)) as channel:
+    with (
+        sync_channel(address, identity) if identity is not None else public_sync_channel(address)
+    ) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
             reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
@@ -33,14 +35,18 @@ def check(address: str, service: str = "", timeout: float = 3.0,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m strata.client.healthcheck",
-                                     description="Exit 0 if a gRPC server reports SERVING.")
+    parser = argparse.ArgumentParser(
+        prog="python -m strata.client.healthcheck",
+        description="Exit 0 if a gRPC server reports SERVING.",
+    )
     parser.add_argument("address", help="host:port of the server, e.g. 127.0.0.1:50051")
-    parser.add_argument("--service", default="",
-                        help="fully qualified service name (default: the whole server)")
+    parser.add_argument(
+        "--service", default="", help="fully qualified service name (default: the whole server)"
+    )
     parser.add_argument("--timeout", type=float, default=3.0, help="seconds to wait (default 3)")
-    parser.add_argument("--internal", action="store_true",
-                        help="an internal service: use the cluster credential")
+    parser.add_argument(
+        "--internal", action="store_true", help="an internal service: use the cluster credential"
+    )
     args = parser.parse_args(argv)
     identity = None
     if args.internal:

@@ -93,7 +93,7 @@ class ReplayConfig:
     max_duration_s: float | None = None
     ignore_eos: bool = True
     prefix_public: bool = False
-    retry: RetryPolicy | None = None     # None: a refusal is final
+    retry: RetryPolicy | None = None  # None: a refusal is final
     run_key: str = ""
     tls_ca: bytes | None = None
 
@@ -119,8 +119,12 @@ class ReplayResult:
     attempts: dict[int, list[float]] = field(default_factory=dict)
 
 
-async def replay(workload: Sequence[WorkloadRequest], config: ReplayConfig, *,
-                 progress_stream: TextIO | None = None) -> ReplayResult:
+async def replay(
+    workload: Sequence[WorkloadRequest],
+    config: ReplayConfig,
+    *,
+    progress_stream: TextIO | None = None,
+) -> ReplayResult:
     """Run the workload as one evaluation run; progress goes to progress_stream when given.
 
     Raises ReplayError when the metrics service cannot open or close the run; a request's own
@@ -132,45 +136,71 @@ async def replay(workload: Sequence[WorkloadRequest], config: ReplayConfig, *,
     try:
         metrics = metrics_pb2_grpc.MetricsStub(metrics_channel)
         try:
-            run = await metrics.StartRun(metrics_pb2.StartRunRequest(
-                name=config.name, kind=RUN_KIND, params_json=json.dumps(dict(config.params))),
-                metadata=key, timeout=METRICS_TIMEOUT_S)
+            run = await metrics.StartRun(
+                metrics_pb2.StartRunRequest(
+                    name=config.name, kind=RUN_KIND, params_json=json.dumps(dict(config.params))
+                ),
+                metadata=key,
+                timeout=METRICS_TIMEOUT_S,
+            )
         except grpc.aio.AioRpcError as err:
             raise ReplayError(
                 f"the metrics service at {config.metrics} did not open a run "
                 f"({err.code().name}: {err.details()}); nothing was sent. Start the stack "
-                f"(make run) or point --metrics at the metrics service") from err
+                f"(make run) or point --metrics at the metrics service"
+            ) from err
         started_unix_ms = int(time.time() * 1000)
         attempts: dict[int, list[float]] = {}
         records, not_sent, duration_s = await _send_all(
-            gateway_pb2_grpc.GatewayStub(gateway_channel), workload, config, run.run_id,
-            progress_stream, time.perf_counter, attempts)
+            gateway_pb2_grpc.GatewayStub(gateway_channel),
+            workload,
+            config,
+            run.run_id,
+            progress_stream,
+            time.perf_counter,
+            attempts,
+        )
         summary = summarize_run(records, duration_s)
-        summary_json = {"run_id": run.run_id, "name": config.name, "model": config.model,
-                        "started_unix_ms": started_unix_ms, "not_sent": not_sent,
-                        "params": dict(config.params), **summary.to_json()}
+        summary_json = {
+            "run_id": run.run_id,
+            "name": config.name,
+            "model": config.model,
+            "started_unix_ms": started_unix_ms,
+            "not_sent": not_sent,
+            "params": dict(config.params),
+            **summary.to_json(),
+        }
         run_dir = _write_results(config.out_dir, run.run_id, records, summary_json)
         try:
-            await metrics.FinishRun(metrics_pb2.FinishRunRequest(
-                run_id=run.run_id, client_summary_json=json.dumps(summary_json)),
-                metadata=key, timeout=METRICS_TIMEOUT_S)
+            await metrics.FinishRun(
+                metrics_pb2.FinishRunRequest(
+                    run_id=run.run_id, client_summary_json=json.dumps(summary_json)
+                ),
+                metadata=key,
+                timeout=METRICS_TIMEOUT_S,
+            )
         except grpc.aio.AioRpcError as err:
             raise ReplayError(
                 f"run {run.run_id} ran, but the metrics service at {config.metrics} did not "
                 f"close it ({err.code().name}: {err.details()}); the client's results are in "
-                f"{run_dir}") from err
-        return ReplayResult(run.run_id, records, summary, not_sent, run_dir, summary_json,
-                            attempts)
+                f"{run_dir}"
+            ) from err
+        return ReplayResult(run.run_id, records, summary, not_sent, run_dir, summary_json, attempts)
     finally:
         await gateway_channel.close()
         await metrics_channel.close()
 
 
-async def _send_all(stub: gateway_pb2_grpc.GatewayStub, workload: Sequence[WorkloadRequest],
-                    config: ReplayConfig, run_id: int, progress_stream: TextIO | None,
-                    clock: Callable[[], float], attempts: dict[int, list[float]]
-                    ) -> tuple[list[RequestRecord], int, float]:
-    due = list(workload)[:config.max_requests]
+async def _send_all(
+    stub: gateway_pb2_grpc.GatewayStub,
+    workload: Sequence[WorkloadRequest],
+    config: ReplayConfig,
+    run_id: int,
+    progress_stream: TextIO | None,
+    clock: Callable[[], float],
+    attempts: dict[int, list[float]],
+) -> tuple[list[RequestRecord], int, float]:
+    due = list(workload)[: config.max_requests]
     progress = Progress(len(due), progress_stream, clock)
     tasks: list[asyncio.Task[RequestRecord]] = []
     start = clock()
@@ -182,8 +212,11 @@ async def _send_all(stub: gateway_pb2_grpc.GatewayStub, workload: Sequence[Workl
                 await asyncio.sleep(delay)
             if config.max_duration_s is not None and clock() - start > config.max_duration_s:
                 break
-            tasks.append(asyncio.create_task(
-                _send_one(stub, request, config, run_id, start, progress, clock, attempts)))
+            tasks.append(
+                asyncio.create_task(
+                    _send_one(stub, request, config, run_id, start, progress, clock, attempts)
+                )
+            )
         records = list(await asyncio.gather(*tasks))
     finally:
         ticker.cancel()
@@ -194,23 +227,40 @@ async def _send_all(stub: gateway_pb2_grpc.GatewayStub, workload: Sequence[Workl
     return records, len(due) - len(tasks), end
 
 
-async def _send_one(stub: gateway_pb2_grpc.GatewayStub, request: WorkloadRequest,
-                    config: ReplayConfig, run_id: int, start: float, progress: Progress,
-                    clock: Callable[[], float], attempts: dict[int, list[float]]
-                    ) -> RequestRecord:
-    message = build_request(config.model, request.prompt, max_tokens=request.max_tokens,
-                            ignore_eos=config.ignore_eos, prefix_public=config.prefix_public)
+async def _send_one(
+    stub: gateway_pb2_grpc.GatewayStub,
+    request: WorkloadRequest,
+    config: ReplayConfig,
+    run_id: int,
+    start: float,
+    progress: Progress,
+    clock: Callable[[], float],
+    attempts: dict[int, list[float]],
+) -> RequestRecord:
+    message = build_request(
+        config.model,
+        request.prompt,
+        max_tokens=request.max_tokens,
+        ignore_eos=config.ignore_eos,
+        prefix_public=config.prefix_public,
+    )
     metadata = (("authorization", f"Bearer {request.api_key}"), (RUN_ID_METADATA, str(run_id)))
     sent = clock()
-    record = RequestRecord(index=request.index, tenant=request.tenant,
-                           scheduled_s=request.send_at_s, sent_s=sent - start,
-                           synth_prompt_tokens=request.prompt_tokens,
-                           max_tokens=request.max_tokens, sla_class=request.sla_class)
+    record = RequestRecord(
+        index=request.index,
+        tenant=request.tenant,
+        scheduled_s=request.send_at_s,
+        sent_s=sent - start,
+        synth_prompt_tokens=request.prompt_tokens,
+        max_tokens=request.max_tokens,
+        sla_class=request.sla_class,
+    )
     progress.sent()
     sent_at = [sent - start]
     while True:
-        received, refused, retry_after_s = await _attempt(stub, message, metadata, config,
-                                                          record, sent, clock)
+        received, refused, retry_after_s = await _attempt(
+            stub, message, metadata, config, record, sent, clock
+        )
         if not refused:
             break
         attempts[request.index] = sent_at
@@ -228,10 +278,15 @@ async def _send_one(stub: gateway_pb2_grpc.GatewayStub, request: WorkloadRequest
     return record
 
 
-async def _attempt(stub: gateway_pb2_grpc.GatewayStub, message: gateway_pb2.GenerateRequest,
-                   metadata: tuple[tuple[str, str], ...], config: ReplayConfig,
-                   record: RequestRecord, sent: float, clock: Callable[[], float]
-                   ) -> tuple[int, bool, float | None]:
+async def _attempt(
+    stub: gateway_pb2_grpc.GatewayStub,
+    message: gateway_pb2.GenerateRequest,
+    metadata: tuple[tuple[str, str], ...],
+    config: ReplayConfig,
+    record: RequestRecord,
+    sent: float,
+    clock: Callable[[], float],
+) -> tuple[int, bool, float | None]:
     """One call, streamed into `record` (latencies from `sent`, the first attempt); returns the
     tokens received, whether it was refused before any token, and the refusal's retry-after
     hint in seconds (None without one)."""
@@ -280,8 +335,9 @@ def _retry_after_s(err: grpc.aio.AioRpcError) -> float | None:
     return None
 
 
-def _write_results(out_dir: str, run_id: int, records: Sequence[RequestRecord],
-                   summary_json: dict) -> str:
+def _write_results(
+    out_dir: str, run_id: int, records: Sequence[RequestRecord], summary_json: dict
+) -> str:
     run_dir = os.path.join(out_dir, f"run-{run_id}")
     os.makedirs(run_dir, exist_ok=True)
     with open(os.path.join(run_dir, "requests.jsonl"), "w", encoding="utf-8") as f:
@@ -300,14 +356,20 @@ class Progress:
     file or pipe a plain line is appended every PLAIN_PROGRESS_INTERVAL_S, so logs stay readable.
     """
 
-    def __init__(self, total: int, stream: TextIO | None, clock: Callable[[], float],
-                 interval_s: float | None = None) -> None:
+    def __init__(
+        self,
+        total: int,
+        stream: TextIO | None,
+        clock: Callable[[], float],
+        interval_s: float | None = None,
+    ) -> None:
         self.total = total
         self.stream = stream
         self.clock = clock
         self.tty = stream is not None and stream.isatty()
-        self.interval_s = interval_s or (TTY_PROGRESS_INTERVAL_S if self.tty
-                                         else PLAIN_PROGRESS_INTERVAL_S)
+        self.interval_s = interval_s or (
+            TTY_PROGRESS_INTERVAL_S if self.tty else PLAIN_PROGRESS_INTERVAL_S
+        )
         self.n_sent = self.n_done = self.n_errors = 0
         self._start = clock()
         self._last_at = self._start
@@ -325,9 +387,11 @@ class Progress:
         span = now - self._last_at
         rate = (self.n_done - self._last_done) / span if span > 0 else 0.0
         self._last_at, self._last_done = now, self.n_done
-        return (f"[{now - self._start:7.1f}s] sent {self.n_sent}/{self.total}  in flight "
-                f"{self.n_sent - self.n_done}  done {self.n_done}  errors {self.n_errors}  "
-                f"{rate:.1f} req/s")
+        return (
+            f"[{now - self._start:7.1f}s] sent {self.n_sent}/{self.total}  in flight "
+            f"{self.n_sent - self.n_done}  done {self.n_done}  errors {self.n_errors}  "
+            f"{rate:.1f} req/s"
+        )
 
     async def run(self) -> None:
         while True:

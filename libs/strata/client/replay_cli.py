@@ -52,56 +52,104 @@ EXIT_ERROR = 2  # bad arguments, or the metrics service could not open or close 
 
 def add_replay_parser(sub: argparse._SubParsersAction) -> None:
     """Register `replay` on the `strata` command's subparsers."""
-    p = sub.add_parser("replay", help="replay a trace or synthetic load through the gateway",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "replay",
+        help="replay a trace or synthetic load through the gateway",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--trace", help="trace file (for --format azure, burstgpt, mooncake)")
     p.add_argument("--format", required=True, choices=(*TRACE_FORMATS, *SYNTHETIC_FORMATS))
     p.add_argument("--model", required=True, help="model name to send every request to")
     syn = p.add_argument_group("synthetic load")
     syn.add_argument("--rate", type=float, help="requests per second (poisson, gamma, diurnal)")
-    syn.add_argument("--cv", type=float, default=1.0,
-                     help="gamma: coefficient of variation of gaps (default 1 = Poisson)")
-    syn.add_argument("--duration", type=float,
-                     help="seconds of synthetic load (default: --max-duration)")
+    syn.add_argument(
+        "--cv",
+        type=float,
+        default=1.0,
+        help="gamma: coefficient of variation of gaps (default 1 = Poisson)",
+    )
+    syn.add_argument(
+        "--duration", type=float, help="seconds of synthetic load (default: --max-duration)"
+    )
     syn.add_argument("--period", type=float, default=60.0, help="diurnal: period in seconds")
-    syn.add_argument("--amplitude", type=float, default=0.5,
-                     help="diurnal: rate swing as a fraction of --rate (0..1)")
+    syn.add_argument(
+        "--amplitude",
+        type=float,
+        default=0.5,
+        help="diurnal: rate swing as a fraction of --rate (0..1)",
+    )
     syn.add_argument("--mix", help="mix: tenant:rate:sla_class[:cv[:prompt[:output]]],...")
     syn.add_argument("--prompt-tokens", type=int, default=256, help="synthetic prompt length")
     syn.add_argument("--output-tokens", type=int, default=64, help="synthetic output length")
-    syn.add_argument("--length-range", type=float, default=0.0,
-                     help="lengths uniform in n*(1-R)..n*(1+R) (default 0: fixed)")
-    syn.add_argument("--seed", type=int, default=0, help="seed of synthetic arrivals and sizes, "
-                                                         "and of weighted tenant mapping")
+    syn.add_argument(
+        "--length-range",
+        type=float,
+        default=0.0,
+        help="lengths uniform in n*(1-R)..n*(1+R) (default 0: fixed)",
+    )
+    syn.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of synthetic arrivals and sizes, and of weighted tenant mapping",
+    )
     sc = p.add_argument_group("scaling and window")
-    sc.add_argument("--time-scale", type=float, default=1.0,
-                    help="speed-up: send at trace time / X (default 1)")
-    sc.add_argument("--length-scale", type=float, default=1.0,
-                    help="divide trace lengths (and Mooncake's 512-token blocks) by Y")
+    sc.add_argument(
+        "--time-scale", type=float, default=1.0, help="speed-up: send at trace time / X (default 1)"
+    )
+    sc.add_argument(
+        "--length-scale",
+        type=float,
+        default=1.0,
+        help="divide trace lengths (and Mooncake's 512-token blocks) by Y",
+    )
     sc.add_argument("--max-prompt", type=int, default=DEFAULT_MAX_PROMPT)
     sc.add_argument("--max-output", type=int, default=DEFAULT_MAX_OUTPUT)
     sc.add_argument("--max-requests", type=int, help="send at most N requests")
-    sc.add_argument("--max-duration", type=float,
-                    help="send requests scheduled within the first S seconds (scaled)")
-    p.add_argument("--tenants", help="API keys: key1,key2 (round-robin) or label=key:weight,... "
-                                     "(weighted; a label matching a trace tenant gets its "
-                                     "requests); default: the demo key")
-    p.add_argument("--text", choices=("auto", "bytes", "words"), default="auto",
-                   help="prompt text: one letter per token (dummy models) or one word per token "
-                        "(BPE models); auto picks by model name")
-    p.add_argument("--prompt-seed", type=int,
-                   help="seed of prompt contents (default: fresh, so no run hits the prefix "
-                        "cache left by an earlier one; recorded in the run's params)")
-    p.add_argument("--prefix-public", action="store_true",
-                   help="let tenants share cached prefixes (Mooncake across tenants)")
-    p.add_argument("--timeout", type=float, default=DEFAULT_REQUEST_TIMEOUT_S,
-                   help=f"per-request deadline in seconds (default "
-                        f"{DEFAULT_REQUEST_TIMEOUT_S:.0f})")
+    sc.add_argument(
+        "--max-duration",
+        type=float,
+        help="send requests scheduled within the first S seconds (scaled)",
+    )
+    p.add_argument(
+        "--tenants",
+        help="API keys: key1,key2 (round-robin) or label=key:weight,... "
+        "(weighted; a label matching a trace tenant gets its "
+        "requests); default: the demo key",
+    )
+    p.add_argument(
+        "--text",
+        choices=("auto", "bytes", "words"),
+        default="auto",
+        help="prompt text: one letter per token (dummy models) or one word per token "
+        "(BPE models); auto picks by model name",
+    )
+    p.add_argument(
+        "--prompt-seed",
+        type=int,
+        help="seed of prompt contents (default: fresh, so no run hits the prefix "
+        "cache left by an earlier one; recorded in the run's params)",
+    )
+    p.add_argument(
+        "--prefix-public",
+        action="store_true",
+        help="let tenants share cached prefixes (Mooncake across tenants)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_REQUEST_TIMEOUT_S,
+        help=f"per-request deadline in seconds (default {DEFAULT_REQUEST_TIMEOUT_S:.0f})",
+    )
     p.add_argument("--out", help="results directory (default: <data dir>/replays)")
     p.add_argument("--name", default="", help="run name shown in reports")
-    p.add_argument("--admin", action="store_true",
-                   help="open the run with the admin key, so that every tenant's requests in "
-                        "it show in its report (default: the first tenant's key owns the run)")
+    p.add_argument(
+        "--admin",
+        action="store_true",
+        help="open the run with the admin key, so that every tenant's requests in "
+        "it show in its report (default: the first tenant's key owns the run)",
+    )
     p.set_defaults(handler=run_replay)
 
 
@@ -111,8 +159,11 @@ async def run_replay(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_ERROR
-    print(f"replaying {len(workload)} requests over {workload[-1].send_at_s:.1f} s to "
-          f"{args.model} (tenants: {', '.join(config.params['tenants'])})", file=sys.stderr)
+    print(
+        f"replaying {len(workload)} requests over {workload[-1].send_at_s:.1f} s to "
+        f"{args.model} (tenants: {', '.join(config.params['tenants'])})",
+        file=sys.stderr,
+    )
     try:
         result = await replay(workload, config, progress_stream=sys.stderr)
     except ReplayError as err:
@@ -127,39 +178,68 @@ async def run_replay(args: argparse.Namespace) -> int:
 def _prepare(args: argparse.Namespace) -> tuple[list[WorkloadRequest], ReplayConfig]:
     """The workload and the replay's settings; ValueError or OSError says what is wrong."""
     requests, skipped = _requests(args)
-    keys, weighted = (parse_tenants(args.tenants) if args.tenants else
-                      ([TenantKey(defaults.DEMO_TENANT, settings.api_key())], False))
-    scaling = Scaling(time_scale=args.time_scale, length_scale=args.length_scale,
-                      max_prompt=args.max_prompt, max_output=args.max_output)
+    keys, weighted = (
+        parse_tenants(args.tenants)
+        if args.tenants
+        else ([TenantKey(defaults.DEMO_TENANT, settings.api_key())], False)
+    )
+    scaling = Scaling(
+        time_scale=args.time_scale,
+        length_scale=args.length_scale,
+        max_prompt=args.max_prompt,
+        max_output=args.max_output,
+    )
     prompt_seed = args.prompt_seed if args.prompt_seed is not None else random.randrange(2**32)
     text = {"bytes": ByteText(), "words": WordText()}.get(args.text) or text_for_model(args.model)
     workload = build_workload(
-        requests, scaling, Window(args.max_requests, args.max_duration),
+        requests,
+        scaling,
+        Window(args.max_requests, args.max_duration),
         TenantMapper(keys, weighted=weighted, rng=random.Random(args.seed)),
-        PromptSynth(text, scaling.block_tokens, prompt_seed))
+        PromptSynth(text, scaling.block_tokens, prompt_seed),
+    )
     if not workload:
         raise ValueError("the trace and the window leave no request to send")
     params = {
-        "trace": os.path.abspath(args.trace) if args.trace else "", "format": args.format,
-        "trace_requests": len(requests), "skipped_failures": skipped, "requests": len(workload),
-        "span_s": workload[-1].send_at_s, "model": args.model, "time_scale": args.time_scale,
-        "length_scale": args.length_scale, "max_prompt": args.max_prompt,
-        "max_output": args.max_output, "block_tokens": scaling.block_tokens,
-        "max_requests": args.max_requests, "max_duration_s": args.max_duration,
-        "rate": args.rate, "cv": args.cv, "duration_s": args.duration, "mix": args.mix,
-        "seed": args.seed, "prompt_seed": prompt_seed, "text": text.name,
+        "trace": os.path.abspath(args.trace) if args.trace else "",
+        "format": args.format,
+        "trace_requests": len(requests),
+        "skipped_failures": skipped,
+        "requests": len(workload),
+        "span_s": workload[-1].send_at_s,
+        "model": args.model,
+        "time_scale": args.time_scale,
+        "length_scale": args.length_scale,
+        "max_prompt": args.max_prompt,
+        "max_output": args.max_output,
+        "block_tokens": scaling.block_tokens,
+        "max_requests": args.max_requests,
+        "max_duration_s": args.max_duration,
+        "rate": args.rate,
+        "cv": args.cv,
+        "duration_s": args.duration,
+        "mix": args.mix,
+        "seed": args.seed,
+        "prompt_seed": prompt_seed,
+        "text": text.name,
         "tenants": [k.label for k in keys],
         "tenant_mapping": "weighted" if weighted else "round-robin",
-        "timeout_s": args.timeout, "prefix_public": args.prefix_public, "ignore_eos": True,
+        "timeout_s": args.timeout,
+        "prefix_public": args.prefix_public,
+        "ignore_eos": True,
     }
     config = ReplayConfig(
-        model=args.model, gateway=settings.gateway_address(args.gateway),
+        model=args.model,
+        gateway=settings.gateway_address(args.gateway),
         metrics=settings.metrics_address(args.metrics, gateway=args.gateway),
         out_dir=args.out or os.path.join(os.path.dirname(settings.demo_key_path()), "replays"),
-        name=args.name, params=params, request_timeout_s=args.timeout,
+        name=args.name,
+        params=params,
+        request_timeout_s=args.timeout,
         prefix_public=args.prefix_public,
         run_key=settings.admin_key() if args.admin else keys[0].api_key,
-        tls_ca=settings.tls_ca(args.tls_ca))
+        tls_ca=settings.tls_ca(args.tls_ca),
+    )
     return workload, config
 
 
@@ -171,18 +251,23 @@ def _requests(args: argparse.Namespace) -> tuple[list[TraceRequest], int]:
         trace = read_trace(args.trace, args.format)
         return trace.requests, trace.skipped_failures
     if args.trace:
-        raise ValueError(f"--format {args.format} is synthetic and reads no file; drop --trace "
-                         f"or pick one of {', '.join(TRACE_FORMATS)}")
+        raise ValueError(
+            f"--format {args.format} is synthetic and reads no file; drop --trace "
+            f"or pick one of {', '.join(TRACE_FORMATS)}"
+        )
     duration = args.duration if args.duration is not None else args.max_duration
     if duration is None and args.max_requests is None:
-        raise ValueError(f"--format {args.format} needs --duration, --max-duration or "
-                         f"--max-requests: a synthetic load never ends by itself")
+        raise ValueError(
+            f"--format {args.format} needs --duration, --max-duration or "
+            f"--max-requests: a synthetic load never ends by itself"
+        )
     rng = random.Random(args.seed)
     bounds = {"count": args.max_requests, "duration_s": duration}
     if args.format == "mix":
         if not args.mix:
-            raise ValueError("--format mix needs --mix tenant:rate:sla_class[:cv[:prompt"
-                             "[:output]]],...")
+            raise ValueError(
+                "--format mix needs --mix tenant:rate:sla_class[:cv[:prompt[:output]]],..."
+            )
         return synthetic.tenant_mix(_parse_mix(args), rng, **bounds), 0
     if args.rate is None:
         raise ValueError(f"--format {args.format} needs --rate (requests per second)")
@@ -191,10 +276,13 @@ def _requests(args: argparse.Namespace) -> tuple[list[TraceRequest], int]:
     elif args.format == "gamma":
         arrivals = synthetic.gamma_arrivals(args.rate, args.cv, rng, **bounds)
     else:
-        arrivals = synthetic.diurnal_arrivals(args.rate, args.period, args.amplitude, rng,
-                                              **bounds)
-    return synthetic.requests_at(arrivals, _lengths(args.prompt_tokens, args.length_range),
-                                 _lengths(args.output_tokens, args.length_range), rng), 0
+        arrivals = synthetic.diurnal_arrivals(args.rate, args.period, args.amplitude, rng, **bounds)
+    return synthetic.requests_at(
+        arrivals,
+        _lengths(args.prompt_tokens, args.length_range),
+        _lengths(args.output_tokens, args.length_range),
+        rng,
+    ), 0
 
 
 def _lengths(tokens: int, spread: float) -> synthetic.LengthDist:
@@ -210,17 +298,26 @@ def _parse_mix(args: argparse.Namespace) -> list[synthetic.TenantTraffic]:
     for entry in args.mix.split(","):
         fields = entry.strip().split(":")
         if not 3 <= len(fields) <= 6:
-            raise ValueError(f"--mix entry {entry!r} must be tenant:rate:sla_class[:cv[:prompt"
-                             f"[:output]]]")
+            raise ValueError(
+                f"--mix entry {entry!r} must be tenant:rate:sla_class[:cv[:prompt[:output]]]"
+            )
         try:
             rate = float(fields[1])
             cv = float(fields[3]) if len(fields) > 3 else 1.0
             prompt = int(fields[4]) if len(fields) > 4 else args.prompt_tokens
             output = int(fields[5]) if len(fields) > 5 else args.output_tokens
         except ValueError:
-            raise ValueError(f"--mix entry {entry!r}: rate and cv must be numbers, prompt and "
-                             f"output integers") from None
-        loads.append(synthetic.TenantTraffic(
-            fields[0], rate, fields[2], _lengths(prompt, args.length_range),
-            _lengths(output, args.length_range), cv=cv))
+            raise ValueError(
+                f"--mix entry {entry!r}: rate and cv must be numbers, prompt and output integers"
+            ) from None
+        loads.append(
+            synthetic.TenantTraffic(
+                fields[0],
+                rate,
+                fields[2],
+                _lengths(prompt, args.length_range),
+                _lengths(output, args.length_range),
+                cv=cv,
+            )
+        )
     return loads

@@ -45,8 +45,9 @@ def _run_id(text: str) -> int:
     except ValueError:
         value = 0
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"a run id is a positive integer (see `strata report "
-                                         f"--runs`), got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"a run id is a positive integer (see `strata report --runs`), got {text!r}"
+        )
     return value
 
 
@@ -70,8 +71,13 @@ def _decode(tp, value):
         return [_decode(item, v) for v in value]
     if dataclasses.is_dataclass(tp):
         hints = typing.get_type_hints(tp)
-        return tp(**{f.name: _decode(hints[f.name], value[f.name])
-                     for f in dataclasses.fields(tp) if f.name in value})
+        return tp(
+            **{
+                f.name: _decode(hints[f.name], value[f.name])
+                for f in dataclasses.fields(tp)
+                if f.name in value
+            }
+        )
     return value
 
 
@@ -88,23 +94,38 @@ def load_report_file(path: str) -> LayeredReport:
     try:
         return _decode(LayeredReport, doc)
     except (KeyError, TypeError, AttributeError) as err:
-        raise ValueError(f"{path} is not a layered report as `strata report --json` writes "
-                         f"it ({type(err).__name__}: {err})") from None
+        raise ValueError(
+            f"{path} is not a layered report as `strata report --json` writes "
+            f"it ({type(err).__name__}: {err})"
+        ) from None
 
 
 def add_report_arguments(rep: argparse.ArgumentParser) -> None:
     rep.add_argument("--tenant", default="", help="one tenant's requests (default: all)")
-    rep.add_argument("--run", type=_run_id, default=0, metavar="ID",
-                     help="one evaluation run's requests and its window's node samples")
+    rep.add_argument(
+        "--run",
+        type=_run_id,
+        default=0,
+        metavar="ID",
+        help="one evaluation run's requests and its window's node samples",
+    )
     rep.add_argument("--html", metavar="PATH", help="also write the report as an HTML page")
     rep.add_argument("--json", metavar="PATH", help="also write the report as JSON")
-    rep.add_argument("--compare", type=_report_ref, nargs=2, metavar=("A", "B"),
-                     help="print B's figures next to A's; each is a run id or a JSON report "
-                          "file (from --json or a simulated run)")
+    rep.add_argument(
+        "--compare",
+        type=_report_ref,
+        nargs=2,
+        metavar=("A", "B"),
+        help="print B's figures next to A's; each is a run id or a JSON report "
+        "file (from --json or a simulated run)",
+    )
     rep.add_argument("--runs", action="store_true", help="list the stored evaluation runs")
-    rep.add_argument("--admin", action="store_true",
-                     help="with the admin key: every tenant, and the node and cluster layers "
-                          "(default: the API key's own tenant)")
+    rep.add_argument(
+        "--admin",
+        action="store_true",
+        help="with the admin key: every tenant, and the node and cluster layers "
+        "(default: the API key's own tenant)",
+    )
 
 
 def _write(path: str, text: str) -> None:
@@ -120,22 +141,33 @@ def format_runs(runs: list[metrics_pb2.RunInfo]) -> str:
     rows = []
     for r in runs:
         end = r.finished_unix_ms
-        rows.append([str(r.run_id), r.name, r.kind, utc(r.started_unix_ms),
-                     f"{(end - r.started_unix_ms) / 1000:.1f}" if end else "running"])
+        rows.append(
+            [
+                str(r.run_id),
+                r.name,
+                r.kind,
+                utc(r.started_unix_ms),
+                f"{(end - r.started_unix_ms) / 1000:.1f}" if end else "running",
+            ]
+        )
     return table(["run", "name", "kind", "started", "seconds"], rows)
 
 
 def metrics_client(args: argparse.Namespace) -> AsyncMetricsClient:
     """The Metrics API with the caller's key: the admin key with --admin, else the API key."""
     key = settings.admin_key() if getattr(args, "admin", False) else settings.api_key()
-    return AsyncMetricsClient(args.metrics, key, getattr(args, "tls_ca", None),
-                              getattr(args, "gateway", None))
+    return AsyncMetricsClient(
+        args.metrics, key, getattr(args, "tls_ca", None), getattr(args, "gateway", None)
+    )
 
 
 async def run_report(args: argparse.Namespace) -> int:
     if args.compare and (args.run or args.html or args.json or args.runs):
-        print("error: --compare takes two run ids or report files and prints a table; ask for "
-              "--run, --html or --json in a separate call", file=sys.stderr)
+        print(
+            "error: --compare takes two run ids or report files and prints a table; ask for "
+            "--run, --html or --json in a separate call",
+            file=sys.stderr,
+        )
         return EXIT_ERROR
     files: dict[str, LayeredReport] = {}
     for ref in args.compare or ():
@@ -154,16 +186,21 @@ async def run_report(args: argparse.Namespace) -> int:
             print(format_runs(await client.runs(timeout=REPORT_TIMEOUT_S)))
             return 0
         if args.compare:
-            replies = [await client.report(args.tenant, run_id=ref, timeout=REPORT_TIMEOUT_S)
-                       for ref in args.compare if not isinstance(ref, str)]
+            replies = [
+                await client.report(args.tenant, run_id=ref, timeout=REPORT_TIMEOUT_S)
+                for ref in args.compare
+                if not isinstance(ref, str)
+            ]
         else:
-            replies = [await client.report(args.tenant, run_id=args.run,
-                                           timeout=REPORT_TIMEOUT_S)]
+            replies = [await client.report(args.tenant, run_id=args.run, timeout=REPORT_TIMEOUT_S)]
     layered = [from_report(r) for r in replies]
     if any(r is None for r in layered):
         if args.compare or args.html or args.json:
-            print("error: this metrics collector sends per-tenant tables only, not layered "
-                  "reports; upgrade it to compare runs or write HTML and JSON", file=sys.stderr)
+            print(
+                "error: this metrics collector sends per-tenant tables only, not layered "
+                "reports; upgrade it to compare runs or write HTML and JSON",
+                file=sys.stderr,
+            )
             return EXIT_ERROR
         print(format_report(replies[0]))
         return 0
@@ -178,8 +215,11 @@ async def run_report(args: argparse.Namespace) -> int:
         _write(args.json, json.dumps(report.to_json(), indent=1, sort_keys=True) + "\n")
         print(f"json report: {args.json}")
     if args.html:
-        title = (f"Strata run {report.run.run_id}: {report.run.name}" if report.run
-                 else "Strata evaluation report")
+        title = (
+            f"Strata run {report.run.run_id}: {report.run.name}"
+            if report.run
+            else "Strata evaluation report"
+        )
         _write(args.html, render(report, title))
         print(f"html report: {args.html}")
     return 0

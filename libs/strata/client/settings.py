@@ -30,13 +30,13 @@ class MissingAdminKey(MissingApiKey):
     """No admin key was given, STRATA_ADMIN_KEY is unset and the admin key file is missing."""
 
 
-def gateway_address(explicit: str | None = None,
-                    environ: Mapping[str, str] = os.environ) -> str:
+def gateway_address(explicit: str | None = None, environ: Mapping[str, str] = os.environ) -> str:
     return explicit or environ.get("STRATA_GATEWAY_ADDR") or defaults.GATEWAY_ADDR
 
 
-def metrics_address(explicit: str | None = None, environ: Mapping[str, str] = os.environ,
-                    gateway: str | None = None) -> str:
+def metrics_address(
+    explicit: str | None = None, environ: Mapping[str, str] = os.environ, gateway: str | None = None
+) -> str:
     """The Metrics API a client reads reports and traces from: the gateway (`gateway`, else
     as gateway_address finds it) unless given."""
     return explicit or gateway_address(gateway, environ)
@@ -75,7 +75,8 @@ def api_key(explicit: str | None = None, environ: Mapping[str, str] = os.environ
     if not key:
         raise MissingApiKey(
             f"no API key: set STRATA_API_KEY, or start the stack (make run) so that the metrics "
-            f"service writes the demo key to {path}")
+            f"service writes the demo key to {path}"
+        )
     return key
 
 
@@ -87,13 +88,16 @@ def admin_key(explicit: str | None = None, environ: Mapping[str, str] = os.envir
     path = admin_key_path(environ)
     key = read_key(path)
     if not key:
-        raise MissingAdminKey(f"no admin key: pass --admin-key, set STRATA_ADMIN_KEY, or run "
-                              f"where the gateway's data dir is (it writes the key to {path})")
+        raise MissingAdminKey(
+            f"no admin key: pass --admin-key, set STRATA_ADMIN_KEY, or run "
+            f"where the gateway's data dir is (it writes the key to {path})"
+        )
     return key
 
 
-def tls_ca(explicit: str | bytes | None = None,
-           environ: Mapping[str, str] = os.environ) -> bytes | None:
+def tls_ca(
+    explicit: str | bytes | None = None, environ: Mapping[str, str] = os.environ
+) -> bytes | None:
     """The PEM certificate authority to verify the gateway's TLS certificate with: `explicit`
     (PEM bytes, or a file path), else the file STRATA_TLS_CA names; None: plaintext."""
     if isinstance(explicit, bytes):
@@ -105,5 +109,6 @@ def tls_ca(explicit: str | bytes | None = None,
         with open(path, "rb") as f:
             return f.read()
     except OSError as err:
-        raise ClientSettingError(f"cannot read the TLS certificate authority {path}: "
-                                 f"{err.strerror}") from None
+        raise ClientSettingError(
+            f"cannot read the TLS certificate authority {path}: {err.strerror}"
+        ) from None

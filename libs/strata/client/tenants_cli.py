@@ -64,70 +64,114 @@ def _target(text: str) -> float | None:
 
 
 # CLI option dest -> TenantRecord field
-_SETTINGS = {"sla_class": "sla_class", "weight": "weight",
-             "guaranteed_share": "guaranteed_share", "burst_share": "burst_share",
-             "rate_limit": "rate_limit_rps"}
+_SETTINGS = {
+    "sla_class": "sla_class",
+    "weight": "weight",
+    "guaranteed_share": "guaranteed_share",
+    "burst_share": "burst_share",
+    "rate_limit": "rate_limit_rps",
+}
 
 
 def _add_settings(p: argparse.ArgumentParser) -> None:
     p.add_argument("--class", dest="sla_class", help="SLA class (`strata tenants classes`)")
     p.add_argument("--weight", type=_positive, help="fair-share weight on a node (default 1)")
-    p.add_argument("--guaranteed-share", type=_number, dest="guaranteed_share",
-                   help="fraction of the pool always admitted, 0..1 (default 0)")
-    p.add_argument("--burst-share", type=_positive, dest="burst_share",
-                   help="the most of the pool it may hold, guaranteed share..1 (default 1)")
-    p.add_argument("--rate-limit", type=_number, dest="rate_limit", metavar="RPS",
-                   help="requests per second at the gateway; 0 = the gateway default")
+    p.add_argument(
+        "--guaranteed-share",
+        type=_number,
+        dest="guaranteed_share",
+        help="fraction of the pool always admitted, 0..1 (default 0)",
+    )
+    p.add_argument(
+        "--burst-share",
+        type=_positive,
+        dest="burst_share",
+        help="the most of the pool it may hold, guaranteed share..1 (default 1)",
+    )
+    p.add_argument(
+        "--rate-limit",
+        type=_number,
+        dest="rate_limit",
+        metavar="RPS",
+        help="requests per second at the gateway; 0 = the gateway default",
+    )
 
 
 def add_tenants_parser(sub: argparse._SubParsersAction) -> None:
     """Register `tenants` on the `strata` command's subparsers."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--admin-key", help="the gateway's admin key (default: "
-                                            "STRATA_ADMIN_KEY or the data dir's admin_key file)")
-    common.add_argument("--gateway", dest="admin_gateway", help="gateway host:port (default: "
-                        f"STRATA_GATEWAY_ADDR or {defaults.GATEWAY_ADDR})")
+    common.add_argument(
+        "--admin-key",
+        help="the gateway's admin key (default: STRATA_ADMIN_KEY or the data dir's admin_key file)",
+    )
+    common.add_argument(
+        "--gateway",
+        dest="admin_gateway",
+        help=f"gateway host:port (default: STRATA_GATEWAY_ADDR or {defaults.GATEWAY_ADDR})",
+    )
     common.add_argument("--json", action="store_true", help="print JSON for machines")
-    p = sub.add_parser("tenants", help="tenants, API keys and SLA classes (admin)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "tenants",
+        help="tenants, API keys and SLA classes (admin)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     verbs = p.add_subparsers(dest="tenants_command", required=True)
 
     create = verbs.add_parser("create", parents=[common], help="create a tenant")
     create.add_argument("name")
     _add_settings(create)
-    create.add_argument("--issue-key", action="store_true",
-                        help="also issue its first API key (printed once)")
+    create.add_argument(
+        "--issue-key", action="store_true", help="also issue its first API key (printed once)"
+    )
     create.set_defaults(handler=_create)
-    update = verbs.add_parser("update", parents=[common],
-                              help="change a tenant's settings (only the options given)")
+    update = verbs.add_parser(
+        "update", parents=[common], help="change a tenant's settings (only the options given)"
+    )
     update.add_argument("name")
     _add_settings(update)
     update.set_defaults(handler=_update)
-    for verb, handler, what in (("show", _show, "one tenant"), ("delete", _delete,
-                                "delete a tenant and its keys"),
-                                ("issue-key", _issue_key, "issue an API key (printed once)")):
+    for verb, handler, what in (
+        ("show", _show, "one tenant"),
+        ("delete", _delete, "delete a tenant and its keys"),
+        ("issue-key", _issue_key, "issue an API key (printed once)"),
+    ):
         v = verbs.add_parser(verb, parents=[common], help=what)
         v.add_argument("name")
         v.set_defaults(handler=handler)
     verbs.add_parser("list", parents=[common], help="every tenant").set_defaults(handler=_list)
-    revoke = verbs.add_parser("revoke-key", parents=[common],
-                              help="revoke an API key (it fails at once)")
+    revoke = verbs.add_parser(
+        "revoke-key", parents=[common], help="revoke an API key (it fails at once)"
+    )
     revoke.add_argument("key")
     revoke.set_defaults(handler=_revoke_key)
     verbs.add_parser("classes", parents=[common], help="the SLA classes").set_defaults(
-        handler=_classes)
-    put = verbs.add_parser("set-class", parents=[common],
-                           help="add an SLA class or change one (options not given keep their "
-                                "values)")
+        handler=_classes
+    )
+    put = verbs.add_parser(
+        "set-class",
+        parents=[common],
+        help="add an SLA class or change one (options not given keep their values)",
+    )
     put.add_argument("name")
     # Absent unless given: `-` (None, not judged) must differ from "keep the class's target".
-    put.add_argument("--ttft-ms", type=_target, default=argparse.SUPPRESS,
-                     help=f"P99 TTFT target; {NO_TARGET} = not judged")
-    put.add_argument("--tpot-ms", type=_target, default=argparse.SUPPRESS,
-                     help=f"P99 TPOT target; {NO_TARGET} = not judged")
-    put.add_argument("--priority", type=int,
-                     help="0-9, higher runs first (default for a new class: 1 with a target, "
-                          "0 without)")
+    put.add_argument(
+        "--ttft-ms",
+        type=_target,
+        default=argparse.SUPPRESS,
+        help=f"P99 TTFT target; {NO_TARGET} = not judged",
+    )
+    put.add_argument(
+        "--tpot-ms",
+        type=_target,
+        default=argparse.SUPPRESS,
+        help=f"P99 TPOT target; {NO_TARGET} = not judged",
+    )
+    put.add_argument(
+        "--priority",
+        type=int,
+        help="0-9, higher runs first (default for a new class: 1 with a target, 0 without)",
+    )
     put.set_defaults(handler=_set_class)
 
 
@@ -147,20 +191,26 @@ class _Admin:
         await self.channel.close()
 
     def call(self, method: str, request):
-        return getattr(self.stub, method)(request, metadata=self.metadata,
-                                          timeout=ADMIN_TIMEOUT_S)
+        return getattr(self.stub, method)(request, metadata=self.metadata, timeout=ADMIN_TIMEOUT_S)
 
 
 def _given(args: argparse.Namespace) -> dict[str, object]:
-    return {field: getattr(args, dest) for dest, field in _SETTINGS.items()
-            if getattr(args, dest) is not None}
+    return {
+        field: getattr(args, dest)
+        for dest, field in _SETTINGS.items()
+        if getattr(args, dest) is not None
+    }
 
 
 async def _create(args: argparse.Namespace) -> int:
     async with _Admin(args) as admin:
-        reply = await admin.call("CreateTenant", admin_pb2.CreateTenantRequest(
-            tenant=admin_pb2.TenantRecord(name=args.name, **_given(args)),
-            issue_key=args.issue_key))
+        reply = await admin.call(
+            "CreateTenant",
+            admin_pb2.CreateTenantRequest(
+                tenant=admin_pb2.TenantRecord(name=args.name, **_given(args)),
+                issue_key=args.issue_key,
+            ),
+        )
     rec, key = reply.tenant, reply.api_key or None
     if args.json:
         out = tenant_dict(rec)
@@ -177,12 +227,19 @@ async def _create(args: argparse.Namespace) -> int:
 async def _update(args: argparse.Namespace) -> int:
     given = _given(args)
     if not given:
-        print("error: name at least one setting to change (--class, --weight, "
-              "--guaranteed-share, --burst-share, --rate-limit)", file=sys.stderr)
+        print(
+            "error: name at least one setting to change (--class, --weight, "
+            "--guaranteed-share, --burst-share, --rate-limit)",
+            file=sys.stderr,
+        )
         return 2
     async with _Admin(args) as admin:
-        rec = await admin.call("UpdateTenant", admin_pb2.UpdateTenantRequest(
-            tenant=admin_pb2.TenantRecord(name=args.name, **given), fields=list(given)))
+        rec = await admin.call(
+            "UpdateTenant",
+            admin_pb2.UpdateTenantRequest(
+                tenant=admin_pb2.TenantRecord(name=args.name, **given), fields=list(given)
+            ),
+        )
     _print_tenant(args, rec)
     return 0
 
@@ -220,7 +277,7 @@ async def _issue_key(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"tenant": reply.tenant, "api_key": reply.api_key})
     else:
-        print(reply.api_key)   # alone on its line, for scripts; shown only now
+        print(reply.api_key)  # alone on its line, for scripts; shown only now
     return 0
 
 
@@ -238,8 +295,12 @@ async def _classes(args: argparse.Namespace) -> int:
     async with _Admin(args) as admin:
         reply = await admin.call("ListSlaClasses", admin_pb2.ListSlaClassesRequest())
     if args.json:
-        _print_json({"default_class": reply.default_class,
-                     "classes": [class_dict(c) for c in reply.classes]})
+        _print_json(
+            {
+                "default_class": reply.default_class,
+                "classes": [class_dict(c) for c in reply.classes],
+            }
+        )
     else:
         print(format_classes(reply))
     return 0
@@ -253,10 +314,15 @@ async def _set_class(args: argparse.Namespace) -> int:
         tpot = _merged(args, current, "tpot_ms")
         priority = args.priority
         if priority is None:
-            priority = current.priority if current is not None else int(
-                ttft is not None or tpot is not None)
-        stored = await admin.call("PutSlaClass", admin_pb2.SlaClassRecord(
-            name=args.name, priority=priority, ttft_ms=ttft, tpot_ms=tpot))
+            priority = (
+                current.priority
+                if current is not None
+                else int(ttft is not None or tpot is not None)
+            )
+        stored = await admin.call(
+            "PutSlaClass",
+            admin_pb2.SlaClassRecord(name=args.name, priority=priority, ttft_ms=ttft, tpot_ms=tpot),
+        )
     if args.json:
         _print_json(class_dict(stored))
     else:
@@ -264,8 +330,9 @@ async def _set_class(args: argparse.Namespace) -> int:
     return 0
 
 
-def _merged(args: argparse.Namespace, current: admin_pb2.SlaClassRecord | None,
-            field: str) -> float | None:
+def _merged(
+    args: argparse.Namespace, current: admin_pb2.SlaClassRecord | None, field: str
+) -> float | None:
     """The target to store: the option when given (None for `-`), else the class's own."""
     if hasattr(args, field):
         return getattr(args, field)

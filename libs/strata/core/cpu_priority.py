@@ -19,7 +19,7 @@ import os
 
 class CpuClass(enum.StrEnum):
     NORMAL = "normal"
-    IDLE = "idle"       # SCHED_IDLE: CPU time nothing else wants
+    IDLE = "idle"  # SCHED_IDLE: CPU time nothing else wants
 
 
 CLASSES = tuple(c.value for c in CpuClass)
@@ -32,7 +32,7 @@ def to_background() -> int:
         try:
             os.sched_setscheduler(int(tid), os.SCHED_IDLE, os.sched_param(0))
         except ProcessLookupError:
-            continue     # the thread ended between the listing and the call
+            continue  # the thread ended between the listing and the call
         moved += 1
     return moved
 

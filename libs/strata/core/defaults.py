@@ -10,13 +10,13 @@ NODE_ADDR = "127.0.0.1:50053"
 KVSTORE_ADDR = "127.0.0.1:50054"
 PLACEMENT_ADDR = "127.0.0.1:50055"
 METRICS_ADDR = "127.0.0.1:50056"
-OTLP_ADDR = "127.0.0.1:50057"          # the metrics collector's OTLP/gRPC TraceService receiver
-WORKER_BASE_PORT = 50100               # node managers give workers ports from here up
+OTLP_ADDR = "127.0.0.1:50057"  # the metrics collector's OTLP/gRPC TraceService receiver
+WORKER_BASE_PORT = 50100  # node managers give workers ports from here up
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 DEMO_TENANT = "demo"
-DEMO_KEY_FILE = "demo_api_key"         # in the data dir; the CLI reads it when no key is given
-ADMIN_KEY_FILE = "admin_key"           # in the data dir; the gateway's Admin API key (0600)
+DEMO_KEY_FILE = "demo_api_key"  # in the data dir; the CLI reads it when no key is given
+ADMIN_KEY_FILE = "admin_key"  # in the data dir; the gateway's Admin API key (0600)
 
 HEARTBEAT_INTERVAL_S = 1.0
-NODE_TTL_S = 5.0                       # a node silent for this long leaves routing
+NODE_TTL_S = 5.0  # a node silent for this long leaves routing

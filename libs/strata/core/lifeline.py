@@ -26,8 +26,9 @@ DEATH_SIGNAL_ENV = "STRATA_PARENT_DEATH_SIGNAL"
 _PR_SET_PDEATHSIG = 1
 
 
-def child_env(env: Mapping[str, str], death_signal: signal.Signals = signal.SIGTERM
-              ) -> dict[str, str]:
+def child_env(
+    env: Mapping[str, str], death_signal: signal.Signals = signal.SIGTERM
+) -> dict[str, str]:
     """`env` plus what makes the child started with it die with this process."""
     return {**env, PARENT_PID_ENV: str(os.getpid()), DEATH_SIGNAL_ENV: death_signal.name}
 

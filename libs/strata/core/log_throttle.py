@@ -13,7 +13,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 DEFAULT_INTERVAL_S = 60.0
-MAX_KEYS = 1024           # keys are method names and exception types: a bounded set in practice
+MAX_KEYS = 1024  # keys are method names and exception types: a bounded set in practice
 
 
 @dataclass(slots=True)

@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 FORMAT = "strata-engine-profile/1"
-PREFILL_RATE_CHUNK = 512      # tokens: the chunk prefill throughput is quoted for
+PREFILL_RATE_CHUNK = 512  # tokens: the chunk prefill throughput is quoted for
 FEATURES = ("step_s", "token_s", "sample_s", "prefill_attend_s", "decode_attend_s", "group_s")
 
 
@@ -52,12 +52,18 @@ class StepShape:
     prefill_keys: float = 0.0
     decode_keys: float = 0.0
     groups: int = 1
-    prefill_longest: int = 0    # tokens of the step's longest prefill chunk (0: none)
-    prefill_context: int = 0    # tokens computed before the widest chunk
+    prefill_longest: int = 0  # tokens of the step's longest prefill chunk (0: none)
+    prefill_context: int = 0  # tokens computed before the widest chunk
 
     def features(self) -> tuple[float, ...]:
-        return (1.0, float(self.tokens), float(self.sampled), self.prefill_keys,
-                self.decode_keys, float(self.groups))
+        return (
+            1.0,
+            float(self.tokens),
+            float(self.sampled),
+            self.prefill_keys,
+            self.decode_keys,
+            float(self.groups),
+        )
 
 
 def prefill_keys(chunks: int, longest: int, widest_context: int, block_size: int) -> float:
@@ -85,8 +91,15 @@ def step_shape(items: Iterable[tuple[int, bool, int]], block_size: int) -> StepS
     groups = (decode_keys > 0) + (chunks > 0)
     if not chunks:
         return StepShape(tokens, sampled, 0.0, float(decode_keys), groups)
-    return StepShape(tokens, sampled, prefill_keys(chunks, longest, widest, block_size),
-                     float(decode_keys), groups, longest, max(0, widest - longest))
+    return StepShape(
+        tokens,
+        sampled,
+        prefill_keys(chunks, longest, widest, block_size),
+        float(decode_keys),
+        groups,
+        longest,
+        max(0, widest - longest),
+    )
 
 
 @dataclass(slots=True)
@@ -100,15 +113,22 @@ class Measurement:
     decode_keys: float
     seconds: float
     samples: list[float] = field(default_factory=list)
-    batch: int = 0          # decode: sequences in the step
-    context: int = 0        # prefill: tokens computed before the chunk; decode: mean context
+    batch: int = 0  # decode: sequences in the step
+    context: int = 0  # prefill: tokens computed before the chunk; decode: mean context
 
     @property
     def shape(self) -> StepShape:
         groups = 2 if self.kind == "mixed" else 1
         chunk = self.tokens - self.batch if self.prefill_keys else 0
-        return StepShape(self.tokens, self.sampled, self.prefill_keys, self.decode_keys, groups,
-                         chunk, self.context if self.kind == "prefill" else 0)
+        return StepShape(
+            self.tokens,
+            self.sampled,
+            self.prefill_keys,
+            self.decode_keys,
+            groups,
+            chunk,
+            self.context if self.kind == "prefill" else 0,
+        )
 
 
 @dataclass(slots=True, frozen=True)
@@ -138,8 +158,9 @@ class StepCosts:
     def __post_init__(self) -> None:
         object.__setattr__(self, "grid_tokens", tuple(self.grid_tokens))
         object.__setattr__(self, "grid_contexts", tuple(self.grid_contexts))
-        object.__setattr__(self, "grid_residual_s",
-                           tuple(tuple(row) for row in self.grid_residual_s))
+        object.__setattr__(
+            self, "grid_residual_s", tuple(tuple(row) for row in self.grid_residual_s)
+        )
         object.__setattr__(self, "decode_batches", tuple(self.decode_batches))
         object.__setattr__(self, "decode_residual_s", tuple(self.decode_residual_s))
 
@@ -150,9 +171,14 @@ class StepCosts:
         return self.decode_residual_s[lo] * (1 - f) + self.decode_residual_s[hi] * f
 
     def line_seconds(self, shape: StepShape) -> float:
-        return (self.step_s + self.token_s * shape.tokens + self.sample_s * shape.sampled
-                + self.prefill_attend_s * shape.prefill_keys
-                + self.decode_attend_s * shape.decode_keys + self.group_s * shape.groups)
+        return (
+            self.step_s
+            + self.token_s * shape.tokens
+            + self.sample_s * shape.sampled
+            + self.prefill_attend_s * shape.prefill_keys
+            + self.decode_attend_s * shape.decode_keys
+            + self.group_s * shape.groups
+        )
 
     def prefill_tokens_per_s(self, block_size: int, chunk: int = PREFILL_RATE_CHUNK) -> float:
         """Tokens per second of a step prefilling one `chunk`-token prompt from scratch: the
@@ -163,8 +189,13 @@ class StepCosts:
     def seconds(self, shape: StepShape) -> float:
         t = self.line_seconds(shape)
         if shape.prefill_longest and self.grid_tokens:
-            t += _bilinear(self.grid_tokens, self.grid_contexts, self.grid_residual_s,
-                           shape.prefill_longest, shape.prefill_context)
+            t += _bilinear(
+                self.grid_tokens,
+                self.grid_contexts,
+                self.grid_residual_s,
+                shape.prefill_longest,
+                shape.prefill_context,
+            )
         elif not shape.prefill_keys and shape.tokens == shape.sampled:
             t += self.decode_residual(shape.tokens)
         return max(t, self.step_s)
@@ -173,8 +204,13 @@ class StepCosts:
         """A step of `batch` one-token decodes whose contexts (keys attended) sum to
         context_sum: the hot path of the simulator's fast-forward; equals seconds() of that
         step."""
-        t = (self.step_s + self.group_s + (self.token_s + self.sample_s) * batch
-             + self.decode_attend_s * context_sum + self.decode_residual(batch))
+        t = (
+            self.step_s
+            + self.group_s
+            + (self.token_s + self.sample_s) * batch
+            + self.decode_attend_s * context_sum
+            + self.decode_residual(batch)
+        )
         return max(t, self.step_s)
 
 
@@ -183,7 +219,7 @@ class FitError:
     """Relative error of the fitted line (before the prefill residual grid) on the measured
     shapes."""
 
-    mean_abs_rel: float     # mean of |predicted - measured| / measured
+    mean_abs_rel: float  # mean of |predicted - measured| / measured
     max_abs_rel: float
     points: int
 
@@ -230,7 +266,7 @@ class ColocationPoint:
         return (self.together_s / self.alone_s - 1.0) / (self.engines - 1)
 
 
-DEFAULT_SHARE = 1.0     # not measured: engines take turns, step by step
+DEFAULT_SHARE = 1.0  # not measured: engines take turns, step by step
 
 
 @dataclass(slots=True)
@@ -240,9 +276,9 @@ class EngineProfile:
     device: str
     threads: int
     machine: dict
-    engine: dict                        # the EngineConfig measured with (block size, limits)
-    kv_bytes_per_token: int             # the model's KV bytes per token in this dtype
-    max_context: int                    # the model's context (positions)
+    engine: dict  # the EngineConfig measured with (block size, limits)
+    kv_bytes_per_token: int  # the model's KV bytes per token in this dtype
+    max_context: int  # the model's context (positions)
     costs: StepCosts
     fit_error: FitError
     measurements: list[Measurement]
@@ -271,19 +307,27 @@ class EngineProfile:
     @classmethod
     def from_json(cls, doc: dict) -> EngineProfile:
         if doc.get("format") != FORMAT:
-            raise ValueError(f"not an engine profile of format {FORMAT} (format is "
-                             f"{doc.get('format')!r}); write one with `strata profile`")
+            raise ValueError(
+                f"not an engine profile of format {FORMAT} (format is "
+                f"{doc.get('format')!r}); write one with `strata profile`"
+            )
         return cls(
-            model=doc["model"], dtype=doc["dtype"], device=doc["device"],
-            threads=int(doc["threads"]), machine=dict(doc["machine"]),
-            engine=dict(doc["engine"]), kv_bytes_per_token=int(doc["kv_bytes_per_token"]),
-            max_context=int(doc["max_context"]), costs=StepCosts(**doc["costs"]),
+            model=doc["model"],
+            dtype=doc["dtype"],
+            device=doc["device"],
+            threads=int(doc["threads"]),
+            machine=dict(doc["machine"]),
+            engine=dict(doc["engine"]),
+            kv_bytes_per_token=int(doc["kv_bytes_per_token"]),
+            max_context=int(doc["max_context"]),
+            costs=StepCosts(**doc["costs"]),
             fit_error=FitError(**doc["fit_error"]),
             measurements=[Measurement(**m) for m in doc["measurements"]],
             overheads=RequestOverheads(**doc.get("overheads", {})),
             created_unix_s=float(doc.get("created_unix_s", 0.0)),
             notes=list(doc.get("notes", [])),
-            colocation=[ColocationPoint(**p) for p in doc.get("colocation", [])])
+            colocation=[ColocationPoint(**p) for p in doc.get("colocation", [])],
+        )
 
     def save(self, path: str | os.PathLike[str]) -> None:
         directory = os.path.dirname(os.path.abspath(path))
@@ -337,8 +381,9 @@ def _bracket(axis: Sequence[int], x: float) -> tuple[int, int, float]:
     return lo, hi, (x - axis[lo]) / (axis[hi] - axis[lo])
 
 
-def _bilinear(xs: Sequence[int], ys: Sequence[int], values: Sequence[Sequence[float]],
-              x: float, y: float) -> float:
+def _bilinear(
+    xs: Sequence[int], ys: Sequence[int], values: Sequence[Sequence[float]], x: float, y: float
+) -> float:
     i0, i1, fx = _bracket(xs, x)
     j0, j1, fy = _bracket(ys, y)
     top = values[i0][j0] * (1 - fy) + values[i0][j1] * fy
@@ -355,8 +400,9 @@ def _residual_grid(line: StepCosts, prefills: Sequence[Measurement]) -> StepCost
         # A shape the model could not run (context too long) takes its nearest measured context.
         have = [c for c in contexts if (n, c) in found]
         rows.append(tuple(found[(n, min(have, key=lambda h: abs(h - c)))] for c in contexts))
-    return replace(line, grid_tokens=tuple(tokens), grid_contexts=tuple(contexts),
-                   grid_residual_s=tuple(rows))
+    return replace(
+        line, grid_tokens=tuple(tokens), grid_contexts=tuple(contexts), grid_residual_s=tuple(rows)
+    )
 
 
 def _decode_residuals(line: StepCosts, decodes: Sequence[Measurement]) -> StepCosts:
@@ -364,16 +410,20 @@ def _decode_residuals(line: StepCosts, decodes: Sequence[Measurement]) -> StepCo
     for m in decodes:
         by_batch.setdefault(m.batch, []).append(m.seconds - line.line_seconds(m.shape))
     batches = sorted(by_batch)
-    return replace(line, decode_batches=tuple(batches), decode_residual_s=tuple(
-        math.fsum(by_batch[b]) / len(by_batch[b]) for b in batches))
+    return replace(
+        line,
+        decode_batches=tuple(batches),
+        decode_residual_s=tuple(math.fsum(by_batch[b]) / len(by_batch[b]) for b in batches),
+    )
 
 
 def fit(measurements: Sequence[Measurement]) -> tuple[StepCosts, FitError]:
     """Fit the step line to the measurements, weighting each by 1/seconds so that the fit
     minimises relative error: short decode steps matter as much as long prefills."""
     if len(measurements) < len(FEATURES):
-        raise ValueError(f"a fit needs at least {len(FEATURES)} measurements, got "
-                         f"{len(measurements)}")
+        raise ValueError(
+            f"a fit needs at least {len(FEATURES)} measurements, got {len(measurements)}"
+        )
     x = np.array([m.shape.features() for m in measurements])
     y = np.array([m.seconds for m in measurements])
     if np.any(y <= 0):
@@ -390,5 +440,6 @@ def fit(measurements: Sequence[Measurement]) -> tuple[StepCosts, FitError]:
     decodes = [m for m in measurements if m.kind == "decode"]
     if decodes:
         costs = _decode_residuals(costs, decodes)
-    return costs, FitError(mean_abs_rel=math.fsum(rel) / len(rel), max_abs_rel=max(rel),
-                           points=len(rel))
+    return costs, FitError(
+        mean_abs_rel=math.fsum(rel) / len(rel), max_abs_rel=max(rel), points=len(rel)
+    )

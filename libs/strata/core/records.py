@@ -55,28 +55,28 @@ ENERGY_SOURCES = ("nvml", "rapl", "model")
 class NodeSampleRecord:
     node_id: str
     unix_ms: int
-    utilization: float = 0.0        # fraction of the interval the engines were stepping
-    batch_tokens: int = 0           # tokens computed in the interval's steps
-    batch_budget: int = 0           # steps x max tokens per step in the interval
+    utilization: float = 0.0  # fraction of the interval the engines were stepping
+    batch_tokens: int = 0  # tokens computed in the interval's steps
+    batch_budget: int = 0  # steps x max tokens per step in the interval
     kv_blocks_device_used: int = 0
     kv_blocks_device_total: int = 0
     kv_blocks_host: int = 0
     kv_blocks_disk: int = 0
     running: int = 0
     waiting: int = 0
-    preemptions: int = 0            # cumulative
+    preemptions: int = 0  # cumulative
     power_watts: float = 0.0
-    energy_joules: float = 0.0      # cumulative
+    energy_joules: float = 0.0  # cumulative
     energy_source: str = "model"
-    prefix_hit_tokens: int = 0      # cumulative
-    tier_hit_tokens: int = 0        # cumulative
-    prompt_tokens: int = 0          # cumulative
-    kv_blocks_evicted: int = 0      # cumulative, device prefix-cache evictions
-    block_lifetime_sum_s: float = 0.0   # cumulative, commit-to-eviction seconds of those
-    block_lifetime_p50_s: float = 0.0   # recent evictions (0 without any)
+    prefix_hit_tokens: int = 0  # cumulative
+    tier_hit_tokens: int = 0  # cumulative
+    prompt_tokens: int = 0  # cumulative
+    kv_blocks_evicted: int = 0  # cumulative, device prefix-cache evictions
+    block_lifetime_sum_s: float = 0.0  # cumulative, commit-to-eviction seconds of those
+    block_lifetime_p50_s: float = 0.0  # recent evictions (0 without any)
     block_lifetime_p99_s: float = 0.0
-    sparse_layer_steps: int = 0     # cumulative, layer computations on the sparse decode path
-    sparse_fallbacks: int = 0       # cumulative, those sent back to full attention
+    sparse_layer_steps: int = 0  # cumulative, layer computations on the sparse decode path
+    sparse_fallbacks: int = 0  # cumulative, those sent back to full attention
 
     def problem(self) -> str | None:
         """A sentence saying what is wrong with this sample, or None when it can be stored."""
@@ -94,17 +94,25 @@ class NodeSampleRecord:
         if self.utilization > 1.0:
             return f"{where}: utilization is a fraction of time, at most 1, got {self.utilization}"
         if self.batch_tokens > self.batch_budget:
-            return (f"{where}: batch_tokens ({self.batch_tokens}) cannot exceed batch_budget "
-                    f"({self.batch_budget})")
+            return (
+                f"{where}: batch_tokens ({self.batch_tokens}) cannot exceed batch_budget "
+                f"({self.batch_budget})"
+            )
         if self.kv_blocks_device_used > self.kv_blocks_device_total:
-            return (f"{where}: kv_blocks_device_used ({self.kv_blocks_device_used}) cannot "
-                    f"exceed kv_blocks_device_total ({self.kv_blocks_device_total})")
+            return (
+                f"{where}: kv_blocks_device_used ({self.kv_blocks_device_used}) cannot "
+                f"exceed kv_blocks_device_total ({self.kv_blocks_device_total})"
+            )
         if self.sparse_fallbacks > self.sparse_layer_steps:
-            return (f"{where}: sparse_fallbacks ({self.sparse_fallbacks}) cannot exceed "
-                    f"sparse_layer_steps ({self.sparse_layer_steps})")
+            return (
+                f"{where}: sparse_fallbacks ({self.sparse_fallbacks}) cannot exceed "
+                f"sparse_layer_steps ({self.sparse_layer_steps})"
+            )
         if self.energy_source not in ENERGY_SOURCES:
-            return (f"{where}: energy_source must be one of {', '.join(ENERGY_SOURCES)}, "
-                    f"got {self.energy_source!r}")
+            return (
+                f"{where}: energy_source must be one of {', '.join(ENERGY_SOURCES)}, "
+                f"got {self.energy_source!r}"
+            )
         return None
 
 
@@ -114,7 +122,7 @@ class RunRecord:
     name: str
     kind: str
     started_unix_ms: int
-    finished_unix_ms: int | None      # None while running
+    finished_unix_ms: int | None  # None while running
     params_json: str
-    client_summary_json: str | None   # None until FinishRun stored one
-    tenant: str | None = None         # the tenant that opened it; None: the admin or the cluster
+    client_summary_json: str | None  # None until FinishRun stored one
+    tenant: str | None = None  # the tenant that opened it; None: the admin or the cluster

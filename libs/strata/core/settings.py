@@ -58,9 +58,14 @@ class ConfigError(ValueError):
 
 
 class StrataSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix=PREFIX, frozen=True, extra="ignore",
-                                      cli_kebab_case=True, cli_implicit_flags=True,
-                                      use_enum_values=False)
+    model_config = SettingsConfigDict(
+        env_prefix=PREFIX,
+        frozen=True,
+        extra="ignore",
+        cli_kebab_case=True,
+        cli_implicit_flags=True,
+        use_enum_values=False,
+    )
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:

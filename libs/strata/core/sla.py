@@ -35,9 +35,9 @@ BEST_EFFORT = "best-effort"
 @dataclass(slots=True, frozen=True)
 class SlaClass:
     name: str
-    ttft_ms: float | None    # None: not judged
+    ttft_ms: float | None  # None: not judged
     tpot_ms: float | None
-    priority: int = 0        # higher runs first on a node and may preempt lower classes
+    priority: int = 0  # higher runs first on a node and may preempt lower classes
 
     @property
     def best_effort(self) -> bool:
@@ -54,8 +54,7 @@ class SlaClass:
         return True
 
     def spec(self) -> str:
-        suffix = "" if self.priority == _default_priority(self.best_effort) else \
-            f"@{self.priority}"
+        suffix = "" if self.priority == _default_priority(self.best_effort) else f"@{self.priority}"
         if self.best_effort:
             return f"{self.name}={BEST_EFFORT}{suffix}"
         return f"{self.name}={_target_text(self.ttft_ms)}/{_target_text(self.tpot_ms)}{suffix}"
@@ -69,19 +68,25 @@ def _target_text(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
 
 
-DEFAULT_CLASSES = (SlaClass("interactive", 500.0, 100.0, 2),
-                   SlaClass("standard", 2000.0, 200.0, 1), SlaClass("batch", None, None, 0))
+DEFAULT_CLASSES = (
+    SlaClass("interactive", 500.0, 100.0, 2),
+    SlaClass("standard", 2000.0, 200.0, 1),
+    SlaClass("batch", None, None, 0),
+)
 
 
 class SlaTable:
     """The classes in force; lookup never fails (unknown names get the default's targets)."""
 
-    def __init__(self, classes: Iterable[SlaClass] = DEFAULT_CLASSES,
-                 default: str = DEFAULT_CLASS) -> None:
+    def __init__(
+        self, classes: Iterable[SlaClass] = DEFAULT_CLASSES, default: str = DEFAULT_CLASS
+    ) -> None:
         self.classes = {c.name: c for c in classes}
         if default not in self.classes:
-            raise ValueError(f"the SLA classes must include the default class {default!r}, "
-                             f"got {', '.join(self.classes) or 'none'}")
+            raise ValueError(
+                f"the SLA classes must include the default class {default!r}, "
+                f"got {', '.join(self.classes) or 'none'}"
+            )
         self.default = default
 
     def lookup(self, name: str) -> SlaClass:
@@ -107,21 +112,27 @@ def parse_classes(spec: str) -> SlaTable:
         targets, at, priority_text = targets.partition("@")
         targets = targets.strip()
         if not sep or not name:
-            raise ValueError(f"SLA class entry {entry!r} must look like name=TTFT_MS/TPOT_MS "
-                             f"or name={BEST_EFFORT}")
+            raise ValueError(
+                f"SLA class entry {entry!r} must look like name=TTFT_MS/TPOT_MS "
+                f"or name={BEST_EFFORT}"
+            )
         if any(c.name == name for c in classes):
             raise ValueError(f"SLA class {name!r} is defined twice")
-        priority = _priority(name, priority_text) if at else _default_priority(
-            targets == BEST_EFFORT)
+        priority = (
+            _priority(name, priority_text) if at else _default_priority(targets == BEST_EFFORT)
+        )
         if targets == BEST_EFFORT:
             classes.append(SlaClass(name, None, None, priority))
             continue
         ttft, slash, tpot = targets.partition("/")
         if not slash:
-            raise ValueError(f"SLA class {name!r}: targets must be TTFT_MS/TPOT_MS (use - for "
-                             f"no target) or {BEST_EFFORT}, got {targets!r}")
-        classes.append(SlaClass(name, _target(name, "TTFT", ttft), _target(name, "TPOT", tpot),
-                                priority))
+            raise ValueError(
+                f"SLA class {name!r}: targets must be TTFT_MS/TPOT_MS (use - for "
+                f"no target) or {BEST_EFFORT}, got {targets!r}"
+            )
+        classes.append(
+            SlaClass(name, _target(name, "TTFT", ttft), _target(name, "TPOT", tpot), priority)
+        )
     return SlaTable(classes)
 
 
@@ -132,11 +143,14 @@ def _target(name: str, what: str, text: str) -> float | None:
     try:
         value = float(text)
     except ValueError:
-        raise ValueError(f"SLA class {name!r}: the {what} target must be milliseconds or -, "
-                         f"got {text!r}") from None
+        raise ValueError(
+            f"SLA class {name!r}: the {what} target must be milliseconds or -, got {text!r}"
+        ) from None
     if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"SLA class {name!r}: the {what} target must be a positive number of "
-                         f"milliseconds, got {text!r}")
+        raise ValueError(
+            f"SLA class {name!r}: the {what} target must be a positive number of "
+            f"milliseconds, got {text!r}"
+        )
     return value
 
 
@@ -145,9 +159,11 @@ def _priority(name: str, text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise ValueError(f"SLA class {name!r}: the priority after @ must be an integer from 0 "
-                         f"to 9, got {text!r}") from None
+        raise ValueError(
+            f"SLA class {name!r}: the priority after @ must be an integer from 0 to 9, got {text!r}"
+        ) from None
     if not 0 <= value <= 9:
-        raise ValueError(f"SLA class {name!r}: the priority after @ must be an integer from 0 "
-                         f"to 9, got {value}")
+        raise ValueError(
+            f"SLA class {name!r}: the priority after @ must be an integer from 0 to 9, got {value}"
+        )
     return value

@@ -28,7 +28,7 @@ class TenantPolicy:
     tenant: str
     sla_class: str = DEFAULT_CLASS
     priority: int = 1
-    ttft_ms: float | None = None       # the class's P99 targets; None = not judged
+    ttft_ms: float | None = None  # the class's P99 targets; None = not judged
     tpot_ms: float | None = None
     weight: float = 1.0
     guaranteed_share: float = 0.0
@@ -40,10 +40,24 @@ class TenantPolicy:
             raise ValueError(f"tenant {self.tenant!r}: {problem}")
 
     @classmethod
-    def for_class(cls, tenant: str, sla: SlaClass, weight: float = 1.0,
-                  guaranteed_share: float = 0.0, burst_share: float = 1.0) -> TenantPolicy:
-        return cls(tenant, sla.name, sla.priority, sla.ttft_ms, sla.tpot_ms, weight,
-                   guaranteed_share, burst_share)
+    def for_class(
+        cls,
+        tenant: str,
+        sla: SlaClass,
+        weight: float = 1.0,
+        guaranteed_share: float = 0.0,
+        burst_share: float = 1.0,
+    ) -> TenantPolicy:
+        return cls(
+            tenant,
+            sla.name,
+            sla.priority,
+            sla.ttft_ms,
+            sla.tpot_ms,
+            weight,
+            guaranteed_share,
+            burst_share,
+        )
 
     @property
     def best_effort(self) -> bool:
@@ -57,6 +71,8 @@ def policy_problem(weight: float, guaranteed_share: float, burst_share: float) -
     if not 0.0 <= guaranteed_share <= 1.0:
         return f"guaranteed_share must be between 0 and 1, got {guaranteed_share}"
     if not guaranteed_share <= burst_share <= 1.0:
-        return (f"burst_share must be between guaranteed_share ({guaranteed_share}) and 1, "
-                f"got {burst_share}")
+        return (
+            f"burst_share must be between guaranteed_share ({guaranteed_share}) and 1, "
+            f"got {burst_share}"
+        )
     return None

@@ -73,16 +73,20 @@ class AsyncEngine:
     def snapshot(self) -> dict:
         """Counters read from another thread; each value is read atomically."""
         e = self.engine
-        return {"running": e.num_running, "waiting": e.num_waiting + len(self._adds),
-                "blocks_total": e.pool.num_blocks, "blocks_free": e.pool.num_free,
-                "blocks_cached": e.pool.num_cached, "queued_tokens": e.queued_tokens()}
+        return {
+            "running": e.num_running,
+            "waiting": e.num_waiting + len(self._adds),
+            "blocks_total": e.pool.num_blocks,
+            "blocks_free": e.pool.num_free,
+            "blocks_cached": e.pool.num_cached,
+            "queued_tokens": e.queued_tokens(),
+        }
 
     # -- engine thread -------------------------------------------------------------------------
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while not (self._stopping or self._adds or self._aborts or
-                           self.engine.has_work()):
+                while not (self._stopping or self._adds or self._aborts or self.engine.has_work()):
                     self._cond.wait()
                 if self._stopping:
                     return

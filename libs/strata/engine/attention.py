@@ -41,7 +41,7 @@ class SeqSlice:
 
     start: int
     num_new: int
-    context_len: int           # tokens in the cache after this step, including the new ones
+    context_len: int  # tokens in the cache after this step, including the new ones
     block_ids: list[int]
 
 
@@ -49,12 +49,12 @@ class SeqSlice:
 class Group:
     """Sequences attended together: padded gather indices and the additive mask."""
 
-    token_index: torch.Tensor    # [S*Q] rows of the flattened step (padding repeats a row)
-    valid: torch.Tensor          # [S*Q] bool: which of those rows are real
-    block_tables: torch.Tensor   # [S, W] int64 (padded with 0)
-    queries: int                 # Q
-    context_lens: torch.Tensor   # [S] int64: keys each sequence attends over (its last query's)
-    positions: torch.Tensor      # [S, Q] int64: each query's position (padding repeats the last)
+    token_index: torch.Tensor  # [S*Q] rows of the flattened step (padding repeats a row)
+    valid: torch.Tensor  # [S*Q] bool: which of those rows are real
+    block_tables: torch.Tensor  # [S, W] int64 (padded with 0)
+    queries: int  # Q
+    context_lens: torch.Tensor  # [S] int64: keys each sequence attends over (its last query's)
+    positions: torch.Tensor  # [S, Q] int64: each query's position (padding repeats the last)
     block_size: int
     _mask: torch.Tensor | None = None
 
@@ -64,10 +64,12 @@ class Group:
         at position p when k <= p (causal) and k < the context length (padding). Built on first
         use: it is as long as the context, and the fused CPU decode kernel never reads it."""
         if self._mask is None:
-            key_pos = torch.arange(self.block_tables.shape[1] * self.block_size,
-                                   device=self.positions.device)
-            allowed = (key_pos[None, None, :] <= self.positions[:, :, None]) & \
-                (key_pos[None, None, :] < self.context_lens[:, None, None])
+            key_pos = torch.arange(
+                self.block_tables.shape[1] * self.block_size, device=self.positions.device
+            )
+            allowed = (key_pos[None, None, :] <= self.positions[:, :, None]) & (
+                key_pos[None, None, :] < self.context_lens[:, None, None]
+            )
             mask = torch.zeros(allowed.shape, dtype=torch.float32, device=allowed.device)
             self._mask = mask.masked_fill_(~allowed, float("-inf"))[None, :, None]
         return self._mask
@@ -75,15 +77,20 @@ class Group:
 
 @dataclass(slots=True)
 class AttentionMetadata:
-    slot_mapping: torch.Tensor           # [T] int64
+    slot_mapping: torch.Tensor  # [T] int64
     groups: list[Group]
     block_size: int
-    native: bool = False                 # decode groups through the fused CPU kernel
-    sparse: SparseStep | None = None     # decode rows on the sparse path (strata.engine.sparse)
+    native: bool = False  # decode groups through the fused CPU kernel
+    sparse: SparseStep | None = None  # decode rows on the sparse path (strata.engine.sparse)
 
     @staticmethod
-    def build(slices: list[SeqSlice], block_size: int, device: torch.device | str,
-              native: bool = False, tables: BlockTables | None = None) -> AttentionMetadata:
+    def build(
+        slices: list[SeqSlice],
+        block_size: int,
+        device: torch.device | str,
+        native: bool = False,
+        tables: BlockTables | None = None,
+    ) -> AttentionMetadata:
         """`tables`: the engine's block tables kept across steps (block_tables.py); without it
         each group's table is made from the slices' lists."""
         slots: list[int] = []
@@ -92,20 +99,29 @@ class AttentionMetadata:
             if s.num_new == 1:
                 slots.append(s.block_ids[first // block_size] * block_size + first % block_size)
             else:
-                slots.extend(s.block_ids[p // block_size] * block_size + p % block_size
-                             for p in range(first, s.context_len))
-        rows = dict(zip(map(id, slices), tables.step([s.block_ids for s in slices]))) \
-            if tables is not None else None
+                slots.extend(
+                    s.block_ids[p // block_size] * block_size + p % block_size
+                    for p in range(first, s.context_len)
+                )
+        rows = (
+            dict(zip(map(id, slices), tables.step([s.block_ids for s in slices])))
+            if tables is not None
+            else None
+        )
         decodes = [s for s in slices if s.num_new == 1]
         prefills = [s for s in slices if s.num_new > 1]
         groups = [_group(g, block_size, device, rows) for g in (decodes, prefills) if g]
         return AttentionMetadata(
             slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
-            groups=groups, block_size=block_size, native=native)
+            groups=groups,
+            block_size=block_size,
+            native=native,
+        )
 
 
-def _group(slices: list[SeqSlice], block_size: int, device,
-           rows: dict[int, torch.Tensor] | None) -> Group:
+def _group(
+    slices: list[SeqSlice], block_size: int, device, rows: dict[int, torch.Tensor] | None
+) -> Group:
     q = max(s.num_new for s in slices)
     width = max(len(s.block_ids) for s in slices)
     token_index: list[int] = []
@@ -114,48 +130,66 @@ def _group(slices: list[SeqSlice], block_size: int, device,
         token_index.extend(s.start + min(j, s.num_new - 1) for j in range(q))
         valid.extend(j < s.num_new for j in range(q))
     # query j of a sequence sits at position past + min(j, num_new - 1)
-    positions = [[s.context_len - s.num_new + min(j, s.num_new - 1) for j in range(q)]
-                 for s in slices]
+    positions = [
+        [s.context_len - s.num_new + min(j, s.num_new - 1) for j in range(q)] for s in slices
+    ]
     return Group(
         token_index=torch.tensor(token_index, dtype=torch.int64, device=device),
         valid=torch.tensor(valid, dtype=torch.bool, device=device),
-        block_tables=_tables(slices, width, device, rows), queries=q,
-        context_lens=torch.tensor([s.context_len for s in slices], dtype=torch.int64,
-                                  device=device),
+        block_tables=_tables(slices, width, device, rows),
+        queries=q,
+        context_lens=torch.tensor(
+            [s.context_len for s in slices], dtype=torch.int64, device=device
+        ),
         positions=torch.tensor(positions, dtype=torch.int64, device=device),
-        block_size=block_size)
+        block_size=block_size,
+    )
 
 
-def _tables(slices: list[SeqSlice], width: int, device,
-            rows: dict[int, torch.Tensor] | None) -> torch.Tensor:
+def _tables(
+    slices: list[SeqSlice], width: int, device, rows: dict[int, torch.Tensor] | None
+) -> torch.Tensor:
     """[S, width] int64: each slice's block ids, padded with 0."""
     if rows is None:
-        return torch.tensor([s.block_ids + [0] * (width - len(s.block_ids)) for s in slices],
-                            dtype=torch.int64, device=device)
+        return torch.tensor(
+            [s.block_ids + [0] * (width - len(s.block_ids)) for s in slices],
+            dtype=torch.int64,
+            device=device,
+        )
     if len(slices) == 1:
         return rows[id(slices[0])][None]
     out = torch.zeros((len(slices), width), dtype=torch.int64, device=device)
     for i, s in enumerate(slices):
-        out[i, :len(s.block_ids)] = rows[id(s)]
+        out[i, : len(s.block_ids)] = rows[id(s)]
     return out
 
 
-def kv_cache_shape(num_layers: int, kv_heads: int, num_blocks: int, block_size: int,
-                   head_dim: int) -> tuple[int, ...]:
+def kv_cache_shape(
+    num_layers: int, kv_heads: int, num_blocks: int, block_size: int, head_dim: int
+) -> tuple[int, ...]:
     return (num_layers, 2, kv_heads, num_blocks, block_size, head_dim)
 
 
-def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
-                    v_cache: torch.Tensor, meta: AttentionMetadata, scale: float,
-                    layer: int = 0) -> torch.Tensor:
+def paged_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    scale: float,
+    layer: int = 0,
+) -> torch.Tensor:
     """q: [T, H, D]; k, v: [T, KVH, D]; caches: [KVH, num_blocks, block_size, D]. Returns [T, H, D].
 
     `layer` picks the sparse path's index entries when meta.sparse is set."""
     kv_heads, num_blocks, block_size, head_dim = k_cache.shape
     k_cache.view(kv_heads, num_blocks * block_size, head_dim).index_copy_(
-        1, meta.slot_mapping, k.transpose(0, 1))
+        1, meta.slot_mapping, k.transpose(0, 1)
+    )
     v_cache.view(kv_heads, num_blocks * block_size, head_dim).index_copy_(
-        1, meta.slot_mapping, v.transpose(0, 1))
+        1, meta.slot_mapping, v.transpose(0, 1)
+    )
     groups = q.shape[1] // kv_heads
     native = meta.native and q.device.type == "cpu"
 
@@ -165,6 +199,7 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
         return _attend(q, k_cache, v_cache, g, scale, groups)
 
     if meta.sparse is not None:
+
         def decode_sparse(g: Group) -> torch.Tensor:
             return meta.sparse.attend(q, k_cache, v_cache, g, scale, layer, decode)
     else:
@@ -176,20 +211,22 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
         if g.queries == 1:
             o = decode_sparse(g)
         else:
-            o = _attend(q, k_cache, v_cache, g, scale, groups)      # [S*Q, H, D]
+            o = _attend(q, k_cache, v_cache, g, scale, groups)  # [S*Q, H, D]
         rows = g.token_index[g.valid]
         out.index_copy_(0, rows, o[g.valid])
     return out
 
 
-def _decode_native(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, g: Group,
-                   scale: float) -> torch.Tensor:
+def _decode_native(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, g: Group, scale: float
+) -> torch.Tensor:
     """The decode group through the fused CPU kernel: it reads the cache in place by block table,
     so there is no gather, no padded mask and no dtype round trip. Returns [S, H, D]."""
     ops = kernels.load()
     assert ops is not None, "meta.native is set only when the kernel loaded"
-    return ops.decode_attention(q.index_select(0, g.token_index), k_cache, v_cache,
-                                g.block_tables, g.context_lens, scale)
+    return ops.decode_attention(
+        q.index_select(0, g.token_index), k_cache, v_cache, g.block_tables, g.context_lens, scale
+    )
 
 
 def _gather(cache: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
@@ -201,8 +238,14 @@ def _gather(cache: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, g: Group,
-            scale: float, groups: int) -> torch.Tensor:
+def _attend(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    g: Group,
+    scale: float,
+    groups: int,
+) -> torch.Tensor:
     s, width = g.block_tables.shape
     kv_heads, _, block_size, head_dim = k_cache.shape
     nq = g.queries
@@ -214,6 +257,6 @@ def _attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, g: Gr
     scores = torch.matmul(qs, keys.transpose(-1, -2)).float().mul_(scale)  # [KVH, S, G*Q, L]
     scores = scores.view(kv_heads, s, groups, nq, -1).add_(g.mask)
     probs = torch.softmax(scores, dim=-1).to(q.dtype).view(kv_heads, s, groups * nq, -1)
-    out = torch.matmul(probs, vals)                                     # [KVH, S, G*Q, D]
+    out = torch.matmul(probs, vals)  # [KVH, S, G*Q, D]
     out = out.view(kv_heads, s, groups, nq, head_dim).permute(1, 3, 0, 2, 4)
     return out.reshape(s * nq, kv_heads * groups, head_dim)

@@ -29,32 +29,38 @@ from dataclasses import dataclass
 class Block:
     block_id: int
     ref_count: int = 0
-    block_hash: int | None = None   # set once the block is full; final from then on
-    committed_at: float = 0.0       # clock() at commit; meaningful only while block_hash is set
+    block_hash: int | None = None  # set once the block is full; final from then on
+    committed_at: float = 0.0  # clock() at commit; meaningful only while block_hash is set
 
 
 EvictHook = Callable[[int, int], None]
 
-LIFETIME_WINDOW = 1024   # recent lifetimes kept for percentiles
+LIFETIME_WINDOW = 1024  # recent lifetimes kept for percentiles
 
 
 class BlockPool:
-    def __init__(self, num_blocks: int, block_size: int, on_evict: EvictHook | None = None,
-                 clock: Callable[[], float] | None = None,
-                 on_commit: EvictHook | None = None):
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        on_evict: EvictHook | None = None,
+        clock: Callable[[], float] | None = None,
+        on_commit: EvictHook | None = None,
+    ):
         if num_blocks <= 0 or block_size <= 0:
-            raise ValueError(f"num_blocks and block_size must be positive, got {num_blocks}, "
-                             f"{block_size}")
+            raise ValueError(
+                f"num_blocks and block_size must be positive, got {num_blocks}, {block_size}"
+            )
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.blocks = [Block(i) for i in range(num_blocks)]
         self._free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
-        self._cached: dict[int, int] = {}   # hash -> block id
+        self._cached: dict[int, int] = {}  # hash -> block id
         self.on_evict = on_evict
-        self.on_commit = on_commit   # a block's content became reusable (device-tier event)
+        self.on_commit = on_commit  # a block's content became reusable (device-tier event)
         self.evictions = 0
         self._num_cached_free = 0  # blocks in the free queue that still hold a hash
-        self.clock = clock         # None: lifetimes are not measured
+        self.clock = clock  # None: lifetimes are not measured
         self.evicted_lifetimes_count = 0
         self.evicted_lifetime_sum_s = 0.0
         self.recent_lifetimes_s: deque[float] = deque(maxlen=LIFETIME_WINDOW)

@@ -23,15 +23,15 @@ import torch
 
 @dataclass(slots=True)
 class _Row:
-    ids: list[int]             # the ids copied so far (a copy of the sequence's list)
-    table: torch.Tensor        # [capacity] int64; the first len(ids) entries are in use
+    ids: list[int]  # the ids copied so far (a copy of the sequence's list)
+    table: torch.Tensor  # [capacity] int64; the first len(ids) entries are in use
 
 
 class BlockTables:
     def __init__(self, device: torch.device | str):
         self.device = torch.device(device)
         self._rows: dict[int, _Row] = {}
-        self.built = 0           # cumulative tensors made from scratch (tests read it)
+        self.built = 0  # cumulative tensors made from scratch (tests read it)
 
     def view(self, block_ids: list[int], seen: dict[int, _Row]) -> torch.Tensor:
         """[len(block_ids)] int64 on the device, equal to block_ids; `seen` collects the rows
@@ -41,8 +41,9 @@ class BlockTables:
         done = 0 if row is None else len(row.ids)
         if row is None or done > len(block_ids) or block_ids[:done] != row.ids:
             self.built += 1
-            row = _Row([], torch.empty(max(16, 2 * len(block_ids)), dtype=torch.int64,
-                                       device=self.device))
+            row = _Row(
+                [], torch.empty(max(16, 2 * len(block_ids)), dtype=torch.int64, device=self.device)
+            )
             done = 0
         n = len(block_ids)
         if n > done:

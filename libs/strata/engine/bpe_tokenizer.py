@@ -49,8 +49,11 @@ PRE_TOKENIZER_SPLITS: dict[str, str | None] = {
 
 def _bytes_to_unicode() -> dict[int, str]:
     """GPT-2's printable spelling of each byte: the alphabet byte-level vocabularies use."""
-    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-                 + list(range(ord("®"), ord("ÿ") + 1)))
+    printable = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
     chars = printable[:]
     extra = 0
     for b in range(256):
@@ -63,14 +66,19 @@ def _bytes_to_unicode() -> dict[int, str]:
 
 def _pre_tokenizer(pre: str) -> pre_tokenizers.PreTokenizer:
     if pre not in PRE_TOKENIZER_SPLITS:
-        raise ValueError(f"tokenizer.ggml.pre {pre!r} is not supported; supported: "
-                         f"{', '.join(sorted(PRE_TOKENIZER_SPLITS))}")
+        raise ValueError(
+            f"tokenizer.ggml.pre {pre!r} is not supported; supported: "
+            f"{', '.join(sorted(PRE_TOKENIZER_SPLITS))}"
+        )
     split = PRE_TOKENIZER_SPLITS[pre]
     if split is None:
         return pre_tokenizers.ByteLevel(add_prefix_space=False)
-    return pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(split), behavior="isolated"),
-                                    pre_tokenizers.ByteLevel(add_prefix_space=False,
-                                                             use_regex=False)])
+    return pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(split), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
 
 
 def _eos_ids(primary: int | None, backend: Tokenizer) -> tuple[int, ...]:
@@ -80,8 +88,10 @@ def _eos_ids(primary: int | None, backend: Tokenizer) -> tuple[int, ...]:
         if token_id is not None and token_id not in ids:
             ids.append(token_id)
     if not ids:
-        raise ValueError("the checkpoint names no end-of-sequence token and has none of "
-                         f"{', '.join(_END_TOKENS)}; generation could never stop")
+        raise ValueError(
+            "the checkpoint names no end-of-sequence token and has none of "
+            f"{', '.join(_END_TOKENS)}; generation could never stop"
+        )
     return tuple(ids)
 
 
@@ -95,8 +105,13 @@ class BpeTokenizer:
 
     __slots__ = ("vocab_size", "eos_token_ids", "bos_token_id", "_backend", "_template")
 
-    def __init__(self, backend: Tokenizer, eos_token_ids: Sequence[int], bos_token_id: int | None,
-                 chat_template: ChatTemplate) -> None:
+    def __init__(
+        self,
+        backend: Tokenizer,
+        eos_token_ids: Sequence[int],
+        bos_token_id: int | None,
+        chat_template: ChatTemplate,
+    ) -> None:
         self._backend = backend
         self._template = chat_template
         self.vocab_size = backend.get_vocab_size(with_added_tokens=True)
@@ -108,8 +123,10 @@ class BpeTokenizer:
         """Build from GGUF key/value metadata (full key names, values already decoded)."""
         kind = metadata.get("tokenizer.ggml.model")
         if kind != "gpt2":
-            raise ValueError(f"only byte-level BPE GGUF tokenizers (tokenizer.ggml.model 'gpt2') "
-                             f"are supported, this checkpoint has {kind!r}")
+            raise ValueError(
+                f"only byte-level BPE GGUF tokenizers (tokenizer.ggml.model 'gpt2') "
+                f"are supported, this checkpoint has {kind!r}"
+            )
         tokens: list[str] = list(metadata["tokenizer.ggml.tokens"])
         merges = [tuple(m.split(" ")) for m in metadata["tokenizer.ggml.merges"]]
         types: list[int] = list(metadata.get("tokenizer.ggml.token_type") or [])
@@ -117,29 +134,48 @@ class BpeTokenizer:
         alphabet = set(spelling.values())
         # A token written outside the byte alphabet is a literal string; respell it byte-wise
         # so the BPE model can reach it.
-        vocab = {t if set(t) <= alphabet else "".join(spelling[b] for b in t.encode()): i
-                 for i, t in enumerate(tokens)}
-        backend = Tokenizer(models.BPE(vocab=vocab, merges=merges, dropout=None,
-                                       continuing_subword_prefix="", end_of_word_suffix="",
-                                       fuse_unk=False))
+        vocab = {
+            t if set(t) <= alphabet else "".join(spelling[b] for b in t.encode()): i
+            for i, t in enumerate(tokens)
+        }
+        backend = Tokenizer(
+            models.BPE(
+                vocab=vocab,
+                merges=merges,
+                dropout=None,
+                continuing_subword_prefix="",
+                end_of_word_suffix="",
+                fuse_unk=False,
+            )
+        )
         backend.pre_tokenizer = _pre_tokenizer(str(metadata.get("tokenizer.ggml.pre", "gpt2")))
         backend.decoder = decoders.ByteLevel()
         # A control token spelled outside the byte alphabet is a llama.cpp mislabel; adding it
         # would grow the vocabulary past the model's embedding rows.
-        backend.add_special_tokens([
-            AddedToken(t, normalized=False, special=True)
-            for t, ttype in zip(tokens, types) if ttype == _CONTROL and set(t) <= alphabet])
+        backend.add_special_tokens(
+            [
+                AddedToken(t, normalized=False, special=True)
+                for t, ttype in zip(tokens, types)
+                if ttype == _CONTROL and set(t) <= alphabet
+            ]
+        )
         # user-defined tokens (`<think>`) are matched whole, as llama.cpp does, but not special
-        backend.add_tokens([
-            AddedToken(t, normalized=False, special=False)
-            for t, ttype in zip(tokens, types) if ttype == _USER_DEFINED and t in vocab])
+        backend.add_tokens(
+            [
+                AddedToken(t, normalized=False, special=False)
+                for t, ttype in zip(tokens, types)
+                if ttype == _USER_DEFINED and t in vocab
+            ]
+        )
 
         bos = metadata.get("tokenizer.ggml.bos_token_id")
         eos = metadata.get("tokenizer.ggml.eos_token_id")
         add_bos = bool(metadata.get("tokenizer.ggml.add_bos_token", False))
-        template = ChatTemplate(metadata.get("tokenizer.chat_template"),
-                                bos_token=tokens[bos] if bos is not None else None,
-                                eos_token=tokens[eos] if eos is not None else None)
+        template = ChatTemplate(
+            metadata.get("tokenizer.chat_template"),
+            bos_token=tokens[bos] if bos is not None else None,
+            eos_token=tokens[eos] if eos is not None else None,
+        )
         return cls(backend, _eos_ids(eos, backend), bos if add_bos else None, template)
 
     @classmethod
@@ -164,8 +200,12 @@ class BpeTokenizer:
         bos = backend.token_to_id(bos_token) if bos_token else None
         eos = backend.token_to_id(eos_token) if eos_token else None
         add_bos = bool(config.get("add_bos_token", False))
-        return cls(backend, _eos_ids(eos, backend), bos if add_bos else None,
-                   ChatTemplate(template, bos_token=bos_token, eos_token=eos_token))
+        return cls(
+            backend,
+            _eos_ids(eos, backend),
+            bos if add_bos else None,
+            ChatTemplate(template, bos_token=bos_token, eos_token=eos_token),
+        )
 
     def encode(self, text: str) -> list[int]:
         return self._backend.encode(text, add_special_tokens=False).ids

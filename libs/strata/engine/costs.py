@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-_ALPHA = 0.2                 # EMA weight of a new observation
-_MIN_PREFILL_TOKENS = 64     # smaller steps are dominated by weight reads, not per-token work
+_ALPHA = 0.2  # EMA weight of a new observation
+_MIN_PREFILL_TOKENS = 64  # smaller steps are dominated by weight reads, not per-token work
 
 
 @dataclass(slots=True)

@@ -17,8 +17,8 @@ class Detokenizer:
         self.tokenizer = tokenizer
         self.stop = stop
         self.ids: list[int] = []
-        self.text = ""          # all decoded text so far (final part only)
-        self.emitted = 0        # chars of self.text already released
+        self.text = ""  # all decoded text so far (final part only)
+        self.emitted = 0  # chars of self.text already released
         self._prefix_offset = 0
         self._read_offset = 0
         self.stopped = False
@@ -26,11 +26,11 @@ class Detokenizer:
     def add(self, token_id: int) -> str:
         """Append one generated token; return newly released text."""
         self.ids.append(token_id)
-        prefix = self.tokenizer.decode(self.ids[self._prefix_offset:self._read_offset])
-        full = self.tokenizer.decode(self.ids[self._prefix_offset:])
+        prefix = self.tokenizer.decode(self.ids[self._prefix_offset : self._read_offset])
+        full = self.tokenizer.decode(self.ids[self._prefix_offset :])
         if full.endswith("\ufffd") or len(full) <= len(prefix):
             return self._release(final=False)
-        self.text += full[len(prefix):]
+        self.text += full[len(prefix) :]
         self._prefix_offset = self._read_offset
         self._read_offset = len(self.ids)
         return self._release(final=False)
@@ -56,16 +56,16 @@ class Detokenizer:
             if at != -1:
                 self.stopped = True
                 self.text = self.text[:at]
-                out = self.text[self.emitted:]
+                out = self.text[self.emitted :]
                 self.emitted = len(self.text)
                 return out
         end = len(self.text)
         if not final:
             for s in self.stop:  # hold back a tail that could still grow into a stop string
                 for k in range(min(len(s) - 1, end - self.emitted), 0, -1):
-                    if s.startswith(self.text[end - k:]):
+                    if s.startswith(self.text[end - k :]):
                         end = min(end, len(self.text) - k)
                         break
-        out = self.text[self.emitted:end]
+        out = self.text[self.emitted : end]
         self.emitted = end
         return out

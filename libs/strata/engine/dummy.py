@@ -28,8 +28,11 @@ def load_dummy(name: str, seed: int = 0) -> LoadedModel:
         raise ValueError(f"unknown dummy model {name!r}; known: {', '.join(DUMMY_CONFIGS)}")
     tokenizer = ByteTokenizer(DUMMY_CONFIGS[name].vocab_size)
     # a fresh copy, so a caller editing its config cannot change the registry's
-    cfg = replace(DUMMY_CONFIGS[name], bos_token_id=tokenizer.bos_token_id,
-                  eos_token_ids=tokenizer.eos_token_ids)
+    cfg = replace(
+        DUMMY_CONFIGS[name],
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_ids=tokenizer.eos_token_ids,
+    )
     generator = torch.Generator().manual_seed(seed)
     weights: dict[str, torch.Tensor] = {}
     # weight_shapes has a fixed order, so each tensor's draw does not depend on dict hashing.

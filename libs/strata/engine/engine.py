@@ -45,12 +45,12 @@ log = logging.getLogger(__name__)
 class EngineConfig:
     block_size: int = DEFAULT_BLOCK_SIZE
     kv_cache_bytes: int = 256 * 1024 * 1024
-    num_blocks: int = 0               # 0 = derive from kv_cache_bytes
+    num_blocks: int = 0  # 0 = derive from kv_cache_bytes
     max_batched_tokens: int = 2048
     max_seqs: int = 32
     device: str = "cpu"
     dtype: str = "float32"
-    attention_kernel: str = "cpp"     # cpp: fused CPU decode kernel when it builds; torch: never
+    attention_kernel: str = "cpp"  # cpp: fused CPU decode kernel when it builds; torch: never
     # The long-context sparse decode path; None: no context index, every row attends densely.
     sparse: SparseConfig | None = None
 
@@ -58,11 +58,14 @@ class EngineConfig:
         if self.block_size <= 0 or self.block_size & (self.block_size - 1):
             raise ValueError(f"block_size must be a positive power of two, got {self.block_size}")
         if self.max_batched_tokens < self.block_size:
-            raise ValueError(f"max_batched_tokens ({self.max_batched_tokens}) must be at least "
-                             f"block_size ({self.block_size})")
+            raise ValueError(
+                f"max_batched_tokens ({self.max_batched_tokens}) must be at least "
+                f"block_size ({self.block_size})"
+            )
         if self.attention_kernel not in ("cpp", "torch"):
-            raise ValueError(f"attention_kernel must be 'cpp' or 'torch', got "
-                             f"{self.attention_kernel!r}")
+            raise ValueError(
+                f"attention_kernel must be 'cpp' or 'torch', got {self.attention_kernel!r}"
+            )
         if self.dtype not in ("float32", "float16", "bfloat16"):
             raise ValueError(f"dtype must be float32, float16 or bfloat16, got {self.dtype!r}")
 
@@ -75,11 +78,11 @@ class EngineRequest:
     tenant: str = ""
     prefix_public: bool = False
     priority: int = 0
-    kv_source: str = ""      # a peer node's KV tier store holding a longer prefix (routing hint)
+    kv_source: str = ""  # a peer node's KV tier store holding a longer prefix (routing hint)
     # Failover resume: the last num_resumed prompt ids are output another worker streamed before
     # it failed (params.max_tokens already excludes them); they count as output in usage.
     num_resumed: int = 0
-    sparse: bool | None = None   # the sparse decode path; None: EngineConfig.sparse.enabled
+    sparse: bool | None = None  # the sparse decode path; None: EngineConfig.sparse.enabled
 
 
 @dataclass(slots=True)
@@ -95,8 +98,8 @@ class RequestOutput:
     tier_tokens: int = 0
     queue_ms: float = 0.0
     logprobs: list[Sampled] | None = None
-    sparse_layer_steps: int = 0   # on the finished output: layers run sparse for this request
-    sparse_fallbacks: int = 0     # of them, those the trust check sent to full attention
+    sparse_layer_steps: int = 0  # on the finished output: layers run sparse for this request
+    sparse_fallbacks: int = 0  # of them, those the trust check sent to full attention
     # Set on a finished output when the engine could not compute this request (it alone was
     # retired; finish_reason is None): what went wrong, in a sentence.
     error: str | None = None
@@ -109,37 +112,58 @@ class LLMEngine:
         self.model_name = loaded.config.name
         self.tokenizer = loaded.tokenizer
         self.device = torch.device(config.device)
-        self._tables = BlockTables(self.device)     # block tables kept across steps
+        self._tables = BlockTables(self.device)  # block tables kept across steps
         self.dtype = getattr(torch, config.dtype)
         cfg = loaded.config
         self.model = build_model(cfg, loaded.weights, self.device, self.dtype)
         per_block = cfg.kv_bytes_per_token(torch.finfo(self.dtype).bits // 8) * config.block_size
         num_blocks = config.num_blocks or max(1, config.kv_cache_bytes // per_block)
-        self.kv = torch.zeros(kv_cache_shape(cfg.num_layers, cfg.num_kv_heads, num_blocks,
-                                             config.block_size, cfg.head_dim),
-                              device=self.device, dtype=self.dtype)
+        self.kv = torch.zeros(
+            kv_cache_shape(
+                cfg.num_layers, cfg.num_kv_heads, num_blocks, config.block_size, cfg.head_dim
+            ),
+            device=self.device,
+            dtype=self.dtype,
+        )
         self.tier = tier
         if tier is not None:
             tier.attach(self.kv)
-        self.sparse = SparseDecoder(config.sparse, cfg.num_layers, cfg.num_kv_heads, num_blocks,
-                                    config.block_size, cfg.head_dim, self.device, self.dtype) \
-            if config.sparse is not None else None
+        self.sparse = (
+            SparseDecoder(
+                config.sparse,
+                cfg.num_layers,
+                cfg.num_kv_heads,
+                num_blocks,
+                config.block_size,
+                cfg.head_dim,
+                self.device,
+                self.dtype,
+            )
+            if config.sparse is not None
+            else None
+        )
         on_commit = tier.committed if tier is not None else None
         if self.sparse is not None:
             on_commit = self.sparse.commit_hook(on_commit)
-        self.pool = BlockPool(num_blocks, config.block_size,
-                              on_evict=tier.offload if tier is not None else None,
-                              clock=time.monotonic, on_commit=on_commit)
+        self.pool = BlockPool(
+            num_blocks,
+            config.block_size,
+            on_evict=tier.offload if tier is not None else None,
+            clock=time.monotonic,
+            on_commit=on_commit,
+        )
         if tier is not None:
             tier.pool = self.pool
-        self.scheduler = Scheduler(self.pool, config.max_batched_tokens, config.max_seqs,
-                                   tier=tier)
+        self.scheduler = Scheduler(self.pool, config.max_batched_tokens, config.max_seqs, tier=tier)
         self.costs = tier.costs if tier is not None else CostModel()
         self.max_context = cfg.max_position_embeddings
         # Built (or loaded from its cache) now, so a first compile never lands on a request.
-        self.native_attention = (config.attention_kernel == "cpp" and self.device.type == "cpu"
-                                 and kernels.load() is not None)
-        self.stats = EngineCounters()    # what the engine itself counts; counters() adds the rest
+        self.native_attention = (
+            config.attention_kernel == "cpp"
+            and self.device.type == "cpu"
+            and kernels.load() is not None
+        )
+        self.stats = EngineCounters()  # what the engine itself counts; counters() adds the rest
         self.last_step_tokens = 0
         # Called after every step with its scheduled items (already advanced) and the whole
         # step's seconds, schedule() included as a profile times it (strata.engine.step_meter).
@@ -160,8 +184,14 @@ class LLMEngine:
         gen = torch.Generator().manual_seed(0)
         for i in range(seqs):
             ids = torch.randint(0, self.loaded.config.vocab_size, (prompt,), generator=gen)
-            self.add_request(EngineRequest(f"__warmup-{i}", ids.tolist(), SamplingParams(
-                max_tokens=4, ignore_eos=True), tenant="__warmup__"))
+            self.add_request(
+                EngineRequest(
+                    f"__warmup-{i}",
+                    ids.tolist(),
+                    SamplingParams(max_tokens=4, ignore_eos=True),
+                    tenant="__warmup__",
+                )
+            )
         while self.has_work():
             self.step()
         self.stats = EngineCounters()
@@ -191,32 +221,44 @@ class LLMEngine:
         if req.params.max_tokens < 1:
             raise ValueError(f"max_tokens must be at least 1, got {req.params.max_tokens}")
         if n + req.params.max_tokens > self.max_context:
-            raise ValueError(f"prompt ({n} tokens) plus max_tokens ({req.params.max_tokens}) "
-                             f"exceeds the model's context of {self.max_context} tokens")
+            raise ValueError(
+                f"prompt ({n} tokens) plus max_tokens ({req.params.max_tokens}) "
+                f"exceeds the model's context of {self.max_context} tokens"
+            )
         need = -(-(n + req.params.max_tokens) // self.config.block_size)
         if need > self.pool.num_blocks:
-            raise ValueError(f"the request needs {need} KV blocks but this worker has "
-                             f"{self.pool.num_blocks}; shorten the prompt or max_tokens")
+            raise ValueError(
+                f"the request needs {need} KV blocks but this worker has "
+                f"{self.pool.num_blocks}; shorten the prompt or max_tokens"
+            )
         if req.request_id in self._seqs:
             raise ValueError(f"request id {req.request_id!r} is already running")
         if req.sparse and self.sparse is None:
-            raise ValueError("this worker runs without the sparse decode path; leave the "
-                             "request's sparse mode at its default or turn it off")
+            raise ValueError(
+                "this worker runs without the sparse decode path; leave the "
+                "request's sparse mode at its default or turn it off"
+            )
 
     def add_request(self, req: EngineRequest) -> None:
         self.validate(req)
         seq = Sequence(
-            request_id=req.request_id, token_ids=list(req.prompt_ids),
-            num_prompt=len(req.prompt_ids), params=req.params,
+            request_id=req.request_id,
+            token_ids=list(req.prompt_ids),
+            num_prompt=len(req.prompt_ids),
+            params=req.params,
             hash_keys=HashKeys.for_request(self.model_name, req.tenant, req.prefix_public),
-            priority=req.priority, arrival=time.monotonic(), num_resumed=req.num_resumed)
+            priority=req.priority,
+            arrival=time.monotonic(),
+            num_resumed=req.num_resumed,
+        )
         self._seqs[req.request_id] = seq
         # Resumed tokens are output for the penalties and the detokenizer, as they were before.
-        self._samplers[req.request_id] = SeqSampler(req.params,
-                                                    len(req.prompt_ids) - req.num_resumed)
+        self._samplers[req.request_id] = SeqSampler(
+            req.params, len(req.prompt_ids) - req.num_resumed
+        )
         detok = Detokenizer(self.tokenizer, req.params.stop)
         if req.num_resumed:
-            detok.prime(req.prompt_ids[len(req.prompt_ids) - req.num_resumed:])
+            detok.prime(req.prompt_ids[len(req.prompt_ids) - req.num_resumed :])
         self._detok[req.request_id] = detok
         if self.sparse is not None:
             self.sparse.register(req.request_id, req.sparse)
@@ -226,8 +268,11 @@ class LLMEngine:
 
     def _prefetch(self, seq: Sequence, peer: str) -> None:
         """Ask the tier store for the part of the prompt's prefix the device pool lacks now."""
-        missing = self.pool.missing_suffix(chain_hashes(
-            seq.token_ids[:len(seq.token_ids) - 1], self.config.block_size, seq.hash_keys))
+        missing = self.pool.missing_suffix(
+            chain_hashes(
+                seq.token_ids[: len(seq.token_ids) - 1], self.config.block_size, seq.hash_keys
+            )
+        )
         if missing:
             self.tier.prefetch(missing, peer)
 
@@ -251,8 +296,9 @@ class LLMEngine:
         return len(self.scheduler.waiting)
 
     def queued_tokens(self) -> int:
-        return sum(s.num_pending for s in self.scheduler.waiting) + \
-            sum(s.num_pending for s in self.scheduler.running)
+        return sum(s.num_pending for s in self.scheduler.waiting) + sum(
+            s.num_pending for s in self.scheduler.running
+        )
 
     # -- one step ------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
@@ -269,11 +315,17 @@ class LLMEngine:
         for item in scheduled:
             self.scheduler.advance(item)
         sampling = [item.seq for item in scheduled if item.sample]
-        picks = sample_batch(logits, [self._samplers[s.request_id] for s in sampling],
-                             [s.token_ids for s in sampling])
+        picks = sample_batch(
+            logits,
+            [self._samplers[s.request_id] for s in sampling],
+            [s.token_ids for s in sampling],
+        )
         for seq, pick in zip(sampling, picks):
-            outputs.append(self._fail(seq, pick) if isinstance(pick, SamplingError)
-                           else self._append_isolated(seq, pick))
+            outputs.append(
+                self._fail(seq, pick)
+                if isinstance(pick, SamplingError)
+                else self._append_isolated(seq, pick)
+            )
         elapsed = time.perf_counter() - started
         self.costs.observe_step(plan.num_tokens, elapsed)
         self.stats.busy_seconds += elapsed
@@ -285,8 +337,9 @@ class LLMEngine:
             self.step_observer(plan.scheduled, time.perf_counter() - begun)
         return outputs
 
-    def _forward_isolating(self, scheduled: list[ScheduledSeq]
-                           ) -> tuple[torch.Tensor, list[ScheduledSeq], list[RequestOutput]]:
+    def _forward_isolating(
+        self, scheduled: list[ScheduledSeq]
+    ) -> tuple[torch.Tensor, list[ScheduledSeq], list[RequestOutput]]:
         """The step's logits, the items they cover (in order), and the error outputs of items
         that failed: the batch at once, or, when that raises, each item on its own."""
         try:
@@ -294,8 +347,12 @@ class LLMEngine:
         except Exception as err:  # noqa: BLE001 - which request caused it is found out below
             if len(scheduled) == 1:
                 return self._no_logits(), [], [self._fail(scheduled[0].seq, err)]
-            log.warning("a batched step of %d sequences failed (%s: %s); running each alone",
-                        len(scheduled), type(err).__name__, err)
+            log.warning(
+                "a batched step of %d sequences failed (%s: %s); running each alone",
+                len(scheduled),
+                type(err).__name__,
+                err,
+            )
         kept: list[ScheduledSeq] = []
         rows: list[torch.Tensor] = []
         failed: list[RequestOutput] = []
@@ -323,9 +380,15 @@ class LLMEngine:
             reason = f"the engine failed on this request ({type(err).__name__}: {err})"
         self.scheduler.finish(seq, FinishReason.ABORTED)
         self._forget(rid)
-        return RequestOutput(request_id=rid, text="", token_ids=[], finished=True,
-                             prompt_tokens=seq.num_prompt - seq.num_resumed,
-                             completion_tokens=seq.num_output + seq.num_resumed, error=reason)
+        return RequestOutput(
+            request_id=rid,
+            text="",
+            token_ids=[],
+            finished=True,
+            prompt_tokens=seq.num_prompt - seq.num_resumed,
+            completion_tokens=seq.num_output + seq.num_resumed,
+            error=reason,
+        )
 
     def _append_isolated(self, seq: Sequence, pick: Sampled) -> RequestOutput:
         try:
@@ -341,23 +404,36 @@ class LLMEngine:
         for item in scheduled:
             seq, start = item.seq, len(ids)
             first = seq.num_computed
-            ids.extend(seq.token_ids[first:first + item.num_new])
+            ids.extend(seq.token_ids[first : first + item.num_new])
             positions.extend(range(first, first + item.num_new))
             slices.append(SeqSlice(start, item.num_new, first + item.num_new, seq.block_ids))
             if item.sample:
                 logits_rows.append(start + item.num_new - 1)
         dev = self.device
         # A sequence run alone (isolating a failed batch) must not replace the kept tables.
-        meta = AttentionMetadata.build(slices, self.config.block_size, dev,
-                                       self.native_attention,
-                                       self._tables if keep_tables else None)
+        meta = AttentionMetadata.build(
+            slices,
+            self.config.block_size,
+            dev,
+            self.native_attention,
+            self._tables if keep_tables else None,
+        )
         if self.sparse is not None:
             decodes = meta.groups[0] if meta.groups and meta.groups[0].queries == 1 else None
-            meta.sparse = self.sparse.plan(self.kv, [i.seq.request_id for i in scheduled],
-                                           slices, decodes, self.native_attention)
-        return self.model(torch.tensor(ids, dtype=torch.int64, device=dev),
-                          torch.tensor(positions, dtype=torch.int64, device=dev), self.kv, meta,
-                          torch.tensor(logits_rows, dtype=torch.int64, device=dev))
+            meta.sparse = self.sparse.plan(
+                self.kv,
+                [i.seq.request_id for i in scheduled],
+                slices,
+                decodes,
+                self.native_attention,
+            )
+        return self.model(
+            torch.tensor(ids, dtype=torch.int64, device=dev),
+            torch.tensor(positions, dtype=torch.int64, device=dev),
+            self.kv,
+            meta,
+            torch.tensor(logits_rows, dtype=torch.int64, device=dev),
+        )
 
     def _append(self, seq: Sequence, pick: Sampled) -> RequestOutput:
         rid = seq.request_id
@@ -367,8 +443,9 @@ class LLMEngine:
         detok = self._detok[rid]
         reason = None
         text = ""
-        if (token in self.tokenizer.eos_token_ids and not p.ignore_eos) or \
-                token in p.stop_token_ids:
+        if (
+            token in self.tokenizer.eos_token_ids and not p.ignore_eos
+        ) or token in p.stop_token_ids:
             reason = FinishReason.STOP
         else:
             text = detok.add(token)
@@ -387,15 +464,20 @@ class LLMEngine:
                 sparse = self.sparse.forget(rid)
             self._forget(rid)
         return RequestOutput(
-            request_id=rid, text=text, token_ids=[token], finished=reason is not None,
-            finish_reason=reason, prompt_tokens=seq.num_prompt - seq.num_resumed,
+            request_id=rid,
+            text=text,
+            token_ids=[token],
+            finished=reason is not None,
+            finish_reason=reason,
+            prompt_tokens=seq.num_prompt - seq.num_resumed,
             completion_tokens=seq.num_output + seq.num_resumed,
             cached_tokens=seq.num_cached_prompt,
             tier_tokens=seq.num_tier_prompt,
             queue_ms=((seq.first_scheduled or seq.arrival) - seq.arrival) * 1000,
             logprobs=[pick] if seq.params.logprobs else None,
             sparse_layer_steps=sparse.layer_steps if sparse is not None else 0,
-            sparse_fallbacks=sparse.fallbacks if sparse is not None else 0)
+            sparse_fallbacks=sparse.fallbacks if sparse is not None else 0,
+        )
 
     def _forget(self, request_id: str) -> None:
         if self.sparse is not None:

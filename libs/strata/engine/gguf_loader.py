@@ -30,8 +30,14 @@ from strata.engine.checkpoints import default_model_path  # noqa: F401 (tests im
 from strata.engine.config import ModelConfig
 from strata.engine.loaded import LoadedModel
 
-__all__ = ["LoadedModel", "default_model_path", "hf_name", "load_gguf", "unpermute_rope",
-           "weight_shapes"]
+__all__ = [
+    "LoadedModel",
+    "default_model_path",
+    "hf_name",
+    "load_gguf",
+    "unpermute_rope",
+    "weight_shapes",
+]
 
 
 _GLOBAL_NAMES = {
@@ -53,8 +59,6 @@ _LAYER_NAMES = {
 _LAYER_TENSOR = re.compile(r"blk\.(\d+)\.(.+)")
 
 
-
-
 def hf_name(gguf_name: str) -> str:
     """The HF LlamaForCausalLM name of a GGUF tensor; ValueError for tensors a Llama lacks."""
     if gguf_name in _GLOBAL_NAMES:
@@ -62,8 +66,10 @@ def hf_name(gguf_name: str) -> str:
     match = _LAYER_TENSOR.fullmatch(gguf_name)
     if match and match.group(2) in _LAYER_NAMES:
         return f"model.layers.{match.group(1)}.{_LAYER_NAMES[match.group(2)]}"
-    raise ValueError(f"GGUF tensor {gguf_name!r} has no place in a Llama model; this checkpoint "
-                     "needs a loader for its architecture")
+    raise ValueError(
+        f"GGUF tensor {gguf_name!r} has no place in a Llama model; this checkpoint "
+        "needs a loader for its architecture"
+    )
 
 
 def unpermute_rope(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -74,13 +80,18 @@ def unpermute_rope(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
     """
     rows = weight.shape[0]
     head_dim = rows // num_heads
-    return (weight.reshape(num_heads, head_dim // 2, 2, *weight.shape[1:])
-            .transpose(1, 2).reshape(weight.shape).contiguous())
+    return (
+        weight.reshape(num_heads, head_dim // 2, 2, *weight.shape[1:])
+        .transpose(1, 2)
+        .reshape(weight.shape)
+        .contiguous()
+    )
 
 
 def _metadata(reader: GGUFReader) -> dict[str, Any]:
-    return {key: field.contents() for key, field in reader.fields.items()
-            if not key.startswith("GGUF.")}
+    return {
+        key: field.contents() for key, field in reader.fields.items() if not key.startswith("GGUF.")
+    }
 
 
 class _LlamaMetadata:
@@ -111,8 +122,9 @@ def _config(meta: dict[str, Any], name: str, tensor_names: set[str]) -> ModelCon
     head_dim = llama.count("attention.key_length", hidden // heads)
     rope_dims = llama.count("rope.dimension_count", head_dim)
     if rope_dims != head_dim:
-        raise ValueError(f"partial rotary embeddings ({rope_dims} of {head_dim} dims) are not "
-                         "supported")
+        raise ValueError(
+            f"partial rotary embeddings ({rope_dims} of {head_dim} dims) are not supported"
+        )
     scaling = meta.get("llama.rope.scaling.type", "none")
     if scaling not in ("none", "linear"):
         raise ValueError(f"rope scaling {scaling!r} is not supported")
@@ -127,8 +139,11 @@ def _config(meta: dict[str, Any], name: str, tensor_names: set[str]) -> ModelCon
         head_dim=head_dim,
         rms_norm_eps=llama.number("attention.layer_norm_rms_epsilon"),
         rope_theta=llama.number("rope.freq_base", 10000.0),
-        rope_scaling=({"rope_type": "linear", "factor": llama.number("rope.scaling.factor")}
-                      if scaling == "linear" else None),
+        rope_scaling=(
+            {"rope_type": "linear", "factor": llama.number("rope.scaling.factor")}
+            if scaling == "linear"
+            else None
+        ),
         max_position_embeddings=llama.count("context_length"),
         tie_word_embeddings="output.weight" not in tensor_names,
     )
@@ -138,22 +153,30 @@ def weight_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Every weight a model of this config has, in HF names, with its shape, in a fixed order."""
     h, q, kv = cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
     shapes: dict[str, tuple[int, ...]] = {
-        "model.embed_tokens.weight": (cfg.vocab_size, h), "model.norm.weight": (h,)}
+        "model.embed_tokens.weight": (cfg.vocab_size, h),
+        "model.norm.weight": (h,),
+    }
     if not cfg.tie_word_embeddings:
         shapes["lm_head.weight"] = (cfg.vocab_size, h)
-    per_layer = {"input_layernorm.weight": (h,), "post_attention_layernorm.weight": (h,),
-                 "self_attn.q_proj.weight": (q, h), "self_attn.k_proj.weight": (kv, h),
-                 "self_attn.v_proj.weight": (kv, h), "self_attn.o_proj.weight": (h, q),
-                 "mlp.gate_proj.weight": (cfg.intermediate_size, h),
-                 "mlp.up_proj.weight": (cfg.intermediate_size, h),
-                 "mlp.down_proj.weight": (h, cfg.intermediate_size)}
+    per_layer = {
+        "input_layernorm.weight": (h,),
+        "post_attention_layernorm.weight": (h,),
+        "self_attn.q_proj.weight": (q, h),
+        "self_attn.k_proj.weight": (kv, h),
+        "self_attn.v_proj.weight": (kv, h),
+        "self_attn.o_proj.weight": (h, q),
+        "mlp.gate_proj.weight": (cfg.intermediate_size, h),
+        "mlp.up_proj.weight": (cfg.intermediate_size, h),
+        "mlp.down_proj.weight": (h, cfg.intermediate_size),
+    }
     for i in range(cfg.num_layers):
         shapes.update({f"model.layers.{i}.{k}": v for k, v in per_layer.items()})
     return shapes
 
 
-def _to_float32(data: np.ndarray, qtype: GGMLQuantizationType,
-                shape: tuple[int, ...]) -> torch.Tensor:
+def _to_float32(
+    data: np.ndarray, qtype: GGMLQuantizationType, shape: tuple[int, ...]
+) -> torch.Tensor:
     # F32 tensors come back as views of the read-only file map; copy them into owned memory.
     array = np.array(dequantize(data, qtype), dtype=np.float32, copy=True)
     return torch.from_numpy(array.reshape(shape))
@@ -177,8 +200,10 @@ def load_gguf(path: str | os.PathLike[str], name: str | None = None) -> LoadedMo
         target = hf_name(tensor.name)
         shape = tuple(int(d) for d in reversed(tensor.shape.tolist()))
         if expected.get(target) != shape:
-            raise ValueError(f"GGUF tensor {tensor.name} has shape {shape}, the config implies "
-                             f"{expected.get(target)}")
+            raise ValueError(
+                f"GGUF tensor {tensor.name} has shape {shape}, the config implies "
+                f"{expected.get(target)}"
+            )
         jobs.append((target, tensor.data, tensor.tensor_type, shape))
     missing = set(expected) - {job[0] for job in jobs}
     if missing:
@@ -193,5 +218,6 @@ def load_gguf(path: str | os.PathLike[str], name: str | None = None) -> LoadedMo
             key = f"model.layers.{i}.self_attn.{proj}.weight"
             weights[key] = unpermute_rope(weights[key], heads)
     chat_template = meta.get("tokenizer.chat_template")
-    return LoadedModel(cfg, weights, tokenizer,
-                       chat_template if isinstance(chat_template, str) else None)
+    return LoadedModel(
+        cfg, weights, tokenizer, chat_template if isinstance(chat_template, str) else None
+    )

@@ -30,11 +30,20 @@ from strata.engine.gguf_loader import weight_shapes
 from strata.engine.loaded import LoadedModel
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
-_MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
-                "qwen2": "Qwen2ForCausalLM"}
+_MODEL_TYPES = {
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+}
 _ROPE_TYPES = ("default", "linear", "llama3")
-_REQUIRED_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                  "num_attention_heads", "max_position_embeddings")
+_REQUIRED_KEYS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "max_position_embeddings",
+)
 # Old Llama exports store RoPE's inverse frequencies, which the model recomputes from the config.
 _RECOMPUTED_SUFFIXES = ("rotary_emb.inv_freq",)
 
@@ -48,8 +57,10 @@ def _architecture(raw: dict[str, Any]) -> str:
     model_type = raw.get("model_type")
     arch = archs[0] if archs else _MODEL_TYPES.get(model_type, model_type)
     if arch not in SUPPORTED_ARCHITECTURES:
-        raise ValueError(f"architecture {arch!r} is not supported; supported: "
-                         f"{', '.join(SUPPORTED_ARCHITECTURES)}")
+        raise ValueError(
+            f"architecture {arch!r} is not supported; supported: "
+            f"{', '.join(SUPPORTED_ARCHITECTURES)}"
+        )
     return arch
 
 
@@ -57,13 +68,16 @@ def _rope(raw: dict[str, Any]) -> tuple[float, dict | None]:
     """(rope_theta, rope_scaling) from transformers 5's `rope_parameters` or 4's top-level keys."""
     params = dict(raw.get("rope_parameters") or raw.get("rope_scaling") or {})
     if any(isinstance(v, dict) for v in params.values()):
-        raise ValueError("per-layer-type rope_parameters are not supported: the engine applies "
-                         "one rotary embedding to every layer")
+        raise ValueError(
+            "per-layer-type rope_parameters are not supported: the engine applies "
+            "one rotary embedding to every layer"
+        )
     theta = float(params.pop("rope_theta", raw.get("rope_theta", 10000.0)))
     kind = params.get("rope_type", params.get("type", "default"))
     if kind not in _ROPE_TYPES:
-        raise ValueError(f"rope scaling type {kind!r} is not supported; supported: "
-                         f"{', '.join(_ROPE_TYPES)}")
+        raise ValueError(
+            f"rope scaling type {kind!r} is not supported; supported: {', '.join(_ROPE_TYPES)}"
+        )
     if kind == "default":
         return theta, None
     params["rope_type"] = kind
@@ -75,29 +89,36 @@ def _rope(raw: dict[str, Any]) -> tuple[float, dict | None]:
 
 def _check_supported(raw: dict[str, Any], arch: str) -> None:
     if raw.get("hidden_act", "silu") != "silu":
-        raise ValueError(f"hidden_act {raw['hidden_act']!r} is not supported; the engine's MLP "
-                         "is SwiGLU (silu)")
+        raise ValueError(
+            f"hidden_act {raw['hidden_act']!r} is not supported; the engine's MLP is SwiGLU (silu)"
+        )
     if raw.get("mlp_bias"):
         raise ValueError("mlp_bias=true is not supported: the engine's MLP has no biases")
     if arch != "Qwen2ForCausalLM" and raw.get("attention_bias"):
-        raise ValueError(f"attention_bias=true is not supported for {arch}: it also biases "
-                         "o_proj, which the engine's attention lacks")
+        raise ValueError(
+            f"attention_bias=true is not supported for {arch}: it also biases "
+            "o_proj, which the engine's attention lacks"
+        )
     window = raw.get("sliding_window")
     layer_types = raw.get("layer_types")
     if layer_types is not None:
         slides = "sliding_attention" in layer_types
     elif arch == "Qwen2ForCausalLM":
         # Qwen2 slides only with use_sliding_window, and only from layer max_window_layers on
-        slides = bool(raw.get("use_sliding_window")) and \
-            raw.get("max_window_layers", 28) < raw["num_hidden_layers"]
+        slides = (
+            bool(raw.get("use_sliding_window"))
+            and raw.get("max_window_layers", 28) < raw["num_hidden_layers"]
+        )
     else:
         slides = True
     context = raw["max_position_embeddings"]
     if window is not None and slides and window < context:
-        raise ValueError(f"sliding_window {window} is smaller than max_position_embeddings "
-                         f"{context}, and the engine has no sliding-window attention; set "
-                         f"max_position_embeddings to at most {window} in config.json to serve "
-                         "this model with full attention")
+        raise ValueError(
+            f"sliding_window {window} is smaller than max_position_embeddings "
+            f"{context}, and the engine has no sliding-window attention; set "
+            f"max_position_embeddings to at most {window} in config.json to serve "
+            "this model with full attention"
+        )
 
 
 def _eos_list(value: int | list[int] | None) -> list[int]:
@@ -141,8 +162,9 @@ def _expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
         q, kv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
         for i in range(cfg.num_layers):
             p = f"model.layers.{i}.self_attn."
-            shapes.update({p + "q_proj.bias": (q,), p + "k_proj.bias": (kv,),
-                           p + "v_proj.bias": (kv,)})
+            shapes.update(
+                {p + "q_proj.bias": (q,), p + "k_proj.bias": (kv,), p + "v_proj.bias": (kv,)}
+            )
     return shapes
 
 
@@ -153,14 +175,17 @@ def _safetensors_files(folder: Path) -> list[Path]:
         files = [folder / n for n in names]
         for f in files:
             if not f.is_file():
-                raise ValueError(f"model.safetensors.index.json lists {f.name}, which is missing "
-                                 f"from {folder}")
+                raise ValueError(
+                    f"model.safetensors.index.json lists {f.name}, which is missing from {folder}"
+                )
         return files
     single = folder / "model.safetensors"
     if single.is_file():
         return [single]
-    raise ValueError(f"{folder} has neither model.safetensors nor model.safetensors.index.json; "
-                     "only safetensors checkpoints load (save with safe_serialization=True)")
+    raise ValueError(
+        f"{folder} has neither model.safetensors nor model.safetensors.index.json; "
+        "only safetensors checkpoints load (save with safe_serialization=True)"
+    )
 
 
 def _load_weights(folder: Path, cfg: ModelConfig) -> dict[str, torch.Tensor]:
@@ -171,20 +196,27 @@ def _load_weights(folder: Path, cfg: ModelConfig) -> dict[str, torch.Tensor]:
             for key in reader.keys():
                 # some tied checkpoints store a copy of the embedding as the head
                 if key.endswith(_RECOMPUTED_SUFFIXES) or (
-                        key == "lm_head.weight" and cfg.tie_word_embeddings):
+                    key == "lm_head.weight" and cfg.tie_word_embeddings
+                ):
                     continue
                 if key not in expected:
-                    raise ValueError(f"checkpoint tensor {key!r} has no place in this model; "
-                                     "its config.json does not describe these weights")
+                    raise ValueError(
+                        f"checkpoint tensor {key!r} has no place in this model; "
+                        "its config.json does not describe these weights"
+                    )
                 shape = tuple(reader.get_slice(key).get_shape())
                 if shape != expected[key]:
-                    raise ValueError(f"checkpoint tensor {key} has shape {shape}, config.json "
-                                     f"implies {expected[key]}")
+                    raise ValueError(
+                        f"checkpoint tensor {key} has shape {shape}, config.json "
+                        f"implies {expected[key]}"
+                    )
                 weights[key] = reader.get_tensor(key).to(torch.float32)
     missing = [k for k in expected if k not in weights]
     if missing:
-        raise ValueError(f"checkpoint lacks {len(missing)} of the model's {len(expected)} "
-                         f"tensors, e.g. {missing[0]!r}")
+        raise ValueError(
+            f"checkpoint lacks {len(missing)} of the model's {len(expected)} "
+            f"tensors, e.g. {missing[0]!r}"
+        )
     return weights
 
 
@@ -204,14 +236,15 @@ def load_hf_dir(path: str | os.PathLike[str], name: str | None = None) -> Loaded
     folder = Path(path)
     config_path = folder / "config.json"
     if not config_path.is_file():
-        raise ValueError(f"{folder} has no config.json; a Hugging Face checkpoint folder needs "
-                         "one")
+        raise ValueError(f"{folder} has no config.json; a Hugging Face checkpoint folder needs one")
     cfg = _config(json.loads(config_path.read_text()), name or folder.resolve().name)
     weights = _load_weights(folder, cfg)
     tokenizer = BpeTokenizer.from_tokenizer_json(folder)
     if tokenizer.vocab_size > cfg.vocab_size:
-        raise ValueError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model embeds "
-                         f"only {cfg.vocab_size}")
+        raise ValueError(
+            f"the tokenizer has {tokenizer.vocab_size} tokens but the model embeds "
+            f"only {cfg.vocab_size}"
+        )
     # generate() stops on generation_config.json's ids, falling back to config.json's; the
     # tokenizer's end-of-turn tokens stay stop tokens too.
     generation = _eos_list(_read_json(folder / "generation_config.json").get("eos_token_id"))

@@ -13,6 +13,6 @@ from strata.engine.tokenizer import Tokenizer
 @dataclass(slots=True)
 class LoadedModel:
     config: ModelConfig
-    weights: dict[str, torch.Tensor]    # Hugging Face LlamaForCausalLM names, float32
+    weights: dict[str, torch.Tensor]  # Hugging Face LlamaForCausalLM names, float32
     tokenizer: Tokenizer
     chat_template: str | None = None

@@ -37,10 +37,17 @@ class DecoderLayer(nn.Module):
         self.o_proj = nn.Linear(q, h, bias=False)
         self.gate_up_proj = nn.Linear(h, 2 * cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, h, bias=False)
-        self.packs = Packs()        # bfloat16 weights laid out for oneDNN (packed_linear.py)
+        self.packs = Packs()  # bfloat16 weights laid out for oneDNN (packed_linear.py)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: torch.Tensor,
-                meta: AttentionMetadata, layer: int = 0) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        kv: torch.Tensor,
+        meta: AttentionMetadata,
+        layer: int = 0,
+    ) -> torch.Tensor:
         cfg = self.cfg
         t = x.shape[0]
         h = rms_norm(x, self.input_layernorm, cfg.rms_norm_eps)
@@ -48,11 +55,12 @@ class DecoderLayer(nn.Module):
         qkv = p.linear("qkv", h, self.qkv_proj.weight, self.qkv_proj.bias)
         heads = cfg.num_heads + cfg.num_kv_heads
         # q and k rotate together: one pass over [tokens, heads + kv_heads, head_dim]
-        qk = apply_rotary(qkv[:, :self.q_size + self.kv_size].view(t, heads, cfg.head_dim),
-                          cos, sin)
+        qk = apply_rotary(
+            qkv[:, : self.q_size + self.kv_size].view(t, heads, cfg.head_dim), cos, sin
+        )
         q, k = qk.split((cfg.num_heads, cfg.num_kv_heads), dim=1)
-        v = qkv[:, self.q_size + self.kv_size:].view(t, cfg.num_kv_heads, cfg.head_dim)
-        attn = paged_attention(q, k, v, kv[0], kv[1], meta, cfg.head_dim ** -0.5, layer)
+        v = qkv[:, self.q_size + self.kv_size :].view(t, cfg.num_kv_heads, cfg.head_dim)
+        attn = paged_attention(q, k, v, kv[0], kv[1], meta, cfg.head_dim**-0.5, layer)
         x = x + p.linear("o", attn.reshape(t, -1), self.o_proj.weight)
         h = rms_norm(x, self.post_attention_layernorm, cfg.rms_norm_eps)
         gate, up = p.linear("gate_up", h, self.gate_up_proj.weight).chunk(2, dim=-1)
@@ -66,14 +74,23 @@ class LlamaModel(nn.Module):
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
         self.norm = nn.Parameter(torch.ones(cfg.hidden_size))
-        self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(
-            cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.lm_head = (
+            None
+            if cfg.tie_word_embeddings
+            else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        )
         self.rotary: RotaryCache | None = None
         self.packs = Packs()
 
     @torch.inference_mode()
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_cache: torch.Tensor,
-                meta: AttentionMetadata, logits_index: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        kv_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        logits_index: torch.Tensor,
+    ) -> torch.Tensor:
         """Run one step; return logits [len(logits_index), vocab] for the chosen token rows.
 
         kv_cache: [layers, 2, num_blocks, block_size, kv_heads, head_dim].
@@ -100,21 +117,27 @@ class LlamaModel(nn.Module):
                 src = weights[name]
                 want = (rows, *param.shape[1:]) if rows else tuple(param.shape)
                 if tuple(src.shape) != want:
-                    raise ValueError(f"{name}: checkpoint shape {tuple(src.shape)} does not match "
-                                     f"the config's {want}")
-                dst = param[start:start + rows] if rows else param
+                    raise ValueError(
+                        f"{name}: checkpoint shape {tuple(src.shape)} does not match "
+                        f"the config's {want}"
+                    )
+                dst = param[start : start + rows] if rows else param
                 dst.copy_(src.to(param.dtype))
 
     def _hf_targets(self) -> dict[str, tuple[torch.Tensor, int, int]]:
         """HF tensor name -> (our parameter, first row, rows); rows 0 = the whole parameter."""
         out: dict[str, tuple[torch.Tensor, int, int]] = {
             "model.embed_tokens.weight": (self.embed_tokens.weight, 0, 0),
-            "model.norm.weight": (self.norm, 0, 0)}
+            "model.norm.weight": (self.norm, 0, 0),
+        }
         if self.lm_head is not None:
             out["lm_head.weight"] = (self.lm_head.weight, 0, 0)
         cfg = self.cfg
-        q, kv, inter = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim, \
-            cfg.intermediate_size
+        q, kv, inter = (
+            cfg.num_heads * cfg.head_dim,
+            cfg.num_kv_heads * cfg.head_dim,
+            cfg.intermediate_size,
+        )
         for i, layer in enumerate(self.layers):
             p = f"model.layers.{i}."
             out[p + "input_layernorm.weight"] = (layer.input_layernorm, 0, 0)
@@ -131,12 +154,15 @@ class LlamaModel(nn.Module):
 
     def hf_tensor_shapes(self) -> dict[str, tuple[int, ...]]:
         """The HF checkpoint's tensor names and shapes this model expects."""
-        return {name: ((rows, *param.shape[1:]) if rows else tuple(param.shape))
-                for name, (param, _, rows) in self._hf_targets().items()}
+        return {
+            name: ((rows, *param.shape[1:]) if rows else tuple(param.shape))
+            for name, (param, _, rows) in self._hf_targets().items()
+        }
 
 
-def build_model(cfg: ModelConfig, weights: dict[str, torch.Tensor], device: torch.device,
-                dtype: torch.dtype) -> LlamaModel:
+def build_model(
+    cfg: ModelConfig, weights: dict[str, torch.Tensor], device: torch.device, dtype: torch.dtype
+) -> LlamaModel:
     with torch.device("meta"):
         model = LlamaModel(cfg)
     model = model.to_empty(device=device).to(dtype)

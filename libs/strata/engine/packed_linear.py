@@ -23,9 +23,11 @@ import torch.nn.functional as F
 # whether this torch build has oneDNN and its packed linear ops, and this CPU runs oneDNN's
 # bfloat16 path (AVX-512 BW/VL/DQ or AVX-NE-CONVERT; on an AVX2-only CPU the reorder raises), asked
 # once: every linear call of a step asks `available`
-_ONEDNN = torch.backends.mkldnn.is_available() and \
-    hasattr(torch.ops.mkldnn, "_reorder_linear_weight") and \
-    torch.ops.mkldnn._is_mkldnn_bf16_supported()
+_ONEDNN = (
+    torch.backends.mkldnn.is_available()
+    and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+    and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+)
 
 
 def available(weight: torch.Tensor) -> bool:
@@ -44,8 +46,9 @@ class Packs:
     def __init__(self):
         self._slots: dict[str, tuple[torch.Tensor, int, torch.Tensor]] = {}
 
-    def linear(self, name: str, x: torch.Tensor, weight: torch.Tensor,
-               bias: torch.Tensor | None = None) -> torch.Tensor:
+    def linear(
+        self, name: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """F.linear(x, weight, bias), through the packed weight where `available`."""
         if x.dtype != weight.dtype or not available(weight):
             return F.linear(x, weight, bias)

@@ -52,8 +52,10 @@ class ProfileGrid:
 
     def __post_init__(self) -> None:
         if self.repeats < 1 or self.decode_steps < 1:
-            raise ValueError(f"repeats and decode_steps must be at least 1, got "
-                             f"{self.repeats} and {self.decode_steps}")
+            raise ValueError(
+                f"repeats and decode_steps must be at least 1, got "
+                f"{self.repeats} and {self.decode_steps}"
+            )
 
     def fitted_to(self, max_context: int, max_seqs: int) -> ProfileGrid:
         """This grid without the shapes a model of max_context positions cannot run."""
@@ -64,24 +66,38 @@ class ProfileGrid:
             decode_batches=tuple(b for b in self.decode_batches if b <= max_seqs),
             decode_contexts=tuple(c for c in self.decode_contexts if c < room),
             mixed=tuple(m for m in self.mixed if m[0] < max_seqs and m[1] + m[2] < room),
-            repeats=self.repeats, decode_steps=self.decode_steps)
+            repeats=self.repeats,
+            decode_steps=self.decode_steps,
+        )
 
 
-QUICK_GRID = ProfileGrid(prefill_tokens=(16, 128, 512), prefill_contexts=(0, 512),
-                         decode_batches=(1, 8, 32), decode_contexts=(16, 512),
-                         mixed=((8, 128, 64),), repeats=3, decode_steps=3)
+QUICK_GRID = ProfileGrid(
+    prefill_tokens=(16, 128, 512),
+    prefill_contexts=(0, 512),
+    decode_batches=(1, 8, 32),
+    decode_contexts=(16, 512),
+    mixed=((8, 128, 64),),
+    repeats=3,
+    decode_steps=3,
+)
 
 
 def machine_description() -> dict:
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f
-                        if line.startswith("model name")), cpu)
+            cpu = next(
+                (line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu
+            )
     except OSError:
         pass
-    out = {"platform": platform.platform(), "python": platform.python_version(),
-           "torch": torch.__version__, "cpu": cpu, "cpu_count": os.cpu_count() or 0}
+    out = {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cpu": cpu,
+        "cpu_count": os.cpu_count() or 0,
+    }
     if torch.cuda.is_available():
         out["gpu"] = torch.cuda.get_device_name(0)
     return out
@@ -103,15 +119,23 @@ class StepBench:
         rid = f"profile-{self.next_id}"
         self.next_id += 1
         ids = [self.rng.randrange(3, self.vocab) for _ in range(prompt)]
-        self.engine.add_request(EngineRequest(rid, ids, SamplingParams(
-            max_tokens=max_tokens, ignore_eos=True), tenant="__profile__"))
+        self.engine.add_request(
+            EngineRequest(
+                rid,
+                ids,
+                SamplingParams(max_tokens=max_tokens, ignore_eos=True),
+                tenant="__profile__",
+            )
+        )
         if computed:
             seq = self.engine.scheduler.find(rid)
             bs = self.engine.config.block_size
             blocks = self.engine.pool.allocate(-(-computed // bs))
             if blocks is None:
-                raise ValueError(f"the profiling KV pool cannot hold {computed} tokens of "
-                                 f"context; give the engine more blocks")
+                raise ValueError(
+                    f"the profiling KV pool cannot hold {computed} tokens of "
+                    f"context; give the engine more blocks"
+                )
             seq.block_ids = blocks
             seq.block_hashes = chain_hashes(ids[:computed], bs, seq.hash_keys)
             seq.num_computed = computed
@@ -134,9 +158,16 @@ class StepBench:
             self.add(context + tokens + 1, context, 1)
             samples.append(self.timed_step(tokens))
             self.drain()
-        return Measurement("prefill", tokens, 0, prefill_keys(1, tokens, context + tokens, self.bs),
-                           0.0,
-                           statistics.median(samples), samples, context=context)
+        return Measurement(
+            "prefill",
+            tokens,
+            0,
+            prefill_keys(1, tokens, context + tokens, self.bs),
+            0.0,
+            statistics.median(samples),
+            samples,
+            context=context,
+        )
 
     def decode(self, batch: int, context: int, repeats: int, steps: int) -> Measurement:
         samples = []
@@ -147,9 +178,17 @@ class StepBench:
             self.drain()
         # Step j attends context + j keys per sequence; the median step is the middle one.
         mean_context = context + (steps + 1) / 2
-        return Measurement("decode", batch, batch, 0.0, batch * mean_context,
-                           statistics.median(samples), samples, batch=batch,
-                           context=round(mean_context))
+        return Measurement(
+            "decode",
+            batch,
+            batch,
+            0.0,
+            batch * mean_context,
+            statistics.median(samples),
+            samples,
+            batch=batch,
+            context=round(mean_context),
+        )
 
     def mixed(self, batch: int, context: int, tokens: int, repeats: int) -> Measurement:
         samples = []
@@ -159,9 +198,17 @@ class StepBench:
             self.add(tokens + 1, 0, 1)
             samples.append(self.timed_step(batch + tokens))
             self.drain()
-        return Measurement("mixed", batch + tokens, batch, prefill_keys(1, tokens, tokens, self.bs),
-                           batch * (context + 1.0), statistics.median(samples), samples,
-                           batch=batch, context=context)
+        return Measurement(
+            "mixed",
+            batch + tokens,
+            batch,
+            prefill_keys(1, tokens, tokens, self.bs),
+            batch * (context + 1.0),
+            statistics.median(samples),
+            samples,
+            batch=batch,
+            context=context,
+        )
 
     def add_seconds(self, prompt: int, repeats: int) -> float:
         samples = []
@@ -173,9 +220,14 @@ class StepBench:
         return statistics.median(samples)
 
 
-def profile_engine(loaded: LoadedModel, config: EngineConfig, threads: int,
-                   grid: ProfileGrid = ProfileGrid(), seed: int = 0,
-                   progress: Callable[[str], None] | None = None) -> EngineProfile:
+def profile_engine(
+    loaded: LoadedModel,
+    config: EngineConfig,
+    threads: int,
+    grid: ProfileGrid = ProfileGrid(),
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> EngineProfile:
     """Measure `loaded` on an engine built with `config` and `threads` torch threads."""
     if threads < 1:
         raise ValueError(f"threads must be at least 1, got {threads}")
@@ -203,11 +255,18 @@ def profile_engine(loaded: LoadedModel, config: EngineConfig, threads: int,
             say(f"mixed {b} decodes at {c} + {n} prefill: {checks[-1].seconds * 1e3:.2f} ms")
     costs, error = fit(points + checks)
     return EngineProfile(
-        model=engine.model_name, dtype=config.dtype, device=config.device, threads=threads,
-        machine=machine_description(), engine=asdict(config),
+        model=engine.model_name,
+        dtype=config.dtype,
+        device=config.device,
+        threads=threads,
+        machine=machine_description(),
+        engine=asdict(config),
         kv_bytes_per_token=loaded.config.kv_bytes_per_token(torch.finfo(engine.dtype).bits // 8),
-        max_context=engine.max_context, costs=costs, fit_error=error,
+        max_context=engine.max_context,
+        costs=costs,
+        fit_error=error,
         measurements=points + checks,
         overheads=RequestOverheads(add_s=bench.add_seconds(64, grid.repeats)),
         created_unix_s=time.time(),
-        notes=[f"native decode attention kernel: {engine.native_attention}"])
+        notes=[f"native decode attention kernel: {engine.native_attention}"],
+    )

@@ -23,15 +23,18 @@ from strata.engine.sequence import FinishReason
 from strata.engine.tokenizer import Tokenizer
 
 
-def resume(req: EngineRequest, resume_ids: Sequence[int], vocab_size: int,
-           tokenizer: Tokenizer) -> EngineRequest | RequestOutput:
+def resume(
+    req: EngineRequest, resume_ids: Sequence[int], vocab_size: int, tokenizer: Tokenizer
+) -> EngineRequest | RequestOutput:
     """`req` continued after `resume_ids`, or its final output when they already reached
     max_tokens. Raises ValueError with a sentence the caller can act on."""
     ids = [int(t) for t in resume_ids]
     bad = next((t for t in ids if not 0 <= t < vocab_size), None)
     if bad is not None:
-        raise ValueError(f"resume_output_ids holds token id {bad}, outside the model's "
-                         f"vocabulary (0..{vocab_size - 1})")
+        raise ValueError(
+            f"resume_output_ids holds token id {bad}, outside the model's "
+            f"vocabulary (0..{vocab_size - 1})"
+        )
     max_tokens = req.params.max_tokens
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
@@ -41,9 +44,17 @@ def resume(req: EngineRequest, resume_ids: Sequence[int], vocab_size: int,
         detok = Detokenizer(tokenizer, req.params.stop)
         detok.prime(ids)
         return RequestOutput(
-            request_id=req.request_id, text=detok.flush(), token_ids=[], finished=True,
-            finish_reason=FinishReason.LENGTH, prompt_tokens=len(req.prompt_ids),
-            completion_tokens=len(ids))
-    return replace(req, prompt_ids=[*req.prompt_ids, *ids],
-                   params=replace(req.params, max_tokens=max_tokens - len(ids)),
-                   num_resumed=len(ids))
+            request_id=req.request_id,
+            text=detok.flush(),
+            token_ids=[],
+            finished=True,
+            finish_reason=FinishReason.LENGTH,
+            prompt_tokens=len(req.prompt_ids),
+            completion_tokens=len(ids),
+        )
+    return replace(
+        req,
+        prompt_ids=[*req.prompt_ids, *ids],
+        params=replace(req.params, max_tokens=max_tokens - len(ids)),
+        num_resumed=len(ids),
+    )

@@ -60,14 +60,14 @@ class SeqSampler:
         if p.repetition_penalty and p.repetition_penalty != 1.0 and history:
             seen = torch.tensor(sorted(set(history)), dtype=torch.int64)
             vals = logits[seen]
-            logits[seen] = torch.where(vals > 0, vals / p.repetition_penalty,
-                                       vals * p.repetition_penalty)
-        output = history[self.num_prompt:]
+            logits[seen] = torch.where(
+                vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty
+            )
+        output = history[self.num_prompt :]
         if (p.frequency_penalty or p.presence_penalty) and output:
             ids, counts = torch.tensor(output, dtype=torch.int64).unique(return_counts=True)
             logits[ids] -= p.frequency_penalty * counts.float() + p.presence_penalty
-        logits = torch.nan_to_num(logits, nan=float("-inf"),
-                                  posinf=torch.finfo(logits.dtype).max)
+        logits = torch.nan_to_num(logits, nan=float("-inf"), posinf=torch.finfo(logits.dtype).max)
         top = logits.max()
         if not torch.isfinite(top):
             raise SamplingError(NO_FINITE_LOGIT)
@@ -79,8 +79,9 @@ class SeqSampler:
             return Sampled(token)
         logprobs = torch.log_softmax(raw, dim=-1)
         best = torch.topk(logprobs, p.logprobs)
-        return Sampled(token, float(logprobs[token]),
-                       list(zip(best.indices.tolist(), best.values.tolist())))
+        return Sampled(
+            token, float(logprobs[token]), list(zip(best.indices.tolist(), best.values.tolist()))
+        )
 
     def _draw(self, logits: torch.Tensor) -> int:
         p = self.params
@@ -100,8 +101,9 @@ class SeqSampler:
         return int(torch.multinomial(probs / probs.sum(), 1, generator=self.generator))
 
 
-def sample_batch(logits: torch.Tensor, samplers: list[SeqSampler],
-                 histories: list[list[int]]) -> list[Sampled | SamplingError]:
+def sample_batch(
+    logits: torch.Tensor, samplers: list[SeqSampler], histories: list[list[int]]
+) -> list[Sampled | SamplingError]:
     """One token per row of logits [B, vocab], or the row's SamplingError: a row that cannot be
     sampled fails alone, the others are sampled as if it were not there."""
     if all(s.params.is_plain_greedy for s in samplers):
@@ -109,14 +111,17 @@ def sample_batch(logits: torch.Tensor, samplers: list[SeqSampler],
         best, tokens = torch.max(logits.float(), dim=-1)
         # A nan maximum (torch.max propagates nan) or an all -inf row has nothing to pick.
         usable = (best > float("-inf")).tolist()
-        return [Sampled(t) if ok else SamplingError(NO_FINITE_LOGIT)
-                for t, ok in zip(tokens.tolist(), usable)]
+        return [
+            Sampled(t) if ok else SamplingError(NO_FINITE_LOGIT)
+            for t, ok in zip(tokens.tolist(), usable)
+        ]
     cpu = logits.float().cpu()
     return [_sample_row(s, cpu[i], h) for i, (s, h) in enumerate(zip(samplers, histories))]
 
 
-def _sample_row(sampler: SeqSampler, logits: torch.Tensor,
-                history: list[int]) -> Sampled | SamplingError:
+def _sample_row(
+    sampler: SeqSampler, logits: torch.Tensor, history: list[int]
+) -> Sampled | SamplingError:
     try:
         return sampler.sample(logits, history)
     except SamplingError as err:

@@ -40,8 +40,8 @@ class TierLoader(Protocol):
 @dataclass(slots=True)
 class ScheduledSeq:
     seq: Sequence
-    num_new: int            # tokens computed for this sequence in this step
-    sample: bool            # the step completes the sequence's known tokens: sample one
+    num_new: int  # tokens computed for this sequence in this step
+    sample: bool  # the step completes the sequence's known tokens: sample one
 
 
 @dataclass(slots=True)
@@ -55,8 +55,14 @@ class StepPlan:
 
 
 class Scheduler:
-    def __init__(self, pool: BlockPool, max_batched_tokens: int, max_seqs: int,
-                 tier: TierLoader | None = None, clock: Callable[[], float] | None = None):
+    def __init__(
+        self,
+        pool: BlockPool,
+        max_batched_tokens: int,
+        max_seqs: int,
+        tier: TierLoader | None = None,
+        clock: Callable[[], float] | None = None,
+    ):
         self.pool = pool
         self.block_size = pool.block_size
         self.max_batched_tokens = max_batched_tokens
@@ -65,7 +71,7 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.preemptions = 0
-        self.priority_preemptions = 0   # of them, running sequences displaced at admission
+        self.priority_preemptions = 0  # of them, running sequences displaced at admission
         # Waiting requests held back at the last admission because no device block was free
         # (0 once one is admitted again): the node manager's signal that this worker is full.
         self.waiting_for_memory = 0
@@ -128,9 +134,8 @@ class Scheduler:
             self._admit(budget, scheduled, preempted)
         return StepPlan(scheduled, preempted)
 
-    def _admit(self, budget: int, scheduled: list[ScheduledSeq],
-               preempted: list[Sequence]) -> None:
-        displaced: int | None = None     # the highest priority preempted by this admission
+    def _admit(self, budget: int, scheduled: list[ScheduledSeq], preempted: list[Sequence]) -> None:
+        displaced: int | None = None  # the highest priority preempted by this admission
         for seq in sorted(self.waiting, key=Sequence.sort_key):
             if budget <= 0 or (displaced is not None and seq.priority <= displaced):
                 return
@@ -158,8 +163,9 @@ class Scheduler:
                 self._preempt(victim)
                 self.priority_preemptions += 1
                 preempted.append(victim)
-                displaced = victim.priority if displaced is None else max(displaced,
-                                                                          victim.priority)
+                displaced = (
+                    victim.priority if displaced is None else max(displaced, victim.priority)
+                )
             self.waiting_for_memory = 0
             self.waiting.remove(seq)
             seq.status = Status.RUNNING
@@ -200,8 +206,9 @@ class Scheduler:
 
     def _take_cached_prefix(self, seq: Sequence) -> None:
         # The last token is always recomputed: its logits are needed to sample the next one.
-        hashes = chain_hashes(seq.token_ids[:len(seq.token_ids) - 1], self.block_size,
-                              seq.hash_keys)
+        hashes = chain_hashes(
+            seq.token_ids[: len(seq.token_ids) - 1], self.block_size, seq.hash_keys
+        )
         hit = 0
         for h in hashes:
             block_id = self.pool.lookup(h)
@@ -212,7 +219,7 @@ class Scheduler:
             hit += 1
         seq.block_hashes = hashes[:hit]
         loaded = self.tier.load(seq, hashes[hit:]) if self.tier and hit < len(hashes) else 0
-        seq.block_hashes = hashes[:hit + loaded]
+        seq.block_hashes = hashes[: hit + loaded]
         seq.num_computed = (hit + loaded) * self.block_size
         if seq.num_preemptions == 0:
             seq.num_cached_prompt = hit * self.block_size
@@ -232,7 +239,8 @@ class Scheduler:
         parent = seq.block_hashes[-1] if seq.block_hashes else ROOT_HASH
         for idx in range(len(seq.block_hashes), full):
             start = idx * self.block_size
-            parent = block_hash(parent, seq.token_ids[start:start + self.block_size],
-                                seq.hash_keys)
+            parent = block_hash(
+                parent, seq.token_ids[start : start + self.block_size], seq.hash_keys
+            )
             seq.block_hashes.append(parent)
             self.pool.commit(seq.block_ids[idx], parent)

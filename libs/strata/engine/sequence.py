@@ -22,7 +22,7 @@ class SamplingParams:
     min_p: float = 0.0
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
-    logprobs: int = 0              # top-n logprobs to return with each token (0 = none)
+    logprobs: int = 0  # top-n logprobs to return with each token (0 = none)
     max_tokens: int = 16
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
@@ -31,9 +31,13 @@ class SamplingParams:
     @property
     def is_plain_greedy(self) -> bool:
         """Greedy with nothing that needs per-row work: the batched argmax fast path."""
-        return (self.temperature < GREEDY_EPS and self.repetition_penalty in (0.0, 1.0)
-                and not self.frequency_penalty and not self.presence_penalty
-                and not self.logprobs)
+        return (
+            self.temperature < GREEDY_EPS
+            and self.repetition_penalty in (0.0, 1.0)
+            and not self.frequency_penalty
+            and not self.presence_penalty
+            and not self.logprobs
+        )
 
 
 class Status(enum.Enum):
@@ -51,22 +55,22 @@ class FinishReason(enum.Enum):
 @dataclass(slots=True)
 class Sequence:
     request_id: str
-    token_ids: list[int]            # prompt followed by generated tokens
+    token_ids: list[int]  # prompt followed by generated tokens
     num_prompt: int
     params: SamplingParams
     hash_keys: HashKeys
     priority: int = 0
     arrival: float = 0.0
-    first_scheduled: float | None = None   # when a step first computed any of its tokens
+    first_scheduled: float | None = None  # when a step first computed any of its tokens
     block_ids: list[int] = field(default_factory=list)
-    block_hashes: list[int] = field(default_factory=list)   # of the leading full, computed blocks
-    num_computed: int = 0           # tokens whose K/V are in the cache
-    num_cached_prompt: int = 0      # prompt tokens served from the device prefix cache
-    num_tier_prompt: int = 0        # prompt tokens loaded back from the KV tier store
+    block_hashes: list[int] = field(default_factory=list)  # of the leading full, computed blocks
+    num_computed: int = 0  # tokens whose K/V are in the cache
+    num_cached_prompt: int = 0  # prompt tokens served from the device prefix cache
+    num_tier_prompt: int = 0  # prompt tokens loaded back from the KV tier store
     status: Status = Status.WAITING
     finish_reason: FinishReason | None = None
     num_preemptions: int = 0
-    num_resumed: int = 0            # trailing prompt tokens another worker streamed (failover)
+    num_resumed: int = 0  # trailing prompt tokens another worker streamed (failover)
 
     @property
     def num_output(self) -> int:
@@ -74,7 +78,7 @@ class Sequence:
 
     @property
     def output_ids(self) -> list[int]:
-        return self.token_ids[self.num_prompt:]
+        return self.token_ids[self.num_prompt :]
 
     @property
     def num_pending(self) -> int:

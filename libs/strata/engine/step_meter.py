@@ -19,8 +19,9 @@ from strata.core.profile import StepCosts, load_profile, step_shape
 from strata.engine.scheduler import ScheduledSeq
 
 # Profiles shipped with the code, named <model>-<device type>.json as a folder of them must be.
-PROFILES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                            "core", "profiles")
+PROFILES_DIR = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "core", "profiles"
+)
 
 
 def find_profile(model: str, device: str, folder: str = PROFILES_DIR) -> str:
@@ -29,7 +30,7 @@ def find_profile(model: str, device: str, folder: str = PROFILES_DIR) -> str:
     would price every step wrong by more than the baseline can learn away while the load's mix
     of shapes changes."""
     if os.sep in model or model.startswith("."):
-        return ""   # a model served from a folder has no profile named after it
+        return ""  # a model served from a folder has no profile named after it
     path = os.path.join(folder, f"{model}-{device.split(':')[0]}.json")
     return path if os.path.isfile(path) else ""
 
@@ -43,9 +44,11 @@ def meter_from_profile(path: str, model: str, block_size: int) -> StepMeter:
     except OSError as err:
         raise ValueError(f"cannot read the solo profile {path}: {err.strerror}") from None
     if profile.model != model:
-        raise ValueError(f"the solo profile {path} was measured for model {profile.model!r}, "
-                         f"but this worker serves {model!r}; point STRATA_PROFILE_PATH at "
-                         f"a profile of {model!r} or leave it unset")
+        raise ValueError(
+            f"the solo profile {path} was measured for model {profile.model!r}, "
+            f"but this worker serves {model!r}; point STRATA_PROFILE_PATH at "
+            f"a profile of {model!r} or leave it unset"
+        )
     return StepMeter(profile.costs, block_size)
 
 
@@ -70,8 +73,9 @@ class StepMeter:
     def __call__(self, scheduled: Sequence[ScheduledSeq], seconds: float) -> None:
         """One step that ran `seconds`; its items are already advanced, so each sequence's
         num_computed includes the step's tokens."""
-        shape = step_shape(((i.num_new, i.sample, i.seq.num_computed) for i in scheduled),
-                           self.block_size)
+        shape = step_shape(
+            ((i.num_new, i.sample, i.seq.num_computed) for i in scheduled), self.block_size
+        )
         self.observed_s += seconds
         self.solo_s += self.costs.seconds(shape)
         self.steps += 1

@@ -55,7 +55,7 @@ class TierLink:
         if self.client.shared_memory:
             slot = self.client.take_slot(self.block_bytes)
             if slot is None:
-                return   # the host tier is under pressure: this cached block is dropped
+                return  # the host tier is under pressure: this cached block is dropped
             reserved, view = slot
             self._as_block(view).copy_(src)
             self.client.commit_slot(reserved, block_hash, self.layout, self.block_bytes)
@@ -79,8 +79,9 @@ class TierLink:
             fetched, lease = self.client.acquire(hashes)
         except grpc.RpcError as err:
             # The tier is a cache: when it is unreachable the prefix is recomputed.
-            log.warning("kv tier acquire failed (%s): recomputing %d blocks", err.code(),
-                        len(hashes))
+            log.warning(
+                "kv tier acquire failed (%s): recomputing %d blocks", err.code(), len(hashes)
+            )
             return 0
         n = len(fetched)
         if n == 0 or not self.costs.prefer_load(n * self.pool.block_size, n * self.block_bytes):
@@ -109,8 +110,11 @@ class TierLink:
         assert self.kv is not None
         if blk.layout != self.layout or hashing.checksum(blk.data) != blk.checksum:
             self.bad_blocks += 1
-            log.warning("KV block %x from the tier store failed its layout or checksum check; "
-                        "recomputing from there", blk.block_hash)
+            log.warning(
+                "KV block %x from the tier store failed its layout or checksum check; "
+                "recomputing from there",
+                blk.block_hash,
+            )
             return False
         if isinstance(blk.data, memoryview):
             self.kv[:, :, :, block_id].copy_(self._as_block(blk.data))

@@ -25,7 +25,7 @@ from strata.engine.tokenizer import Tokenizer
 
 @dataclass(slots=True, frozen=True)
 class NamedTokenizer:
-    name: str               # the engine's model name (ModelConfig.name): a block hash's model key
+    name: str  # the engine's model name (ModelConfig.name): a block hash's model key
     tokenizer: Tokenizer
 
 
@@ -51,6 +51,9 @@ def _gguf_tokenizer(path: Path) -> BpeTokenizer:
     # Only the tokenizer.* keys are decoded: the vocabulary and merges are all the tokenizer
     # needs, and tensor data is memory-mapped by the reader, never read.
     reader = GGUFReader(path)
-    meta = {key: field.contents() for key, field in reader.fields.items()
-            if key.startswith("tokenizer.")}
+    meta = {
+        key: field.contents()
+        for key, field in reader.fields.items()
+        if key.startswith("tokenizer.")
+    }
     return BpeTokenizer.from_gguf_metadata(meta)

@@ -117,19 +117,26 @@ def summarize_run(records: list[RequestRecord], duration_s: float) -> RunSummary
         return summarize([v * 1000.0 for v in values])
 
     return RunSummary(
-        requests=len(records), succeeded=len(ok),
+        requests=len(records),
+        succeeded=len(ok),
         errors=dict(sorted(Counter(r.status for r in records if not r.ok).items())),
-        duration_s=duration_s, request_throughput=rate(len(ok)), output_throughput=rate(output),
-        total_token_throughput=rate(prompt + output), prompt_tokens=prompt, output_tokens=output,
+        duration_s=duration_s,
+        request_throughput=rate(len(ok)),
+        output_throughput=rate(output),
+        total_token_throughput=rate(prompt + output),
+        prompt_tokens=prompt,
+        output_tokens=output,
         cached_tokens=sum(r.cached_tokens for r in ok),
-        late_starts=sum(1 for v in late if v > LATE_START_S), max_late_s=max(late, default=0.0),
+        late_starts=sum(1 for v in late if v > LATE_START_S),
+        max_late_s=max(late, default=0.0),
         # the server counts the prompt with its own tokenizer: a mismatch means the synthesized
         # text was not N tokens for this model (see strata.eval.workload)
         prompt_token_mismatches=sum(1 for r in ok if r.prompt_tokens != r.synth_prompt_tokens),
         ttft_ms=ms([r.ttft_s for r in ok if r.ttft_s is not None]),
         tpot_ms=ms([t for r in ok if (t := r.tpot_s) is not None]),
         itl_ms=ms([gap for r in ok for gap in r.itl_s]),
-        e2e_ms=ms([r.e2e_s for r in ok if r.e2e_s is not None]))
+        e2e_ms=ms([r.e2e_s for r in ok if r.e2e_s is not None]),
+    )
 
 
 def format_summary(summary: RunSummary) -> str:
@@ -143,8 +150,12 @@ def format_summary(summary: RunSummary) -> str:
         f"output tok/s, {summary.total_token_throughput:.1f} total tok/s",
         f"tokens      {summary.prompt_tokens} prompt ({summary.cached_tokens} cached), "
         f"{summary.output_tokens} output"
-        + (f"; the server counted {summary.prompt_token_mismatches} prompt(s) at another length "
-           f"than synthesized" if summary.prompt_token_mismatches else ""),
+        + (
+            f"; the server counted {summary.prompt_token_mismatches} prompt(s) at another length "
+            f"than synthesized"
+            if summary.prompt_token_mismatches
+            else ""
+        ),
         f"late starts {summary.late_starts} (> {LATE_START_S * 1000:.0f} ms; max "
         f"{summary.max_late_s * 1000:.1f} ms)",
         "",
@@ -155,6 +166,7 @@ def format_summary(summary: RunSummary) -> str:
         if s is None:
             lines.append(f"{name:<6}{'-':>10}{'-':>10}{'-':>10}{'-':>10}{0:>8}")
         else:
-            lines.append(f"{name:<6}{s.p50:>10.1f}{s.p95:>10.1f}{s.p99:>10.1f}{s.mean:>10.1f}"
-                         f"{s.count:>8}")
+            lines.append(
+                f"{name:<6}{s.p50:>10.1f}{s.p95:>10.1f}{s.p99:>10.1f}{s.mean:>10.1f}{s.count:>8}"
+            )
     return "\n".join(lines)

@@ -41,14 +41,14 @@ class TenantIsolation:
     sla_class: str
     requests: int
     refused: int
-    failed: int             # other failures
+    failed: int  # other failures
     ttft_p50_ms: float | None
     ttft_p99_ms: float | None
     e2e_p50_ms: float | None
     e2e_p99_ms: float | None
-    attainment: float       # of all its requests
+    attainment: float  # of all its requests
     served_fraction: float  # output tokens served / offered
-    ttft_inflation: float | None = None   # P99 inside the bursts / outside
+    ttft_inflation: float | None = None  # P99 inside the bursts / outside
     e2e_inflation: float | None = None
 
 
@@ -75,8 +75,9 @@ def _in_windows(t_ms: float, starts: list[float], windows: Sequence[tuple[float,
     return i >= 0 and t_ms < windows[i][1]
 
 
-def utilization(samples: Sequence[NodeSampleRecord],
-                window_ms: tuple[float, float] | None = None) -> float | None:
+def utilization(
+    samples: Sequence[NodeSampleRecord], window_ms: tuple[float, float] | None = None
+) -> float | None:
     """Mean over nodes of their samples' mean utilization (samples are per interval), over the
     samples taken within `window_ms` when given (the offered load's span, not the drain after
     it)."""
@@ -89,11 +90,16 @@ def utilization(samples: Sequence[NodeSampleRecord],
     return math.fsum(math.fsum(v) / len(v) for v in per_node.values()) / len(per_node)
 
 
-def isolation_figures(rows: Sequence[RequestRecord], samples: Sequence[NodeSampleRecord],
-                      tenant_classes: Mapping[str, str], offered_tokens: Mapping[str, int],
-                      table: SlaTable, aggressor: str,
-                      burst_windows_ms: Sequence[tuple[float, float]],
-                      load_window_ms: tuple[float, float] | None = None) -> IsolationFigures:
+def isolation_figures(
+    rows: Sequence[RequestRecord],
+    samples: Sequence[NodeSampleRecord],
+    tenant_classes: Mapping[str, str],
+    offered_tokens: Mapping[str, int],
+    table: SlaTable,
+    aggressor: str,
+    burst_windows_ms: Sequence[tuple[float, float]],
+    load_window_ms: tuple[float, float] | None = None,
+) -> IsolationFigures:
     """Figures of one run. `offered_tokens` is each tenant's requested output tokens;
     `burst_windows_ms` the aggressor's bursts as [start, end) in the rows' unix ms;
     `load_window_ms` the span utilization is averaged over (None: every sample)."""
@@ -116,8 +122,9 @@ def isolation_figures(rows: Sequence[RequestRecord], samples: Sequence[NodeSampl
         ok = [r for r in tenant_rows if not r.error_code]
         ttft = [r.ttft_ms for r in ok if r.ttft_ms is not None]
         e2e = [r.e2e_ms for r in ok]
-        attained = sum(1 for r in tenant_rows
-                       if sla.attained(bool(r.error_code), r.ttft_ms, r.tpot_ms))
+        attained = sum(
+            1 for r in tenant_rows if sla.attained(bool(r.error_code), r.ttft_ms, r.tpot_ms)
+        )
         served = sum(r.completion_tokens for r in ok)
         offered = offered_tokens.get(tenant, 0)
         mine_in: dict[str, list[float]] = {"ttft": [], "e2e": []}
@@ -127,24 +134,42 @@ def isolation_figures(rows: Sequence[RequestRecord], samples: Sequence[NodeSampl
             if r.ttft_ms is not None:
                 side["ttft"].append(r.ttft_ms)
             side["e2e"].append(r.e2e_ms)
-        figures.append(TenantIsolation(
-            tenant, sla.name, len(tenant_rows),
-            sum(1 for r in tenant_rows if r.error_code == REFUSED),
-            sum(1 for r in tenant_rows if r.error_code and r.error_code != REFUSED),
-            _p(ttft, 50), _p(ttft, 99), _p(e2e, 50), _p(e2e, 99),
-            attained / len(tenant_rows), served / offered if offered else 1.0,
-            ratio(mine_in["ttft"], mine_out["ttft"]), ratio(mine_in["e2e"], mine_out["e2e"])))
+        figures.append(
+            TenantIsolation(
+                tenant,
+                sla.name,
+                len(tenant_rows),
+                sum(1 for r in tenant_rows if r.error_code == REFUSED),
+                sum(1 for r in tenant_rows if r.error_code and r.error_code != REFUSED),
+                _p(ttft, 50),
+                _p(ttft, 99),
+                _p(e2e, 50),
+                _p(e2e, 99),
+                attained / len(tenant_rows),
+                served / offered if offered else 1.0,
+                ratio(mine_in["ttft"], mine_out["ttft"]),
+                ratio(mine_in["e2e"], mine_out["e2e"]),
+            )
+        )
         if tenant != aggressor and not sla.best_effort:
             for metric in ("ttft", "e2e"):
                 inside[metric] += mine_in[metric]
                 outside[metric] += mine_out[metric]
 
     def worst(attr: str) -> float | None:
-        values = [getattr(f, attr) for f in figures
-                  if getattr(f, attr) is not None and not table.lookup(f.sla_class).best_effort]
+        values = [
+            getattr(f, attr)
+            for f in figures
+            if getattr(f, attr) is not None and not table.lookup(f.sla_class).best_effort
+        ]
         return max(values) if values else None
 
     return IsolationFigures(
-        figures, utilization(samples, load_window_ms), jain_index([f.served_fraction for f in figures]),
-        worst("ttft_p99_ms"), worst("e2e_p99_ms"), ratio(inside["ttft"], outside["ttft"]),
-        ratio(inside["e2e"], outside["e2e"]))
+        figures,
+        utilization(samples, load_window_ms),
+        jain_index([f.served_fraction for f in figures]),
+        worst("ttft_p99_ms"),
+        worst("e2e_p99_ms"),
+        ratio(inside["ttft"], outside["ttft"]),
+        ratio(inside["e2e"], outside["e2e"]),
+    )

@@ -56,11 +56,11 @@ J_PER_KWH = 3.6e6
 @dataclass(slots=True, frozen=True)
 class LayerSettings:
     sla: SlaTable = field(default_factory=SlaTable)
-    tenant_weights: Mapping[str, float] = field(default_factory=dict)   # absent: weight 1
+    tenant_weights: Mapping[str, float] = field(default_factory=dict)  # absent: weight 1
     price_per_kwh: float = 0.0
     price_per_node_hour: float = 0.0
     gap_factor: float = 3.0
-    series_points: int = 120    # at most this many points per plotted series
+    series_points: int = 120  # at most this many points per plotted series
 
     def weight(self, tenant: str) -> float:
         return self.tenant_weights.get(tenant, 1.0)
@@ -75,8 +75,13 @@ def jain_index(values: Sequence[float]) -> float | None:
     return math.fsum(values) ** 2 / (len(values) * square_sum)
 
 
-def report_window(run: RunRecord | None, rows: Sequence[RequestRecord], since_unix_ms: int,
-                  sample_range: tuple[int, int] | None, now_unix_ms: int) -> tuple[int, int]:
+def report_window(
+    run: RunRecord | None,
+    rows: Sequence[RequestRecord],
+    since_unix_ms: int,
+    sample_range: tuple[int, int] | None,
+    now_unix_ms: int,
+) -> tuple[int, int]:
     """The window a report covers: a run's start to its finish (now while it runs); otherwise
     the requests' first start (or since_unix_ms) to their last end, or the samples' span when
     there are no requests."""
@@ -110,9 +115,13 @@ def _itl_summary(ok: Sequence[RequestRecord]) -> Summary | None:
     if not triples:
         return None
     p50s, p95s, p99s = zip(*triples, strict=True)
-    return Summary(p50=percentile(p50s, 50), p95=percentile(p95s, 95),
-                   p99=percentile(p99s, 99), mean=math.fsum(p50s) / len(p50s),
-                   count=len(triples))
+    return Summary(
+        p50=percentile(p50s, 50),
+        p95=percentile(p95s, 95),
+        p99=percentile(p99s, 99),
+        mean=math.fsum(p50s) / len(p50s),
+        count=len(triples),
+    )
 
 
 def _itl_source(rows: Sequence[RequestRecord]) -> str:
@@ -126,16 +135,27 @@ def _itl_source(rows: Sequence[RequestRecord]) -> str:
 
 
 _CDF_VALUE: dict[str, Callable[[RequestRecord], float | None]] = {
-    "ttft_ms": lambda r: r.ttft_ms, "tpot_ms": _tpot, "e2e_ms": lambda r: r.e2e_ms}
+    "ttft_ms": lambda r: r.ttft_ms,
+    "tpot_ms": _tpot,
+    "e2e_ms": lambda r: r.e2e_ms,
+}
 
 
-def _group(key: str, sla_class: str, rows: Sequence[RequestRecord],
-           attained: Callable[[RequestRecord], bool], window_s: float,
-           weight: float = 0.0) -> LatencyGroup:
+def _group(
+    key: str,
+    sla_class: str,
+    rows: Sequence[RequestRecord],
+    attained: Callable[[RequestRecord], bool],
+    window_s: float,
+    weight: float = 0.0,
+) -> LatencyGroup:
     ok = [r for r in rows if not r.is_error]
     good = [r for r in rows if attained(r)]
     return LatencyGroup(
-        key=key, sla_class=sla_class, requests=len(rows), errors=len(rows) - len(ok),
+        key=key,
+        sla_class=sla_class,
+        requests=len(rows),
+        errors=len(rows) - len(ok),
         ttft_ms=summarize([r.ttft_ms for r in ok if r.ttft_ms is not None]),
         tpot_ms=summarize([t for r in ok if (t := _tpot(r)) is not None]),
         itl_ms=_itl_summary(ok),
@@ -143,17 +163,25 @@ def _group(key: str, sla_class: str, rows: Sequence[RequestRecord],
         queue_ms=summarize([r.queue_ms for r in ok if r.queue_ms is not None]),
         prompt_tokens=sum(r.prompt_tokens for r in rows),
         completion_tokens=sum(r.completion_tokens for r in rows),
-        attained=len(good), attainment=len(good) / len(rows) if rows else None,
+        attained=len(good),
+        attainment=len(good) / len(rows) if rows else None,
         goodput_rps=len(good) / window_s if window_s > 0 else 0.0,
-        goodput_tokens_per_s=(sum(r.completion_tokens for r in good) / window_s
-                              if window_s > 0 else 0.0),
-        weight=weight)
+        goodput_tokens_per_s=(
+            sum(r.completion_tokens for r in good) / window_s if window_s > 0 else 0.0
+        ),
+        weight=weight,
+    )
 
 
-def request_layer(rows: Sequence[RequestRecord], tenant_classes: Mapping[str, str],
-                  settings: LayerSettings, window_s: float) -> RequestLayer:
+def request_layer(
+    rows: Sequence[RequestRecord],
+    tenant_classes: Mapping[str, str],
+    settings: LayerSettings,
+    window_s: float,
+) -> RequestLayer:
     """The request layer of rows; a tenant missing from tenant_classes is in the default
     class."""
+
     def class_of(tenant: str) -> str:
         return tenant_classes.get(tenant, settings.sla.default)
 
@@ -165,8 +193,10 @@ def request_layer(rows: Sequence[RequestRecord], tenant_classes: Mapping[str, st
     for r in rows:
         by_tenant[r.tenant].append(r)
         by_class[class_of(r.tenant)].append(r)
-    tenants = [_group(t, class_of(t), by_tenant[t], attained, window_s, settings.weight(t))
-               for t in sorted(by_tenant)]
+    tenants = [
+        _group(t, class_of(t), by_tenant[t], attained, window_s, settings.weight(t))
+        for t in sorted(by_tenant)
+    ]
     classes = [_group(c, c, by_class[c], attained, window_s) for c in sorted(by_class)]
     fairness = jain_index([g.completion_tokens / g.weight for g in tenants if g.weight > 0])
     targets = list(settings.sla.classes.values())
@@ -179,10 +209,15 @@ def request_layer(rows: Sequence[RequestRecord], tenant_classes: Mapping[str, st
             if values:
                 cdfs.append(LatencyCdf(t, metric, percentiles(values, CDF_QUANTILES)))
     return RequestLayer(
-        tenants=tenants, sla_classes=classes,
-        overall=_group(ALL, "", rows, attained, window_s), fairness_jain=fairness,
-        itl_source=_itl_source(rows), sla_targets=targets, cdf_quantiles=list(CDF_QUANTILES),
-        cdfs=cdfs)
+        tenants=tenants,
+        sla_classes=classes,
+        overall=_group(ALL, "", rows, attained, window_s),
+        fairness_jain=fairness,
+        itl_source=_itl_source(rows),
+        sla_targets=targets,
+        cdf_quantiles=list(CDF_QUANTILES),
+        cdfs=cdfs,
+    )
 
 
 # -- cluster layer -------------------------------------------------------------------------
@@ -194,8 +229,9 @@ def _buckets(start: int, end: int, points: int) -> list[int]:
     return [start + (end - start) * i // n for i in range(n + 1)]
 
 
-def _throughput_series(rows: Sequence[RequestRecord], start: int, end: int,
-                       points: int) -> list[Series]:
+def _throughput_series(
+    rows: Sequence[RequestRecord], start: int, end: int, points: int
+) -> list[Series]:
     if end <= start:
         return []
     edges = _buckets(start, end, points)
@@ -209,13 +245,20 @@ def _throughput_series(rows: Sequence[RequestRecord], start: int, end: int,
         tokens[i] += r.completion_tokens
     mids = [(a + b) // 2 for a, b in zip(edges, edges[1:])]
     widths = [(b - a) / 1000 for a, b in zip(edges, edges[1:])]
-    return [Series("requests_per_s", "", mids, [d / w for d, w in zip(done, widths)]),
-            Series("output_tokens_per_s", "", mids, [t / w for t, w in zip(tokens, widths)])]
+    return [
+        Series("requests_per_s", "", mids, [d / w for d, w in zip(done, widths)]),
+        Series("output_tokens_per_s", "", mids, [t / w for t, w in zip(tokens, widths)]),
+    ]
 
 
-def cluster_layer(rows: Sequence[RequestRecord], node: NodeLayer,
-                  samples: Sequence[NodeSampleRecord], start: int, end: int,
-                  settings: LayerSettings) -> ClusterLayer:
+def cluster_layer(
+    rows: Sequence[RequestRecord],
+    node: NodeLayer,
+    samples: Sequence[NodeSampleRecord],
+    start: int,
+    end: int,
+    settings: LayerSettings,
+) -> ClusterLayer:
     duration_s = max(0, end - start) / 1000
 
     def rate(amount: float) -> float:
@@ -225,38 +268,56 @@ def cluster_layer(rows: Sequence[RequestRecord], node: NodeLayer,
     output = sum(r.completion_tokens for r in ok)
     energy_j = math.fsum(n.energy_joules for n in node.nodes)
     kwh = energy_j / J_PER_KWH
-    node_hours = sum(covered_ms(mine, start, end)
-                     for mine in by_node(samples).values()) / 3.6e6
+    node_hours = sum(covered_ms(mine, start, end) for mine in by_node(samples).values()) / 3.6e6
     cost = kwh * settings.price_per_kwh + node_hours * settings.price_per_node_hour
     sources = sorted({n.energy_source for n in node.nodes})
     utils = [n.utilization for n in node.nodes if n.utilization is not None]
     found = outages(samples, start, end, settings.gap_factor)
     recovered = [o.recovery_s for o in found if o.recovery_s is not None]
     return ClusterLayer(
-        duration_s=duration_s, requests=len(rows), errors=len(rows) - len(ok),
-        requests_per_s=rate(len(ok)), output_tokens_per_s=rate(output),
+        duration_s=duration_s,
+        requests=len(rows),
+        errors=len(rows) - len(ok),
+        requests_per_s=rate(len(ok)),
+        output_tokens_per_s=rate(output),
         input_tokens_per_s=rate(sum(r.prompt_tokens for r in ok)),
         utilization=math.fsum(utils) / len(utils) if utils else None,
-        nodes=len(node.nodes), node_hours=node_hours, energy_kwh=kwh, energy_sources=sources,
+        nodes=len(node.nodes),
+        node_hours=node_hours,
+        energy_kwh=kwh,
+        energy_sources=sources,
         energy_modelled="model" in sources,
         kwh_per_1m_output_tokens=kwh / output * 1e6 if output > 0 and node.nodes else None,
         cost_usd=cost,
         cost_per_1m_output_tokens=cost / output * 1e6 if output > 0 and node.nodes else None,
-        price_per_kwh=settings.price_per_kwh, price_per_node_hour=settings.price_per_node_hour,
-        outages=found, max_recovery_s=max(recovered, default=None),
-        series=_throughput_series(rows, start, end, settings.series_points))
+        price_per_kwh=settings.price_per_kwh,
+        price_per_node_hour=settings.price_per_node_hour,
+        outages=found,
+        max_recovery_s=max(recovered, default=None),
+        series=_throughput_series(rows, start, end, settings.series_points),
+    )
 
 
-def layered_report(rows: Sequence[RequestRecord], samples: Sequence[NodeSampleRecord],
-                   tenant_classes: Mapping[str, str], start: int, end: int,
-                   settings: LayerSettings, run: RunRecord | None = None,
-                   tenant: str = "") -> LayeredReport:
+def layered_report(
+    rows: Sequence[RequestRecord],
+    samples: Sequence[NodeSampleRecord],
+    tenant_classes: Mapping[str, str],
+    start: int,
+    end: int,
+    settings: LayerSettings,
+    run: RunRecord | None = None,
+    tenant: str = "",
+) -> LayeredReport:
     """All three layers over [start, end]. The request layer covers `tenant` only when one is
     named; the cluster layer always covers every tenant, since the nodes served them all."""
     window_s = max(0, end - start) / 1000
     chosen = [r for r in rows if r.tenant == tenant] if tenant else list(rows)
     node = node_layer(samples, start, end, settings.series_points)
     return LayeredReport(
-        window_start_unix_ms=start, window_end_unix_ms=end, run=run,
-        request=request_layer(chosen, tenant_classes, settings, window_s), node=node,
-        cluster=cluster_layer(rows, node, samples, start, end, settings))
+        window_start_unix_ms=start,
+        window_end_unix_ms=end,
+        run=run,
+        request=request_layer(chosen, tenant_classes, settings, window_s),
+        node=node,
+        cluster=cluster_layer(rows, node, samples, start, end, settings),
+    )

@@ -23,13 +23,13 @@ from strata.eval.traces import TraceRequest
 @dataclass(slots=True, frozen=True)
 class ModelLoad:
     model: str
-    mean_rate: float              # requests/s averaged over a period (bursts excluded)
+    mean_rate: float  # requests/s averaged over a period (bursts excluded)
     prompt: LengthDist
     output: LengthDist
     period_s: float = 86_400.0
-    amplitude: float = 0.8        # 0..1: how far the rate swings around the mean
+    amplitude: float = 0.8  # 0..1: how far the rate swings around the mean
     phase_s: float = 0.0
-    burst_factor: float = 1.0     # rate multiplier inside a burst; 1 = no bursts
+    burst_factor: float = 1.0  # rate multiplier inside a burst; 1 = no bursts
     burst_every_s: float = 3600.0
     burst_len_s: float = 60.0
     sla_class: str = ""
@@ -38,25 +38,33 @@ class ModelLoad:
         if not self.model:
             raise ValueError("a model load needs a model name")
         if self.mean_rate <= 0 or self.period_s <= 0:
-            raise ValueError(f"{self.model}: mean_rate and period_s must be positive, got "
-                             f"{self.mean_rate}, {self.period_s}")
+            raise ValueError(
+                f"{self.model}: mean_rate and period_s must be positive, got "
+                f"{self.mean_rate}, {self.period_s}"
+            )
         if not 0.0 <= self.amplitude <= 1.0:
-            raise ValueError(f"{self.model}: amplitude must be between 0 and 1, got "
-                             f"{self.amplitude}")
+            raise ValueError(
+                f"{self.model}: amplitude must be between 0 and 1, got {self.amplitude}"
+            )
         if self.burst_factor < 1.0:
-            raise ValueError(f"{self.model}: burst_factor must be at least 1, got "
-                             f"{self.burst_factor}")
+            raise ValueError(
+                f"{self.model}: burst_factor must be at least 1, got {self.burst_factor}"
+            )
         if self.burst_factor > 1.0 and not 0 < self.burst_len_s <= self.burst_every_s:
-            raise ValueError(f"{self.model}: need 0 < burst_len_s <= burst_every_s, got "
-                             f"{self.burst_len_s}, {self.burst_every_s}")
+            raise ValueError(
+                f"{self.model}: need 0 < burst_len_s <= burst_every_s, got "
+                f"{self.burst_len_s}, {self.burst_every_s}"
+            )
 
     def diurnal_rate(self, t: float) -> float:
-        return self.mean_rate * (1.0 + self.amplitude * math.sin(
-            2.0 * math.pi * (t + self.phase_s) / self.period_s))
+        return self.mean_rate * (
+            1.0 + self.amplitude * math.sin(2.0 * math.pi * (t + self.phase_s) / self.period_s)
+        )
 
 
-def burst_windows(load: ModelLoad, duration_s: float, rng: random.Random
-                  ) -> list[tuple[float, float]]:
+def burst_windows(
+    load: ModelLoad, duration_s: float, rng: random.Random
+) -> list[tuple[float, float]]:
     """One burst window at a random start within every burst_every_s stretch."""
     if load.burst_factor == 1.0:
         return []
@@ -88,8 +96,9 @@ def model_arrivals(load: ModelLoad, duration_s: float, rng: random.Random) -> li
             arrivals.append(t)
 
 
-def model_mix(loads: Sequence[ModelLoad], duration_s: float, rng: random.Random
-              ) -> list[TraceRequest]:
+def model_mix(
+    loads: Sequence[ModelLoad], duration_s: float, rng: random.Random
+) -> list[TraceRequest]:
     """Every model's requests merged by arrival time; `model` and `sla_class` set on each."""
     if not loads:
         raise ValueError("a mix needs at least one model")
@@ -101,21 +110,48 @@ def model_mix(loads: Sequence[ModelLoad], duration_s: float, rng: random.Random
     merged: list[TraceRequest] = []
     for load in loads:
         for t in model_arrivals(load, duration_s, rng):
-            merged.append(TraceRequest(t, load.prompt.sample(rng), load.output.sample(rng),
-                                       model=load.model, sla_class=load.sla_class))
+            merged.append(
+                TraceRequest(
+                    t,
+                    load.prompt.sample(rng),
+                    load.output.sample(rng),
+                    model=load.model,
+                    sla_class=load.sla_class,
+                )
+            )
     merged.sort(key=lambda r: r.arrival_s)
     return merged
 
 
-def phase_shifted(models: Sequence[str], mean_rate: float, prompt: LengthDist,
-                  output: LengthDist, *, period_s: float, amplitude: float = 0.8,
-                  groups: int = 2, burst_factor: float = 1.0, burst_every_s: float = 3600.0,
-                  burst_len_s: float = 60.0) -> list[ModelLoad]:
+def phase_shifted(
+    models: Sequence[str],
+    mean_rate: float,
+    prompt: LengthDist,
+    output: LengthDist,
+    *,
+    period_s: float,
+    amplitude: float = 0.8,
+    groups: int = 2,
+    burst_factor: float = 1.0,
+    burst_every_s: float = 3600.0,
+    burst_len_s: float = 60.0,
+) -> list[ModelLoad]:
     """Models spread over `groups` evenly spaced phases (2: half in antiphase with the other
     half), in name order, each with the same mean rate and burst settings."""
     if groups < 1:
         raise ValueError(f"groups must be at least 1, got {groups}")
-    return [ModelLoad(m, mean_rate, prompt, output, period_s=period_s, amplitude=amplitude,
-                      phase_s=(i % groups) * period_s / groups, burst_factor=burst_factor,
-                      burst_every_s=burst_every_s, burst_len_s=burst_len_s)
-            for i, m in enumerate(models)]
+    return [
+        ModelLoad(
+            m,
+            mean_rate,
+            prompt,
+            output,
+            period_s=period_s,
+            amplitude=amplitude,
+            phase_s=(i % groups) * period_s / groups,
+            burst_factor=burst_factor,
+            burst_every_s=burst_every_s,
+            burst_len_s=burst_len_s,
+        )
+        for i, m in enumerate(models)
+    ]

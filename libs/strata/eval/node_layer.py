@@ -44,8 +44,12 @@ def _pairs(samples: Sequence[NodeSampleRecord], start: int, end: int):
             yield prev, cur, share
 
 
-def _growth(samples: Sequence[NodeSampleRecord], start: int, end: int,
-            value: Callable[[NodeSampleRecord], float]) -> float:
+def _growth(
+    samples: Sequence[NodeSampleRecord],
+    start: int,
+    end: int,
+    value: Callable[[NodeSampleRecord], float],
+) -> float:
     total = 0.0
     for prev, cur, share in _pairs(samples, start, end):
         a, b = value(prev), value(cur)
@@ -53,8 +57,12 @@ def _growth(samples: Sequence[NodeSampleRecord], start: int, end: int,
     return total
 
 
-def _interval_sum(samples: Sequence[NodeSampleRecord], start: int, end: int,
-                  value: Callable[[NodeSampleRecord], float]) -> float:
+def _interval_sum(
+    samples: Sequence[NodeSampleRecord],
+    start: int,
+    end: int,
+    value: Callable[[NodeSampleRecord], float],
+) -> float:
     # An interval figure describes (previous sample, this sample]: pro-rate it like a counter.
     return math.fsum(share * value(cur) for _, cur, share in _pairs(samples, start, end))
 
@@ -65,13 +73,23 @@ def covered_ms(samples: Sequence[NodeSampleRecord], start: int, end: int) -> flo
     return _overlap(samples[0].unix_ms, samples[-1].unix_ms, start, end)
 
 
-def _node_figures(node_id: str, samples: Sequence[NodeSampleRecord], start: int,
-                  end: int) -> NodeFigures:
+def _node_figures(
+    node_id: str, samples: Sequence[NodeSampleRecord], start: int, end: int
+) -> NodeFigures:
     inside = [s for s in samples if start <= s.unix_ms <= end]
-    covered_s = sum(share * (cur.unix_ms - prev.unix_ms)
-                    for prev, cur, share in _pairs(samples, start, end)) / 1000
-    util_weighted = sum(share * (cur.unix_ms - prev.unix_ms) * cur.utilization
-                        for prev, cur, share in _pairs(samples, start, end)) / 1000
+    covered_s = (
+        sum(
+            share * (cur.unix_ms - prev.unix_ms) for prev, cur, share in _pairs(samples, start, end)
+        )
+        / 1000
+    )
+    util_weighted = (
+        sum(
+            share * (cur.unix_ms - prev.unix_ms) * cur.utilization
+            for prev, cur, share in _pairs(samples, start, end)
+        )
+        / 1000
+    )
     batch_tokens = round(_interval_sum(samples, start, end, lambda s: s.batch_tokens))
     batch_budget = round(_interval_sum(samples, start, end, lambda s: s.batch_budget))
     prompt = round(_growth(samples, start, end, lambda s: s.prompt_tokens))
@@ -83,11 +101,15 @@ def _node_figures(node_id: str, samples: Sequence[NodeSampleRecord], start: int,
     used = [s.kv_blocks_device_used for s in inside]
     latest = inside[-1] if inside else samples[-1]
     return NodeFigures(
-        node_id=node_id, samples=len(inside),
+        node_id=node_id,
+        samples=len(inside),
         utilization=util_weighted / covered_s if covered_s > 0 else None,
         batch_utilization=batch_tokens / batch_budget if batch_budget > 0 else None,
-        batch_tokens=batch_tokens, batch_budget=batch_budget, prompt_tokens=prompt,
-        prefix_hit_tokens=prefix, tier_hit_tokens=tier,
+        batch_tokens=batch_tokens,
+        batch_budget=batch_budget,
+        prompt_tokens=prompt,
+        prefix_hit_tokens=prefix,
+        tier_hit_tokens=tier,
         prefix_hit_rate=prefix / prompt if prompt > 0 else None,
         tier_hit_rate=tier / prompt if prompt > 0 else None,
         preemptions=round(_growth(samples, start, end, lambda s: s.preemptions)),
@@ -98,11 +120,14 @@ def _node_figures(node_id: str, samples: Sequence[NodeSampleRecord], start: int,
         kv_blocks_device_used_mean=math.fsum(used) / len(used) if used else 0.0,
         kv_blocks_host_max=max((s.kv_blocks_host for s in inside), default=0),
         kv_blocks_disk_max=max((s.kv_blocks_disk for s in inside), default=0),
-        energy_joules=energy, mean_power_watts=energy / covered_s if covered_s > 0 else None,
-        energy_source=latest.energy_source, kv_blocks_evicted=round(evicted),
+        energy_joules=energy,
+        mean_power_watts=energy / covered_s if covered_s > 0 else None,
+        energy_source=latest.energy_source,
+        kv_blocks_evicted=round(evicted),
         block_lifetime_mean_s=lifetime_sum / evicted if evicted > 0 else None,
         block_lifetime_p50_s=latest.block_lifetime_p50_s if evicted > 0 else None,
-        block_lifetime_p99_s=latest.block_lifetime_p99_s if evicted > 0 else None)
+        block_lifetime_p99_s=latest.block_lifetime_p99_s if evicted > 0 else None,
+    )
 
 
 NODE_SERIES: dict[str, Callable[[NodeSampleRecord], float]] = {
@@ -117,8 +142,9 @@ NODE_SERIES: dict[str, Callable[[NodeSampleRecord], float]] = {
 }
 
 
-def downsample(unix_ms: Sequence[int], values: Sequence[float], points: int
-               ) -> tuple[list[int], list[float]]:
+def downsample(
+    unix_ms: Sequence[int], values: Sequence[float], points: int
+) -> tuple[list[int], list[float]]:
     """At most `points` points: consecutive runs averaged (time and value), order kept."""
     n = len(values)
     if n <= points:
@@ -138,24 +164,27 @@ def by_node(samples: Sequence[NodeSampleRecord]) -> dict[str, list[NodeSampleRec
     return dict(nodes)
 
 
-def node_layer(samples: Sequence[NodeSampleRecord], start: int, end: int,
-               series_points: int = 120) -> NodeLayer:
+def node_layer(
+    samples: Sequence[NodeSampleRecord], start: int, end: int, series_points: int = 120
+) -> NodeLayer:
     """Per-node figures over [start, end]; samples may include neighbours just outside it."""
     nodes, series = [], []
     for node_id, mine in by_node(samples).items():
         inside = [s for s in mine if start <= s.unix_ms <= end]
         if not inside and next(_pairs(mine, start, end), None) is None:
-            continue   # only neighbours of the window, on one side of it
+            continue  # only neighbours of the window, on one side of it
         nodes.append(_node_figures(node_id, mine, start, end))
         for name, value in NODE_SERIES.items():
-            t, v = downsample([s.unix_ms for s in inside], [value(s) for s in inside],
-                              series_points)
+            t, v = downsample(
+                [s.unix_ms for s in inside], [value(s) for s in inside], series_points
+            )
             series.append(Series(name, node_id, t, v))
     return NodeLayer(nodes=nodes, series=series)
 
 
-def outages(samples: Sequence[NodeSampleRecord], start: int, end: int,
-            gap_factor: float) -> list[Outage]:
+def outages(
+    samples: Sequence[NodeSampleRecord], start: int, end: int, gap_factor: float
+) -> list[Outage]:
     """Gaps in each node's samples that overlap [start, end], and nodes silent at its end."""
     found = []
     for node_id, mine in by_node(samples).items():

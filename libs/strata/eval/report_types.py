@@ -43,7 +43,7 @@ class LatencyGroup:
 class LatencyCdf:
     group: str
     metric: str
-    values: list[float]     # at RequestLayer.cdf_quantiles
+    values: list[float]  # at RequestLayer.cdf_quantiles
 
 
 @dataclass(slots=True)
@@ -61,7 +61,7 @@ class RequestLayer:
 @dataclass(slots=True)
 class Series:
     name: str
-    node_id: str            # "" for a cluster-wide series
+    node_id: str  # "" for a cluster-wide series
     unix_ms: list[int]
     values: list[float]
 
@@ -91,7 +91,7 @@ class NodeFigures:
     mean_power_watts: float | None
     energy_source: str
     kv_blocks_evicted: int = 0
-    block_lifetime_mean_s: float | None = None   # commit to eviction; None: no evictions
+    block_lifetime_mean_s: float | None = None  # commit to eviction; None: no evictions
     block_lifetime_p50_s: float | None = None
     block_lifetime_p99_s: float | None = None
 
@@ -106,7 +106,7 @@ class NodeLayer:
 class Outage:
     node_id: str
     last_sample_unix_ms: int
-    next_sample_unix_ms: int    # 0: not back within the window
+    next_sample_unix_ms: int  # 0: not back within the window
     recovery_s: float | None
 
 

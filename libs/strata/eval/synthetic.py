@@ -70,8 +70,10 @@ class LogNormal:
 
     def __post_init__(self) -> None:
         if self.median <= 0 or self.sigma < 0:
-            raise ValueError(f"a log-normal length needs median > 0 and sigma >= 0, got "
-                             f"median={self.median}, sigma={self.sigma}")
+            raise ValueError(
+                f"a log-normal length needs median > 0 and sigma >= 0, got "
+                f"median={self.median}, sigma={self.sigma}"
+            )
         _at_least_one("low", self.low)
         if self.high < self.low:
             raise ValueError(f"high must be at least low ({self.low}), got {self.high}")
@@ -81,14 +83,21 @@ class LogNormal:
         return min(self.high, max(self.low, value))
 
 
-def poisson_arrivals(rate: float, rng: random.Random, *, count: int | None = None,
-                     duration_s: float | None = None) -> list[float]:
+def poisson_arrivals(
+    rate: float, rng: random.Random, *, count: int | None = None, duration_s: float | None = None
+) -> list[float]:
     _positive("rate", rate)
     return _renewal(lambda: rng.expovariate(rate), count, duration_s)
 
 
-def gamma_arrivals(rate: float, cv: float, rng: random.Random, *, count: int | None = None,
-                   duration_s: float | None = None) -> list[float]:
+def gamma_arrivals(
+    rate: float,
+    cv: float,
+    rng: random.Random,
+    *,
+    count: int | None = None,
+    duration_s: float | None = None,
+) -> list[float]:
     """Gamma gaps with mean 1/rate and coefficient of variation cv (0 = evenly spaced)."""
     _positive("rate", rate)
     if cv < 0:
@@ -100,9 +109,16 @@ def gamma_arrivals(rate: float, cv: float, rng: random.Random, *, count: int | N
     return _renewal(lambda: rng.gammavariate(shape, scale), count, duration_s)
 
 
-def diurnal_arrivals(mean_rate: float, period_s: float, amplitude: float, rng: random.Random, *,
-                     phase_s: float = 0.0, count: int | None = None,
-                     duration_s: float | None = None) -> list[float]:
+def diurnal_arrivals(
+    mean_rate: float,
+    period_s: float,
+    amplitude: float,
+    rng: random.Random,
+    *,
+    phase_s: float = 0.0,
+    count: int | None = None,
+    duration_s: float | None = None,
+) -> list[float]:
     """A Poisson process whose rate swings sinusoidally by +-amplitude (0..1) around mean_rate."""
     _positive("mean_rate", mean_rate)
     _positive("period_s", period_s)
@@ -122,12 +138,20 @@ def diurnal_arrivals(mean_rate: float, period_s: float, amplitude: float, rng: r
     return arrivals
 
 
-def requests_at(arrivals: Sequence[float], prompt: LengthDist, output: LengthDist,
-                rng: random.Random, *, tenant: str = "", sla_class: str = "",
-                ) -> list[TraceRequest]:
+def requests_at(
+    arrivals: Sequence[float],
+    prompt: LengthDist,
+    output: LengthDist,
+    rng: random.Random,
+    *,
+    tenant: str = "",
+    sla_class: str = "",
+) -> list[TraceRequest]:
     """One request per arrival, sizes drawn in arrival order (prompt, then output)."""
-    return [TraceRequest(t, prompt.sample(rng), output.sample(rng), tenant=tenant,
-                         sla_class=sla_class) for t in arrivals]
+    return [
+        TraceRequest(t, prompt.sample(rng), output.sample(rng), tenant=tenant, sla_class=sla_class)
+        for t in arrivals
+    ]
 
 
 @dataclass(slots=True, frozen=True)
@@ -147,8 +171,13 @@ class TenantTraffic:
         _positive(f"rate of tenant {self.tenant}", self.rate)
 
 
-def tenant_mix(tenants: Sequence[TenantTraffic], rng: random.Random, *, count: int | None = None,
-               duration_s: float | None = None) -> list[TraceRequest]:
+def tenant_mix(
+    tenants: Sequence[TenantTraffic],
+    rng: random.Random,
+    *,
+    count: int | None = None,
+    duration_s: float | None = None,
+) -> list[TraceRequest]:
     """All tenants' requests merged by arrival time (ties keep the tenants' order).
 
     Tenants draw from `rng` one after another, so a tenant's stream depends on those before it
@@ -165,14 +194,21 @@ def tenant_mix(tenants: Sequence[TenantTraffic], rng: random.Random, *, count: i
             arrivals = poisson_arrivals(load.rate, rng, count=count, duration_s=duration_s)
         else:
             arrivals = gamma_arrivals(load.rate, load.cv, rng, count=count, duration_s=duration_s)
-        merged.extend(requests_at(arrivals, load.prompt, load.output, rng, tenant=load.tenant,
-                                  sla_class=load.sla_class))
+        merged.extend(
+            requests_at(
+                arrivals,
+                load.prompt,
+                load.output,
+                rng,
+                tenant=load.tenant,
+                sla_class=load.sla_class,
+            )
+        )
     merged.sort(key=lambda r: r.arrival_s)
     return merged if count is None else merged[:count]
 
 
-def _renewal(gap: Callable[[], float], count: int | None, duration_s: float | None
-             ) -> list[float]:
+def _renewal(gap: Callable[[], float], count: int | None, duration_s: float | None) -> list[float]:
     _check_bounds(count, duration_s)
     arrivals: list[float] = []
     t = 0.0

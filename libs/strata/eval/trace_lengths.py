@@ -21,8 +21,9 @@ class RequestLengths:
     output_tokens: int
 
 
-def read_azure_lengths(path: str | os.PathLike[str], limit: int | None = None
-                       ) -> list[RequestLengths]:
+def read_azure_lengths(
+    path: str | os.PathLike[str], limit: int | None = None
+) -> list[RequestLengths]:
     """The (prompt, output) token counts of the first `limit` rows (all rows when None)."""
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be non-negative, got {limit}")
@@ -31,14 +32,19 @@ def read_azure_lengths(path: str | os.PathLike[str], limit: int | None = None
         reader = csv.DictReader(f)
         missing = [c for c in (PROMPT_COLUMN, OUTPUT_COLUMN) if c not in (reader.fieldnames or [])]
         if missing:
-            raise ValueError(f"{path}: the header lacks {', '.join(missing)}; an Azure LLM "
-                             f"inference trace has TIMESTAMP,{PROMPT_COLUMN},{OUTPUT_COLUMN}")
+            raise ValueError(
+                f"{path}: the header lacks {', '.join(missing)}; an Azure LLM "
+                f"inference trace has TIMESTAMP,{PROMPT_COLUMN},{OUTPUT_COLUMN}"
+            )
         for row in reader:
             if limit is not None and len(rows) >= limit:
                 break
-            rows.append(RequestLengths(
-                token_count(path, reader.line_num, PROMPT_COLUMN, row.get(PROMPT_COLUMN)),
-                token_count(path, reader.line_num, OUTPUT_COLUMN, row.get(OUTPUT_COLUMN))))
+            rows.append(
+                RequestLengths(
+                    token_count(path, reader.line_num, PROMPT_COLUMN, row.get(PROMPT_COLUMN)),
+                    token_count(path, reader.line_num, OUTPUT_COLUMN, row.get(OUTPUT_COLUMN)),
+                )
+            )
     return rows
 
 

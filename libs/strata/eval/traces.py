@@ -62,15 +62,26 @@ def read_azure(path: PathLike, limit: int | None = None) -> Trace:
     stamped: list[tuple[int, TraceRequest]] = []
     with open(path, newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
-        _require_columns(path, reader.fieldnames, (AZURE_TIME_COLUMN, PROMPT_COLUMN,
-                                                   OUTPUT_COLUMN), "an Azure LLM inference")
+        _require_columns(
+            path,
+            reader.fieldnames,
+            (AZURE_TIME_COLUMN, PROMPT_COLUMN, OUTPUT_COLUMN),
+            "an Azure LLM inference",
+        )
         for row in reader:
             if limit is not None and len(stamped) >= limit:
                 break
             line = reader.line_num
-            stamped.append((_azure_ns(path, line, row[AZURE_TIME_COLUMN]), TraceRequest(
-                0.0, token_count(path, line, PROMPT_COLUMN, row[PROMPT_COLUMN]),
-                token_count(path, line, OUTPUT_COLUMN, row[OUTPUT_COLUMN]))))
+            stamped.append(
+                (
+                    _azure_ns(path, line, row[AZURE_TIME_COLUMN]),
+                    TraceRequest(
+                        0.0,
+                        token_count(path, line, PROMPT_COLUMN, row[PROMPT_COLUMN]),
+                        token_count(path, line, OUTPUT_COLUMN, row[OUTPUT_COLUMN]),
+                    ),
+                )
+            )
     return Trace("azure", os.fspath(path), _relative(stamped, 1e9))
 
 
@@ -95,8 +106,9 @@ def read_burstgpt(path: PathLike, limit: int | None = None) -> Trace:
             if output == 0:
                 failures += 1
                 continue
-            stamped.append((arrival, TraceRequest(0.0, prompt, output,
-                                                  model=(row["Model"] or "").strip())))
+            stamped.append(
+                (arrival, TraceRequest(0.0, prompt, output, model=(row["Model"] or "").strip()))
+            )
     return Trace("burstgpt", os.fspath(path), _relative(stamped, 1.0), skipped_failures=failures)
 
 
@@ -114,22 +126,35 @@ def read_mooncake(path: PathLike, limit: int | None = None) -> Trace:
             except json.JSONDecodeError as err:
                 raise ValueError(f"{path}, line {line}: not a JSON object ({err.msg})") from None
             if not isinstance(obj, dict):
-                raise ValueError(f"{path}, line {line}: expected a JSON object, got "
-                                 f"{type(obj).__name__}")
+                raise ValueError(
+                    f"{path}, line {line}: expected a JSON object, got {type(obj).__name__}"
+                )
             missing = [k for k in ("timestamp", "input_length", "output_length") if k not in obj]
             if missing:
-                raise ValueError(f"{path}, line {line}: missing {', '.join(missing)}; a Mooncake "
-                                 f"trace line has timestamp, input_length, output_length, "
-                                 f"hash_ids")
-            stamped.append((_seconds(path, line, "timestamp", obj["timestamp"]), TraceRequest(
-                0.0, token_count(path, line, "input_length", obj["input_length"]),
-                token_count(path, line, "output_length", obj["output_length"]),
-                hash_ids=_hash_ids(path, line, obj.get("hash_ids", [])))))
+                raise ValueError(
+                    f"{path}, line {line}: missing {', '.join(missing)}; a Mooncake "
+                    f"trace line has timestamp, input_length, output_length, "
+                    f"hash_ids"
+                )
+            stamped.append(
+                (
+                    _seconds(path, line, "timestamp", obj["timestamp"]),
+                    TraceRequest(
+                        0.0,
+                        token_count(path, line, "input_length", obj["input_length"]),
+                        token_count(path, line, "output_length", obj["output_length"]),
+                        hash_ids=_hash_ids(path, line, obj.get("hash_ids", [])),
+                    ),
+                )
+            )
     return Trace("mooncake", os.fspath(path), _relative(stamped, 1000.0))
 
 
 READERS: dict[str, Callable[[PathLike, int | None], Trace]] = {
-    "azure": read_azure, "burstgpt": read_burstgpt, "mooncake": read_mooncake}
+    "azure": read_azure,
+    "burstgpt": read_burstgpt,
+    "mooncake": read_mooncake,
+}
 FORMATS = tuple(READERS)
 
 
@@ -140,14 +165,12 @@ def read_trace(path: PathLike, fmt: str, limit: int | None = None) -> Trace:
     return READERS[fmt](path, limit)
 
 
-def _relative(stamped: list[tuple[float, TraceRequest]], per_second: float
-              ) -> list[TraceRequest]:
+def _relative(stamped: list[tuple[float, TraceRequest]], per_second: float) -> list[TraceRequest]:
     if not stamped:
         return []
     stamped.sort(key=lambda pair: pair[0])
     first = stamped[0][0]
-    return [replace(request, arrival_s=(stamp - first) / per_second)
-            for stamp, request in stamped]
+    return [replace(request, arrival_s=(stamp - first) / per_second) for stamp, request in stamped]
 
 
 def _azure_ns(path: PathLike, line: int, raw: str | None) -> int:
@@ -157,8 +180,10 @@ def _azure_ns(path: PathLike, line: int, raw: str | None) -> int:
             raise ValueError
         moment = datetime.strptime(whole, "%Y-%m-%d %H:%M:%S")
     except ValueError:
-        raise ValueError(f"{path}, line {line}: {AZURE_TIME_COLUMN} must look like "
-                         f"2023-11-16 18:15:46.6805900, got {raw!r}") from None
+        raise ValueError(
+            f"{path}, line {line}: {AZURE_TIME_COLUMN} must look like "
+            f"2023-11-16 18:15:46.6805900, got {raw!r}"
+        ) from None
     return calendar.timegm(moment.timetuple()) * 10**9 + int(fraction.ljust(9, "0") or 0)
 
 
@@ -170,25 +195,30 @@ def _seconds(path: PathLike, line: int, column: str, raw: object) -> float:
     except (TypeError, ValueError):
         raise ValueError(f"{path}, line {line}: {column} must be a number, got {raw!r}") from None
     if not value >= 0.0 or value == float("inf"):
-        raise ValueError(f"{path}, line {line}: {column} must be a finite non-negative number, "
-                         f"got {raw!r}")
+        raise ValueError(
+            f"{path}, line {line}: {column} must be a finite non-negative number, got {raw!r}"
+        )
     return value
 
 
 def _hash_ids(path: PathLike, line: int, raw: object) -> tuple[int, ...]:
     if not isinstance(raw, list) or not all(
-            isinstance(h, int) and not isinstance(h, bool) for h in raw):
-        raise ValueError(f"{path}, line {line}: hash_ids must be a list of integers, got "
-                         f"{raw!r:.80}")
+        isinstance(h, int) and not isinstance(h, bool) for h in raw
+    ):
+        raise ValueError(
+            f"{path}, line {line}: hash_ids must be a list of integers, got {raw!r:.80}"
+        )
     return tuple(raw)
 
 
-def _require_columns(path: PathLike, header: list[str] | None, columns: tuple[str, ...],
-                     kind: str) -> None:
+def _require_columns(
+    path: PathLike, header: list[str] | None, columns: tuple[str, ...], kind: str
+) -> None:
     missing = [c for c in columns if c not in (header or [])]
     if missing:
-        raise ValueError(f"{path}: the header lacks {', '.join(missing)}; {kind} trace has "
-                         f"{','.join(columns)}")
+        raise ValueError(
+            f"{path}: the header lacks {', '.join(missing)}; {kind} trace has {','.join(columns)}"
+        )
 
 
 def _check_limit(limit: int | None) -> None:

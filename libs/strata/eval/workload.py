@@ -39,7 +39,8 @@ DEFAULT_MAX_OUTPUT = 256
 
 # One token each, with a leading space, in SmolLM2's vocabulary (tests/unit/test_eval_workload.py
 # checks every word against the real tokenizer).
-WORDS = tuple("""
+WORDS = tuple(
+    """
     that with from this have your their they will which more other about were also them into
     these some when time under there than over know people like year such been help what
     would need through work most many used only first child system between learn where could
@@ -58,7 +59,8 @@ WORDS = tuple("""
     flower apple orange yellow black white purple silver golden simple quick quiet early
     later young strong clear heavy happy bright warm cold dark fresh sweet round short
     little large model value order group local total final basic
-""".split())
+""".split()
+)
 LETTERS = tuple("abcdefghijklmnopqrstuvwxyz")
 
 
@@ -123,8 +125,9 @@ class TenantKey:
         if not self.api_key:
             raise ValueError(f"tenant {self.label!r} has an empty API key")
         if not self.weight > 0 or math.isinf(self.weight):
-            raise ValueError(f"the weight of tenant {self.label!r} must be positive, "
-                             f"got {self.weight}")
+            raise ValueError(
+                f"the weight of tenant {self.label!r} must be positive, got {self.weight}"
+            )
 
 
 def parse_tenants(spec: str) -> tuple[list[TenantKey], bool]:
@@ -137,8 +140,10 @@ def parse_tenants(spec: str) -> tuple[list[TenantKey], bool]:
     weighted = False
     for i, entry in enumerate(e.strip() for e in spec.split(",")):
         if not entry:
-            raise ValueError(f"--tenants entry {i + 1} is empty; give [label=]key[:weight] "
-                             f"entries separated by commas")
+            raise ValueError(
+                f"--tenants entry {i + 1} is empty; give [label=]key[:weight] "
+                f"entries separated by commas"
+            )
         label, has_label, rest = entry.partition("=")
         if not has_label:
             label, rest = f"key{i + 1}", entry
@@ -149,8 +154,10 @@ def parse_tenants(spec: str) -> tuple[list[TenantKey], bool]:
             try:
                 weight = float(raw_weight)
             except ValueError:
-                raise ValueError(f"--tenants entry {label!r}: the weight after ':' must be a "
-                                 f"number, got {raw_weight!r}") from None
+                raise ValueError(
+                    f"--tenants entry {label!r}: the weight after ':' must be a "
+                    f"number, got {raw_weight!r}"
+                ) from None
         keys.append(TenantKey(label.strip(), key.strip(), weight))
     labels = [k.label for k in keys]
     if len(set(labels)) != len(labels):
@@ -162,8 +169,9 @@ class TenantMapper:
     """Assigns each request a key: by the trace's own tenant name when a label matches it, else
     round-robin over the keys, or (weighted) a draw from the injected RNG by the keys' weights."""
 
-    def __init__(self, keys: Sequence[TenantKey], *, weighted: bool = False,
-                 rng: random.Random | None = None) -> None:
+    def __init__(
+        self, keys: Sequence[TenantKey], *, weighted: bool = False, rng: random.Random | None = None
+    ) -> None:
         if not keys:
             raise ValueError("tenant mapping needs at least one API key")
         if weighted and rng is None:
@@ -257,8 +265,13 @@ class WorkloadRequest:
     shared_blocks: int = 0
 
 
-def build_workload(requests: Sequence[TraceRequest], scaling: Scaling, window: Window,
-                   tenants: TenantMapper, synth: PromptSynth) -> list[WorkloadRequest]:
+def build_workload(
+    requests: Sequence[TraceRequest],
+    scaling: Scaling,
+    window: Window,
+    tenants: TenantMapper,
+    synth: PromptSynth,
+) -> list[WorkloadRequest]:
     """The window of `requests` (in arrival order), scaled, assigned to tenants, as text."""
     out: list[WorkloadRequest] = []
     for request in sorted(requests, key=lambda r: r.arrival_s):
@@ -270,12 +283,20 @@ def build_workload(requests: Sequence[TraceRequest], scaling: Scaling, window: W
         prompt_tokens = scaling.prompt_tokens(request.prompt_tokens)
         key = tenants.assign(request.tenant)
         index = len(out)
-        out.append(WorkloadRequest(
-            index=index, send_at_s=send_at,
-            prompt=synth.prompt(index, prompt_tokens, request.hash_ids),
-            prompt_tokens=prompt_tokens, max_tokens=scaling.output_tokens(request.output_tokens),
-            tenant=key.label, api_key=key.api_key, sla_class=request.sla_class,
-            trace_tenant=request.tenant,
-            shared_blocks=min(len(request.hash_ids),
-                              math.ceil(prompt_tokens / synth.block_tokens))))
+        out.append(
+            WorkloadRequest(
+                index=index,
+                send_at_s=send_at,
+                prompt=synth.prompt(index, prompt_tokens, request.hash_ids),
+                prompt_tokens=prompt_tokens,
+                max_tokens=scaling.output_tokens(request.output_tokens),
+                tenant=key.label,
+                api_key=key.api_key,
+                sla_class=request.sla_class,
+                trace_tenant=request.tenant,
+                shared_blocks=min(
+                    len(request.hash_ids), math.ceil(prompt_tokens / synth.block_tokens)
+                ),
+            )
+        )
     return out

@@ -32,8 +32,10 @@ def ensure_admin_key(path: str) -> str:
         os.unlink(candidate)
     key = read_key_file(path)
     if key is None:
-        raise RuntimeError(f"the admin key file {path} is empty; delete it and restart the "
-                           f"gateway to write a new key")
+        raise RuntimeError(
+            f"the admin key file {path} is empty; delete it and restart the "
+            f"gateway to write a new key"
+        )
     return key
 
 

@@ -15,8 +15,12 @@ from strata.store.tenants import authenticate, hash_key
 
 
 class Authenticator:
-    def __init__(self, sessions: async_sessionmaker[AsyncSession], clock: Callable[[], float],
-                 ttl_s: float = 10.0):
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        clock: Callable[[], float],
+        ttl_s: float = 10.0,
+    ):
         self.sessions = sessions
         self.clock = clock
         self.ttl_s = ttl_s

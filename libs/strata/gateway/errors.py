@@ -18,11 +18,17 @@ _TRANSPORT = re.compile(
     r"failed to connect|Socket closed|Connection reset|Connection refused|connections to all "
     r"backends failing|Deadline Exceeded|GOAWAY|Broken pipe|Stream removed|DNS resolution|"
     r"Handshake|SSL|ipv[46]:|unix:|Received RST_STREAM|Unexpected <class|Exception calling "
-    r"application|Exception iterating responses|Cancelling all calls", re.IGNORECASE)
-_ADDRESS = re.compile(r"\[[0-9a-fA-F:.]+\](?::\d+)?|\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b|"
-                      r"\b[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*:\d{2,5}\b")
-_WHAT = {grpc.StatusCode.DEADLINE_EXCEEDED: "did not answer in time",
-         grpc.StatusCode.CANCELLED: "dropped the call"}
+    r"application|Exception iterating responses|Cancelling all calls",
+    re.IGNORECASE,
+)
+_ADDRESS = re.compile(
+    r"\[[0-9a-fA-F:.]+\](?::\d+)?|\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b|"
+    r"\b[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*:\d{2,5}\b"
+)
+_WHAT = {
+    grpc.StatusCode.DEADLINE_EXCEEDED: "did not answer in time",
+    grpc.StatusCode.CANCELLED: "dropped the call",
+}
 
 
 def public_details(err: grpc.aio.AioRpcError | grpc.RpcError, hop: str) -> str:
@@ -38,9 +44,13 @@ def public_details(err: grpc.aio.AioRpcError | grpc.RpcError, hop: str) -> str:
 def is_transport_error(err: grpc.RpcError) -> bool:
     """Whether the error came from the transport (the hop could not be reached or the call
     broke), not from the service's own answer."""
-    if err.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
-                          grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL,
-                          grpc.StatusCode.CANCELLED):
+    if err.code() not in (
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.CANCELLED,
+    ):
         return False
     details = err.details() or ""
     return not details or bool(_TRANSPORT.search(details))

@@ -64,9 +64,16 @@ class Generation:
 
 
 class RequestPipeline:
-    def __init__(self, auth: Authenticator, tenants: TenantDirectory,
-                 limiter: TenantRateLimiter, prefixes: PrefixHasher,
-                 schedulers: SchedulerClient, nodes: NodeClients, request_timeout_s: float):
+    def __init__(
+        self,
+        auth: Authenticator,
+        tenants: TenantDirectory,
+        limiter: TenantRateLimiter,
+        prefixes: PrefixHasher,
+        schedulers: SchedulerClient,
+        nodes: NodeClients,
+        request_timeout_s: float,
+    ):
         self.auth = auth
         self.tenants = tenants
         self.limiter = limiter
@@ -91,13 +98,21 @@ class RequestPipeline:
             stale = self.schedulers.stale
             if stale is not None and stale.models:
                 return [common_pb2.ModelInfo(name=m) for m in stale.models]
-            raise PipelineError(grpc.StatusCode.UNAVAILABLE,
-                                "the scheduler is unreachable right now; retry in a few seconds")
+            raise PipelineError(
+                grpc.StatusCode.UNAVAILABLE,
+                "the scheduler is unreachable right now; retry in a few seconds",
+            ) from None
         except grpc.aio.AioRpcError as err:
             raise PipelineError(err.code(), public_details(err, "the scheduler")) from None
 
-    async def admit(self, key: str | None, params: GenerateParams, run_id: str | None,
-                    timeout_s: float | None, arrived: float | None = None) -> Generation:
+    async def admit(
+        self,
+        key: str | None,
+        params: GenerateParams,
+        run_id: str | None,
+        timeout_s: float | None,
+        arrived: float | None = None,
+    ) -> Generation:
         """Everything before the first token: authentication, validation (the run id the
         caller tagged the request with included), the tenant's policy and rate. The returned
         generation's chunks route, submit and stream."""
@@ -113,49 +128,88 @@ class RequestPipeline:
             raise PipelineError(grpc.StatusCode.UNAUTHENTICATED, BAD_KEY)
         wait = self.limiter.try_acquire(tenant, entry.rate_limit_rps)
         if wait > 0:
-            raise PipelineError(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                f"tenant {tenant!r} is over its request rate; retry in "
-                                f"{wait * 1000:.0f} ms", str(int(wait * 1000) + 1))
+            raise PipelineError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"tenant {tenant!r} is over its request rate; retry in {wait * 1000:.0f} ms",
+                str(int(wait * 1000) + 1),
+            )
         request_id = uuid.uuid4().hex
-        span = _tracer.start_span(names.SPAN_GATEWAY_GENERATE, record_exception=False,
-                                  set_status_on_exception=False)
-        span.set_attributes({
-            names.GEN_AI_SYSTEM: names.SYSTEM_NAME,
-            names.GEN_AI_OPERATION: "chat" if params.messages else "text_completion",
-            names.TENANT: tenant, names.REQUEST_ID: request_id,
-            names.GEN_AI_REQUEST_MODEL: params.model,
-            names.GEN_AI_REQUEST_MAX_TOKENS: params.max_tokens,
-            names.GEN_AI_REQUEST_TEMPERATURE: params.temperature})
+        span = _tracer.start_span(
+            names.SPAN_GATEWAY_GENERATE, record_exception=False, set_status_on_exception=False
+        )
+        span.set_attributes(
+            {
+                names.GEN_AI_SYSTEM: names.SYSTEM_NAME,
+                names.GEN_AI_OPERATION: "chat" if params.messages else "text_completion",
+                names.TENANT: tenant,
+                names.REQUEST_ID: request_id,
+                names.GEN_AI_REQUEST_MODEL: params.model,
+                names.GEN_AI_REQUEST_MAX_TOKENS: params.max_tokens,
+                names.GEN_AI_REQUEST_TEMPERATURE: params.temperature,
+            }
+        )
         if run is not None:
             span.set_attribute(names.RUN_ID, run)
         trace_id = format(span.get_span_context().trace_id, "032x")
-        stream = self._stream(span, tenant, entry, params, request_id,
-                              timeout_s or self.request_timeout_s, Timing(arrived))
+        stream = self._stream(
+            span,
+            tenant,
+            entry,
+            params,
+            request_id,
+            timeout_s or self.request_timeout_s,
+            Timing(arrived),
+        )
         return Generation(request_id, trace_id, stream)
 
-    async def _stream(self, span: trace.Span, tenant: str, entry: TenantEntry,
-                      params: GenerateParams, request_id: str, timeout_s: float,
-                      timing: Timing) -> AsyncIterator[common_pb2.GenerationChunk]:
+    async def _stream(
+        self,
+        span: trace.Span,
+        tenant: str,
+        entry: TenantEntry,
+        params: GenerateParams,
+        request_id: str,
+        timeout_s: float,
+        timing: Timing,
+    ) -> AsyncIterator[common_pb2.GenerationChunk]:
         stale: ViewReplica | None = None
-        with trace.use_span(span, end_on_exit=True, record_exception=False,
-                            set_status_on_exception=False):
+        with trace.use_span(
+            span, end_on_exit=True, record_exception=False, set_status_on_exception=False
+        ):
             try:
                 view = self.schedulers.stale
                 hashed = await self.prefixes.hash_prompt(
-                    params.model, tenant, params.prefix_public, params.prompt, params.messages,
-                    view.block_size(params.model) if view is not None else DEFAULT_BLOCK_SIZE)
-                prompt_tokens = hashed.tokens if hashed is not None else estimate_tokens(
-                    params.prompt, (c for _, c in params.messages))
-                route, stale = await self._route(span, tenant, entry.policy, params,
-                                                 prompt_tokens, hashed, timeout_s)
+                    params.model,
+                    tenant,
+                    params.prefix_public,
+                    params.prompt,
+                    params.messages,
+                    view.block_size(params.model) if view is not None else DEFAULT_BLOCK_SIZE,
+                )
+                prompt_tokens = (
+                    hashed.tokens
+                    if hashed is not None
+                    else estimate_tokens(params.prompt, (c for _, c in params.messages))
+                )
+                route, stale = await self._route(
+                    span, tenant, entry.policy, params, prompt_tokens, hashed, timeout_s
+                )
                 # The cluster serves this model: its tokenizer is worth loading for next time.
                 self.prefixes.ensure_loading(params.model)
                 span.set_attribute(names.NODE_ID, route.node_id)
-                call = self.nodes.stub(route.node_address).Submit(node_pb2.SubmitRequest(
-                    request_id=request_id, tenant=tenant, spec=spec_of(params),
-                    replica_id=route.replica_id, kv_source_address=route.kv_source_address,
-                    policy=policy_to_pb(entry.policy), priority=entry.policy.priority,
-                    prompt_tokens_estimate=prompt_tokens), timeout=timeout_s)
+                call = self.nodes.stub(route.node_address).Submit(
+                    node_pb2.SubmitRequest(
+                        request_id=request_id,
+                        tenant=tenant,
+                        spec=spec_of(params),
+                        replica_id=route.replica_id,
+                        kv_source_address=route.kv_source_address,
+                        policy=policy_to_pb(entry.policy),
+                        priority=entry.policy.priority,
+                        prompt_tokens_estimate=prompt_tokens,
+                    ),
+                    timeout=timeout_s,
+                )
                 try:
                     async for chunk in call:
                         timing.chunk(len(chunk.token_ids))
@@ -184,41 +238,67 @@ class RequestPipeline:
                 if stale is not None and self.schedulers.stale is not None:
                     self.schedulers.stale.done(tenant, stale)
 
-    async def _route(self, span: trace.Span, tenant: str, policy: TenantPolicy,
-                     params: GenerateParams, prompt_tokens: int, hashed, timeout_s: float
-                     ) -> tuple[scheduler_pb2.RouteResponse, ViewReplica | None]:
+    async def _route(
+        self,
+        span: trace.Span,
+        tenant: str,
+        policy: TenantPolicy,
+        params: GenerateParams,
+        prompt_tokens: int,
+        hashed,
+        timeout_s: float,
+    ) -> tuple[scheduler_pb2.RouteResponse, ViewReplica | None]:
         request = scheduler_pb2.RouteRequest(
-            model=params.model, tenant=tenant, prompt_tokens_estimate=prompt_tokens,
+            model=params.model,
+            tenant=tenant,
+            prompt_tokens_estimate=prompt_tokens,
             prefix_hashes=hashed.hashes if hashed is not None else (),
-            policy=policy_to_pb(policy), max_tokens=params.max_tokens)
+            policy=policy_to_pb(policy),
+            max_tokens=params.max_tokens,
+        )
         try:
             return await self.schedulers.route(request, min(timeout_s, ROUTE_TIMEOUT_S)), None
         except grpc.aio.AioRpcError as err:
             stale = self.schedulers.stale
-            if err.code() == grpc.StatusCode.NOT_FOUND and stale is not None and \
-                    params.model in stale.models:
+            if (
+                err.code() == grpc.StatusCode.NOT_FOUND
+                and stale is not None
+                and params.model in stale.models
+            ):
                 # A scheduler that restarted has not heard from the nodes yet, while this
                 # gateway saw the model served moments ago: not ready, rather than unknown.
-                raise PipelineError(grpc.StatusCode.UNAVAILABLE,
-                                    f"model {params.model!r} has no ready replica right now; "
-                                    f"retry in a few seconds", "1000") from None
-            raise PipelineError(err.code(), public_details(err, "the scheduler"),
-                                _retry_after(err)) from None
+                raise PipelineError(
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"model {params.model!r} has no ready replica right now; "
+                    f"retry in a few seconds",
+                    "1000",
+                ) from None
+            raise PipelineError(
+                err.code(), public_details(err, "the scheduler"), _retry_after(err)
+            ) from None
         except SchedulersUnreachable:
             pass
         stale = self.schedulers.stale
-        picked = stale.route(params.model, tenant, policy.guaranteed_share) \
-            if stale is not None else StaleRefusal("the scheduler is unreachable", 1000)
+        picked = (
+            stale.route(params.model, tenant, policy.guaranteed_share)
+            if stale is not None
+            else StaleRefusal("the scheduler is unreachable", 1000)
+        )
         if isinstance(picked, StaleRefusal):
-            code = grpc.StatusCode.NOT_FOUND if picked.unknown_model else \
-                grpc.StatusCode.UNAVAILABLE
-            raise PipelineError(code, f"{picked.reason}; retry in a few seconds"
-                                if picked.retry_after_ms else picked.reason,
-                                str(picked.retry_after_ms) if picked.retry_after_ms else None)
+            code = (
+                grpc.StatusCode.NOT_FOUND if picked.unknown_model else grpc.StatusCode.UNAVAILABLE
+            )
+            raise PipelineError(
+                code,
+                f"{picked.reason}; retry in a few seconds"
+                if picked.retry_after_ms
+                else picked.reason,
+                str(picked.retry_after_ms) if picked.retry_after_ms else None,
+            )
         span.set_attribute(names.ROUTE_STALE, True)
-        return scheduler_pb2.RouteResponse(node_id=picked.node_id,
-                                           node_address=picked.node_address,
-                                           replica_id=picked.replica_id), picked
+        return scheduler_pb2.RouteResponse(
+            node_id=picked.node_id, node_address=picked.node_address, replica_id=picked.replica_id
+        ), picked
 
     async def close(self) -> None:
         await self.prefixes.close()
@@ -233,9 +313,11 @@ def parse_run_id(raw: str | None) -> int | None:
         return None
     if raw.isdecimal() and 0 < int(raw) < 2**63:
         return int(raw)
-    raise PipelineError(grpc.StatusCode.INVALID_ARGUMENT,
-                        f"{names.RUN_ID_METADATA} must be the positive run id that "
-                        f"Metrics.StartRun returned, got {raw!r}")
+    raise PipelineError(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        f"{names.RUN_ID_METADATA} must be the positive run id that "
+        f"Metrics.StartRun returned, got {raw!r}",
+    )
 
 
 def _retry_after(err: grpc.aio.AioRpcError) -> str | None:
@@ -248,14 +330,26 @@ def _retry_after(err: grpc.aio.AioRpcError) -> str | None:
 
 def spec_of(p: GenerateParams) -> common_pb2.GenerationSpec:
     sampling = common_pb2.SamplingParams(
-        temperature=p.temperature, top_p=p.top_p, top_k=p.top_k,
-        repetition_penalty=p.repetition_penalty, min_p=p.min_p,
-        frequency_penalty=p.frequency_penalty, presence_penalty=p.presence_penalty,
-        logprobs=p.logprobs, stop_token_ids=list(p.stop_token_ids), ignore_eos=p.ignore_eos)
+        temperature=p.temperature,
+        top_p=p.top_p,
+        top_k=p.top_k,
+        repetition_penalty=p.repetition_penalty,
+        min_p=p.min_p,
+        frequency_penalty=p.frequency_penalty,
+        presence_penalty=p.presence_penalty,
+        logprobs=p.logprobs,
+        stop_token_ids=list(p.stop_token_ids),
+        ignore_eos=p.ignore_eos,
+    )
     if p.seed is not None:
         sampling.seed = p.seed
     return common_pb2.GenerationSpec(
-        model=p.model, prompt=p.prompt,
+        model=p.model,
+        prompt=p.prompt,
         messages=[common_pb2.ChatMessage(role=r, content=c) for r, c in p.messages],
-        sampling=sampling, max_tokens=p.max_tokens, stop=p.stop,
-        prefix_public=p.prefix_public, sparse=p.sparse)
+        sampling=sampling,
+        max_tokens=p.max_tokens,
+        stop=p.stop,
+        prefix_public=p.prefix_public,
+        sparse=p.sparse,
+    )

@@ -36,7 +36,7 @@ MAX_MODELS = 8
 class ModelTokenizer(Protocol):
     """What a tokenizer loader returns (strata.engine.tokenizer_loader.NamedTokenizer)."""
 
-    name: str                # the engine's model name, the model key of block hashes
+    name: str  # the engine's model name, the model key of block hashes
     tokenizer: Tokenizer
 
 
@@ -47,8 +47,8 @@ def load_engine_tokenizer(model: str) -> ModelTokenizer:
 
 @dataclass(slots=True, frozen=True)
 class PromptHashes:
-    tokens: int              # prompt length in tokens, as the worker will count it
-    hashes: list[int]        # one per full block of the prompt without its last token
+    tokens: int  # prompt length in tokens, as the worker will count it
+    hashes: list[int]  # one per full block of the prompt without its last token
 
 
 # Errors a loader raises for a model it cannot give a tokenizer for: an unknown name, a missing
@@ -57,8 +57,11 @@ _LOAD_ERRORS = (ValueError, KeyError, OSError)
 
 
 class PrefixHasher:
-    def __init__(self, max_models: int = MAX_MODELS,
-                 loader: Callable[[str], ModelTokenizer] = load_engine_tokenizer) -> None:
+    def __init__(
+        self,
+        max_models: int = MAX_MODELS,
+        loader: Callable[[str], ModelTokenizer] = load_engine_tokenizer,
+    ) -> None:
         if max_models <= 0:
             raise ValueError(f"max_models must be positive, got {max_models}")
         self.max_models = max_models
@@ -66,9 +69,15 @@ class PrefixHasher:
         self._tokenizers: OrderedDict[str, ModelTokenizer | None] = OrderedDict()
         self._loading: dict[str, asyncio.Task[bool]] = {}
 
-    async def hash_prompt(self, model: str, tenant: str, prefix_public: bool, prompt: str,
-                          messages: Sequence[tuple[str, str]],
-                          block_size: int = DEFAULT_BLOCK_SIZE) -> PromptHashes | None:
+    async def hash_prompt(
+        self,
+        model: str,
+        tenant: str,
+        prefix_public: bool,
+        prompt: str,
+        messages: Sequence[tuple[str, str]],
+        block_size: int = DEFAULT_BLOCK_SIZE,
+    ) -> PromptHashes | None:
         """The prompt's length and hash chain in blocks of `block_size` (what the model's
         workers report), or None when the model's tokenizer is not loaded (yet, or ever) or
         the prompt does not tokenize: the worker reports bad prompts."""
@@ -77,8 +86,9 @@ class PrefixHasher:
             return None
         self._tokenizers.move_to_end(model)
         # Off the event loop: a long prompt takes milliseconds to tokenize and hash.
-        return await asyncio.to_thread(self._hash, named, tenant, prefix_public, prompt, messages,
-                                       block_size)
+        return await asyncio.to_thread(
+            self._hash, named, tenant, prefix_public, prompt, messages, block_size
+        )
 
     def ensure_loading(self, model: str) -> None:
         """Start loading the model's tokenizer in the background unless known or under way."""
@@ -95,8 +105,11 @@ class PrefixHasher:
         try:
             named: ModelTokenizer | None = await asyncio.to_thread(self._loader, model)
         except _LOAD_ERRORS as err:
-            log.warning("no tokenizer for model %r (%s); its requests are routed without prefix "
-                        "hashes", model, err)
+            log.warning(
+                "no tokenizer for model %r (%s); its requests are routed without prefix hashes",
+                model,
+                err,
+            )
             named = None
         self._remember(model, named)
         return named is not None
@@ -115,8 +128,12 @@ class PrefixHasher:
         if not task.cancelled() and task.exception() is not None:
             # A loader failing in a way `load` does not expect: say so loudly once, and do not
             # try again on every request.
-            log.error("loading the tokenizer of model %r failed; its requests are routed "
-                      "without prefix hashes", model, exc_info=task.exception())
+            log.error(
+                "loading the tokenizer of model %r failed; its requests are routed "
+                "without prefix hashes",
+                model,
+                exc_info=task.exception(),
+            )
             self._remember(model, None)
 
     def _remember(self, model: str, named: ModelTokenizer | None) -> None:
@@ -125,13 +142,23 @@ class PrefixHasher:
         while len(self._tokenizers) > self.max_models:
             self._tokenizers.popitem(last=False)
 
-    def _hash(self, named: ModelTokenizer, tenant: str, prefix_public: bool, prompt: str,
-              messages: Sequence[tuple[str, str]], block_size: int) -> PromptHashes | None:
+    def _hash(
+        self,
+        named: ModelTokenizer,
+        tenant: str,
+        prefix_public: bool,
+        prompt: str,
+        messages: Sequence[tuple[str, str]],
+        block_size: int,
+    ) -> PromptHashes | None:
         try:
             ids = prompt_ids(named.tokenizer, prompt, messages)
         except ValueError as err:
-            log.debug("prompt for %s does not tokenize (%s): routed without prefix hashes",
-                      named.name, err)
+            log.debug(
+                "prompt for %s does not tokenize (%s): routed without prefix hashes",
+                named.name,
+                err,
+            )
             return None
         keys = HashKeys.for_request(named.name, tenant, prefix_public)
-        return PromptHashes(len(ids), chain_hashes(ids[:len(ids) - 1], block_size, keys))
+        return PromptHashes(len(ids), chain_hashes(ids[: len(ids) - 1], block_size, keys))

@@ -33,16 +33,30 @@ class SchedulersUnreachable(Exception):
 
 def view_of(nodes: Sequence[common_pb2.NodeInfo]) -> tuple[list[ViewReplica], list[str]]:
     """The READY replicas of a ListNodes answer, and the models they serve."""
-    ready = [ViewReplica(n.node_id, n.address, r.replica_id, r.model,
-                         r.running_requests + r.waiting_requests, r.max_seqs, r.kv_block_size)
-             for n in nodes for r in n.replicas
-             if r.state == common_pb2.REPLICA_STATE_READY]
+    ready = [
+        ViewReplica(
+            n.node_id,
+            n.address,
+            r.replica_id,
+            r.model,
+            r.running_requests + r.waiting_requests,
+            r.max_seqs,
+            r.kv_block_size,
+        )
+        for n in nodes
+        for r in n.replicas
+        if r.state == common_pb2.REPLICA_STATE_READY
+    ]
     return ready, sorted({r.model for r in ready})
 
 
 class SchedulerClient:
-    def __init__(self, addresses: Sequence[str], stale: StaleRouter | None = None,
-                 view_interval_s: float = VIEW_INTERVAL_S):
+    def __init__(
+        self,
+        addresses: Sequence[str],
+        stale: StaleRouter | None = None,
+        view_interval_s: float = VIEW_INTERVAL_S,
+    ):
         if not addresses:
             raise ValueError("at least one scheduler address is needed")
         self._channels = [channel(a) for a in addresses]
@@ -67,8 +81,9 @@ class SchedulerClient:
             return reply
         raise SchedulersUnreachable(last.code().name if last else "no scheduler")
 
-    async def route(self, request: scheduler_pb2.RouteRequest,
-                    timeout: float) -> scheduler_pb2.RouteResponse:
+    async def route(
+        self, request: scheduler_pb2.RouteRequest, timeout: float
+    ) -> scheduler_pb2.RouteResponse:
         return await self._call("Route", request, timeout)
 
     async def list_models(self, timeout: float) -> common_pb2.ListModelsResponse:
@@ -79,8 +94,7 @@ class SchedulerClient:
         if self.stale is None:
             return False
         try:
-            reply = await self._call("ListNodes", scheduler_pb2.ListNodesRequest(),
-                                     VIEW_TIMEOUT_S)
+            reply = await self._call("ListNodes", scheduler_pb2.ListNodesRequest(), VIEW_TIMEOUT_S)
         except (SchedulersUnreachable, grpc.aio.AioRpcError):
             return False
         self.stale.update(*view_of(reply.nodes))
@@ -93,9 +107,11 @@ class SchedulerClient:
             if ok == failing:
                 failing = not ok
                 if failing:
-                    log.warning("no scheduler answers: new requests are routed from the last "
-                                "view of the pool for up to %.0f s",
-                                self.stale.max_age_s if self.stale else 0.0)
+                    log.warning(
+                        "no scheduler answers: new requests are routed from the last "
+                        "view of the pool for up to %.0f s",
+                        self.stale.max_age_s if self.stale else 0.0,
+                    )
                 else:
                     log.info("a scheduler answers again")
             try:

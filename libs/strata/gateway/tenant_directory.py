@@ -28,7 +28,7 @@ DEFAULT_TTL_S = 2.0
 @dataclass(slots=True, frozen=True)
 class TenantEntry:
     policy: TenantPolicy
-    rate_limit_rps: float | None    # None: the gateway's default rate
+    rate_limit_rps: float | None  # None: the gateway's default rate
 
 
 class TenantDirectory:
@@ -37,8 +37,13 @@ class TenantDirectory:
     `seed` is the table used while no SLA class is stored yet (the gateway seeds the table at
     start, so only a store nobody seeded sees it)."""
 
-    def __init__(self, sessions: async_sessionmaker[AsyncSession], clock: Callable[[], float],
-                 ttl_s: float = DEFAULT_TTL_S, seed: SlaTable | None = None):
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        clock: Callable[[], float],
+        ttl_s: float = DEFAULT_TTL_S,
+        seed: SlaTable | None = None,
+    ):
         if not ttl_s >= 0:
             raise ValueError(f"the tenant policy TTL must be 0 or more seconds, got {ttl_s}")
         self.sessions = sessions
@@ -59,8 +64,11 @@ class TenantDirectory:
         async with self.sessions() as session:
             classes = await self._sla_table(session, now)
             row = await get_tenant(session, tenant)
-            entry = None if row is None else TenantEntry(
-                policy_of(tenant, settings_of(row), classes), row.rate_limit_rps)
+            entry = (
+                None
+                if row is None
+                else TenantEntry(policy_of(tenant, settings_of(row), classes), row.rate_limit_rps)
+            )
         self._tenants[tenant] = (entry, now)
         return entry
 

@@ -14,8 +14,9 @@ from strata.core.stats import REPORT_PERCENTILES, percentiles
 from strata.telemetry import names
 from strata.v1 import common_pb2
 
-FINISH_NAMES = {v: k.removeprefix("FINISH_REASON_").lower()
-                for k, v in common_pb2.FinishReason.items()}
+FINISH_NAMES = {
+    v: k.removeprefix("FINISH_REASON_").lower() for k, v in common_pb2.FinishReason.items()
+}
 
 
 class Timing:
@@ -24,7 +25,7 @@ class Timing:
     def __init__(self, start: float):
         self.start, self.first, self.last, self.tokens = start, None, start, 0
         self.last_token: float | None = None
-        self.gaps: list[float] = []   # between token-carrying chunks
+        self.gaps: list[float] = []  # between token-carrying chunks
 
     def chunk(self, n_tokens: int) -> None:
         now = time.perf_counter()
@@ -42,14 +43,18 @@ def finish_attributes(span: trace.Span, chunk: common_pb2.GenerationChunk, t: Ti
     first = t.first if t.first is not None else t.last
     ttft = (first - t.start) * 1000
     tpot = (t.last - first) * 1000 / (t.tokens - 1) if t.tokens > 1 else 0.0
-    span.set_attributes({
-        names.TTFT_MS: ttft, names.TPOT_MS: tpot, names.E2E_MS: (t.last - t.start) * 1000,
-        names.GEN_AI_USAGE_INPUT_TOKENS: chunk.usage.prompt_tokens,
-        names.GEN_AI_USAGE_OUTPUT_TOKENS: chunk.usage.completion_tokens,
-        names.CACHED_TOKENS: chunk.usage.cached_prompt_tokens,
-        names.QUEUE_MS: chunk.usage.queue_ms,
-        names.GEN_AI_RESPONSE_FINISH_REASONS: [FINISH_NAMES[chunk.finish_reason]]})
+    span.set_attributes(
+        {
+            names.TTFT_MS: ttft,
+            names.TPOT_MS: tpot,
+            names.E2E_MS: (t.last - t.start) * 1000,
+            names.GEN_AI_USAGE_INPUT_TOKENS: chunk.usage.prompt_tokens,
+            names.GEN_AI_USAGE_OUTPUT_TOKENS: chunk.usage.completion_tokens,
+            names.CACHED_TOKENS: chunk.usage.cached_prompt_tokens,
+            names.QUEUE_MS: chunk.usage.queue_ms,
+            names.GEN_AI_RESPONSE_FINISH_REASONS: [FINISH_NAMES[chunk.finish_reason]],
+        }
+    )
     if t.gaps:
         p50, p95, p99 = percentiles([g * 1000 for g in t.gaps], REPORT_PERCENTILES)
-        span.set_attributes({names.ITL_P50_MS: p50, names.ITL_P95_MS: p95,
-                             names.ITL_P99_MS: p99})
+        span.set_attributes({names.ITL_P50_MS: p50, names.ITL_P95_MS: p95, names.ITL_P99_MS: p99})

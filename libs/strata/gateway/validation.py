@@ -9,9 +9,9 @@ from strata.engine.sequence import GREEDY_EPS
 
 MAX_TOKENS_LIMIT = 32768
 MAX_STOP_STRINGS = 8
-MAX_STOP_CHARS = 1000            # per stop string
+MAX_STOP_CHARS = 1000  # per stop string
 MAX_STOP_TOKEN_IDS = 64
-MAX_PROMPT_CHARS = 1_000_000     # prompt, or all messages' contents together
+MAX_PROMPT_CHARS = 1_000_000  # prompt, or all messages' contents together
 MAX_MESSAGES = 4096
 MAX_MODEL_CHARS = 256
 MAX_LOGPROBS = 20
@@ -20,10 +20,14 @@ MAX_LOGPROBS = 20
 def max_request_bytes() -> int:
     """The largest valid GenerateRequest on the wire, with room to spare: the gateway's receive
     limit, so that a body far past anything valid is refused before it is parsed."""
-    utf8 = 4                                   # bytes per character at most
-    per_message = 4 + 2 + 9 + 4                # tags and lengths, the longest role
-    return (utf8 * (MAX_PROMPT_CHARS + MAX_MODEL_CHARS + MAX_STOP_STRINGS * MAX_STOP_CHARS)
-            + MAX_MESSAGES * per_message + MAX_STOP_TOKEN_IDS * 6 + 16 * 1024)
+    utf8 = 4  # bytes per character at most
+    per_message = 4 + 2 + 9 + 4  # tags and lengths, the longest role
+    return (
+        utf8 * (MAX_PROMPT_CHARS + MAX_MODEL_CHARS + MAX_STOP_STRINGS * MAX_STOP_CHARS)
+        + MAX_MESSAGES * per_message
+        + MAX_STOP_TOKEN_IDS * 6
+        + 16 * 1024
+    )
 
 
 @dataclass(slots=True)
@@ -44,8 +48,8 @@ class GenerateParams:
     stop_token_ids: tuple[int, ...] = ()
     seed: int | None = None
     ignore_eos: bool = False
-    prefix_public: bool = False    # share the prompt's cached prefix with other tenants
-    sparse: int = 0                # common_pb2.SparseMode: default (the worker's), off, on
+    prefix_public: bool = False  # share the prompt's cached prefix with other tenants
+    sparse: int = 0  # common_pb2.SparseMode: default (the worker's), off, on
 
 
 def validate(p: GenerateParams) -> str | None:
@@ -71,15 +75,19 @@ def validate(p: GenerateParams) -> str | None:
     if not 0 <= p.temperature <= 2:
         return f"temperature must be between 0 and 2, got {p.temperature:g}"
     if 0 < p.temperature < GREEDY_EPS:
-        return (f"temperature must be 0 (greedy) or at least {GREEDY_EPS:g}, got "
-                f"{p.temperature:g}; a smaller one samples the most likely token anyway")
+        return (
+            f"temperature must be 0 (greedy) or at least {GREEDY_EPS:g}, got "
+            f"{p.temperature:g}; a smaller one samples the most likely token anyway"
+        )
     if not 0 <= p.top_p <= 1:
         return f"top_p must be between 0 and 1 (0 means disabled), got {p.top_p:g}"
     if p.top_k < 0:
         return f"top_k must be 0 (disabled) or positive, got {p.top_k}"
     if not (p.repetition_penalty >= 0 and math.isfinite(p.repetition_penalty)):
-        return f"repetition_penalty must be positive (0 or 1 disables it), got " \
-               f"{p.repetition_penalty:g}"
+        return (
+            f"repetition_penalty must be positive (0 or 1 disables it), got "
+            f"{p.repetition_penalty:g}"
+        )
     if not 0 <= p.min_p <= 1:
         return f"min_p must be between 0 and 1 (0 means disabled), got {p.min_p:g}"
     for name in ("frequency_penalty", "presence_penalty"):

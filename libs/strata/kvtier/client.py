@@ -46,13 +46,13 @@ log = logging.getLogger(__name__)
 SLOT_TARGET = 64
 SLOT_SHARE = 8
 COMMIT_BATCH = 64
-REFUSAL_BACKOFF_S = 0.1   # after the store refused slots, drop evictions this long before asking
+REFUSAL_BACKOFF_S = 0.1  # after the store refused slots, drop evictions this long before asking
 
 
 @dataclass(slots=True)
 class FetchedBlock:
     block_hash: int
-    data: bytes | memoryview     # a view into shared memory on the shm path (pinned)
+    data: bytes | memoryview  # a view into shared memory on the shm path (pinned)
     layout: str
     checksum: int
 
@@ -84,9 +84,15 @@ class _Device:
 
 
 class TierClient:
-    def __init__(self, address: str, timeout_s: float = 5.0, queue_size: int = 4096,
-                 worker_id: str = "", use_shm: bool = True,
-                 identity: ClusterIdentity | None = None):
+    def __init__(
+        self,
+        address: str,
+        timeout_s: float = 5.0,
+        queue_size: int = 4096,
+        worker_id: str = "",
+        use_shm: bool = True,
+        identity: ClusterIdentity | None = None,
+    ):
         """`identity`: the cluster credential to call the store with (default: the one this
         process installed)."""
         self.address = address
@@ -96,19 +102,19 @@ class TierClient:
         self._stub = kvstore_pb2_grpc.KVStoreStub(self._channel)
         self._queue: queue.Queue = queue.Queue(maxsize=queue_size)
         self._segment_inode: int | None = None
-        self.reattached = 0       # times the store restarted and its new segment was mapped
+        self.reattached = 0  # times the store restarted and its new segment was mapped
         self.segment: ShmSegment | None = self._attach() if use_shm else None
-        self._slots: dict[int, deque[tuple[Slot, float]]] = {}   # (slot, reserved at)
+        self._slots: dict[int, deque[tuple[Slot, float]]] = {}  # (slot, reserved at)
         self._stale: deque[Slot] = deque()
         self._slot_target: dict[int, int] = {}
         self._refill = threading.Event()
         self._refused_until = 0.0
         self._closed = False
-        self.offloaded = 0        # blocks handed to the store
-        self.dropped = 0          # evicted blocks lost: no slot, queue full
-        self.failed = 0           # blocks an RPC failed to deliver
-        self.prefetched = 0       # prefix blocks the store promoted or pulled ahead of time
-        self.notes_dropped = 0    # device notes, prefetches and releases lost to a full queue
+        self.offloaded = 0  # blocks handed to the store
+        self.dropped = 0  # evicted blocks lost: no slot, queue full
+        self.failed = 0  # blocks an RPC failed to deliver
+        self.prefetched = 0  # prefix blocks the store promoted or pulled ahead of time
+        self.notes_dropped = 0  # device notes, prefetches and releases lost to a full queue
         self._thread = threading.Thread(target=self._drain, name="kv-tier-client", daemon=True)
         self._thread.start()
         self._note(_Device([], []), reset=True)
@@ -127,8 +133,11 @@ class TierClient:
             self._segment_inode = inode
             return segment
         except (grpc.RpcError, OSError, ValueError) as err:
-            log.warning("KV tier store %s: shared memory unavailable (%s); using the byte path",
-                        self.address, err)
+            log.warning(
+                "KV tier store %s: shared memory unavailable (%s); using the byte path",
+                self.address,
+                err,
+            )
             return None
 
     def _segment_replaced(self) -> bool:
@@ -158,8 +167,9 @@ class TierClient:
         self._refused_until = 0.0
         self._refill.set()
         self.reattached += 1
-        log.info("KV tier store %s restarted: mapped its new segment %s", self.address,
-                 resp.shm_path)
+        log.info(
+            "KV tier store %s restarted: mapped its new segment %s", self.address, resp.shm_path
+        )
 
     # -- writes (engine thread) -----------------------------------------------------------------
     def prepare(self, nbytes: int) -> None:
@@ -196,8 +206,10 @@ class TierClient:
         if now < self._refused_until:
             return False
         try:
-            resp = self._stub.Reserve(kvstore_pb2.ReserveRequest(
-                block_bytes=nbytes, count=self._slot_target[nbytes]), timeout=self.timeout_s)
+            resp = self._stub.Reserve(
+                kvstore_pb2.ReserveRequest(block_bytes=nbytes, count=self._slot_target[nbytes]),
+                timeout=self.timeout_s,
+            )
         except grpc.RpcError as err:
             log.warning("reserving host slots on %s failed: %s", self.address, err.code())
             resp = kvstore_pb2.ReserveResponse()
@@ -220,8 +232,14 @@ class TierClient:
 
     def put_async(self, block_hash: int, data: bytes, layout: str) -> None:
         """Byte path write."""
-        self._enqueue(kvstore_pb2.KVBlock(block_hash=hashing.to_bytes(block_hash), layout=layout,
-                                          data=data, checksum=hashing.checksum(data)))
+        self._enqueue(
+            kvstore_pb2.KVBlock(
+                block_hash=hashing.to_bytes(block_hash),
+                layout=layout,
+                data=data,
+                checksum=hashing.checksum(data),
+            )
+        )
 
     def note_device(self, stored: list[int], removed: list[int]) -> None:
         """Blocks that entered or left this worker's device pool (node-level routing events)."""
@@ -240,14 +258,16 @@ class TierClient:
         """The longest stored prefix (disk blocks promoted) and a lease to release, or 0."""
         if self.segment is None:
             return self._get_bytes(hashes), 0
-        resp = self._stub.Acquire(kvstore_pb2.AcquireRequest(block_hashes=hashes, promote=True),
-                                  timeout=self.timeout_s)
+        resp = self._stub.Acquire(
+            kvstore_pb2.AcquireRequest(block_hashes=hashes, promote=True), timeout=self.timeout_s
+        )
         out = []
         for want, p in zip(hashes, resp.blocks):
             if p.block_hash != want:
                 break
-            out.append(FetchedBlock(want, self.segment.read(p.offset, p.nbytes), p.layout,
-                                    p.checksum))
+            out.append(
+                FetchedBlock(want, self.segment.read(p.offset, p.nbytes), p.layout, p.checksum)
+            )
         return out, resp.lease_id
 
     def release(self, lease_id: int, moved: bool) -> None:
@@ -264,8 +284,11 @@ class TierClient:
         for want, blk in zip(hashes, resp.blocks):
             got = hashing.from_bytes(blk.block_hash)
             if got != want or hashing.checksum(blk.data) != blk.checksum:
-                log.warning("kv store returned a bad block (hash %x, wanted %x): ignoring the rest",
-                            got, want)
+                log.warning(
+                    "kv store returned a bad block (hash %x, wanted %x): ignoring the rest",
+                    got,
+                    want,
+                )
                 break
             out.append(FetchedBlock(got, blk.data, blk.layout, blk.checksum))
         return out
@@ -284,8 +307,12 @@ class TierClient:
             try:
                 self._stub.Commit(_give_back(unused), timeout=self.timeout_s)
             except grpc.RpcError as err:
-                log.warning("returning %d reserved slots failed (%s); the store reclaims them "
-                            "when their reservation expires", len(unused), err.code())
+                log.warning(
+                    "returning %d reserved slots failed (%s); the store reclaims them "
+                    "when their reservation expires",
+                    len(unused),
+                    err.code(),
+                )
         self._closed = True
         self._wake()
         self._thread.join(self.timeout_s)
@@ -319,7 +346,7 @@ class TierClient:
                 batch = [self._queue.get(timeout=RESERVATION_TTL_S / 4)]
             except queue.Empty:
                 batch = [None]
-                self._refill.set()      # idle: still refresh reservations before they age out
+                self._refill.set()  # idle: still refresh reservations before they age out
             if self._closed:
                 return
             if self._segment_replaced():
@@ -332,16 +359,23 @@ class TierClient:
             try:
                 self._send(batch)
             except grpc.RpcError as err:
-                log.warning("KV tier store %s: %s; %d queued operations lost", self.address,
-                            err.code() if hasattr(err, "code") else err, len(batch))
+                log.warning(
+                    "KV tier store %s: %s; %d queued operations lost",
+                    self.address,
+                    err.code() if hasattr(err, "code") else err,
+                    len(batch),
+                )
                 self.failed += sum(isinstance(b, (_Commit, kvstore_pb2.KVBlock)) for b in batch)
             if self._refill.is_set():
                 self._refill.clear()
                 try:
                     self._top_up()
                 except grpc.RpcError as err:
-                    log.warning("reserving host slots on %s failed: %s", self.address,
-                                err.code() if hasattr(err, "code") else err)
+                    log.warning(
+                        "reserving host slots on %s failed: %s",
+                        self.address,
+                        err.code() if hasattr(err, "code") else err,
+                    )
             for marker in batch:
                 if isinstance(marker, threading.Event):
                     marker.set()
@@ -352,11 +386,10 @@ class TierClient:
         releases = [b for b in batch if isinstance(b, _Release)]
         notes = [b for b in batch if isinstance(b, tuple)]
         for start in range(0, len(commits), COMMIT_BATCH):
-            self._commit(commits[start:start + COMMIT_BATCH])
+            self._commit(commits[start : start + COMMIT_BATCH])
         for start in range(0, len(puts), 16):
-            chunk = puts[start:start + 16]
-            self._stub.PutBlocks(kvstore_pb2.PutBlocksRequest(blocks=chunk),
-                                 timeout=self.timeout_s)
+            chunk = puts[start : start + 16]
+            self._stub.PutBlocks(kvstore_pb2.PutBlocksRequest(blocks=chunk), timeout=self.timeout_s)
             self.offloaded += len(chunk)
         if notes:
             stored: list[int] = []
@@ -365,27 +398,38 @@ class TierClient:
             for note, _ in notes:
                 stored.extend(note.stored)
                 removed.extend(note.removed)
-            self._stub.NoteDeviceBlocks(kvstore_pb2.DeviceBlocksRequest(
-                worker_id=self.worker_id, stored=stored, removed=removed, reset=reset),
-                timeout=self.timeout_s)
+            self._stub.NoteDeviceBlocks(
+                kvstore_pb2.DeviceBlocksRequest(
+                    worker_id=self.worker_id, stored=stored, removed=removed, reset=reset
+                ),
+                timeout=self.timeout_s,
+            )
         for moved in (True, False):
             ids = [r.lease_id for r in releases if r.moved == moved]
             if ids:
-                self._stub.Release(kvstore_pb2.ReleaseRequest(lease_ids=ids, moved=moved),
-                                   timeout=self.timeout_s)
+                self._stub.Release(
+                    kvstore_pb2.ReleaseRequest(lease_ids=ids, moved=moved), timeout=self.timeout_s
+                )
         for p in (b for b in batch if isinstance(b, _Prefetch)):
-            resp = self._stub.Prefetch(kvstore_pb2.PrefetchRequest(
-                block_hashes=p.hashes, peer_address=p.peer), timeout=self.timeout_s)
+            resp = self._stub.Prefetch(
+                kvstore_pb2.PrefetchRequest(block_hashes=p.hashes, peer_address=p.peer),
+                timeout=self.timeout_s,
+            )
             self.prefetched += resp.queued_promotions
 
     def _commit(self, commits: list[_Commit]) -> None:
         assert self.segment is not None
-        blocks = [kvstore_pb2.CommittedBlock(
-            offset=c.slot.offset, ticket=c.slot.ticket, block_hash=c.block_hash, layout=c.layout,
-            checksum=hashing.checksum(self.segment.read(c.slot.offset, c.nbytes)))
-            for c in commits]
-        resp = self._stub.Commit(kvstore_pb2.CommitRequest(blocks=blocks),
-                                 timeout=self.timeout_s)
+        blocks = [
+            kvstore_pb2.CommittedBlock(
+                offset=c.slot.offset,
+                ticket=c.slot.ticket,
+                block_hash=c.block_hash,
+                layout=c.layout,
+                checksum=hashing.checksum(self.segment.read(c.slot.offset, c.nbytes)),
+            )
+            for c in commits
+        ]
+        resp = self._stub.Commit(kvstore_pb2.CommitRequest(blocks=blocks), timeout=self.timeout_s)
         self.offloaded += resp.stored + resp.duplicates
         self.failed += resp.rejected
 
@@ -395,9 +439,10 @@ class TierClient:
             self._drop_stale(slots)
             want = target - len(slots)
             if want > 0:
-                resp = self._stub.Reserve(kvstore_pb2.ReserveRequest(block_bytes=nbytes,
-                                                                     count=want),
-                                          timeout=self.timeout_s)
+                resp = self._stub.Reserve(
+                    kvstore_pb2.ReserveRequest(block_bytes=nbytes, count=want),
+                    timeout=self.timeout_s,
+                )
                 now = time.monotonic()
                 slots.extend((Slot(o, t), now) for o, t in zip(resp.offsets, resp.tickets))
         stale = []
@@ -408,5 +453,6 @@ class TierClient:
 
 
 def _give_back(slots: list[Slot]) -> kvstore_pb2.CommitRequest:
-    return kvstore_pb2.CommitRequest(unused_offsets=[s.offset for s in slots],
-                                     unused_tickets=[s.ticket for s in slots])
+    return kvstore_pb2.CommitRequest(
+        unused_offsets=[s.offset for s in slots], unused_tickets=[s.ticket for s in slots]
+    )

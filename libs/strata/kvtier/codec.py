@@ -11,8 +11,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-_NUMPY_VIEW = {torch.float32: (np.float32, None), torch.float16: (np.float16, None),
-               torch.bfloat16: (np.int16, torch.int16)}
+_NUMPY_VIEW = {
+    torch.float32: (np.float32, None),
+    torch.float16: (np.float16, None),
+    torch.bfloat16: (np.int16, torch.int16),
+}
 _NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
 

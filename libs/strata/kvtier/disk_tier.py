@@ -66,9 +66,14 @@ def block_filename(block_hash: int) -> str:
 
 
 class DiskTier:
-    def __init__(self, root_dir: str | os.PathLike[str], capacity_bytes: int,
-                 verify_on_open: bool = True,
-                 on_evict: Callable[[int], None] | None = None, durable: bool = True):
+    def __init__(
+        self,
+        root_dir: str | os.PathLike[str],
+        capacity_bytes: int,
+        verify_on_open: bool = True,
+        on_evict: Callable[[int], None] | None = None,
+        durable: bool = True,
+    ):
         if capacity_bytes <= 0:
             raise ValueError(f"capacity_bytes must be positive, got {capacity_bytes}")
         self.root = Path(root_dir)
@@ -85,7 +90,7 @@ class DiskTier:
         # Not called for evictions during recovery: nobody has seen those blocks yet.
         self.on_evict: Callable[[int], None] | None = None
         self._recover(verify_on_open)
-        self.on_evict = on_evict   # called with each hash the LRU drops to make room
+        self.on_evict = on_evict  # called with each hash the LRU drops to make room
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -149,8 +154,9 @@ class DiskTier:
                 break
             self._entries.move_to_end(h)
             self.stats.hits += 1
-            out.append(StoredBlock(block_hash=h, layout=entry.layout, data=data,
-                                   checksum=entry.checksum))
+            out.append(
+                StoredBlock(block_hash=h, layout=entry.layout, data=data, checksum=entry.checksum)
+            )
         return out
 
     def read(self, block_hash: int) -> StoredBlock | None:
@@ -164,8 +170,9 @@ class DiskTier:
             return None
         self._entries.move_to_end(block_hash)
         self.stats.hits += 1
-        return StoredBlock(block_hash=block_hash, layout=entry.layout, data=data,
-                           checksum=entry.checksum)
+        return StoredBlock(
+            block_hash=block_hash, layout=entry.layout, data=data, checksum=entry.checksum
+        )
 
     def remove(self, block_hash: int) -> bool:
         """Drop a block that moved to another tier (logged, then unlinked)."""
@@ -304,8 +311,13 @@ class DiskTier:
 
 
 def _put_record(h: int, entry: _Entry) -> dict:
-    return {"op": "put", "hash": f"{h:016x}", "layout": entry.layout, "size": entry.size,
-            "checksum": entry.checksum}
+    return {
+        "op": "put",
+        "hash": f"{h:016x}",
+        "layout": entry.layout,
+        "size": entry.size,
+        "checksum": entry.checksum,
+    }
 
 
 def _parse_record(line: str) -> dict | None:
@@ -318,8 +330,11 @@ def _parse_record(line: str) -> dict | None:
         if not 0 <= rec["hash"] < 1 << 64:
             return None
         if rec["op"] == "put":
-            if not (isinstance(rec["layout"], str) and isinstance(rec["size"], int)
-                    and isinstance(rec["checksum"], int)):
+            if not (
+                isinstance(rec["layout"], str)
+                and isinstance(rec["size"], int)
+                and isinstance(rec["checksum"], int)
+            ):
                 return None
         elif rec["op"] != "evict":
             return None

@@ -35,8 +35,11 @@ class HashKeys:
 
     @staticmethod
     def for_request(model: str, tenant: str, prefix_public: bool, adapter: str = "") -> HashKeys:
-        return HashKeys(model=model, tenant_salt=PUBLIC_SALT if prefix_public else f"t:{tenant}",
-                        adapter=adapter)
+        return HashKeys(
+            model=model,
+            tenant_salt=PUBLIC_SALT if prefix_public else f"t:{tenant}",
+            adapter=adapter,
+        )
 
     def encode(self) -> bytes:
         return f"{self.model}\x00{self.tenant_salt}\x00{self.adapter}".encode()
@@ -50,12 +53,13 @@ def block_hash(parent: int, tokens: Sequence[int], keys: HashKeys) -> int:
     return h.intdigest()
 
 
-def chain_hashes(tokens: Sequence[int], block_size: int, keys: HashKeys,
-                 parent: int = ROOT_HASH) -> list[int]:
+def chain_hashes(
+    tokens: Sequence[int], block_size: int, keys: HashKeys, parent: int = ROOT_HASH
+) -> list[int]:
     """Hashes of every full block of `tokens`, chained from `parent`."""
     out = []
     for start in range(0, len(tokens) - block_size + 1, block_size):
-        parent = block_hash(parent, tokens[start:start + block_size], keys)
+        parent = block_hash(parent, tokens[start : start + block_size], keys)
         out.append(parent)
     return out
 

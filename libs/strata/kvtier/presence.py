@@ -50,8 +50,9 @@ class NodePresence:
         else:
             self._removed.add(block_hash)
 
-    def device_update(self, worker_id: str, stored: list[int], removed: list[int],
-                      reset: bool) -> None:
+    def device_update(
+        self, worker_id: str, stored: list[int], removed: list[int], reset: bool
+    ) -> None:
         held = self._device.setdefault(worker_id, set())
         if reset:
             for h in held:

@@ -34,8 +34,10 @@ class ShmSegment:
             try:
                 actual = os.fstat(fd).st_size
                 if actual != size:
-                    raise ValueError(f"shared memory segment {self.path} is {actual} bytes, "
-                                     f"the store said {size}")
+                    raise ValueError(
+                        f"shared memory segment {self.path} is {actual} bytes, "
+                        f"the store said {size}"
+                    )
                 self._map = mmap.mmap(fd, size)
             finally:
                 os.close(fd)
@@ -43,11 +45,11 @@ class ShmSegment:
         self.view = memoryview(self._map)
 
     def write(self, offset: int, data: bytes | memoryview) -> None:
-        self.view[offset:offset + len(data)] = data
+        self.view[offset : offset + len(data)] = data
 
     def read(self, offset: int, nbytes: int) -> memoryview:
         """A view into the segment (no copy): valid while the slot stays pinned."""
-        return self.view[offset:offset + nbytes]
+        return self.view[offset : offset + nbytes]
 
     def close(self) -> None:
         self.view.release()

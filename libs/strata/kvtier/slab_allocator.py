@@ -18,22 +18,24 @@ from dataclasses import dataclass, field
 @dataclass(slots=True)
 class _Slab:
     slot_bytes: int
-    free_slots: list[int] = field(default_factory=list)   # offsets
+    free_slots: list[int] = field(default_factory=list)  # offsets
     used: int = 0
 
 
 class SlabAllocator:
     def __init__(self, capacity_bytes: int, slab_bytes: int):
         if slab_bytes <= 0 or capacity_bytes < slab_bytes:
-            raise ValueError(f"the host tier needs at least one slab: capacity {capacity_bytes} "
-                             f"bytes, slab {slab_bytes} bytes")
+            raise ValueError(
+                f"the host tier needs at least one slab: capacity {capacity_bytes} "
+                f"bytes, slab {slab_bytes} bytes"
+            )
         self.slab_bytes = slab_bytes
         self.num_slabs = capacity_bytes // slab_bytes
         self.capacity_bytes = self.num_slabs * slab_bytes
         self._free_slabs = list(range(self.num_slabs - 1, -1, -1))
-        self._slabs: dict[int, _Slab] = {}            # slab index -> slab in use
-        self._partial: dict[int, set[int]] = {}       # slot size -> slabs with a free slot
-        self.bytes_used = 0                           # bytes of allocated slots
+        self._slabs: dict[int, _Slab] = {}  # slab index -> slab in use
+        self._partial: dict[int, set[int]] = {}  # slot size -> slabs with a free slot
+        self.bytes_used = 0  # bytes of allocated slots
 
     def fits(self, nbytes: int) -> bool:
         return 0 < nbytes <= self.slab_bytes
@@ -41,8 +43,10 @@ class SlabAllocator:
     def alloc(self, nbytes: int) -> int | None:
         """Offset of a free slot of exactly nbytes, or None when the segment has none."""
         if not self.fits(nbytes):
-            raise ValueError(f"a {nbytes}-byte block does not fit a {self.slab_bytes}-byte slab; "
-                             f"raise the slab size")
+            raise ValueError(
+                f"a {nbytes}-byte block does not fit a {self.slab_bytes}-byte slab; "
+                f"raise the slab size"
+            )
         partial = self._partial.get(nbytes)
         if partial:
             index = next(iter(partial))

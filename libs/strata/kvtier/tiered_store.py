@@ -59,9 +59,9 @@ class Entry:
     nbytes: int
     checksum: int
     tier: Tier
-    offset: int = -1           # host slot while tier is HOST
+    offset: int = -1  # host slot while tier is HOST
     pins: int = 0
-    moving: bool = False       # a migration is copying this block
+    moving: bool = False  # a migration is copying this block
     free_on_unpin: bool = False
 
 
@@ -89,16 +89,16 @@ class Counters:
     host_hits: int = 0
     disk_hits: int = 0
     misses: int = 0
-    host_evictions: int = 0      # dropped from the node out of host memory (no disk tier)
-    disk_evictions: int = 0      # dropped from the node by the disk tier's LRU
-    demotions: int = 0           # host -> disk
-    promotions: int = 0          # disk -> host
+    host_evictions: int = 0  # dropped from the node out of host memory (no disk tier)
+    disk_evictions: int = 0  # dropped from the node by the disk tier's LRU
+    demotions: int = 0  # host -> disk
+    promotions: int = 0  # disk -> host
     checksum_failures: int = 0
     dropped_corrupt: int = 0
     recovered: int = 0
     reserve_refused: int = 0
     duplicates: int = 0
-    handed_over: int = 0         # released into a worker's device pool
+    handed_over: int = 0  # released into a worker's device pool
     peer_pulled: int = 0
 
 
@@ -109,13 +109,23 @@ class _Lease:
 
 
 class TieredStore:
-    def __init__(self, segment: ShmSegment, slab_bytes: int, disk: DiskTier | None,
-                 policy: TierPolicy, clock: Callable[[], float],
-                 high_watermark: float = 0.90, low_watermark: float = 0.75,
-                 lease_ttl_s: float = RESERVATION_TTL_S, half_life_s: float = 60.0):
+    def __init__(
+        self,
+        segment: ShmSegment,
+        slab_bytes: int,
+        disk: DiskTier | None,
+        policy: TierPolicy,
+        clock: Callable[[], float],
+        high_watermark: float = 0.90,
+        low_watermark: float = 0.75,
+        lease_ttl_s: float = RESERVATION_TTL_S,
+        half_life_s: float = 60.0,
+    ):
         if not 0 < low_watermark < high_watermark <= 1:
-            raise ValueError(f"need 0 < low_watermark < high_watermark <= 1, got "
-                             f"{low_watermark}, {high_watermark}")
+            raise ValueError(
+                f"need 0 < low_watermark < high_watermark <= 1, got "
+                f"{low_watermark}, {high_watermark}"
+            )
         self.segment = segment
         self.alloc = SlabAllocator(segment.size, slab_bytes)
         self.disk = disk
@@ -138,9 +148,9 @@ class TieredStore:
         self._promote_queue: deque[int] = deque()
         self._queued: set[int] = set()
         self._lock = threading.Lock()
-        self._moved = threading.Condition(self._lock)        # an entry stopped moving
+        self._moved = threading.Condition(self._lock)  # an entry stopped moving
         self._disk_lock = threading.Lock()
-        self.work = threading.Event()                        # wakes the migrator
+        self.work = threading.Event()  # wakes the migrator
         if disk is not None:
             disk.on_evict = self._on_disk_evict
             for h, layout, size, crc in disk.entries():
@@ -194,8 +204,9 @@ class TieredStore:
         with self._lock:
             return sum(1 for e in self._dir.values() if e.pins)
 
-    def note_device(self, worker_id: str, stored: list[int], removed: list[int],
-                    reset: bool) -> None:
+    def note_device(
+        self, worker_id: str, stored: list[int], removed: list[int], reset: bool
+    ) -> None:
         with self._lock:
             self.presence.device_update(worker_id, stored, removed, reset)
 
@@ -213,8 +224,10 @@ class TieredStore:
     def reserve(self, nbytes: int, count: int) -> list[Slot]:
         """Up to `count` slots of nbytes for a writer; fewer (even none) under pressure."""
         if not self.alloc.fits(nbytes):
-            raise ValueError(f"a {nbytes}-byte block does not fit the host tier's "
-                             f"{self.alloc.slab_bytes}-byte slabs")
+            raise ValueError(
+                f"a {nbytes}-byte block does not fit the host tier's "
+                f"{self.alloc.slab_bytes}-byte slabs"
+            )
         out: list[Slot] = []
         while len(out) < count:
             with self._lock:
@@ -235,8 +248,9 @@ class TieredStore:
             self.work.set()
         return out
 
-    def commit(self, blocks: list[tuple[Slot, int, str, int]],
-               unused: list[Slot]) -> tuple[int, int, int]:
+    def commit(
+        self, blocks: list[tuple[Slot, int, str, int]], unused: list[Slot]
+    ) -> tuple[int, int, int]:
         """Blocks written into reserved slots: (slot, hash, layout, checksum) each.
         Returns (stored, duplicates, rejected)."""
         stored = dups = rejected = 0
@@ -288,7 +302,8 @@ class TieredStore:
             return False
         self.segment.write(slots[0].offset, block.data)
         stored, dups, _ = self.commit(
-            [(slots[0], block.block_hash, block.layout, block.checksum)], [])
+            [(slots[0], block.block_hash, block.layout, block.checksum)], []
+        )
         return stored + dups == 1
 
     # -- readers -------------------------------------------------------------------------------
@@ -315,8 +330,12 @@ class TieredStore:
                     i += 1
                     continue
                 if not promote:
-                    on_disk = sum(1 for _ in itertools.takewhile(
-                        lambda x: x in self._dir and self._dir[x].tier is Tier.DISK, hashes[i:]))
+                    on_disk = sum(
+                        1
+                        for _ in itertools.takewhile(
+                            lambda x: x in self._dir and self._dir[x].tier is Tier.DISK, hashes[i:]
+                        )
+                    )
                     break
             if not self._promote(h):
                 break
@@ -326,8 +345,7 @@ class TieredStore:
         if pinned:
             lease = next(self._lease_ids)
             with self._lock:
-                self._leases[lease] = _Lease([p.block_hash for p in pinned],
-                                             now + self.lease_ttl_s)
+                self._leases[lease] = _Lease([p.block_hash for p in pinned], now + self.lease_ttl_s)
         return pinned, lease, on_disk
 
     def release(self, lease_ids: list[int], moved: bool) -> None:
@@ -405,9 +423,14 @@ class TieredStore:
         now = self.clock()
         with self._lock:
             # A block a live request is about to read stays, however cold it looks.
-            victims = sorted((e for e in self._dir.values() if self._movable(e)
-                              and not self._heat_of(e, now).live_refs),
-                             key=lambda e: self.policy.priority(self._heat_of(e, now), now))
+            victims = sorted(
+                (
+                    e
+                    for e in self._dir.values()
+                    if self._movable(e) and not self._heat_of(e, now).live_refs
+                ),
+                key=lambda e: self.policy.priority(self._heat_of(e, now), now),
+            )
         for e in victims:
             if self._committed_bytes() <= target:
                 break
@@ -446,22 +469,22 @@ class TieredStore:
         with self._lock:
             e.moving = False
             self._moved.notify_all()
-            if self._dir.get(h) is not e:   # handed over or dropped while we copied
+            if self._dir.get(h) is not e:  # handed over or dropped while we copied
                 undo = ok
-            elif e.free_on_unpin and not e.pins:   # handed over while we copied
+            elif e.free_on_unpin and not e.pins:  # handed over while we copied
                 self._remove_locked(e)
                 self.counters.handed_over += 1
                 undo = ok
-            elif not ok and e.nbytes > self.disk.capacity_bytes:   # no tier below can hold it
+            elif not ok and e.nbytes > self.disk.capacity_bytes:  # no tier below can hold it
                 self._remove_locked(e)
                 self.counters.host_evictions += 1
                 return True
-            elif not ok:                     # the host copy no longer matches its checksum
+            elif not ok:  # the host copy no longer matches its checksum
                 self.counters.checksum_failures += 1
                 self.counters.dropped_corrupt += 1
                 self._remove_locked(e)
                 return True
-            elif e.pins:                     # a reader pinned it meanwhile: keep it in host
+            elif e.pins:  # a reader pinned it meanwhile: keep it in host
                 undo = True
             else:
                 self.alloc.free(e.offset)
@@ -537,8 +560,11 @@ class TieredStore:
         now = self.clock()
         with self._lock:
             for lease_id in [k for k, v in self._leases.items() if v.expires <= now]:
-                log.warning("lease %d expired with %d blocks pinned (a reader died?)", lease_id,
-                            len(self._leases[lease_id].hashes))
+                log.warning(
+                    "lease %d expired with %d blocks pinned (a reader died?)",
+                    lease_id,
+                    len(self._leases[lease_id].hashes),
+                )
                 self._unpin(self._leases.pop(lease_id).hashes, moved=False)
             for off in [k for k, (_, exp, _) in self._reserved.items() if exp <= now]:
                 nbytes, _, _ = self._reserved.pop(off)

@@ -28,7 +28,7 @@ from strata.policy.clock import Clock
 from strata.policy.registry import TenantLoad
 from strata.policy.scheduling.fair_queue import URGENT_FRACTION, NodeQueue, QueueItem
 
-TICK_S = 0.05          # how often a non-empty queue is looked at again (urgency, new replicas)
+TICK_S = 0.05  # how often a non-empty queue is looked at again (urgency, new replicas)
 MIN_RATE_BUSY_S = 0.05  # busy seconds a tokens-per-second window needs before it counts
 
 
@@ -43,8 +43,8 @@ class Lease:
     item: QueueItem
     replica: Replica
     priority: int
-    queued_s: float          # time spent in the node's queue
-    beyond_cap: bool         # sent past the worker's slots so its engine preempts a lower class
+    queued_s: float  # time spent in the node's queue
+    beyond_cap: bool  # sent past the worker's slots so its engine preempts a lower class
 
 
 @dataclass(slots=True)
@@ -55,18 +55,24 @@ class _Rate:
 
 
 class Dispatcher:
-    def __init__(self, replicas: ReplicaSet, queue: NodeQueue, clock: Clock,
-                 tick_s: float = TICK_S, urgent_fraction: float = URGENT_FRACTION) -> None:
+    def __init__(
+        self,
+        replicas: ReplicaSet,
+        queue: NodeQueue,
+        clock: Clock,
+        tick_s: float = TICK_S,
+        urgent_fraction: float = URGENT_FRACTION,
+    ) -> None:
         self.replicas = replicas
         self.queue = queue
         self.clock = clock
         self.tick_s = tick_s
         self.urgent_fraction = urgent_fraction
-        self.beyond_cap = 0                      # requests sent past a worker's slots, ever
+        self.beyond_cap = 0  # requests sent past a worker's slots, ever
         self._waiters: dict[str, asyncio.Future[Lease]] = {}
         # Requests dispatched and not released yet, by replica id, then request id.
         self._running: dict[str, dict[str, QueueItem]] = {}
-        self._rates: dict[str, _Rate] = {}       # by replica id
+        self._rates: dict[str, _Rate] = {}  # by replica id
         self._timer: asyncio.TimerHandle | None = None
 
     # -- the caller's side ---------------------------------------------------------------------
@@ -84,7 +90,7 @@ class Dispatcher:
             return await fut
         except asyncio.CancelledError:
             if fut.done() and not fut.cancelled() and fut.exception() is None:
-                self.release(fut.result())   # dispatched as the caller went away
+                self.release(fut.result())  # dispatched as the caller went away
             else:
                 self._waiters.pop(item.request_id, None)
                 self.queue.remove(item.request_id)
@@ -106,9 +112,11 @@ class Dispatcher:
         class."""
         while (item := self.queue.pop_next(self._acceptable)) is not None:
             replica = self._free_slot(item)
-            if replica is None:      # accepted because no replica takes the model any more
-                self._fail(item, NoReplica(
-                    f"no replica of {item.model!r} on this node takes requests any more"))
+            if replica is None:  # accepted because no replica takes the model any more
+                self._fail(
+                    item,
+                    NoReplica(f"no replica of {item.model!r} on this node takes requests any more"),
+                )
             else:
                 self._dispatch(item, replica, beyond_cap=False)
         if self.queue.classes and len(self.queue):
@@ -128,8 +136,11 @@ class Dispatcher:
             named = self.replicas.pick(item.model, item.replica_id)
             if named is not None and named.replica_id == item.replica_id:
                 return [named]
-        return [r for r in self.replicas.replicas.values()
-                if r.model == item.model and r.state is State.READY and r.stub is not None]
+        return [
+            r
+            for r in self.replicas.replicas.values()
+            if r.model == item.model and r.state is State.READY and r.stub is not None
+        ]
 
     def cap(self, replica: Replica) -> int | None:
         """Requests the replica's worker takes at once; None until its stats say."""
@@ -174,14 +185,15 @@ class Dispatcher:
     def _dispatch(self, item: QueueItem, replica: Replica, beyond_cap: bool) -> None:
         fut = self._waiters.pop(item.request_id, None)
         if fut is None or fut.done():
-            return   # its caller went away in the same loop turn: nothing to send
+            return  # its caller went away in the same loop turn: nothing to send
         self._running.setdefault(replica.replica_id, {})[item.request_id] = item
         replica.in_flight += 1
         if beyond_cap:
             self.beyond_cap += 1
         priority = item.priority if self.queue.classes else 0
-        fut.set_result(Lease(item, replica, priority, self.clock.now() - item.enqueued_s,
-                             beyond_cap))
+        fut.set_result(
+            Lease(item, replica, priority, self.clock.now() - item.enqueued_s, beyond_cap)
+        )
 
     def _fail(self, item: QueueItem, err: Exception) -> None:
         fut = self._waiters.pop(item.request_id, None)
@@ -200,7 +212,7 @@ class Dispatcher:
     # -- figures -------------------------------------------------------------------------------
     def tenant_loads(self) -> list[TenantLoad]:
         """Per tenant, running and queued requests and their reserved tokens, by tenant name."""
-        out: dict[str, list[int]] = {}     # tenant -> [priority, running, queued, tokens]
+        out: dict[str, list[int]] = {}  # tenant -> [priority, running, queued, tokens]
         for running in self._running.values():
             for item in running.values():
                 f = out.setdefault(item.tenant, [item.priority, 0, 0, 0])

@@ -33,8 +33,10 @@ from typing import Protocol
 log = logging.getLogger(__name__)
 
 POWERCAP_ROOT = "/sys/class/powercap"
+
+
 class EnergySource(enum.StrEnum):
-    AUTO = "auto"       # nvml, else rapl, else the power model
+    AUTO = "auto"  # nvml, else rapl, else the power model
     NVML = "nvml"
     RAPL = "rapl"
     MODEL = "model"
@@ -67,8 +69,10 @@ class PowerModel:
 
     def __post_init__(self) -> None:
         if not 0 <= self.idle_watts <= self.tdp_watts:
-            raise ValueError(f"the power model needs 0 <= idle watts <= TDP watts, got idle "
-                             f"{self.idle_watts} and TDP {self.tdp_watts}")
+            raise ValueError(
+                f"the power model needs 0 <= idle watts <= TDP watts, got idle "
+                f"{self.idle_watts} and TDP {self.tdp_watts}"
+            )
 
     def watts(self, utilization: float) -> float:
         u = min(max(utilization, 0.0), 1.0)
@@ -106,8 +110,13 @@ class RaplCounter:
             if (top and name == "psys") or (not top and name != "dram"):
                 continue
             try:
-                zones.append(_RaplZone(path, int(_read_text(
-                    os.path.join(path, "max_energy_range_uj"))), _read_uj(path)))
+                zones.append(
+                    _RaplZone(
+                        path,
+                        int(_read_text(os.path.join(path, "max_energy_range_uj"))),
+                        _read_uj(path),
+                    )
+                )
             except (OSError, ValueError):
                 continue  # unreadable (root only) or malformed: not a zone we can use
         return cls(zones) if zones else None
@@ -171,8 +180,7 @@ def _pynvml_reader() -> Callable[[], int] | None:
         return None
     try:
         pynvml.nvmlInit()
-        handles = [pynvml.nvmlDeviceGetHandleByIndex(i)
-                   for i in range(pynvml.nvmlDeviceGetCount())]
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
     except pynvml.NVMLError:
         return None
     if not handles:
@@ -183,6 +191,7 @@ def _pynvml_reader() -> Callable[[], int] | None:
             return sum(pynvml.nvmlDeviceGetTotalEnergyConsumption(h) for h in handles)
         except pynvml.NVMLError as err:
             raise EnergyCounterError(f"NVML energy counter: {err}") from err
+
     return read
 
 
@@ -212,11 +221,11 @@ def _libnvml_reader() -> Callable[[], int] | None:
                 raise EnergyCounterError(f"NVML energy counter: nvmlReturn_t {code}")
             total += mj.value
         return total
+
     return read
 
 
-def open_counter(source: str = "auto", powercap_root: str = POWERCAP_ROOT
-                 ) -> EnergyCounter | None:
+def open_counter(source: str = "auto", powercap_root: str = POWERCAP_ROOT) -> EnergyCounter | None:
     """The counter for source (see SOURCES); None means the power model. Asking for nvml or
     rapl where it cannot be read raises ValueError saying so."""
     if source not in SOURCES:
@@ -227,21 +236,25 @@ def open_counter(source: str = "auto", powercap_root: str = POWERCAP_ROOT
         counter = NvmlCounter.open()
         if counter is not None or source == "nvml":
             if counter is None:
-                raise ValueError("energy source nvml asked for, but no NVIDIA GPU with an "
-                                 "energy counter is visible through NVML")
+                raise ValueError(
+                    "energy source nvml asked for, but no NVIDIA GPU with an "
+                    "energy counter is visible through NVML"
+                )
             return counter
     counter = RaplCounter.open(powercap_root)
     if counter is None and source == "rapl":
-        raise ValueError(f"energy source rapl asked for, but no RAPL zone under "
-                         f"{powercap_root} is readable (energy_uj is usually root-only)")
+        raise ValueError(
+            f"energy source rapl asked for, but no RAPL zone under "
+            f"{powercap_root} is readable (energy_uj is usually root-only)"
+        )
     return counter
 
 
 @dataclass(slots=True, frozen=True)
 class EnergyReading:
-    joules: float    # cumulative since the meter started
-    watts: float     # mean power over the interval since the previous reading
-    source: str      # nvml | rapl | model
+    joules: float  # cumulative since the meter started
+    watts: float  # mean power over the interval since the previous reading
+    source: str  # nvml | rapl | model
 
 
 class EnergyMeter:
@@ -249,8 +262,12 @@ class EnergyMeter:
     none. A counter that fails later hands over to the model for good (logged once), so a
     node keeps reporting; its samples then say `model`."""
 
-    def __init__(self, counter: EnergyCounter | None, model: PowerModel,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        counter: EnergyCounter | None,
+        model: PowerModel,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.model = model
         self._clock = clock
         self._counter = counter

@@ -23,10 +23,16 @@ log = logging.getLogger(__name__)
 
 # How a dead worker's stream ends: the connection drops (UNAVAILABLE), or the transport breaks
 # mid-message (INTERNAL, UNKNOWN, CANCELLED). The worker's process state decides, not the code.
-FAILOVER_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL,
-                            grpc.StatusCode.UNKNOWN, grpc.StatusCode.CANCELLED})
-EXIT_GRACE_S = 0.5       # a broken stream may be seen before the node reaps the worker's exit
-TAKEOVER_WAIT_S = 2.0    # a promotion takes milliseconds; longer means no standby was warm
+FAILOVER_CODES = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.CANCELLED,
+    }
+)
+EXIT_GRACE_S = 0.5  # a broken stream may be seen before the node reaps the worker's exit
+TAKEOVER_WAIT_S = 2.0  # a promotion takes milliseconds; longer means no standby was warm
 POLL_S = 0.005
 
 
@@ -35,9 +41,14 @@ class WorkerLost(Exception):
 
 
 async def generate_with_failover(
-        replicas: ReplicaSet, replica: Replica, request: worker_pb2.WorkerGenerateRequest,
-        timeout_s: float | None, *, node_id: str = "",
-        takeover_wait_s: float = TAKEOVER_WAIT_S) -> AsyncIterator[common_pb2.GenerationChunk]:
+    replicas: ReplicaSet,
+    replica: Replica,
+    request: worker_pb2.WorkerGenerateRequest,
+    timeout_s: float | None,
+    *,
+    node_id: str = "",
+    takeover_wait_s: float = TAKEOVER_WAIT_S,
+) -> AsyncIterator[common_pb2.GenerationChunk]:
     """Stream `request` from `replica`, resuming on a takeover replica if its worker dies.
 
     A worker error with the worker alive, or a non-failover code, is raised as is; so is the
@@ -52,7 +63,7 @@ async def generate_with_failover(
         target = current
         attempt = request if target is replica else _resumed(request, streamed)
         if target is not replica:
-            target.in_flight += 1       # the caller counts the replica it picked, we the others
+            target.in_flight += 1  # the caller counts the replica it picked, we the others
         call = target.stub.Generate(attempt, timeout=_left(loop, deadline))
         try:
             async for chunk in call:
@@ -63,28 +74,45 @@ async def generate_with_failover(
             if err.code() not in FAILOVER_CODES or not await _died(loop, target, deadline):
                 raise
             dead.append(target)
-            wait = takeover_wait_s if deadline is None else \
-                max(0.0, min(takeover_wait_s, deadline - loop.time()))
-            log.warning("worker %s (%s) died after %d tokens of request %s (%s); waiting up to "
-                        "%.1f s for a replica to take over", target.replica_id, target.address,
-                        len(streamed) - already, request.request_id, err.code().name, wait)
+            wait = (
+                takeover_wait_s
+                if deadline is None
+                else max(0.0, min(takeover_wait_s, deadline - loop.time()))
+            )
+            log.warning(
+                "worker %s (%s) died after %d tokens of request %s (%s); waiting up to "
+                "%.1f s for a replica to take over",
+                target.replica_id,
+                target.address,
+                len(streamed) - already,
+                request.request_id,
+                err.code().name,
+                wait,
+            )
             current = await _successor(loop, replicas, target, dead, loop.time() + wait)
             if current is None:
                 raise WorkerLost(
                     f"worker {target.replica_id} of node {node_id} failed after "
                     f"{len(streamed) - already} tokens and no replica took over within "
-                    f"{wait:.1f} s; retry") from err
-            log.warning("request %s resumes on %s (%s) after %d tokens", request.request_id,
-                        current.replica_id, current.address, len(streamed) - already)
+                    f"{wait:.1f} s; retry"
+                ) from err
+            log.warning(
+                "request %s resumes on %s (%s) after %d tokens",
+                request.request_id,
+                current.replica_id,
+                current.address,
+                len(streamed) - already,
+            )
         finally:
             if not call.done():
-                call.cancel()           # the caller went away: stop the worker's generation
+                call.cancel()  # the caller went away: stop the worker's generation
             if target is not replica:
                 target.in_flight -= 1
 
 
-def _resumed(request: worker_pb2.WorkerGenerateRequest,
-             streamed: list[int]) -> worker_pb2.WorkerGenerateRequest:
+def _resumed(
+    request: worker_pb2.WorkerGenerateRequest, streamed: list[int]
+) -> worker_pb2.WorkerGenerateRequest:
     again = worker_pb2.WorkerGenerateRequest()
     again.CopyFrom(request)
     del again.resume_output_ids[:]
@@ -96,8 +124,7 @@ def _left(loop: asyncio.AbstractEventLoop, deadline: float | None) -> float | No
     return None if deadline is None else max(0.0, deadline - loop.time())
 
 
-async def _died(loop: asyncio.AbstractEventLoop, replica: Replica,
-                deadline: float | None) -> bool:
+async def _died(loop: asyncio.AbstractEventLoop, replica: Replica, deadline: float | None) -> bool:
     """Whether the replica's worker is gone (FAILED or its process exited), allowing the node a
     moment to notice an exit that broke the stream first."""
     until = loop.time() + EXIT_GRACE_S
@@ -111,8 +138,13 @@ async def _died(loop: asyncio.AbstractEventLoop, replica: Replica,
         await asyncio.sleep(POLL_S)
 
 
-async def _successor(loop: asyncio.AbstractEventLoop, replicas: ReplicaSet, failed: Replica,
-                     dead: list[Replica], until: float) -> Replica | None:
+async def _successor(
+    loop: asyncio.AbstractEventLoop,
+    replicas: ReplicaSet,
+    failed: Replica,
+    dead: list[Replica],
+    until: float,
+) -> Replica | None:
     """A READY replica of the model to resume on: the standby promoted under the failed
     replica's id when there is one, else the least busy other READY replica."""
     while True:

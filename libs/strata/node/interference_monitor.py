@@ -33,13 +33,17 @@ class StepCounters:
 
 @dataclass(slots=True, frozen=True)
 class NodeInterference:
-    interference: float     # 1.0: none
+    interference: float  # 1.0: none
     safety_margin: float
 
 
 class InterferenceMonitor:
-    def __init__(self, estimator: EstimatorSettings = EstimatorSettings(),
-                 margin: MarginSettings = MarginSettings(), clock: Clock = WallClock()) -> None:
+    def __init__(
+        self,
+        estimator: EstimatorSettings = EstimatorSettings(),
+        margin: MarginSettings = MarginSettings(),
+        clock: Clock = WallClock(),
+    ) -> None:
         self.clock = clock
         self.settings = estimator
         self.margin = SafetyMargin(clock, margin)
@@ -57,16 +61,14 @@ class InterferenceMonitor:
         for rid, now in counters.items():
             before = self._last.get(rid)
             self._last[rid] = now
-            if before is None or now.observed_s < before.observed_s \
-                    or now.solo_s < before.solo_s:
+            if before is None or now.observed_s < before.observed_s or now.solo_s < before.solo_s:
                 continue
             grown_solo = now.solo_s - before.solo_s
             if grown_solo <= 0:
-                continue      # idle, or a worker without a profile (its counters stay 0)
+                continue  # idle, or a worker without a profile (its counters stay 0)
             estimator = self._estimators.get(rid)
             if estimator is None:
-                estimator = self._estimators[rid] = InterferenceEstimator(self.clock,
-                                                                          self.settings)
+                estimator = self._estimators[rid] = InterferenceEstimator(self.clock, self.settings)
             estimator.observe(now.observed_s - before.observed_s, grown_solo)
         ratio = self.interference()
         return NodeInterference(ratio, self.margin.update(ratio))

@@ -43,7 +43,7 @@ class State(enum.Enum):
     READY = "ready"
     DRAINING = "draining"
     FAILED = "failed"
-    STANDBY = "standby"     # a hot standby: loading, then warm; takes no request until promoted
+    STANDBY = "standby"  # a hot standby: loading, then warm; takes no request until promoted
 
 
 @dataclass(slots=True)
@@ -57,10 +57,10 @@ class ReplicaStats:
     blocks_free: int = 0
     context_length: int = 0
     memory_bytes: int = 0
-    waiting_for_memory: int = 0     # admitted requests held back: no KV block free anywhere
-    max_seqs: int = 0               # requests one engine step can hold (0 = not reported)
-    block_size: int = 0             # tokens per KV block (0 = not reported)
-    prefill_tokens_per_s: float = 0.0   # the engine's prefill throughput (0: not measured yet)
+    waiting_for_memory: int = 0  # admitted requests held back: no KV block free anywhere
+    max_seqs: int = 0  # requests one engine step can hold (0 = not reported)
+    block_size: int = 0  # tokens per KV block (0 = not reported)
+    prefill_tokens_per_s: float = 0.0  # the engine's prefill throughput (0: not measured yet)
     counters: EngineCounters = field(default_factory=EngineCounters)
 
 
@@ -75,8 +75,8 @@ class Replica:
     error: str = ""
     stats: ReplicaStats = field(default_factory=ReplicaStats)
     stub: worker_pb2_grpc.WorkerStub | None = None
-    stopping: bool = False          # past its routing grace: takes no new request
-    warm: bool = False              # a standby whose model is loaded: it can take over at once
+    stopping: bool = False  # past its routing grace: takes no new request
+    warm: bool = False  # a standby whose model is loaded: it can take over at once
     _channel: object = None
 
     def connect(self) -> None:
@@ -90,12 +90,12 @@ class Takeover:
     """A warm standby promoted in place of a READY worker that died."""
 
     model: str
-    replica_id: str         # the dead replica's id, which the standby serves under now
-    standby_id: str         # the standby's id before its promotion
+    replica_id: str  # the dead replica's id, which the standby serves under now
+    standby_id: str  # the standby's id before its promotion
     failed_address: str
     address: str
     exit_code: int
-    seconds: float          # from the node seeing the worker's exit to the standby READY
+    seconds: float  # from the node seeing the worker's exit to the standby READY
     unix_time: float
 
 
@@ -106,12 +106,17 @@ def free_port() -> int:
 
 
 class ReplicaSet:
-    def __init__(self, worker_settings: dict[str, object], ready_timeout_s: float = 600.0,
-                 routing_grace_s: float = 2.0, standby_per_model: int = 0,
-                 pids: WorkerPids | None = None):
+    def __init__(
+        self,
+        worker_settings: dict[str, object],
+        ready_timeout_s: float = 600.0,
+        routing_grace_s: float = 2.0,
+        standby_per_model: int = 0,
+        pids: WorkerPids | None = None,
+    ):
         # Every worker's settings but its model, replica id and port (services.worker.config)
         self.worker_settings = worker_settings
-        self.pids = pids            # where worker pids are recorded (None: nowhere)
+        self.pids = pids  # where worker pids are recorded (None: nowhere)
         self.ready_timeout_s = ready_timeout_s
         self.standby_per_model = standby_per_model
         self.takeovers: deque[Takeover] = deque(maxlen=100)
@@ -131,10 +136,15 @@ class ReplicaSet:
 
     def _new_replica(self, model: str, rid: str, state: State) -> Replica:
         address = f"127.0.0.1:{free_port()}"
-        settings = {**self.worker_settings, "worker_bind": address, "model": model,
-                    "replica_id": rid}
-        replica = Replica(rid, model, address, WorkerProcess(rid, address, settings, self.pids),
-                          state=state)
+        settings = {
+            **self.worker_settings,
+            "worker_bind": address,
+            "model": model,
+            "replica_id": rid,
+        }
+        replica = Replica(
+            rid, model, address, WorkerProcess(rid, address, settings, self.pids), state=state
+        )
         self.replicas[rid] = replica
         self._spawn(self._start(replica))
         return replica
@@ -146,19 +156,21 @@ class ReplicaSet:
             replica.state, replica.error = State.FAILED, str(err)
             log.error("replica %s failed to start: %s", replica.replica_id, err)
             return
-        if replica.state is State.DRAINING:   # unloaded while it loaded
+        if replica.state is State.DRAINING:  # unloaded while it loaded
             await replica.process.stop()
             return
         replica.connect()
         await self.refresh(replica)
         if replica.state is State.STANDBY:
             replica.warm = True
-            log.info("standby %s of %s warm on %s", replica.replica_id, replica.model,
-                     replica.address)
+            log.info(
+                "standby %s of %s warm on %s", replica.replica_id, replica.model, replica.address
+            )
         else:
             replica.state = State.READY
-            log.info("replica %s of %s ready on %s", replica.replica_id, replica.model,
-                     replica.address)
+            log.info(
+                "replica %s of %s ready on %s", replica.replica_id, replica.model, replica.address
+            )
             self._ensure_standbys(replica.model)
         code = await replica.process.wait()
         self._exited(replica, code)
@@ -171,37 +183,62 @@ class ReplicaSet:
         was_standby = replica.state is State.STANDBY
         replica.state = State.FAILED
         replica.error = f"worker process exited with code {code}"
-        log.error("%s %s died: %s", "standby" if was_standby else "replica",
-                  replica.replica_id, replica.error)
+        log.error(
+            "%s %s died: %s",
+            "standby" if was_standby else "replica",
+            replica.replica_id,
+            replica.error,
+        )
         if not was_standby:
             self._take_over(replica, code, seen)
         self._ensure_standbys(replica.model)
 
     def _take_over(self, dead: Replica, code: int, seen: float) -> None:
-        standby = next((r for r in self.replicas.values()
-                        if r.model == dead.model and r.state is State.STANDBY and r.warm
-                        and r.process.alive), None)
+        standby = next(
+            (
+                r
+                for r in self.replicas.values()
+                if r.model == dead.model and r.state is State.STANDBY and r.warm and r.process.alive
+            ),
+            None,
+        )
         if standby is None or self.replicas.get(dead.replica_id) is not dead:
             return
         standby_id = standby.replica_id
         del self.replicas[standby_id]
         standby.replica_id = dead.replica_id
         standby.state = State.READY
-        self.replicas[dead.replica_id] = standby     # in the dead one's place: never reported
-        took = Takeover(dead.model, dead.replica_id, standby_id, dead.address, standby.address,
-                        code, time.perf_counter() - seen, time.time())
+        self.replicas[dead.replica_id] = standby  # in the dead one's place: never reported
+        took = Takeover(
+            dead.model,
+            dead.replica_id,
+            standby_id,
+            dead.address,
+            standby.address,
+            code,
+            time.perf_counter() - seen,
+            time.time(),
+        )
         self.takeovers.append(took)
-        log.warning("replica %s of %s: standby %s on %s took over from the dead worker on %s in "
-                    "%.2f ms", took.replica_id, took.model, standby_id, standby.address,
-                    dead.address, took.seconds * 1000)
+        log.warning(
+            "replica %s of %s: standby %s on %s took over from the dead worker on %s in %.2f ms",
+            took.replica_id,
+            took.model,
+            standby_id,
+            standby.address,
+            dead.address,
+            took.seconds * 1000,
+        )
 
     def _ensure_standbys(self, model: str) -> None:
         """Start standbys until `model` has standby_per_model, while it has a READY replica."""
         if self.standby_per_model <= 0 or not any(
-                r.model == model and r.state is State.READY for r in self.replicas.values()):
+            r.model == model and r.state is State.READY for r in self.replicas.values()
+        ):
             return
-        have = sum(1 for r in self.replicas.values()
-                   if r.model == model and r.state is State.STANDBY)
+        have = sum(
+            1 for r in self.replicas.values() if r.model == model and r.state is State.STANDBY
+        )
         for _ in range(self.standby_per_model - have):
             self._new_replica(model, f"{model}-standby-{next(self._ids)}", State.STANDBY)
 
@@ -213,17 +250,26 @@ class ReplicaSet:
         """Drain and stop `model`'s replicas (one when named); its standbys go too once no
         LOADING or READY replica of it is left. Returns how many replicas were unloaded."""
         mine = [r for r in self.replicas.values() if r.model == model]
-        targets = [r for r in mine if (r.replica_id == replica_id if replica_id
-                                       else r.state is not State.STANDBY)]
+        targets = [
+            r
+            for r in mine
+            if (r.replica_id == replica_id if replica_id else r.state is not State.STANDBY)
+        ]
         chosen = {id(r) for r in targets}
-        serving_left = any(r.state in (State.LOADING, State.READY) and id(r) not in chosen
-                           for r in mine)
-        standbys = [] if serving_left else [r for r in mine
-                                            if r.state is State.STANDBY and id(r) not in chosen]
+        serving_left = any(
+            r.state in (State.LOADING, State.READY) and id(r) not in chosen for r in mine
+        )
+        standbys = (
+            []
+            if serving_left
+            else [r for r in mine if r.state is State.STANDBY and id(r) not in chosen]
+        )
         for r in targets + standbys:
-            r.state = State.DRAINING        # from here on its exit is ours, not a failure
-        await asyncio.gather(*(self._drain_and_stop(r, drain_timeout_s) for r in targets),
-                             *(self._drain_and_stop(r, 0.0) for r in standbys))
+            r.state = State.DRAINING  # from here on its exit is ours, not a failure
+        await asyncio.gather(
+            *(self._drain_and_stop(r, drain_timeout_s) for r in targets),
+            *(self._drain_and_stop(r, 0.0) for r in standbys),
+        )
         return len(targets)
 
     async def _drain_and_stop(self, replica: Replica, drain_timeout_s: float) -> None:
@@ -243,9 +289,14 @@ class ReplicaSet:
         `model` with least work."""
         if replica_id:
             r = self.replicas.get(replica_id)
-            if r is not None and r.model == model and (
-                    r.state is State.READY or (r.state is State.DRAINING and not r.stopping
-                                               and r.stub is not None)):
+            if (
+                r is not None
+                and r.model == model
+                and (
+                    r.state is State.READY
+                    or (r.state is State.DRAINING and not r.stopping and r.stub is not None)
+                )
+            ):
                 return r
         ready = [r for r in self.replicas.values() if r.model == model and r.state is State.READY]
         return min(ready, key=lambda r: (r.in_flight, r.stats.queued_tokens), default=None)
@@ -255,12 +306,19 @@ class ReplicaSet:
             return
         s = await replica.stub.GetStats(worker_pb2.GetStatsRequest(), timeout=2.0)
         replica.stats = ReplicaStats(
-            running=s.running_requests, waiting=s.waiting_requests,
-            queued_tokens=s.queued_tokens, blocks_total=s.kv_blocks_total,
-            blocks_free=s.kv_blocks_free, context_length=s.context_length,
-            memory_bytes=s.memory_bytes, waiting_for_memory=s.waiting_for_memory,
-            max_seqs=s.max_seqs, block_size=s.kv_block_size,
-            prefill_tokens_per_s=s.prefill_tokens_per_s, counters=EngineCounters.from_pb(s))
+            running=s.running_requests,
+            waiting=s.waiting_requests,
+            queued_tokens=s.queued_tokens,
+            blocks_total=s.kv_blocks_total,
+            blocks_free=s.kv_blocks_free,
+            context_length=s.context_length,
+            memory_bytes=s.memory_bytes,
+            waiting_for_memory=s.waiting_for_memory,
+            max_seqs=s.max_seqs,
+            block_size=s.kv_block_size,
+            prefill_tokens_per_s=s.prefill_tokens_per_s,
+            counters=EngineCounters.from_pb(s),
+        )
 
     async def refresh_ready(self) -> None:
         """Refresh every READY replica's stats; one that does not answer keeps its last ones."""
@@ -269,8 +327,9 @@ class ReplicaSet:
                 try:
                     await self.refresh(r)
                 except grpc.aio.AioRpcError as err:
-                    log.warning("stats of replica %s unavailable: %s", r.replica_id,
-                                err.code().name)
+                    log.warning(
+                        "stats of replica %s unavailable: %s", r.replica_id, err.code().name
+                    )
 
     def reap_failed(self) -> list[Replica]:
         """Remove FAILED replicas (after they were reported once) and return them."""

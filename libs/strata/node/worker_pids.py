@@ -40,11 +40,14 @@ class WorkerPids:
     def record(self, pid: int, replica_id: str) -> None:
         ticks = start_ticks(pid)
         if ticks is None:
-            return          # already gone
+            return  # already gone
         path = self.dir / f"{pid}.json"
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"pid": pid, "start_ticks": ticks, "replica_id": replica_id,
-                                   "parent": os.getpid()}))
+        tmp.write_text(
+            json.dumps(
+                {"pid": pid, "start_ticks": ticks, "replica_id": replica_id, "parent": os.getpid()}
+            )
+        )
         tmp.replace(path)
 
     def forget(self, pid: int) -> None:
@@ -56,7 +59,7 @@ class WorkerPids:
             try:
                 out.append(json.loads(path.read_text()))
             except (OSError, ValueError):
-                path.unlink(missing_ok=True)      # half-written by a process that died
+                path.unlink(missing_ok=True)  # half-written by a process that died
         return out
 
     def reap_leftovers(self, timeout_s: float = 10.0) -> list[int]:
@@ -66,12 +69,15 @@ class WorkerPids:
         for entry in self.recorded():
             pid = int(entry["pid"])
             if start_ticks(pid) != entry["start_ticks"]:
-                self.forget(pid)                 # gone, or the pid belongs to another process
+                self.forget(pid)  # gone, or the pid belongs to another process
                 continue
             if parent_of(pid) == entry.get("parent"):
-                continue                         # its node manager lives: not a leftover
-            log.warning("killing worker %s (pid %d) left by a previous node manager",
-                        entry.get("replica_id", "?"), pid)
+                continue  # its node manager lives: not a leftover
+            log.warning(
+                "killing worker %s (pid %d) left by a previous node manager",
+                entry.get("replica_id", "?"),
+                pid,
+            )
             try:
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)

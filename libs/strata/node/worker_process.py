@@ -36,8 +36,13 @@ class WorkerStartError(RuntimeError):
 
 
 class WorkerProcess:
-    def __init__(self, replica_id: str, address: str, settings: dict[str, object],
-                 pids: WorkerPids | None = None):
+    def __init__(
+        self,
+        replica_id: str,
+        address: str,
+        settings: dict[str, object],
+        pids: WorkerPids | None = None,
+    ):
         self.replica_id = replica_id
         self.address = address
         self.settings = settings
@@ -48,9 +53,13 @@ class WorkerProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("STRATA_")}
         env[WORKER_CONFIG_ENV] = json.dumps(self.settings, default=str)
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "services.worker", cwd=str(REPO_ROOT),
+            sys.executable,
+            "-m",
+            "services.worker",
+            cwd=str(REPO_ROOT),
             env=child_env(env, signal.SIGKILL),
-            start_new_session=True)  # a terminal Ctrl-C must not bypass the node manager
+            start_new_session=True,
+        )  # a terminal Ctrl-C must not bypass the node manager
         if self.pids is not None:
             self.pids.record(self.proc.pid, self.replica_id)
         log.info("worker %s started (pid %d) on %s", self.replica_id, self.proc.pid, self.address)
@@ -63,8 +72,10 @@ class WorkerProcess:
             stub = health_pb2_grpc.HealthStub(ch)
             while True:
                 if self.proc is not None and self.proc.returncode is not None:
-                    raise WorkerStartError(f"worker {self.replica_id} exited with code "
-                                           f"{self.proc.returncode} while loading")
+                    raise WorkerStartError(
+                        f"worker {self.replica_id} exited with code "
+                        f"{self.proc.returncode} while loading"
+                    )
                 try:
                     resp = await stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
                     if resp.status == health_pb2.HealthCheckResponse.SERVING:
@@ -73,8 +84,9 @@ class WorkerProcess:
                     pass  # not listening yet: the model is still loading
                 if loop.time() > deadline:
                     await self.stop()
-                    raise WorkerStartError(f"worker {self.replica_id} not serving after "
-                                           f"{timeout_s:.0f}s")
+                    raise WorkerStartError(
+                        f"worker {self.replica_id} not serving after {timeout_s:.0f}s"
+                    )
                 await asyncio.sleep(0.2)
 
     @property
@@ -99,8 +111,7 @@ class WorkerProcess:
         try:
             await asyncio.wait_for(self.proc.wait(), grace_s)
         except TimeoutError:
-            log.warning("worker %s ignored SIGTERM for %.0fs; killing it", self.replica_id,
-                        grace_s)
+            log.warning("worker %s ignored SIGTERM for %.0fs; killing it", self.replica_id, grace_s)
             self.proc.kill()
             await self.proc.wait()
         self._forget()

@@ -1,4 +1,5 @@
-"""Clocks injected into policies: the wall clock for services, a manual one for tests and the simulator."""
+"""Clocks injected into policies: the wall clock for services, a manual one for tests and the
+simulator."""
 
 from __future__ import annotations
 

@@ -30,14 +30,14 @@ class KVSource:
     """A node whose KV tier store holds `blocks` leading blocks of a prompt, to pull from."""
 
     node_id: str
-    address: str        # the node's KV tier store
+    address: str  # the node's KV tier store
     blocks: int
 
 
 @dataclass(slots=True)
 class NodeBlocks:
     store_address: str
-    sequence: int       # the last report applied
+    sequence: int  # the last report applied
     hashes: set[int] = field(default_factory=set)
 
 
@@ -46,8 +46,15 @@ class PrefixIndex:
     _nodes: dict[str, NodeBlocks] = field(default_factory=dict)
     _holders: dict[int, set[str]] = field(default_factory=dict)
 
-    def apply(self, node_id: str, store_address: str, sequence: int, reset: bool,
-              stored: Iterable[int], removed: Iterable[int]) -> bool:
+    def apply(
+        self,
+        node_id: str,
+        store_address: str,
+        sequence: int,
+        reset: bool,
+        stored: Iterable[int],
+        removed: Iterable[int],
+    ) -> bool:
         """Apply one report; True means "send your whole set" (the report was ignored).
 
         A reset replaces the node's set with `stored` and takes any sequence number. Otherwise
@@ -119,8 +126,9 @@ class PrefixIndex:
             depths[node_id] = depth
         return depths
 
-    def best_source(self, hashes: Sequence[int], exclude_node: str = "",
-                    among: Container[str] | None = None) -> KVSource | None:
+    def best_source(
+        self, hashes: Sequence[int], exclude_node: str = "", among: Container[str] | None = None
+    ) -> KVSource | None:
         """The node other than `exclude_node` holding the longest prefix of `hashes`.
 
         Only nodes that reported a store address can serve blocks; `among` narrows the choice

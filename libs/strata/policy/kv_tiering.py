@@ -19,8 +19,8 @@ from typing import Protocol
 @dataclass(slots=True)
 class BlockHeat:
     last_access: float
-    frequency: float = 0.0   # accesses, decayed to `last_access`
-    live_refs: int = 0       # live requests that will read the block (prefetched, not yet read)
+    frequency: float = 0.0  # accesses, decayed to `last_access`
+    live_refs: int = 0  # live requests that will read the block (prefetched, not yet read)
 
     def decayed(self, now: float, half_life_s: float) -> float:
         return self.frequency * math.exp2(-max(0.0, now - self.last_access) / half_life_s)
@@ -55,12 +55,12 @@ class HeatPolicy:
     name: str = "heat"
 
     def priority(self, heat: BlockHeat, now: float) -> float:
-        recency = 1.0 / (1.0 + max(0.0, now - heat.last_access))   # in (0, 1]
+        recency = 1.0 / (1.0 + max(0.0, now - heat.last_access))  # in (0, 1]
         return heat.live_refs * LIVE_REF_WEIGHT + heat.decayed(now, self.half_life_s) + recency
 
 
 class TierPolicyName(enum.StrEnum):
-    HEAT = "heat"       # decayed access frequency, recency as the tie-break
+    HEAT = "heat"  # decayed access frequency, recency as the tie-break
     LRU = "lru"
 
 
@@ -71,5 +71,6 @@ def make_policy(name: str) -> TierPolicy:
     try:
         return POLICIES[name]()
     except KeyError:
-        raise ValueError(f"unknown KV tier policy {name!r}; known: "
-                         f"{', '.join(sorted(POLICIES))}") from None
+        raise ValueError(
+            f"unknown KV tier policy {name!r}; known: {', '.join(sorted(POLICIES))}"
+        ) from None

@@ -28,14 +28,14 @@ class ReplicaPhase(enum.Enum):
     READY = "ready"
     DRAINING = "draining"
     FAILED = "failed"
-    STANDBY = "standby"     # loaded and warm, takes no request until its node promotes it
+    STANDBY = "standby"  # loaded and warm, takes no request until its node promotes it
 
 
 @dataclass(slots=True, frozen=True)
 class ModelInfo:
     name: str
     context_length: int = 0
-    memory_bytes: int = 0       # weights + default KV pool, as the node measured it
+    memory_bytes: int = 0  # weights + default KV pool, as the node measured it
 
 
 @dataclass(slots=True, frozen=True)
@@ -51,9 +51,9 @@ class ReplicaState:
     queued_tokens: int = 0
     kv_blocks_total: int = 0
     kv_blocks_free: int = 0
-    waiting_for_memory: int = 0     # admitted requests held back: every KV tier is full
-    tokens_per_s: float = 0.0       # tokens computed per busy second, measured (0 = not yet)
-    block_size: int = 0             # tokens per KV block, as the worker reported (0 = not yet)
+    waiting_for_memory: int = 0  # admitted requests held back: every KV tier is full
+    tokens_per_s: float = 0.0  # tokens computed per busy second, measured (0 = not yet)
+    block_size: int = 0  # tokens per KV block, as the worker reported (0 = not yet)
     max_seqs: int = 0
 
 
@@ -65,7 +65,7 @@ class TenantLoad:
     priority: int = 1
     running: int = 0
     queued: int = 0
-    tokens: int = 0      # work tokens reserved by its requests there (prompt + max_tokens)
+    tokens: int = 0  # work tokens reserved by its requests there (prompt + max_tokens)
 
 
 @dataclass(slots=True)
@@ -79,10 +79,10 @@ class NodeState:
     replicas: tuple[ReplicaState, ...] = ()
     models: tuple[ModelInfo, ...] = ()
     tenants: tuple[TenantLoad, ...] = ()
-    interference: float = 1.0   # observed step time / solo profile (1 = none)
+    interference: float = 1.0  # observed step time / solo profile (1 = none)
     safety_margin: float = 0.0  # headroom the node asks for (0.2 = plan with 20% to spare)
     standby_workers: int = 0
-    last_seen: float = 0.0      # registry clock, set by NodeRegistry.heartbeat
+    last_seen: float = 0.0  # registry clock, set by NodeRegistry.heartbeat
 
 
 @dataclass(slots=True, frozen=True)
@@ -142,7 +142,7 @@ class NodeRegistry:
         old = self._nodes.get(node.node_id)
         self._nodes[node.node_id] = node
         if old is node:
-            return   # the same report object again (the simulator's unchanged node): only stamped
+            return  # the same report object again (the simulator's unchanged node): only stamped
         self._ever_seen.update(m.name for m in node.models)
         self._ever_seen.update(r.model for r in node.replicas)
         self._unindex(old)
@@ -173,8 +173,9 @@ class NodeRegistry:
             if ready is not None:
                 ready.remove_node(old.node_id)
 
-    def ready_index(self, model: str) -> tuple[list[ReplicaLocation],
-                                               dict[str, list[ReplicaLocation]]]:
+    def ready_index(
+        self, model: str
+    ) -> tuple[list[ReplicaLocation], dict[str, list[ReplicaLocation]]]:
         """The indexed READY replicas of `model` (in no particular order) and the same by node.
         Shared, not copies: read them, never change them. Silent nodes are still in it until
         expire(): check `alive()` on what you pick."""
@@ -196,15 +197,23 @@ class NodeRegistry:
 
     def ready_replicas(self, model: str) -> list[ReplicaLocation]:
         """READY replicas of `model` on live nodes, sorted by (node id, replica id)."""
-        found = [ReplicaLocation(node, r) for node in self.nodes() for r in node.replicas
-                 if r.model == model and r.phase is ReplicaPhase.READY]
+        found = [
+            ReplicaLocation(node, r)
+            for node in self.nodes()
+            for r in node.replicas
+            if r.model == model and r.phase is ReplicaPhase.READY
+        ]
         found.sort(key=lambda loc: (loc.node.node_id, loc.replica.replica_id))
         return found
 
     def replicas(self, model: str) -> list[ReplicaLocation]:
         """Replicas of `model` in any phase on live nodes, sorted by (node id, replica id)."""
-        return [ReplicaLocation(node, r) for node in self.nodes()
-                for r in sorted(node.replicas, key=lambda r: r.replica_id) if r.model == model]
+        return [
+            ReplicaLocation(node, r)
+            for node in self.nodes()
+            for r in sorted(node.replicas, key=lambda r: r.replica_id)
+            if r.model == model
+        ]
 
     def models(self) -> list[ModelInfo]:
         """Models advertised by live nodes, one per name (the lowest node id wins), by name."""

@@ -75,7 +75,7 @@ from strata.core.blocks import DEFAULT_BLOCK_SIZE, block_tokens
 from strata.policy.kv_index import KVSource, PrefixIndex
 from strata.policy.registry import NodeRegistry, ReplicaLocation, ReplicaPhase
 
-REQUEST_WEIGHT_TOKENS = 128   # decode tokens a running request still costs, on average
+REQUEST_WEIGHT_TOKENS = 128  # decode tokens a running request still costs, on average
 # One block is a few tokens of prefill, less than a pull's fixed cost (a round trip to the peer's
 # store before the first byte, then the copy into this node's tiers); two or more are worth it.
 MIN_SOURCE_GAIN_BLOCKS = 2
@@ -84,24 +84,24 @@ MIN_SOURCE_GAIN_BLOCKS = 2
 @dataclass(slots=True, frozen=True)
 class RouteDecision:
     node_id: str
-    address: str        # node manager address: where the caller submits the request
+    address: str  # node manager address: where the caller submits the request
     replica_id: str
-    cached_blocks: int = 0              # leading prompt blocks the chosen node holds
-    kv_source: KVSource | None = None   # another node's store holding a longer prefix
-    estimated_ttft_ms: float = 0.0      # 0 when no candidate has a measured rate yet
-    solo_ttft_ms: float = 0.0           # the same with nothing queued ahead (its own prefill)
+    cached_blocks: int = 0  # leading prompt blocks the chosen node holds
+    kv_source: KVSource | None = None  # another node's store holding a longer prefix
+    estimated_ttft_ms: float = 0.0  # 0 when no candidate has a measured rate yet
+    solo_ttft_ms: float = 0.0  # the same with nothing queued ahead (its own prefill)
     block_size: int = DEFAULT_BLOCK_SIZE  # tokens per KV block on the chosen replica
 
 
 class MissKind(enum.Enum):
-    UNKNOWN_MODEL = "unknown_model"          # no node ever advertised it: NOT_FOUND
-    NO_READY_REPLICA = "no_ready_replica"    # known, but nothing READY now: UNAVAILABLE, retry
+    UNKNOWN_MODEL = "unknown_model"  # no node ever advertised it: NOT_FOUND
+    NO_READY_REPLICA = "no_ready_replica"  # known, but nothing READY now: UNAVAILABLE, retry
 
 
 @dataclass(slots=True, frozen=True)
 class RouteMiss:
     kind: MissKind
-    message: str        # a sentence the caller can act on
+    message: str  # a sentence the caller can act on
 
 
 @dataclass(slots=True)
@@ -109,25 +109,37 @@ class Router:
     rng: random.Random
     request_weight_tokens: int = REQUEST_WEIGHT_TOKENS
     min_source_gain_blocks: int = MIN_SOURCE_GAIN_BLOCKS
-    sample_size: int = 0            # 0: score every READY replica
-    tie_tolerance: float = 0.0      # draw among replicas within this fraction of the best est_s
+    sample_size: int = 0  # 0: score every READY replica
+    tie_tolerance: float = 0.0  # draw among replicas within this fraction of the best est_s
     interference_weight: float = 1.0
 
     def __post_init__(self) -> None:
         if self.sample_size < 0 or not 0.0 <= self.tie_tolerance < 1.0:
-            raise ValueError(f"sample_size must be >= 0 and tie_tolerance in [0, 1), got "
-                             f"{self.sample_size}, {self.tie_tolerance}")
+            raise ValueError(
+                f"sample_size must be >= 0 and tie_tolerance in [0, 1), got "
+                f"{self.sample_size}, {self.tie_tolerance}"
+            )
         if self.request_weight_tokens < 0:
-            raise ValueError(f"request_weight_tokens must be >= 0, got {self.request_weight_tokens}")
+            raise ValueError(
+                f"request_weight_tokens must be >= 0, got {self.request_weight_tokens}"
+            )
         if self.min_source_gain_blocks < 1:
-            raise ValueError(f"min_source_gain_blocks must be positive, got "
-                             f"{self.min_source_gain_blocks}")
+            raise ValueError(
+                f"min_source_gain_blocks must be positive, got {self.min_source_gain_blocks}"
+            )
 
-    def route(self, model: str, tenant: str, prompt_tokens_estimate: int,
-              registry: NodeRegistry, prefix_hashes: Sequence[int] = (),
-              index: PrefixIndex | None = None, priority: int | None = None,
-              pending: Callable[[str, str], int] | None = None,
-              nodes: Container[str] | None = None) -> RouteDecision | None:
+    def route(
+        self,
+        model: str,
+        tenant: str,
+        prompt_tokens_estimate: int,
+        registry: NodeRegistry,
+        prefix_hashes: Sequence[int] = (),
+        index: PrefixIndex | None = None,
+        priority: int | None = None,
+        pending: Callable[[str, str], int] | None = None,
+        nodes: Container[str] | None = None,
+    ) -> RouteDecision | None:
         """The best READY replica of `model`, or None when there is none (see explain_miss).
 
         `prefix_hashes` is the prompt's block hash chain (empty when the caller cannot compute
@@ -174,13 +186,17 @@ class Router:
                 est += interference * prefill / rate * victims
             free = replica.kv_blocks_free
             short = replica.waiting_for_memory > 0 or (
-                replica.kv_blocks_total > 0 and free * block < prompt_tokens_estimate)
+                replica.kv_blocks_total > 0 and free * block < prompt_tokens_estimate
+            )
             keys.append((1 if short else 0, est, -free))
         best_key = min(keys)
         if self.tie_tolerance > 0:
             bound = best_key[1] * (1.0 + self.tie_tolerance)
-            tied = [loc for loc, key in zip(candidates, keys)
-                    if key[0] == best_key[0] and key[1] <= bound]
+            tied = [
+                loc
+                for loc, key in zip(candidates, keys)
+                if key[0] == best_key[0] and key[1] <= bound
+            ]
         else:
             tied = [loc for loc, key in zip(candidates, keys) if key == best_key]
         if len(tied) == 1:
@@ -194,28 +210,39 @@ class Router:
         if known:
             node, replica = chosen.node, chosen.replica
             queued = replica.queued_tokens + (
-                pending(node.node_id, replica.replica_id) if pending is not None else 0)
-            prefill = max(0, prompt_tokens_estimate
-                          - cached * block_tokens(replica.block_size))
+                pending(node.node_id, replica.replica_id) if pending is not None else 0
+            )
+            prefill = max(0, prompt_tokens_estimate - cached * block_tokens(replica.block_size))
             rate = replica.tokens_per_s if replica.tokens_per_s > 0 else fallback
             slowdown = 1.0 + max(0.0, node.safety_margin)
             ttft_ms = (queued + prefill) / rate * 1000.0 * slowdown
             solo_ms = prefill / rate * 1000.0 * slowdown
         source = None
         if depths and max(depths.values()) >= cached + self.min_source_gain_blocks:
-            found = index.best_source(prefix_hashes, exclude_node=chosen.node.node_id,
-                                      among=_LiveNodes(registry))
+            found = index.best_source(
+                prefix_hashes, exclude_node=chosen.node.node_id, among=_LiveNodes(registry)
+            )
             if found is not None and found.blocks >= cached + self.min_source_gain_blocks:
                 source = found
-        return RouteDecision(node_id=chosen.node.node_id, address=chosen.node.address,
-                             replica_id=chosen.replica.replica_id, cached_blocks=cached,
-                             block_size=block_tokens(chosen.replica.block_size),
-                             kv_source=source, estimated_ttft_ms=ttft_ms,
-                             solo_ttft_ms=solo_ms)
+        return RouteDecision(
+            node_id=chosen.node.node_id,
+            address=chosen.node.address,
+            replica_id=chosen.replica.replica_id,
+            cached_blocks=cached,
+            block_size=block_tokens(chosen.replica.block_size),
+            kv_source=source,
+            estimated_ttft_ms=ttft_ms,
+            solo_ttft_ms=solo_ms,
+        )
 
-    def _candidates(self, model: str, registry: NodeRegistry, prefix_hashes: Sequence[int],
-                    index: PrefixIndex | None, nodes: Container[str] | None
-                    ) -> list[ReplicaLocation]:
+    def _candidates(
+        self,
+        model: str,
+        registry: NodeRegistry,
+        prefix_hashes: Sequence[int],
+        index: PrefixIndex | None,
+        nodes: Container[str] | None,
+    ) -> list[ReplicaLocation]:
         items, by_node = registry.ready_index(model)
         if nodes is not None:
             items = [loc for loc in items if loc.node.node_id in nodes]
@@ -236,18 +263,26 @@ class Router:
         if not registry.knows_model(model):
             known = registry.known_models()
             listing = ", ".join(known) if known else "none yet (no node has advertised a model)"
-            return RouteMiss(MissKind.UNKNOWN_MODEL,
-                             f"model '{model}' is not served by this cluster; known models: {listing}")
+            return RouteMiss(
+                MissKind.UNKNOWN_MODEL,
+                f"model '{model}' is not served by this cluster; known models: {listing}",
+            )
         phases = [loc.replica.phase for loc in registry.replicas(model)]
         if not phases:
-            return RouteMiss(MissKind.NO_READY_REPLICA,
-                             f"model '{model}' has no replica on any live node right now; retry "
-                             f"once the placement planner has loaded one")
-        counts = ", ".join(f"{phases.count(p)} {p.value}" for p in ReplicaPhase
-                           if p is not ReplicaPhase.READY and phases.count(p))
-        return RouteMiss(MissKind.NO_READY_REPLICA,
-                         f"model '{model}' has no ready replica right now ({counts}); retry in a "
-                         f"few seconds")
+            return RouteMiss(
+                MissKind.NO_READY_REPLICA,
+                f"model '{model}' has no replica on any live node right now; retry "
+                f"once the placement planner has loaded one",
+            )
+        counts = ", ".join(
+            f"{phases.count(p)} {p.value}"
+            for p in ReplicaPhase
+            if p is not ReplicaPhase.READY and phases.count(p)
+        )
+        return RouteMiss(
+            MissKind.NO_READY_REPLICA,
+            f"model '{model}' has no ready replica right now ({counts}); retry in a few seconds",
+        )
 
 
 class _LiveNodes:

@@ -38,8 +38,9 @@ def current() -> ClusterIdentity | None:
 
 def _with_token(d: grpc.aio.ClientCallDetails, token: str) -> grpc.aio.ClientCallDetails:
     metadata = grpc.aio.Metadata(*(tuple(d.metadata or ())), (TOKEN_METADATA, token))
-    return grpc.aio.ClientCallDetails(d.method, d.timeout, metadata, d.credentials,
-                                      d.wait_for_ready)
+    return grpc.aio.ClientCallDetails(
+        d.method, d.timeout, metadata, d.credentials, d.wait_for_ready
+    )
 
 
 # grpc.aio files an interceptor under the first call kind it implements only: one class a kind.
@@ -62,8 +63,11 @@ class _AioTokenStream(grpc.aio.UnaryStreamClientInterceptor):
 class _CallDetails(grpc.ClientCallDetails):
     def __init__(self, method, timeout, metadata, credentials, wait_for_ready, compression):
         self.method, self.timeout, self.metadata = method, timeout, metadata
-        self.credentials, self.wait_for_ready, self.compression = (credentials, wait_for_ready,
-                                                                   compression)
+        self.credentials, self.wait_for_ready, self.compression = (
+            credentials,
+            wait_for_ready,
+            compression,
+        )
 
 
 class _SyncToken(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
@@ -71,9 +75,14 @@ class _SyncToken(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterce
         self._pair = (TOKEN_METADATA, token)
 
     def _details(self, d: grpc.ClientCallDetails) -> grpc.ClientCallDetails:
-        return _CallDetails(d.method, d.timeout, [*(d.metadata or ()), self._pair],
-                            d.credentials, getattr(d, "wait_for_ready", None),
-                            getattr(d, "compression", None))
+        return _CallDetails(
+            d.method,
+            d.timeout,
+            [*(d.metadata or ()), self._pair],
+            d.credentials,
+            getattr(d, "wait_for_ready", None),
+            getattr(d, "compression", None),
+        )
 
     def intercept_unary_unary(self, continuation, client_call_details, request):
         return continuation(self._details(client_call_details), request)
@@ -82,8 +91,11 @@ class _SyncToken(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterce
         return continuation(self._details(client_call_details), request)
 
 
-def channel(address: str, identity: ClusterIdentity | None = None,
-            options: Sequence[tuple[str, object]] = CHANNEL_OPTIONS) -> grpc.aio.Channel:
+def channel(
+    address: str,
+    identity: ClusterIdentity | None = None,
+    options: Sequence[tuple[str, object]] = CHANNEL_OPTIONS,
+) -> grpc.aio.Channel:
     """An asyncio channel to an internal service, with `identity` (default: the installed one)."""
     ident = identity or _installed
     if ident is None:
@@ -91,38 +103,50 @@ def channel(address: str, identity: ClusterIdentity | None = None,
     interceptors = [_AioTokenUnary(ident.token), _AioTokenStream(ident.token)]
     creds = ident.channel_credentials()
     if creds is None:
-        return grpc.aio.insecure_channel(address, options=list(options),
-                                         interceptors=interceptors)
-    return grpc.aio.secure_channel(address, creds, options=list(options),
-                                   interceptors=interceptors)
+        return grpc.aio.insecure_channel(address, options=list(options), interceptors=interceptors)
+    return grpc.aio.secure_channel(address, creds, options=list(options), interceptors=interceptors)
 
 
-def sync_channel(address: str, identity: ClusterIdentity | None = None,
-                 options: Sequence[tuple[str, object]] = CHANNEL_OPTIONS) -> grpc.Channel:
+def sync_channel(
+    address: str,
+    identity: ClusterIdentity | None = None,
+    options: Sequence[tuple[str, object]] = CHANNEL_OPTIONS,
+) -> grpc.Channel:
     """A blocking channel to an internal service, with `identity` (default: the installed one)."""
     ident = identity or _installed
     if ident is None:
         return grpc.insecure_channel(address, options=list(options))
     creds = ident.channel_credentials()
-    ch = grpc.insecure_channel(address, options=list(options)) if creds is None else \
-        grpc.secure_channel(address, creds, options=list(options))
+    ch = (
+        grpc.insecure_channel(address, options=list(options))
+        if creds is None
+        else grpc.secure_channel(address, creds, options=list(options))
+    )
     return grpc.intercept_channel(ch, _SyncToken(ident.token))
 
 
-def public_channel(address: str, tls_ca: bytes | None = None,
-                   options: Sequence[tuple[str, object]] = CHANNEL_OPTIONS) -> grpc.aio.Channel:
+def public_channel(
+    address: str,
+    tls_ca: bytes | None = None,
+    options: Sequence[tuple[str, object]] = CHANNEL_OPTIONS,
+) -> grpc.aio.Channel:
     """An asyncio channel to the gateway's public port: plaintext, or TLS verified against
     `tls_ca` (PEM; b"" for the system's roots). Never the cluster's credential."""
     if tls_ca is None:
         return grpc.aio.insecure_channel(address, options=list(options))
-    return grpc.aio.secure_channel(address, grpc.ssl_channel_credentials(tls_ca or None),
-                                   options=list(options))
+    return grpc.aio.secure_channel(
+        address, grpc.ssl_channel_credentials(tls_ca or None), options=list(options)
+    )
 
 
-def public_sync_channel(address: str, tls_ca: bytes | None = None,
-                        options: Sequence[tuple[str, object]] = CHANNEL_OPTIONS) -> grpc.Channel:
+def public_sync_channel(
+    address: str,
+    tls_ca: bytes | None = None,
+    options: Sequence[tuple[str, object]] = CHANNEL_OPTIONS,
+) -> grpc.Channel:
     """The blocking counterpart of public_channel."""
     if tls_ca is None:
         return grpc.insecure_channel(address, options=list(options))
-    return grpc.secure_channel(address, grpc.ssl_channel_credentials(tls_ca or None),
-                               options=list(options))
+    return grpc.secure_channel(
+        address, grpc.ssl_channel_credentials(tls_ca or None), options=list(options)
+    )

@@ -44,7 +44,9 @@ def generate(out_dir: Path = OUT_DIR) -> list[Path]:
             dst = out_dir / src.name
             dst.write_text(src.read_text())
             written.append(dst)
-        (out_dir / "__init__.py").write_text('"""Generated protobuf and gRPC stubs (make proto)."""\n')
+        (out_dir / "__init__.py").write_text(
+            '"""Generated protobuf and gRPC stubs (make proto)."""\n'
+        )
         written.append(out_dir / "__init__.py")
     return written
 

@@ -37,8 +37,9 @@ class _Malformed:
 
 
 class GuardInterceptor(grpc.aio.ServerInterceptor):
-    def __init__(self, clock: Callable[[], float] = time.monotonic,
-                 interval_s: float = 60.0) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, interval_s: float = 60.0
+    ) -> None:
         self._throttle = LogThrottle(clock, interval_s)
         # method -> (the handler as registered, its wrapped form)
         self._handlers: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
@@ -66,23 +67,36 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
         async def malformed(request: _Malformed, context: grpc.aio.ServicerContext) -> None:
             ok, count = self._throttle.allow((method, "malformed"))
             if ok:
-                log.warning("%s: a request body that is not a valid %s (%s)%s", method,
-                            type_name, request.error,
-                            f"; {count} more since the last such line" if count else "")
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"the request body is not a valid {type_name} message; send "
-                                f"the message this method's .proto declares")
+                log.warning(
+                    "%s: a request body that is not a valid %s (%s)%s",
+                    method,
+                    type_name,
+                    request.error,
+                    f"; {count} more since the last such line" if count else "",
+                )
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"the request body is not a valid {type_name} message; send "
+                f"the message this method's .proto declares",
+            )
 
         async def internal(err: Exception, context: grpc.aio.ServicerContext) -> None:
             ref = uuid.uuid4().hex[:12]
             ok, count = self._throttle.allow((method, type(err).__name__))
             if ok:
-                log.error("%s: unexpected %s (reference %s)%s", method, type(err).__name__, ref,
-                          f"; {count} more since the last such line" if count else "",
-                          exc_info=err)
-            await context.abort(grpc.StatusCode.INTERNAL,
-                                f"internal error (reference {ref}); the service logged it, "
-                                f"retrying will not help until it is fixed")
+                log.error(
+                    "%s: unexpected %s (reference %s)%s",
+                    method,
+                    type(err).__name__,
+                    ref,
+                    f"; {count} more since the last such line" if count else "",
+                    exc_info=err,
+                )
+            await context.abort(
+                grpc.StatusCode.INTERNAL,
+                f"internal error (reference {ref}); the service logged it, "
+                f"retrying will not help until it is fixed",
+            )
 
         if handler.response_streaming:
             inner_stream = handler.unary_stream
@@ -103,8 +117,10 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
                     await internal(err, context)
 
             return grpc.unary_stream_rpc_method_handler(
-                unary_stream, request_deserializer=deserialize,
-                response_serializer=handler.response_serializer)
+                unary_stream,
+                request_deserializer=deserialize,
+                response_serializer=handler.response_serializer,
+            )
         inner_unary = handler.unary_unary
 
         async def unary_unary(request, context):
@@ -118,8 +134,10 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
                 await internal(err, context)
 
         return grpc.unary_unary_rpc_method_handler(
-            unary_unary, request_deserializer=deserialize,
-            response_serializer=handler.response_serializer)
+            unary_unary,
+            request_deserializer=deserialize,
+            response_serializer=handler.response_serializer,
+        )
 
 
 def _type_name(parse: Callable[[bytes], Any] | None) -> str:

@@ -10,8 +10,10 @@ from strata.security.identity import ClusterIdentity
 
 # Methods anyone may call on an internal server: liveness, and the API's own description.
 EXEMPT_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
-REFUSED = ("this is an internal Strata service: calls need the cluster's internal credential "
-           "(tenants call the gateway)")
+REFUSED = (
+    "this is an internal Strata service: calls need the cluster's internal credential "
+    "(tenants call the gateway)"
+)
 
 
 def exempt(method: str) -> bool:
@@ -23,9 +25,11 @@ def _refusal(handler: grpc.RpcMethodHandler, unary, stream) -> grpc.RpcMethodHan
     response stream (a generator, as tracing's interceptor iterates it), else `unary`."""
     if handler.response_streaming:
         return grpc.unary_stream_rpc_method_handler(
-            stream, request_deserializer=None, response_serializer=handler.response_serializer)
+            stream, request_deserializer=None, response_serializer=handler.response_serializer
+        )
     return grpc.unary_unary_rpc_method_handler(
-        unary, request_deserializer=None, response_serializer=handler.response_serializer)
+        unary, request_deserializer=None, response_serializer=handler.response_serializer
+    )
 
 
 class InternalAuthInterceptor(grpc.aio.ServerInterceptor):

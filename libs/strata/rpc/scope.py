@@ -18,7 +18,7 @@ _TENANT = "tenant:"
 
 @dataclass(frozen=True, slots=True)
 class Scope:
-    tenant: str | None = None      # None: every tenant (the admin, the cluster)
+    tenant: str | None = None  # None: every tenant (the admin, the cluster)
 
     @property
     def admin(self) -> bool:

@@ -27,8 +27,17 @@ from strata.rpc.guard import GuardInterceptor
 from strata.rpc.internal_auth import InternalAuthInterceptor
 from strata.security.identity import ClusterIdentity
 
-__all__ = ["CHANNEL_OPTIONS", "MAX_MESSAGE_BYTES", "Registration", "RunningServer", "channel",
-           "run", "serve_until_signal", "start_server", "sync_channel"]
+__all__ = [
+    "CHANNEL_OPTIONS",
+    "MAX_MESSAGE_BYTES",
+    "Registration",
+    "RunningServer",
+    "channel",
+    "run",
+    "serve_until_signal",
+    "start_server",
+    "sync_channel",
+]
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +74,14 @@ class RunningServer:
         await self.server.stop(grace)
 
 
-async def start_server(registrations: Sequence[Registration], bind: str = "127.0.0.1:0",
-                       interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
-                       max_receive_bytes: int = MAX_MESSAGE_BYTES,
-                       identity: ClusterIdentity | None = None,
-                       tls: grpc.ServerCredentials | None = None) -> RunningServer:
+async def start_server(
+    registrations: Sequence[Registration],
+    bind: str = "127.0.0.1:0",
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    max_receive_bytes: int = MAX_MESSAGE_BYTES,
+    identity: ClusterIdentity | None = None,
+    tls: grpc.ServerCredentials | None = None,
+) -> RunningServer:
     """Serve `registrations` with health and reflection. Every server runs the guard
     (strata.rpc.guard) after the given interceptors; `max_receive_bytes` caps a request's size
     (a public server sets it from the largest valid request).
@@ -77,11 +89,14 @@ async def start_server(registrations: Sequence[Registration], bind: str = "127.0
     `identity`: an internal server: every call but health and reflection needs the cluster's
     token, and with internal TLS the port is mutual TLS. `tls`: a public server's own
     certificate (the gateway's optional TLS). Neither: plaintext, open (in-process tests)."""
-    options = [(k, max_receive_bytes if k == "grpc.max_receive_message_length" else v)
-               for k, v in SERVER_OPTIONS]
+    options = [
+        (k, max_receive_bytes if k == "grpc.max_receive_message_length" else v)
+        for k, v in SERVER_OPTIONS
+    ]
     auth = [InternalAuthInterceptor(identity)] if identity is not None else []
-    server = grpc.aio.server(options=options,
-                             interceptors=[*auth, *interceptors, GuardInterceptor()])
+    server = grpc.aio.server(
+        options=options, interceptors=[*auth, *interceptors, GuardInterceptor()]
+    )
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = []
@@ -89,11 +104,17 @@ async def start_server(registrations: Sequence[Registration], bind: str = "127.0
         reg.add(server)
         names.append(reg.service_name)
     reflection.enable_server_reflection(
-        [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
-        server)
+        [
+            *names,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        ],
+        server,
+    )
     creds = identity.server_credentials() if identity is not None else tls
-    port = server.add_secure_port(bind, creds) if creds is not None else \
-        server.add_insecure_port(bind)
+    port = (
+        server.add_secure_port(bind, creds) if creds is not None else server.add_insecure_port(bind)
+    )
     if port == 0:
         raise RuntimeError(f"could not bind gRPC server to {bind}: is the port already in use?")
     await server.start()
@@ -102,9 +123,9 @@ async def start_server(registrations: Sequence[Registration], bind: str = "127.0
     return RunningServer(server=server, port=port, health=health_servicer, services=names)
 
 
-async def serve_until_signal(running: RunningServer,
-                             on_stop: Callable[[], Awaitable[None]] | None = None,
-                             grace: float = 5.0) -> None:
+async def serve_until_signal(
+    running: RunningServer, on_stop: Callable[[], Awaitable[None]] | None = None, grace: float = 5.0
+) -> None:
     """Block until SIGTERM/SIGINT, then stop gracefully: health NOT_SERVING, drain, on_stop."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -123,7 +144,7 @@ def run(main: Callable[[], Awaitable[None]]) -> None:
     import uvloop
 
     die_with_parent()
-    logging.basicConfig(level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     uvloop.run(main())
-

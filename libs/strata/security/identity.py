@@ -30,7 +30,7 @@ class IdentityError(ValueError):
 class ClusterIdentity:
     service: str
     token: str
-    ca: bytes | None = None          # PEM; None: internal TLS is off
+    ca: bytes | None = None  # PEM; None: internal TLS is off
     cert: bytes | None = None
     key: bytes | None = None
 
@@ -49,25 +49,32 @@ class ClusterIdentity:
             raise IdentityError(
                 f"the cluster secrets in {directory} lack {', '.join(absent)}; `make run` "
                 f"writes them on first start, or run `python -m strata.security.secrets "
-                f"{directory}`")
+                f"{directory}`"
+            )
         token = (d / secrets.TOKEN_FILE).read_text().strip()
         if not tls:
             return cls(service, token)
-        return cls(service, token, (d / secrets.CA_FILE).read_bytes(),
-                   (d / secrets.cert_file(service)).read_bytes(),
-                   (d / secrets.key_file(service)).read_bytes())
+        return cls(
+            service,
+            token,
+            (d / secrets.CA_FILE).read_bytes(),
+            (d / secrets.cert_file(service)).read_bytes(),
+            (d / secrets.key_file(service)).read_bytes(),
+        )
 
     def server_credentials(self) -> grpc.ServerCredentials | None:
         if not self.tls:
             return None
-        return grpc.ssl_server_credentials([(self.key, self.cert)], root_certificates=self.ca,
-                                           require_client_auth=True)
+        return grpc.ssl_server_credentials(
+            [(self.key, self.cert)], root_certificates=self.ca, require_client_auth=True
+        )
 
     def channel_credentials(self) -> grpc.ChannelCredentials | None:
         if not self.tls:
             return None
-        return grpc.ssl_channel_credentials(root_certificates=self.ca, private_key=self.key,
-                                            certificate_chain=self.cert)
+        return grpc.ssl_channel_credentials(
+            root_certificates=self.ca, private_key=self.key, certificate_chain=self.cert
+        )
 
     def accepts(self, metadata: Sequence[tuple[str, str | bytes]] | None) -> bool:
         """Whether call metadata carries this cluster's token (constant-time comparison)."""

@@ -10,8 +10,17 @@ TOKEN_FILE = "internal_token"
 CA_FILE, CA_KEY_FILE = "ca.pem", "ca-key.pem"
 # Every process that takes part in the cluster: the seven services, the OpenTelemetry Collector
 # of compose, and "operator" for command-line tools and tests that call internal services.
-SERVICES = ("gateway", "scheduler", "node", "kvstore", "placement", "metrics", "worker",
-            "otel-collector", "operator")
+SERVICES = (
+    "gateway",
+    "scheduler",
+    "node",
+    "kvstore",
+    "placement",
+    "metrics",
+    "worker",
+    "otel-collector",
+    "operator",
+)
 
 
 def cert_file(service: str) -> str:

@@ -77,43 +77,68 @@ def _write(path: Path, data: bytes, private: bool = False) -> None:
 
 
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def _validity(builder: x509.CertificateBuilder) -> x509.CertificateBuilder:
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     return builder.not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(
-        now + datetime.timedelta(days=VALID_DAYS))
+        now + datetime.timedelta(days=VALID_DAYS)
+    )
 
 
 def _ca_certificate(key: ec.EllipticCurvePrivateKey) -> x509.Certificate:
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "strata cluster CA")])
-    builder = _validity(x509.CertificateBuilder().subject_name(name).issuer_name(name)
-                        .public_key(key.public_key()).serial_number(x509.random_serial_number()))
+    builder = _validity(
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+    )
     builder = builder.add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-    builder = builder.add_extension(x509.KeyUsage(
-        digital_signature=False, content_commitment=False, key_encipherment=False,
-        data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
-        encipher_only=False, decipher_only=False), critical=True)
+    builder = builder.add_extension(
+        x509.KeyUsage(
+            digital_signature=False,
+            content_commitment=False,
+            key_encipherment=False,
+            data_encipherment=False,
+            key_agreement=False,
+            key_cert_sign=True,
+            crl_sign=True,
+            encipher_only=False,
+            decipher_only=False,
+        ),
+        critical=True,
+    )
     return builder.sign(key, hashes.SHA256())
 
 
-def _service_certificate(service: str, key: ec.EllipticCurvePrivateKey,
-                         ca_key: ec.EllipticCurvePrivateKey,
-                         ca_cert: x509.Certificate) -> x509.Certificate:
-    builder = _validity(x509.CertificateBuilder()
-                        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME,
-                                                                    service)]))
-                        .issuer_name(ca_cert.subject).public_key(key.public_key())
-                        .serial_number(x509.random_serial_number()))
+def _service_certificate(
+    service: str,
+    key: ec.EllipticCurvePrivateKey,
+    ca_key: ec.EllipticCurvePrivateKey,
+    ca_cert: x509.Certificate,
+) -> x509.Certificate:
+    builder = _validity(
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, service)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+    )
     names: list[x509.GeneralName] = [x509.DNSName(n) for n in SERVICE_NAMES]
     names += [x509.IPAddress(ip) for ip in LOOPBACK]
     builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
-    builder = builder.add_extension(x509.BasicConstraints(ca=False, path_length=None),
-                                    critical=True)
-    builder = builder.add_extension(x509.ExtendedKeyUsage(
-        [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+    builder = builder.add_extension(
+        x509.BasicConstraints(ca=False, path_length=None), critical=True
+    )
+    builder = builder.add_extension(
+        x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
+        critical=False,
+    )
     return builder.sign(ca_key, hashes.SHA256())
 
 
@@ -121,9 +146,11 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m strata.security.secrets DIR`: compose's one-shot secrets job."""
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m strata.security.secrets",
-                                 description="Write the cluster's token, CA and per-service "
-                                             "certificates into DIR unless complete there.")
+    ap = argparse.ArgumentParser(
+        prog="python -m strata.security.secrets",
+        description="Write the cluster's token, CA and per-service "
+        "certificates into DIR unless complete there.",
+    )
     ap.add_argument("directory")
     args = ap.parse_args(argv)
     wrote = ensure_secrets(args.directory)

@@ -45,10 +45,12 @@ class SecuritySettings:
             try:
                 ensure_secrets(self.secrets_dir)
             except OSError as err:
-                raise IdentityError(f"the cluster secrets in {self.secrets_dir} are incomplete "
-                                    f"and cannot be written there ({err.strerror}); run "
-                                    f"`python -m strata.security.secrets DIR` where they are "
-                                    f"made") from None
+                raise IdentityError(
+                    f"the cluster secrets in {self.secrets_dir} are incomplete "
+                    f"and cannot be written there ({err.strerror}); run "
+                    f"`python -m strata.security.secrets DIR` where they are "
+                    f"made"
+                ) from None
         return ClusterIdentity.load(self.secrets_dir, service, self.internal_tls)
 
     def client_identity(self, service: str = "operator") -> ClusterIdentity | None:
@@ -60,9 +62,11 @@ class SecuritySettings:
 
     def env(self) -> dict[str, str]:
         """The variables that give a child process (a decode worker) these settings."""
-        return {"STRATA_SECRETS_DIR": self.secrets_dir,
-                "STRATA_INTERNAL_TLS": "true" if self.internal_tls else "false",
-                "STRATA_INTERNAL_AUTH": "on" if self.enabled else "off"}
+        return {
+            "STRATA_SECRETS_DIR": self.secrets_dir,
+            "STRATA_INTERNAL_TLS": "true" if self.internal_tls else "false",
+            "STRATA_INTERNAL_AUTH": "on" if self.enabled else "off",
+        }
 
 
 # In-process tests of one servicer: no secrets, no checks (what a config built without
@@ -73,16 +77,28 @@ UNSECURED = SecuritySettings(secrets_dir="", enabled=False)
 class SecurityFields(StrataSettings):
     """The settings every service has: where its files are and its cluster credential."""
 
-    data_dir: str = Field("", description="where the service keeps its files (SQLite store, "
-                                           "keys, KV disk tier, cluster secrets); empty: "
-                                           "./.strata")
-    secrets_dir: str = Field("", description="the cluster secrets folder (CA, certificates, "
-                                              "internal token); empty: <data dir>/secrets")
-    internal_tls: bool = Field(True, description="internal calls over mutual TLS (false: "
-                                                 "plaintext, still with the internal token)")
-    internal_auth: bool = Field(True, description="require the cluster credential on internal "
-                                                  "RPCs; false only for a single process under "
-                                                  "test")
+    data_dir: str = Field(
+        "",
+        description="where the service keeps its files (SQLite store, "
+        "keys, KV disk tier, cluster secrets); empty: "
+        "./.strata",
+    )
+    secrets_dir: str = Field(
+        "",
+        description="the cluster secrets folder (CA, certificates, "
+        "internal token); empty: <data dir>/secrets",
+    )
+    internal_tls: bool = Field(
+        True,
+        description="internal calls over mutual TLS (false: "
+        "plaintext, still with the internal token)",
+    )
+    internal_auth: bool = Field(
+        True,
+        description="require the cluster credential on internal "
+        "RPCs; false only for a single process under "
+        "test",
+    )
 
     def resolved_data_dir(self) -> str:
         """data_dir, or ./.strata, created if missing."""
@@ -93,4 +109,6 @@ class SecurityFields(StrataSettings):
     def security(self) -> SecuritySettings:
         return SecuritySettings(
             secrets_dir=self.secrets_dir or os.path.join(self.resolved_data_dir(), "secrets"),
-            internal_tls=self.internal_tls, enabled=self.internal_auth)
+            internal_tls=self.internal_tls,
+            enabled=self.internal_auth,
+        )

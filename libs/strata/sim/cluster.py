@@ -66,9 +66,10 @@ from strata.sim.workload import SimRequest
 
 # Event priorities at one instant, and kinds.
 _P_ADMIT, _P_STEP, _P_PERIODIC = 0, 1, 2
-(_ADMIT, _RUN, _STEP_END, _HEARTBEAT, _SAMPLE, _REPLAN, _LOADED, _RETRY, _SETTLED,
- _KV_REPORT) = range(10)
-_STEP, _STRETCH, _FREE = range(3)   # what a node's pending step end applies
+(_ADMIT, _RUN, _STEP_END, _HEARTBEAT, _SAMPLE, _REPLAN, _LOADED, _RETRY, _SETTLED, _KV_REPORT) = (
+    range(10)
+)
+_STEP, _STRETCH, _FREE = range(3)  # what a node's pending step end applies
 
 PlacementFn = Callable[[Sequence[NodeCapacity], Sequence[ModelDemand]], PlacementPlan]
 
@@ -80,44 +81,57 @@ class ModelSpec:
     limits: EngineLimits
     memory_bytes: int
     overheads: RequestOverheads = RequestOverheads()
-    kv_block_bytes: int = 0      # one KV block's bytes (prices tier loads; 0: unknown)
-    colocation_share: float = 1.0   # of a neighbour's decode step (strata.sim.replica)
-    prefill_colocation_share: float = 1.0   # of a neighbour's step that prefills
+    kv_block_bytes: int = 0  # one KV block's bytes (prices tier loads; 0: unknown)
+    colocation_share: float = 1.0  # of a neighbour's decode step (strata.sim.replica)
+    prefill_colocation_share: float = 1.0  # of a neighbour's step that prefills
 
 
-def model_spec(profile: EngineProfile, memory_bytes: int, kv_cache_bytes: int = 256 << 20,
-               num_blocks: int = 0, block_size: int = DEFAULT_BLOCK_SIZE, max_batched_tokens: int = 2048,
-               max_seqs: int = 32, overheads: RequestOverheads | None = None) -> ModelSpec:
+def model_spec(
+    profile: EngineProfile,
+    memory_bytes: int,
+    kv_cache_bytes: int = 256 << 20,
+    num_blocks: int = 0,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    max_batched_tokens: int = 2048,
+    max_seqs: int = 32,
+    overheads: RequestOverheads | None = None,
+) -> ModelSpec:
     """A model as a worker with these engine settings would run it, priced by `profile`; the
     KV pool is num_blocks, or (0) sized from kv_cache_bytes exactly as the engine sizes it."""
     blocks = num_blocks or max(1, kv_cache_bytes // (profile.kv_bytes_per_token * block_size))
-    return ModelSpec(profile.model, profile.costs,
-                     EngineLimits(blocks, block_size, max_batched_tokens, max_seqs,
-                                  profile.max_context),
-                     memory_bytes, overheads or profile.overheads,
-                     profile.kv_bytes_per_token * block_size, profile.colocation_share,
-                     profile.prefill_colocation_share)
+    return ModelSpec(
+        profile.model,
+        profile.costs,
+        EngineLimits(blocks, block_size, max_batched_tokens, max_seqs, profile.max_context),
+        memory_bytes,
+        overheads or profile.overheads,
+        profile.kv_bytes_per_token * block_size,
+        profile.colocation_share,
+        profile.prefill_colocation_share,
+    )
 
 
 @dataclass(slots=True, frozen=True)
 class SimConfig:
     heartbeat_s: float = HEARTBEAT_INTERVAL_S
     sample_s: float = 2.0
-    replan_s: float = 0.0               # 0: place once, at the start
-    load_s: float = 0.0                 # load and warm-up of a replica placed by a replan
+    replan_s: float = 0.0  # 0: place once, at the start
+    load_s: float = 0.0  # load and warm-up of a replica placed by a replan
     fast_forward: bool = True
     seed: int = 0
-    epoch_unix_ms: int = 1_700_000_000_000   # virtual time 0 in reports
+    epoch_unix_ms: int = 1_700_000_000_000  # virtual time 0 in reports
     power: PowerModel = PowerModel(idle_watts=60.0, tdp_watts=700.0)
-    horizon_s: float | None = None      # stop there; unfinished requests fail DEADLINE_EXCEEDED
+    horizon_s: float | None = None  # stop there; unfinished requests fail DEADLINE_EXCEEDED
     kv_tiers: KVTierSpec | None = None  # every node's host/disk tiers; None: evicted blocks vanish
-    prefix_routing: bool = False        # route by the prefix index, fed by nodes' KV reports
-    kv_events_s: float = 0.5            # KV report interval (the KV tier store's default)
+    prefix_routing: bool = False  # route by the prefix index, fed by nodes' KV reports
+    kv_events_s: float = 0.5  # KV report interval (the KV tier store's default)
 
     def __post_init__(self) -> None:
         if self.heartbeat_s <= 0 or self.sample_s <= 0 or self.replan_s < 0 or self.load_s < 0:
-            raise ValueError(f"heartbeat_s and sample_s must be positive, replan_s and load_s "
-                             f"non-negative, got {self}")
+            raise ValueError(
+                f"heartbeat_s and sample_s must be positive, replan_s and load_s "
+                f"non-negative, got {self}"
+            )
         if self.horizon_s is not None and self.horizon_s <= 0:
             raise ValueError(f"horizon_s must be positive, got {self.horizon_s}")
         if not self.kv_events_s > 0:
@@ -130,7 +144,7 @@ class SimNode:
     memory_bytes: int
     replicas: list[SimReplica] = field(default_factory=list)
     phases: dict[str, ReplicaPhase] = field(default_factory=dict)
-    settles: dict[str, float] = field(default_factory=dict)   # DRAINING: routing grace ends
+    settles: dict[str, float] = field(default_factory=dict)  # DRAINING: routing grace ends
     current: SimReplica | None = None
     mode: int = _STEP
     gen: int = 0
@@ -140,30 +154,35 @@ class SimNode:
     last_sample_s: float = 0.0
     energy_j: float = 0.0
     preemptions: int = 0
-    stretching: list[SimReplica] = field(default_factory=list)   # in the node's stretch
-    last_state: NodeState | None = None     # the last heartbeat's report, and its figures
+    stretching: list[SimReplica] = field(default_factory=list)  # in the node's stretch
+    last_state: NodeState | None = None  # the last heartbeat's report, and its figures
     last_figures: tuple = ()
-    front: NodeFront | None = None          # with a Tenancy: the node's queue for engine slots
-    kv: NodeKV | None = None                # with tiers or prefix routing: the node's blocks
+    front: NodeFront | None = None  # with a Tenancy: the node's queue for engine slots
+    kv: NodeKV | None = None  # with tiers or prefix routing: the node's blocks
 
 
 @dataclass(slots=True)
 class SimResult:
     rows: list[RequestRecord]
     samples: list[NodeSampleRecord]
-    end_s: float                # virtual seconds simulated
+    end_s: float  # virtual seconds simulated
     wall_s: float
     events: int
-    steps: int                  # engine steps simulated (exact and fast-forwarded)
+    steps: int  # engine steps simulated (exact and fast-forwarded)
     stretches: int
     placements: list[PlacementPlan]
 
 
 class Simulator:
-    def __init__(self, nodes: Sequence[tuple[str, int]], models: Sequence[ModelSpec],
-                 demands: Callable[[float], Sequence[ModelDemand]],
-                 config: SimConfig = SimConfig(), placement: PlacementFn = plan_placement,
-                 tenancy: Tenancy | None = None) -> None:
+    def __init__(
+        self,
+        nodes: Sequence[tuple[str, int]],
+        models: Sequence[ModelSpec],
+        demands: Callable[[float], Sequence[ModelDemand]],
+        config: SimConfig = SimConfig(),
+        placement: PlacementFn = plan_placement,
+        tenancy: Tenancy | None = None,
+    ) -> None:
         self.cfg = config
         self.models = {m.name: m for m in models}
         self.nodes = {nid: SimNode(nid, mem) for nid, mem in sorted(nodes)}
@@ -172,13 +191,15 @@ class Simulator:
         self.clock = ManualClock()
         self.registry = NodeRegistry(self.clock, ttl_s=max(5.0, 5 * config.heartbeat_s))
         self.tenancy = tenancy
-        self.refusals: dict[tuple[str, str], int] = {}    # (tenant, reason) -> refused attempts
+        self.refusals: dict[tuple[str, str], int] = {}  # (tenant, reason) -> refused attempts
         self.kv_index = PrefixIndex() if config.prefix_routing else None
         for m in models if config.kv_tiers is not None else ():
             if m.kv_block_bytes <= 0:
-                raise ValueError(f"model {m.name!r} has no kv_block_bytes, which prices its tier "
-                                 f"loads; build its ModelSpec with model_spec() from a profile "
-                                 f"or set kv_block_bytes")
+                raise ValueError(
+                    f"model {m.name!r} has no kv_block_bytes, which prices its tier "
+                    f"loads; build its ModelSpec with model_spec() from a profile "
+                    f"or set kv_block_bytes"
+                )
         if config.kv_tiers is not None or config.prefix_routing:
             for node in self.nodes.values():
                 node.kv = NodeKV(config.kv_tiers)
@@ -186,11 +207,15 @@ class Simulator:
             self.router = Router(random.Random(config.seed))
             self.scheduler = None
         else:
-            self.router = Router(random.Random(config.seed), sample_size=tenancy.sample_size,
-                                 tie_tolerance=tenancy.tie_tolerance,
-                                 interference_weight=tenancy.interference_weight)
-            self.scheduler = GlobalScheduler(self.registry, self.router, PoolLedger(),
-                                             self.kv_index, tenancy.settings)
+            self.router = Router(
+                random.Random(config.seed),
+                sample_size=tenancy.sample_size,
+                tie_tolerance=tenancy.tie_tolerance,
+                interference_weight=tenancy.interference_weight,
+            )
+            self.scheduler = GlobalScheduler(
+                self.registry, self.router, PoolLedger(), self.kv_index, tenancy.settings
+            )
             for node in self.nodes.values():
                 node.front = NodeFront.build(tenancy.queue, self.clock)
         self.replicas: dict[str, SimReplica] = {}
@@ -200,7 +225,7 @@ class Simulator:
         self.samples: list[NodeSampleRecord] = []
         self.plans: list[PlacementPlan] = []
         self.stretches = 0
-        self.routed: dict[int, str] = {}      # request index -> replica id
+        self.routed: dict[int, str] = {}  # request index -> replica id
         self._outstanding = 0
         self._retired_steps = 0
         # Make before break, as the planner service migrates: a replica a replan unloads while
@@ -217,7 +242,7 @@ class Simulator:
         self._replan(0.0)
         for i, node in enumerate(self.nodes.values()):
             self._heartbeat(node, 0.0)
-            self._sample(node, 0.0)   # the node layer covers the window from its first sample
+            self._sample(node, 0.0)  # the node layer covers the window from its first sample
             # Staggered as real nodes are: each on its own phase of the interval.
             offset = (i + 1) / (len(self.nodes) + 1)
             self._push(self.cfg.heartbeat_s * offset, _P_PERIODIC, _HEARTBEAT, node)
@@ -233,8 +258,13 @@ class Simulator:
         heap = self._heap
         horizon = self.cfg.horizon_s if self.cfg.horizon_s is not None else float("inf")
         while i < len(ordered) or self._outstanding:
-            if min(ordered[i].arrival_s if i < len(ordered) else horizon,
-                   heap[0][0] if heap else horizon) > horizon:
+            if (
+                min(
+                    ordered[i].arrival_s if i < len(ordered) else horizon,
+                    heap[0][0] if heap else horizon,
+                )
+                > horizon
+            ):
                 now = horizon
                 self._give_up(ordered[i:], now)
                 break
@@ -283,26 +313,46 @@ class Simulator:
             if node.last_sample_s < now:
                 self._sample(node, now)
         steps = self._retired_steps + sum(r.counters.steps for r in self.replicas.values())
-        return SimResult(self.rows, self.samples, now, time.perf_counter() - started, events,
-                         steps, self.stretches, self.plans)
+        return SimResult(
+            self.rows,
+            self.samples,
+            now,
+            time.perf_counter() - started,
+            events,
+            steps,
+            self.stretches,
+            self.plans,
+        )
 
     # -- requests ------------------------------------------------------------------------------
     def _arrive(self, req: SimRequest, now: float, first_s: float | None = None) -> None:
         """A request reaches the gateway at `now` (`first_s`: its first attempt, for a retry)."""
         first = now if first_s is None else first_s
         spec = self.models.get(req.model)
-        problem = None if spec is None else spec.limits.problem(req.prompt_tokens,
-                                                                req.output_tokens)
+        problem = (
+            None if spec is None else spec.limits.problem(req.prompt_tokens, req.output_tokens)
+        )
         if problem is not None:
             self._fail(req, first, "INVALID_ARGUMENT")
             return
         hashes = req.prefix_hashes(spec.limits.block_size) if self.kv_index is not None else ()
         if self.scheduler is None:
-            decision = self.router.route(req.model, req.tenant, req.prompt_tokens,
-                                         self.registry, prefix_hashes=hashes, index=self.kv_index)
+            decision = self.router.route(
+                req.model,
+                req.tenant,
+                req.prompt_tokens,
+                self.registry,
+                prefix_hashes=hashes,
+                index=self.kv_index,
+            )
         else:
-            decision = self.scheduler.route(req.model, self.tenancy.policy(req.tenant),
-                                            req.prompt_tokens, req.output_tokens, hashes)
+            decision = self.scheduler.route(
+                req.model,
+                self.tenancy.policy(req.tenant),
+                req.prompt_tokens,
+                req.output_tokens,
+                hashes,
+            )
             if isinstance(decision, Refusal):
                 key = (req.tenant, decision.reason)
                 self.refusals[key] = self.refusals.get(key, 0) + 1
@@ -316,7 +366,7 @@ class Simulator:
             self._fail(req, first, "UNAVAILABLE")
             return
         replica = self.replicas.get(decision.replica_id)
-        if replica is None:   # unloaded since the node's last heartbeat: the node refuses it
+        if replica is None:  # unloaded since the node's last heartbeat: the node refuses it
             self._fail(req, now, "UNAVAILABLE")
             return
         self.routed[req.index] = replica.replica_id
@@ -332,18 +382,27 @@ class Simulator:
             return
         policy = self.tenancy.policy(req.tenant)
         classes = node.front.queue.classes
-        node.front.push(QueueItem(
-            request_id=str(req.index), tenant=req.tenant, model=req.model,
-            priority=policy.priority if classes else 0, prompt_tokens=req.prompt_tokens,
-            max_tokens=req.output_tokens, weight=policy.weight,
-            ttft_ms=policy.ttft_ms if classes else None, replica_id=replica.replica_id),
-            (req, arrival))
+        node.front.push(
+            QueueItem(
+                request_id=str(req.index),
+                tenant=req.tenant,
+                model=req.model,
+                priority=policy.priority if classes else 0,
+                prompt_tokens=req.prompt_tokens,
+                max_tokens=req.output_tokens,
+                weight=policy.weight,
+                ttft_ms=policy.ttft_ms if classes else None,
+                replica_id=replica.replica_id,
+            ),
+            (req, arrival),
+        )
         self._dispatch(node, now)
 
     def _dispatch(self, node: SimNode, now: float, wake: bool = True) -> None:
         """Hand the node's queued requests to their engines where a slot is free (or they are
         urgent), as the node manager's dispatcher does. `wake=False` at a step end, where the
         node picks its next step right after."""
+
         def max_seqs(replica_id: str) -> int | None:
             r = self.replicas.get(replica_id)
             return r.limits.max_seqs if r is not None else None
@@ -351,9 +410,10 @@ class Simulator:
         handed = False
         for item, (req, arrival) in node.front.ready(max_seqs):
             replica = self.replicas.get(item.replica_id)
-            if replica is None:   # unloaded while the request waited: the node refuses it
-                node.front.left_engine(item.replica_id, item.tenant, item.cost_tokens,
-                                       item.priority)
+            if replica is None:  # unloaded while the request waited: the node refuses it
+                node.front.left_engine(
+                    item.replica_id, item.tenant, item.cost_tokens, item.priority
+                )
                 self._fail(req, arrival, "UNAVAILABLE", e2e_ms=(now - arrival) * 1000)
                 continue
             replica.add(req, arrival, now, priority=item.priority)
@@ -374,8 +434,12 @@ class Simulator:
         self._outstanding -= len(unsent)
         for replica in self.replicas.values():
             for active in list(replica.active.values()):
-                self._fail(active.request, active.arrival_s, "DEADLINE_EXCEEDED",
-                           e2e_ms=(now - active.arrival_s) * 1000)
+                self._fail(
+                    active.request,
+                    active.arrival_s,
+                    "DEADLINE_EXCEEDED",
+                    e2e_ms=(now - active.arrival_s) * 1000,
+                )
         # Requests between the gateway and a replica (their admission still queued), waiting
         # for a retry after a refusal, or in a node's queue.
         for event in self._heap:
@@ -383,8 +447,7 @@ class Simulator:
                 req, arrival = event[5]
                 self._fail(req, arrival, "DEADLINE_EXCEEDED", e2e_ms=(now - arrival) * 1000)
             elif event[3] == _RETRY:
-                self._fail(event[4], event[5], "RESOURCE_EXHAUSTED",
-                           e2e_ms=(now - event[5]) * 1000)
+                self._fail(event[4], event[5], "RESOURCE_EXHAUSTED", e2e_ms=(now - event[5]) * 1000)
         for node in self.nodes.values():
             if node.front is not None:
                 for req, arrival in node.front.drain():
@@ -392,33 +455,58 @@ class Simulator:
 
     def _fail(self, req: SimRequest, now: float, code: str, e2e_ms: float = 0.0) -> None:
         self._outstanding -= 1
-        self.rows.append(RequestRecord(
-            request_id=str(req.index), trace_id="", tenant=req.tenant, model=req.model,
-            start_unix_ms=self.cfg.epoch_unix_ms + round(now * 1000), ttft_ms=None,
-            tpot_ms=None, e2e_ms=e2e_ms, queue_ms=None, prompt_tokens=req.prompt_tokens,
-            completion_tokens=0, cached_tokens=0, finish_reason="", error_code=code,
-            status_code=0))
+        self.rows.append(
+            RequestRecord(
+                request_id=str(req.index),
+                trace_id="",
+                tenant=req.tenant,
+                model=req.model,
+                start_unix_ms=self.cfg.epoch_unix_ms + round(now * 1000),
+                ttft_ms=None,
+                tpot_ms=None,
+                e2e_ms=e2e_ms,
+                queue_ms=None,
+                prompt_tokens=req.prompt_tokens,
+                completion_tokens=0,
+                cached_tokens=0,
+                finish_reason="",
+                error_code=code,
+                status_code=0,
+            )
+        )
 
     def _finish(self, a: Active) -> None:
         self._outstanding -= 1
         front = self.nodes[self.routed_node(a)].front if self.tenancy is not None else None
         if front is not None:
             r = a.request
-            front.left_engine(self.routed[r.index], r.tenant, r.prompt_tokens + r.output_tokens,
-                              a.seq.priority)
+            front.left_engine(
+                self.routed[r.index], r.tenant, r.prompt_tokens + r.output_tokens, a.seq.priority
+            )
         out = self.models[a.request.model].overheads.outbound_s
         seq = a.seq
         ttft = (a.first_token_s + out - a.arrival_s) * 1000
         e2e = (a.end_s + out - a.arrival_s) * 1000
         n = seq.num_output
-        self.rows.append(RequestRecord(
-            request_id=str(a.request.index), trace_id="", tenant=a.request.tenant,
-            model=a.request.model,
-            start_unix_ms=self.cfg.epoch_unix_ms + round(a.arrival_s * 1000), ttft_ms=ttft,
-            tpot_ms=(e2e - ttft) / (n - 1) if n > 1 else None, e2e_ms=e2e,
-            queue_ms=(seq.first_scheduled - seq.arrival) * 1000, prompt_tokens=seq.num_prompt,
-            completion_tokens=n, cached_tokens=seq.num_cached_prompt, finish_reason="length",
-            error_code="", status_code=0))
+        self.rows.append(
+            RequestRecord(
+                request_id=str(a.request.index),
+                trace_id="",
+                tenant=a.request.tenant,
+                model=a.request.model,
+                start_unix_ms=self.cfg.epoch_unix_ms + round(a.arrival_s * 1000),
+                ttft_ms=ttft,
+                tpot_ms=(e2e - ttft) / (n - 1) if n > 1 else None,
+                e2e_ms=e2e,
+                queue_ms=(seq.first_scheduled - seq.arrival) * 1000,
+                prompt_tokens=seq.num_prompt,
+                completion_tokens=n,
+                cached_tokens=seq.num_cached_prompt,
+                finish_reason="length",
+                error_code="",
+                status_code=0,
+            )
+        )
 
     def routed_node(self, a: Active) -> str:
         return self.replicas[self.routed[a.request.index]].node_id
@@ -427,13 +515,14 @@ class Simulator:
     def _start_next(self, node: SimNode, now: float) -> None:
         node.current = None
         n = len(node.replicas)
-        busy = [r for r in (node.replicas[(node.next_rr + k) % n] for k in range(n))
-                if r.has_work()]
+        busy = [
+            r for r in (node.replicas[(node.next_rr + k) % n] for k in range(n)) if r.has_work()
+        ]
         if not busy:
             self._retire_drained(node)
             return
         ready = [r for r in busy if r.ready_at <= now]
-        if not ready:       # each busy replica is still in a step that no longer holds the GPU
+        if not ready:  # each busy replica is still in a step that no longer holds the GPU
             self._occupy(node, None, _FREE, min(r.ready_at for r in busy))
             return
         if self.cfg.fast_forward and len(ready) == len(busy) and self._stretch(node, busy, now):
@@ -468,14 +557,19 @@ class Simulator:
         per_round = sum(p.first_s * f for p, f in zip(plans, factors))
         growth = sum(p.growth_s * f for p, f in zip(plans, factors))
         late = per_round + growth * (rounds - 1)
-        if any(p.first_s > per_round or p.first_s + p.growth_s * (rounds - 1) > late
-               for p in plans):
+        if any(
+            p.first_s > per_round or p.first_s + p.growth_s * (rounds - 1) > late for p in plans
+        ):
             return False
         before = before_growth = 0.0
         for i, (replica, plan, f) in enumerate(zip(busy, plans, factors)):
-            replica.start_stretch(plan, rounds if i <= last else rounds - 1,
-                                  now + before + plan.first_s,
-                                  per_round + before_growth + plan.growth_s, growth)
+            replica.start_stretch(
+                plan,
+                rounds if i <= last else rounds - 1,
+                now + before + plan.first_s,
+                per_round + before_growth + plan.growth_s,
+                growth,
+            )
             before += plan.first_s * f
             before_growth += plan.growth_s * f
         node.stretching = busy
@@ -489,15 +583,16 @@ class Simulator:
         """An arrival at `now` ends the node's stretch after the step in progress (if that is
         not the stretch's last step anyway): every replica applies the steps it started, and
         exact stepping resumes after that step, with the replica after its owner."""
-        in_progress = None     # (start, end, replica, is its last step)
+        in_progress = None  # (start, end, replica, is its last step)
         for replica in node.stretching:
             st = replica.stretch
             m = st.count_before(now, inclusive=False)
             if m and (in_progress is None or st.start_of(m) > in_progress[0]):
                 in_progress = (st.start_of(m), st.end_of(m), replica, m == st.steps)
         _, end, owner, owners_last = in_progress
-        if owners_last and all(r.stretch.count_before(now, False) == r.stretch.steps
-                               for r in node.stretching):
+        if owners_last and all(
+            r.stretch.count_before(now, False) == r.stretch.steps for r in node.stretching
+        ):
             return
         for replica in node.stretching:
             replica.apply_started(now)
@@ -529,27 +624,52 @@ class Simulator:
     # -- heartbeats, samples -------------------------------------------------------------------
     def _heartbeat(self, node: SimNode, now: float) -> None:
         tenancy = node.front is not None
-        figures = tuple((r.replica_id, node.phases[r.replica_id], len(r.scheduler.running),
-                         len(r.scheduler.waiting), r.queued_tokens(), r.free_blocks(now),
-                         r.scheduler.waiting_for_memory,
-                         self._rate(r, now) if tenancy else 0.0) for r in node.replicas)
+        figures = tuple(
+            (
+                r.replica_id,
+                node.phases[r.replica_id],
+                len(r.scheduler.running),
+                len(r.scheduler.waiting),
+                r.queued_tokens(),
+                r.free_blocks(now),
+                r.scheduler.waiting_for_memory,
+                self._rate(r, now) if tenancy else 0.0,
+            )
+            for r in node.replicas
+        )
         loads = node.front.loads() if tenancy else ()
-        if node.last_state is None or figures != node.last_figures[0] \
-                or loads != node.last_figures[1]:
-            states = tuple(ReplicaState(
-                model=r.model, replica_id=rid, phase=phase, running_requests=running,
-                waiting_requests=waiting, queued_tokens=queued,
-                kv_blocks_total=r.limits.num_blocks, kv_blocks_free=free,
-                waiting_for_memory=memory, tokens_per_s=rate, max_seqs=r.limits.max_seqs,
-                block_size=r.limits.block_size)
-                for r, (rid, phase, running, waiting, queued, free, memory, rate)
-                in zip(node.replicas, figures))
-            models = tuple(ModelInfo(r.model, r.limits.max_context,
-                                     self.models[r.model].memory_bytes)
-                           for r in node.replicas
-                           if node.phases[r.replica_id] is ReplicaPhase.READY)
-            node.last_state = NodeState(node.node_id, node.node_id, node.memory_bytes, "sim",
-                                        states, models, tenants=loads)
+        if (
+            node.last_state is None
+            or figures != node.last_figures[0]
+            or loads != node.last_figures[1]
+        ):
+            states = tuple(
+                ReplicaState(
+                    model=r.model,
+                    replica_id=rid,
+                    phase=phase,
+                    running_requests=running,
+                    waiting_requests=waiting,
+                    queued_tokens=queued,
+                    kv_blocks_total=r.limits.num_blocks,
+                    kv_blocks_free=free,
+                    waiting_for_memory=memory,
+                    tokens_per_s=rate,
+                    max_seqs=r.limits.max_seqs,
+                    block_size=r.limits.block_size,
+                )
+                for r, (rid, phase, running, waiting, queued, free, memory, rate) in zip(
+                    node.replicas, figures
+                )
+            )
+            models = tuple(
+                ModelInfo(r.model, r.limits.max_context, self.models[r.model].memory_bytes)
+                for r in node.replicas
+                if node.phases[r.replica_id] is ReplicaPhase.READY
+            )
+            node.last_state = NodeState(
+                node.node_id, node.node_id, node.memory_bytes, "sim", states, models, tenants=loads
+            )
             node.last_figures = (figures, loads)
         # An unchanged report is the same NodeState object again: the registry only stamps it.
         self.registry.heartbeat(node.last_state)
@@ -599,30 +719,54 @@ class Simulator:
         utilization = min(1.0, max(0.0, busy / interval)) if interval > 0 else 0.0
         watts = self.cfg.power.watts(utilization)
         node.energy_j += watts * interval
-        self.samples.append(NodeSampleRecord(
-            node_id=node.node_id, unix_ms=self.cfg.epoch_unix_ms + round(now * 1000),
-            utilization=utilization,
-            batch_tokens=max(0, total.step_tokens - last.step_tokens),
-            batch_budget=max(0, total.step_token_budget - last.step_token_budget),
-            kv_blocks_device_used=used, kv_blocks_device_total=blocks, kv_blocks_host=host,
-            kv_blocks_disk=disk, tier_hit_tokens=total.tier_hit_tokens, running=running,
-            waiting=waiting, preemptions=node.preemptions, power_watts=watts,
-            energy_joules=node.energy_j, energy_source="model",
-            prefix_hit_tokens=total.prefix_hit_tokens, prompt_tokens=total.prompt_tokens,
-            kv_blocks_evicted=evicted, block_lifetime_sum_s=lifetime_sum))
+        self.samples.append(
+            NodeSampleRecord(
+                node_id=node.node_id,
+                unix_ms=self.cfg.epoch_unix_ms + round(now * 1000),
+                utilization=utilization,
+                batch_tokens=max(0, total.step_tokens - last.step_tokens),
+                batch_budget=max(0, total.step_token_budget - last.step_token_budget),
+                kv_blocks_device_used=used,
+                kv_blocks_device_total=blocks,
+                kv_blocks_host=host,
+                kv_blocks_disk=disk,
+                tier_hit_tokens=total.tier_hit_tokens,
+                running=running,
+                waiting=waiting,
+                preemptions=node.preemptions,
+                power_watts=watts,
+                energy_joules=node.energy_j,
+                energy_source="model",
+                prefix_hit_tokens=total.prefix_hit_tokens,
+                prompt_tokens=total.prompt_tokens,
+                kv_blocks_evicted=evicted,
+                block_lifetime_sum_s=lifetime_sum,
+            )
+        )
         # Replicas that left take their counters with them: never let the node's go down.
-        node.last = Counters(*(max(getattr(total, f), getattr(last, f))
-                               for f in Counters.__slots__))
+        node.last = Counters(
+            *(max(getattr(total, f), getattr(last, f)) for f in Counters.__slots__)
+        )
         node.last_sample_s = now
 
     # -- placement -----------------------------------------------------------------------------
     def _replan(self, now: float) -> None:
         leaving = {rid for pairs in self._leaving.values() for _, rid in pairs}
-        capacities = [NodeCapacity(n.node_id, n.memory_bytes, tuple(
-            PlacedReplica(r.model, r.replica_id, self.models[r.model].memory_bytes, managed=True)
-            for r in n.replicas if n.phases[r.replica_id] is not ReplicaPhase.DRAINING
-            and r.replica_id not in leaving))
-            for n in self.nodes.values()]
+        capacities = [
+            NodeCapacity(
+                n.node_id,
+                n.memory_bytes,
+                tuple(
+                    PlacedReplica(
+                        r.model, r.replica_id, self.models[r.model].memory_bytes, managed=True
+                    )
+                    for r in n.replicas
+                    if n.phases[r.replica_id] is not ReplicaPhase.DRAINING
+                    and r.replica_id not in leaving
+                ),
+            )
+            for n in self.nodes.values()
+        ]
         plan = self.placement(capacities, list(self.demands(now)))
         self.plans.append(plan)
         for load in plan.loads:
@@ -639,13 +783,20 @@ class Simulator:
     def _loading(self, model: str) -> bool:
         """A replica of the model loads, or is READY but not yet announced by a heartbeat."""
         for n in self.nodes.values():
-            announced = {s.replica_id: s.phase for s in n.last_state.replicas} \
-                if n.last_state is not None else {}
+            announced = (
+                {s.replica_id: s.phase for s in n.last_state.replicas}
+                if n.last_state is not None
+                else {}
+            )
             for r in n.replicas:
                 phase = n.phases.get(r.replica_id)
-                if r.model == model and (phase is ReplicaPhase.LOADING or (
+                if r.model == model and (
+                    phase is ReplicaPhase.LOADING
+                    or (
                         phase is ReplicaPhase.READY
-                        and announced.get(r.replica_id) is not ReplicaPhase.READY)):
+                        and announced.get(r.replica_id) is not ReplicaPhase.READY
+                    )
+                ):
                     return True
         return False
 
@@ -672,11 +823,21 @@ class Simulator:
         costs = spec.costs
         o = spec.overheads
         if o.token_send_s or o.step_extra_s:
-            costs = replace(costs, step_s=costs.step_s + o.step_extra_s,
-                            sample_s=costs.sample_s + o.token_send_s)
-        replica = SimReplica(a.replica_id, a.model, a.node_id, spec.limits, costs,
-                             spec.colocation_share, spec.prefill_colocation_share)
-        if node.kv is not None:     # a worker starts with its tier link
+            costs = replace(
+                costs,
+                step_s=costs.step_s + o.step_extra_s,
+                sample_s=costs.sample_s + o.token_send_s,
+            )
+        replica = SimReplica(
+            a.replica_id,
+            a.model,
+            a.node_id,
+            spec.limits,
+            costs,
+            spec.colocation_share,
+            spec.prefill_colocation_share,
+        )
+        if node.kv is not None:  # a worker starts with its tier link
             replica.connect(node.kv, spec.kv_block_bytes)
         node.replicas.append(replica)
         self.replicas[a.replica_id] = replica
@@ -689,9 +850,13 @@ class Simulator:
     def _retire_drained(self, node: SimNode) -> None:
         now = self.clock.now()
         for r in list(node.replicas):
-            if node.phases[r.replica_id] is ReplicaPhase.DRAINING and not r.has_work() \
-                    and node.current is not r and r.stretch is None \
-                    and now >= node.settles[r.replica_id]:
+            if (
+                node.phases[r.replica_id] is ReplicaPhase.DRAINING
+                and not r.has_work()
+                and node.current is not r
+                and r.stretch is None
+                and now >= node.settles[r.replica_id]
+            ):
                 node.replicas.remove(r)
                 del node.phases[r.replica_id]
                 del node.settles[r.replica_id]

@@ -53,26 +53,32 @@ class KVTierSpec:
 
     host_blocks: int
     host_bytes_per_s: float
-    disk_blocks: int = 0                # 0: no disk tier (a demoted block leaves the node)
+    disk_blocks: int = 0  # 0: no disk tier (a demoted block leaves the node)
     disk_bytes_per_s: float = 0.0
-    policy: str = "heat"                # strata.policy.kv_tiering.POLICIES, the store's default
-    high_watermark: float = 0.90        # the store's defaults (services/kvstore/config.py)
+    policy: str = "heat"  # strata.policy.kv_tiering.POLICIES, the store's default
+    high_watermark: float = 0.90  # the store's defaults (services/kvstore/config.py)
     low_watermark: float = 0.75
     half_life_s: float = 60.0
 
     def __post_init__(self) -> None:
         if self.host_blocks < 1 or not self.host_bytes_per_s > 0:
-            raise ValueError(f"the host tier needs at least 1 block and a positive bandwidth, "
-                             f"got {self.host_blocks} blocks at {self.host_bytes_per_s} B/s")
+            raise ValueError(
+                f"the host tier needs at least 1 block and a positive bandwidth, "
+                f"got {self.host_blocks} blocks at {self.host_bytes_per_s} B/s"
+            )
         if self.disk_blocks < 0 or (self.disk_blocks and not self.disk_bytes_per_s > 0):
-            raise ValueError(f"a disk tier needs a non-negative size and a positive bandwidth, "
-                             f"got {self.disk_blocks} blocks at {self.disk_bytes_per_s} B/s")
+            raise ValueError(
+                f"a disk tier needs a non-negative size and a positive bandwidth, "
+                f"got {self.disk_blocks} blocks at {self.disk_bytes_per_s} B/s"
+            )
         if not 0 < self.low_watermark < self.high_watermark <= 1:
-            raise ValueError(f"need 0 < low_watermark < high_watermark <= 1, got "
-                             f"{self.low_watermark}, {self.high_watermark}")
+            raise ValueError(
+                f"need 0 < low_watermark < high_watermark <= 1, got "
+                f"{self.low_watermark}, {self.high_watermark}"
+            )
         if not self.half_life_s > 0:
             raise ValueError(f"half_life_s must be positive, got {self.half_life_s}")
-        make_policy(self.policy)    # an unknown name fails here, naming the known ones
+        make_policy(self.policy)  # an unknown name fails here, naming the known ones
 
     def bytes_per_s(self, tier: Tier) -> float:
         return self.host_bytes_per_s if tier is Tier.HOST else self.disk_bytes_per_s
@@ -80,21 +86,21 @@ class KVTierSpec:
 
 @dataclass(slots=True)
 class TierCounters:
-    offloaded: int = 0          # evicted device blocks written to the host tier
-    duplicates: int = 0         # evicted blocks the tiers already held
-    refused: int = 0            # evicted blocks dropped: every host block pinned
-    demotions: int = 0          # host -> disk
-    host_drops: int = 0         # demoted out of host with no disk tier: gone from the node
-    disk_drops: int = 0         # the disk tier's LRU: gone from the node
-    loaded_host: int = 0        # blocks loaded into a device pool, by the tier they were in
+    offloaded: int = 0  # evicted device blocks written to the host tier
+    duplicates: int = 0  # evicted blocks the tiers already held
+    refused: int = 0  # evicted blocks dropped: every host block pinned
+    demotions: int = 0  # host -> disk
+    host_drops: int = 0  # demoted out of host with no disk tier: gone from the node
+    disk_drops: int = 0  # the disk tier's LRU: gone from the node
+    loaded_host: int = 0  # blocks loaded into a device pool, by the tier they were in
     loaded_disk: int = 0
-    declined: int = 0           # prefixes found but recomputed: the engine's costs said so
+    declined: int = 0  # prefixes found but recomputed: the engine's costs said so
 
 
 class _Op(enum.IntEnum):
-    COMMIT = 0      # a device pool published a block
-    EVICT = 1       # a device pool evicted a block: the worker offloads it
-    HAND_OVER = 2   # a loaded block is a device pool's now: the tier frees its copy
+    COMMIT = 0  # a device pool published a block
+    EVICT = 1  # a device pool evicted a block: the worker offloads it
+    HAND_OVER = 2  # a loaded block is a device pool's now: the tier frees its copy
 
 
 class NodeKV:
@@ -107,11 +113,11 @@ class NodeKV:
         self.presence = NodePresence()
         self.counters = TierCounters()
         self.host: dict[int, None] = {}
-        self.disk: OrderedDict[int, None] = OrderedDict()    # least recently used first
-        self.pinned: dict[int, int] = {}                     # hash -> loads under way
+        self.disk: OrderedDict[int, None] = OrderedDict()  # least recently used first
+        self.pinned: dict[int, int] = {}  # hash -> loads under way
         self.workers: set[str] = set()
-        self.sequence = 0            # the last KV report sent
-        self._reset = True           # the next report carries the whole set
+        self.sequence = 0  # the last KV report sent
+        self._reset = True  # the next report carries the whole set
         self._ops: list[tuple[float, int, _Op, str, int]] = []
         self._n = 0
 
@@ -193,7 +199,7 @@ class NodeKV:
             else:
                 self._unpin(h)
                 if h in self.disk:
-                    self.disk.move_to_end(h)    # a disk read refreshes the block
+                    self.disk.move_to_end(h)  # a disk read refreshes the block
 
     def tier_blocks(self) -> tuple[int, int]:
         """(host blocks, disk blocks)."""
@@ -245,8 +251,10 @@ class NodeKV:
     def _demote_to(self, target: float, now: float) -> None:
         """The migrator's pass (TieredStore._demote_to): blocks a live request is about to
         read stay, however cold."""
-        victims = sorted((h for h in self.host if h not in self.pinned
-                          and not self._live(h)), key=lambda h: self._priority(h, now))
+        victims = sorted(
+            (h for h in self.host if h not in self.pinned and not self._live(h)),
+            key=lambda h: self._priority(h, now),
+        )
         for h in victims:
             if len(self.host) <= target:
                 break
@@ -264,7 +272,7 @@ class NodeKV:
             return
         if len(self.disk) >= self.spec.disk_blocks:
             victim = next((d for d in self.disk if d not in self.pinned), None)
-            if victim is None:      # every disk block is being loaded: nothing can go there
+            if victim is None:  # every disk block is being loaded: nothing can go there
                 self._forget(h)
                 self.counters.host_drops += 1
                 return

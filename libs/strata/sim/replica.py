@@ -46,7 +46,7 @@ from strata.sim.kv_tiers import NodeKV
 from strata.sim.tier_link import SimTierLink
 from strata.sim.workload import OUTPUT_TOKEN, SimRequest
 
-MIN_STRETCH_STEPS = 2   # a stretch of one step is an exact step
+MIN_STRETCH_STEPS = 2  # a stretch of one step is an exact step
 
 
 @dataclass(slots=True, frozen=True)
@@ -60,19 +60,31 @@ class EngineLimits:
     max_context: int = 2048
 
     def __post_init__(self) -> None:
-        if min(self.num_blocks, self.block_size, self.max_batched_tokens, self.max_seqs,
-               self.max_context) < 1:
+        if (
+            min(
+                self.num_blocks,
+                self.block_size,
+                self.max_batched_tokens,
+                self.max_seqs,
+                self.max_context,
+            )
+            < 1
+        ):
             raise ValueError(f"engine limits must all be positive, got {self}")
 
     def problem(self, prompt: int, output: int) -> str | None:
         """Why the engine's validate() would refuse the request, or None."""
         if prompt + output > self.max_context:
-            return (f"prompt ({prompt} tokens) plus max_tokens ({output}) exceeds the model's "
-                    f"context of {self.max_context} tokens")
+            return (
+                f"prompt ({prompt} tokens) plus max_tokens ({output}) exceeds the model's "
+                f"context of {self.max_context} tokens"
+            )
         need = -(-(prompt + output) // self.block_size)
         if need > self.num_blocks:
-            return (f"the request needs {need} KV blocks but this worker has "
-                    f"{self.num_blocks}; shorten the prompt or max_tokens")
+            return (
+                f"the request needs {need} KV blocks but this worker has "
+                f"{self.num_blocks}; shorten the prompt or max_tokens"
+            )
         return None
 
 
@@ -82,9 +94,9 @@ class Active:
 
     request: SimRequest
     seq: Sequence
-    arrival_s: float                  # when the gateway received it
+    arrival_s: float  # when the gateway received it
     first_token_s: float | None = None
-    end_s: float = 0.0                # when its last token was sampled
+    end_s: float = 0.0  # when its last token was sampled
 
 
 @dataclass(slots=True)
@@ -100,16 +112,16 @@ class Stretch:
 
     steps: int
     batch: int
-    first_s: float                    # duration of the replica's first step
-    growth_s: float                   # each later step of it is this much longer
-    order: list[Active]               # the scheduler's order
-    allocs: list[tuple[int, int]]     # (step, index in order) of every block allocation
-    alloc_steps: list[int] = field(default_factory=list)   # the allocations' steps, sorted
+    first_s: float  # duration of the replica's first step
+    growth_s: float  # each later step of it is this much longer
+    order: list[Active]  # the scheduler's order
+    allocs: list[tuple[int, int]]  # (step, index in order) of every block allocation
+    alloc_steps: list[int] = field(default_factory=list)  # the allocations' steps, sorted
     end1_s: float = 0.0
     gap_s: float = 0.0
     gap_growth_s: float = 0.0
-    done: int = 0                     # allocations already made (sync, or a cut's apply)
-    base: list[int] = field(default_factory=list)   # each sequence's computed tokens at start
+    done: int = 0  # allocations already made (sync, or a cut's apply)
+    base: list[int] = field(default_factory=list)  # each sequence's computed tokens at start
 
     def end_of(self, j: int) -> float:
         """End of step j (1..steps)."""
@@ -126,8 +138,9 @@ class Stretch:
         """Engine time of the first m steps."""
         return m * self.first_s + self.growth_s * m * (m - 1) / 2
 
-    def _count(self, t: float, inclusive: bool, at: Callable[[int], float], q0: float,
-               q1: float) -> int:
+    def _count(
+        self, t: float, inclusive: bool, at: Callable[[int], float], q0: float, q1: float
+    ) -> int:
         """How many of steps 1..steps have at(j) < t (<= when inclusive), where at(j) =
         q0 + q1 (j - 1) + gap_growth_s (j - 1)(j - 2) / 2 grows with j: the quadratic's root,
         then settled against at() itself so rounding cannot move a boundary."""
@@ -156,8 +169,9 @@ class Stretch:
 
     def count_before(self, t: float, inclusive: bool) -> int:
         """Steps whose start is before t (or at t when inclusive)."""
-        return self._count(t, inclusive, self.start_of, self.end1_s - self.first_s,
-                           self.gap_s - self.growth_s)
+        return self._count(
+            t, inclusive, self.start_of, self.end1_s - self.first_s, self.gap_s - self.growth_s
+        )
 
     def ended_by(self, t: float) -> int:
         return self._count(t, True, self.end_of, self.end1_s, self.gap_s)
@@ -200,21 +214,29 @@ def shared_factor(share: float, busy: int) -> float:
 
 
 class SimReplica:
-    def __init__(self, replica_id: str, model: str, node_id: str, limits: EngineLimits,
-                 costs: StepCosts, share: float = 1.0, prefill_share: float = 1.0) -> None:
+    def __init__(
+        self,
+        replica_id: str,
+        model: str,
+        node_id: str,
+        limits: EngineLimits,
+        costs: StepCosts,
+        share: float = 1.0,
+        prefill_share: float = 1.0,
+    ) -> None:
         self.replica_id = replica_id
         self.model = model
         self.node_id = node_id
         self.limits = limits
         self.costs = costs
-        self.share = share                # co-location shares (shared_factor)
+        self.share = share  # co-location shares (shared_factor)
         self.prefill_share = prefill_share
-        self.ready_at = 0.0               # when its last step ends (its next may start)
-        self._own_end = 0.0               # the planned step's own end
+        self.ready_at = 0.0  # when its last step ends (its next may start)
+        self._own_end = 0.0  # the planned step's own end
         self._pool_now = 0.0
         self.pool = BlockPool(limits.num_blocks, limits.block_size, clock=self._pool_clock)
         self.scheduler = Scheduler(self.pool, limits.max_batched_tokens, limits.max_seqs)
-        self.active: dict[int, Active] = {}       # by id(seq)
+        self.active: dict[int, Active] = {}  # by id(seq)
         self.counters = Counters()
         self.stretch: Stretch | None = None
         self._unstamped: list[Sequence] = []
@@ -241,11 +263,15 @@ class SimReplica:
         """A request reaches the worker at `now`. The engine takes adds in between steps and
         stamps them then (Sequence.arrival, hence queue_ms and the scheduling order), so the
         stamp is set when the replica next plans a step (take_adds)."""
-        seq = Sequence(request_id=str(request.index), token_ids=request.prompt_ids(),
-                       num_prompt=request.prompt_tokens,
-                       params=SamplingParams(max_tokens=request.output_tokens, ignore_eos=True),
-                       hash_keys=HashKeys.for_request(self.model, request.tenant, False),
-                       priority=priority, arrival=now)
+        seq = Sequence(
+            request_id=str(request.index),
+            token_ids=request.prompt_ids(),
+            num_prompt=request.prompt_tokens,
+            params=SamplingParams(max_tokens=request.output_tokens, ignore_eos=True),
+            hash_keys=HashKeys.for_request(self.model, request.tenant, False),
+            priority=priority,
+            arrival=now,
+        )
         self.active[id(seq)] = Active(request, seq, arrival_s)
         self.scheduler.add(seq)
         self._unstamped.append(seq)
@@ -261,8 +287,11 @@ class SimReplica:
 
     def _prefetch(self, seq: Sequence) -> None:
         """The engine's add_request asks the tier for the prefix the device pool lacks."""
-        missing = self.pool.missing_suffix(chain_hashes(
-            seq.token_ids[:len(seq.token_ids) - 1], self.limits.block_size, seq.hash_keys))
+        missing = self.pool.missing_suffix(
+            chain_hashes(
+                seq.token_ids[: len(seq.token_ids) - 1], self.limits.block_size, seq.hash_keys
+            )
+        )
         if missing:
             self.link.prefetch(missing)
 
@@ -296,8 +325,10 @@ class SimReplica:
 
     def shape(self, items: list[ScheduledSeq]) -> StepShape:
         # Priced before the step runs: a sequence's context then grows by the step's tokens.
-        return step_shape(((i.num_new, i.sample, i.seq.num_computed + i.num_new) for i in items),
-                          self.limits.block_size)
+        return step_shape(
+            ((i.num_new, i.sample, i.seq.num_computed + i.num_new) for i in items),
+            self.limits.block_size,
+        )
 
     def end_step(self, now: float) -> list[Active]:
         """Apply the planned step when its hold of the GPU ends at `now`, its tokens stamped at
@@ -344,12 +375,11 @@ class SimReplica:
         No side effects on the scheduler: start_stretch commits it."""
         s = self.scheduler
         if self._unstamped:
-            return None   # an add since the last step: the batch may change at the next
+            return None  # an add since the last step: the batch may change at the next
         if not s.running or len(s.running) > s.max_batched_tokens:
             return None
-        if s.waiting and max(q.priority for q in s.waiting) > min(q.priority
-                                                                 for q in s.running):
-            return None   # admission may preempt a lower class: the batch may change
+        if s.waiting and max(q.priority for q in s.waiting) > min(q.priority for q in s.running):
+            return None  # admission may preempt a lower class: the batch may change
         blocked = self._admission_blocked() if s.waiting else "none"
         if blocked is None:
             return None
@@ -372,7 +402,7 @@ class SimReplica:
         allocs.sort()
         free = self.pool.num_free
         if len(allocs) > free:
-            steps = allocs[free][0] - 1   # the step whose allocation would fail runs exactly
+            steps = allocs[free][0] - 1  # the step whose allocation would fail runs exactly
             if steps < MIN_STRETCH_STEPS:
                 return None
             allocs = allocs[:free]
@@ -385,12 +415,20 @@ class SimReplica:
                 return None
         batch = len(order)
         c = self.costs
-        return Stretch(steps, batch, c.decode_seconds(batch, context), c.decode_attend_s * batch,
-                       [self.active[id(q)] for q in order], allocs, [j for j, _ in allocs],
-                       base=[q.num_computed for q in order])
+        return Stretch(
+            steps,
+            batch,
+            c.decode_seconds(batch, context),
+            c.decode_attend_s * batch,
+            [self.active[id(q)] for q in order],
+            allocs,
+            [j for j, _ in allocs],
+            base=[q.num_computed for q in order],
+        )
 
-    def start_stretch(self, st: Stretch, steps: int, end1_s: float, gap_s: float,
-                      gap_growth_s: float) -> None:
+    def start_stretch(
+        self, st: Stretch, steps: int, end1_s: float, gap_s: float, gap_growth_s: float
+    ) -> None:
         """Commit a planned stretch: its first `steps` steps (at most as planned), timed."""
         st.steps = steps
         st.allocs = [a for a in st.allocs if a[0] <= steps]
@@ -531,8 +569,9 @@ class SimReplica:
         st = self.stretch
         if st is None:
             return self.pool.num_free
-        return self.pool.num_free - (st.allocated_by(st.count_before(now, inclusive=True))
-                                     - st.done)
+        return self.pool.num_free - (
+            st.allocated_by(st.count_before(now, inclusive=True)) - st.done
+        )
 
     def used_blocks(self, now: float) -> int:
         """Device blocks holding data. Mid-stretch, a block the stretch allocated counts as
@@ -548,11 +587,22 @@ class SimReplica:
         c = self.counters
         st = self.stretch
         if st is None:
-            return Counters(c.steps, c.step_tokens, c.step_token_budget, c.busy_seconds,
-                            c.prompt_tokens, c.prefix_hit_tokens, c.tier_hit_tokens)
+            return Counters(
+                c.steps,
+                c.step_tokens,
+                c.step_token_budget,
+                c.busy_seconds,
+                c.prompt_tokens,
+                c.prefix_hit_tokens,
+                c.tier_hit_tokens,
+            )
         e = st.ended_by(now)
-        return Counters(c.steps + e, c.step_tokens + st.batch * e,
-                        c.step_token_budget + self.limits.max_batched_tokens * e,
-                        c.busy_seconds + st.busy_of(e), c.prompt_tokens, c.prefix_hit_tokens,
-                        c.tier_hit_tokens)
-
+        return Counters(
+            c.steps + e,
+            c.step_tokens + st.batch * e,
+            c.step_token_budget + self.limits.max_batched_tokens * e,
+            c.busy_seconds + st.busy_of(e),
+            c.prompt_tokens,
+            c.prefix_hit_tokens,
+            c.tier_hit_tokens,
+        )

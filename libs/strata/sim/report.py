@@ -19,16 +19,35 @@ from strata.sim.cluster import SimResult
 SIM_RUN_KIND = "benchmark"
 
 
-def sim_report(result: SimResult, epoch_unix_ms: int, name: str, params_json: str = "{}",
-               settings: LayerSettings | None = None,
-               tenant_classes: dict[str, str] | None = None) -> LayeredReport:
+def sim_report(
+    result: SimResult,
+    epoch_unix_ms: int,
+    name: str,
+    params_json: str = "{}",
+    settings: LayerSettings | None = None,
+    tenant_classes: dict[str, str] | None = None,
+) -> LayeredReport:
     """The layered report over the simulated window [0, result.end_s]."""
     start = epoch_unix_ms
     end = epoch_unix_ms + round(result.end_s * 1000)
-    run = RunRecord(run_id=0, name=name, kind=SIM_RUN_KIND, started_unix_ms=start,
-                    finished_unix_ms=end, params_json=params_json, client_summary_json=None)
-    return layered_report(result.rows, result.samples, tenant_classes or {}, start, end,
-                          settings or LayerSettings(), run=run)
+    run = RunRecord(
+        run_id=0,
+        name=name,
+        kind=SIM_RUN_KIND,
+        started_unix_ms=start,
+        finished_unix_ms=end,
+        params_json=params_json,
+        client_summary_json=None,
+    )
+    return layered_report(
+        result.rows,
+        result.samples,
+        tenant_classes or {},
+        start,
+        end,
+        settings or LayerSettings(),
+        run=run,
+    )
 
 
 def write_report(report: LayeredReport, path: str | os.PathLike[str]) -> None:

@@ -60,14 +60,22 @@ class DecodeTiming:
     tpot_s: float
 
 
-def stack_overheads(singles: Sequence[CalibrationRequest], first: FirstToken,
-                    single: DecodeTiming, burst: DecodeTiming, costs: StepCosts, add_s: float,
-                    block_size: int) -> RequestOverheads:
+def stack_overheads(
+    singles: Sequence[CalibrationRequest],
+    first: FirstToken,
+    single: DecodeTiming,
+    burst: DecodeTiming,
+    costs: StepCosts,
+    add_s: float,
+    block_size: int,
+) -> RequestOverheads:
     if not singles:
         raise ValueError("stack overheads need at least one single calibration request")
     if single.batch != 1 or burst.batch < 2:
-        raise ValueError(f"calibrate with single requests and a burst of 2 or more, got "
-                         f"batches {single.batch} and {burst.batch}")
+        raise ValueError(
+            f"calibrate with single requests and a burst of 2 or more, got "
+            f"batches {single.batch} and {burst.batch}"
+        )
     inbound = statistics.median(r.worker_start_s - r.gateway_start_s for r in singles)
     outbound = statistics.median(r.gateway_end_s - r.worker_end_s for r in singles)
     extra_1 = single.tpot_s - costs.decode_seconds(1, single.context + 1)
@@ -78,5 +86,10 @@ def stack_overheads(singles: Sequence[CalibrationRequest], first: FirstToken,
     n = first.prompt
     prefill = costs.seconds(StepShape(n, 1, prefill_keys(1, n, n, block_size), 0.0, 1, n, 0))
     to_first_step = first.ttft_s - (add_s + prefill + step + send + outbound)
-    return RequestOverheads(add_s=add_s, inbound_s=max(0.0, inbound, to_first_step),
-                            outbound_s=outbound, step_extra_s=step, token_send_s=send)
+    return RequestOverheads(
+        add_s=add_s,
+        inbound_s=max(0.0, inbound, to_first_step),
+        outbound_s=outbound,
+        step_extra_s=step,
+        token_send_s=send,
+    )

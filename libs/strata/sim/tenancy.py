@@ -32,9 +32,9 @@ from strata.policy.scheduling.global_scheduler import SchedulerSettings
 class Tenancy:
     settings: SchedulerSettings = SchedulerSettings()
     policies: Mapping[str, TenantPolicy] = field(default_factory=dict)
-    queue: str = "wfq"              # the nodes' queues: wfq | fcfs
-    retry: bool = True              # a refused client retries after the hint
-    give_up_s: float = 120.0        # ... until this long after its first attempt
+    queue: str = "wfq"  # the nodes' queues: wfq | fcfs
+    retry: bool = True  # a refused client retries after the hint
+    give_up_s: float = 120.0  # ... until this long after its first attempt
     sample_size: int = 64
     tie_tolerance: float = 0.1
     interference_weight: float = 1.0
@@ -62,10 +62,10 @@ class NodeFront:
 
     def __init__(self, queue: NodeQueue) -> None:
         self.queue = queue
-        self.in_engine: dict[str, int] = {}          # replica id -> requests in its engine
+        self.in_engine: dict[str, int] = {}  # replica id -> requests in its engine
         # replica id -> priority -> requests of that class in its engine
         self.classes: dict[str, dict[int, int]] = {}
-        self.payloads: dict[str, object] = {}        # request id -> the caller's payload
+        self.payloads: dict[str, object] = {}  # request id -> the caller's payload
         self._running: dict[str, _Running] = {}
 
     @classmethod
@@ -139,8 +139,13 @@ class NodeFront:
         out = []
         for tenant in sorted(set(queued) | set(self._running)):
             q, r = queued.get(tenant), self._running.get(tenant)
-            out.append(TenantLoad(
-                tenant, max(q.priority if q else 0, r.priority if r else 0),
-                r.running if r else 0, q.queued if q else 0,
-                (q.tokens if q else 0) + (r.tokens if r else 0)))
+            out.append(
+                TenantLoad(
+                    tenant,
+                    max(q.priority if q else 0, r.priority if r else 0),
+                    r.running if r else 0,
+                    q.queued if q else 0,
+                    (q.tokens if q else 0) + (r.tokens if r else 0),
+                )
+            )
         return tuple(out)

@@ -31,8 +31,8 @@ class SimTierLink:
         self.pool = pool
         self.block_bytes = block_bytes
         self.costs = CostModel()
-        self.now = 0.0               # the virtual time of what the engine does next
-        self._load_s = 0.0           # loads made since the last planned step
+        self.now = 0.0  # the virtual time of what the engine does next
+        self._load_s = 0.0  # loads made since the last planned step
         node.connect(worker)
 
     # -- device pool hooks -----------------------------------------------------------------------

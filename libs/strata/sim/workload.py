@@ -26,8 +26,8 @@ from strata.eval.traces import TraceRequest
 from strata.eval.workload import Scaling, Window
 from strata.kvtier.hashing import HashKeys, chain_hashes
 
-OUTPUT_TOKEN = 1                 # the id every simulated output token gets
-_ID_SPACE = 1 << 29              # two ranges of ids, both within int32 (the block hash packs int32)
+OUTPUT_TOKEN = 1  # the id every simulated output token gets
+_ID_SPACE = 1 << 29  # two ranges of ids, both within int32 (the block hash packs int32)
 
 
 @dataclass(slots=True, frozen=True)
@@ -35,12 +35,12 @@ class SimRequest:
     index: int
     arrival_s: float
     prompt_tokens: int
-    output_tokens: int          # the greedy answer's length: the engine stops after this many
+    output_tokens: int  # the greedy answer's length: the engine stops after this many
     model: str
     tenant: str = "sim"
     sla_class: str = ""
     hash_ids: tuple[int, ...] = ()
-    block_tokens: int = 0       # tokens per trace hash id after scaling
+    block_tokens: int = 0  # tokens per trace hash id after scaling
 
     def prompt_ids(self) -> list[int]:
         ids: list[int] = []
@@ -50,20 +50,25 @@ class SimRequest:
             token = 2 + (h * 2654435761) % _ID_SPACE
             ids.extend([token] * min(self.block_tokens, self.prompt_tokens - len(ids)))
         if len(ids) < self.prompt_tokens:
-            ids.extend([_ID_SPACE + 2 + self.index % _ID_SPACE] *
-                       (self.prompt_tokens - len(ids)))
+            ids.extend([_ID_SPACE + 2 + self.index % _ID_SPACE] * (self.prompt_tokens - len(ids)))
         return ids
 
     def prefix_hashes(self, block_size: int) -> list[int]:
         """The prompt's block hash chain as the gateway computes it: every full block of the
         prompt but its last token, keyed by model and tenant (no prefix is public here)."""
         ids = self.prompt_ids()
-        return chain_hashes(ids[:len(ids) - 1], block_size,
-                            HashKeys.for_request(self.model, self.tenant, False))
+        return chain_hashes(
+            ids[: len(ids) - 1], block_size, HashKeys.for_request(self.model, self.tenant, False)
+        )
 
 
-def sim_requests(requests: Sequence[TraceRequest], scaling: Scaling, window: Window,
-                 model: str, tenants: Sequence[str] = ("sim",)) -> list[SimRequest]:
+def sim_requests(
+    requests: Sequence[TraceRequest],
+    scaling: Scaling,
+    window: Window,
+    model: str,
+    tenants: Sequence[str] = ("sim",),
+) -> list[SimRequest]:
     """The window of `requests` scaled like a replay; a request without its own model or tenant
     gets `model` and the tenants round-robin (in arrival order)."""
     if not tenants:
@@ -76,18 +81,25 @@ def sim_requests(requests: Sequence[TraceRequest], scaling: Scaling, window: Win
         if window.max_duration_s is not None and at > window.max_duration_s:
             break
         index = len(out)
-        out.append(SimRequest(
-            index=index, arrival_s=at, prompt_tokens=scaling.prompt_tokens(request.prompt_tokens),
-            output_tokens=scaling.output_tokens(request.output_tokens),
-            model=request.model or model,
-            tenant=request.tenant or tenants[index % len(tenants)],
-            sla_class=request.sla_class, hash_ids=request.hash_ids,
-            block_tokens=scaling.block_tokens))
+        out.append(
+            SimRequest(
+                index=index,
+                arrival_s=at,
+                prompt_tokens=scaling.prompt_tokens(request.prompt_tokens),
+                output_tokens=scaling.output_tokens(request.output_tokens),
+                model=request.model or model,
+                tenant=request.tenant or tenants[index % len(tenants)],
+                sla_class=request.sla_class,
+                hash_ids=request.hash_ids,
+                block_tokens=scaling.block_tokens,
+            )
+        )
     return out
 
 
-def superpose(requests: Sequence[TraceRequest], factor: float, rng: random.Random
-              ) -> list[TraceRequest]:
+def superpose(
+    requests: Sequence[TraceRequest], factor: float, rng: random.Random
+) -> list[TraceRequest]:
     """`factor` times the rate over the same span (see the module docstring), by arrival."""
     if not factor > 0 or math.isinf(factor):
         raise ValueError(f"the rate factor must be a positive number, got {factor}")

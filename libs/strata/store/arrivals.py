@@ -28,15 +28,16 @@ from strata.store.models import Request
 @dataclass(slots=True, frozen=True)
 class ModelArrivals:
     model: str
-    requests: tuple[int, ...]           # per window, every arrival
-    prompt_mean: tuple[float, ...]      # per window, over succeeded requests (0: none)
+    requests: tuple[int, ...]  # per window, every arrival
+    prompt_mean: tuple[float, ...]  # per window, over succeeded requests (0: none)
     output_mean: tuple[float, ...]
-    tenants: tuple[str, ...]            # who sent them, sorted
+    tenants: tuple[str, ...]  # who sent them, sorted
     burst_requests: tuple[int, ...] = ()  # per window, its busiest burst_s slice (): not asked
 
 
-async def arrivals(session: AsyncSession, grid: WindowGrid,
-                   burst_s: float = 0.0) -> list[ModelArrivals]:
+async def arrivals(
+    session: AsyncSession, grid: WindowGrid, burst_s: float = 0.0
+) -> list[ModelArrivals]:
     """Per model (sorted), the grid's windows filled from requests that started in its span;
     with `burst_s` > 0 also each window's busiest slice (ValueError: it does not divide the
     window)."""
@@ -47,11 +48,18 @@ async def arrivals(session: AsyncSession, grid: WindowGrid,
     bucket = ((Request.start_unix_ms - origin) // window_ms).label("bucket")
     ok = and_(Request.error_code == "", Request.status_code != STATUS_ERROR)
     in_span = and_(Request.start_unix_ms >= start_ms, Request.start_unix_ms < end_ms)
-    stmt = (select(Request.model, bucket, func.count().label("n"),
-                   func.sum(case((ok, 1), else_=0)).label("ok"),
-                   func.sum(case((ok, Request.prompt_tokens), else_=0)).label("prompt"),
-                   func.sum(case((ok, Request.completion_tokens), else_=0)).label("output"))
-            .where(in_span).group_by(Request.model, bucket))
+    stmt = (
+        select(
+            Request.model,
+            bucket,
+            func.count().label("n"),
+            func.sum(case((ok, 1), else_=0)).label("ok"),
+            func.sum(case((ok, Request.prompt_tokens), else_=0)).label("prompt"),
+            func.sum(case((ok, Request.completion_tokens), else_=0)).label("output"),
+        )
+        .where(in_span)
+        .group_by(Request.model, bucket)
+    )
     n = grid.windows
     per_day = round(DAY_S / grid.window_s) if grid.daily else 0
     count: dict[str, list[int]] = defaultdict(lambda: [0] * n)
@@ -66,25 +74,36 @@ async def arrivals(session: AsyncSession, grid: WindowGrid,
         output[row.model][k] += int(row.output or 0)
     tenants: dict[str, set[str]] = defaultdict(set)
     if count:
-        pairs = select(Request.model, Request.tenant).where(
-            in_span, Request.model.in_(sorted(count))).distinct()
+        pairs = (
+            select(Request.model, Request.tenant)
+            .where(in_span, Request.model.in_(sorted(count)))
+            .distinct()
+        )
         for model, tenant in (await session.execute(pairs)).all():
             tenants[model].add(tenant)
     busiest = await _busiest(session, slices, in_span) if slices is not None else {}
-    return [ModelArrivals(
-        m, tuple(count[m]),
-        tuple(p / c if c else 0.0 for p, c in zip(prompt[m], good[m])),
-        tuple(o / c if c else 0.0 for o, c in zip(output[m], good[m])),
-        tuple(sorted(tenants[m])),
-        tuple(busiest.get(m, [0] * n)) if slices is not None else ()) for m in sorted(count)]
+    return [
+        ModelArrivals(
+            m,
+            tuple(count[m]),
+            tuple(p / c if c else 0.0 for p, c in zip(prompt[m], good[m])),
+            tuple(o / c if c else 0.0 for o, c in zip(output[m], good[m])),
+            tuple(sorted(tenants[m])),
+            tuple(busiest.get(m, [0] * n)) if slices is not None else (),
+        )
+        for m in sorted(count)
+    ]
 
 
 async def _busiest(session: AsyncSession, slices: BurstSlices, in_span) -> dict[str, list[int]]:
     burst_ms = round(slices.burst_s * 1000)
     origin_ms = round(slices.origin * 1000)
     piece = ((Request.start_unix_ms - origin_ms) // burst_ms).label("piece")
-    stmt = (select(Request.model, piece, func.count().label("n"))
-            .where(in_span).group_by(Request.model, piece))
+    stmt = (
+        select(Request.model, piece, func.count().label("n"))
+        .where(in_span)
+        .group_by(Request.model, piece)
+    )
     per_model: dict[str, dict[int, int]] = defaultdict(dict)
     for row in (await session.execute(stmt)).all():
         per_model[row.model][int(row.piece)] = int(row.n)

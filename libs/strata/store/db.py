@@ -84,16 +84,20 @@ async def create_all(engine: AsyncEngine) -> None:
             async with engine.begin() as conn:
                 if conn.dialect.name == "postgresql":
                     # DDL is transactional here: the lock makes concurrent starters take turns.
-                    await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"),
-                                       {"key": _SCHEMA_LOCK})
+                    await conn.execute(
+                        text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_LOCK}
+                    )
                 await conn.run_sync(_create_if_not_exists)
             return
         except OperationalError as err:
             # SQLite answers "database is locked" at once, without waiting out busy_timeout, when
             # two connections that both read the schema try to upgrade to writing (it would
             # deadlock otherwise). Every step here is idempotent, so the loser retries.
-            if engine.dialect.name != "sqlite" or "locked" not in str(err) or \
-                    attempt == _SQLITE_SCHEMA_ATTEMPTS - 1:
+            if (
+                engine.dialect.name != "sqlite"
+                or "locked" not in str(err)
+                or attempt == _SQLITE_SCHEMA_ATTEMPTS - 1
+            ):
                 raise
             await asyncio.sleep(0.05 * (attempt + 1) + random.uniform(0, 0.05))
 
@@ -113,13 +117,17 @@ def _add_missing_columns(conn: Connection, table) -> None:
         if column.name in present:
             continue
         if not column.nullable and column.server_default is None:
-            raise RuntimeError(f"table {table.name} lacks column {column.name}, which cannot be "
-                               f"added to existing rows (it is NOT NULL without a server "
-                               f"default); migrate the store")
+            raise RuntimeError(
+                f"table {table.name} lacks column {column.name}, which cannot be "
+                f"added to existing rows (it is NOT NULL without a server "
+                f"default); migrate the store"
+            )
         # CreateColumn renders the type, the server default and NOT NULL as CREATE TABLE would;
         # existing rows take the default.
-        ddl = (f"ALTER TABLE {quote(table.name)} ADD COLUMN "
-               f"{CreateColumn(column).compile(dialect=conn.dialect)}")
+        ddl = (
+            f"ALTER TABLE {quote(table.name)} ADD COLUMN "
+            f"{CreateColumn(column).compile(dialect=conn.dialect)}"
+        )
         try:
             conn.execute(text(ddl))
         except OperationalError:

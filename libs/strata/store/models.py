@@ -41,8 +41,7 @@ class Tenant(Base):
     sla_class: Mapped[str] = mapped_column(String(64))
     created_unix_ms: Mapped[int] = mapped_column(BigInteger)
     weight: Mapped[float] = mapped_column(Float, default=1.0, server_default=text("1"))
-    guaranteed_share: Mapped[float] = mapped_column(Float, default=0.0,
-                                                    server_default=text("0"))
+    guaranteed_share: Mapped[float] = mapped_column(Float, default=0.0, server_default=text("0"))
     burst_share: Mapped[float] = mapped_column(Float, default=1.0, server_default=text("1"))
     rate_limit_rps: Mapped[float | None] = mapped_column(Float, nullable=True)
 
@@ -132,7 +131,7 @@ class Request(Base):
     completion_tokens: Mapped[int] = mapped_column(BigInteger)
     cached_tokens: Mapped[int] = mapped_column(BigInteger)
     finish_reason: Mapped[str] = mapped_column(String)
-    error_code: Mapped[str] = mapped_column(String)    # "" when the request succeeded
+    error_code: Mapped[str] = mapped_column(String)  # "" when the request succeeded
     status_code: Mapped[int] = mapped_column(Integer)  # OTLP span status: 0 unset, 1 ok, 2 error
     run_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True, index=True)
 
@@ -145,8 +144,10 @@ class NodeSample(Base):
     """
 
     __tablename__ = "node_samples"
-    __table_args__ = (Index("ux_node_samples_node_ts", "node_id", "ts_unix_ms", unique=True),
-                      Index("ix_node_samples_ts", "ts_unix_ms"))
+    __table_args__ = (
+        Index("ux_node_samples_node_ts", "node_id", "ts_unix_ms", unique=True),
+        Index("ix_node_samples_ts", "ts_unix_ms"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     node_id: Mapped[str] = mapped_column(String(128))

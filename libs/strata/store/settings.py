@@ -10,8 +10,11 @@ from strata.core.settings import StrataSettings
 
 
 class StoreFields(StrataSettings):
-    db_url: str = Field("", description="SQLAlchemy async URL of the store (e.g. postgresql+"
-                                         "asyncpg://...); empty: an SQLite file in the data dir")
+    db_url: str = Field(
+        "",
+        description="SQLAlchemy async URL of the store (e.g. postgresql+"
+        "asyncpg://...); empty: an SQLite file in the data dir",
+    )
 
     def database_url(self, data_dir: str) -> str:
         return self.db_url or f"sqlite+aiosqlite:///{os.path.join(data_dir, 'strata.db')}"

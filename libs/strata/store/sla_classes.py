@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from strata.core.sla import DEFAULT_CLASS, SlaClass, SlaTable
 from strata.store.models import SlaClassRow
 
-MAX_PRIORITY = 9    # the range strata.core.sla's spec syntax accepts after @
+MAX_PRIORITY = 9  # the range strata.core.sla's spec syntax accepts after @
 
 
 class InvalidSlaClassError(ValueError):
@@ -27,15 +27,21 @@ class InvalidSlaClassError(ValueError):
 def sla_class_problem(sla: SlaClass) -> str | None:
     """Why sla cannot be stored (a sentence naming the field), or None."""
     if not sla.name.strip() or sla.name != sla.name.strip() or len(sla.name) > 64:
-        return (f"an SLA class name must be 1 to 64 characters without surrounding spaces, "
-                f"got {sla.name!r}")
+        return (
+            f"an SLA class name must be 1 to 64 characters without surrounding spaces, "
+            f"got {sla.name!r}"
+        )
     if not 0 <= sla.priority <= MAX_PRIORITY:
-        return (f"SLA class {sla.name!r}: priority must be an integer from 0 to {MAX_PRIORITY}, "
-                f"got {sla.priority}")
+        return (
+            f"SLA class {sla.name!r}: priority must be an integer from 0 to {MAX_PRIORITY}, "
+            f"got {sla.priority}"
+        )
     for what, target in (("ttft_ms", sla.ttft_ms), ("tpot_ms", sla.tpot_ms)):
         if target is not None and not (math.isfinite(target) and target > 0):
-            return (f"SLA class {sla.name!r}: {what} must be a positive number of milliseconds "
-                    f"or unset (not judged), got {target}")
+            return (
+                f"SLA class {sla.name!r}: {what} must be a positive number of milliseconds "
+                f"or unset (not judged), got {target}"
+            )
     return None
 
 
@@ -45,8 +51,15 @@ def _record(row: SlaClassRow) -> SlaClass:
 
 async def list_sla_classes(session: AsyncSession) -> list[SlaClass]:
     """The stored classes, by descending priority then name."""
-    rows = (await session.execute(select(SlaClassRow).order_by(
-        SlaClassRow.priority.desc(), SlaClassRow.name))).scalars().all()
+    rows = (
+        (
+            await session.execute(
+                select(SlaClassRow).order_by(SlaClassRow.priority.desc(), SlaClassRow.name)
+            )
+        )
+        .scalars()
+        .all()
+    )
     return [_record(r) for r in rows]
 
 
@@ -69,8 +82,11 @@ async def seed_sla_classes(session: AsyncSession, table: SlaTable) -> bool:
     if count:
         return False
     for sla in table.classes.values():
-        session.add(SlaClassRow(name=sla.name, priority=sla.priority, ttft_ms=sla.ttft_ms,
-                                tpot_ms=sla.tpot_ms))
+        session.add(
+            SlaClassRow(
+                name=sla.name, priority=sla.priority, ttft_ms=sla.ttft_ms, tpot_ms=sla.tpot_ms
+            )
+        )
     try:
         await session.commit()
     except IntegrityError:
@@ -79,8 +95,9 @@ async def seed_sla_classes(session: AsyncSession, table: SlaTable) -> bool:
     return True
 
 
-async def put_sla_class(session: AsyncSession, sla: SlaClass,
-                        seed: SlaTable | None = None) -> SlaClass:
+async def put_sla_class(
+    session: AsyncSession, sla: SlaClass, seed: SlaTable | None = None
+) -> SlaClass:
     """Add sla or replace the class of that name. An empty table is seeded first (with `seed`,
     default strata.core.sla's defaults), so the default class always exists.
     Raises InvalidSlaClassError naming the faulty field."""
@@ -97,8 +114,9 @@ async def put_sla_class(session: AsyncSession, sla: SlaClass,
 
 
 async def _upsert(session: AsyncSession, sla: SlaClass) -> SlaClass:
-    row = (await session.execute(
-        select(SlaClassRow).where(SlaClassRow.name == sla.name))).scalar_one_or_none()
+    row = (
+        await session.execute(select(SlaClassRow).where(SlaClassRow.name == sla.name))
+    ).scalar_one_or_none()
     if row is None:
         row = SlaClassRow(name=sla.name)
         session.add(row)

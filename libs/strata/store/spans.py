@@ -121,46 +121,81 @@ async def insert_spans(session: AsyncSession, spans: Sequence[SpanRecord]) -> in
     unique_spans: dict[tuple[str, str], dict[str, Any]] = {}
     unique_requests: dict[str, dict[str, Any]] = {}
     for s in spans:
-        unique_spans.setdefault((s.trace_id, s.span_id), {
-            "trace_id": s.trace_id, "span_id": s.span_id, "parent_span_id": s.parent_span_id,
-            "name": s.name, "service": s.service, "start_unix_nano": s.start_unix_nano,
-            "end_unix_nano": s.end_unix_nano, "attributes_json": s.attributes_json(),
-            "status_code": s.status_code,
-        })
+        unique_spans.setdefault(
+            (s.trace_id, s.span_id),
+            {
+                "trace_id": s.trace_id,
+                "span_id": s.span_id,
+                "parent_span_id": s.parent_span_id,
+                "name": s.name,
+                "service": s.service,
+                "start_unix_nano": s.start_unix_nano,
+                "end_unix_nano": s.end_unix_nano,
+                "attributes_json": s.attributes_json(),
+                "status_code": s.status_code,
+            },
+        )
         req = request_from_span(s)
         if req is not None:
             unique_requests.setdefault(req.request_id, asdict(req))
-    await session.execute(insert_ignoring_duplicates(session, Span, ["trace_id", "span_id"]),
-                          list(unique_spans.values()))
+    await session.execute(
+        insert_ignoring_duplicates(session, Span, ["trace_id", "span_id"]),
+        list(unique_spans.values()),
+    )
     if unique_requests:
         await session.execute(
             insert_ignoring_duplicates(session, Request, ["request_id"]),
-            list(unique_requests.values()))
+            list(unique_requests.values()),
+        )
     await session.commit()
     return len(unique_requests)
 
 
 async def get_trace(session: AsyncSession, trace_id: str) -> list[SpanRecord]:
     """All stored spans of trace_id (32 lowercase hex characters), earliest first."""
-    rows = (await session.execute(
-        select(Span).where(Span.trace_id == trace_id)
-        .order_by(Span.start_unix_nano, Span.span_id))).scalars().all()
-    return [SpanRecord(trace_id=r.trace_id, span_id=r.span_id, parent_span_id=r.parent_span_id,
-                       name=r.name, service=r.service, start_unix_nano=r.start_unix_nano,
-                       end_unix_nano=r.end_unix_nano, attributes=json.loads(r.attributes_json),
-                       status_code=r.status_code) for r in rows]
+    rows = (
+        (
+            await session.execute(
+                select(Span)
+                .where(Span.trace_id == trace_id)
+                .order_by(Span.start_unix_nano, Span.span_id)
+            )
+        )
+        .scalars()
+        .all()
+    )
+    return [
+        SpanRecord(
+            trace_id=r.trace_id,
+            span_id=r.span_id,
+            parent_span_id=r.parent_span_id,
+            name=r.name,
+            service=r.service,
+            start_unix_nano=r.start_unix_nano,
+            end_unix_nano=r.end_unix_nano,
+            attributes=json.loads(r.attributes_json),
+            status_code=r.status_code,
+        )
+        for r in rows
+    ]
 
 
 async def trace_id_of_request(session: AsyncSession, request_id: str) -> str | None:
     """The trace id recorded for a finished request (the gateway's request id), or None."""
-    return (await session.execute(
-        select(Request.trace_id).where(Request.request_id == request_id))).scalars().first()
+    return (
+        (await session.execute(select(Request.trace_id).where(Request.request_id == request_id)))
+        .scalars()
+        .first()
+    )
 
 
-def span_sink(sessions: async_sessionmaker[AsyncSession]
-              ) -> Callable[[list[SpanRecord]], Awaitable[int]]:
+def span_sink(
+    sessions: async_sessionmaker[AsyncSession],
+) -> Callable[[list[SpanRecord]], Awaitable[int]]:
     """A writer for strata.telemetry.receiver: each batch in its own session and transaction."""
+
     async def write(batch: list[SpanRecord]) -> int:
         async with sessions() as session:
             return await insert_spans(session, batch)
+
     return write

@@ -58,20 +58,24 @@ class TenantSettings:
     weight: float = 1.0
     guaranteed_share: float = 0.0
     burst_share: float = 1.0
-    rate_limit_rps: float | None = None     # None: the gateway's default rate
+    rate_limit_rps: float | None = None  # None: the gateway's default rate
 
     def problem(self, classes: SlaTable) -> str | None:
         """Why these settings are not valid against the classes in force, or None."""
         if self.sla_class not in classes.classes:
-            return (f"unknown SLA class {self.sla_class!r}; known classes: "
-                    f"{', '.join(classes.classes)} (add one with `strata tenants set-class`)")
+            return (
+                f"unknown SLA class {self.sla_class!r}; known classes: "
+                f"{', '.join(classes.classes)} (add one with `strata tenants set-class`)"
+            )
         problem = policy_problem(self.weight, self.guaranteed_share, self.burst_share)
         if problem is not None:
             return problem
         rate = self.rate_limit_rps
         if rate is not None and not (math.isfinite(rate) and rate > 0):
-            return (f"rate_limit_rps must be a positive number of requests per second, or unset "
-                    f"for the gateway's default, got {rate}")
+            return (
+                f"rate_limit_rps must be a positive number of requests per second, or unset "
+                f"for the gateway's default, got {rate}"
+            )
         return None
 
 
@@ -95,20 +99,28 @@ def _name_problem(name: str) -> str | None:
     if not name:
         return "a tenant name must not be empty"
     if len(name) > MAX_NAME_CHARS or not name.isprintable() or any(c.isspace() for c in name):
-        return (f"a tenant name must be at most {MAX_NAME_CHARS} printable characters without "
-                f"spaces, got {name!r}")
+        return (
+            f"a tenant name must be at most {MAX_NAME_CHARS} printable characters without "
+            f"spaces, got {name!r}"
+        )
     return None
 
 
 def settings_of(row: Tenant) -> TenantSettings:
-    return TenantSettings(row.sla_class, row.weight, row.guaranteed_share, row.burst_share,
-                          row.rate_limit_rps)
+    return TenantSettings(
+        row.sla_class, row.weight, row.guaranteed_share, row.burst_share, row.rate_limit_rps
+    )
 
 
 def policy_of(name: str, settings: TenantSettings, classes: SlaTable) -> TenantPolicy:
     """The tenant's policy under the classes in force (an unknown class reads as the default)."""
-    return TenantPolicy.for_class(name, classes.lookup(settings.sla_class), settings.weight,
-                                  settings.guaranteed_share, settings.burst_share)
+    return TenantPolicy.for_class(
+        name,
+        classes.lookup(settings.sla_class),
+        settings.weight,
+        settings.guaranteed_share,
+        settings.burst_share,
+    )
 
 
 async def _checked(session: AsyncSession, settings: TenantSettings) -> TenantSettings:
@@ -118,18 +130,32 @@ async def _checked(session: AsyncSession, settings: TenantSettings) -> TenantSet
     return settings
 
 
-async def create_tenant(session: AsyncSession, name: str, sla_class: str = DEFAULT_SLA_CLASS,
-                        *, weight: float = 1.0, guaranteed_share: float = 0.0,
-                        burst_share: float = 1.0, rate_limit_rps: float | None = None) -> Tenant:
+async def create_tenant(
+    session: AsyncSession,
+    name: str,
+    sla_class: str = DEFAULT_SLA_CLASS,
+    *,
+    weight: float = 1.0,
+    guaranteed_share: float = 0.0,
+    burst_share: float = 1.0,
+    rate_limit_rps: float | None = None,
+) -> Tenant:
     """Raises InvalidTenantError (bad name or settings) or TenantExistsError."""
     problem = _name_problem(name)
     if problem is not None:
         raise InvalidTenantError(problem)
-    s = await _checked(session, TenantSettings(sla_class, weight, guaranteed_share, burst_share,
-                                               rate_limit_rps))
-    tenant = Tenant(name=name, sla_class=s.sla_class, created_unix_ms=_now_ms(), weight=s.weight,
-                    guaranteed_share=s.guaranteed_share, burst_share=s.burst_share,
-                    rate_limit_rps=s.rate_limit_rps)
+    s = await _checked(
+        session, TenantSettings(sla_class, weight, guaranteed_share, burst_share, rate_limit_rps)
+    )
+    tenant = Tenant(
+        name=name,
+        sla_class=s.sla_class,
+        created_unix_ms=_now_ms(),
+        weight=s.weight,
+        guaranteed_share=s.guaranteed_share,
+        burst_share=s.burst_share,
+        rate_limit_rps=s.rate_limit_rps,
+    )
     session.add(tenant)
     try:
         await session.commit()
@@ -146,19 +172,21 @@ async def get_tenant(session: AsyncSession, name: str) -> Tenant | None:
 async def _existing(session: AsyncSession, name: str) -> Tenant:
     row = await get_tenant(session, name)
     if row is None:
-        raise UnknownTenantError(f"tenant {name!r} does not exist; `strata tenants list` shows "
-                                 f"the tenants")
+        raise UnknownTenantError(
+            f"tenant {name!r} does not exist; `strata tenants list` shows the tenants"
+        )
     return row
 
 
-async def update_tenant(session: AsyncSession, name: str,
-                        changes: Mapping[str, object]) -> Tenant:
+async def update_tenant(session: AsyncSession, name: str, changes: Mapping[str, object]) -> Tenant:
     """Change the named settings (keys of SETTINGS_FIELDS) of tenant `name`; the others keep
     their values. Raises UnknownTenantError or InvalidTenantError."""
     unknown = sorted(set(changes) - set(SETTINGS_FIELDS))
     if unknown:
-        raise InvalidTenantError(f"cannot change {', '.join(unknown)}; the fields a tenant "
-                                 f"update may change are {', '.join(SETTINGS_FIELDS)}")
+        raise InvalidTenantError(
+            f"cannot change {', '.join(unknown)}; the fields a tenant "
+            f"update may change are {', '.join(SETTINGS_FIELDS)}"
+        )
     row = await _existing(session, name)
     s = await _checked(session, dataclasses.replace(settings_of(row), **changes))
     row.sla_class, row.weight = s.sla_class, s.weight
@@ -169,9 +197,13 @@ async def update_tenant(session: AsyncSession, name: str,
 
 
 async def _active_keys(session: AsyncSession) -> dict[int, int]:
-    rows = (await session.execute(
-        select(ApiKey.tenant_id, func.count()).where(ApiKey.revoked.is_(False))
-        .group_by(ApiKey.tenant_id))).all()
+    rows = (
+        await session.execute(
+            select(ApiKey.tenant_id, func.count())
+            .where(ApiKey.revoked.is_(False))
+            .group_by(ApiKey.tenant_id)
+        )
+    ).all()
     return {tenant_id: count for tenant_id, count in rows}
 
 
@@ -204,8 +236,7 @@ async def delete_tenant(session: AsyncSession, name: str) -> int:
     return active
 
 
-async def tenant_policy(session: AsyncSession, name: str,
-                        classes: SlaTable) -> TenantPolicy | None:
+async def tenant_policy(session: AsyncSession, name: str, classes: SlaTable) -> TenantPolicy | None:
     """The policy of tenant `name` under `classes`, or None if there is no such tenant."""
     row = await get_tenant(session, name)
     return None if row is None else policy_of(name, settings_of(row), classes)
@@ -217,8 +248,9 @@ async def issue_api_key(session: AsyncSession, tenant: str) -> str:
     if row is None:
         raise UnknownTenantError(f"tenant {tenant!r} does not exist; create it first")
     key = KEY_PREFIX + secrets.token_urlsafe(32)
-    session.add(ApiKey(key_sha256=hash_key(key), tenant_id=row.id, created_unix_ms=_now_ms(),
-                       revoked=False))
+    session.add(
+        ApiKey(key_sha256=hash_key(key), tenant_id=row.id, created_unix_ms=_now_ms(), revoked=False)
+    )
     await session.commit()
     return key
 
@@ -227,15 +259,19 @@ async def authenticate(session: AsyncSession, key: str) -> str | None:
     """The tenant name that key belongs to, or None for an unknown or revoked key."""
     if not key.startswith(KEY_PREFIX):
         return None
-    stmt = (select(Tenant.name).join(ApiKey, ApiKey.tenant_id == Tenant.id)
-            .where(ApiKey.key_sha256 == hash_key(key), ApiKey.revoked.is_(False)))
+    stmt = (
+        select(Tenant.name)
+        .join(ApiKey, ApiKey.tenant_id == Tenant.id)
+        .where(ApiKey.key_sha256 == hash_key(key), ApiKey.revoked.is_(False))
+    )
     return (await session.execute(stmt)).scalar_one_or_none()
 
 
 async def revoke_api_key(session: AsyncSession, key: str) -> bool:
     """Revoke key; False if no such key exists."""
-    row = (await session.execute(
-        select(ApiKey).where(ApiKey.key_sha256 == hash_key(key)))).scalar_one_or_none()
+    row = (
+        await session.execute(select(ApiKey).where(ApiKey.key_sha256 == hash_key(key)))
+    ).scalar_one_or_none()
     if row is None:
         return False
     row.revoked = True

@@ -50,8 +50,8 @@ ROUTE_KV_SOURCE_BLOCKS = "strata.route.kv_source_blocks"
 ROUTE_ESTIMATED_TTFT_MS = "strata.route.estimated_ttft_ms"
 # Routed by the gateway from its last view of the pool, no scheduler answering.
 ROUTE_STALE = "strata.route.stale"
-RETRY_AFTER_METADATA = "retry-after-ms"        # trailing metadata of RESOURCE_EXHAUSTED answers
-ROUTE_REFUSED = "strata.route.refused"          # burst | pool_full | sla | partition
+RETRY_AFTER_METADATA = "retry-after-ms"  # trailing metadata of RESOURCE_EXHAUSTED answers
+ROUTE_REFUSED = "strata.route.refused"  # burst | pool_full | sla | partition
 SLA_CLASS = "strata.sla_class"
 PRIORITY = "strata.priority"
 ERROR_CODE = "strata.error.code"

@@ -46,8 +46,13 @@ def attributes(kvs: Any) -> dict[str, Any]:
 
 
 def _valid_ids(span: Any) -> bool:
-    return (len(span.trace_id) == 16 and any(span.trace_id) and len(span.span_id) == 8
-            and any(span.span_id) and len(span.parent_span_id) in (0, 8))
+    return (
+        len(span.trace_id) == 16
+        and any(span.trace_id)
+        and len(span.span_id) == 8
+        and any(span.span_id)
+        and len(span.parent_span_id) in (0, 8)
+    )
 
 
 def decode_export_request(request: ExportTraceServiceRequest) -> list[SpanRecord]:
@@ -62,17 +67,19 @@ def decode_export_request(request: ExportTraceServiceRequest) -> list[SpanRecord
             for span in scope_spans.spans:
                 if not _valid_ids(span):
                     continue
-                spans.append(SpanRecord(
-                    trace_id=span.trace_id.hex(),
-                    span_id=span.span_id.hex(),
-                    parent_span_id=span.parent_span_id.hex(),
-                    name=span.name,
-                    service=service,
-                    start_unix_nano=span.start_time_unix_nano,
-                    end_unix_nano=span.end_time_unix_nano,
-                    attributes=attributes(span.attributes),
-                    status_code=int(span.status.code),
-                ))
+                spans.append(
+                    SpanRecord(
+                        trace_id=span.trace_id.hex(),
+                        span_id=span.span_id.hex(),
+                        parent_span_id=span.parent_span_id.hex(),
+                        name=span.name,
+                        service=service,
+                        start_unix_nano=span.start_time_unix_nano,
+                        end_unix_nano=span.end_time_unix_nano,
+                        attributes=attributes(span.attributes),
+                        status_code=int(span.status.code),
+                    )
+                )
     return spans
 
 

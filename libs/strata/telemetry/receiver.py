@@ -52,21 +52,23 @@ class ReceiverStats:
 class OtlpReceiver:
     """TraceService on its own threads feeding a writer task on the loop that calls start()."""
 
-    def __init__(self, sink: SpanSink, capacity: int = 65_536, batch_size: int = 512,
-                 threads: int = 4) -> None:
+    def __init__(
+        self, sink: SpanSink, capacity: int = 65_536, batch_size: int = 512, threads: int = 4
+    ) -> None:
         if capacity < 1 or batch_size < 1:
-            raise ValueError(f"capacity and batch_size must be positive, got {capacity}, "
-                             f"{batch_size}")
+            raise ValueError(
+                f"capacity and batch_size must be positive, got {capacity}, {batch_size}"
+            )
         self._sink = sink
         self._capacity = capacity
         self._batch_size = batch_size
         self._threads = threads
         self._lock = threading.Lock()
-        self._reserved = 0     # spans accepted by Export and not yet taken by the writer
+        self._reserved = 0  # spans accepted by Export and not yet taken by the writer
         self._received = 0
         self._dropped = 0
-        self._accepted = 0     # spans handed to the loop, ever
-        self._settled = 0      # of those, written or given up on (loop side only)
+        self._accepted = 0  # spans handed to the loop, ever
+        self._settled = 0  # of those, written or given up on (loop side only)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._queue: asyncio.Queue[SpanRecord] | None = None
         self._settled_changed: asyncio.Condition | None = None
@@ -79,19 +81,25 @@ class OtlpReceiver:
         with self._lock:
             return ReceiverStats(received=self._received, dropped=self._dropped)
 
-    async def start(self, bind: str = "127.0.0.1:0",
-                    identity: ClusterIdentity | None = None) -> int:
+    async def start(
+        self, bind: str = "127.0.0.1:0", identity: ClusterIdentity | None = None
+    ) -> int:
         """Serve on bind and start the writer; returns the bound port. With `identity`, only
         the cluster's own exporters are heard (internal token, and mutual TLS when on): spans
         become report rows, so nobody else may write them."""
         auth = [SyncInternalAuthInterceptor(identity)] if identity is not None else []
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=self._threads,
-                                                        thread_name_prefix="otlp"),
-                             options=SERVER_OPTIONS, interceptors=auth)
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=self._threads, thread_name_prefix="otlp"),
+            options=SERVER_OPTIONS,
+            interceptors=auth,
+        )
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_TraceService(self), server)
         creds = identity.server_credentials() if identity is not None else None
-        port = server.add_secure_port(bind, creds) if creds is not None else \
-            server.add_insecure_port(bind)
+        port = (
+            server.add_secure_port(bind, creds)
+            if creds is not None
+            else server.add_insecure_port(bind)
+        )
         if port == 0:
             raise RuntimeError(f"could not bind the OTLP receiver to {bind}: is the port in use?")
         self._loop = asyncio.get_running_loop()
@@ -138,7 +146,7 @@ class OtlpReceiver:
         arrived counts the spans in the export, including malformed ones not in spans."""
         with self._lock:
             room = self._capacity - self._reserved
-            accepted = spans[:max(room, 0)]
+            accepted = spans[: max(room, 0)]
             rejected = arrived - len(accepted)
             self._received += arrived
             self._dropped += rejected
@@ -188,16 +196,18 @@ def _report_writer_exit(task: asyncio.Task[None]) -> None:
     # The writer only ends by cancellation; anything else is a bug that would silently stop
     # storing spans, so it is logged where an operator sees it, not left to the GC.
     if not task.cancelled() and task.exception() is not None:
-        log.error("the OTLP span writer stopped; spans are no longer stored",
-                  exc_info=task.exception())
+        log.error(
+            "the OTLP span writer stopped; spans are no longer stored", exc_info=task.exception()
+        )
 
 
 class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
     def __init__(self, receiver: OtlpReceiver) -> None:
         self._receiver = receiver
 
-    def Export(self, request: trace_service_pb2.ExportTraceServiceRequest,
-               context: grpc.ServicerContext) -> trace_service_pb2.ExportTraceServiceResponse:
+    def Export(
+        self, request: trace_service_pb2.ExportTraceServiceRequest, context: grpc.ServicerContext
+    ) -> trace_service_pb2.ExportTraceServiceResponse:
         spans = decode_export_request(request)
         arrived = count_spans(request)
         malformed = arrived - len(spans)
@@ -205,8 +215,10 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
             rejected = self._receiver.offer(spans, arrived)
         except RuntimeError:
             # call_soon_threadsafe on a closed loop: the collector is shutting down.
-            context.abort(grpc.StatusCode.UNAVAILABLE,
-                          "the metrics collector is shutting down; retry against its successor")
+            context.abort(
+                grpc.StatusCode.UNAVAILABLE,
+                "the metrics collector is shutting down; retry against its successor",
+            )
         response = trace_service_pb2.ExportTraceServiceResponse()
         if rejected:
             reasons = []
@@ -216,5 +228,6 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
                 reasons.append(f"{rejected - malformed} did not fit the receiver's full queue")
             response.partial_success.rejected_spans = rejected
             response.partial_success.error_message = (
-                f"{rejected} of {arrived} spans rejected: " + "; ".join(reasons))
+                f"{rejected} of {arrived} spans rejected: " + "; ".join(reasons)
+            )
         return response

@@ -18,9 +18,12 @@ from strata.security.identity import TOKEN_METADATA, ClusterIdentity
 _UNTRACED_METHODS = ("Heartbeat", "GetStats", "ListNodes", "GetNodeStatus")
 
 
-def init_tracing(service_name: str, otlp_endpoint: str | None,
-                 exporter: SpanExporter | None = None,
-                 identity: ClusterIdentity | None = None) -> TracerProvider:
+def init_tracing(
+    service_name: str,
+    otlp_endpoint: str | None,
+    exporter: SpanExporter | None = None,
+    identity: ClusterIdentity | None = None,
+) -> TracerProvider:
     """Install a global tracer provider for this process and instrument grpc.aio.
 
     otlp_endpoint: host:port of an OTLP/gRPC receiver, or None/"" to export nowhere (spans still
@@ -38,13 +41,19 @@ def init_tracing(service_name: str, otlp_endpoint: str | None,
             exporter = OTLPSpanExporter(endpoint=otlp_endpoint, insecure=True)
         else:
             creds = identity.channel_credentials()
-            exporter = OTLPSpanExporter(endpoint=otlp_endpoint, insecure=creds is None,
-                                        credentials=creds,
-                                        headers=((TOKEN_METADATA, identity.token),))
+            exporter = OTLPSpanExporter(
+                endpoint=otlp_endpoint,
+                insecure=creds is None,
+                credentials=creds,
+                headers=((TOKEN_METADATA, identity.token),),
+            )
     if exporter is not None:
         # Bounded queue: a slow collector costs dropped spans (counted by the SDK), never latency.
-        provider.add_span_processor(BatchSpanProcessor(
-            exporter, max_queue_size=8192, schedule_delay_millis=500, max_export_batch_size=512))
+        provider.add_span_processor(
+            BatchSpanProcessor(
+                exporter, max_queue_size=8192, schedule_delay_millis=500, max_export_batch_size=512
+            )
+        )
     trace.set_tracer_provider(provider)
     instrument_grpc()
     return provider
@@ -64,9 +73,13 @@ def instrument_grpc() -> None:
         filters,
     )
 
-    traced = filters.negate(filters.any_of(
-        filters.health_check(), filters.service_prefix("grpc.reflection"),
-        *[filters.method_name(m) for m in _UNTRACED_METHODS]))
+    traced = filters.negate(
+        filters.any_of(
+            filters.health_check(),
+            filters.service_prefix("grpc.reflection"),
+            *[filters.method_name(m) for m in _UNTRACED_METHODS],
+        )
+    )
     GrpcAioInstrumentorServer(filter_=traced).instrument()
     GrpcAioInstrumentorClient(filter_=traced).instrument()
     _instrumented = True

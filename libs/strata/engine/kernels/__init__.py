@@ -28,8 +28,17 @@ _SOURCE = Path(__file__).with_name("decode_attention.cpp")
 # it the op runs on one thread). It must bind to torch's own libgomp, not a second runtime (two
 # pools spin against each other, 5-40x slower): the rpath puts torch's lib directory first and
 # both share the soname libgomp.so.1, and load() checks that only one is mapped.
-_FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-ffp-contract=fast",
-          "-fno-math-errno", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
+_FLAGS = (
+    "-O3",
+    "-march=native",
+    "-mprefer-vector-width=512",
+    "-ffp-contract=fast",
+    "-fno-math-errno",
+    "-fopenmp",
+    "-shared",
+    "-fPIC",
+    "-std=c++17",
+)
 
 _state: dict[str, object] = {}
 
@@ -50,7 +59,7 @@ def _cpu_signature() -> str:
     return platform.processor() or platform.machine()
 
 
-_HEADER = Path(__file__).with_name("cpu_math.h")     # shared by every kernel source
+_HEADER = Path(__file__).with_name("cpu_math.h")  # shared by every kernel source
 
 
 def _command(source: Path, out: Path) -> list[str]:
@@ -60,10 +69,21 @@ def _command(source: Path, out: Path) -> list[str]:
     if cxx is None:
         raise FileNotFoundError("no C++ compiler (set CXX or install g++)")
     libs = cpp_extension.library_paths()
-    return [cxx, *_FLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
-            f"-I{_HEADER.parent}", *(f"-I{p}" for p in cpp_extension.include_paths()),
-            str(source), "-o", str(out), *(f"-L{p}" for p in libs),
-            *(f"-Wl,-rpath,{p}" for p in libs), "-ltorch", "-ltorch_cpu", "-lc10"]
+    return [
+        cxx,
+        *_FLAGS,
+        f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+        f"-I{_HEADER.parent}",
+        *(f"-I{p}" for p in cpp_extension.include_paths()),
+        str(source),
+        "-o",
+        str(out),
+        *(f"-L{p}" for p in libs),
+        *(f"-Wl,-rpath,{p}" for p in libs),
+        "-ltorch",
+        "-ltorch_cpu",
+        "-lc10",
+    ]
 
 
 def build_library(source: Path, stem: str) -> Path:
@@ -100,8 +120,9 @@ def _openmp_runtimes() -> set[str]:
         maps = Path("/proc/self/maps").read_text()
     except OSError:
         return set()
-    return {line.split()[-1] for line in maps.splitlines()
-            if "libgomp" in line or "libiomp" in line}
+    return {
+        line.split()[-1] for line in maps.splitlines() if "libgomp" in line or "libiomp" in line
+    }
 
 
 def load():
@@ -113,8 +134,10 @@ def load():
         torch.ops.load_library(str(build_library(_SOURCE, "decode_attention")))
         runtimes = _openmp_runtimes()
         if len(runtimes) > 1:
-            raise RuntimeError(f"two OpenMP runtimes are loaded ({', '.join(sorted(runtimes))}); "
-                               "their thread pools would contend")
+            raise RuntimeError(
+                f"two OpenMP runtimes are loaded ({', '.join(sorted(runtimes))}); "
+                "their thread pools would contend"
+            )
         ops = torch.ops.strata
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
         log.warning("strata CPU attention kernel unavailable, using the torch path: %s", exc)

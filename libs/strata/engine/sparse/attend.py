@@ -23,9 +23,15 @@ def flat_ids(block_ids: torch.Tensor, kv_heads: int, num_blocks: int) -> torch.T
     return block_ids + (head * num_blocks)[:, None]
 
 
-def attend_blocks(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                  flat: torch.Tensor, block_lens: torch.Tensor, scale: float,
-                  fused: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def attend_blocks(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    flat: torch.Tensor,
+    block_lens: torch.Tensor,
+    scale: float,
+    fused: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """q [P, G, D]; caches [KVH, NB, BS, D]; flat [P, B] flat block ids; block_lens [P, B] the
     leading tokens of each block to read (0: none). Returns the output [P, G, D] and log sum
     exp of the scaled scores [P, G] (float32). `fused`: through sparse_kernels.cpp."""
@@ -33,14 +39,19 @@ def attend_blocks(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     if fused:
         ops = sparse_native.load()
         assert ops is not None, "fused is set only when the sparse kernels loaded"
-        return ops.sparse_attention(q, k_cache.reshape(-1, block_size, dim),
-                                    v_cache.reshape(-1, block_size, dim), flat, block_lens,
-                                    scale)
+        return ops.sparse_attention(
+            q,
+            k_cache.reshape(-1, block_size, dim),
+            v_cache.reshape(-1, block_size, dim),
+            flat,
+            block_lens,
+            scale,
+        )
     pairs, width = flat.shape
     rows = flat.reshape(-1)
     keys = k_cache.reshape(-1, block_size, dim).index_select(0, rows)
     scores = torch.matmul(q, keys.view(pairs, width * block_size, dim).transpose(-1, -2))
-    scores = scores.float().mul_(scale)                                      # [P, G, B*BS]
+    scores = scores.float().mul_(scale)  # [P, G, B*BS]
     unread = torch.arange(block_size, device=q.device) >= block_lens[..., None]
     scores.masked_fill_(unread.view(pairs, 1, -1), float("-inf"))
     lse = torch.logsumexp(scores, dim=-1)
@@ -49,9 +60,16 @@ def attend_blocks(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     return torch.matmul(probs, vals.view(pairs, width * block_size, dim)), lse
 
 
-def attend_full(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                flat: torch.Tensor, lens: torch.Tensor, scale: float, native: bool,
-                fused: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+def attend_full(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    flat: torch.Tensor,
+    lens: torch.Tensor,
+    scale: float,
+    native: bool,
+    fused: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Attention of pairs over their first lens[p] tokens (flat [P, W] in position order).
 
     Through the dense decode kernel when native (the same numbers as the dense decode of that
@@ -61,8 +79,9 @@ def attend_full(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
         ops = kernels.load()
         assert ops is not None, "native is set only when the kernel loaded"
         one = (1, kv_heads * num_blocks, block_size, dim)
-        return ops.decode_attention(q, k_cache.reshape(one), v_cache.reshape(one), flat, lens,
-                                    scale), None
+        return ops.decode_attention(
+            q, k_cache.reshape(one), v_cache.reshape(one), flat, lens, scale
+        ), None
     start = torch.arange(flat.shape[1], device=q.device) * block_size
     block_lens = (lens[:, None] - start[None, :]).clamp_(0, block_size)
     return attend_blocks(q, k_cache, v_cache, flat, block_lens, scale, fused)

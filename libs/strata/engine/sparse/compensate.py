@@ -50,10 +50,10 @@ from strata.engine.sparse.select import Layout, left_out_mass
 class RowSum:
     """A request's sum of vsum over its leading full blocks."""
 
-    block_ids: list[int]        # the physical blocks summed, in position order
-    total: torch.Tensor         # [L, KVH, D] float32
-    idx: torch.Tensor           # [n] int64: block_ids as a tensor
-    generations: torch.Tensor   # [n] int64: each block's BlockIndex.generation when summed
+    block_ids: list[int]  # the physical blocks summed, in position order
+    total: torch.Tensor  # [L, KVH, D] float32
+    idx: torch.Tensor  # [n] int64: block_ids as a tensor
+    generations: torch.Tensor  # [n] int64: each block's BlockIndex.generation when summed
 
 
 class RunningSums:
@@ -68,7 +68,7 @@ class RunningSums:
 
     def __init__(self, index: BlockIndex):
         self.index = index
-        self.rebuilds = 0       # cumulative sums computed from scratch
+        self.rebuilds = 0  # cumulative sums computed from scratch
         self._rows: dict[str, RowSum] = {}
 
     def update(self, request_id: str, block_ids: list[int], full: int) -> torch.Tensor:
@@ -76,22 +76,30 @@ class RunningSums:
         vsum = self.index.vsum
         row = self._rows.get(request_id)
         done = 0 if row is None else len(row.block_ids)
-        if row is None or done > full or block_ids[:done] != row.block_ids or (
-                done and not torch.equal(self.index.generation.index_select(0, row.idx),
-                                         row.generations)):
+        if (
+            row is None
+            or done > full
+            or block_ids[:done] != row.block_ids
+            or (
+                done
+                and not torch.equal(self.index.generation.index_select(0, row.idx), row.generations)
+            )
+        ):
             self.rebuilds += 1
             none = torch.zeros(0, dtype=torch.int64, device=vsum.device)
-            row = RowSum([], vsum.new_zeros((vsum.shape[0], vsum.shape[1], vsum.shape[3])),
-                         none, none)
+            row = RowSum(
+                [], vsum.new_zeros((vsum.shape[0], vsum.shape[1], vsum.shape[3])), none, none
+            )
             self._rows[request_id] = row
-        new = block_ids[len(row.block_ids):full]
+        new = block_ids[len(row.block_ids) : full]
         if new:
             idx = torch.tensor(new, dtype=torch.int64, device=vsum.device)
             row.total.add_(vsum.index_select(2, idx).sum(dim=2))
             row.block_ids.extend(new)
             row.idx = torch.cat([row.idx, idx])
-            row.generations = torch.cat([row.generations,
-                                         self.index.generation.index_select(0, idx)])
+            row.generations = torch.cat(
+                [row.generations, self.index.generation.index_select(0, idx)]
+            )
         return row.total
 
     def drop(self, request_id: str) -> None:
@@ -106,11 +114,11 @@ class LeftOut:
     Laid out once per step so that a layer's v_left is one product: with n a pair's left-out
     tokens, v_left = S / n + sum over the entries read of (-1/n if summed in S) * vsum."""
 
-    totals: torch.Tensor        # [R, L, KVH, D] float32: each row's S
-    per_token: torch.Tensor     # [L, P, D] float32: S / n (a layer's slice is contiguous)
-    weights: torch.Tensor       # [P, B] float32: -1 / n where the entry is a full block in S
-    tokens: torch.Tensor        # [P, 1] float32: n, the pair's tokens left out
-    live: torch.Tensor | None   # [P, 1] float32: 0 where n is 0; None: n > 0 for every pair
+    totals: torch.Tensor  # [R, L, KVH, D] float32: each row's S
+    per_token: torch.Tensor  # [L, P, D] float32: S / n (a layer's slice is contiguous)
+    weights: torch.Tensor  # [P, B] float32: -1 / n where the entry is a full block in S
+    tokens: torch.Tensor  # [P, 1] float32: n, the pair's tokens left out
+    live: torch.Tensor | None  # [P, 1] float32: 0 where n is 0; None: n > 0 for every pair
 
     @staticmethod
     def build(layout: Layout, totals: torch.Tensor, block_size: int) -> LeftOut:
@@ -128,20 +136,32 @@ class LeftOut:
         inv = [1.0 / n if n > 0 else 0.0 for n in left]
         # per row: the fixed blocks but the last, then the middle blocks it reads (each full),
         # then padding; one list per pair
-        weights = [[-w] * (fixed - 1) + [0.0] + [-w] * (b - fixed) +
-                   [0.0] * (layout.picks - b + fixed)
-                   for w, b in zip(inv, layout.budgets) for _ in range(kv_heads)]
+        weights = [
+            [-w] * (fixed - 1) + [0.0] + [-w] * (b - fixed) + [0.0] * (layout.picks - b + fixed)
+            for w, b in zip(inv, layout.budgets)
+            for _ in range(kv_heads)
+        ]
         per_token = (totals * torch.tensor(inv, device=dev)[:, None, None, None]).transpose(0, 1)
         return LeftOut(
-            totals=totals, per_token=per_token.reshape(per_token.shape[0], r * kv_heads, -1),
+            totals=totals,
+            per_token=per_token.reshape(per_token.shape[0], r * kv_heads, -1),
             weights=torch.tensor(weights, device=dev),
             tokens=torch.tensor([[float(n)] for n in left for _ in range(kv_heads)], device=dev),
-            live=None if min(left) > 0 else
-            torch.tensor([[float(n > 0)] for n in left for _ in range(kv_heads)], device=dev))
+            live=None
+            if min(left) > 0
+            else torch.tensor([[float(n > 0)] for n in left for _ in range(kv_heads)], device=dev),
+        )
 
-    def apply(self, got: torch.Tensor, lse: torch.Tensor, log_left_out: torch.Tensor,
-              flat: torch.Tensor, vsum: torch.Tensor, layer: int,
-              fused: bool = False) -> torch.Tensor:
+    def apply(
+        self,
+        got: torch.Tensor,
+        lse: torch.Tensor,
+        log_left_out: torch.Tensor,
+        flat: torch.Tensor,
+        vsum: torch.Tensor,
+        layer: int,
+        fused: bool = False,
+    ) -> torch.Tensor:
         """got [P, G, D] over the selection with its lse [P, G]; log_left_out [P, G] the log of
         compensation's estimate of the mass left out (Selection.log_left_comp); flat [P, B] the
         selection's flat block ids (attend.flat_ids); vsum the index's [L, KVH, NB, D]. Returns
@@ -151,12 +171,22 @@ class LeftOut:
         if fused:
             ops = sparse_native.load()
             assert ops is not None, "fused is set only when the sparse kernels loaded"
-            return ops.compensate(got, lse, log_left_out, self.per_token[layer], self.weights,
-                                  vsum[layer].view(-1, dim), flat)
+            return ops.compensate(
+                got,
+                lse,
+                log_left_out,
+                self.per_token[layer],
+                self.weights,
+                vsum[layer].view(-1, dim),
+                flat,
+            )
         read = vsum[layer].reshape(-1, dim).index_select(0, flat.reshape(-1))
-        v_left = torch.baddbmm(self.per_token[layer].view(pairs, 1, dim),
-                               self.weights.view(pairs, 1, -1), read.view(pairs, -1, dim))
-        m = left_out_mass(log_left_out, lse)                                      # [P, G]
+        v_left = torch.baddbmm(
+            self.per_token[layer].view(pairs, 1, dim),
+            self.weights.view(pairs, 1, -1),
+            read.view(pairs, -1, dim),
+        )
+        m = left_out_mass(log_left_out, lse)  # [P, G]
         if self.live is not None:
             m = m * self.live
         return torch.lerp(got.float(), v_left, m[..., None]).to(got.dtype)

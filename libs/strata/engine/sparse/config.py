@@ -31,41 +31,49 @@ class SparseConfig:
     are in docs/benchmarks/sparse.md (on) and sparse-compensate-off.md (off).
     """
 
-    enabled: bool = False          # the default for requests that do not choose
-    min_context: int = 4096        # tokens in the context before a row may go sparse
-    budget_blocks: int = 0         # blocks read per row and KV head; 0 = use budget_fraction
+    enabled: bool = False  # the default for requests that do not choose
+    min_context: int = 4096  # tokens in the context before a row may go sparse
+    budget_blocks: int = 0  # blocks read per row and KV head; 0 = use budget_fraction
     budget_fraction: float = DEFAULT_BUDGET_FRACTION
     sink_blocks: int = 1
-    window_blocks: int = 4         # includes the last block, the one being written
-    threshold: float = 0.1         # largest estimate of left-out attention mass still trusted
-    estimate: str = "moment"       # moment: calibrated estimate; bound: never below the truth
-    compensate: bool = True        # the left-out mass goes to the left-out tokens' mean value
+    window_blocks: int = 4  # includes the last block, the one being written
+    threshold: float = 0.1  # largest estimate of left-out attention mass still trusted
+    estimate: str = "moment"  # moment: calibrated estimate; bound: never below the truth
+    compensate: bool = True  # the left-out mass goes to the left-out tokens' mean value
 
     def __post_init__(self) -> None:
         if self.min_context < 1:
             raise ValueError(f"min_context must be at least 1 token, got {self.min_context}")
         if self.budget_blocks < 0:
-            raise ValueError(f"budget_blocks must be 0 (use budget_fraction) or positive, got "
-                             f"{self.budget_blocks}")
+            raise ValueError(
+                f"budget_blocks must be 0 (use budget_fraction) or positive, got "
+                f"{self.budget_blocks}"
+            )
         if not 0.0 < self.budget_fraction <= 1.0:
             raise ValueError(f"budget_fraction must be in (0, 1], got {self.budget_fraction}")
         if self.sink_blocks < 0:
             raise ValueError(f"sink_blocks must not be negative, got {self.sink_blocks}")
         if self.window_blocks < 1:
-            raise ValueError(f"window_blocks must be at least 1 (the block being written), got "
-                             f"{self.window_blocks}")
+            raise ValueError(
+                f"window_blocks must be at least 1 (the block being written), got "
+                f"{self.window_blocks}"
+            )
         if self.budget_blocks and self.budget_blocks <= self.sink_blocks + self.window_blocks:
-            raise ValueError(f"budget_blocks ({self.budget_blocks}) must exceed sink_blocks + "
-                             f"window_blocks ({self.sink_blocks + self.window_blocks}): the "
-                             f"budget also pays for the blocks chosen by score")
+            raise ValueError(
+                f"budget_blocks ({self.budget_blocks}) must exceed sink_blocks + "
+                f"window_blocks ({self.sink_blocks + self.window_blocks}): the "
+                f"budget also pays for the blocks chosen by score"
+            )
         if self.estimate not in ESTIMATES:
-            raise ValueError(f"estimate must be one of {', '.join(ESTIMATES)}, got "
-                             f"{self.estimate!r}")
+            raise ValueError(
+                f"estimate must be one of {', '.join(ESTIMATES)}, got {self.estimate!r}"
+            )
         if not isinstance(self.compensate, bool):
             raise ValueError(f"compensate must be True or False, got {self.compensate!r}")
         if not 0.0 <= self.threshold <= 1.0:
-            raise ValueError(f"threshold must be a fraction of attention mass in [0, 1], got "
-                             f"{self.threshold}")
+            raise ValueError(
+                f"threshold must be a fraction of attention mass in [0, 1], got {self.threshold}"
+            )
 
     @property
     def logit_threshold(self) -> float:
@@ -108,5 +116,7 @@ def parse_budget(text: str) -> tuple[int, float]:
             return 0, float(raw)
         return int(raw), DEFAULT_BUDGET_FRACTION
     except ValueError:
-        raise ValueError(f"a sparse budget is a block count (256) or a fraction of the context "
-                         f"(0.125 or 12.5%), got {text!r}") from None
+        raise ValueError(
+            f"a sparse budget is a block count (256) or a fraction of the context "
+            f"(0.125 or 12.5%), got {text!r}"
+        ) from None

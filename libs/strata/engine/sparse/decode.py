@@ -45,7 +45,7 @@ from strata.engine.sparse.config import SparseConfig
 from strata.engine.sparse.index import RANGE_SIGMAS, BlockIndex
 from strata.engine.sparse.select import Layout, left_out_mass, select_blocks
 
-DenseDecode = Callable[[Group], torch.Tensor]   # a decode group -> its output [S, H, D]
+DenseDecode = Callable[[Group], torch.Tensor]  # a decode group -> its output [S, H, D]
 CommitHook = Callable[[int, int], None]
 
 
@@ -77,21 +77,31 @@ class LayerProbe:
 
     layer: int
     request_ids: list[str]
-    sparse: torch.Tensor       # [R, H, D] the selection's output (compensated when on)
-    dense: torch.Tensor        # [R, H, D] full attention
-    used: torch.Tensor         # [R, H, D] what the layer went on with (after fallbacks)
-    fell_back: torch.Tensor    # [R, KVH] bool
-    estimate: torch.Tensor     # [R, KVH, G] estimated left-out mass per query head
-    left_out: torch.Tensor     # [R, KVH, G] the true left-out mass
+    sparse: torch.Tensor  # [R, H, D] the selection's output (compensated when on)
+    dense: torch.Tensor  # [R, H, D] full attention
+    used: torch.Tensor  # [R, H, D] what the layer went on with (after fallbacks)
+    fell_back: torch.Tensor  # [R, KVH] bool
+    estimate: torch.Tensor  # [R, KVH, G] estimated left-out mass per query head
+    left_out: torch.Tensor  # [R, KVH, G] the true left-out mass
 
 
 class SparseDecoder:
-    def __init__(self, cfg: SparseConfig, num_layers: int, kv_heads: int, num_blocks: int,
-                 block_size: int, head_dim: int, device: torch.device, dtype: torch.dtype):
+    def __init__(
+        self,
+        cfg: SparseConfig,
+        num_layers: int,
+        kv_heads: int,
+        num_blocks: int,
+        block_size: int,
+        head_dim: int,
+        device: torch.device,
+        dtype: torch.dtype,
+    ):
         self.cfg = cfg
         self.block_size = block_size
-        self.index = BlockIndex(num_layers, kv_heads, num_blocks, head_dim, device, dtype,
-                                compensation=cfg.compensate)
+        self.index = BlockIndex(
+            num_layers, kv_heads, num_blocks, head_dim, device, dtype, compensation=cfg.compensate
+        )
         # Built (or loaded from its cache) now, so a first compile never lands on a request.
         self.fused = torch.device(device).type == "cpu" and sparse_native.load() is not None
         self.stats = SparseStats()
@@ -100,7 +110,7 @@ class SparseDecoder:
         self._requests: dict[str, RequestSparse] = {}
         self.sums = RunningSums(self.index)
         self._prepared: _Prepared | None = None
-        self.layouts = 0        # cumulative step layouts built from scratch (_prepare)
+        self.layouts = 0  # cumulative step layouts built from scratch (_prepare)
 
     # -- requests ------------------------------------------------------------------------------
     def register(self, request_id: str, sparse: bool | None) -> None:
@@ -125,16 +135,19 @@ class SparseDecoder:
         def both(block_id: int, block_hash: int) -> None:
             mark(block_id, block_hash)
             then(block_id, block_hash)
+
         return both
 
-    def record(self, request_ids: list[str], failed_heads: list[int], layout: Layout,
-               kv_heads: int) -> None:
+    def record(
+        self, request_ids: list[str], failed_heads: list[int], layout: Layout, kv_heads: int
+    ) -> None:
         """Count one layer of a step's sparse rows; failed_heads[i]: row i's KV head groups
         recomputed with full attention."""
         st = self.stats
         st.layer_steps += len(request_ids)
-        for rid, n_fail, blocks, budget in zip(request_ids, failed_heads, layout.nblocks,
-                                               layout.budgets):
+        for rid, n_fail, blocks, budget in zip(
+            request_ids, failed_heads, layout.nblocks, layout.budgets
+        ):
             st.blocks_dense += blocks * kv_heads
             st.blocks_read += budget * kv_heads + blocks * n_fail
             fell = int(n_fail > 0)
@@ -145,8 +158,14 @@ class SparseDecoder:
                 req.fallbacks += fell
 
     # -- one step ------------------------------------------------------------------------------
-    def plan(self, kv: torch.Tensor, request_ids: list[str], slices: list[SeqSlice],
-             decode_group: Group | None, native: bool) -> SparseStep | None:
+    def plan(
+        self,
+        kv: torch.Tensor,
+        request_ids: list[str],
+        slices: list[SeqSlice],
+        decode_group: Group | None,
+        native: bool,
+    ) -> SparseStep | None:
         """Bring the index up to date and pick this step's sparse rows (None: there are none).
 
         request_ids[i] and slices[i] describe the same sequence; the decode group holds the
@@ -184,23 +203,40 @@ class SparseDecoder:
         self.stats.decode_rows += len(rows)
         nblocks = [-(-s.context_len // bs) for s in row_slices]
         prep = self._prepared
-        if prep is None or prep.cfg is not self.cfg or \
-                not prep.holds(row, rows, ids, nblocks, row_slices):
+        if (
+            prep is None
+            or prep.cfg is not self.cfg
+            or not prep.holds(row, rows, ids, nblocks, row_slices)
+        ):
             prep = self._prepared = self._prepare(kv, decode_group, row, rows, ids, row_slices)
         else:
             prep.advance(decode_group, row_slices, bs)
         all_rows = prep.all_rows
         return SparseStep(
-            decoder=self, layout=prep.layout, left_out=prep.left_out,
+            decoder=self,
+            layout=prep.layout,
+            left_out=prep.left_out,
             sparse_rows=prep.sparse_rows,
-            token_index=decode_group.token_index if all_rows else
-            decode_group.token_index.index_select(0, prep.sparse_rows),
-            request_ids=ids, dense=_subgroup(decode_group, prep.keep) if prep.keep.numel()
-            else None, dense_rows=prep.keep, native=native, fused=native and self.fused,
-            all_rows=all_rows)
+            token_index=decode_group.token_index
+            if all_rows
+            else decode_group.token_index.index_select(0, prep.sparse_rows),
+            request_ids=ids,
+            dense=_subgroup(decode_group, prep.keep) if prep.keep.numel() else None,
+            dense_rows=prep.keep,
+            native=native,
+            fused=native and self.fused,
+            all_rows=all_rows,
+        )
 
-    def _prepare(self, kv: torch.Tensor, decode_group: Group, row: int, rows: list[int],
-                 ids: list[str], row_slices: list[SeqSlice]) -> _Prepared:
+    def _prepare(
+        self,
+        kv: torch.Tensor,
+        decode_group: Group,
+        row: int,
+        rows: list[int],
+        ids: list[str],
+        row_slices: list[SeqSlice],
+    ) -> _Prepared:
         """Lay out the sparse rows from scratch (Layout, LeftOut): their first step, or the first
         after one of them began a block."""
         bs = self.block_size
@@ -208,26 +244,45 @@ class SparseDecoder:
         self.layouts += 1
         sparse_rows = torch.tensor(rows, dtype=torch.int64, device=device)
         chosen = set(rows)
-        keep = torch.tensor([r for r in range(row) if r not in chosen], dtype=torch.int64,
-                            device=device)
+        keep = torch.tensor(
+            [r for r in range(row) if r not in chosen], dtype=torch.int64, device=device
+        )
         all_rows = rows == list(range(row))
-        layout = Layout.build(decode_group.block_tables if all_rows else
-                              decode_group.block_tables.index_select(0, sparse_rows),
-                              decode_group.context_lens if all_rows else
-                              decode_group.context_lens.index_select(0, sparse_rows),
-                              self.cfg, bs, pool_blocks=kv.shape[3])
+        layout = Layout.build(
+            decode_group.block_tables
+            if all_rows
+            else decode_group.block_tables.index_select(0, sparse_rows),
+            decode_group.context_lens
+            if all_rows
+            else decode_group.context_lens.index_select(0, sparse_rows),
+            self.cfg,
+            bs,
+            pool_blocks=kv.shape[3],
+        )
         left_out = None
         if self.cfg.compensate:
             # the blocks before this step's token: summarized by the refresh above
-            totals = torch.stack([self.sums.update(rid, s.block_ids, (s.context_len - 1) // bs)
-                                  for rid, s in zip(ids, row_slices)])
+            totals = torch.stack(
+                [
+                    self.sums.update(rid, s.block_ids, (s.context_len - 1) // bs)
+                    for rid, s in zip(ids, row_slices)
+                ]
+            )
             left_out = LeftOut.build(layout, totals, bs)
-        return _Prepared(cfg=self.cfg, decode_rows=row, rows=rows, request_ids=ids,
-                         nblocks=list(layout.nblocks),
-                         context_lens=[s.context_len for s in row_slices],
-                         tables=[list(s.block_ids) for s in row_slices], layout=layout,
-                         left_out=left_out, sparse_rows=sparse_rows, keep=keep,
-                         all_rows=all_rows)
+        return _Prepared(
+            cfg=self.cfg,
+            decode_rows=row,
+            rows=rows,
+            request_ids=ids,
+            nblocks=list(layout.nblocks),
+            context_lens=[s.context_len for s in row_slices],
+            tables=[list(s.block_ids) for s in row_slices],
+            layout=layout,
+            left_out=left_out,
+            sparse_rows=sparse_rows,
+            keep=keep,
+            all_rows=all_rows,
+        )
 
 
 @dataclass(slots=True)
@@ -242,40 +297,55 @@ class _Prepared:
     that runs a prefill chunk (a recompute may rewrite its blocks) drops the whole entry
     (SparseDecoder.plan)."""
 
-    cfg: SparseConfig            # the configuration it was laid out by
-    decode_rows: int             # rows in the decode group
-    rows: list[int]              # the sparse rows among them
+    cfg: SparseConfig  # the configuration it was laid out by
+    decode_rows: int  # rows in the decode group
+    rows: list[int]  # the sparse rows among them
     request_ids: list[str]
-    nblocks: list[int]           # blocks each row's context spans
-    context_lens: list[int]      # each row's context at the last step laid out
-    tables: list[list[int]]      # each row's block ids, copied when laid out
+    nblocks: list[int]  # blocks each row's context spans
+    context_lens: list[int]  # each row's context at the last step laid out
+    tables: list[list[int]]  # each row's block ids, copied when laid out
     layout: Layout
     left_out: LeftOut | None
     sparse_rows: torch.Tensor
-    keep: torch.Tensor           # the decode group's other rows
+    keep: torch.Tensor  # the decode group's other rows
     all_rows: bool
 
-    def holds(self, decode_rows: int, rows: list[int], ids: list[str], nblocks: list[int],
-              slices: list[SeqSlice]) -> bool:
+    def holds(
+        self,
+        decode_rows: int,
+        rows: list[int],
+        ids: list[str],
+        nblocks: list[int],
+        slices: list[SeqSlice],
+    ) -> bool:
         """Whether this step's sparse rows are the same requests, each one token further on
         in the same blocks."""
-        return (decode_rows == self.decode_rows and rows == self.rows and
-                ids == self.request_ids and nblocks == self.nblocks and
-                all(s.context_len == n + 1 for s, n in zip(slices, self.context_lens)) and
-                all(s.block_ids == t for s, t in zip(slices, self.tables)))
+        return (
+            decode_rows == self.decode_rows
+            and rows == self.rows
+            and ids == self.request_ids
+            and nblocks == self.nblocks
+            and all(s.context_len == n + 1 for s, n in zip(slices, self.context_lens))
+            and all(s.block_ids == t for s, t in zip(slices, self.tables))
+        )
 
     def advance(self, decode_group: Group, slices: list[SeqSlice], block_size: int) -> None:
         """This step's context lengths, and the tokens read from the block being written."""
         lay = self.layout
         self.context_lens = [s.context_len for s in slices]
-        lay.context_lens = decode_group.context_lens if self.all_rows else \
-            decode_group.context_lens.index_select(0, self.sparse_rows)
-        last = torch.tensor([s.context_len - (n - 1) * block_size
-                             for s, n in zip(slices, self.nblocks)],
-                            dtype=lay.block_lens.dtype, device=lay.block_lens.device)
-        at = lay.fixed_ids.shape[-1] - 1     # the fixed blocks end with the one being written
+        lay.context_lens = (
+            decode_group.context_lens
+            if self.all_rows
+            else decode_group.context_lens.index_select(0, self.sparse_rows)
+        )
+        last = torch.tensor(
+            [s.context_len - (n - 1) * block_size for s, n in zip(slices, self.nblocks)],
+            dtype=lay.block_lens.dtype,
+            device=lay.block_lens.device,
+        )
+        at = lay.fixed_ids.shape[-1] - 1  # the fixed blocks end with the one being written
         lay.block_lens[:, 0, at] = last
-        lay.pair_block_lens = None        # laid out again per pair by the first layer
+        lay.pair_block_lens = None  # laid out again per pair by the first layer
 
 
 @dataclass(slots=True)
@@ -284,18 +354,26 @@ class SparseStep:
 
     decoder: SparseDecoder
     layout: Layout
-    left_out: LeftOut | None           # compensation's sums (None: compensation off)
-    sparse_rows: torch.Tensor          # [R] rows of the decode group
-    token_index: torch.Tensor          # [R] their rows in the step's flattened tokens
+    left_out: LeftOut | None  # compensation's sums (None: compensation off)
+    sparse_rows: torch.Tensor  # [R] rows of the decode group
+    token_index: torch.Tensor  # [R] their rows in the step's flattened tokens
     request_ids: list[str]
-    dense: Group | None                # the other decode rows
+    dense: Group | None  # the other decode rows
     dense_rows: torch.Tensor
-    native: bool                       # fallbacks through the dense decode kernel
-    fused: bool                        # selection and attention through sparse_kernels.cpp
-    all_rows: bool = False             # the sparse rows are the whole decode group, in order
+    native: bool  # fallbacks through the dense decode kernel
+    fused: bool  # selection and attention through sparse_kernels.cpp
+    all_rows: bool = False  # the sparse rows are the whole decode group, in order
 
-    def attend(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-               group: Group, scale: float, layer: int, dense_decode: DenseDecode) -> torch.Tensor:
+    def attend(
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        group: Group,
+        scale: float,
+        layer: int,
+        dense_decode: DenseDecode,
+    ) -> torch.Tensor:
         """The decode group's output [S, H, D], its sparse rows through the sparse path."""
         d = self.decoder
         cfg = d.cfg
@@ -306,54 +384,86 @@ class SparseStep:
         g = heads // kv_heads
         r = self.sparse_rows.numel()
         # a step of decode rows only, every one sparse: q's rows are the pairs' rows in order
-        qp = (q if self.all_rows and q.shape[0] == r else
-              q.index_select(0, self.token_index)).reshape(r * kv_heads, g, dim)
-        if d.probe is None and self.fused and \
-                d.index.compensation == (self.left_out is not None):
+        qp = (
+            q if self.all_rows and q.shape[0] == r else q.index_select(0, self.token_index)
+        ).reshape(r * kv_heads, g, dim)
+        if d.probe is None and self.fused and d.index.compensation == (self.left_out is not None):
             used, fail = self._fused(qp, k_cache, v_cache, scale, layer)
             fails = fail.tolist()
         else:
-            sel = select_blocks(qp.view(r, kv_heads, g, dim), d.index, layer, self.layout, cfg,
-                                d.block_size, scale, self.fused)
+            sel = select_blocks(
+                qp.view(r, kv_heads, g, dim),
+                d.index,
+                layer,
+                self.layout,
+                cfg,
+                d.block_size,
+                scale,
+                self.fused,
+            )
             flat = sel.flat_ids
-            got, lse = attend_blocks(qp, k_cache, v_cache, flat, sel.block_lens, scale,
-                                     self.fused)
+            got, lse = attend_blocks(qp, k_cache, v_cache, flat, sel.block_lens, scale, self.fused)
             if self.left_out is not None:
-                got = self.left_out.apply(got, lse, sel.log_left_comp, flat, d.index.vsum,
-                                          layer, self.fused)
+                got = self.left_out.apply(
+                    got, lse, sel.log_left_comp, flat, d.index.vsum, layer, self.fused
+                )
             # the trust check: E / (Z_in + E) > threshold, i.e. log E - log Z_in > logit(thr.)
-            fail = (sel.log_left_out - lse).gt_(cfg.logit_threshold).any(dim=-1)    # [P]
+            fail = (sel.log_left_out - lse).gt_(cfg.logit_threshold).any(dim=-1)  # [P]
             fails = fail.tolist()
             used = got
         if d.probe is not None:
-            estimate = left_out_mass(sel.log_left_out, lse)                     # [P, G]
-            full, full_lse = self._full(qp, k_cache, v_cache,
-                                        torch.arange(r * kv_heads, device=q.device), scale,
-                                        native=False, fused=self.fused)
+            estimate = left_out_mass(sel.log_left_out, lse)  # [P, G]
+            full, full_lse = self._full(
+                qp,
+                k_cache,
+                v_cache,
+                torch.arange(r * kv_heads, device=q.device),
+                scale,
+                native=False,
+                fused=self.fused,
+            )
             used = torch.where(fail[:, None, None], full, got)
-            d.probe(LayerProbe(
-                layer=layer, request_ids=list(self.request_ids),
-                sparse=got.view(r, heads, dim), dense=full.view(r, heads, dim),
-                used=used.view(r, heads, dim), fell_back=fail.view(r, kv_heads),
-                estimate=estimate.view(r, kv_heads, g),
-                left_out=(-torch.expm1(lse - full_lse)).view(r, kv_heads, g)))
+            d.probe(
+                LayerProbe(
+                    layer=layer,
+                    request_ids=list(self.request_ids),
+                    sparse=got.view(r, heads, dim),
+                    dense=full.view(r, heads, dim),
+                    used=used.view(r, heads, dim),
+                    fell_back=fail.view(r, kv_heads),
+                    estimate=estimate.view(r, kv_heads, g),
+                    left_out=(-torch.expm1(lse - full_lse)).view(r, kv_heads, g),
+                )
+            )
         elif any(fails):
-            failed = torch.tensor([p for p, f in enumerate(fails) if f], dtype=torch.int64,
-                                  device=q.device)
-            used.index_copy_(0, failed, self._full(qp, k_cache, v_cache, failed, scale,
-                                                   self.native)[0])
-        d.record(self.request_ids, [sum(fails[i * kv_heads:(i + 1) * kv_heads])
-                                    for i in range(r)], self.layout, kv_heads)
+            failed = torch.tensor(
+                [p for p, f in enumerate(fails) if f], dtype=torch.int64, device=q.device
+            )
+            used.index_copy_(
+                0, failed, self._full(qp, k_cache, v_cache, failed, scale, self.native)[0]
+            )
+        d.record(
+            self.request_ids,
+            [sum(fails[i * kv_heads : (i + 1) * kv_heads]) for i in range(r)],
+            self.layout,
+            kv_heads,
+        )
         if self.dense is None and self.all_rows:
-            return used.view(r, heads, dim)     # every row sparse, in order: nothing to merge
+            return used.view(r, heads, dim)  # every row sparse, in order: nothing to merge
         out = q.new_empty((group.token_index.numel(), heads, dim))
         if self.dense is not None:
             out.index_copy_(0, self.dense_rows, dense_decode(self.dense))
         out.index_copy_(0, self.sparse_rows, used.view(r, heads, dim))
         return out
 
-    def _fused(self, qp: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-               scale: float, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _fused(
+        self,
+        qp: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        scale: float,
+        layer: int,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Selection, attention over it, compensation and the trust check of every pair in one
         call (sparse_kernels.cpp's sparse_decode: the same passes as select_blocks,
         attend_blocks and LeftOut.apply with fused on, so the same numbers) -> the output
@@ -367,31 +477,64 @@ class SparseStep:
         entries = d.index.entries[layer]
         none = qp.new_empty(0, dtype=torch.float32)
         return ops.sparse_decode(
-            qp, entries.view(kv_heads, entries.shape[1], -1), lay.mid_ids.view(r, -1),
-            lay.mid_counts, lay.takes, lay.fixed_ids.view(r, -1), lay.picks, scale,
-            d.cfg.estimate == "moment", math.log(block_size), left is not None, RANGE_SIGMAS,
-            k_cache.reshape(-1, block_size, dim), v_cache.reshape(-1, block_size, dim),
+            qp,
+            entries.view(kv_heads, entries.shape[1], -1),
+            lay.mid_ids.view(r, -1),
+            lay.mid_counts,
+            lay.takes,
+            lay.fixed_ids.view(r, -1),
+            lay.picks,
+            scale,
+            d.cfg.estimate == "moment",
+            math.log(block_size),
+            left is not None,
+            RANGE_SIGMAS,
+            k_cache.reshape(-1, block_size, dim),
+            v_cache.reshape(-1, block_size, dim),
             lay.pair_lens(kv_heads),
             none if left is None else left.per_token[layer],
             none if left is None else left.weights,
-            none if left is None else d.index.vsum[layer].view(-1, dim), d.cfg.logit_threshold)
+            none if left is None else d.index.vsum[layer].view(-1, dim),
+            d.cfg.logit_threshold,
+        )
 
-    def _full(self, qp: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-              pairs: torch.Tensor, scale: float, native: bool,
-              fused: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _full(
+        self,
+        qp: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        pairs: torch.Tensor,
+        scale: float,
+        native: bool,
+        fused: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Full attention of some pairs over all their row's blocks (the fallback)."""
         kv_heads, num_blocks = k_cache.shape[0], k_cache.shape[1]
         row = pairs // kv_heads
-        flat = self.layout.block_tables.index_select(0, row) + \
-            ((pairs % kv_heads) * num_blocks)[:, None]
-        return attend_full(qp.index_select(0, pairs), k_cache, v_cache, flat,
-                           self.layout.context_lens.index_select(0, row), scale, native, fused)
+        flat = (
+            self.layout.block_tables.index_select(0, row)
+            + ((pairs % kv_heads) * num_blocks)[:, None]
+        )
+        return attend_full(
+            qp.index_select(0, pairs),
+            k_cache,
+            v_cache,
+            flat,
+            self.layout.context_lens.index_select(0, row),
+            scale,
+            native,
+            fused,
+        )
 
 
 def _subgroup(g: Group, rows: torch.Tensor) -> Group:
     """Some rows of a decode group (one query each), as a group of their own."""
-    return Group(token_index=g.token_index.index_select(0, rows),
-                 valid=g.valid.index_select(0, rows),
-                 block_tables=g.block_tables.index_select(0, rows),
-                 queries=g.queries, context_lens=g.context_lens.index_select(0, rows),
-                 positions=g.positions.index_select(0, rows), block_size=g.block_size)
+    return Group(
+        token_index=g.token_index.index_select(0, rows),
+        valid=g.valid.index_select(0, rows),
+        block_tables=g.block_tables.index_select(0, rows),
+        queries=g.queries,
+        context_lens=g.context_lens.index_select(0, rows),
+        positions=g.positions.index_select(0, rows),
+        block_size=g.block_size,
+    )

@@ -47,17 +47,17 @@ _SPARSE_ID = "__fidelity-sparse"
 
 @dataclass(slots=True)
 class TeacherForced:
-    dense_logits: torch.Tensor      # [T, V] float32
-    sparse_logits: torch.Tensor     # [T, V] float32
-    sparse_steps: torch.Tensor      # [T, L] bool
-    cosine: torch.Tensor            # [T, L] float32
-    cosine_selected: torch.Tensor   # [T, L] float32
-    fell_back: torch.Tensor         # [T, L, KVH] bool
-    estimate: torch.Tensor          # [T, L, KVH, G] float32 (0 where the step was dense)
-    left_out: torch.Tensor          # [T, L, KVH, G] float32
+    dense_logits: torch.Tensor  # [T, V] float32
+    sparse_logits: torch.Tensor  # [T, V] float32
+    sparse_steps: torch.Tensor  # [T, L] bool
+    cosine: torch.Tensor  # [T, L] float32
+    cosine_selected: torch.Tensor  # [T, L] float32
+    fell_back: torch.Tensor  # [T, L, KVH] bool
+    estimate: torch.Tensor  # [T, L, KVH, G] float32 (0 where the step was dense)
+    left_out: torch.Tensor  # [T, L, KVH, G] float32
     dense_seconds: list[float]
     sparse_seconds: list[float]
-    dense_torch_logits: torch.Tensor | None = None    # [T, V] float32 (torch_dense=True)
+    dense_torch_logits: torch.Tensor | None = None  # [T, V] float32 (torch_dense=True)
 
     @property
     def top1_agreement(self) -> float:
@@ -68,8 +68,12 @@ class TeacherForced:
         """Top-1 agreement of the dense run with itself through the torch path (None: not run)."""
         if self.dense_torch_logits is None:
             return None
-        return (self.dense_logits.argmax(-1) == self.dense_torch_logits.argmax(-1)
-                ).float().mean().item()
+        return (
+            (self.dense_logits.argmax(-1) == self.dense_torch_logits.argmax(-1))
+            .float()
+            .mean()
+            .item()
+        )
 
     @property
     def fallback_rate(self) -> float:
@@ -78,8 +82,13 @@ class TeacherForced:
         return float(self.fell_back.any(-1)[self.sparse_steps].sum()) / steps if steps else 0.0
 
 
-def teacher_forced(engine: LLMEngine, prompt_ids: list[int], continuation: list[int],
-                   probe: bool = True, torch_dense: bool = False) -> TeacherForced:
+def teacher_forced(
+    engine: LLMEngine,
+    prompt_ids: list[int],
+    continuation: list[int],
+    probe: bool = True,
+    torch_dense: bool = False,
+) -> TeacherForced:
     """Run prompt + continuation dense and sparse on an idle engine built with a SparseConfig.
 
     torch_dense: also run the dense side through the pure-torch decode attention, from the same
@@ -93,18 +102,23 @@ def teacher_forced(engine: LLMEngine, prompt_ids: list[int], continuation: list[
     if not prompt_ids or not continuation:
         raise ValueError("teacher_forced needs a prompt and a continuation of at least a token")
     if torch_dense and not engine.native_attention:
-        raise ValueError("torch_dense compares the fused CPU attention kernel with the torch "
-                         "path, and this engine has no kernel to compare: build it with "
-                         "EngineConfig.attention_kernel 'cpp' on a CPU where the kernel compiles")
+        raise ValueError(
+            "torch_dense compares the fused CPU attention kernel with the torch "
+            "path, and this engine has no kernel to compare: build it with "
+            "EngineConfig.attention_kernel 'cpp' on a CPU where the kernel compiles"
+        )
     bs = engine.config.block_size
     total = len(prompt_ids) + len(continuation)
     if total > engine.max_context:
-        raise ValueError(f"prompt plus continuation ({total} tokens) exceeds the model's "
-                         f"context of {engine.max_context}")
+        raise ValueError(
+            f"prompt plus continuation ({total} tokens) exceeds the model's "
+            f"context of {engine.max_context}"
+        )
     blocks = engine.pool.allocate(-(-total // bs))
     if blocks is None:
-        raise ValueError(f"the engine's pool lacks the {-(-total // bs)} blocks {total} tokens "
-                         f"need")
+        raise ValueError(
+            f"the engine's pool lacks the {-(-total // bs)} blocks {total} tokens need"
+        )
     cfg = engine.loaded.config
     layers, kv_heads = cfg.num_layers, cfg.num_kv_heads
     group = cfg.num_heads // kv_heads
@@ -115,11 +129,10 @@ def teacher_forced(engine: LLMEngine, prompt_ids: list[int], continuation: list[
     saved_probe = sparse.probe
     try:
         _prefill(engine, _DENSE_ID, prompt_ids, blocks)
-        prompt_blocks = blocks[:len(prompt_ids) // bs + 1]
+        prompt_blocks = blocks[: len(prompt_ids) // bs + 1]
         held = engine.kv[:, :, :, prompt_blocks].clone()
         native = engine.native_attention
-        dense_logits, dense_s = _decode(engine, _DENSE_ID, prompt_ids, continuation, blocks,
-                                        native)
+        dense_logits, dense_s = _decode(engine, _DENSE_ID, prompt_ids, continuation, blocks, native)
         engine.kv[:, :, :, prompt_blocks] = held
         torch_logits = None
         if torch_dense:
@@ -127,8 +140,9 @@ def teacher_forced(engine: LLMEngine, prompt_ids: list[int], continuation: list[
             engine.kv[:, :, :, prompt_blocks] = held
         if probe:
             sparse.probe = lambda p: probes[-1].append(p)
-        sparse_logits, sparse_s = _decode(engine, _SPARSE_ID, prompt_ids, continuation, blocks,
-                                          native, probes if probe else None)
+        sparse_logits, sparse_s = _decode(
+            engine, _SPARSE_ID, prompt_ids, continuation, blocks, native, probes if probe else None
+        )
     finally:
         sparse.probe = saved_probe
         sparse.forget(_DENSE_ID)
@@ -143,19 +157,33 @@ def teacher_forced(engine: LLMEngine, prompt_ids: list[int], continuation: list[
     for t, step in enumerate(probes):
         for p in step:
             taken[t, p.layer] = True
-            cosine[t, p.layer] = F.cosine_similarity(p.used.flatten().float(),
-                                                     p.dense.flatten().float(), dim=0)
-            cosine_sel[t, p.layer] = F.cosine_similarity(p.sparse.flatten().float(),
-                                                         p.dense.flatten().float(), dim=0)
+            cosine[t, p.layer] = F.cosine_similarity(
+                p.used.flatten().float(), p.dense.flatten().float(), dim=0
+            )
+            cosine_sel[t, p.layer] = F.cosine_similarity(
+                p.sparse.flatten().float(), p.dense.flatten().float(), dim=0
+            )
             fell[t, p.layer] = p.fell_back[0].cpu()
             estimate[t, p.layer] = p.estimate[0].float().cpu()
             left[t, p.layer] = p.left_out[0].float().cpu()
-    return TeacherForced(dense_logits, sparse_logits, taken, cosine, cosine_sel, fell, estimate,
-                         left, dense_s, sparse_s, torch_logits)
+    return TeacherForced(
+        dense_logits,
+        sparse_logits,
+        taken,
+        cosine,
+        cosine_sel,
+        fell,
+        estimate,
+        left,
+        dense_s,
+        sparse_s,
+        torch_logits,
+    )
 
 
-def _run(engine: LLMEngine, request_id: str, ids: list[int], start: int,
-         blocks: list[int], native: bool) -> torch.Tensor:
+def _run(
+    engine: LLMEngine, request_id: str, ids: list[int], start: int, blocks: list[int], native: bool
+) -> torch.Tensor:
     """Compute tokens ids (positions start..) into the cache; logits of the last one [V].
 
     native: decode attention through the fused CPU kernel (the engine's own choice, unless a
@@ -165,22 +193,38 @@ def _run(engine: LLMEngine, request_id: str, ids: list[int], start: int,
     meta = AttentionMetadata.build(slices, engine.config.block_size, dev, native)
     decodes = meta.groups[0] if meta.groups[0].queries == 1 else None
     meta.sparse = engine.sparse.plan(engine.kv, [request_id], slices, decodes, native)
-    logits = engine.model(torch.tensor(ids, dtype=torch.int64, device=dev),
-                          torch.arange(start, start + len(ids), device=dev), engine.kv, meta,
-                          torch.tensor([len(ids) - 1], dtype=torch.int64, device=dev))
+    logits = engine.model(
+        torch.tensor(ids, dtype=torch.int64, device=dev),
+        torch.arange(start, start + len(ids), device=dev),
+        engine.kv,
+        meta,
+        torch.tensor([len(ids) - 1], dtype=torch.int64, device=dev),
+    )
     return logits[0].float().cpu()
 
 
 def _prefill(engine: LLMEngine, request_id: str, prompt: list[int], blocks: list[int]) -> None:
     chunk = engine.config.max_batched_tokens
     for start in range(0, len(prompt), chunk):
-        _run(engine, request_id, prompt[start:start + chunk], start, blocks,
-             engine.native_attention)
+        _run(
+            engine,
+            request_id,
+            prompt[start : start + chunk],
+            start,
+            blocks,
+            engine.native_attention,
+        )
 
 
-def _decode(engine: LLMEngine, request_id: str, prompt: list[int], continuation: list[int],
-            blocks: list[int], native: bool, probes: list[list[LayerProbe]] | None = None
-            ) -> tuple[torch.Tensor, list[float]]:
+def _decode(
+    engine: LLMEngine,
+    request_id: str,
+    prompt: list[int],
+    continuation: list[int],
+    blocks: list[int],
+    native: bool,
+    probes: list[list[LayerProbe]] | None = None,
+) -> tuple[torch.Tensor, list[float]]:
     """Feed the continuation one token per step; logits after each [T, V] and step seconds."""
     out, seconds = [], []
     for t, token in enumerate(continuation):

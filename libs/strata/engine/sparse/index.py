@@ -59,20 +59,34 @@ def spread_of(kmax: torch.Tensor, kmin: torch.Tensor) -> torch.Tensor:
 
 
 class BlockIndex:
-    def __init__(self, num_layers: int, kv_heads: int, num_blocks: int, head_dim: int,
-                 device: torch.device | str, dtype: torch.dtype, compensation: bool = True):
+    def __init__(
+        self,
+        num_layers: int,
+        kv_heads: int,
+        num_blocks: int,
+        head_dim: int,
+        device: torch.device | str,
+        dtype: torch.dtype,
+        compensation: bool = True,
+    ):
         rows = 3 if compensation else 2
-        self.entries = torch.zeros((num_layers, kv_heads, num_blocks, rows, head_dim),
-                                   device=device, dtype=dtype)
+        self.entries = torch.zeros(
+            (num_layers, kv_heads, num_blocks, rows, head_dim), device=device, dtype=dtype
+        )
         # float32 whatever the cache's dtype: a request sums thousands of these (compensate.py);
         # None without compensation, which alone reads them
-        self.vsum = torch.zeros((num_layers, kv_heads, num_blocks, head_dim), device=device,
-                                dtype=torch.float32) if compensation else None
+        self.vsum = (
+            torch.zeros(
+                (num_layers, kv_heads, num_blocks, head_dim), device=device, dtype=torch.float32
+            )
+            if compensation
+            else None
+        )
         # per block, how many times it was summarized: a sum over some blocks' entries stays
         # true while their counts are those it read (compensate.RunningSums)
         self.generation = torch.zeros(num_blocks, dtype=torch.int64, device=device)
         self._marked: set[int] = set()
-        self.summarized = 0     # cumulative blocks summarized (every layer at once)
+        self.summarized = 0  # cumulative blocks summarized (every layer at once)
 
     @property
     def kmax(self) -> torch.Tensor:
@@ -121,7 +135,7 @@ class BlockIndex:
     def summarize(self, kv: torch.Tensor, block_ids: list[int]) -> None:
         """(Re)compute the entries and value sums of full blocks from the cache."""
         idx = torch.tensor(block_ids, dtype=torch.int64, device=kv.device)
-        keys = kv[:, 0].index_select(2, idx)                   # [L, KVH, n, BS, D]
+        keys = kv[:, 0].index_select(2, idx)  # [L, KVH, n, BS, D]
         rows = [keys.amax(dim=3), keys.amin(dim=3)]
         if self.vsum is not None:
             # the population variance in two passes (mean, then mean square deviation): torch's
@@ -129,11 +143,11 @@ class BlockIndex:
             # of dummy-long at 32k: 216 us with it, 89 without); stored in bfloat16 the two
             # agree on all but about 1 in 10,000 numbers (by one unit in the last place)
             k32 = keys.float()
-            rows.append((k32 - k32.mean(dim=3, keepdim=True)).square_().mean(dim=3)
-                        .to(keys.dtype))
+            rows.append((k32 - k32.mean(dim=3, keepdim=True)).square_().mean(dim=3).to(keys.dtype))
         self.entries.index_copy_(2, idx, torch.stack(rows, dim=3))
         if self.vsum is not None:
-            self.vsum.index_copy_(2, idx, kv[:, 1].index_select(2, idx).sum(
-                dim=3, dtype=torch.float32))
+            self.vsum.index_copy_(
+                2, idx, kv[:, 1].index_select(2, idx).sum(dim=3, dtype=torch.float32)
+            )
         self.generation.index_add_(0, idx, torch.ones_like(idx))
         self.summarized += len(block_ids)

@@ -62,8 +62,9 @@ from strata.engine.sparse.index import RANGE_SIGMAS, BlockIndex, spread_of
 _NEG = float("-inf")
 
 
-def score_blocks(q: torch.Tensor, entries: torch.Tensor, scale: float, block_size: int,
-                 estimate: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+def score_blocks(
+    q: torch.Tensor, entries: torch.Tensor, scale: float, block_size: int, estimate: str
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Bounds on every score and estimates of the log mass of each block.
 
     q [..., G, D]; entries [..., M, 2 * D] ([kmax | kmin] per block, as the index stores them)
@@ -80,9 +81,10 @@ def score_blocks(q: torch.Tensor, entries: torch.Tensor, scale: float, block_siz
 def full_entries(entries: torch.Tensor, dim: int) -> torch.Tensor:
     """Stored entries [..., 2D or 3D] -> [kmax | kmin | spread (| var)] [..., 3D or 4D] in
     float32, the columns query_rows' rows multiply."""
-    kmax, kmin = entries[..., :dim], entries[..., dim:2 * dim]
-    return torch.cat([kmax.float(), kmin.float(), spread_of(kmax, kmin),
-                      entries[..., 2 * dim:].float()], dim=-1)
+    kmax, kmin = entries[..., :dim], entries[..., dim : 2 * dim]
+    return torch.cat(
+        [kmax.float(), kmin.float(), spread_of(kmax, kmin), entries[..., 2 * dim :].float()], dim=-1
+    )
 
 
 def query_rows(q: torch.Tensor, scale: float, estimate: str, comp: bool = False) -> torch.Tensor:
@@ -101,15 +103,16 @@ def query_rows(q: torch.Tensor, scale: float, estimate: str, comp: bool = False)
     return torch.cat(rows, dim=-2)
 
 
-def split_scores(product: torch.Tensor, g: int, block_size: int, estimate: str,
-                 comp: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+def split_scores(
+    product: torch.Tensor, g: int, block_size: int, estimate: str, comp: bool = False
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The product of query_rows and the entries -> (bounds, trust log mass, comp log mass)."""
     bounds = product[..., :g, :]
     log_n = math.log(block_size)
     if estimate == "bound":
         mass = bounds + log_n
     else:
-        mass = torch.minimum(product[..., g:2 * g, :], bounds).add_(log_n)
+        mass = torch.minimum(product[..., g : 2 * g, :], bounds).add_(log_n)
     if not comp:
         return bounds, mass, None
     return bounds, mass, torch.minimum(product[..., -g:, :], bounds).add_(log_n)
@@ -119,22 +122,22 @@ def split_scores(product: torch.Tensor, g: int, block_size: int, estimate: str,
 class Layout:
     """One step's sparse rows: their blocks split into sinks | middle | window (R rows)."""
 
-    block_tables: torch.Tensor   # [R, W] physical block ids, padded with 0
-    context_lens: torch.Tensor   # [R]
-    nblocks: list[int]           # blocks of each row's context
-    budgets: list[int]           # blocks each row reads per KV head
-    mid_ids: torch.Tensor        # [R*M] middle blocks' physical ids (0 past a row's middle)
-    score_all: bool              # score every block of the pool, then pick the rows' ones
+    block_tables: torch.Tensor  # [R, W] physical block ids, padded with 0
+    context_lens: torch.Tensor  # [R]
+    nblocks: list[int]  # blocks of each row's context
+    budgets: list[int]  # blocks each row reads per KV head
+    mid_ids: torch.Tensor  # [R*M] middle blocks' physical ids (0 past a row's middle)
+    score_all: bool  # score every block of the pool, then pick the rows' ones
     mid_mask: torch.Tensor | None  # [1, R, 1, M] float32: 0, or -inf past a row's middle;
     #                                None when every row's middle is M blocks long
-    mid_valid: torch.Tensor      # [1, R, M] bool
-    picks: int                   # K: the most middle blocks a row reads
-    mid_counts: torch.Tensor     # [R] int64: each row's middle blocks
-    takes: torch.Tensor          # [R] int64: the middle blocks each row reads
-    chosen: torch.Tensor         # [1, R, K] bool: the row reads its j-th best middle block
-    fixed_ids: torch.Tensor      # [R, 1, S+W] sinks then window (the block being written last)
-    block_lens: torch.Tensor     # [R, 1, S+W+K] tokens read from each block (0: not read)
-    pair_block_lens: torch.Tensor | None = None   # [R*KVH, S+W+K]: block_lens per pair, laid
+    mid_valid: torch.Tensor  # [1, R, M] bool
+    picks: int  # K: the most middle blocks a row reads
+    mid_counts: torch.Tensor  # [R] int64: each row's middle blocks
+    takes: torch.Tensor  # [R] int64: the middle blocks each row reads
+    chosen: torch.Tensor  # [1, R, K] bool: the row reads its j-th best middle block
+    fixed_ids: torch.Tensor  # [R, 1, S+W] sinks then window (the block being written last)
+    block_lens: torch.Tensor  # [R, 1, S+W+K] tokens read from each block (0: not read)
+    pair_block_lens: torch.Tensor | None = None  # [R*KVH, S+W+K]: block_lens per pair, laid
     #                                               out by the first layer's selection
 
     def pair_lens(self, kv_heads: int) -> torch.Tensor:
@@ -147,8 +150,13 @@ class Layout:
         return lens
 
     @staticmethod
-    def build(block_tables: torch.Tensor, context_lens: torch.Tensor, cfg: SparseConfig,
-              block_size: int, pool_blocks: int = 0) -> Layout:
+    def build(
+        block_tables: torch.Tensor,
+        context_lens: torch.Tensor,
+        cfg: SparseConfig,
+        block_size: int,
+        pool_blocks: int = 0,
+    ) -> Layout:
         """Every row must satisfy cfg.applies (its budget leaves a middle block out).
 
         With `pool_blocks` (the pool's size), the rows score every block of the pool in place
@@ -159,50 +167,67 @@ class Layout:
         lens = context_lens.tolist()
         nblocks = [-(-n // block_size) for n in lens]
         budgets = [cfg.budget_for(n) for n in nblocks]
-        counts = [n - sinks - window for n in nblocks]         # middle blocks of each row
-        takes = [b - sinks - window for b in budgets]          # the ones it reads
+        counts = [n - sinks - window for n in nblocks]  # middle blocks of each row
+        takes = [b - sinks - window for b in budgets]  # the ones it reads
         width, picks = max(counts), max(takes)
         # A handful of tensors built from these per-row numbers (a step has a few rows), not a
         # chain of small tensor operations: this runs every step.
-        mid_ids = block_tables[:, sinks:sinks + width]          # a row's middle, then padding
+        mid_ids = block_tables[:, sinks : sinks + width]  # a row's middle, then padding
         full_width = min(counts) == width
-        valid = torch.arange(width, device=dev)[None, :] < \
-            torch.tensor(counts, device=dev)[:, None]                          # [R, M]
+        valid = (
+            torch.arange(width, device=dev)[None, :] < torch.tensor(counts, device=dev)[:, None]
+        )  # [R, M]
         fixed_pos = [[*range(sinks), *range(n - window, n)] for n in nblocks]
-        fixed_lens = [[block_size] * (sinks + window - 1) + [n - (b - 1) * block_size]
-                      for n, b in zip(lens, nblocks)]
+        fixed_lens = [
+            [block_size] * (sinks + window - 1) + [n - (b - 1) * block_size]
+            for n, b in zip(lens, nblocks)
+        ]
         takes_t = torch.tensor(takes, device=dev)
-        chosen = torch.arange(picks, device=dev)[None, :] < takes_t[:, None]    # [R, K]
+        chosen = torch.arange(picks, device=dev)[None, :] < takes_t[:, None]  # [R, K]
         return Layout(
-            block_tables=block_tables, context_lens=context_lens, nblocks=nblocks,
+            block_tables=block_tables,
+            context_lens=context_lens,
+            nblocks=nblocks,
             budgets=budgets,
             mid_ids=(mid_ids if full_width else mid_ids.masked_fill(~valid, 0)).reshape(-1),
             score_all=0 < pool_blocks <= 2 * width,
-            mid_mask=None if full_width else
-            torch.zeros(valid.shape, device=dev).masked_fill_(~valid, _NEG)[None, :, None],
-            mid_valid=valid[None], picks=picks,
+            mid_mask=None
+            if full_width
+            else torch.zeros(valid.shape, device=dev).masked_fill_(~valid, _NEG)[None, :, None],
+            mid_valid=valid[None],
+            picks=picks,
             mid_counts=torch.tensor(counts, device=dev),
-            takes=takes_t, chosen=chosen[None],
+            takes=takes_t,
+            chosen=chosen[None],
             fixed_ids=block_tables.gather(1, torch.tensor(fixed_pos, device=dev))[:, None],
-            block_lens=torch.cat([torch.tensor(fixed_lens, device=dev),
-                                  chosen.long() * block_size], 1)[:, None])
+            block_lens=torch.cat(
+                [torch.tensor(fixed_lens, device=dev), chosen.long() * block_size], 1
+            )[:, None],
+        )
 
 
 @dataclass(slots=True)
 class Selection:
     """What each pair reads, and the estimate of what it leaves out (P = R * KVH pairs)."""
 
-    block_ids: torch.Tensor      # [P, B] physical blocks: sinks, window, then chosen middle
-    flat_ids: torch.Tensor       # [P, B] the same as ids into the cache seen as KVH * NB blocks
-    block_lens: torch.Tensor     # [P, B] tokens read from each (0: a padding entry)
-    log_left_out: torch.Tensor   # [P, G] log of the estimate of sum exp(score) left out
-    log_left_comp: torch.Tensor | None   # [P, G] the same by compensation's estimate (None:
+    block_ids: torch.Tensor  # [P, B] physical blocks: sinks, window, then chosen middle
+    flat_ids: torch.Tensor  # [P, B] the same as ids into the cache seen as KVH * NB blocks
+    block_lens: torch.Tensor  # [P, B] tokens read from each (0: a padding entry)
+    log_left_out: torch.Tensor  # [P, G] log of the estimate of sum exp(score) left out
+    log_left_comp: torch.Tensor | None  # [P, G] the same by compensation's estimate (None:
     #                                      the index has no var row)
 
 
-def select_blocks(q: torch.Tensor, index: BlockIndex, layer: int, layout: Layout,
-                  cfg: SparseConfig, block_size: int, scale: float,
-                  fused: bool = False) -> Selection:
+def select_blocks(
+    q: torch.Tensor,
+    index: BlockIndex,
+    layer: int,
+    layout: Layout,
+    cfg: SparseConfig,
+    block_size: int,
+    scale: float,
+    fused: bool = False,
+) -> Selection:
     """q [R, KVH, G, D]: the rows' queries grouped by KV head. Flat ids count the index's
     blocks, which are the cache's (attend.flat_ids). `fused`: scoring and selection
     through sparse_kernels.cpp (select_blocks), which reads the entries in place; it breaks
@@ -210,7 +235,7 @@ def select_blocks(q: torch.Tensor, index: BlockIndex, layer: int, layout: Layout
     position order, torch in rank order (attention does not depend on the order)."""
     r, kv_heads, g, dim = q.shape
     width = layout.mid_valid.shape[-1]
-    layer_entries = index.entries[layer]                                      # [KVH, NB, 2|3, D]
+    layer_entries = index.entries[layer]  # [KVH, NB, 2|3, D]
     e = layer_entries.shape[2] * dim
     comp = index.compensation
     if fused:
@@ -218,44 +243,63 @@ def select_blocks(q: torch.Tensor, index: BlockIndex, layer: int, layout: Layout
         ops = sparse_native.load()
         assert ops is not None, "fused is set only when the sparse kernels loaded"
         ids, flat, log_left, log_comp = ops.select_blocks(
-            q.reshape(r * kv_heads, g, dim), layer_entries.view(kv_heads, -1, e),
-            layout.mid_ids.view(r, width), layout.mid_counts, layout.takes,
-            layout.fixed_ids.view(r, -1), layout.picks, scale, cfg.estimate == "moment",
-            math.log(block_size), comp, RANGE_SIGMAS)
-        return Selection(block_ids=ids, flat_ids=flat, block_lens=layout.pair_lens(kv_heads),
-                         log_left_out=log_left, log_left_comp=log_comp if comp else None)
-    rows = query_rows(q.transpose(0, 1), scale, cfg.estimate, comp)          # [KVH, R, G', E']
-    wide = rows.shape[-1]                                                     # E + D: the spread
+            q.reshape(r * kv_heads, g, dim),
+            layer_entries.view(kv_heads, -1, e),
+            layout.mid_ids.view(r, width),
+            layout.mid_counts,
+            layout.takes,
+            layout.fixed_ids.view(r, -1),
+            layout.picks,
+            scale,
+            cfg.estimate == "moment",
+            math.log(block_size),
+            comp,
+            RANGE_SIGMAS,
+        )
+        return Selection(
+            block_ids=ids,
+            flat_ids=flat,
+            block_lens=layout.pair_lens(kv_heads),
+            log_left_out=log_left,
+            log_left_comp=log_comp if comp else None,
+        )
+    rows = query_rows(q.transpose(0, 1), scale, cfg.estimate, comp)  # [KVH, R, G', E']
+    wide = rows.shape[-1]  # E + D: the spread
     if layout.score_all:
         everything = full_entries(layer_entries.view(kv_heads, -1, e), dim).transpose(-1, -2)
         product = torch.matmul(rows.reshape(kv_heads, -1, wide), everything)  # [KVH, R*G', NB]
         product = product.view(kv_heads, r, rows.shape[2], -1).gather(
-            -1, layout.mid_ids.view(1, r, 1, width).expand(kv_heads, r, rows.shape[2], width))
+            -1, layout.mid_ids.view(1, r, 1, width).expand(kv_heads, r, rows.shape[2], width)
+        )
     else:
-        entries = layer_entries.index_select(1, layout.mid_ids)              # [KVH, R*M, 2|3, D]
-        product = torch.matmul(rows, full_entries(entries.view(kv_heads, r, width, e), dim)
-                               .transpose(-1, -2))                           # [KVH, R, G', M]
+        entries = layer_entries.index_select(1, layout.mid_ids)  # [KVH, R*M, 2|3, D]
+        product = torch.matmul(
+            rows, full_entries(entries.view(kv_heads, r, width, e), dim).transpose(-1, -2)
+        )  # [KVH, R, G', M]
     bounds, mass, comp_mass = split_scores(product, g, block_size, cfg.estimate, comp)
     if layout.mid_mask is not None:
         bounds = bounds + layout.mid_mask
-    rank = (bounds - bounds.amax(dim=-1, keepdim=True)).amax(dim=2)           # [KVH, R, M]
-    top = rank.topk(layout.picks, dim=-1).indices                             # [KVH, R, K]
+    rank = (bounds - bounds.amax(dim=-1, keepdim=True)).amax(dim=2)  # [KVH, R, M]
+    top = rank.topk(layout.picks, dim=-1).indices  # [KVH, R, K]
     taken = torch.zeros(rank.shape, dtype=torch.bool, device=q.device)
     taken.scatter_(-1, top, layout.chosen.expand_as(top))
-    left = layout.mid_valid & ~taken                                          # [KVH, R, M]
+    left = layout.mid_valid & ~taken  # [KVH, R, M]
     out = ~left[:, :, None, :]
 
     def log_left(log_mass: torch.Tensor) -> torch.Tensor:
-        lse = torch.logsumexp(log_mass.masked_fill_(out, _NEG), dim=-1)       # [KVH, R, G]
+        lse = torch.logsumexp(log_mass.masked_fill_(out, _NEG), dim=-1)  # [KVH, R, G]
         return lse.transpose(0, 1).reshape(r * kv_heads, g)
 
     picked = layout.mid_ids.view(1, r, width).expand(kv_heads, r, width).gather(2, top)
     ids = torch.cat([layout.fixed_ids.expand(r, kv_heads, -1), picked.transpose(0, 1)], dim=-1)
     ids = ids.reshape(r * kv_heads, -1)
-    return Selection(block_ids=ids, flat_ids=flat_ids(ids, kv_heads, index.entries.shape[2]),
-                     block_lens=layout.pair_lens(kv_heads),
-                     log_left_out=log_left(mass),
-                     log_left_comp=None if comp_mass is None else log_left(comp_mass))
+    return Selection(
+        block_ids=ids,
+        flat_ids=flat_ids(ids, kv_heads, index.entries.shape[2]),
+        block_lens=layout.pair_lens(kv_heads),
+        log_left_out=log_left(mass),
+        log_left_comp=None if comp_mass is None else log_left(comp_mass),
+    )
 
 
 def left_out_mass(log_left_out: torch.Tensor, lse_in: torch.Tensor) -> torch.Tensor:

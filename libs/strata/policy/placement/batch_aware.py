@@ -56,7 +56,7 @@ POLICY = "batch-aware"
 @dataclass(slots=True, frozen=True)
 class BatchAwareSettings:
     migration: MigrationCost = MigrationCost()
-    max_moves: int = 8          # optional moves per round; forced ones do not count
+    max_moves: int = 8  # optional moves per round; forced ones do not count
 
     def __post_init__(self) -> None:
         if self.max_moves < 0:
@@ -68,7 +68,7 @@ class BatchAwareResult:
     plan: PlacementPlan
     moves: list[Move]
     explanation: Explanation
-    had_replicas: frozenset[str] = frozenset()   # models with a replica before the round
+    had_replicas: frozenset[str] = frozenset()  # models with a replica before the round
 
     @property
     def rejected(self) -> bool:
@@ -82,12 +82,21 @@ class BatchAwareResult:
             return self.plan
         new = {(a.model, a.node_id) for a in self.plan.loads}
         stays = [a for a in self.plan.assignments if (a.model, a.node_id) not in new]
-        stays += [Assignment(u.model, u.node_id, u.replica_id,
-                             f"stays: the plan was rejected by the red line (it would have: "
-                             f"{u.reason})") for u in self.plan.unloads]
+        stays += [
+            Assignment(
+                u.model,
+                u.node_id,
+                u.replica_id,
+                f"stays: the plan was rejected by the red line (it would have: {u.reason})",
+            )
+            for u in self.plan.unloads
+        ]
         loads = [a for a in self.plan.loads if a.model not in self.had_replicas]
-        return PlacementPlan(assignments=sorted(stays + loads, key=lambda a: (a.model, a.node_id)),
-                             loads=loads, unplaced=self.plan.unplaced)
+        return PlacementPlan(
+            assignments=sorted(stays + loads, key=lambda a: (a.model, a.node_id)),
+            loads=loads,
+            unplaced=self.plan.unplaced,
+        )
 
 
 @dataclass(slots=True)
@@ -97,14 +106,20 @@ class _Round:
     unloads: list[Unload] = field(default_factory=list)
     unplaced: list[Unplaced] = field(default_factory=list)
     forced: list[Move] = field(default_factory=list)
-    reference: str = "gpu"      # the most common GPU kind: replica counts and order use it
+    reference: str = "gpu"  # the most common GPU kind: replica counts and order use it
 
 
-def plan_batch_aware(nodes: Sequence[NodeCapacity], models: Sequence[ModelDemand],
-                     curves: Mapping[str, ArrivalCurve], sla: Mapping[str, SlaTarget],
-                     costs: CostsLookup, *, devices: Mapping[str, str] | None = None,
-                     settings: BatchAwareSettings = BatchAwareSettings(),
-                     capacity_cache: dict | None = None) -> BatchAwareResult:
+def plan_batch_aware(
+    nodes: Sequence[NodeCapacity],
+    models: Sequence[ModelDemand],
+    curves: Mapping[str, ArrivalCurve],
+    sla: Mapping[str, SlaTarget],
+    costs: CostsLookup,
+    *,
+    devices: Mapping[str, str] | None = None,
+    settings: BatchAwareSettings = BatchAwareSettings(),
+    capacity_cache: dict | None = None,
+) -> BatchAwareResult:
     """One round (module docstring). `devices` maps node id -> GPU kind for `costs` (default
     "gpu" for every node); `capacity_cache` may be kept across rounds."""
     demand: dict[str, ModelDemand] = {}
@@ -114,15 +129,20 @@ def plan_batch_aware(nodes: Sequence[NodeCapacity], models: Sequence[ModelDemand
         demand[m.name] = m
     windows = _windows(curves)
     window_s = next(iter(curves.values())).window_s if curves else 0.0
-    loads = WindowLoads(windows, {k: v for k, v in curves.items() if k in demand}, sla, costs,
-                        capacity_cache)
+    loads = WindowLoads(
+        windows, {k: v for k, v in curves.items() if k in demand}, sla, costs, capacity_cache
+    )
     ordered = sorted(nodes, key=lambda n: n.node_id)
     devices = devices or {}
-    gpus = [Gpu(n.node_id, devices.get(n.node_id, "gpu"), n.memory_bytes, np.zeros(windows))
-            for n in ordered]
+    gpus = [
+        Gpu(n.node_id, devices.get(n.node_id, "gpu"), n.memory_bytes, np.zeros(windows))
+        for n in ordered
+    ]
     reference = Counter(g.device for g in gpus).most_common(1)[0][0] if gpus else "gpu"
-    counts = {m: loads.decide_replicas(m, d.replicas, reference, len(gpus))
-              for m, d in sorted(demand.items())}
+    counts = {
+        m: loads.decide_replicas(m, d.replicas, reference, len(gpus))
+        for m, d in sorted(demand.items())
+    }
     rnd = _Round(Working(gpus, loads, RedLine(loads)), demand, reference=reference)
     had = frozenset(r.model for n in ordered for r in n.replicas if r.model in demand)
 
@@ -138,19 +158,28 @@ def plan_batch_aware(nodes: Sequence[NodeCapacity], models: Sequence[ModelDemand
     rnd.working.red_line = RedLine(loads)
     rnd.working.refresh()
     moves = rnd.forced + optional
-    explanation = explain_round(rnd.working, POLICY, window_s, moves, rnd.unloads, rnd.unplaced,
-                                settings.migration)
-    explanation.models = [ModelPlan(m, placed[m], counts[m].reason,
-                                    curves[m].peak_rate if m in curves else 0.0,
-                                    loads.target(m).name) for m in sorted(demand)]
+    explanation = explain_round(
+        rnd.working, POLICY, window_s, moves, rnd.unloads, rnd.unplaced, settings.migration
+    )
+    explanation.models = [
+        ModelPlan(
+            m,
+            placed[m],
+            counts[m].reason,
+            curves[m].peak_rate if m in curves else 0.0,
+            loads.target(m).name,
+        )
+        for m in sorted(demand)
+    ]
     return BatchAwareResult(_plan(gpus, rnd, moves), moves, explanation, had)
 
 
 def _windows(curves: Mapping[str, ArrivalCurve]) -> int:
     sizes = {(c.windows, c.window_s) for c in curves.values()}
     if len(sizes) > 1:
-        raise ValueError(f"every arrival curve must have the same windows, got "
-                         f"{sorted(sizes)} (count, seconds)")
+        raise ValueError(
+            f"every arrival curve must have the same windows, got {sorted(sizes)} (count, seconds)"
+        )
     return next(iter(sizes))[0] if sizes else 0
 
 
@@ -168,8 +197,14 @@ def _keep(rnd: _Round, ordered: Sequence[NodeCapacity], counts: Mapping) -> None
             want = rnd.demand.get(r.model)
             if want is None:
                 if r.managed:
-                    rnd.unloads.append(Unload(r.model, gpu.node_id, r.replica_id,
-                                              f"{r.model} is no longer a desired model"))
+                    rnd.unloads.append(
+                        Unload(
+                            r.model,
+                            gpu.node_id,
+                            r.replica_id,
+                            f"{r.model} is no longer a desired model",
+                        )
+                    )
                 continue
             need = want.memory_bytes if want.memory_bytes is not None else r.memory_bytes
             if counts[r.model].replicas == 0:
@@ -179,8 +214,17 @@ def _keep(rnd: _Round, ordered: Sequence[NodeCapacity], counts: Mapping) -> None
             elif need > gpu.free:
                 reason = f"no longer fits: needs {need} bytes, {gpu.free} free on {gpu.node_id}"
             else:
-                w.add(gpu, Slot(r.model, r.replica_id, need, gpu.node_id, r.replica_id,
-                                f"kept: already on {gpu.node_id}"))
+                w.add(
+                    gpu,
+                    Slot(
+                        r.model,
+                        r.replica_id,
+                        need,
+                        gpu.node_id,
+                        r.replica_id,
+                        f"kept: already on {gpu.node_id}",
+                    ),
+                )
                 continue
             rnd.unloads.append(Unload(r.model, gpu.node_id, r.replica_id, reason))
     for model, count in sorted(counts.items()):
@@ -204,28 +248,51 @@ def _trim(rnd: _Round, model: str, wanted: int) -> None:
         amount = freed(gpu)
         slot = next(s for s in gpu.slots if s.model == model)
         w.remove(gpu, slot)
-        rnd.unloads.append(Unload(model, gpu.node_id, slot.replica_id, (
-            f"{model} plans {wanted} replica(s) and {len(hosting)} run; unloading this one "
-            f"frees the most: {amount:.3f} GPU")))
+        rnd.unloads.append(
+            Unload(
+                model,
+                gpu.node_id,
+                slot.replica_id,
+                (
+                    f"{model} plans {wanted} replica(s) and {len(hosting)} run; unloading this one "
+                    f"frees the most: {amount:.3f} GPU"
+                ),
+            )
+        )
 
 
 def _repair(rnd: _Round, migration: MigrationCost) -> None:
     w = rnd.working
     for gpu in w.gpus:
         while gpu.slots and not w.red_line.holds(gpu.device, gpu.models()):
-            broken = [c.describe() for c in w.red_line.check(gpu.node_id, gpu.device,
-                                                             gpu.models()) if not c.ok]
-            fixes = [s for s in gpu.slots if w.red_line.holds(
-                gpu.device, [m for m in gpu.models() if m != s.model])]
+            broken = [
+                c.describe()
+                for c in w.red_line.check(gpu.node_id, gpu.device, gpu.models())
+                if not c.ok
+            ]
+            fixes = [
+                s
+                for s in gpu.slots
+                if w.red_line.holds(gpu.device, [m for m in gpu.models() if m != s.model])
+            ]
             if fixes:
                 slot = min(fixes, key=lambda s: (s.memory, s.model))
             else:
                 slot = max(gpu.slots, key=lambda s: (peak(w.load_of(s.model, gpu)), s.model))
             w.remove(gpu, slot)
-            rnd.forced.append(Move(slot.model, gpu.node_id, slot.replica_id, "", "", True, 0.0,
-                                   migration.of(slot.memory),
-                                   f"forced: the red line breaks on {gpu.node_id} ("
-                                   f"{'; '.join(broken)})"))
+            rnd.forced.append(
+                Move(
+                    slot.model,
+                    gpu.node_id,
+                    slot.replica_id,
+                    "",
+                    "",
+                    True,
+                    0.0,
+                    migration.of(slot.memory),
+                    f"forced: the red line breaks on {gpu.node_id} ({'; '.join(broken)})",
+                )
+            )
 
 
 def _place_missing(rnd: _Round, counts: Mapping) -> None:
@@ -238,8 +305,12 @@ def _place_missing(rnd: _Round, counts: Mapping) -> None:
     def heaviness(item: tuple[str, Move | None]) -> tuple:
         model, move = item
         load = peak(w.loads.load(model, rnd.reference))
-        return (-load, -(rnd.demand[model].memory_bytes or 0), model,
-                move.from_node if move else "~")
+        return (
+            -load,
+            -(rnd.demand[model].memory_bytes or 0),
+            model,
+            move.from_node if move else "~",
+        )
 
     missing: Counter = Counter()
     reasons: dict[str, str] = {}
@@ -247,27 +318,38 @@ def _place_missing(rnd: _Round, counts: Mapping) -> None:
         memory = rnd.demand[model].memory_bytes
         if memory is None:
             missing[model] += 1
-            reasons[model] = (f"memory need of {model} is unknown: it is not in the model size "
-                              f"table and no override was given")
+            reasons[model] = (
+                f"memory need of {model} is unknown: it is not in the model size "
+                f"table and no override was given"
+            )
             continue
         exclude = {move.from_node} if move else set()
         target = w.best_target(model, memory, exclude)
         if target is None:
-            if move is not None:     # nowhere better: it stays, and the red line will say so
+            if move is not None:  # nowhere better: it stays, and the red line will say so
                 origin = next(g for g in w.gpus if g.node_id == move.from_node)
-                w.add(origin, Slot(model, move.from_replica, memory, origin.node_id,
-                                   move.from_replica, f"kept: {move.reason}; no other node "
-                                   f"keeps the red line with it"))
+                w.add(
+                    origin,
+                    Slot(
+                        model,
+                        move.from_replica,
+                        memory,
+                        origin.node_id,
+                        move.from_replica,
+                        f"kept: {move.reason}; no other node keeps the red line with it",
+                    ),
+                )
                 rnd.forced.remove(move)
                 continue
             missing[model] += 1
             reasons[model] = _why_unplaced(w, model, memory)
             continue
         score = w.score(target, model)
-        reason = (f"batch-aware: pair benefit {score[0]:.3f} GPU against {target.node_id}'s "
-                  f"load, {target.free} bytes free, red line holds")
-        w.add(target, Slot(model, new_replica_id(model, target.node_id), memory, None, "",
-                           reason))
+        reason = (
+            f"batch-aware: pair benefit {score[0]:.3f} GPU against {target.node_id}'s "
+            f"load, {target.free} bytes free, red line holds"
+        )
+        w.add(target, Slot(model, new_replica_id(model, target.node_id), memory, None, "", reason))
         if move is not None:
             move.to_node, move.to_replica = target.node_id, new_replica_id(model, target.node_id)
             target.slots[-1].origin, target.slots[-1].moved = move.from_node, True
@@ -283,15 +365,24 @@ def _why_unplaced(w: Working, model: str, memory: int) -> str:
     if not room:
         eligible = [g.free for g in w.gpus if not g.hosts(model)]
         if not eligible:
-            return (f"needs {memory} bytes, but all {len(w.gpus)} node(s) already hold a "
-                    f"replica of {model} and a node holds at most one")
-        return (f"needs {memory} bytes, largest free {max(eligible)} bytes on a node without "
-                f"a replica of {model}")
+            return (
+                f"needs {memory} bytes, but all {len(w.gpus)} node(s) already hold a "
+                f"replica of {model} and a node holds at most one"
+            )
+        return (
+            f"needs {memory} bytes, largest free {max(eligible)} bytes on a node without "
+            f"a replica of {model}"
+        )
     g = room[0]
-    broken = [c.describe() for c in w.red_line.check(g.node_id, g.device, [*g.models(), model])
-              if not c.ok]
-    return (f"every node with room ({len(room)}) would break the red line; on {g.node_id}: "
-            f"{'; '.join(broken)}")
+    broken = [
+        c.describe()
+        for c in w.red_line.check(g.node_id, g.device, [*g.models(), model])
+        if not c.ok
+    ]
+    return (
+        f"every node with room ({len(room)}) would break the red line; on {g.node_id}: "
+        f"{'; '.join(broken)}"
+    )
 
 
 def _plan(gpus: list[Gpu], rnd: _Round, moves: list[Move]) -> PlacementPlan:
@@ -304,8 +395,9 @@ def _plan(gpus: list[Gpu], rnd: _Round, moves: list[Move]) -> PlacementPlan:
                 plan.loads.append(a)
     plan.unloads = list(rnd.unloads) + [
         Unload(m.model, m.from_node, m.from_replica, f"moved to {m.to_node}: {m.reason}")
-        for m in moves if m.to_node]
+        for m in moves
+        if m.to_node
+    ]
     plan.assignments.sort(key=lambda a: (a.model, a.node_id))
     plan.loads.sort(key=lambda a: (a.model, a.node_id))
     return plan
-

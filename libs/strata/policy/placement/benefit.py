@@ -29,14 +29,16 @@ import numpy as np
 
 @dataclass(slots=True, frozen=True)
 class MigrationCost:
-    load_bytes_per_s: float = 2e9     # reading and copying weights onto the new GPU
-    warmup_s: float = 30.0            # engine warm-up plus refilling a cold prefix cache
-    horizon_s: float = 3600.0         # how long the new placement is expected to hold
+    load_bytes_per_s: float = 2e9  # reading and copying weights onto the new GPU
+    warmup_s: float = 30.0  # engine warm-up plus refilling a cold prefix cache
+    horizon_s: float = 3600.0  # how long the new placement is expected to hold
 
     def __post_init__(self) -> None:
         if self.load_bytes_per_s <= 0 or self.horizon_s <= 0 or self.warmup_s < 0:
-            raise ValueError(f"migration cost needs positive load_bytes_per_s and horizon_s "
-                             f"and a non-negative warmup_s, got {self}")
+            raise ValueError(
+                f"migration cost needs positive load_bytes_per_s and horizon_s "
+                f"and a non-negative warmup_s, got {self}"
+            )
 
     def of(self, memory_bytes: int) -> float:
         """GPUs (over the horizon) one move of a replica of `memory_bytes` costs."""

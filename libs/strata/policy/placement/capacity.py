@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-Z_P99 = 2.326                 # standard normal 99th percentile
+Z_P99 = 2.326  # standard normal 99th percentile
 _ITERATIONS = 400
 _TOLERANCE = 1e-10
 _BISECTIONS = 60
@@ -84,25 +84,26 @@ class SlaTarget:
     tpot_ms: float | None = None
 
     def met_by(self, ttft_p99_ms: float, tpot_p99_ms: float) -> bool:
-        return ((self.ttft_ms is None or ttft_p99_ms <= self.ttft_ms)
-                and (self.tpot_ms is None or tpot_p99_ms <= self.tpot_ms))
+        return (self.ttft_ms is None or ttft_p99_ms <= self.ttft_ms) and (
+            self.tpot_ms is None or tpot_p99_ms <= self.tpot_ms
+        )
 
 
 @dataclass(slots=True, frozen=True)
 class Demand:
     """What one replica is asked for in one window."""
 
-    rate: float                 # requests per second
-    prompt_tokens: float        # means
+    rate: float  # requests per second
+    prompt_tokens: float  # means
     output_tokens: float
 
 
 @dataclass(slots=True, frozen=True)
 class Prediction:
-    ttft_p99_ms: float          # INF: the replica cannot keep up
+    ttft_p99_ms: float  # INF: the replica cannot keep up
     tpot_p99_ms: float
-    batch: float                # mean decode batch
-    occupancy: float            # share of the GPU's time this replica takes
+    batch: float  # mean decode batch
+    occupancy: float  # share of the GPU's time this replica takes
 
     @property
     def stable(self) -> bool:
@@ -116,12 +117,13 @@ _OVERLOADED = Prediction(INF, INF, INF, 1.0)
 def predict(replicas: Sequence[tuple[EngineCosts, Demand]]) -> list[Prediction]:
     """P99 TTFT and TPOT of each replica sharing one GPU in one window (module docstring)."""
     busy = [d.rate > 0 for _, d in replicas]
-    prefill = [c.prefill_s(d.prompt_tokens) if b else 0.0
-               for (c, d), b in zip(replicas, busy)]
+    prefill = [c.prefill_s(d.prompt_tokens) if b else 0.0 for (c, d), b in zip(replicas, busy)]
     own = [d.rate * p for (_, d), p in zip(replicas, prefill)]
-    loads = [own[k] + sum(c.prefill_colocation_share * own[j]
-                          for j, (c, _) in enumerate(replicas) if j != k)
-             for k in range(len(replicas))]
+    loads = [
+        own[k]
+        + sum(c.prefill_colocation_share * own[j] for j, (c, _) in enumerate(replicas) if j != k)
+        for k in range(len(replicas))
+    ]
     if any(b and load >= 1 for b, load in zip(busy, loads)):
         return [_OVERLOADED if b else _IDLE for b in busy]
     context = [d.prompt_tokens + d.output_tokens / 2 for _, d in replicas]
@@ -132,8 +134,7 @@ def predict(replicas: Sequence[tuple[EngineCosts, Demand]]) -> list[Prediction]:
         nxt = []
         for k, (costs, d) in enumerate(replicas):
             rest = _neighbours(replicas, k, active, step)
-            value = (d.rate * d.output_tokens * (step[k] + rest) / (1 - loads[k])
-                     if busy[k] else 0.0)
+            value = d.rate * d.output_tokens * (step[k] + rest) / (1 - loads[k]) if busy[k] else 0.0
             if value > costs.max_batch:
                 capped[k], value = True, float(costs.max_batch)
             nxt.append(value)
@@ -154,8 +155,9 @@ def predict(replicas: Sequence[tuple[EngineCosts, Demand]]) -> list[Prediction]:
         rest = _neighbours(replicas, k, active, step)
         load = loads[k]
         # the mean of the prefills k's waits behind, each neighbour's counted by its share
-        seen = d.rate + sum(c.prefill_colocation_share * dj.rate
-                            for j, (c, dj) in enumerate(replicas) if j != k)
+        seen = d.rate + sum(
+            c.prefill_colocation_share * dj.rate for j, (c, dj) in enumerate(replicas) if j != k
+        )
         mean_prefill = load / seen
         wait = math.log(100 * load) * mean_prefill / (1 - load) if load > 0.01 else 0.0
         per_token = (step[k] + rest) / (1 - load)
@@ -166,16 +168,18 @@ def predict(replicas: Sequence[tuple[EngineCosts, Demand]]) -> list[Prediction]:
     return predictions
 
 
-def replica_capacity(costs: EngineCosts, sla: SlaTarget, prompt_tokens: float,
-                     output_tokens: float) -> float:
+def replica_capacity(
+    costs: EngineCosts, sla: SlaTarget, prompt_tokens: float, output_tokens: float
+) -> float:
     """Requests per second one replica alone on its GPU sustains within the class's P99
     targets (a best-effort class: as long as it keeps up at all); 0 when not even a trickle
     of such requests meets them."""
+
     def ok(rate: float) -> bool:
         [p] = predict([(costs, Demand(rate, prompt_tokens, output_tokens))])
         return p.stable and sla.met_by(p.ttft_p99_ms, p.tpot_p99_ms)
 
-    hi = 1.0 / costs.prefill_s(prompt_tokens)      # prefill alone would fill the GPU
+    hi = 1.0 / costs.prefill_s(prompt_tokens)  # prefill alone would fill the GPU
     lo = hi * 1e-9
     if not ok(lo):
         return 0.0
@@ -185,16 +189,29 @@ def replica_capacity(costs: EngineCosts, sla: SlaTarget, prompt_tokens: float,
     return lo
 
 
-def _steps(replicas: Sequence[tuple[EngineCosts, Demand]], n: Sequence[float],
-           context: Sequence[float], busy: Sequence[bool]) -> tuple[list[float], list[float]]:
+def _steps(
+    replicas: Sequence[tuple[EngineCosts, Demand]],
+    n: Sequence[float],
+    context: Sequence[float],
+    busy: Sequence[bool],
+) -> tuple[list[float], list[float]]:
     """Each replica's decode step at its mean batch, and its share of time with work."""
-    step = [c.decode_step_s(max(1.0, nk), ctx) if b else 0.0
-            for (c, _), nk, ctx, b in zip(replicas, n, context, busy)]
+    step = [
+        c.decode_step_s(max(1.0, nk), ctx) if b else 0.0
+        for (c, _), nk, ctx, b in zip(replicas, n, context, busy)
+    ]
     return step, [1 - math.exp(-nk) for nk in n]
 
 
-def _neighbours(replicas: Sequence[tuple[EngineCosts, Demand]], k: int, active: Sequence[float],
-                step: Sequence[float]) -> float:
+def _neighbours(
+    replicas: Sequence[tuple[EngineCosts, Demand]],
+    k: int,
+    active: Sequence[float],
+    step: Sequence[float],
+) -> float:
     """R_k: the share of the other replicas' decode steps that lands in each of k's."""
-    return sum(a * d * c.colocation_share
-               for j, ((c, _), a, d) in enumerate(zip(replicas, active, step)) if j != k)
+    return sum(
+        a * d * c.colocation_share
+        for j, ((c, _), a, d) in enumerate(zip(replicas, active, step))
+        if j != k
+    )

@@ -35,7 +35,7 @@ DAY_S = 86_400.0
 @dataclass(slots=True, frozen=True)
 class RequestRow:
     model: str
-    arrival_s: float            # Unix seconds
+    arrival_s: float  # Unix seconds
     prompt_tokens: int
     output_tokens: int
     failed: bool = False
@@ -56,8 +56,10 @@ class WindowGrid:
         if self.end_s <= self.start_s:
             raise ValueError(f"the span must end after it starts: [{self.start_s}, {self.end_s})")
         if self.daily and not _divides_day(self.window_s):
-            raise ValueError(f"a daily grid cuts the day into whole windows: {self.window_s} s "
-                             f"does not divide {DAY_S:.0f} s")
+            raise ValueError(
+                f"a daily grid cuts the day into whole windows: {self.window_s} s "
+                f"does not divide {DAY_S:.0f} s"
+            )
 
     @classmethod
     def recent(cls, window_s: float, windows: int, end_s: float) -> WindowGrid:
@@ -95,10 +97,10 @@ class ArrivalCurve:
     model: str
     window_s: float
     requests: tuple[int, ...]
-    rates: tuple[float, ...]            # requests per second
-    prompt_tokens: tuple[float, ...]    # mean per request; 0 where no request succeeded
+    rates: tuple[float, ...]  # requests per second
+    prompt_tokens: tuple[float, ...]  # mean per request; 0 where no request succeeded
     output_tokens: tuple[float, ...]
-    burst_s: float = 0.0                # > 0: burst_rates holds each window's busiest slice
+    burst_s: float = 0.0  # > 0: burst_rates holds each window's busiest slice
     burst_rates: tuple[float, ...] = ()  # requests per second in it; () when not measured
 
     @property
@@ -122,36 +124,67 @@ class ArrivalCurve:
         return max(rate, (n - Z_P99 * math.sqrt(n)) / self.burst_s)
 
     @classmethod
-    def from_counts(cls, model: str, window_s: float, requests: Sequence[int],
-                    observed_s: Sequence[float], prompt_mean: Sequence[float],
-                    output_mean: Sequence[float], burst_s: float = 0.0,
-                    burst_requests: Sequence[int] = ()) -> ArrivalCurve:
+    def from_counts(
+        cls,
+        model: str,
+        window_s: float,
+        requests: Sequence[int],
+        observed_s: Sequence[float],
+        prompt_mean: Sequence[float],
+        output_mean: Sequence[float],
+        burst_s: float = 0.0,
+        burst_requests: Sequence[int] = (),
+    ) -> ArrivalCurve:
         """`burst_requests`: arrivals in each window's busiest slice of `burst_s` seconds
         (empty: not measured)."""
         if not len(requests) == len(observed_s) == len(prompt_mean) == len(output_mean):
-            raise ValueError(f"curve of {model}: requests, observed seconds and token means "
-                             f"need one entry per window each")
+            raise ValueError(
+                f"curve of {model}: requests, observed seconds and token means "
+                f"need one entry per window each"
+            )
         if burst_requests and (len(burst_requests) != len(requests) or burst_s <= 0):
-            raise ValueError(f"curve of {model}: burst counts need one entry per window and "
-                             f"burst_s > 0, got {len(burst_requests)} counts for "
-                             f"{len(requests)} windows and burst_s {burst_s}")
+            raise ValueError(
+                f"curve of {model}: burst counts need one entry per window and "
+                f"burst_s > 0, got {len(burst_requests)} counts for "
+                f"{len(requests)} windows and burst_s {burst_s}"
+            )
         rates = tuple(n / s if s > 0 else 0.0 for n, s in zip(requests, observed_s))
         bursts = tuple(n / burst_s for n in burst_requests) if burst_requests else ()
-        return cls(model, window_s, tuple(int(n) for n in requests), rates,
-                   tuple(float(p) for p in prompt_mean), tuple(float(o) for o in output_mean),
-                   burst_s if bursts else 0.0, bursts)
+        return cls(
+            model,
+            window_s,
+            tuple(int(n) for n in requests),
+            rates,
+            tuple(float(p) for p in prompt_mean),
+            tuple(float(o) for o in output_mean),
+            burst_s if bursts else 0.0,
+            bursts,
+        )
 
     @classmethod
-    def flat(cls, model: str, window_s: float, rates: Sequence[float], prompt_tokens: float,
-             output_tokens: float) -> ArrivalCurve:
+    def flat(
+        cls,
+        model: str,
+        window_s: float,
+        rates: Sequence[float],
+        prompt_tokens: float,
+        output_tokens: float,
+    ) -> ArrivalCurve:
         """A curve with the same token means in every window (tests, synthetic workloads)."""
         n = len(rates)
-        return cls(model, window_s, tuple(round(r * window_s) for r in rates), tuple(rates),
-                   (float(prompt_tokens),) * n, (float(output_tokens),) * n)
+        return cls(
+            model,
+            window_s,
+            tuple(round(r * window_s) for r in rates),
+            tuple(rates),
+            (float(prompt_tokens),) * n,
+            (float(output_tokens),) * n,
+        )
 
 
-def arrival_curves(rows: Iterable[RequestRow], grid: WindowGrid,
-                   burst_s: float = 0.0) -> dict[str, ArrivalCurve]:
+def arrival_curves(
+    rows: Iterable[RequestRow], grid: WindowGrid, burst_s: float = 0.0
+) -> dict[str, ArrivalCurve]:
     """One curve per model seen in `rows` inside the grid's span, keyed and ordered by model;
     with `burst_s` > 0 each also holds its windows' busiest-slice rates (module docstring)."""
     n = grid.windows
@@ -173,11 +206,19 @@ def arrival_curves(rows: Iterable[RequestRow], grid: WindowGrid,
             prompt[r.model][k] += r.prompt_tokens
             output[r.model][k] += r.output_tokens
     observed = grid.observed_s()
-    return {m: ArrivalCurve.from_counts(
-        m, grid.window_s, count[m], observed,
-        [p / c if c else 0.0 for p, c in zip(prompt[m], ok[m])],
-        [o / c if c else 0.0 for o, c in zip(output[m], ok[m])], burst_s,
-        slices.busiest(per_slice[m]) if slices is not None else ()) for m in sorted(count)}
+    return {
+        m: ArrivalCurve.from_counts(
+            m,
+            grid.window_s,
+            count[m],
+            observed,
+            [p / c if c else 0.0 for p, c in zip(prompt[m], ok[m])],
+            [o / c if c else 0.0 for o, c in zip(output[m], ok[m])],
+            burst_s,
+            slices.busiest(per_slice[m]) if slices is not None else (),
+        )
+        for m in sorted(count)
+    }
 
 
 class BurstSlices:
@@ -187,13 +228,16 @@ class BurstSlices:
 
     def __init__(self, grid: WindowGrid, burst_s: float) -> None:
         if not (math.isfinite(burst_s) and 0.001 <= burst_s <= grid.window_s):
-            raise ValueError(f"burst_s must be between 1 ms and the window ({grid.window_s:g} "
-                             f"s), got {burst_s}")
+            raise ValueError(
+                f"burst_s must be between 1 ms and the window ({grid.window_s:g} s), got {burst_s}"
+            )
         per_window = grid.window_s / burst_s
         if abs(per_window - round(per_window)) > 1e-9:
-            raise ValueError(f"burst_s must divide the window: {burst_s:g} s does not divide "
-                             f"{grid.window_s:g} s (try {grid.window_s / 10:g} or "
-                             f"{grid.window_s / 5:g})")
+            raise ValueError(
+                f"burst_s must divide the window: {burst_s:g} s does not divide "
+                f"{grid.window_s:g} s (try {grid.window_s / 10:g} or "
+                f"{grid.window_s / 5:g})"
+            )
         self.grid, self.burst_s = grid, burst_s
         self.origin = 0.0 if grid.daily else grid.start_s
         self.per_window = round(per_window)
@@ -216,8 +260,7 @@ class BurstSlices:
         return out
 
 
-def upcoming(curves: Mapping[str, ArrivalCurve], first: int, count: int
-             ) -> dict[str, ArrivalCurve]:
+def upcoming(curves: Mapping[str, ArrivalCurve], first: int, count: int) -> dict[str, ArrivalCurve]:
     """The curves cut to the `count` windows from `first` on, wrapping around the period.
 
     A plan judged over the whole period must hold at every model's busiest window at once, so
@@ -230,11 +273,16 @@ def upcoming(curves: Mapping[str, ArrivalCurve], first: int, count: int
         if not 1 <= count <= c.windows:
             raise ValueError(f"a lookahead needs 1 to {c.windows} windows, got {count}")
         idx = [(first + k) % c.windows for k in range(count)]
-        out[model] = ArrivalCurve(model, c.window_s, tuple(c.requests[i] for i in idx),
-                                  tuple(c.rates[i] for i in idx),
-                                  tuple(c.prompt_tokens[i] for i in idx),
-                                  tuple(c.output_tokens[i] for i in idx), c.burst_s,
-                                  tuple(c.burst_rates[i] for i in idx) if c.burst_rates else ())
+        out[model] = ArrivalCurve(
+            model,
+            c.window_s,
+            tuple(c.requests[i] for i in idx),
+            tuple(c.rates[i] for i in idx),
+            tuple(c.prompt_tokens[i] for i in idx),
+            tuple(c.output_tokens[i] for i in idx),
+            c.burst_s,
+            tuple(c.burst_rates[i] for i in idx) if c.burst_rates else (),
+        )
     return out
 
 

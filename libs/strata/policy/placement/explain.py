@@ -22,20 +22,20 @@ class PairBenefit:
     model: str
     other: str
     node_id: str
-    benefit: float              # peak capacity saved by sharing, in GPUs
+    benefit: float  # peak capacity saved by sharing, in GPUs
 
 
 @dataclass(slots=True, frozen=True)
 class Decision:
-    action: str                 # keep | load | move | unload | unplaced
+    action: str  # keep | load | move | unload | unplaced
     model: str
     replica_id: str
-    node_id: str                # where the replica runs after the decision ("" if nowhere)
-    from_node_id: str           # move, unload: where it ran
+    node_id: str  # where the replica runs after the decision ("" if nowhere)
+    from_node_id: str  # move, unload: where it ran
     reason: str
-    benefit: float = 0.0        # GPUs gained by the decision (moves), or the pair score (loads)
+    benefit: float = 0.0  # GPUs gained by the decision (moves), or the pair score (loads)
     migration_cost: float = 0.0
-    window_loads: tuple[float, ...] = ()     # the node's load per window afterwards
+    window_loads: tuple[float, ...] = ()  # the node's load per window afterwards
     pairs: tuple[PairBenefit, ...] = ()
     red_line: tuple[RedLineCheck, ...] = ()
 
@@ -55,8 +55,8 @@ class ModelPlan:
     model: str
     replicas: int
     reason: str
-    peak_rate: float            # requests/s in the model's busiest window
-    sla: str                    # class name
+    peak_rate: float  # requests/s in the model's busiest window
+    sla: str  # class name
 
 
 @dataclass(slots=True)
@@ -80,9 +80,13 @@ class Explanation:
         used = [n for n in self.nodes if n.models]
         mean = sum(n.mean for n in used) / len(used) if used else 0.0
         load = f", mean window load {mean:.3f}" if self.windows else ""
-        text = (f"{self.policy}: {len(used)} node(s) used{load}; {loads} load(s), {moves} "
-                f"move(s), {unloads} unload(s)")
+        text = (
+            f"{self.policy}: {len(used)} node(s) used{load}; {loads} load(s), {moves} "
+            f"move(s), {unloads} unload(s)"
+        )
         if self.rejected:
-            text += (f"; REJECTED: {len(self.violations)} red-line violation(s), the current "
-                     f"placement stays")
+            text += (
+                f"; REJECTED: {len(self.violations)} red-line violation(s), the current "
+                f"placement stays"
+            )
         return text

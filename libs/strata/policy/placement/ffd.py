@@ -31,28 +31,30 @@ class PlacedReplica:
 
     model: str
     replica_id: str
-    memory_bytes: int           # what the replica occupies (used when the model is not desired)
-    managed: bool = False       # placed by this planner earlier, so the planner may unload it
+    memory_bytes: int  # what the replica occupies (used when the model is not desired)
+    managed: bool = False  # placed by this planner earlier, so the planner may unload it
 
 
 @dataclass(slots=True, frozen=True)
 class NodeCapacity:
     node_id: str
-    memory_bytes: int           # memory available to models on this node
+    memory_bytes: int  # memory available to models on this node
     replicas: tuple[PlacedReplica, ...] = ()
 
 
 @dataclass(slots=True, frozen=True)
 class ModelDemand:
     name: str
-    memory_bytes: int | None    # weights + KV pool per replica; None = unknown, cannot be placed
+    memory_bytes: int | None  # weights + KV pool per replica; None = unknown, cannot be placed
     replicas: int = 1
 
     def __post_init__(self) -> None:
         if self.replicas < 0:
             raise ValueError(f"replicas of {self.name} must be >= 0, got {self.replicas}")
         if self.memory_bytes is not None and self.memory_bytes <= 0:
-            raise ValueError(f"memory_bytes of {self.name} must be positive, got {self.memory_bytes}")
+            raise ValueError(
+                f"memory_bytes of {self.name} must be positive, got {self.memory_bytes}"
+            )
 
 
 @dataclass(slots=True, frozen=True)
@@ -74,14 +76,14 @@ class Unload:
 @dataclass(slots=True, frozen=True)
 class Unplaced:
     model: str
-    missing: int                # replicas that could not be placed
+    missing: int  # replicas that could not be placed
     reason: str
 
 
 @dataclass(slots=True)
 class PlacementPlan:
-    assignments: list[Assignment] = field(default_factory=list)   # kept + new, by (model, node)
-    loads: list[Assignment] = field(default_factory=list)         # the new ones
+    assignments: list[Assignment] = field(default_factory=list)  # kept + new, by (model, node)
+    loads: list[Assignment] = field(default_factory=list)  # the new ones
     unloads: list[Unload] = field(default_factory=list)
     unplaced: list[Unplaced] = field(default_factory=list)
 
@@ -114,13 +116,18 @@ def plan_placement(nodes: Sequence[NodeCapacity], models: Sequence[ModelDemand])
             want = demand.get(r.model)
             if want is None:
                 if r.managed:
-                    plan.unloads.append(Unload(r.model, nid, r.replica_id,
-                                               f"{r.model} is no longer a desired model"))
+                    plan.unloads.append(
+                        Unload(
+                            r.model, nid, r.replica_id, f"{r.model} is no longer a desired model"
+                        )
+                    )
                 continue
             need = want.memory_bytes if want.memory_bytes is not None else r.memory_bytes
             if kept[r.model] >= want.replicas:
-                reason = (f"{r.model} already has {kept[r.model]} kept replica(s), "
-                          f"{want.replicas} desired")
+                reason = (
+                    f"{r.model} already has {kept[r.model]} kept replica(s), "
+                    f"{want.replicas} desired"
+                )
             elif r.model in hosted[nid]:
                 reason = f"a second replica of {r.model} on {nid}; at most one per node"
             elif need > free[nid]:
@@ -129,9 +136,14 @@ def plan_placement(nodes: Sequence[NodeCapacity], models: Sequence[ModelDemand])
                 free[nid] -= need
                 hosted[nid].add(r.model)
                 kept[r.model] += 1
-                plan.assignments.append(Assignment(
-                    r.model, nid, r.replica_id,
-                    f"kept: already on {nid}, needs {need} bytes, {free[nid]} left free"))
+                plan.assignments.append(
+                    Assignment(
+                        r.model,
+                        nid,
+                        r.replica_id,
+                        f"kept: already on {nid}, needs {need} bytes, {free[nid]} left free",
+                    )
+                )
                 continue
             plan.unloads.append(Unload(r.model, nid, r.replica_id, reason))
 
@@ -139,23 +151,41 @@ def plan_placement(nodes: Sequence[NodeCapacity], models: Sequence[ModelDemand])
     for m in sorted(placeable, key=lambda m: (-(m.memory_bytes or 0), m.name)):
         missing = m.replicas - kept[m.name]
         if m.memory_bytes is None:
-            plan.unplaced.append(Unplaced(m.name, missing, (
-                f"memory need of {m.name} is unknown: it is not in the model size table and "
-                f"no override was given")))
+            plan.unplaced.append(
+                Unplaced(
+                    m.name,
+                    missing,
+                    (
+                        f"memory need of {m.name} is unknown: it is not in the model size "
+                        f"table and no override was given"
+                    ),
+                )
+            )
             continue
         while missing:
-            target = next((n.node_id for n in ordered if m.name not in hosted[n.node_id]
-                           and free[n.node_id] >= m.memory_bytes), None)
+            target = next(
+                (
+                    n.node_id
+                    for n in ordered
+                    if m.name not in hosted[n.node_id] and free[n.node_id] >= m.memory_bytes
+                ),
+                None,
+            )
             if target is None:
-                plan.unplaced.append(Unplaced(m.name, missing, _why_unplaced(m, ordered, free,
-                                                                             hosted)))
+                plan.unplaced.append(
+                    Unplaced(m.name, missing, _why_unplaced(m, ordered, free, hosted))
+                )
                 break
             before = free[target]
             free[target] -= m.memory_bytes
             hosted[target].add(m.name)
             missing -= 1
-            added = Assignment(m.name, target, new_replica_id(m.name, target), (
-                f"first-fit-decreasing: needs {m.memory_bytes} bytes, {before} free on {target}"))
+            added = Assignment(
+                m.name,
+                target,
+                new_replica_id(m.name, target),
+                (f"first-fit-decreasing: needs {m.memory_bytes} bytes, {before} free on {target}"),
+            )
             plan.assignments.append(added)
             plan.loads.append(added)
 
@@ -163,13 +193,18 @@ def plan_placement(nodes: Sequence[NodeCapacity], models: Sequence[ModelDemand])
     return plan
 
 
-def _why_unplaced(m: ModelDemand, nodes: Sequence[NodeCapacity], free: dict[str, int],
-                  hosted: dict[str, set[str]]) -> str:
+def _why_unplaced(
+    m: ModelDemand, nodes: Sequence[NodeCapacity], free: dict[str, int], hosted: dict[str, set[str]]
+) -> str:
     if not nodes:
         return f"needs {m.memory_bytes} bytes, but no nodes are registered"
     eligible = [free[n.node_id] for n in nodes if m.name not in hosted[n.node_id]]
     if not eligible:
-        return (f"needs {m.memory_bytes} bytes, but all {len(nodes)} node(s) already hold a "
-                f"replica of {m.name} and a node holds at most one")
-    return (f"needs {m.memory_bytes} bytes, largest free {max(eligible)} bytes on a node "
-            f"without a replica of {m.name}")
+        return (
+            f"needs {m.memory_bytes} bytes, but all {len(nodes)} node(s) already hold a "
+            f"replica of {m.name} and a node holds at most one"
+        )
+    return (
+        f"needs {m.memory_bytes} bytes, largest free {max(eligible)} bytes on a node "
+        f"without a replica of {m.name}"
+    )

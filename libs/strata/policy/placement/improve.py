@@ -34,11 +34,11 @@ class Move:
     model: str
     from_node: str
     from_replica: str
-    to_node: str                # "" until the replica has a place
+    to_node: str  # "" until the replica has a place
     to_replica: str
-    forced: bool                # the red line made it; no gain needed
-    benefit: float              # GPUs the move gains (0 when forced)
-    cost: float                 # migration cost in GPUs over the horizon
+    forced: bool  # the red line made it; no gain needed
+    benefit: float  # GPUs the move gains (0 when forced)
+    cost: float  # migration cost in GPUs over the horizon
     reason: str
 
 
@@ -47,7 +47,7 @@ class _Candidate:
     net: float
     benefit: float
     cost: float
-    steps: list[tuple[Slot, Gpu, Gpu]]     # (replica, from, to)
+    steps: list[tuple[Slot, Gpu, Gpu]]  # (replica, from, to)
     kind: str
 
 
@@ -82,24 +82,26 @@ def _best_single(w: Working, migration: MigrationCost) -> _Candidate | None:
     used = np.array([g.used for g in gpus])
     free = np.array([g.free for g in gpus])
     order = np.arange(len(gpus))
-    hosting: dict[str, np.ndarray] = {}       # model -> GPUs that hold a replica of it
-    peak_with: dict[str, np.ndarray] = {}     # model -> each GPU's peak with one more replica
+    hosting: dict[str, np.ndarray] = {}  # model -> GPUs that hold a replica of it
+    peak_with: dict[str, np.ndarray] = {}  # model -> each GPU's peak with one more replica
     best: _Candidate | None = None
     for i, src in enumerate(gpus):
         for slot in _movable(src):
             m = slot.model
             if m not in hosting:
                 hosting[m] = np.array([g.hosts(m) for g in gpus])
-                per_device = (np.stack([w.loads.load(m, d) for d in devices]) if windows
-                              else np.zeros((len(devices), 1)))
+                per_device = (
+                    np.stack([w.loads.load(m, d) for d in devices])
+                    if windows
+                    else np.zeros((len(devices), 1))
+                )
                 peak_with[m] = (matrix + per_device[device_index]).max(axis=1)
             rest = src.load - w.load_of(m, src)
             emptied = len(src.slots) == 1 and src.foreign == 0
             base = (1.0 if emptied else 0.0) + peak(src.load) - peak(rest)
             gain = np.round(base + peaks - peak_with[m], 12)
             cost = migration.of(slot.memory)
-            ok = (used & (free >= slot.memory) & (order != i) & ~hosting[m]
-                  & (peak_with[m] <= FULL))
+            ok = used & (free >= slot.memory) & (order != i) & ~hosting[m] & (peak_with[m] <= FULL)
             for j in np.lexsort((order, -gain)):
                 if not ok[j]:
                     continue
@@ -107,15 +109,20 @@ def _best_single(w: Working, migration: MigrationCost) -> _Candidate | None:
                 if net <= _EPS or (best is not None and net <= best.net + _EPS):
                     break
                 if w.holds_with(gpus[j], m):
-                    best = _Candidate(net, float(gain[j]), cost, [(slot, src, gpus[j])],
-                                      "single")
+                    best = _Candidate(net, float(gain[j]), cost, [(slot, src, gpus[j])], "single")
                     break
     return best
 
 
 def _drains(w: Working, migration: MigrationCost, budget: int) -> list[_Candidate]:
-    sources = [g for g in w.gpus if g.foreign == 0 and len(g.slots) >= 2
-               and len(g.slots) <= budget and len(_movable(g)) == len(g.slots)]
+    sources = [
+        g
+        for g in w.gpus
+        if g.foreign == 0
+        and len(g.slots) >= 2
+        and len(g.slots) <= budget
+        and len(_movable(g)) == len(g.slots)
+    ]
     sources.sort(key=lambda g: (float(g.load.mean()) if g.load.size else 0.0, g.node_id))
     out = []
     for src in sources[:DRAIN_CANDIDATES]:
@@ -141,18 +148,25 @@ def _drains(w: Working, migration: MigrationCost, budget: int) -> list[_Candidat
     return out
 
 
-def _apply(w: Working, slot: Slot, src: Gpu, dst: Gpu, c: _Candidate,
-           migration: MigrationCost) -> Move:
+def _apply(
+    w: Working, slot: Slot, src: Gpu, dst: Gpu, c: _Candidate, migration: MigrationCost
+) -> Move:
     w.remove(src, slot)
     new_id = new_replica_id(slot.model, dst.node_id)
     share = c.benefit if c.kind == "single" else c.benefit / len(c.steps)
     cost = migration.of(slot.memory)
-    what = ("frees the most" if c.kind == "single" else f"empties {src.node_id} with "
-            f"{len(c.steps)} move(s), {c.benefit:.3f} GPU gained in all")
-    reason = (f"replan ({c.kind}): {what}; gain {share:.3f} GPU > migration cost {cost:.4f} GPU "
-              f"({migration.seconds(slot.memory):.1f} s over a {migration.horizon_s:.0f} s "
-              f"horizon)")
+    what = (
+        "frees the most"
+        if c.kind == "single"
+        else f"empties {src.node_id} with {len(c.steps)} move(s), {c.benefit:.3f} GPU gained in all"
+    )
+    reason = (
+        f"replan ({c.kind}): {what}; gain {share:.3f} GPU > migration cost {cost:.4f} GPU "
+        f"({migration.seconds(slot.memory):.1f} s over a {migration.horizon_s:.0f} s "
+        f"horizon)"
+    )
     moved = Slot(slot.model, new_id, slot.memory, src.node_id, slot.replica_id, reason, True)
     w.add(dst, moved)
-    return Move(slot.model, src.node_id, slot.replica_id, dst.node_id, new_id, False, share,
-                cost, reason)
+    return Move(
+        slot.model, src.node_id, slot.replica_id, dst.node_id, new_id, False, share, cost, reason
+    )

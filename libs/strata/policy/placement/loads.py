@@ -31,7 +31,7 @@ from strata.policy.placement.capacity import (
 )
 from strata.policy.placement.curves import ArrivalCurve
 
-CostsLookup = Callable[[str, str], "EngineCosts | None"]     # (model, device) -> costs
+CostsLookup = Callable[[str, str], "EngineCosts | None"]  # (model, device) -> costs
 
 
 @dataclass(slots=True, frozen=True)
@@ -48,13 +48,19 @@ class WindowLoads:
     (model, device, SLA, rounded token means), since bisecting them is the round's main cost.
     """
 
-    def __init__(self, windows: int, curves: Mapping[str, ArrivalCurve],
-                 sla: Mapping[str, SlaTarget], costs: CostsLookup,
-                 capacity_cache: dict | None = None) -> None:
+    def __init__(
+        self,
+        windows: int,
+        curves: Mapping[str, ArrivalCurve],
+        sla: Mapping[str, SlaTarget],
+        costs: CostsLookup,
+        capacity_cache: dict | None = None,
+    ) -> None:
         for c in curves.values():
             if c.windows != windows:
-                raise ValueError(f"curve of {c.model} has {c.windows} windows, the round "
-                                 f"plans over {windows}")
+                raise ValueError(
+                    f"curve of {c.model} has {c.windows} windows, the round plans over {windows}"
+                )
         self.windows = windows
         self.curves = dict(curves)
         self.sla = dict(sla)
@@ -81,12 +87,11 @@ class WindowLoads:
         out = []
         for p, o, rate in zip(curve.prompt_tokens, curve.output_tokens, curve.rates):
             if rate <= 0:
-                out.append(math.inf)   # nothing arrives: the window asks nothing of the GPU
+                out.append(math.inf)  # nothing arrives: the window asks nothing of the GPU
                 continue
             key = (model, device, sla, round(p, 3), round(o, 3))
             if key not in self._capacity_cache:
-                self._capacity_cache[key] = replica_capacity(costs, sla, max(p, 1.0),
-                                                             max(o, 1.0))
+                self._capacity_cache[key] = replica_capacity(costs, sla, max(p, 1.0), max(o, 1.0))
             out.append(self._capacity_cache[key])
         return tuple(out)
 
@@ -97,9 +102,11 @@ class WindowLoads:
         if curve is None:
             return Demand(0.0, 0.0, 0.0)
         share = 1 / max(1, self.replicas.get(model, 1))
-        return Demand((curve.rates[window] if rate is None else rate) * share,
-                      max(curve.prompt_tokens[window], 1.0),
-                      max(curve.output_tokens[window], 1.0))
+        return Demand(
+            (curve.rates[window] if rate is None else rate) * share,
+            max(curve.prompt_tokens[window], 1.0),
+            max(curve.output_tokens[window], 1.0),
+        )
 
     def burst_demand(self, model: str, window: int) -> Demand | None:
         """demand() at the window's busiest-slice rate (ArrivalCurve.provision_rate); None
@@ -128,14 +135,17 @@ class WindowLoads:
         """Forget per-replica loads, after `replicas` changed."""
         self._load_cache.clear()
 
-    def decide_replicas(self, model: str, minimum: int, device: str,
-                        limit: int) -> ReplicaCount:
+    def decide_replicas(self, model: str, minimum: int, device: str, limit: int) -> ReplicaCount:
         """max(minimum, what the peak window needs on `device`), at most `limit` (one per
         node); a model asked for 0 replicas stays at 0."""
         caps = self.capacities(model, device)
         if minimum == 0 or caps is None:
-            count = ReplicaCount(model, minimum, f"{minimum} replica(s) configured"
-                                 + ("" if minimum == 0 else f"; load not modelled on {device}"))
+            count = ReplicaCount(
+                model,
+                minimum,
+                f"{minimum} replica(s) configured"
+                + ("" if minimum == 0 else f"; load not modelled on {device}"),
+            )
         else:
             curve = self.curves[model]
             need, worst = 0, 0
@@ -146,24 +156,34 @@ class WindowLoads:
                     need, worst = n, w
             if need > minimum:
                 cap, rate = caps[worst], curve.provision_rate(worst)
-                peak = (f"busiest {curve.burst_s:g} s at {rate:.3g} req/s"
-                        if rate > curve.rates[worst] else f"peak {rate:.3g} req/s")
-                count = ReplicaCount(model, need if math.isfinite(need) else limit, (
-                    f"{peak} in window {worst}, one replica "
-                    f"sustains {cap:.3g} req/s there within {_targets(self.target(model))}"))
+                peak = (
+                    f"busiest {curve.burst_s:g} s at {rate:.3g} req/s"
+                    if rate > curve.rates[worst]
+                    else f"peak {rate:.3g} req/s"
+                )
+                count = ReplicaCount(
+                    model,
+                    need if math.isfinite(need) else limit,
+                    (
+                        f"{peak} in window {worst}, one replica "
+                        f"sustains {cap:.3g} req/s there within {_targets(self.target(model))}"
+                    ),
+                )
             else:
-                count = ReplicaCount(model, minimum, f"{minimum} replica(s) configured; the "
-                                     f"peak window needs {need}")
+                count = ReplicaCount(
+                    model, minimum, f"{minimum} replica(s) configured; the peak window needs {need}"
+                )
         if count.replicas > limit:
-            count = ReplicaCount(model, limit, f"{count.reason}; capped at {limit}, one per "
-                                 f"node")
+            count = ReplicaCount(model, limit, f"{count.reason}; capped at {limit}, one per node")
         self.replicas[model] = count.replicas
         self._load_cache = {k: v for k, v in self._load_cache.items() if k[0] != model}
         return count
 
 
 def _targets(sla: SlaTarget) -> str:
-    parts = [f"{name} {value:g} ms" for name, value in (("TTFT", sla.ttft_ms),
-                                                         ("TPOT", sla.tpot_ms))
-             if value is not None]
+    parts = [
+        f"{name} {value:g} ms"
+        for name, value in (("TTFT", sla.ttft_ms), ("TPOT", sla.tpot_ms))
+        if value is not None
+    ]
     return f"{sla.name} ({', '.join(parts) or 'best effort'})"

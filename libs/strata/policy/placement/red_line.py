@@ -30,22 +30,24 @@ from strata.policy.placement.loads import WindowLoads
 class RedLineCheck:
     model: str
     node_id: str
-    window: int                 # the model's worst window
-    ttft_p99_ms: float          # predicted there (inf: it cannot keep up)
+    window: int  # the model's worst window
+    ttft_p99_ms: float  # predicted there (inf: it cannot keep up)
     tpot_p99_ms: float
     sla: SlaTarget
     ok: bool
-    modelled: bool = True       # False: no engine costs or no traffic, nothing was predicted
-    bursting: str = ""          # the neighbour at its busiest slice there ("": at the means)
+    modelled: bool = True  # False: no engine costs or no traffic, nothing was predicted
+    bursting: str = ""  # the neighbour at its busiest slice there ("": at the means)
 
     def describe(self) -> str:
         if not self.modelled:
             return f"{self.model}: not modelled (no engine profile or no traffic), not checked"
         verdict = "within" if self.ok else "BREAKS"
         when = f" while {self.bursting} bursts" if self.bursting else ""
-        return (f"{self.model}: window {self.window}{when} P99 TTFT {_ms(self.ttft_p99_ms)} / "
-                f"{_ms(self.sla.ttft_ms)}, TPOT {_ms(self.tpot_p99_ms)} / "
-                f"{_ms(self.sla.tpot_ms)}: {verdict} {self.sla.name}")
+        return (
+            f"{self.model}: window {self.window}{when} P99 TTFT {_ms(self.ttft_p99_ms)} / "
+            f"{_ms(self.sla.ttft_ms)}, TPOT {_ms(self.tpot_p99_ms)} / "
+            f"{_ms(self.sla.tpot_ms)}: {verdict} {self.sla.name}"
+        )
 
 
 class RedLine:
@@ -58,8 +60,20 @@ class RedLine:
         key = (device, tuple(sorted(models)))
         if key not in self._cache:
             self._cache[key] = self._judge(device, key[1])
-        return [RedLineCheck(c.model, node_id, c.window, c.ttft_p99_ms, c.tpot_p99_ms, c.sla,
-                             c.ok, c.modelled, c.bursting) for c in self._cache[key]]
+        return [
+            RedLineCheck(
+                c.model,
+                node_id,
+                c.window,
+                c.ttft_p99_ms,
+                c.tpot_p99_ms,
+                c.sla,
+                c.ok,
+                c.modelled,
+                c.bursting,
+            )
+            for c in self._cache[key]
+        ]
 
     def holds(self, device: str, models: Sequence[str]) -> bool:
         """check()'s verdict, stopping at the first window that breaks (busiest first)."""
@@ -78,8 +92,11 @@ class RedLine:
         total = sum(loads.load(m, device) for m in modelled)
         for w in sorted(range(loads.windows), key=lambda w: (-float(total[w]), w)):
             for judged, _, preds in self._scenarios(device, modelled, w):
-                if any(_margin(loads.target(m), p.ttft_p99_ms, p.tpot_p99_ms) > 1.0
-                       for m, p in zip(modelled, preds) if m in judged):
+                if any(
+                    _margin(loads.target(m), p.ttft_p99_ms, p.tpot_p99_ms) > 1.0
+                    for m, p in zip(modelled, preds)
+                    if m in judged
+                ):
                     return False
         return True
 
@@ -97,8 +114,11 @@ class RedLine:
             burst = loads.burst_demand(m, w)
             if burst is None:
                 continue
-            yield set(modelled) - {m}, m, predict(list(zip(costs, [
-                burst if k == j else d for k, d in enumerate(demands)])))
+            yield (
+                set(modelled) - {m},
+                m,
+                predict(list(zip(costs, [burst if k == j else d for k, d in enumerate(demands)]))),
+            )
 
     def _judge(self, device: str, models: tuple[str, ...]) -> tuple[RedLineCheck, ...]:
         loads = self._loads
@@ -119,8 +139,7 @@ class RedLine:
                 checks.append(RedLineCheck(m, "", 0, 0.0, 0.0, sla, True, modelled=False))
                 continue
             score, w, ttft, tpot, bursting = worst[m]
-            checks.append(RedLineCheck(m, "", w, ttft, tpot, sla, score <= 1.0,
-                                       bursting=bursting))
+            checks.append(RedLineCheck(m, "", w, ttft, tpot, sla, score <= 1.0, bursting=bursting))
         return tuple(checks)
 
 
@@ -128,8 +147,7 @@ def _margin(sla: SlaTarget, ttft_ms: float, tpot_ms: float) -> float:
     """The largest of predicted / target (inf when it cannot keep up, 0 with no targets)."""
     if not (math.isfinite(ttft_ms) and math.isfinite(tpot_ms)):
         return math.inf
-    ratios = [v / t for v, t in ((ttft_ms, sla.ttft_ms), (tpot_ms, sla.tpot_ms))
-              if t is not None]
+    ratios = [v / t for v, t in ((ttft_ms, sla.ttft_ms), (tpot_ms, sla.tpot_ms)) if t is not None]
     return max(ratios, default=0.0)
 
 

@@ -23,10 +23,10 @@ class Slot:
     model: str
     replica_id: str
     memory: int
-    origin: str | None          # node it runs on now; None: a new replica
+    origin: str | None  # node it runs on now; None: a new replica
     origin_replica_id: str = ""
-    reason: str = ""            # why it is where it is
-    moved: bool = False         # moved this round (a replica moves at most once a round)
+    reason: str = ""  # why it is where it is
+    moved: bool = False  # moved this round (a replica moves at most once a round)
 
 
 @dataclass(slots=True)
@@ -35,7 +35,7 @@ class Gpu:
     device: str
     memory: int
     load: np.ndarray
-    foreign_memory: int = 0     # replicas this planner neither owns nor wants
+    foreign_memory: int = 0  # replicas this planner neither owns nor wants
     foreign: int = 0
     slots: list[Slot] = field(default_factory=list)
 
@@ -95,16 +95,25 @@ class Working:
         GPU over an empty one, then the fuller result (best fit)."""
         extra = self.load_of(model, gpu)
         after = gpu.load + extra
-        return (round(pair_benefit(gpu.load, extra), 12), gpu.used,
-                round(float(after.mean()) if after.size else 0.0, 12))
+        return (
+            round(pair_benefit(gpu.load, extra), 12),
+            gpu.used,
+            round(float(after.mean()) if after.size else 0.0, 12),
+        )
 
-    def best_target(self, model: str, memory: int, exclude: set[str],
-                    only_used: bool = False) -> Gpu | None:
+    def best_target(
+        self, model: str, memory: int, exclude: set[str], only_used: bool = False
+    ) -> Gpu | None:
         """The best-scoring GPU (score()) that has room for `model`, memory and batch capacity
         (its load stays <= 1 in every window), and keeps the red line with it; ties go to the
         lowest node id."""
-        room = [g for g in self.gpus if g.node_id not in exclude and (g.used or not only_used)
-                and self.fits(g, model, memory)]
+        room = [
+            g
+            for g in self.gpus
+            if g.node_id not in exclude
+            and (g.used or not only_used)
+            and self.fits(g, model, memory)
+        ]
         if not room:
             return None
         if self.loads.windows:
@@ -117,11 +126,11 @@ class Working:
             benefit = fuller = np.zeros(len(room))
         used = np.array([g.used for g in room], dtype=float)
         # lexsort: the last key is the primary one; negated for descending order.
-        order = np.lexsort((np.arange(len(room)), -np.round(fuller, 12), -used,
-                            -np.round(benefit, 12)))
+        order = np.lexsort(
+            (np.arange(len(room)), -np.round(fuller, 12), -used, -np.round(benefit, 12))
+        )
         fits = after.max(axis=1) <= FULL if self.loads.windows else np.ones(len(room), bool)
-        return next((room[i] for i in order if fits[i] and self.holds_with(room[i], model)),
-                    None)
+        return next((room[i] for i in order if fits[i] and self.holds_with(room[i], model)), None)
 
     def cost_of(self, gpus: list[Gpu]) -> float:
         return sum(1.0 + peak(g.load) for g in gpus if g.used)

@@ -12,7 +12,8 @@ horizon, whichever is less; strata.policy.scheduling.ledger), and shares are sha
                 its guaranteed_share x W, and another tenant holding work is within its own
                 guarantee: refused. A tenant within its guarantee is always admitted;
                 borrowers make room for it when the pool is full. With nobody to protect (one
-                tenant alone, or only borrowers), work queues on the nodes instead. The limit is W x (1 - margin) for the top class and
+                tenant alone, or only borrowers), work queues on the nodes instead. The
+                limit is W x (1 - margin) for the top class and
                 `class_step` of that less for each class below it (0.2: interactive 100%,
                 standard 80%, batch 60%; in the isolation benchmark 0.1 and 0.15 left the
                 victims' P99 E2E 1.16-1.23x inside the aggressor's bursts, 0.2 1.15-1.19x),
@@ -49,17 +50,17 @@ UNKNOWN_RATE_RETRY_S = 1.0
 
 @dataclass(slots=True, frozen=True)
 class Refusal:
-    reason: str             # burst | pool_full | sla
-    message: str            # a sentence the caller can act on
+    reason: str  # burst | pool_full | sla
+    message: str  # a sentence the caller can act on
     retry_after_s: float
 
 
 @dataclass(slots=True, frozen=True)
 class AdmissionSettings:
     oversubscription: float = 1.0
-    horizon_s: float = 5.0       # the pool's capacity: what it computes in this long
+    horizon_s: float = 5.0  # the pool's capacity: what it computes in this long
     use_margin: bool = True
-    class_step: float = 0.2      # each class below the top is refused this much earlier
+    class_step: float = 0.2  # each class below the top is refused this much earlier
     top_priority: int = 2
 
     def __post_init__(self) -> None:
@@ -77,12 +78,16 @@ def retry_after(excess_tokens: float, drain_tokens_per_s: float) -> float:
     return min(MAX_RETRY_S, max(MIN_RETRY_S, excess_tokens / drain_tokens_per_s))
 
 
-def admit(policy: TenantPolicy, work_tokens: int, ledger: PoolLedger,
-          settings: AdmissionSettings = AdmissionSettings()) -> Refusal | None:
+def admit(
+    policy: TenantPolicy,
+    work_tokens: int,
+    ledger: PoolLedger,
+    settings: AdmissionSettings = AdmissionSettings(),
+) -> Refusal | None:
     """None to admit, or why not. `work_tokens` = the request's prompt + max_tokens."""
     capacity = ledger.capacity_tokens
     if capacity <= 0:
-        return None     # no replica has reported its pool yet: nothing to divide
+        return None  # no replica has reported its pool yet: nothing to divide
     held = max(0, ledger.tenant_tokens.get(policy.tenant, 0))
     after = held + work_tokens
     admitted = capacity * settings.oversubscription
@@ -90,22 +95,29 @@ def admit(policy: TenantPolicy, work_tokens: int, ledger: PoolLedger,
     burst_cap = policy.burst_share * admitted
     if policy.burst_share < 1.0 and held > 0 and after > burst_cap:
         return Refusal(
-            "burst", f"tenant {policy.tenant!r} holds {held} tokens of work, and this request's "
+            "burst",
+            f"tenant {policy.tenant!r} holds {held} tokens of work, and this request's "
             f"{work_tokens} would pass its burst share ({policy.burst_share:.0%} of the "
             f"{admitted:.0f} the pool admits); retry when some of its requests have finished",
-            retry_after(after - burst_cap, share_rate))
+            retry_after(after - burst_cap, share_rate),
+        )
     margin = ledger.mean_margin() if settings.use_margin else 0.0
     below_top = max(0, settings.top_priority - policy.priority)
-    limit = (admitted * (1.0 - min(0.9, margin))
-             * max(0.1, 1.0 - settings.class_step * below_top))
+    limit = admitted * (1.0 - min(0.9, margin)) * max(0.1, 1.0 - settings.class_step * below_top)
     used = ledger.used_tokens()
     guaranteed = policy.guaranteed_share * admitted
     ledger.guarantees[policy.tenant] = policy.guaranteed_share
-    if (used > 0 and used + work_tokens > limit and after > guaranteed
-            and ledger.protected_other(policy.tenant, admitted)):
+    if (
+        used > 0
+        and used + work_tokens > limit
+        and after > guaranteed
+        and ledger.protected_other(policy.tenant, admitted)
+    ):
         return Refusal(
-            "pool_full", f"the pool is full ({used} of {limit:.0f} work tokens reserved, "
+            "pool_full",
+            f"the pool is full ({used} of {limit:.0f} work tokens reserved, "
             f"{margin:.0%} held back for interference) and tenant {policy.tenant!r} is above "
             f"its guaranteed share ({policy.guaranteed_share:.0%}); retry shortly",
-            retry_after(used + work_tokens - limit, ledger.tokens_per_s))
+            retry_after(used + work_tokens - limit, ledger.tokens_per_s),
+        )
     return None

@@ -50,16 +50,17 @@ class QueueItem:
     prompt_tokens: int = 0
     max_tokens: int = 0
     weight: float = 1.0
-    ttft_ms: float | None = None     # the class's TTFT target; None = never urgent
-    replica_id: str = ""             # the route's replica; "" = any replica of the model
-    enqueued_s: float = 0.0          # set by push
-    start_tag: float = 0.0           # set by push (virtual tokens)
+    ttft_ms: float | None = None  # the class's TTFT target; None = never urgent
+    replica_id: str = ""  # the route's replica; "" = any replica of the model
+    enqueued_s: float = 0.0  # set by push
+    start_tag: float = 0.0  # set by push (virtual tokens)
     finish_tag: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.weight > 0:
-            raise ValueError(f"request {self.request_id!r}: weight must be positive, "
-                             f"got {self.weight}")
+            raise ValueError(
+                f"request {self.request_id!r}: weight must be positive, got {self.weight}"
+            )
 
     @property
     def cost_tokens(self) -> int:
@@ -77,7 +78,7 @@ class TenantQueued:
     tenant: str
     priority: int
     queued: int = 0
-    tokens: int = 0                  # their cost tokens
+    tokens: int = 0  # their cost tokens
 
 
 class NodeQueue(Protocol):
@@ -88,20 +89,22 @@ class NodeQueue(Protocol):
     `accept` refused.
     """
 
-    classes: bool     # whether the order knows SLA classes (a baseline that does not sends
-                      # every request to the engine at one priority)
+    classes: bool  # whether the order knows SLA classes (a baseline that does not sends
+    # every request to the engine at one priority)
 
     def __len__(self) -> int: ...
 
     def push(self, item: QueueItem) -> None: ...
 
-    def pop_next(self, accept: Callable[[QueueItem], bool] | None = None
-                 ) -> QueueItem | None: ...
+    def pop_next(self, accept: Callable[[QueueItem], bool] | None = None) -> QueueItem | None: ...
 
     def remove(self, request_id: str) -> QueueItem | None: ...
 
-    def urgent(self, service_s: Callable[[QueueItem], float] | None = None,
-               fraction: float = URGENT_FRACTION) -> list[QueueItem]: ...
+    def urgent(
+        self,
+        service_s: Callable[[QueueItem], float] | None = None,
+        fraction: float = URGENT_FRACTION,
+    ) -> list[QueueItem]: ...
 
     def loads(self) -> dict[str, TenantQueued]: ...
 
@@ -114,7 +117,7 @@ class _Level:
         self.v = 0.0
         self.finish: dict[tuple[str, str], float] = {}
         self.size = 0
-        self.dead = 0                # removed entries still in the heap
+        self.dead = 0  # removed entries still in the heap
 
 
 class FairQueue:
@@ -125,7 +128,7 @@ class FairQueue:
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
         self._levels: dict[int, _Level] = {}
-        self._order: list[int] = []          # priorities, highest first
+        self._order: list[int] = []  # priorities, highest first
         self._items: dict[str, QueueItem] = {}
         self._tenants: dict[str, TenantQueued] = {}
         self._seq = itertools.count()
@@ -211,7 +214,7 @@ class FairQueue:
     def _forget(self, level: _Level, item: QueueItem) -> None:
         del self._items[item.request_id]
         level.size -= 1
-        if level.size == 0:   # the busy period ends: nobody carries credit or debt past it
+        if level.size == 0:  # the busy period ends: nobody carries credit or debt past it
             level.v = max([level.v, *level.finish.values()])
             level.finish.clear()
             level.heap.clear()
@@ -222,8 +225,11 @@ class FairQueue:
         if load.queued == 0:
             del self._tenants[item.tenant]
 
-    def urgent(self, service_s: Callable[[QueueItem], float] | None = None,
-               fraction: float = URGENT_FRACTION) -> list[QueueItem]:
+    def urgent(
+        self,
+        service_s: Callable[[QueueItem], float] | None = None,
+        fraction: float = URGENT_FRACTION,
+    ) -> list[QueueItem]:
         """Queued requests whose class would miss its TTFT target if they waited longer: wait
         so far plus estimated service (seconds) at least `fraction` of the target. In service
         order; they stay queued. O(n)."""
@@ -240,8 +246,10 @@ class FairQueue:
 
     def loads(self) -> dict[str, TenantQueued]:
         """Per tenant: queued requests and their tokens (copies)."""
-        return {t: TenantQueued(q.tenant, q.priority, q.queued, q.tokens)
-                for t, q in self._tenants.items()}
+        return {
+            t: TenantQueued(q.tenant, q.priority, q.queued, q.tokens)
+            for t, q in self._tenants.items()
+        }
 
     def __iter__(self) -> Iterator[QueueItem]:
         """Queued requests in no particular order."""
@@ -260,15 +268,20 @@ class FcfsQueue(FairQueue):
     def _tag(self, level: _Level, item: QueueItem, seq: int) -> None:
         item.start_tag = item.finish_tag = float(seq)
 
-    def urgent(self, service_s: Callable[[QueueItem], float] | None = None,
-               fraction: float = URGENT_FRACTION) -> list[QueueItem]:
+    def urgent(
+        self,
+        service_s: Callable[[QueueItem], float] | None = None,
+        fraction: float = URGENT_FRACTION,
+    ) -> list[QueueItem]:
         return []
 
 
 class QueueName(enum.StrEnum):
-    WFQ = "wfq"         # strict priority across classes, token-weighted fair within a class
-    FCFS = "fcfs"       # first come, first served (the pooled baseline)
+    WFQ = "wfq"  # strict priority across classes, token-weighted fair within a class
+    FCFS = "fcfs"  # first come, first served (the pooled baseline)
 
 
-QUEUES: dict[str, Callable[[Clock], FairQueue]] = {QueueName.WFQ: FairQueue,
-                                                   QueueName.FCFS: FcfsQueue}
+QUEUES: dict[str, Callable[[Clock], FairQueue]] = {
+    QueueName.WFQ: FairQueue,
+    QueueName.FCFS: FcfsQueue,
+}

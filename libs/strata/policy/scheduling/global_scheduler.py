@@ -52,7 +52,7 @@ class SchedulerSettings:
     sla_check: bool = True
     # An estimate above target x this is refused: estimates are of the queue, not of the tail.
     sla_slack: float = 1.0
-    partitions: Mapping[str, frozenset[str]] = field(default_factory=dict)   # static mode
+    partitions: Mapping[str, frozenset[str]] = field(default_factory=dict)  # static mode
 
     def __post_init__(self) -> None:
         if self.sla_slack <= 0:
@@ -73,8 +73,14 @@ class GlobalScheduler:
         self.ledger.horizon_s = self.settings.admission.horizon_s
         self.registry.listener = self.ledger
 
-    def route(self, model: str, policy: TenantPolicy, prompt_tokens: int, max_tokens: int,
-              prefix_hashes: Sequence[int] = ()) -> RouteDecision | Refusal | None:
+    def route(
+        self,
+        model: str,
+        policy: TenantPolicy,
+        prompt_tokens: int,
+        max_tokens: int,
+        prefix_hashes: Sequence[int] = (),
+    ) -> RouteDecision | Refusal | None:
         """A decision, a refusal, or None when the model has no READY replica here (ask
         explain_miss why)."""
         mode = self.settings.mode
@@ -87,26 +93,45 @@ class GlobalScheduler:
         if mode is Mode.STATIC:
             nodes = self.settings.partitions.get(policy.tenant)
             if nodes is None:
-                return Refusal("partition", f"tenant {policy.tenant!r} has no partition of "
-                               f"nodes in this static-partitioning scheduler; add it to "
-                               f"the partitions setting", 1.0)
+                return Refusal(
+                    "partition",
+                    f"tenant {policy.tenant!r} has no partition of "
+                    f"nodes in this static-partitioning scheduler; add it to "
+                    f"the partitions setting",
+                    1.0,
+                )
         two_level = mode is Mode.TWO_LEVEL
         decision = self.router.route(
-            model, policy.tenant, prompt_tokens, self.registry, prefix_hashes=prefix_hashes,
-            index=self.index, priority=policy.priority if two_level else None,
-            pending=self.ledger.pending, nodes=nodes)
+            model,
+            policy.tenant,
+            prompt_tokens,
+            self.registry,
+            prefix_hashes=prefix_hashes,
+            index=self.index,
+            priority=policy.priority if two_level else None,
+            pending=self.ledger.pending,
+            nodes=nodes,
+        )
         if decision is None:
             return None
         target = policy.ttft_ms
-        if (two_level and self.settings.sla_check and target and decision.estimated_ttft_ms
-                and decision.estimated_ttft_ms > target * self.settings.sla_slack
-                and decision.solo_ttft_ms <= target * self.settings.sla_slack):
+        if (
+            two_level
+            and self.settings.sla_check
+            and target
+            and decision.estimated_ttft_ms
+            and decision.estimated_ttft_ms > target * self.settings.sla_slack
+            and decision.solo_ttft_ms <= target * self.settings.sla_slack
+        ):
             over_s = (decision.estimated_ttft_ms - target) / 1000.0
             return Refusal(
-                "sla", f"no replica of {model!r} can meet the {policy.sla_class} class's TTFT "
+                "sla",
+                f"no replica of {model!r} can meet the {policy.sla_class} class's TTFT "
                 f"target of {target:.0f} ms now (the best is estimated at "
                 f"{decision.estimated_ttft_ms:.0f} ms); retry shortly or use a class with a "
-                f"looser target", retry_after(over_s, 1.0))
+                f"looser target",
+                retry_after(over_s, 1.0),
+            )
         compute = max(0, prompt_tokens - decision.cached_blocks * decision.block_size)
         self.ledger.routed(decision.node_id, decision.replica_id, policy.tenant, work, compute)
         return decision

@@ -34,23 +34,28 @@ from strata.policy.clock import Clock
 
 @dataclass(slots=True, frozen=True)
 class EstimatorSettings:
-    window_s: float = 2.0               # the reported ratio pools the samples this recent
-    baseline_window_s: float = 300.0    # the baseline's memory
-    baseline_quantile: float = 0.25     # low: interference only ever lengthens steps
-    min_solo_s: float = 0.02            # an idle interval's few steps are noise: pool deltas
-                                        # until they hold this much priced work
-    warmup_samples: int = 5             # without this many samples there is no baseline yet
+    window_s: float = 2.0  # the reported ratio pools the samples this recent
+    baseline_window_s: float = 300.0  # the baseline's memory
+    baseline_quantile: float = 0.25  # low: interference only ever lengthens steps
+    min_solo_s: float = 0.02  # an idle interval's few steps are noise: pool deltas
+    # until they hold this much priced work
+    warmup_samples: int = 5  # without this many samples there is no baseline yet
 
     def __post_init__(self) -> None:
         if not 0 < self.window_s <= self.baseline_window_s:
-            raise ValueError(f"window_s must be positive and at most baseline_window_s "
-                             f"({self.baseline_window_s}), got {self.window_s}")
+            raise ValueError(
+                f"window_s must be positive and at most baseline_window_s "
+                f"({self.baseline_window_s}), got {self.window_s}"
+            )
         if not 0 <= self.baseline_quantile <= 1:
-            raise ValueError(f"baseline_quantile must be between 0 and 1, got "
-                             f"{self.baseline_quantile}")
+            raise ValueError(
+                f"baseline_quantile must be between 0 and 1, got {self.baseline_quantile}"
+            )
         if self.min_solo_s <= 0 or self.warmup_samples < 1:
-            raise ValueError(f"min_solo_s must be positive and warmup_samples at least 1, got "
-                             f"{self.min_solo_s} and {self.warmup_samples}")
+            raise ValueError(
+                f"min_solo_s must be positive and warmup_samples at least 1, got "
+                f"{self.min_solo_s} and {self.warmup_samples}"
+            )
 
 
 @dataclass(slots=True, frozen=True)
@@ -85,16 +90,20 @@ class InterferenceEstimator:
 
     def observe(self, observed_s: float, solo_s: float) -> None:
         """The growth of the worker's two counters over one interval ending now."""
-        if not (math.isfinite(observed_s) and math.isfinite(solo_s)) or observed_s < 0 \
-                or solo_s < 0:
-            raise ValueError(f"step seconds must be finite and non-negative, got observed "
-                             f"{observed_s} and solo {solo_s}")
+        if (
+            not (math.isfinite(observed_s) and math.isfinite(solo_s))
+            or observed_s < 0
+            or solo_s < 0
+        ):
+            raise ValueError(
+                f"step seconds must be finite and non-negative, got observed "
+                f"{observed_s} and solo {solo_s}"
+            )
         self._pending_observed += observed_s
         self._pending_solo += solo_s
         if self._pending_solo < self.settings.min_solo_s:
             return
-        self._samples.append(_Sample(self.clock.now(), self._pending_observed,
-                                     self._pending_solo))
+        self._samples.append(_Sample(self.clock.now(), self._pending_observed, self._pending_solo))
         self._pending_observed = self._pending_solo = 0.0
 
     def _prune(self) -> float:
@@ -131,21 +140,21 @@ class InterferenceEstimator:
 
 @dataclass(slots=True, frozen=True)
 class MarginSettings:
-    floor: float = 0.05          # headroom kept with no interference at all
+    floor: float = 0.05  # headroom kept with no interference at all
     cap: float = 1.0
-    half_life_s: float = 4.0     # of the decay once interference subsides
-    rise: float = 0.2            # interference - 1 above this raises a margin at rest ...
-    release: float = 0.1         # ... and a raised one lets go once it falls below this
+    half_life_s: float = 4.0  # of the decay once interference subsides
+    rise: float = 0.2  # interference - 1 above this raises a margin at rest ...
+    release: float = 0.1  # ... and a raised one lets go once it falls below this
 
     def __post_init__(self) -> None:
         if not 0 <= self.floor <= self.cap:
-            raise ValueError(f"the margin floor must be between 0 and the cap ({self.cap}), "
-                             f"got {self.floor}")
+            raise ValueError(
+                f"the margin floor must be between 0 and the cap ({self.cap}), got {self.floor}"
+            )
         if self.half_life_s <= 0:
             raise ValueError(f"half_life_s must be positive, got {self.half_life_s}")
         if not 0 <= self.release <= self.rise:
-            raise ValueError(f"release ({self.release}) must be between 0 and rise "
-                             f"({self.rise})")
+            raise ValueError(f"release ({self.release}) must be between 0 and rise ({self.rise})")
 
 
 class SafetyMargin:
@@ -167,7 +176,7 @@ class SafetyMargin:
         self.raised = excess > (s.release if self.raised else s.rise)
         target = min(s.cap, s.floor + excess) if self.raised else s.floor
         if target >= self.value:
-            self.value = target     # at once: an admission made now already runs slower
+            self.value = target  # at once: an admission made now already runs slower
         else:
             self.value = target + (self.value - target) * 0.5 ** (elapsed / s.half_life_s)
         return self.value

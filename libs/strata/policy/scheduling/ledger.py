@@ -34,7 +34,7 @@ class PoolLedger:
     horizon_s: float = 5.0
     capacity_tokens: float = 0.0
     tokens_per_s: float = 0.0
-    margin_sum: float = 0.0             # of the nodes' safety margins (mean = / nodes)
+    margin_sum: float = 0.0  # of the nodes' safety margins (mean = / nodes)
     nodes: int = 0
     tenant_tokens: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     # node id -> replica id -> tokens routed there since the node's last report
@@ -70,8 +70,9 @@ class PoolLedger:
         for tenant, tokens in self.pending_tenant.pop(node_id, {}).items():
             self.tenant_tokens[tenant] -= tokens
 
-    def routed(self, node_id: str, replica_id: str, tenant: str, tokens: int,
-               replica_work: int) -> None:
+    def routed(
+        self, node_id: str, replica_id: str, tenant: str, tokens: int, replica_work: int
+    ) -> None:
         """This scheduler sent a request to the replica: `tokens` of reserved work for the
         tenant, `replica_work` tokens queued ahead of the replica's next request (its prefill
         after the cached prefix, as the replica's queued_tokens will count it); counted until

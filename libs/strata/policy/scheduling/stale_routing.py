@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from strata.core.blocks import agreed_block_size
 from strata.policy.clock import Clock
 
-DEFAULT_SLOTS = 32           # a replica that reports no max_seqs is taken to hold this many
+DEFAULT_SLOTS = 32  # a replica that reports no max_seqs is taken to hold this many
 RETRY_AFTER_MS = 1000
 
 
@@ -35,9 +35,9 @@ class ViewReplica:
     node_address: str
     replica_id: str
     model: str
-    load: int                # running + waiting requests when the view was taken
-    slots: int               # sequences one engine step holds (max_seqs)
-    block_size: int = 0      # tokens per KV block, as the worker reported (0: not reported)
+    load: int  # running + waiting requests when the view was taken
+    slots: int  # sequences one engine step holds (max_seqs)
+    block_size: int = 0  # tokens per KV block, as the worker reported (0: not reported)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +59,7 @@ class StaleRouter:
         self._models: tuple[str, ...] = ()
         self._taken_at: float | None = None
         self._tenants: Counter[str] = Counter()
-        self._sent: Counter[str] = Counter()      # replica id -> requests in flight from here
+        self._sent: Counter[str] = Counter()  # replica id -> requests in flight from here
 
     def update(self, replicas: list[ViewReplica], models: list[str]) -> None:
         """A fresh view (READY replicas only) from a scheduler."""
@@ -83,27 +83,37 @@ class StaleRouter:
         disagree); the default before any view."""
         return agreed_block_size(r.block_size for r in self._replicas if r.model == model)[0]
 
-    def route(self, model: str, tenant: str, guaranteed_share: float
-              ) -> ViewReplica | StaleRefusal:
+    def route(self, model: str, tenant: str, guaranteed_share: float) -> ViewReplica | StaleRefusal:
         """A replica for the request (count it in flight until `done`), or why not."""
         if not self.usable():
-            return StaleRefusal("no scheduler answers and the gateway's view of the pool is "
-                                "too old to route from", RETRY_AFTER_MS)
+            return StaleRefusal(
+                "no scheduler answers and the gateway's view of the pool is too old to route from",
+                RETRY_AFTER_MS,
+            )
         mine = [r for r in self._replicas if r.model == model]
         if not mine:
             if model not in self._models:
-                return StaleRefusal(f"model {model!r} is not served by this cluster; known "
-                                    f"models: {', '.join(self._models) or 'none'}",
-                                    unknown_model=True)
+                return StaleRefusal(
+                    f"model {model!r} is not served by this cluster; known "
+                    f"models: {', '.join(self._models) or 'none'}",
+                    unknown_model=True,
+                )
             return StaleRefusal(f"no ready replica of {model!r}", RETRY_AFTER_MS)
         slots = sum(max(1, r.slots or DEFAULT_SLOTS) for r in mine)
         allowance = max(1, math.floor(max(0.0, guaranteed_share) * slots))
         if self._tenants[tenant] >= allowance:
-            return StaleRefusal(f"the scheduler is unreachable, and tenant {tenant!r} has its "
-                                f"guaranteed share ({allowance} requests) in flight",
-                                RETRY_AFTER_MS)
-        best = min(mine, key=lambda r: ((r.load + self._sent[r.replica_id])
-                                        / max(1, r.slots or DEFAULT_SLOTS), r.replica_id))
+            return StaleRefusal(
+                f"the scheduler is unreachable, and tenant {tenant!r} has its "
+                f"guaranteed share ({allowance} requests) in flight",
+                RETRY_AFTER_MS,
+            )
+        best = min(
+            mine,
+            key=lambda r: (
+                (r.load + self._sent[r.replica_id]) / max(1, r.slots or DEFAULT_SLOTS),
+                r.replica_id,
+            ),
+        )
         self._tenants[tenant] += 1
         self._sent[best.replica_id] += 1
         return best
