@@ -231,8 +231,9 @@ class Supervisor:
         self.stopping = False
         self._keepers: list[asyncio.Task[None]] = []
 
-    async def _spawn(self, s: Service) -> None:
-        s.proc = await asyncio.create_subprocess_exec(
+    async def _spawn(self, s: Service) -> asyncio.subprocess.Process:
+        """Start s's process, record it as s.proc, and return it."""
+        s.proc = proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
             s.module,
@@ -241,22 +242,24 @@ class Supervisor:
             start_new_session=True,
         )  # Ctrl-C reaches only us; we stop them in order
         s.started_at = time.monotonic()
+        return proc
 
     async def start_all(self) -> None:
         """Start every service in order, each healthy before the next; RuntimeError naming the
         one that failed."""
         for s in self.services:
             remove_segment(s)
-            await self._spawn(s)
+            proc = await self._spawn(s)
             try:
-                await wait_healthy(s.address, START_TIMEOUT_S, s.proc, s.public)
+                await wait_healthy(s.address, START_TIMEOUT_S, proc, s.public)
             except RuntimeError as err:
                 raise RuntimeError(f"{s.name} failed to start: {err}") from None
-            self._keepers.append(asyncio.create_task(self._keep(s), name=f"keep-{s.name}"))
+            self._keepers.append(asyncio.create_task(self._keep(s, proc), name=f"keep-{s.name}"))
 
-    async def _keep(self, s: Service) -> None:
+    async def _keep(self, s: Service, proc: asyncio.subprocess.Process) -> None:
+        """Restart s whenever proc, its current process, exits, until the stack stops."""
         while True:
-            code = await s.proc.wait()
+            code = await proc.wait()
             if self.stopping:
                 return
             ran = time.monotonic() - s.started_at
@@ -277,14 +280,14 @@ class Supervisor:
             await asyncio.sleep(delay)
             if self.stopping:
                 return
-            await self._spawn(s)
+            proc = await self._spawn(s)
             try:
-                await wait_healthy(s.address, START_TIMEOUT_S, s.proc, s.public)
-                say(f"{s.name} is serving again (pid {s.proc.pid})")
+                await wait_healthy(s.address, START_TIMEOUT_S, proc, s.public)
+                say(f"{s.name} is serving again (pid {proc.pid})")
             except RuntimeError as err:
                 say(f"{s.name} did not come back: {err}")
-                if s.proc.returncode is None:
-                    s.proc.kill()
+                if proc.returncode is None:
+                    proc.kill()
 
     async def shutdown(self, grace_s: float = 15.0) -> None:
         self.stopping = True
@@ -343,7 +346,10 @@ async def supervise(
             f"demo API key {key} (Ctrl-C stops)",
             flush=True,
         )
-        waiting = [asyncio.create_task(stop.wait()), asyncio.create_task(supervisor.fatal.wait())]
+        waiting: list[asyncio.Task[object]] = [
+            asyncio.create_task(stop.wait()),
+            asyncio.create_task(supervisor.fatal.wait()),
+        ]
         command = None
         if then:
             env = {**os.environ, "STRATA_DATA_DIR": data_dir}

@@ -194,7 +194,8 @@ async def run_report(args: argparse.Namespace) -> int:
         else:
             replies = [await client.report(args.tenant, run_id=args.run, timeout=REPORT_TIMEOUT_S)]
     layered = [from_report(r) for r in replies]
-    if any(r is None for r in layered):
+    reports = [r for r in layered if r is not None]
+    if len(reports) < len(layered):
         if args.compare or args.html or args.json:
             print(
                 "error: this metrics collector sends per-tenant tables only, not layered "
@@ -205,11 +206,11 @@ async def run_report(args: argparse.Namespace) -> int:
         print(format_report(replies[0]))
         return 0
     if args.compare:
-        stored = iter(layered)
+        stored = iter(reports)
         a, b = (files[ref] if isinstance(ref, str) else next(stored) for ref in args.compare)
         print(compare_text(a, b, str(args.compare[0]), str(args.compare[1])))
         return 0
-    report = layered[0]
+    report = reports[0]
     print(report_text(report))
     if args.json:
         _write(args.json, json.dumps(report.to_json(), indent=1, sort_keys=True) + "\n")

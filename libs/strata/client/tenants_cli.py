@@ -22,6 +22,7 @@ import argparse
 import json
 import math
 import sys
+from typing import Any
 
 from strata.client.settings import admin_key, gateway_address, tls_ca
 from strata.client.tenants_format import (
@@ -194,7 +195,9 @@ class _Admin:
         return getattr(self.stub, method)(request, metadata=self.metadata, timeout=ADMIN_TIMEOUT_S)
 
 
-def _given(args: argparse.Namespace) -> dict[str, object]:
+def _given(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings the command line gave, keyed by TenantRecord field, valued as argparse
+    parsed them (a str for the class, numbers for the rest)."""
     return {
         field: getattr(args, dest)
         for dest, field in _SETTINGS.items()

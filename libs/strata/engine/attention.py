@@ -198,10 +198,11 @@ def paged_attention(
             return _decode_native(q, k_cache, v_cache, g, scale)
         return _attend(q, k_cache, v_cache, g, scale, groups)
 
-    if meta.sparse is not None:
+    sparse = meta.sparse
+    if sparse is not None:
 
         def decode_sparse(g: Group) -> torch.Tensor:
-            return meta.sparse.attend(q, k_cache, v_cache, g, scale, layer, decode)
+            return sparse.attend(q, k_cache, v_cache, g, scale, layer, decode)
     else:
         decode_sparse = decode
     if len(meta.groups) == 1 and meta.groups[0].queries == 1:

@@ -41,7 +41,7 @@ class ByteTokenizer:
             )
         self.vocab_size = vocab_size
         self.bos_token_id: int | None = _SPECIAL_IDS["<|bos|>"]
-        self.eos_token_ids = (_SPECIAL_IDS["<|eos|>"], _SPECIAL_IDS["<|im_end|>"])
+        self.eos_token_ids: tuple[int, ...] = (_SPECIAL_IDS["<|eos|>"], _SPECIAL_IDS["<|im_end|>"])
         self._template = ChatTemplate(CHATML_TEMPLATE, bos_token="<|bos|>", eos_token="<|eos|>")
 
     def encode(self, text: str) -> list[int]:

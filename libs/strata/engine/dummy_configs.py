@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from strata.engine.config import ModelConfig
 
-_BASE = dict(rms_norm_eps=1e-5, rope_theta=10000.0)
+
+class _Base(TypedDict):
+    """The ModelConfig fields shared by the dummy models that keep Llama's defaults."""
+
+    rms_norm_eps: float
+    rope_theta: float
+
+
+_BASE: _Base = {"rms_norm_eps": 1e-5, "rope_theta": 10000.0}
 
 DUMMY_CONFIGS: dict[str, ModelConfig] = {
     # the unit-test model: two layers, grouped-query attention, an untied LM head

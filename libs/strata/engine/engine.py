@@ -142,7 +142,7 @@ class LLMEngine:
             if config.sparse is not None
             else None
         )
-        on_commit = tier.committed if tier is not None else None
+        on_commit: Callable[[int, int], None] | None = tier.committed if tier is not None else None
         if self.sparse is not None:
             on_commit = self.sparse.commit_hook(on_commit)
         self.pool = BlockPool(
@@ -264,17 +264,18 @@ class LLMEngine:
             self.sparse.register(req.request_id, req.sparse)
         self.scheduler.add(seq)
         if self.tier is not None:
-            self._prefetch(seq, req.kv_source)
+            self._prefetch(self.tier, seq, req.kv_source)
 
-    def _prefetch(self, seq: Sequence, peer: str) -> None:
-        """Ask the tier store for the part of the prompt's prefix the device pool lacks now."""
+    def _prefetch(self, tier: TierLink, seq: Sequence, peer: str) -> None:
+        """Ask the tier store (through tier, the engine's link) for the part of the prompt's
+        prefix the device pool lacks now."""
         missing = self.pool.missing_suffix(
             chain_hashes(
                 seq.token_ids[: len(seq.token_ids) - 1], self.config.block_size, seq.hash_keys
             )
         )
         if missing:
-            self.tier.prefetch(missing, peer)
+            tier.prefetch(missing, peer)
 
     def abort(self, request_id: str) -> bool:
         seq = self._seqs.get(request_id)

@@ -55,7 +55,10 @@ def _read_json(path: Path) -> dict[str, Any]:
 def _architecture(raw: dict[str, Any]) -> str:
     archs = raw.get("architectures") or []
     model_type = raw.get("model_type")
-    arch = archs[0] if archs else _MODEL_TYPES.get(model_type, model_type)
+    if archs:
+        arch = archs[0]
+    else:
+        arch = None if model_type is None else _MODEL_TYPES.get(model_type, model_type)
     if arch not in SUPPORTED_ARCHITECTURES:
         raise ValueError(
             f"architecture {arch!r} is not supported; supported: "

@@ -6,6 +6,9 @@ forward pass takes one flattened step of tokens from many sequences (see attenti
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -138,7 +141,8 @@ class LlamaModel(nn.Module):
             cfg.num_kv_heads * cfg.head_dim,
             cfg.intermediate_size,
         )
-        for i, layer in enumerate(self.layers):
+        layers = cast(Iterable[DecoderLayer], self.layers)  # __init__ holds only DecoderLayers
+        for i, layer in enumerate(layers):
             p = f"model.layers.{i}."
             out[p + "input_layernorm.weight"] = (layer.input_layernorm, 0, 0)
             out[p + "post_attention_layernorm.weight"] = (layer.post_attention_layernorm, 0, 0)

@@ -129,6 +129,7 @@ class StepBench:
         )
         if computed:
             seq = self.engine.scheduler.find(rid)
+            assert seq is not None, "add_request queued it with the scheduler"
             bs = self.engine.config.block_size
             blocks = self.engine.pool.allocate(-(-computed // bs))
             if blocks is None:

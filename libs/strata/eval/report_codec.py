@@ -7,6 +7,8 @@ Optional figures (None in the dataclasses) are proto3 `optional` fields or unset
 
 from __future__ import annotations
 
+from typing import Any
+
 from strata.core.records import RunRecord
 from strata.core.sla import SlaClass
 from strata.core.stats import Summary
@@ -39,6 +41,12 @@ def _summary(msg, name: str) -> Summary | None:
 
 def _opt(msg, name: str) -> float | None:
     return getattr(msg, name) if msg.HasField(name) else None
+
+
+def _fields(msg, plain: tuple[str, ...], optional: tuple[str, ...]) -> dict[str, Any]:
+    """Keyword arguments read from msg: each plain field as it is, each optional one as _opt
+    reads it (None when unset). The values' types vary with the field's name."""
+    return {**{k: getattr(msg, k) for k in plain}, **{k: _opt(msg, k) for k in optional}}
 
 
 def run_pb(r: RunRecord) -> metrics_pb2.RunInfo:
@@ -173,8 +181,7 @@ def _node(m: metrics_pb2.NodeFigures) -> NodeFigures:
     return NodeFigures(
         waiting=_summary(m, "waiting"),
         running=_summary(m, "running"),
-        **{k: getattr(m, k) for k in _NODE_PLAIN},
-        **{k: _opt(m, k) for k in _NODE_OPTIONAL},
+        **_fields(m, _NODE_PLAIN, _NODE_OPTIONAL),
     )
 
 
@@ -266,8 +273,7 @@ def from_report(m: metrics_pb2.Report) -> LayeredReport | None:
                 for o in cl.outages
             ],
             series=[_series(s) for s in cl.series],
-            **{k: getattr(cl, k) for k in _CLUSTER_PLAIN},
-            **{k: _opt(cl, k) for k in _CLUSTER_OPTIONAL},
+            **_fields(cl, _CLUSTER_PLAIN, _CLUSTER_OPTIONAL),
         ),
         spans_received=m.spans_received,
         spans_dropped=m.spans_dropped,

@@ -173,6 +173,7 @@ class RequestPipeline:
         timing: Timing,
     ) -> AsyncIterator[common_pb2.GenerationChunk]:
         stale: ViewReplica | None = None
+        finished = False  # the span carries the node's finish reason
         with trace.use_span(
             span, end_on_exit=True, record_exception=False, set_status_on_exception=False
         ):
@@ -215,6 +216,7 @@ class RequestPipeline:
                         timing.chunk(len(chunk.token_ids))
                         if chunk.finish_reason:
                             finish_attributes(span, chunk, timing)
+                            finished = True
                         yield chunk
                 finally:
                     if not call.done():
@@ -230,7 +232,7 @@ class RequestPipeline:
                 raise
             except BaseException:
                 # The caller cancelled (or the server stops): record it, then let it propagate.
-                if not span.attributes.get(names.GEN_AI_RESPONSE_FINISH_REASONS):
+                if not finished:
                     span.set_attribute(names.ERROR_CODE, grpc.StatusCode.CANCELLED.name)
                     span.set_attribute(names.GEN_AI_RESPONSE_FINISH_REASONS, ["aborted"])
                 raise

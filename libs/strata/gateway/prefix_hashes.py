@@ -34,10 +34,16 @@ MAX_MODELS = 8
 
 
 class ModelTokenizer(Protocol):
-    """What a tokenizer loader returns (strata.engine.tokenizer_loader.NamedTokenizer)."""
+    """What a tokenizer loader returns (strata.engine.tokenizer_loader.NamedTokenizer); read
+    only."""
 
-    name: str  # the engine's model name, the model key of block hashes
-    tokenizer: Tokenizer
+    @property
+    def name(self) -> str:
+        """The engine's model name, the model key of block hashes."""
+        ...
+
+    @property
+    def tokenizer(self) -> Tokenizer: ...
 
 
 def load_engine_tokenizer(model: str) -> ModelTokenizer:

@@ -23,7 +23,8 @@ class Timing:
     __slots__ = ("start", "first", "last", "tokens", "last_token", "gaps")
 
     def __init__(self, start: float):
-        self.start, self.first, self.last, self.tokens = start, None, start, 0
+        self.start, self.last, self.tokens = start, start, 0
+        self.first: float | None = None
         self.last_token: float | None = None
         self.gaps: list[float] = []  # between token-carrying chunks
 

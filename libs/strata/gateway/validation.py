@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 
 from strata.engine.sequence import GREEDY_EPS
+from strata.v1 import common_pb2
 
 MAX_TOKENS_LIMIT = 32768
 MAX_STOP_STRINGS = 8
@@ -49,7 +50,7 @@ class GenerateParams:
     seed: int | None = None
     ignore_eos: bool = False
     prefix_public: bool = False  # share the prompt's cached prefix with other tenants
-    sparse: int = 0  # common_pb2.SparseMode: default (the worker's), off, on
+    sparse: common_pb2.SparseMode = common_pb2.SPARSE_MODE_DEFAULT  # default: the worker's
 
 
 def validate(p: GenerateParams) -> str | None:

@@ -74,5 +74,6 @@ def from_bytes(b: bytes) -> int:
     return int.from_bytes(b, "big")
 
 
-def checksum(data: bytes) -> int:
+def checksum(data: bytes | memoryview) -> int:
+    """The xxh64 of a block's bytes, given as bytes or as a view (of shared memory, say)."""
     return xxhash.xxh64_intdigest(data, seed=HASH_SEED)

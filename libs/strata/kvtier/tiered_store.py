@@ -521,6 +521,7 @@ class TieredStore:
             e.tier, e.offset = Tier.HOST, off
             self.counters.promotions += 1
         # Still `moving` until the disk copy is gone, so that no demotion re-puts it meanwhile.
+        assert self.disk is not None, "_read_disk read the block from the disk tier"
         with self._disk_lock:
             self.disk.remove(h)
         with self._lock:
@@ -595,7 +596,10 @@ class TieredStore:
     def _wait_still(self, h: int, timeout_s: float = 2.0) -> Entry | None:
         e = self._dir.get(h)
         if e is not None and e.moving:
-            self._moved.wait_for(lambda: not e.moving or self._dir.get(h) is not e, timeout_s)
+            moving = e
+            self._moved.wait_for(
+                lambda: not moving.moving or self._dir.get(h) is not moving, timeout_s
+            )
             e = self._dir.get(h)
         return e
 

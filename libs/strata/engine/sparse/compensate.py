@@ -72,8 +72,11 @@ class RunningSums:
         self._rows: dict[str, RowSum] = {}
 
     def update(self, request_id: str, block_ids: list[int], full: int) -> torch.Tensor:
-        """S over block_ids[:full] [L, KVH, D], every one of them summarized in the index."""
+        """S over block_ids[:full] [L, KVH, D], every one of them summarized in the index;
+        RuntimeError if the index keeps no value sums (built without compensation)."""
         vsum = self.index.vsum
+        if vsum is None:
+            raise RuntimeError("running sums need an index built with compensation (value sums)")
         row = self._rows.get(request_id)
         done = 0 if row is None else len(row.block_ids)
         if (

@@ -404,9 +404,12 @@ class SparseStep:
             flat = sel.flat_ids
             got, lse = attend_blocks(qp, k_cache, v_cache, flat, sel.block_lens, scale, self.fused)
             if self.left_out is not None:
-                got = self.left_out.apply(
-                    got, lse, sel.log_left_comp, flat, d.index.vsum, layer, self.fused
-                )
+                vsum, log_comp = d.index.vsum, sel.log_left_comp
+                if vsum is None or log_comp is None:
+                    raise RuntimeError(
+                        "compensation is configured but the index was built without it"
+                    )
+                got = self.left_out.apply(got, lse, log_comp, flat, vsum, layer, self.fused)
             # the trust check: E / (Z_in + E) > threshold, i.e. log E - log Z_in > logit(thr.)
             fail = (sel.log_left_out - lse).gt_(cfg.logit_threshold).any(dim=-1)  # [P]
             fails = fail.tolist()
@@ -422,6 +425,7 @@ class SparseStep:
                 native=False,
                 fused=self.fused,
             )
+            assert full_lse is not None, "attention with native off returns its lse"
             used = torch.where(fail[:, None, None], full, got)
             d.probe(
                 LayerProbe(
@@ -472,7 +476,8 @@ class SparseStep:
         ops = sparse_native.load()
         assert ops is not None, "fused is set only when the sparse kernels loaded"
         kv_heads, _, block_size, dim = k_cache.shape
-        lay, left = self.layout, self.left_out
+        lay, left, vsum = self.layout, self.left_out, d.index.vsum
+        assert (left is None) == (vsum is None), "fused runs only when the index matches the step"
         r = lay.mid_counts.shape[0]
         entries = d.index.entries[layer]
         none = qp.new_empty(0, dtype=torch.float32)
@@ -494,7 +499,7 @@ class SparseStep:
             lay.pair_lens(kv_heads),
             none if left is None else left.per_token[layer],
             none if left is None else left.weights,
-            none if left is None else d.index.vsum[layer].view(-1, dim),
+            none if vsum is None else vsum[layer].view(-1, dim),
             d.cfg.logit_threshold,
         )
 

@@ -188,11 +188,13 @@ def _run(
 
     native: decode attention through the fused CPU kernel (the engine's own choice, unless a
     run asks for the torch path)."""
+    sparse = engine.sparse
+    assert sparse is not None, "teacher_forced runs only engines with a sparse decoder"
     dev = engine.device
     slices = [SeqSlice(0, len(ids), start + len(ids), blocks)]
     meta = AttentionMetadata.build(slices, engine.config.block_size, dev, native)
     decodes = meta.groups[0] if meta.groups[0].queries == 1 else None
-    meta.sparse = engine.sparse.plan(engine.kv, [request_id], slices, decodes, native)
+    meta.sparse = sparse.plan(engine.kv, [request_id], slices, decodes, native)
     logits = engine.model(
         torch.tensor(ids, dtype=torch.int64, device=dev),
         torch.arange(start, start + len(ids), device=dev),

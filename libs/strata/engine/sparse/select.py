@@ -242,7 +242,7 @@ def select_blocks(
         # the same selection in one pass over each pair's middle blocks, entries read in place
         ops = sparse_native.load()
         assert ops is not None, "fused is set only when the sparse kernels loaded"
-        ids, flat, log_left, log_comp = ops.select_blocks(
+        ids, flat, log_left_out, log_comp = ops.select_blocks(
             q.reshape(r * kv_heads, g, dim),
             layer_entries.view(kv_heads, -1, e),
             layout.mid_ids.view(r, width),
@@ -260,7 +260,7 @@ def select_blocks(
             block_ids=ids,
             flat_ids=flat,
             block_lens=layout.pair_lens(kv_heads),
-            log_left_out=log_left,
+            log_left_out=log_left_out,
             log_left_comp=log_comp if comp else None,
         )
     rows = query_rows(q.transpose(0, 1), scale, cfg.estimate, comp)  # [KVH, R, G', E']
