@@ -1,8 +1,8 @@
 """Each running sequence's block table as an int64 tensor, kept from one step to the next.
 
 A decode step needs every sequence's block ids as a tensor (the attention kernels read them by
-pointer). Converting a Python list of ints costs about 90 ns an id here (185 us for the 2,049
-blocks of a 32k context), every step, for a table that changes only when the sequence begins a
+pointer). Converting a Python list of ints costs time in proportion to the context, every step
+(measurements: docs/design/engine.md), for a table that changes only when the sequence begins a
 block. `BlockTables` keeps one tensor per sequence with spare room, appends the ids a sequence
 gained since the last step, and hands out a view of the ids in use: vLLM's persistent block
 table, one sequence at a time.

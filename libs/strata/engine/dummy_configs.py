@@ -43,7 +43,7 @@ DUMMY_CONFIGS: dict[str, ModelConfig] = {
         tie_word_embeddings=True,
         **_BASE,
     ),
-    # the engine benchmark's model (issue 3): the same shape is run by transformers and vLLM
+    # the engine benchmark's model: the same shape is run by transformers and vLLM
     "dummy-bench": ModelConfig(
         name="dummy-bench",
         vocab_size=32000,
@@ -69,7 +69,7 @@ DUMMY_CONFIGS: dict[str, ModelConfig] = {
         tie_word_embeddings=False,
         **_BASE,
     ),
-    # long-context decode (issue 8): 32k positions, and attention drawn to recent tokens
+    # long-context decode (the sparse path): 32k positions, and attention drawn to recent tokens
     # (RECENCY_NATS) as a trained model's is; random weights alone attend almost uniformly
     "dummy-long": ModelConfig(
         name="dummy-long",

@@ -175,8 +175,8 @@ class LLMEngine:
     def warm_up(self) -> float:
         """Run the step shapes serving will see once, before serving: a full token budget of
         prefill, then a full batch of decodes (vLLM's start-up profile run does the same), so
-        that the first requests do not pay for kernel selection on new matrix shapes (about a
-        millisecond per new shape, measured here). Returns the seconds it took."""
+        that the first requests do not pay for kernel selection on new matrix shapes
+        (docs/design/engine.md). Returns the seconds it took."""
         started = time.perf_counter()
         budget = self.config.max_batched_tokens
         seqs = max(1, min(self.config.max_seqs, self.pool.num_blocks // 4))

@@ -96,7 +96,8 @@ class LlamaModel(nn.Module):
     ) -> torch.Tensor:
         """Run one step; return logits [len(logits_index), vocab] for the chosen token rows.
 
-        kv_cache: [layers, 2, num_blocks, block_size, kv_heads, head_dim].
+        kv_cache: the engine's whole pool, [layers, 2 (k|v), kv_heads, num_blocks, block_size,
+        head_dim] (attention.kv_cache_shape); layer i reads kv_cache[i].
         """
         if self.rotary is None:
             self.rotary = RotaryCache(self.cfg, input_ids.device, self.embed_tokens.weight.dtype)

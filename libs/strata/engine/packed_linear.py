@@ -2,9 +2,7 @@
 
 On the CPU, F.linear of bfloat16 tensors runs oneDNN's matmul, which first copies the weight into
 its own blocked layout, every call. A decode step multiplies one row per sequence, so that copy
-is most of the work: measured here (2 threads, 2026-11-30) a [1, 256] x [256, 1408]^T product
-takes 43 us through F.linear and 22 us with the weight reordered beforehand, SmolLM2's
-[1, 576] x [576, 49152]^T LM head 3.4 ms and 2.0 ms. The reordered weight
+is most of the work (measurements: docs/design/engine.md). The reordered weight
 (torch.ops.mkldnn._reorder_linear_weight, what torch's own CPU compiler uses for frozen weights)
 gives the same numbers bit for bit, for any number of rows (tested), since the matmul is the same.
 

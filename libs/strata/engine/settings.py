@@ -31,8 +31,8 @@ class DType(enum.StrEnum):
 
 
 def _default_threads() -> int:
-    # Workers get the cores; two torch threads fighting another busy process run 5-40x
-    # slower, so leave one core to the rest of the stack.
+    # Workers get the cores; two torch threads fighting another busy process run many times
+    # slower (docs/design/engine.md), so leave one core to the rest of the stack.
     return max(1, (os.cpu_count() or 2) - 1)
 
 

@@ -13,10 +13,11 @@ has the wrong size or fails its checksum is dropped and never served, and a torn
 crash mid-append) is skipped.
 
 Durability is a choice (`durable`). With it, every put fsyncs the file, the folder and the log
-(survives power loss, ~10 ms a block on this machine's disk). Without it (the store's default), the
-page cache carries writes to disk in the background: a process crash (kill -9) loses nothing, and
-after a power loss a block whose file did not reach the disk fails its size or checksum check at
-open and is dropped — the tier is a cache, so a crash can cost hits but never serve wrong data.
+(survives power loss; puts are many times slower, docs/design/kv-tiers.md). Without it (the
+store's default), the page cache carries writes to disk in the background: a process crash
+(kill -9) loses nothing, and after a power loss a block whose file did not reach the disk fails
+its size or checksum check at open and is dropped — the tier is a cache, so a crash can cost hits
+but never serve wrong data.
 
 Reads are not logged (a write per read would cost more than the recency is worth), so after a
 restart the LRU order is the order in which blocks were put. One process owns a root directory.

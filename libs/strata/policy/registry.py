@@ -6,8 +6,9 @@ once (reads filter by age) and is dropped from memory by `expire()`; the two are
 routing never picks a dead node even when the background expiry runs late.
 
 Routing reads READY replicas per model from an index kept up to date on each heartbeat (O(the
-node's replicas)), not by scanning every node per request: with 1,000 nodes a scan and sort per
-decision alone costs about a millisecond. A listener (the pool ledger) is told of every change.
+node's replicas)), not by scanning every node per request: a scan and sort per decision grows
+with the pool (measurements: docs/design/scheduling.md). A listener (the pool ledger) is told of
+every change.
 """
 
 from __future__ import annotations

@@ -15,9 +15,8 @@ Each READY replica of the model gets a score; the lowest wins:
                     request_weight_tokens + what this scheduler routed there since the node's
                     last heartbeat, whatever their class: the engine finishes the prefill chunks
                     it has started before it admits anything new, so lower classes' queued
-                    prompt tokens delay a higher class's first token too (measured: discounting
-                    them by class sent interactive requests behind long batch prefills and
-                    doubled their P99 TTFT in the isolation benchmark's simulator). Queued
+                    prompt tokens delay a higher class's first token too, and they are not
+                    discounted by class (measurements: docs/design/scheduling.md). Queued
                     tokens are prompt tokens not yet prefilled; a running request counts as
                     `request_weight_tokens` tokens, the decode it still has to do (a typical
                     chat answer), so one long prompt and many short decodes compare.

@@ -41,7 +41,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# The default of 1000 pending calls answers CANCELLED under bursts of 2,000 (measured here).
+# gRPC's default of 1000 pending calls answers CANCELLED to the calls of a burst beyond it; the
+# limit is raised so a burst queues instead (docs/design/scheduling.md).
 SERVER_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),

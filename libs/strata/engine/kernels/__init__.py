@@ -26,8 +26,9 @@ log = logging.getLogger(__name__)
 _SOURCE = Path(__file__).with_name("decode_attention.cpp")
 # -fopenmp because at::parallel_for is an inline `#pragma omp parallel` in torch's headers (without
 # it the op runs on one thread). It must bind to torch's own libgomp, not a second runtime (two
-# pools spin against each other, 5-40x slower): the rpath puts torch's lib directory first and
-# both share the soname libgomp.so.1, and load() checks that only one is mapped.
+# pools spin against each other, many times slower; docs/design/engine.md): the rpath puts
+# torch's lib directory first and both share the soname libgomp.so.1, and load() checks that
+# only one is mapped.
 _FLAGS = (
     "-O3",
     "-march=native",

@@ -12,11 +12,9 @@ weighted mean value as their plain mean, the layer goes on with
 
     used = (1 - m_est) * got + m_est * v_left,    v_left = mean of v over the tokens left out
 
-rather than dropping their mass (what `got` alone does). Measured over 64 teacher-forced steps in
-float32 (2026-11-30), mean KL divergence of the next-token distribution from dense: SmolLM2 at
-4k tokens 3.9e-4 dropping the mass, 7.6e-5 compensating; dummy-long at 16k 4.2e-5 dropping it,
-7.3e-8 compensating. With the trust check's estimate as m_est the real model got worse (1.1e-3),
-since that estimate is a few times the true mass there.
+rather than dropping their mass (what `got` alone does). m_est is compensation's own estimate,
+not the trust check's, which leans high on purpose and would overcompensate (measurements:
+docs/design/sparse.md).
 
 v_left comes without reading a left-out block: a row's left-out tokens are its full blocks less
 the full blocks it reads, so with S the sum of vsum over the row's full blocks and S_read over

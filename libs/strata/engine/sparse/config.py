@@ -25,10 +25,7 @@ class SparseConfig:
     mass left out, by compensation's own estimate (select.py's `comp`, from each block's exact
     key variance), is given to the left-out tokens' mean value instead of being dropped
     (compensate.py); off, the selection's output is used as it is. The trust check decides the
-    same either way. Measured in float32 over 64 teacher-forced steps (2026-11-30), the mean KL
-    divergence of the next-token distribution from dense: SmolLM2 at 4k 3.9e-4 off, 7.6e-5 on;
-    the random-weight dummy-long at 16k 4.2e-5 off, 7.3e-8 on. bench-sparse's top-1 figures
-    are in docs/benchmarks/sparse.md (on) and sparse-compensate-off.md (off).
+    same either way. What compensation does to fidelity, measured: docs/design/sparse.md.
     """
 
     enabled: bool = False  # the default for requests that do not choose

@@ -292,10 +292,9 @@ class _Prepared:
     Everything a row's Layout and LeftOut hold depends on its block table and on how many blocks
     its context spans, except the context length itself and the length of the block being
     written. While the same rows decode in the same blocks (every step between two block
-    boundaries), the next step updates those two and keeps the rest: building them every step
-    took 0.37 ms of a 4.8 ms step at 32k tokens and batch 1 (the plan now takes 0.08). A row
-    that runs a prefill chunk (a recompute may rewrite its blocks) drops the whole entry
-    (SparseDecoder.plan)."""
+    boundaries), the next step updates those two and keeps the rest, instead of building them
+    every step (measurements: docs/design/sparse.md). A row that runs a prefill chunk (a
+    recompute may rewrite its blocks) drops the whole entry (SparseDecoder.plan)."""
 
     cfg: SparseConfig  # the configuration it was laid out by
     decode_rows: int  # rows in the decode group

@@ -26,20 +26,14 @@ The mass a query head gives the blocks left out is m = S_out / (Z_in + S_out), w
 of exp(score) over the keys read (exact, from the attention over them) and S_out over the rest.
 Replacing S_out with E, the sum of the left-out blocks' estimates, gives m_est = E / (Z_in + E);
 x / (Z + x) grows with x, so with the `bound` estimate m_est >= m always holds. On real keys the
-bound is far above the scores (by about 12 nats on SmolLM2-135M at 3k tokens: a box in 64
-dimensions), so a trust check on it sends nearly every step to full attention; the `moment`
-estimate tracks m (on the same data at a 12.5% budget: median 1.6x m over KV head groups, taking
-the largest over each group's query heads; below m for 4% of them).
+bound is far above the scores (a box in head_dim dimensions), so a trust check on it sends
+nearly every step to full attention; the `moment` estimate stays near m, on the generous side,
+though it can fall below it.
 
 Compensation (compensate.py) needs m itself rather than a number on the safe side, so it takes
-`comp`. Measured on SmolLM2-135M at 4k tokens (16 steps x 30 layers x 9 query heads, float32,
-2026-11-30), the ratio of the estimated to the true left-out mass per query head: `moment`
-median 3.5x (10th-90th percentile 1.3x-18.7x), `comp` 1.6x (0.9x-5.6x). Over 64 teacher-forced
-steps, compensation by `moment` raised the mean KL divergence of the next-token distribution from
-dense from 3.9e-4 (no compensation) to 1.1e-3, and by `comp` lowered it to 7.6e-5 (by the true
-mass: 3.9e-5). The trust check stays on `moment`: judged by `comp`, 79% of layer steps fell back
-instead of 93% and the KL rose to 6.8e-4, since `comp` is below m for some heads that need full
-attention.
+`comp`; `moment` leans high on purpose and would overcompensate. The trust check stays on
+`moment`, since `comp` is below m for some heads that need full attention (measurements:
+docs/design/sparse.md).
 
 A pair (row, KV head), p = row * kv_heads + kv_head, reads its blocks in the order sinks,
 window, chosen middle blocks (attention does not depend on the order; the partly filled block's

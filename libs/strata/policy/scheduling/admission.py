@@ -15,8 +15,7 @@ horizon, whichever is less; strata.policy.scheduling.ledger), and shares are sha
                 tenant alone, or only borrowers), work queues on the nodes instead. The
                 limit is W x (1 - margin) for the top class and
                 `class_step` of that less for each class below it (0.2: interactive 100%,
-                standard 80%, batch 60%; in the isolation benchmark 0.1 and 0.15 left the
-                victims' P99 E2E 1.16-1.23x inside the aggressor's bursts, 0.2 1.15-1.19x),
+                standard 80%, batch 60%; how the step was chosen: docs/design/scheduling.md),
                 so as the pool fills, the lowest class is turned
                 away first and a burst of a higher class takes the room best-effort work
                 leaves, instead of the room the other tenants' guarantees need.
@@ -40,9 +39,8 @@ from dataclasses import dataclass
 from strata.core.tenant_policy import TenantPolicy
 from strata.policy.scheduling.ledger import PoolLedger
 
-# A refused client comes back no sooner than this: shorter hints made refused clients of the
-# real-stack benchmark retry ~20 times a second each and saturate the gateway (6,458 refused
-# attempts for 310 requests in 90 s), slowing every tenant.
+# A refused client comes back no sooner than this: with shorter hints, refused clients retry many
+# times a second each and saturate the gateway, slowing every tenant (docs/design/scheduling.md).
 MIN_RETRY_S = 0.5
 MAX_RETRY_S = 30.0
 UNKNOWN_RATE_RETRY_S = 1.0
