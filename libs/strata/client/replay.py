@@ -400,7 +400,7 @@ class Progress:
 
     def finish(self) -> None:
         self._emit()
-        if self.tty:
+        if self.tty and self.stream is not None:  # tty implies a stream
             self.stream.write("\n")
             self.stream.flush()
 

@@ -16,6 +16,7 @@ import argparse
 import os
 import random
 import sys
+from typing import cast
 
 from strata.client import settings
 from strata.client.replay import (
@@ -37,6 +38,7 @@ from strata.eval.workload import (
     Scaling,
     TenantKey,
     TenantMapper,
+    TokenText,
     Window,
     WordText,
     WorkloadRequest,
@@ -159,9 +161,10 @@ async def run_replay(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_ERROR
+    tenants = cast(list[str], config.params["tenants"])  # _prepare's labels
     print(
         f"replaying {len(workload)} requests over {workload[-1].send_at_s:.1f} s to "
-        f"{args.model} (tenants: {', '.join(config.params['tenants'])})",
+        f"{args.model} (tenants: {', '.join(tenants)})",
         file=sys.stderr,
     )
     try:
@@ -190,7 +193,8 @@ def _prepare(args: argparse.Namespace) -> tuple[list[WorkloadRequest], ReplayCon
         max_output=args.max_output,
     )
     prompt_seed = args.prompt_seed if args.prompt_seed is not None else random.randrange(2**32)
-    text = {"bytes": ByteText(), "words": WordText()}.get(args.text) or text_for_model(args.model)
+    texts: dict[str, TokenText] = {"bytes": ByteText(), "words": WordText()}
+    text = texts.get(args.text) or text_for_model(args.model)
     workload = build_workload(
         requests,
         scaling,

@@ -75,7 +75,7 @@ def build_request(
         request.sparse = common_pb2.SPARSE_MODE_ON if sparse else common_pb2.SPARSE_MODE_OFF
     if prompt is not None:
         request.prompt = prompt
-    else:
+    elif messages is not None:
         request.messages.extend(_chat_message(m) for m in messages)
     return request
 

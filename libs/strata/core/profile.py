@@ -430,7 +430,8 @@ def fit(measurements: Sequence[Measurement]) -> tuple[StepCosts, FitError]:
         raise ValueError("every measured step must take a positive time")
     w = 1.0 / y
     coef = _nnls(x * w[:, None], y * w)
-    costs = StepCosts(*(float(c) for c in coef))
+    step, token, sample, prefill_attend, decode_attend, group = (float(c) for c in coef)
+    costs = StepCosts(step, token, sample, prefill_attend, decode_attend, group)
     # The error reported is the line's alone: with the residual grid the prefill shapes would
     # be exact by construction and say nothing about the shapes in between.
     rel = [abs(costs.line_seconds(m.shape) - m.seconds) / m.seconds for m in measurements]

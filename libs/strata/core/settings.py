@@ -18,6 +18,7 @@ Lists given in a variable or flag are comma-separated (`comma_list`). Modes are 
 
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 from collections.abc import Sequence
@@ -120,7 +121,9 @@ def load(cls: type[T], prog: str, argv: Sequence[str] | None = None) -> T:
     args = list(sys.argv[1:] if argv is None else argv)
     print_config = "--print-config" in args
     args = [a for a in args if a != "--print-config"]
-    source = CliSettingsSource(cls, cli_prog_name=prog, cli_parse_args=args)
+    source: CliSettingsSource[argparse.ArgumentParser] = CliSettingsSource(
+        cls, cli_prog_name=prog, cli_parse_args=args
+    )
     try:
         settings = cls(_cli_settings_source=source(args=args))
     except ValidationError as err:

@@ -105,8 +105,9 @@ def _tpot(r: RequestRecord) -> float | None:
 def _itl_triple(r: RequestRecord) -> tuple[float, float, float] | None:
     if r.completion_tokens < 2:
         return None
-    if None not in (r.itl_p50_ms, r.itl_p95_ms, r.itl_p99_ms):
-        return r.itl_p50_ms, r.itl_p95_ms, r.itl_p99_ms
+    p50, p95, p99 = r.itl_p50_ms, r.itl_p95_ms, r.itl_p99_ms
+    if p50 is not None and p95 is not None and p99 is not None:
+        return p50, p95, p99
     return None if r.tpot_ms is None else (r.tpot_ms, r.tpot_ms, r.tpot_ms)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import os
 from dataclasses import dataclass
+from typing import SupportsInt
 
 PROMPT_COLUMN = "ContextTokens"
 OUTPUT_COLUMN = "GeneratedTokens"
@@ -57,6 +58,8 @@ def token_count(path: str | os.PathLike[str], line: int, column: str, raw: objec
         # JSON traces hand over numbers: 12.0 is a count, 12.5 and true are not.
         if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
             raise ValueError
+        if not isinstance(raw, (str, SupportsInt)):
+            raise TypeError
         value = int(raw)
     except (TypeError, ValueError):
         raise ValueError(f"{path}, line {line}: {column} must be an integer, got {raw!r}") from None

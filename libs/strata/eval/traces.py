@@ -20,9 +20,10 @@ import calendar
 import csv
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import TypeVar
 
 from strata.eval.trace_lengths import OUTPUT_COLUMN, PROMPT_COLUMN, token_count
 
@@ -165,7 +166,12 @@ def read_trace(path: PathLike, fmt: str, limit: int | None = None) -> Trace:
     return READERS[fmt](path, limit)
 
 
-def _relative(stamped: list[tuple[float, TraceRequest]], per_second: float) -> list[TraceRequest]:
+_Stamp = TypeVar("_Stamp", int, float)
+
+
+def _relative(stamped: list[tuple[_Stamp, TraceRequest]], per_second: float) -> list[TraceRequest]:
+    """The requests in stamp order (stamped is sorted in place), each arrival_s set to its
+    stamp's distance from the first in seconds (per_second: stamp units per second)."""
     if not stamped:
         return []
     stamped.sort(key=lambda pair: pair[0])
@@ -212,7 +218,7 @@ def _hash_ids(path: PathLike, line: int, raw: object) -> tuple[int, ...]:
 
 
 def _require_columns(
-    path: PathLike, header: list[str] | None, columns: tuple[str, ...], kind: str
+    path: PathLike, header: Sequence[str] | None, columns: tuple[str, ...], kind: str
 ) -> None:
     missing = [c for c in columns if c not in (header or [])]
     if missing:

@@ -187,6 +187,7 @@ class TenantMapper:
         if trace_tenant in self._by_label:
             return self._by_label[trace_tenant]
         if self._weighted:
+            assert self._rng is not None, "__init__ refuses a weighted mapping without an RNG"
             return self._rng.choices(self._keys, weights=self._weights)[0]
         key = self._keys[self._next % len(self._keys)]
         self._next += 1
@@ -194,10 +195,13 @@ class TenantMapper:
 
 
 class TokenText(Protocol):
-    """Texts that are exactly one token each for some family of tokenizers."""
+    """Texts that are exactly one token each for some family of tokenizers (read only)."""
 
-    name: str
-    pieces: tuple[str, ...]
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def pieces(self) -> tuple[str, ...]: ...
 
 
 @dataclass(slots=True, frozen=True)

@@ -241,13 +241,13 @@ def open_counter(source: str = "auto", powercap_root: str = POWERCAP_ROOT) -> En
                     "energy counter is visible through NVML"
                 )
             return counter
-    counter = RaplCounter.open(powercap_root)
-    if counter is None and source == "rapl":
+    rapl = RaplCounter.open(powercap_root)
+    if rapl is None and source == "rapl":
         raise ValueError(
             f"energy source rapl asked for, but no RAPL zone under "
             f"{powercap_root} is readable (energy_uj is usually root-only)"
         )
-    return counter
+    return rapl
 
 
 @dataclass(slots=True, frozen=True)

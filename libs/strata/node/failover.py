@@ -62,9 +62,15 @@ async def generate_with_failover(
     while True:
         target = current
         attempt = request if target is replica else _resumed(request, streamed)
+        stub = target.stub
+        if stub is None:
+            raise RuntimeError(
+                f"replica {target.replica_id} has no connection to its worker; only a "
+                f"connected replica takes requests"
+            )
         if target is not replica:
             target.in_flight += 1  # the caller counts the replica it picked, we the others
-        call = target.stub.Generate(attempt, timeout=_left(loop, deadline))
+        call = stub.Generate(attempt, timeout=_left(loop, deadline))
         try:
             async for chunk in call:
                 streamed.extend(chunk.token_ids)
@@ -89,13 +95,14 @@ async def generate_with_failover(
                 err.code().name,
                 wait,
             )
-            current = await _successor(loop, replicas, target, dead, loop.time() + wait)
-            if current is None:
+            successor = await _successor(loop, replicas, target, dead, loop.time() + wait)
+            if successor is None:
                 raise WorkerLost(
                     f"worker {target.replica_id} of node {node_id} failed after "
                     f"{len(streamed) - already} tokens and no replica took over within "
                     f"{wait:.1f} s; retry"
                 ) from err
+            current = successor
             log.warning(
                 "request %s resumes on %s (%s) after %d tokens",
                 request.request_id,

@@ -64,7 +64,11 @@ class TierPolicyName(enum.StrEnum):
     LRU = "lru"
 
 
-POLICIES = {TierPolicyName.LRU: LRUPolicy, TierPolicyName.HEAT: HeatPolicy}
+# By name: a TierPolicyName is the str it names, so a plain str finds its policy too.
+POLICIES: dict[str, type[TierPolicy]] = {
+    TierPolicyName.LRU: LRUPolicy,
+    TierPolicyName.HEAT: HeatPolicy,
+}
 
 
 def make_policy(name: str) -> TierPolicy:

@@ -217,7 +217,12 @@ class Router:
             ttft_ms = (queued + prefill) / rate * 1000.0 * slowdown
             solo_ms = prefill / rate * 1000.0 * slowdown
         source = None
-        if depths and max(depths.values()) >= cached + self.min_source_gain_blocks:
+        # depths come from the index: never without one
+        if (
+            index is not None
+            and depths
+            and max(depths.values()) >= cached + self.min_source_gain_blocks
+        ):
             found = index.best_source(
                 prefix_hashes, exclude_node=chosen.node.node_id, among=_LiveNodes(registry)
             )

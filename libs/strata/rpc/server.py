@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -139,7 +140,7 @@ async def serve_until_signal(
         await on_stop()
 
 
-def run(main: Callable[[], Awaitable[None]]) -> None:
+def run(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
     """asyncio.run on uvloop, with plain logging set up once; a process started by a Strata
     parent (supervisor, node manager) dies with it (strata.core.lifeline)."""
     import uvloop

@@ -20,6 +20,7 @@ import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
@@ -178,9 +179,10 @@ async def _existing(session: AsyncSession, name: str) -> Tenant:
     return row
 
 
-async def update_tenant(session: AsyncSession, name: str, changes: Mapping[str, object]) -> Tenant:
-    """Change the named settings (keys of SETTINGS_FIELDS) of tenant `name`; the others keep
-    their values. Raises UnknownTenantError or InvalidTenantError."""
+async def update_tenant(session: AsyncSession, name: str, changes: Mapping[str, Any]) -> Tenant:
+    """Change the named settings (keys of SETTINGS_FIELDS, each valued as its TenantSettings
+    field) of tenant `name`; the others keep their values. Raises UnknownTenantError or
+    InvalidTenantError."""
     unknown = sorted(set(changes) - set(SETTINGS_FIELDS))
     if unknown:
         raise InvalidTenantError(
