@@ -1,1 +1,5 @@
-"""What every benchmark shares: the supervised stack, process sampling, machine facts, ports."""
+"""What every benchmark shares, one module a concept: the stack launchers (stack: the compose
+services as processes; supervised: `make run`'s supervisor), process figures (procs), machine
+facts and the host line (machine), the CPU meter (cpu), free ports (ports), targets and their
+verdict table (targets), and markdown cells and tables (tables). Tests may import these;
+benchmarks never import tests."""
