@@ -15,7 +15,6 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from benchmarks.common.ports import free_port
 from strata.store.db import create_all, drop_all, make_engine, session_factory
 
 PG_USER = "postgres"
@@ -42,12 +42,6 @@ def find_pg_bindir() -> str | None:
         if all(os.access(os.path.join(path, b), os.X_OK) for b in ("initdb", "pg_ctl", "postgres")):
             return path
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _run(cmd: list[str], as_postgres: bool) -> None:
@@ -77,7 +71,7 @@ class LocalPostgres:
         root = tempfile.mkdtemp(prefix="strata-pg-")
         if as_postgres:
             shutil.chown(root, user=PG_USER)
-        server = cls(bindir=bindir, root=root, port=_free_port(), as_postgres=as_postgres)
+        server = cls(bindir=bindir, root=root, port=free_port(), as_postgres=as_postgres)
         try:
             _run(
                 [

@@ -10,10 +10,8 @@ finish reason (truncated), or tokens that differ from the reference (duplicated 
 from __future__ import annotations
 
 import os
-import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -24,6 +22,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from benchmarks.common.ports import free_port_base
 from benchmarks.common.procs import children, worker_pid
 from strata.client.sdk import Client
 from strata.core import defaults
@@ -38,24 +37,6 @@ RETRIABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED}
 # Offsets of the supervisor's ports from its base (strata.supervisor.Ports).
 OFFSETS = (0, 1, 2, 3, 4, 5, 6)
 READY_LINE = re.compile(r"strata ready: gateway (\S+),")
-
-
-def free_port_base(tries: int = 200) -> int:
-    rng = random.Random()
-    for _ in range(tries):
-        base = rng.randrange(21000, 31000, 10)
-        if all(_free(base + o) for o in OFFSETS):
-            return base
-    raise RuntimeError("no free block of ports for the stack")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def cmdline(pid: int) -> str:
@@ -79,7 +60,7 @@ class SupervisedStack:
     def __init__(self, data_dir: Path, env: dict[str, str] | None = None, model: str = MODEL):
         self.data_dir = data_dir
         self.model = model
-        self.base = free_port_base()
+        self.base = free_port_base(OFFSETS)
         self.env = env or {}
         self.proc: subprocess.Popen | None = None
         self.gateway = f"127.0.0.1:{self.base}"

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from benchmarks.common.ports import free_port
 from strata.rpc.server import channel
 from strata.v1 import worker_pb2, worker_pb2_grpc
 
@@ -41,12 +41,6 @@ class WorkerSettings:
             "STRATA_KVSTORE_ADDR": "",
             "STRATA_OTLP_ENDPOINT": "",
         }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class WorkerProcess:

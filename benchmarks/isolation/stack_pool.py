@@ -1,5 +1,5 @@
 """The isolation benchmark's pool on the real stack: the compose services as processes
-(tests.integration.stack.ComposeStack, same commands and environment), with N node managers
+(benchmarks.common.stack.ComposeStack, same commands and environment), with N node managers
 instead of one, each with its own KV tier store, all serving one replica of the same model.
 
 Node i is compose's `node` and `kvstore` with STRATA_NODE_ID node-i, its own ports, its own disk
@@ -12,9 +12,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from benchmarks.common.ports import free_port
+from benchmarks.common.stack import ComposeStack, StackProcess
 from strata.rpc.channels import sync_channel
 from strata.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
-from tests.integration.stack import ComposeStack, StackProcess, _free_port
 
 NODE_SERVICES = ("kvstore", "node")
 
@@ -66,8 +67,8 @@ def _copy_node(
     store: StackProcess, node: StackProcess, node_id: str, data_dir
 ) -> list[StackProcess]:
     """node_id's KV tier store and node manager: node-0's settings but ids, ports, folder."""
-    store_addr = f"127.0.0.1:{_free_port()}"
-    node_addr = f"127.0.0.1:{_free_port()}"
+    store_addr = f"127.0.0.1:{free_port()}"
+    node_addr = f"127.0.0.1:{free_port()}"
     store_env = {
         **store.env,
         "STRATA_KVSTORE_BIND": store_addr,

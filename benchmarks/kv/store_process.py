@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from benchmarks.common.ports import free_port
 from strata.rpc.channels import sync_channel
 from strata.security.settings import SecuritySettings
 from strata.v1 import kvstore_pb2, kvstore_pb2_grpc
@@ -83,12 +83,6 @@ class StoreFigures:
 
     def tier(self, name: str) -> TierFigures | None:
         return next((t for t in self.tiers if t.tier == name), None)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class StoreProcess:

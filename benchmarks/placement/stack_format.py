@@ -7,6 +7,8 @@ from collections import Counter
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from benchmarks.common.tables import ms as _ms
+from benchmarks.common.tables import pct as _pct
 from benchmarks.placement.stack_ways import BASELINE_SHARE, memory_overrides
 from benchmarks.placement.stack_workload import ROLES
 
@@ -14,14 +16,6 @@ if TYPE_CHECKING:
     from benchmarks.placement.stack import StackComparison
     from benchmarks.placement.stack_run import StackRun
     from benchmarks.placement.stack_workload import ModelRate
-
-
-def _ms(v: float | None) -> str:
-    return "-" if v is None else f"{v:,.0f}"
-
-
-def _pct(v: float) -> str:
-    return f"{100 * v:.1f}%"
 
 
 def _mb(b: int) -> str:
@@ -60,7 +54,7 @@ def _setup(c: StackComparison) -> list[str]:
     history = Counter(q.model for q in c.traces.history)
     reused = all(v == 0 for v in c.profiled_s.values())
     lines = [
-        f"The compose services as processes on this machine (tests/integration/stack.py, "
+        f"The compose services as processes on this machine (benchmarks/common/stack.py, "
         f'benchmarks/isolation/stack_pool.py) with {s.nodes} node managers as the "GPUs" '
         f"({s.node_memory_bytes / 2**30:g} GiB each, each with its own KV tier store; every "
         f"worker one torch thread, a {s.kv_cache_bytes >> 20} MiB KV pool, no hot standby) and "
@@ -155,8 +149,8 @@ def _summary(c: StackComparison) -> list[str]:
             f"| {run.way} | {placed} | {len(f.nodes_used)} | {_pct(f.utilization)} | "
             + ", ".join(f"{n} {_pct(u)}" for n, u in f.utilization_by_node.items())
             + f" | {_pct(f.sla)} | {_ms(f.e2e_p99_ms)} | {f.migrations} ({f.loads} + "
-            f"{f.unloads}) | {f.failed} of {f.requests} | {run.cpu.stack:.2f} / "
-            f"{run.cpu.client:.2f} / {run.cpu.other:.2f} | {run.startup_s:.0f} / "
+            f"{f.unloads}) | {f.failed} of {f.requests} | {run.cpu.watched:.2f} / "
+            f"{run.cpu.own:.2f} / {run.cpu.other:.2f} | {run.startup_s:.0f} / "
             f"{run.replay_s:.0f} / {run.wall_s:.0f} |"
         )
     return lines

@@ -25,7 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.isolation.stack_cpu import CpuMeter, CpuShare
+from benchmarks.common.cpu import CpuMeter, CpuShare
+from benchmarks.common.stack import ROOT, StackProcess, wait_serving
 from benchmarks.isolation.stack_pool import PoolStack
 from benchmarks.isolation.stack_rows import merge_rows
 from benchmarks.isolation.stack_run import create_tenants
@@ -59,7 +60,6 @@ from strata.v1 import (
     scheduler_pb2,
     scheduler_pb2_grpc,
 )
-from tests.integration.stack import ROOT, StackProcess, wait_serving
 
 PLANNER = "placement"
 

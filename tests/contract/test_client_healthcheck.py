@@ -3,20 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import subprocess
 import sys
 
 from grpc_health.v1 import health_pb2
 
+from benchmarks.common.ports import free_port
 from strata.client import healthcheck
 from strata.rpc.server import start_server
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def probe(*argv: str) -> int:

@@ -3,10 +3,10 @@ the KV tier store's stats over gRPC, folds worker restarts into node counters, a
 delivers the samples to the real metrics servicer, resending what the collector missed."""
 
 import asyncio
-import socket
 
 import pytest
 
+from benchmarks.common.ports import free_port
 from services.metrics.servicer import MetricsServicer
 from services.node.sampler import NodeSampler, sample_loop
 from strata.node.energy import EnergyMeter, PowerModel
@@ -183,12 +183,6 @@ async def test_samples_carry_interval_figures_and_restart_safe_counters(node):
     # r0 evicted 12 more blocks living 34 s in all; r1's 3 since its restart lived 1.5 s.
     assert (second.kv_blocks_evicted, second.block_lifetime_sum_s) == (20 + 12 + 3, 57.5)
     assert (second.block_lifetime_p50_s, second.block_lifetime_p99_s) == (2.0, 4.5)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def test_the_loop_delivers_samples_and_resends_what_the_collector_missed(node, tmp_path):

@@ -4,7 +4,7 @@ import contextlib
 
 import pytest
 
-from tests.integration.stack import ComposeStack
+from benchmarks.common.stack import ComposeStack
 
 # dummy-tiny with a small KV pool (256 blocks of 16 tokens) so that tests can force evictions
 # to the KV tier store; replanning every second so the model is placed quickly.

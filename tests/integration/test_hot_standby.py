@@ -19,17 +19,17 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.common.ports import free_port
 from benchmarks.common.procs import children, worker_pid
-from strata.core.lifeline import child_env
-from strata.rpc.channels import channel
-from strata.v1 import common_pb2, node_pb2, node_pb2_grpc
-from tests.integration.stack import (
+from benchmarks.common.stack import (
     ROOT,
     StackProcess,
-    _free_port,
     operator_identity,
     wait_serving,
 )
+from strata.core.lifeline import child_env
+from strata.rpc.channels import channel
+from strata.v1 import common_pb2, node_pb2, node_pb2_grpc
 
 MODEL = "dummy-tiny"
 READY = common_pb2.REPLICA_STATE_READY
@@ -61,7 +61,7 @@ def node(tmp_path):
         "kvstore",
         "services.kvstore",
         {
-            "STRATA_KVSTORE_BIND": f"127.0.0.1:{_free_port()}",
+            "STRATA_KVSTORE_BIND": f"127.0.0.1:{free_port()}",
             "STRATA_KVSTORE_NODE_ID": "node-h",
             "STRATA_KVSTORE_HOST_BYTES": str(64 << 20),
             "STRATA_KVSTORE_SLAB_BYTES": str(4 << 20),
@@ -79,12 +79,12 @@ def node(tmp_path):
             "node",
             "services.node",
             {
-                "STRATA_NODE_BIND": f"127.0.0.1:{_free_port()}",
+                "STRATA_NODE_BIND": f"127.0.0.1:{free_port()}",
                 "STRATA_NODE_ID": "node-h",
                 "STRATA_NODE_STANDBY": "1",
                 "STRATA_KVSTORE_ADDR": kv.address,
-                "STRATA_SCHEDULER_ADDR": f"127.0.0.1:{_free_port()}",  # none: beats just fail
-                "STRATA_METRICS_ADDR": f"127.0.0.1:{_free_port()}",
+                "STRATA_SCHEDULER_ADDR": f"127.0.0.1:{free_port()}",  # none: beats just fail
+                "STRATA_METRICS_ADDR": f"127.0.0.1:{free_port()}",
                 "STRATA_SAMPLE_INTERVAL_S": "3600",
                 "STRATA_HEARTBEAT_INTERVAL_S": "3600",
                 "STRATA_TORCH_THREADS": "1",

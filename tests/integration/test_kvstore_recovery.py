@@ -9,18 +9,18 @@ import subprocess
 import sys
 import time
 
+from benchmarks.common.ports import free_port
+from benchmarks.common.stack import (
+    ROOT,
+    StackProcess,
+    operator_identity,
+    wait_serving,
+)
 from strata.core.lifeline import child_env
 from strata.kvtier.disk_tier import BLOCKS_DIR, block_filename
 from strata.kvtier.hashing import checksum, to_bytes
 from strata.rpc.channels import sync_channel
 from strata.v1 import kvstore_pb2, kvstore_pb2_grpc
-from tests.integration.stack import (
-    ROOT,
-    StackProcess,
-    _free_port,
-    operator_identity,
-    wait_serving,
-)
 
 BLOCK = 1024
 
@@ -70,7 +70,7 @@ def _blocks(n: int) -> list[kvstore_pb2.KVBlock]:
 
 
 def test_kill_dash_nine_then_restart_rebuilds_the_directory_from_disk(tmp_path):
-    port = _free_port()
+    port = free_port()
     blocks = _blocks(40)
     p = _start(tmp_path, port, "first.log")
     try:

@@ -18,6 +18,8 @@ import time
 import grpc
 import pytest
 
+from benchmarks.common.ports import free_port
+from benchmarks.common.stack import ROOT, StackProcess, wait_serving
 from strata.client.sdk import Client
 from strata.core import defaults
 from strata.core.lifeline import child_env
@@ -32,7 +34,6 @@ from strata.v1 import (
     scheduler_pb2_grpc,
 )
 from tests.integration.conftest import running_stack
-from tests.integration.stack import ROOT, StackProcess, _free_port, wait_serving
 
 pytestmark = pytest.mark.integration
 MODEL = "dummy-tiny"
@@ -53,8 +54,8 @@ OVERRIDES = {
 
 def _second_node(stack) -> None:
     """node-1 and its KV tier store, configured like node-0 apart from ids, ports and folders."""
-    store_addr = f"127.0.0.1:{_free_port()}"
-    node_addr = f"127.0.0.1:{_free_port()}"
+    store_addr = f"127.0.0.1:{free_port()}"
+    node_addr = f"127.0.0.1:{free_port()}"
     store_env = {
         **stack.processes["kvstore"].env,
         "STRATA_KVSTORE_BIND": store_addr,

@@ -24,6 +24,8 @@ from opentelemetry.proto.collector.trace.v1 import (
     trace_service_pb2_grpc,
 )
 
+from benchmarks.common.ports import free_port
+from benchmarks.common.stack import ROOT, StackProcess
 from strata.client import cli
 from strata.client.sdk import Client
 from strata.core import defaults
@@ -46,7 +48,6 @@ from strata.v1 import (
     worker_pb2_grpc,
 )
 from tests.integration.conftest import DUMMY_OVERRIDES, running_stack
-from tests.integration.stack import ROOT, StackProcess, _free_port
 from tests.integration.test_stack import MODEL, _node_replica, _poll, _wait_model_ready
 
 pytestmark = pytest.mark.integration
@@ -296,7 +297,7 @@ def test_the_public_port_serves_tls_to_the_sdk_and_the_cli(
 ):
     keys, _ = tenants
     secrets = stack.data_dir / "secrets"
-    address = f"127.0.0.1:{_free_port()}"
+    address = f"127.0.0.1:{free_port()}"
     env = {
         **stack.processes["gateway"].env,
         "STRATA_GATEWAY_BIND": address,

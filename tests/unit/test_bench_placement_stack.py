@@ -306,7 +306,7 @@ def test_the_default_day_is_one_batch_aware_packs_onto_two_nodes_and_ffd_spreads
 def test_describe_sets_the_ways_side_by_side():
     from pathlib import Path
 
-    from benchmarks.isolation.stack_cpu import CpuShare
+    from benchmarks.common.cpu import CpuShare
     from benchmarks.placement.stack import StackComparison
     from benchmarks.placement.stack_profiles import ModelCost
     from benchmarks.placement.stack_run import StackRun

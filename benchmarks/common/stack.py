@@ -1,25 +1,24 @@
 """The compose stack as local processes: the same commands and environment as docker-compose.yml.
+The benchmarks that run the real stack start it from here, and so do the integration tests.
 
 Each strata service of the compose file is started with its `command` and `environment`, with
 four rewrites a single machine needs: every `host:port` of another service becomes a free
 loopback port, the OpenTelemetry Collector's address becomes the metrics service's OTLP receiver
-(no collector runs here, and it would only forward), and PostgreSQL becomes the URL the test
+(no collector runs here, and it would only forward), and PostgreSQL becomes the URL the caller
 passes (SQLite or a local PostgreSQL), and folders on the /data and /secrets volumes move under
-the test's data folder. One-shot jobs (the `secrets` job: no listening address) run to
+the caller's data folder. One-shot jobs (the `secrets` job: no listening address) run to
 completion first, as compose's service_completed_successfully orders them. Overrides (a dummy
 model, small KV pools) come last.
 
 The stack runs with the cluster's credential, as compose does: `identity` is the operator's, for
-a test's own calls to internal services.
+the caller's own calls to internal services. Ports come from benchmarks.common.ports.
 """
 
 from __future__ import annotations
 
 import os
-import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ import grpc
 import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from benchmarks.common.ports import free_port
 from strata.core.lifeline import child_env
 from strata.rpc.channels import public_sync_channel, sync_channel
 from strata.security.identity import ClusterIdentity
@@ -37,29 +37,6 @@ from strata.security.settings import SecuritySettings
 
 ROOT = Path(__file__).resolve().parents[2]
 INFRA = {"postgres", "jaeger", "otel-collector"}
-
-
-# Below Linux's ephemeral range (32768-60999 by default): the stack's ports are chosen before its
-# processes start, and a port the kernel handed out as ephemeral could meanwhile go to a worker
-# that a node manager started on port 0 (seen as "Address already in use" at a node's start).
-_PORTS = range(20000, 32000)
-_rng = random.Random()
-_given: set[int] = set()  # handed out by this process: never twice
-
-
-def _free_port() -> int:
-    for _ in range(200):
-        port = _rng.choice(_PORTS)
-        if port in _given:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        _given.add(port)
-        return port
-    raise RuntimeError(f"no free port in {_PORTS.start}-{_PORTS.stop - 1} after 200 tries")
 
 
 @dataclass
@@ -85,7 +62,7 @@ class ComposeStack:
         return operator_identity(self.data_dir)
 
     def _local(self, value: str) -> str:
-        """A path on a compose volume, moved under the test's data folder: /data/x to
+        """A path on a compose volume, moved under the data folder: /data/x to
         <data>/x, /secrets to <data>/secrets."""
         if value == "/data" or value.startswith("/data/"):
             return str(self.data_dir / value[len("/data") :].lstrip("/"))
@@ -122,7 +99,7 @@ class ComposeStack:
                 continue
             for key, value in svc["environment"].items():
                 if key.endswith("_BIND") and str(value).startswith("0.0.0.0:"):
-                    ports[f"{name}:{value.split(':')[1]}"] = _free_port()
+                    ports[f"{name}:{value.split(':')[1]}"] = free_port()
         otlp = next(p for k, p in ports.items() if k == "metrics:50057")
 
         def rewrite(value: str) -> str:
