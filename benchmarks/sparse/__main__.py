@@ -35,8 +35,9 @@ from datetime import UTC, datetime
 
 import torch
 
-from benchmarks.engine.machine import machine_facts
-from benchmarks.kv.cpu_meter import CpuMeter
+from benchmarks.common import cpu
+from benchmarks.common.cpu import CpuMeter
+from benchmarks.common.machine import host_line, machine_facts
 from benchmarks.sparse import engine_api
 from benchmarks.sparse.dtype_probe import DtypeTiming, probe_dtypes
 from benchmarks.sparse.fidelity import fidelity_run
@@ -60,7 +61,6 @@ from strata.engine.sparse.config import SparseConfig, parse_budget
 
 OUT = "docs/benchmarks/sparse.md"
 THREADS = 2
-BUSY_CORES = 0.25  # other work above this, in cores, makes latency comparisons noisy
 SUMMARY = "Summarize the document above in a few paragraphs."
 
 # (full run, --quick)
@@ -331,11 +331,7 @@ def main() -> None:
     report = SparseBenchReport(
         command=args.command or "python -m benchmarks.sparse",
         date=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        machine=(
-            f"{facts['cpu_model']}, {facts['cores']} cores "
-            f"({', '.join(facts['cpu_flags']) or 'no AVX-512/AMX'}), "
-            f"{facts['memory_gib']} GiB, torch {facts['torch']}"
-        ),
+        machine=host_line(facts),
         setup=[
             f"torch threads: {THREADS}, set deliberately (2 cores here)",
             f"dtype: {args.dtype} for needles and latency; {dtype_line}",
@@ -380,11 +376,11 @@ def main() -> None:
         latency=latency,
         targets=targets,
         phases=phases,
-        busy=(
-            f"Other work used {cores.other:.2f} cores on average during the run (ours "
-            f"{cores.own:.2f}): latencies are noisier than on an idle machine."
-            if cores.other > BUSY_CORES
-            else None
+        busy=cpu.busy_note(
+            [("the run", cores.wall_s, cores.other)],
+            facts["cores"],
+            f"during the run (ours {cores.own:.2f})",
+            "latencies are noisier than on an idle machine.",
         ),
     )
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
@@ -410,7 +406,7 @@ def main() -> None:
             indent=1,
         )
     for tgt in targets:
-        print(f"{'PASS' if tgt.passed else 'FAIL'}  {tgt.name}: {tgt.measured} (want {tgt.want})")
+        print(tgt.line())
     print(f"report: {args.out}, {json_path}")
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from benchmarks.common.tables import cell as _cell
+from benchmarks.common.tables import pct as _pct
+from benchmarks.common.targets import Verdict, target_table
 from benchmarks.sparse.results import (
     FidelityRun,
     LatencyRun,
     NeedleCell,
     SparseCounters,
-    Target,
     accuracy,
     floor_note,
     p99_reduction,
@@ -27,14 +29,10 @@ class SparseBenchReport:
     needles: list[NeedleCell]
     needle_setup: str  # needle, question, haystack
     latency: list[LatencyRun]
-    targets: list[Target]
+    targets: list[Verdict]
     phases: list[tuple[str, float]]  # (phase, wall seconds)
     notes: list[str] = field(default_factory=list)
     busy: str | None = None  # a warning when other work competed for the CPU
-
-
-def _pct(x: float) -> str:
-    return f"{x * 100:.1f}%"
 
 
 def _counters(c: SparseCounters) -> str:
@@ -61,12 +59,7 @@ def render(r: SparseBenchReport) -> str:
         "",
         "## Targets (issue 8)",
         "",
-        "| target | want | measured | verdict |",
-        "|---|---|---|---|",
-        *[
-            f"| {t.name} | {t.want} | {t.measured} | **{'PASS' if t.passed else 'FAIL'}** |"
-            for t in r.targets
-        ],
+        *target_table(r.targets),
         "",
     ]
     note = floor_note(r.fidelity)
@@ -209,7 +202,3 @@ def _latency(runs: list[LatencyRun]) -> list[str]:
             f"{_counters(r.counters) if r.sparse else ''} |"
         )
     return out + [""]
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ").strip()

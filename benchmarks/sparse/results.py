@@ -15,12 +15,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-P99_REDUCTION_MIN = 0.40
-P99_CONTEXT = 32768
-COSINE_MIN = 0.99
-AGREEMENT_MIN = 0.99
-# A value exactly at a threshold passes; float rounding must not fail it.
-_EPS = 1e-9
+from benchmarks.common.targets import Target, Verdict
+
+P99_CONTEXT = 32768  # the context the P99 target names (the longest latency context measured)
+TARGETS = {
+    "p99": Target("decode-step P99", ">=", 0.40, "{:.0%}", " lower than dense"),
+    "cosine": Target("attention-output cosine", ">=", 0.99),
+    "agreement": Target("top-1 agreement", ">=", 0.99, "{:.0%}"),
+    # the difference of the two accuracies
+    "needles": Target("needle accuracy, sparse vs dense", "==", 0.0, want="equal"),
+}
 
 
 @dataclass(slots=True)
@@ -127,14 +131,6 @@ class LatencyRun:
     counters: SparseCounters = field(default_factory=SparseCounters)
 
 
-@dataclass(slots=True, frozen=True)
-class Target:
-    name: str
-    want: str
-    measured: str
-    passed: bool
-
-
 def accuracy(cells: list[NeedleCell], sparse: bool) -> float:
     if not cells:
         return 0.0
@@ -150,70 +146,61 @@ def check_targets(
     needles: list[NeedleCell],
     latency: list[LatencyRun],
     p99_context: int = P99_CONTEXT,
-) -> list[Target]:
-    """One target row per issue-8 target; a target with nothing measured fails and says so."""
-    out: list[Target] = []
+) -> list[Verdict]:
+    """One row per issue-8 target (the P99 one per batch size); a target with nothing measured
+    fails and says so."""
+    out: list[Verdict] = []
+    p99 = TARGETS["p99"]
     pairs = _latency_pairs(latency, p99_context)
-    if pairs:
-        for batch, (dense, sparse) in sorted(pairs.items()):
-            cut = p99_reduction(dense, sparse)
-            out.append(
-                Target(
-                    f"decode-step P99 at {_k(p99_context)} context, batch {batch}",
-                    f">= {P99_REDUCTION_MIN:.0%} lower than dense",
-                    f"{_change(cut)} ({sparse.p99_s * 1000:.1f} vs {dense.p99_s * 1000:.1f} ms)",
-                    cut >= P99_REDUCTION_MIN - _EPS,
-                )
-            )
-    else:
+    for batch, (dense, sparse) in sorted(pairs.items()):
+        cut = p99_reduction(dense, sparse)
         out.append(
-            Target(
-                f"decode-step P99 at {_k(p99_context)} context",
-                f">= {P99_REDUCTION_MIN:.0%} lower than dense",
-                "not measured",
-                False,
+            p99.judge(
+                cut,
+                f"{_change(cut)} ({sparse.p99_s * 1000:.1f} vs {dense.p99_s * 1000:.1f} ms)",
+                name=f"{p99.name} at {_k(p99_context)} context, batch {batch}",
             )
         )
+    if not pairs:
+        out.append(p99.judge(None, name=f"{p99.name} at {_k(p99_context)} context"))
+    cosine = TARGETS["cosine"]
     with_cos = [f for f in fidelity if f.cosine is not None]
     if with_cos:
         worst = min(with_cos, key=lambda f: f.cosine.mean)
         out.append(
-            Target(
-                "attention-output cosine (mean per run, worst run)",
-                f">= {COSINE_MIN}",
+            cosine.judge(
+                worst.cosine.mean,
                 f"{worst.cosine.mean:.4f} ({worst.model} at {_k(worst.context)}; "
                 f"min over all steps {min(f.cosine.min for f in with_cos):.4f})",
-                worst.cosine.mean >= COSINE_MIN - _EPS,
+                name=f"{cosine.name} (mean per run, worst run)",
             )
         )
     else:
-        out.append(Target("attention-output cosine", f">= {COSINE_MIN}", "not measured", False))
+        out.append(cosine.judge(None))
+    agreement = TARGETS["agreement"]
     if fidelity:
         worst = worst_agreement(fidelity)
         out.append(
-            Target(
-                "top-1 agreement (teacher-forced, worst run)",
-                f">= {AGREEMENT_MIN:.0%}",
+            agreement.judge(
+                worst.agreement,
                 f"{worst.agreement:.1%} ({worst.agree}/{worst.steps}, {worst.model} "
                 f"at {_k(worst.context)})",
-                worst.agreement >= AGREEMENT_MIN - _EPS,
+                name=f"{agreement.name} (teacher-forced, worst run)",
             )
         )
     else:
-        out.append(Target("top-1 agreement", f">= {AGREEMENT_MIN:.0%}", "not measured", False))
+        out.append(agreement.judge(None))
     if needles:
         dense, sparse = accuracy(needles, False), accuracy(needles, True)
         same = sum(c.dense_ok == c.sparse_ok for c in needles)
         out.append(
-            Target(
-                "needle accuracy, sparse vs dense",
-                "equal",
+            TARGETS["needles"].judge(
+                sparse - dense,
                 f"{sparse:.1%} vs {dense:.1%} ({same}/{len(needles)} cells scored alike)",
-                sparse == dense,
             )
         )
     else:
-        out.append(Target("needle accuracy, sparse vs dense", "equal", "not measured", False))
+        out.append(TARGETS["needles"].judge(None))
     return out
 
 

@@ -293,11 +293,11 @@ def test_report_shows_command_verdicts_tables_and_differing_answers():
     assert "Other work used 0.50 cores." in md
     assert (
         "| decode-step P99 at 32k context, batch 1 | >= 40% lower than dense | 50.0% lower "
-        "(50.0 vs 100.0 ms) | **PASS** |" in md
+        "(50.0 vs 100.0 ms) | PASS |" in md
     )
     assert (
         "| needle accuracy, sparse vs dense | equal | 50.0% vs 100.0% (1/2 cells scored "
-        "alike) | **FAIL** |" in md
+        "alike) | FAIL |" in md
     )
     assert "| 2048 | 1/1 / 1/1 | 1/1 / 0/1 | 100.0% / 50.0% |" in md
     assert "| 2048 | 100% | 0 | 1234567 | `1234567` | `7` |" in md
@@ -309,12 +309,12 @@ def test_report_shows_command_verdicts_tables_and_differing_answers():
     assert "| long | 32768 | 256 | 82.8% | 90.2% (231/256) | 3 | 1.250 / - | 0.9950 |" in md
     # the floor's sentence sits right under the targets table (the needle row is its last)
     assert (
-        "scored alike) | **FAIL** |\n\nTop-1 noise floor: on the top-1 target's worst run "
+        "scored alike) | FAIL |\n\nTop-1 noise floor: on the top-1 target's worst run "
         "(long at 32k)" in md
     )
     assert (
         "| top-1 agreement (teacher-forced, worst run) | >= 99% | 82.8% (212/256, long at "
-        "32k) | **FAIL** |" in md
+        "32k) | FAIL |" in md
     )
     assert "| 32k | 32768 | 1 | sparse | 48 | 25.00 | 50.00 | 25.00 | -50.0% |" in md
 
