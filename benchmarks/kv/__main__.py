@@ -37,8 +37,9 @@ from datetime import UTC, datetime
 
 import torch
 
-from benchmarks.engine.machine import machine_facts
-from benchmarks.kv.cpu_meter import Cores, CpuMeter
+from benchmarks.common import cpu
+from benchmarks.common.cpu import CpuMeter, CpuShare
+from benchmarks.common.machine import host_line
 from benchmarks.kv.replay import ReplayResult, replay
 from benchmarks.kv.report import KVBenchReport, render
 from benchmarks.kv.results import (
@@ -70,7 +71,6 @@ RAW = "docs/benchmarks/raw"
 BLOCK_SIZE = 16
 THREADS = 2
 SHARED_TENANT = "bench"
-BUSY_CORES = 0.25  # other work above this, in cores, makes latency comparisons noisy
 
 
 def parse_args() -> argparse.Namespace:
@@ -168,7 +168,7 @@ class Runs:
         engine: LLMEngine,
         description: str,
         result: ReplayResult,
-        cores: Cores,
+        cores: CpuShare,
         round_index: int,
         position: int,
         raw: list[dict],
@@ -176,7 +176,7 @@ class Runs:
         self.description, self.pool_blocks = description, engine.pool.num_blocks
         self.block_bytes = block_bytes(engine)
         self.replays.append(result)
-        fig = round_figures(result, round_index, position, cores.own, cores.other)
+        fig = round_figures(result, round_index, position, cores.ours, cores.other)
         self.rounds.append(fig)
         raw.extend({"config": self.name, "round": round_index, **asdict(r)} for r in result.records)
         print(
@@ -218,7 +218,7 @@ def run_once(
         f"== {runs.name} (round {round_index + 1}): {engine.pool.num_blocks} device blocks",
         flush=True,
     )
-    meter = CpuMeter(helper_pid)
+    meter = CpuMeter(() if helper_pid is None else (helper_pid,))  # stopped while it runs
     result = replay(engine, reqs, tenant_of)
     runs.add(engine, description, result, meter.stop(), round_index, position, raw)
 
@@ -327,24 +327,18 @@ def window_note(
 
 
 def busy_note(results: list[ConfigResult]) -> str | None:
-    worst = max(results, key=lambda r: r.other_cores)
-    if worst.other_cores <= BUSY_CORES:
-        return None
-    mean = sum(r.other_cores * r.wall_s for r in results) / sum(r.wall_s for r in results)
-    return (
-        f"**Busy machine:** other work used {mean:.2f} cores on average while the "
-        f"configurations ran (up to {worst.other_cores:.2f} during {worst.name}) of the "
-        f"machine's {os.cpu_count()}; latencies are noisy: compare them across "
-        f"configurations with care and rerun on an idle machine before quoting them."
+    return cpu.busy_note(
+        [(r.name, r.wall_s, r.other_cores) for r in results],
+        os.cpu_count(),
+        "while the configurations ran",
+        "latencies are noisy: compare them across configurations with care and rerun on an "
+        "idle machine before quoting them.",
     )
 
 
 def machine_line() -> str:
-    m = machine_facts()
     return (
-        f"{m['cpu_model']}, {m['cores']} cores ({', '.join(m['cpu_flags']) or 'no AVX-512'}),"
-        f" {m['memory_gib']} GiB; Python {m['python']}, torch {m['torch']}, Linux "
-        f"{m['kernel']}. One process, {THREADS} torch threads; the configurations run one "
+        f"{host_line()}. One process, {THREADS} torch threads; the configurations run one "
         f"after another; the KV tier store is a second process."
     )
 
@@ -480,7 +474,7 @@ def main() -> None:
             indent=1,
         )
     for t in targets:
-        print(f"{'PASS' if t.passed else 'FAIL'}  {t.name}: {t.measured} (wanted {t.want})")
+        print(t.line())
     print(f"wrote {args.out}", flush=True)
 
 

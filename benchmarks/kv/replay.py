@@ -28,7 +28,11 @@ from strata.engine.sequence import SamplingParams
 
 
 @dataclass(slots=True)
-class RequestRecord:
+class EngineRequestRecord:
+    """One request as the in-process engine served it, stamped at the step that produced its
+    output (times from the replay's start): not a client's record (no status, no stream), but
+    where its prompt tokens came from, the device prefix cache or the KV tier store."""
+
     index: int
     arrival_s: float
     prompt_tokens: int
@@ -79,7 +83,7 @@ class MemoryTrack:
 
 @dataclass(slots=True)
 class ReplayResult:
-    records: list[RequestRecord]
+    records: list[EngineRequestRecord]
     memory: MemoryTrack
     wall_s: float
     steps: int
@@ -99,11 +103,13 @@ def replay(
     tenant_of: Callable[[ScaledRequest], str],
     clock: Callable[[], float] = time.perf_counter,
     sleep: Callable[[float], None] = time.sleep,
-    on_finish: Callable[[RequestRecord], None] | None = None,
+    on_finish: Callable[[EngineRequestRecord], None] | None = None,
 ) -> ReplayResult:
     """Send `requests` at their arrival times (greedy, EOS ignored) and wait for all of them."""
     pending = deque(sorted(requests, key=lambda r: (r.arrival_s, r.index)))
-    records = {r.index: RequestRecord(r.index, r.arrival_s, len(r.prompt_ids)) for r in requests}
+    records = {
+        r.index: EngineRequestRecord(r.index, r.arrival_s, len(r.prompt_ids)) for r in requests
+    }
     memory = MemoryTrack()
     steps = 0
     start = clock()

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from benchmarks.kv.results import MIB, ConfigResult, Target, noise_floor, pair_ratios
+from benchmarks.common.tables import pct as _pct
+from benchmarks.common.targets import Verdict, target_table
+from benchmarks.kv.results import MIB, ConfigResult, noise_floor, pair_ratios
 from benchmarks.kv.sizing import Sizing
 from benchmarks.kv.trace_scale import CacheFigures, Scaling
 
@@ -21,7 +23,7 @@ class KVBenchReport:
     figures: CacheFigures
     sizing: Sizing
     results: list[ConfigResult]
-    targets: list[Target]
+    targets: list[Verdict]
     notes: list[str] = field(default_factory=list)
     busy: str | None = None  # a warning when other work competed for the CPU
     raw_dir: str = "docs/benchmarks/raw"
@@ -29,10 +31,6 @@ class KVBenchReport:
 
 def _ms(s: float) -> str:
     return f"{s * 1000:.0f}"
-
-
-def _pct(x: float) -> str:
-    return f"{x * 100:.1f}%"
 
 
 def render(r: KVBenchReport) -> str:
@@ -115,12 +113,7 @@ def render(r: KVBenchReport) -> str:
         "",
         "## Targets (issue 5)",
         "",
-        "| target | wanted | measured | result |",
-        "|---|---|---|---|",
-    ]
-    lines += [
-        f"| {t.name} | {t.want} | {t.measured} | {'PASS' if t.passed else 'FAIL'} |"
-        for t in r.targets
+        *target_table(r.targets),
     ]
     notes = [*r.notes, *(n for c in r.results for n in c.notes)]
     if notes:

@@ -3,7 +3,7 @@ looked-up blocks, PASS/FAIL on each side of every threshold, and the report nami
 
 import pytest
 
-from benchmarks.kv.replay import MemoryTrack, ReplayResult, RequestRecord
+from benchmarks.kv.replay import EngineRequestRecord, MemoryTrack, ReplayResult
 from benchmarks.kv.report import KVBenchReport, render
 from benchmarks.kv.results import (
     ConfigResult,
@@ -86,9 +86,9 @@ def test_targets_pass_at_their_thresholds_and_fail_past_them():
 
 def test_summary_counts_hits_in_looked_up_blocks_and_takes_percentiles():
     records = [
-        RequestRecord(0, 0.0, 33, 0.5, 1.0, 4, 32, 0),
-        RequestRecord(1, 1.0, 40, 1.25, 3.0, 4, 16, 16),
-        RequestRecord(2, 2.0, 17, None, None),
+        EngineRequestRecord(0, 0.0, 33, 0.5, 1.0, 4, 32, 0),
+        EngineRequestRecord(1, 1.0, 40, 1.25, 3.0, 4, 16, 16),
+        EngineRequestRecord(2, 2.0, 17, None, None),
     ]  # never finished
     memory = MemoryTrack()
     memory.sample(0.0, 3)
@@ -157,8 +157,8 @@ def test_rounds_pool_their_requests_and_keep_their_own_latencies():
         memory = MemoryTrack()
         memory.sample(0.0, peak)
         records = [
-            RequestRecord(0, 0.0, 33, 0.5 + offset, 1.0 + offset, 4, 32, 0),
-            RequestRecord(1, 1.0, 33, 1.5 + offset, 2.0 + offset, 4, 0, 32),
+            EngineRequestRecord(0, 0.0, 33, 0.5 + offset, 1.0 + offset, 4, 32, 0),
+            EngineRequestRecord(1, 1.0, 33, 1.5 + offset, 2.0 + offset, 4, 0, 32),
         ]
         return ReplayResult(records, memory, 3.0 + offset, 10, 1, 2)
 
