@@ -27,9 +27,9 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchmarks.engine.machine import cpu_model
+from benchmarks.common.machine import host_line
 from benchmarks.sim.kv_tiers import run_kv_tiers
-from benchmarks.sim.report import SimBench, render
+from benchmarks.sim.report import SimBench, render, speed_verdict
 from benchmarks.sim.run import find_rate_factor, simulate
 from strata.core.profile import load_profile
 from strata.eval.traces import read_trace
@@ -169,8 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     bench = SimBench(
         when=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         command=args.command or "python -m benchmarks.sim " + shlex.join(argv or sys.argv[1:]),
-        cpu=cpu_model(),
-        cores=os.cpu_count() or 1,
+        machine=host_line(),
         profile_path=os.path.relpath(args.profile, ROOT),
         profile=profile,
         target_util=args.target_util,
@@ -187,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         total_s=time.perf_counter() - started,
     )
     Path(args.out).write_text(render(bench), encoding="utf-8")
+    say(speed_verdict(main_run).line())
     say(f"wrote {args.out}")
     return 0
 
