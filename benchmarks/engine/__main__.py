@@ -19,7 +19,8 @@ import sys
 from dataclasses import asdict
 from datetime import UTC, datetime
 
-from benchmarks.engine.machine import CpuMeter, machine_facts
+from benchmarks.common.cpu import CpuMeter
+from benchmarks.common.machine import machine_facts
 from benchmarks.engine.report import BenchReport, Phase, render
 from benchmarks.engine.results import OfflineResult, RateResult, read_json, write_json
 from benchmarks.engine.workload import PromptSet
@@ -44,7 +45,7 @@ def run_phase(name: str, argv: list[str], env: dict[str, str] | None = None) -> 
     """Run one measured process to completion; its output goes to raw/<name>.log."""
     log_path = os.path.join(RAW, f"{name}.log")
     print(f"== {name}: {shlex.join(argv)}", flush=True)
-    meter = CpuMeter()
+    meter = CpuMeter(children=True)  # the phase's process, waited for
     with open(log_path, "w", encoding="utf-8") as log:
         try:
             rc = subprocess.run(
@@ -69,7 +70,7 @@ def run_phase(name: str, argv: list[str], env: dict[str, str] | None = None) -> 
         tail = next((ln.strip() for ln in reversed(lines) if ln.strip()), "")
         status = f"failed: {why}; last log line: {tail[:200]} (log: {log_path})"
         print("   " + status, flush=True)
-    return Phase(name, cpu.wall_s, cpu.own_cores, cpu.other_cores, status), rc == 0
+    return Phase(name, cpu.wall_s, cpu.own, cpu.other, status), rc == 0
 
 
 def offline_phase(

@@ -1,7 +1,7 @@
 """Online latency: an open-loop client streaming Worker.Generate from a decode worker subprocess
 at a sweep of Poisson rates, with request sizes from the Azure conversation trace (scaled, see
-workload.py). Per request: TTFT (send -> first token chunk), TPOT ((E2E - TTFT) / (tokens - 1)),
-E2E (send -> final chunk).
+workload.py). Per request, the replay client's record (strata.eval.client_metrics.RequestRecord):
+TTFT (send -> first token chunk), TPOT ((E2E - TTFT) / (tokens - 1)), E2E (send -> final chunk).
 
 Each rate is bounded twice: at most `max_requests` arrivals within `max_seconds`, then at most
 `drain_seconds` for stragglers; whatever is still streaming is cancelled (the worker aborts it
@@ -33,6 +33,7 @@ from benchmarks.engine.workload import (
     prompt_text,
 )
 from strata.core.stats import summarize
+from strata.eval.client_metrics import OK, RequestRecord
 from strata.eval.trace_lengths import RequestLengths, read_azure_lengths
 from strata.rpc.server import channel
 from strata.v1 import common_pb2, worker_pb2, worker_pb2_grpc
@@ -40,25 +41,11 @@ from strata.v1 import common_pb2, worker_pb2, worker_pb2_grpc
 SEED = 20231116
 
 
-@dataclass(slots=True)
-class RequestRecord:
-    rate: float
-    index: int
-    prompt_tokens: int
-    max_tokens: int
-    sent_at_s: float  # offset from the rate's start
-    status: str  # "completed", "cancelled", "failed"
-    output_tokens: int = 0
-    ttft_s: float | None = None
-    e2e_s: float | None = None
-    finish_reason: str = ""
-    error: str = ""
-
-    @property
-    def tpot_s(self) -> float | None:
-        if self.status != "completed" or self.output_tokens < 2:
-            return None
-        return (self.e2e_s - self.ttft_s) / (self.output_tokens - 1)
+TENANT = "bench"
+# A request's status besides OK and the gRPC code of a failure: still streaming when the drain
+# ended (its task cancelled, the worker aborts it), or never sent.
+CANCELLED = "CANCELLED"
+NOT_SENT = "NOT_SENT"
 
 
 @dataclass(slots=True, frozen=True)
@@ -71,9 +58,9 @@ class SweepConfig:
 
 
 async def one_request(
-    stub: worker_pb2_grpc.WorkerStub, record: RequestRecord, text: str, start: float
+    stub: worker_pb2_grpc.WorkerStub, record: RequestRecord, text: str, start: float, rate: float
 ) -> None:
-    """Stream one generation into `record`; a cancellation leaves it marked "cancelled"."""
+    """Stream one generation into `record`; a cancellation leaves it CANCELLED."""
     spec = common_pb2.GenerationSpec(
         model=BENCH_MODEL,
         prompt=text,
@@ -81,26 +68,49 @@ async def one_request(
         sampling=common_pb2.SamplingParams(ignore_eos=True),
     )
     sent = time.perf_counter()
-    record.sent_at_s = sent - start
-    record.status = "cancelled"
+    record.sent_s = sent - start
+    record.status = CANCELLED
+    record.request_id = f"r{rate:g}-{record.index}"
+    last_token_at = sent
     try:
         call = stub.Generate(
             worker_pb2.WorkerGenerateRequest(
-                request_id=f"r{record.rate:g}-{record.index}", tenant="bench", spec=spec
+                request_id=record.request_id, tenant=record.tenant, spec=spec
             )
         )
         async for chunk in call:
+            now = time.perf_counter()
             if chunk.token_ids:
                 if record.ttft_s is None:
-                    record.ttft_s = time.perf_counter() - sent
+                    record.ttft_s = now - sent
+                else:
+                    record.itl_s.append(now - last_token_at)
+                last_token_at = now
                 record.output_tokens += len(chunk.token_ids)
+            if chunk.HasField("usage"):
+                record.prompt_tokens = chunk.usage.prompt_tokens
+                record.cached_tokens = chunk.usage.cached_prompt_tokens
             if chunk.finish_reason:
-                record.e2e_s = time.perf_counter() - sent
+                record.e2e_s = now - sent
                 record.finish_reason = common_pb2.FinishReason.Name(chunk.finish_reason)
-                record.status = "completed"
+                record.status = OK
     except grpc.aio.AioRpcError as err:
-        record.status = "failed"
-        record.error = f"{err.code().name}: {err.details()}"
+        record.status = err.code().name
+        record.error = err.details() or ""
+    finally:
+        record.finished_s = time.perf_counter() - start
+
+
+def _unsent(index: int, lengths: RequestLengths, offset: float) -> RequestRecord:
+    return RequestRecord(
+        index=index,
+        tenant=TENANT,
+        scheduled_s=offset,
+        sent_s=offset,
+        synth_prompt_tokens=lengths.prompt_tokens,
+        max_tokens=lengths.output_tokens,
+        status=NOT_SENT,
+    )
 
 
 async def run_rate(
@@ -114,22 +124,12 @@ async def run_rate(
     offsets = poisson_offsets(rate, min(cfg.max_requests, len(sizes)), cfg.max_seconds, rng)
     # fresh text at every rate: the worker's prefix cache must not serve one rate from another
     texts = [prompt_text(s.prompt_tokens, rng) for s in sizes[: len(offsets)]]
-    records = [
-        RequestRecord(
-            rate=rate,
-            index=i,
-            prompt_tokens=s.prompt_tokens,
-            max_tokens=s.output_tokens,
-            sent_at_s=o,
-            status="pending",
-        )
-        for i, (s, o) in enumerate(zip(sizes, offsets))
-    ]
+    records = [_unsent(i, s, o) for i, (s, o) in enumerate(zip(sizes, offsets))]
     start = time.perf_counter()
     tasks = []
     for rec, offset in zip(records, offsets):
         await asyncio.sleep(max(0.0, start + offset - time.perf_counter()))
-        tasks.append(asyncio.create_task(one_request(stub, rec, texts[rec.index], start)))
+        tasks.append(asyncio.create_task(one_request(stub, rec, texts[rec.index], start, rate)))
     drain_until = start + (offsets[-1] if offsets else 0.0) + cfg.drain_seconds
     _, pending = await asyncio.wait(tasks, timeout=max(0.0, drain_until - time.perf_counter()))
     for task in pending:
@@ -140,7 +140,9 @@ async def run_rate(
 
 
 def summarize_rate(rate: float, records: list[RequestRecord], seconds: float) -> RateResult:
-    done = [r for r in records if r.status == "completed"]
+    """Latencies of the requests that completed; the others counted as cancelled (still
+    streaming when the drain ended) or failed (an error status)."""
+    done = [r for r in records if r.ok]
 
     def ms(values: list[float]) -> LatencySummary | None:
         s = summarize([v * 1000.0 for v in values])
@@ -150,8 +152,8 @@ def summarize_rate(rate: float, records: list[RequestRecord], seconds: float) ->
         rate=rate,
         sent=len(records),
         completed=len(done),
-        cancelled=sum(r.status == "cancelled" for r in records),
-        failed=sum(r.status == "failed" for r in records),
+        cancelled=sum(r.status == CANCELLED for r in records),
+        failed=sum(r.status not in (OK, CANCELLED, NOT_SENT) for r in records),
         seconds=seconds,
         output_tokens=sum(r.output_tokens for r in records),
         ttft_ms=ms([r.ttft_s for r in done]),
@@ -176,20 +178,19 @@ async def wait_idle(stub: worker_pb2_grpc.WorkerStub, timeout_s: float = 60.0) -
 
 async def sweep(
     trace_path: str, cfg: SweepConfig, settings: WorkerSettings, log_path: str
-) -> tuple[dict, list[RateResult], list[RequestRecord]]:
+) -> tuple[dict, list[RateResult], list[tuple[float, RequestRecord]]]:
+    """The sweep's metadata, each rate's result, and every request with the rate it ran at."""
     rng = random.Random(SEED)
     pool = [cfg.mapping.apply(r) for r in read_azure_lengths(trace_path)]
     # the same request sizes, in the same order, at every rate
     sizes = pick_lengths(pool, cfg.max_requests, rng)
     results: list[RateResult] = []
-    records: list[RequestRecord] = []
+    records: list[tuple[float, RequestRecord]] = []
     async with WorkerProcess(settings, log_path) as worker, channel(worker.address) as ch:
         stub = worker_pb2_grpc.WorkerStub(ch)
         for i in range(2):  # warm-up: first-call allocations and kernel selection
-            warm = RequestRecord(
-                rate=0, index=i, prompt_tokens=64, max_tokens=8, sent_at_s=0, status="pending"
-            )
-            await one_request(stub, warm, prompt_text(64, rng), time.perf_counter())
+            warm = _unsent(i, RequestLengths(64, 8), 0.0)
+            await one_request(stub, warm, prompt_text(64, rng), time.perf_counter(), 0.0)
         for i, rate in enumerate(cfg.rates):
             await wait_idle(stub)
             result, recs = await run_rate(stub, rate, sizes, cfg, SEED + 1 + i)
@@ -199,8 +200,8 @@ async def sweep(
                 flush=True,
             )
             results.append(result)
-            records.extend(recs)
-        done = [r for r in records if r.status == "completed"]
+            records.extend((rate, r) for r in recs)
+        done = [r for _, r in records if r.ok]
         meta = {
             "worker_load_seconds": worker.load_seconds,
             # requests ignore EOS; this counts any that still stopped short
@@ -243,8 +244,8 @@ def main() -> None:
     meta, results, records = uvloop.run(sweep(args.trace, cfg, settings, args.worker_log))
     write_json(args.out, {"meta": meta, "rates": [r.to_dict() for r in results]})
     with open(args.raw, "w", encoding="utf-8") as f:
-        for rec in records:
-            f.write(json.dumps({**asdict(rec), "tpot_s": rec.tpot_s}) + "\n")
+        for rate, rec in records:
+            f.write(json.dumps({"rate": rate, **rec.to_json()}) + "\n")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from benchmarks.common import cpu
+from benchmarks.common.machine import host_line
 from benchmarks.engine.results import LatencySummary, OfflineResult, RateResult
 
 BASELINE = "transformers"
@@ -16,8 +18,6 @@ SYSTEM_LABELS = {
     "transformers": "transformers generate",
     "vllm": "vLLM CPU (peer)",
 }
-# Other work averaging more than this many cores during a measured phase marks the run as noisy.
-BUSY_CORES = 0.25
 MISSING = "—"
 
 
@@ -157,17 +157,11 @@ def phase_table(phases: list[Phase]) -> list[str]:
 
 
 def busy_note(phases: list[Phase], cores: int) -> str | None:
-    measured = [p for p in phases if p.status == "ok"]
-    if not measured:
-        return None
-    worst = max(measured, key=lambda p: p.other_cores)
-    if worst.other_cores <= BUSY_CORES:
-        return None
-    mean = sum(p.other_cores * p.wall_s for p in measured) / sum(p.wall_s for p in measured)
-    return (
-        f"**Busy machine:** other work used {mean:.2f} cores on average during the measured "
-        f"phases (up to {worst.other_cores:.2f} during {worst.name}) of the machine's "
-        f"{cores}; these numbers are noisy: rerun on an idle machine before quoting them."
+    return cpu.busy_note(
+        [(p.name, p.wall_s, p.other_cores) for p in phases if p.status == "ok"],
+        cores,
+        "during the measured phases",
+        "these numbers are noisy: rerun on an idle machine before quoting them.",
     )
 
 
@@ -178,10 +172,8 @@ def render(report: BenchReport) -> str:
         "",
         f"Run {report.date} with `{report.command}`.",
         "",
-        f"Machine: {m.get('cpu_model')}, {m.get('cores')} cores "
-        f"({', '.join(m.get('cpu_flags', [])) or 'no AVX-512'}), {m.get('memory_gib')} GiB; "
-        f"Python {m.get('python')}, torch {m.get('torch')}, Linux {m.get('kernel')}. "
-        f"Every measured process uses 2 torch threads; phases run one after another.",
+        f"Machine: {host_line(m)}. Every measured process uses 2 torch threads; phases run one "
+        f"after another.",
         "",
     ]
     note = busy_note(report.phases, m.get("cores") or 0)

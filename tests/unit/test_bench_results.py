@@ -2,9 +2,10 @@
 
 import pytest
 
-from benchmarks.engine.online import RequestRecord, summarize_rate
+from benchmarks.engine.online import summarize_rate
 from benchmarks.engine.results import LatencySummary, OfflineResult, RateResult
 from benchmarks.engine.runner_cli import check_lengths
+from strata.eval.client_metrics import RequestRecord
 
 
 def test_offline_result_round_trip_and_rate():
@@ -45,11 +46,12 @@ def test_rate_result_round_trip():
 
 def _rec(index, status, tokens, ttft, e2e):
     return RequestRecord(
-        rate=1.0,
         index=index,
-        prompt_tokens=10,
+        tenant="bench",
+        scheduled_s=float(index),
+        sent_s=float(index),
+        synth_prompt_tokens=10,
         max_tokens=tokens,
-        sent_at_s=float(index),
         status=status,
         output_tokens=tokens,
         ttft_s=ttft,
@@ -59,14 +61,15 @@ def _rec(index, status, tokens, ttft, e2e):
 
 def test_summarize_rate_uses_completed_requests_and_counts_the_rest():
     records = [
-        _rec(0, "completed", 11, 0.1, 1.1),  # TPOT (1.1 - 0.1) / 10 = 100 ms
-        _rec(1, "completed", 5, 0.3, 0.7),  # TPOT 100 ms
-        _rec(2, "completed", 1, 0.2, 0.2),  # one token: no TPOT
-        _rec(3, "cancelled", 7, 0.5, None),
-        _rec(4, "failed", 0, None, None),
+        _rec(0, "OK", 11, 0.1, 1.1),  # TPOT (1.1 - 0.1) / 10 = 100 ms
+        _rec(1, "OK", 5, 0.3, 0.7),  # TPOT 100 ms
+        _rec(2, "OK", 1, 0.2, 0.2),  # one token: no TPOT
+        _rec(3, "CANCELLED", 7, 0.5, None),  # still streaming when the drain ended
+        _rec(4, "UNAVAILABLE", 0, None, None),
+        _rec(5, "NOT_SENT", 0, None, None),
     ]
     r = summarize_rate(1.0, records, seconds=8.0)
-    assert (r.sent, r.completed, r.cancelled, r.failed) == (5, 3, 1, 1)
+    assert (r.sent, r.completed, r.cancelled, r.failed) == (6, 3, 1, 1)
     assert r.output_tokens == 24 and r.output_tok_s == 3.0
     assert r.ttft_ms == LatencySummary(p50=200.0, p95=290.0, p99=298.0, mean=200.0, count=3)
     assert r.tpot_ms.count == 2 and r.tpot_ms.p50 == pytest.approx(100.0)
@@ -74,7 +77,7 @@ def test_summarize_rate_uses_completed_requests_and_counts_the_rest():
 
 
 def test_summarize_rate_with_nothing_completed():
-    r = summarize_rate(8.0, [_rec(0, "cancelled", 3, 0.5, None)], seconds=30.0)
+    r = summarize_rate(8.0, [_rec(0, "CANCELLED", 3, 0.5, None)], seconds=30.0)
     assert (r.completed, r.ttft_ms, r.tpot_ms, r.e2e_ms) == (0, None, None, None)
 
 
