@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.common.targets import Verdict
 from benchmarks.isolation import route_latency
 from benchmarks.isolation.sim_run import WAYS, run_way
 from benchmarks.isolation.workload import (
@@ -125,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     text, data = render(args, TENANTS, engine, trace, sim, latency, stack, table, command)
     Path(args.out).write_text(text)
     Path(args.out).with_suffix(".json").write_text(json.dumps(data, indent=1, sort_keys=True))
+    for v in data["targets"]["verdicts"]:
+        print(Verdict(**v).line())
     print(f"wrote {args.out}")
     return 0
 

@@ -4,32 +4,31 @@ targets checked against the two-level scheduler, nothing hidden."""
 from __future__ import annotations
 
 import datetime
-import platform
 from collections import Counter
 from dataclasses import asdict
 
+from benchmarks.common.machine import host_line
+from benchmarks.common.tables import ms as _ms
+from benchmarks.common.tables import pct as _pct
+from benchmarks.common.targets import Target, Verdict, target_table
 from strata.eval.isolation import IsolationFigures
 
-TARGET_UTIL = 0.90
-TARGET_WORST_GAIN = 0.50  # worst SLA tenant's P99 at least this much lower than static
-TARGET_INFLATION = 1.2
-TARGET_ROUTE_P99_US = 1000.0
-
-
-def _ms(x: float | None) -> str:
-    return "-" if x is None else f"{x:,.0f}"
+# Judged on the two-level scheduler in the simulated pool, each on the mean over the seeds; the
+# keys are the per-seed figures they judge.
+TARGETS = {
+    "util": Target("utilization", ">=", 0.90, "{:.0%}"),
+    "gain_ttft": Target("worst SLA tenant P99 TTFT vs static", ">=", 0.50, "{:.0%}", " lower"),
+    "gain_e2e": Target("worst SLA tenant P99 E2E vs static", ">=", 0.50, "{:.0%}", " lower"),
+    "infl_ttft": Target("victims' P99 inflation TTFT", "<=", 1.2, "{:g}x"),
+    "infl_e2e": Target("victims' P99 inflation E2E", "<=", 1.2, "{:g}x"),
+    "route": Target(
+        "decision latency P99 at 1,000 nodes (sampled router)", "<=", 1000.0, "{:,.0f} us"
+    ),
+}
 
 
 def _x(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}x"
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
-
-
-def _mark(ok: bool) -> str:
-    return "PASS" if ok else "FAIL"
 
 
 def _gain(static: float | None, ours: float | None) -> float | None:
@@ -87,7 +86,7 @@ def _mean(values: list[float | None]) -> float | None:
     return sum(known) / len(known) if known else None
 
 
-def _targets(sim: dict, route_p99: float | None) -> tuple[list[str], dict]:
+def _targets(sim: dict, route_p99: float | None) -> tuple[list[Verdict], dict]:
     """Targets on the mean over the simulator's seeds, each seed's value shown."""
     per_seed = []
     for seed, ways in sim.items():
@@ -103,35 +102,14 @@ def _targets(sim: dict, route_p99: float | None) -> tuple[list[str], dict]:
             }
         )
     m = {k: _mean([p[k] for p in per_seed]) for k in per_seed[0] if k != "seed"}
-    checks = {
-        "utilization >= 90%": (m["util"] or 0.0) >= TARGET_UTIL,
-        "worst SLA tenant P99 TTFT >= 50% lower than static": (m["gain_ttft"] or 0.0)
-        >= TARGET_WORST_GAIN,
-        "worst SLA tenant P99 E2E >= 50% lower than static": (m["gain_e2e"] or 0.0)
-        >= TARGET_WORST_GAIN,
-        "victims' P99 inflation TTFT <= 1.2x": (m["infl_ttft"] or 9.9) <= TARGET_INFLATION,
-        "victims' P99 inflation E2E <= 1.2x": (m["infl_e2e"] or 9.9) <= TARGET_INFLATION,
-    }
+    fmts = {"util": _pct, "gain_ttft": _pct, "gain_e2e": _pct, "infl_ttft": _x, "infl_e2e": _x}
+    verdicts = []
+    for key, fmt in fmts.items():
+        seeds = ", ".join(fmt(p[key]) for p in per_seed)
+        verdicts.append(TARGETS[key].judge(m[key], f"mean {fmt(m[key])} (seeds: {seeds})"))
     if route_p99 is not None:
-        checks["decision latency P99 <= 1 ms at 1,000 nodes (sampled router)"] = (
-            route_p99 <= TARGET_ROUTE_P99_US
-        )
-    values = {
-        "utilization >= 90%": ("util", _pct),
-        "worst SLA tenant P99 TTFT >= 50% lower than static": ("gain_ttft", _pct),
-        "worst SLA tenant P99 E2E >= 50% lower than static": ("gain_e2e", _pct),
-        "victims' P99 inflation TTFT <= 1.2x": ("infl_ttft", _x),
-        "victims' P99 inflation E2E <= 1.2x": ("infl_e2e", _x),
-    }
-    lines = []
-    for name, ok in checks.items():
-        if name in values:
-            key, fmt = values[name]
-            seeds = ", ".join(f"{fmt(p[key])}" for p in per_seed)
-            lines.append(f"- {_mark(ok)}: {name}: mean {fmt(m[key])} (seeds: {seeds})")
-        else:
-            lines.append(f"- {_mark(ok)}: {name}: P99 {route_p99:.0f} us")
-    return lines, {"checks": checks, "per_seed": per_seed, "mean": m}
+        verdicts.append(TARGETS["route"].judge(route_p99, f"P99 {route_p99:.0f} us"))
+    return verdicts, {"verdicts": [asdict(v) for v in verdicts], "per_seed": per_seed, "mean": m}
 
 
 def render(
@@ -143,16 +121,16 @@ def render(
     first = sim[seeds[0]]
     static, _ = first["static"]
     route = next((r for r in latency if r.name.startswith("sampled")), None)
-    target_lines, checks = _targets(sim, route.p99_us if route else None)
+    verdicts, checks = _targets(sim, route.p99_us if route else None)
     lines = [
         "# Isolation benchmark: static partitioning vs pooled FCFS vs two-level",
         "",
-        f"Run {now} with `{command}` on {platform.machine()}, Python {platform.python_version()}.",
+        f"Run {now} with `{command}` on {host_line()}.",
         "",
         "## Targets (judged on the two-level scheduler, simulated pool, mean over the "
         f"simulator's seeds {', '.join(map(str, seeds))})",
         "",
-        *target_lines,
+        *target_table(verdicts),
         "",
         "## Simulated pool",
         "",
@@ -267,7 +245,7 @@ def render(
             w: {
                 "figures": figures_json(r.figures),
                 "wall_s": r.wall_s,
-                "cpu": {"stack": r.cpu.stack, "client": r.cpu.client, "other": r.cpu.other},
+                "cpu": {"stack": r.cpu.watched, "client": r.cpu.own, "other": r.cpu.other},
                 "refusals": {f"{t}/{why}": n for (t, why), n in r.refusals.items()},
             }
             for w, r in stack.runs.items()

@@ -6,12 +6,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from benchmarks.common.tables import ms as _ms
+
 if TYPE_CHECKING:
     from benchmarks.isolation.stack_run import StackComparison, StackRun
-
-
-def _ms(v: float | None) -> str:
-    return "-" if v is None else f"{v:,.0f}"
 
 
 def _x(v: float | None) -> str:
@@ -24,7 +22,7 @@ def describe(c: StackComparison) -> list[str]:
     windows = ", ".join(f"{a:.1f}-{b:.1f} s" for a, b in c.bursts.windows(c.duration_s))
     static = c.runs.get("static")
     lines = [
-        f"The compose services as processes on this machine (tests/integration/stack.py, "
+        f"The compose services as processes on this machine (benchmarks/common/stack.py, "
         f"benchmarks/isolation/stack_pool.py), with {s.nodes} node managers, each with its own "
         f"KV tier store and one replica of {s.model} ({s.torch_threads} torch thread, "
         f"{s.max_seqs} batch slots, {s.max_batched_tokens}-token steps, no hot standby); a "
@@ -71,7 +69,7 @@ def describe(c: StackComparison) -> list[str]:
     for way, r in c.runs.items():
         lines.append(
             f"| {way} | {r.startup_s:.0f} | {r.replay_s:.0f} | {r.wall_s:.0f} | "
-            f"{r.cpu.stack:.2f} / {r.cpu.client:.2f} / {r.cpu.other:.2f} | "
+            f"{r.cpu.watched:.2f} / {r.cpu.own:.2f} / {r.cpu.other:.2f} | "
             + ", ".join(f"{n} {u:.0%}" for n, u in r.utilization_by_node.items())
             + f" | {r.client_only} |"
         )
@@ -85,8 +83,8 @@ def format_run(run: StackRun) -> str:
         f"{run.client_only} rows from the client), run {run.run_id}",
         f"  time: startup {run.startup_s:.1f} s, replay {run.replay_s:.1f} s, "
         f"whole way {run.wall_s:.1f} s",
-        f"  cpu during the replay (cores): stack {run.cpu.stack:.2f}, client "
-        f"{run.cpu.client:.2f}, other work {run.cpu.other:.2f}",
+        f"  cpu during the replay (cores): stack {run.cpu.watched:.2f}, client "
+        f"{run.cpu.own:.2f}, other work {run.cpu.other:.2f}",
         f"  utilization {_x(f.utilization)} ("
         + ", ".join(f"{n} {u:.2f}" for n, u in run.utilization_by_node.items())
         + ")",

@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.isolation.stack_cpu import CpuMeter, CpuShare
+from benchmarks.common.cpu import CpuMeter, CpuShare
 from benchmarks.isolation.stack_format import describe, format_run
 from benchmarks.isolation.stack_pool import PoolStack, node_ids
 from benchmarks.isolation.stack_rows import merge_rows
@@ -97,7 +97,7 @@ class StackRun:
     startup_s: float  # stack start until every node serves the model
     replay_s: float  # first request until the last answer
     wall_s: float  # the way as a whole, stack start to stop
-    cpu: CpuShare  # cores used during the replay: stack, client, other
+    cpu: CpuShare  # cores used during the replay: the stack (watched), this client (own), other
     utilization_by_node: dict[str, float] = field(default_factory=dict)
 
 
