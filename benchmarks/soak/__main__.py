@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import json
 import math
-import os
 import random
 import sys
 import tempfile
@@ -29,8 +28,10 @@ from pathlib import Path
 
 import grpc
 
+from benchmarks.common.machine import host_line
 from benchmarks.common.procs import figures
 from benchmarks.common.supervised import MODEL, Load, SupervisedStack
+from benchmarks.common.targets import Target, Verdict, all_met, target_table
 from strata.client.sdk import AsyncClient
 from strata.core.stats import percentile
 from strata.rpc.channels import sync_channel
@@ -48,7 +49,13 @@ PROMPTS = [
     f"soak prompt {i}: " + "a shared system preamble for every request. " * (1 + i % 4)
     for i in range(24)
 ]
-TARGETS = {"rss_growth_after_warmup": 0.10, "leaked_blocks": 0, "failed_requests": 0}
+TARGETS = {
+    "rss": Target(
+        f"stack RSS growth after warm-up (minute {WARMUP_MIN} to the end)", "<", 0.10, "{:.0%}"
+    ),
+    "leak": Target("leaked KV blocks", "==", 0, "{:.0f}"),
+    "errors": Target("failed requests", "==", 0, "{:.0f}"),
+}
 OUT = Path(__file__).resolve().parents[2] / "docs" / "benchmarks"
 
 
@@ -180,22 +187,14 @@ def render(result: dict) -> str:
         "# Soak: the `make run` stack for 30 minutes at ~70% of its capacity",
         "",
         f"Command: `{r['command']}`  ",
-        f"Run: {r['started_utc']} UTC, {r['machine']}, model "
-        f"{r['model']}, {r['duration_s'] / 60:.0f} minutes",
+        f"Run: {r['started_utc']} UTC, model {r['model']}, {r['duration_s'] / 60:.0f} minutes  ",
+        f"Machine: {r['machine']}",
         "",
         f"Capacity (closed loop, {CAPACITY_CLIENTS} clients, {CAPACITY_S:.0f} s): "
         f"{r['capacity_rps']:.2f} requests/s of {MAX_TOKENS} tokens; offered "
         f"{r['rate_rps']:.2f} requests/s open-loop (Poisson, {LOAD_SHARE:.0%}).",
         "",
-        "| target | measured | verdict |",
-        "|---|---:|---|",
-        f"| RSS growth after warm-up (minute {WARMUP_MIN} to the end) < "
-        f"{TARGETS['rss_growth_after_warmup']:.0%} | {r['rss_growth']:+.1%} | "
-        f"{'met' if r['met']['rss'] else 'NOT met'} |",
-        f"| leaked KV blocks = 0 | {r['leaked_blocks']} | "
-        f"{'met' if r['met']['leak'] else 'NOT met'} |",
-        f"| failed requests = 0 | {r['failed']} of {r['sent']} | "
-        f"{'met' if r['met']['errors'] else 'NOT met'} |",
+        *target_table(Verdict(**v) for v in r["targets"]),
         "",
         "Each minute (stack = the supervisor and every process under it):",
         "",
@@ -223,13 +222,6 @@ def render(result: dict) -> str:
     if r["error_samples"]:
         lines += ["First errors:", "", *[f"- {e}" for e in r["error_samples"]], ""]
     return "\n".join(lines)
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -284,11 +276,18 @@ def main(argv: list[str] | None = None) -> int:
     base = minutes[min(WARMUP_MIN, len(minutes)) - 1].rss_mb if minutes else final.rss_mb
     growth = (final.rss_mb - base) / base if base else math.nan
     leaked = final.device_blocks_referenced + final.store_pinned
+    verdicts = {
+        "rss": TARGETS["rss"].judge(growth, f"{growth:+.1%}"),
+        "leak": TARGETS["leak"].judge(leaked),
+        "errors": TARGETS["errors"].judge(
+            len(tally.errors), f"{len(tally.errors)} of {tally.sent}"
+        ),
+    }
     result = {
         "command": args.command,
         "started_utc": started,
         "model": args.model,
-        "machine": f"{cpu_model()}, {os.cpu_count()} CPUs",
+        "machine": host_line(),
         "duration_s": args.duration,
         "capacity_rps": cap,
         "rate_rps": rate,
@@ -296,12 +295,8 @@ def main(argv: list[str] | None = None) -> int:
         "failed": len(tally.errors),
         "rss_growth": growth,
         "leaked_blocks": leaked,
-        "targets": TARGETS,
-        "met": {
-            "rss": growth < TARGETS["rss_growth_after_warmup"],
-            "leak": leaked == 0,
-            "errors": not tally.errors,
-        },
+        "targets": [asdict(v) for v in verdicts.values()],
+        "met": {k: v.passed for k, v in verdicts.items()},
         "minutes": [asdict(m) for m in minutes],
         "final": asdict(final),
         "error_samples": tally.errors[:10],
@@ -311,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     (out / "soak.json").write_text(json.dumps(result, indent=1) + "\n")
     (out / "soak.md").write_text(render(result))
     print(render(result))
-    return 0 if all(result["met"].values()) else 1
+    return 0 if all_met(verdicts.values()) else 1
 
 
 if __name__ == "__main__":
