@@ -406,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.placement.stack import run_stack_comparison
 
         stack = run_stack_comparison().describe()
-    from benchmarks.placement.report import render
+    from benchmarks.placement.report import judge, render
 
     Path(args.out).write_text(
         render(
@@ -422,6 +422,8 @@ def main(argv: list[str] | None = None) -> int:
             other,
         )
     )
+    for verdict in judge(results[0], results[1]):
+        print(verdict.line())
     print(f"wrote {args.out}")
     return 0
 

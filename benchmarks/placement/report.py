@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import datetime
-import platform
 
+from benchmarks.common.machine import host_line
+from benchmarks.common.tables import pct as _pct
+from benchmarks.common.targets import Target, Verdict, reported, target_table
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}%"
+# Issue 6's targets, judged on the first batch-aware run against the baseline.
+TARGETS = {
+    "utilization": Target("average utilization vs baseline", ">=", 0.20, "{:.0%}", " higher"),
+    "e2e_p99": Target("E2E P99 vs baseline", "<=", 0.03, "{:.0%}", " higher"),
+}
 
 
 def _change(a: float, b: float) -> float:
@@ -34,6 +39,27 @@ def describe_profile(profile, path: str) -> str:
     )
 
 
+def judge(base: dict, aware: dict) -> list[Verdict]:
+    """The targets on `aware` against `base`, and the work per GPU reported beside them."""
+    gain = _change(aware["utilization"], base["utilization"])
+    p99 = _change(aware["e2e_p99"], base["e2e_p99"])
+    return [
+        TARGETS["utilization"].judge(
+            gain,
+            f"{gain:+.1%} ({_pct(aware['utilization'])} vs {_pct(base['utilization'])})",
+        ),
+        TARGETS["e2e_p99"].judge(
+            p99, f"{p99:+.1%} ({aware['e2e_p99']:.0f} vs {base['e2e_p99']:.0f} ms)"
+        ),
+        reported(
+            "requests per GPU-hour vs baseline",
+            "(reported: busy time also grows when more replicas share the same work)",
+            f"{_change(aware['per_gpu_hour'], base['per_gpu_hour']):+.1%} "
+            f"({aware['per_gpu_hour']:,.0f} vs {base['per_gpu_hour']:,.0f})",
+        ),
+    ]
+
+
 def render(
     results: list[dict],
     args,
@@ -50,13 +76,11 @@ def render(
     description and its baseline and class-target results), then `stack` (the real-stack
     section, markdown; "" when it was not run)."""
     base, aware = results[0], results[1]
-    gain = _change(aware["utilization"], base["utilization"])
-    p99 = _change(aware["e2e_p99"], base["e2e_p99"])
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         "# Placement benchmark (simulated cluster)",
         "",
-        f"Run {now} with `{command}` on {platform.machine()}, {platform.python_version()}.",
+        f"Run {now} with `{command}` on {host_line()}.",
         "",
         f"{args.models} models on {args.gpus} simulated GPUs, one 'day' of {args.period:.0f} s in "
         f"{args.windows} windows: diurnal curves (amplitude 0.8) at four phases a quarter period "
@@ -151,30 +175,18 @@ def render(
             f"{a.get('ttft_p99', 0):.0f} / {a.get('tpot_p99', 0):.0f}, "
             f"{_pct(a.get('sla', 0))} |"
         )
-    util_ok = gain >= 0.20
-    p99_ok = p99 <= 0.03
     lines += [
         "",
         f"## Targets (issue 6), judged on {aware['name']}",
         "",
-        "| target | wanted | measured | result |",
-        "|---|---|---|---|",
-        f"| average utilization vs baseline | >= 20% higher | {gain:+.1%} "
-        f"({_pct(aware['utilization'])} vs {_pct(base['utilization'])}) | "
-        f"{'PASS' if util_ok else 'FAIL'} |",
-        f"| E2E P99 vs baseline | <= 3% higher | {p99:+.1%} ({aware['e2e_p99']:.0f} vs "
-        f"{base['e2e_p99']:.0f} ms) | {'PASS' if p99_ok else 'FAIL'} |",
-        f"| requests per GPU-hour vs baseline | (reported: busy time also grows when "
-        f"more replicas share the same work) | "
-        f"{_change(aware['per_gpu_hour'], base['per_gpu_hour']):+.1%} "
-        f"({aware['per_gpu_hour']:,.0f} vs {base['per_gpu_hour']:,.0f}) | - |",
+        *target_table(judge(base, aware)),
         "",
     ]
     meets = [
         r["name"]
         for r in results[1:]
-        if _change(r["utilization"], base["utilization"]) >= 0.20
-        and _change(r["e2e_p99"], base["e2e_p99"]) <= 0.03
+        if TARGETS["utilization"].met(_change(r["utilization"], base["utilization"]))
+        and TARGETS["e2e_p99"].met(_change(r["e2e_p99"], base["e2e_p99"]))
     ]
     tpot = [
         _change(aware["per_model"][m]["tpot_p99"], base["per_model"][m]["tpot_p99"])
