@@ -10,6 +10,7 @@ from services.node.heartbeat import heartbeat_loop
 from services.node.sampler import NodeSampler, sample_loop
 from services.node.servicer import NodeManagerServicer
 from strata.core.settings import load
+from strata.policy.placement.migration import routing_grace_s
 from strata.node.energy import EnergyMeter, PowerModel, open_counter
 from strata.node.replicas import ReplicaSet
 from strata.node.worker_pids import WorkerPids
@@ -42,7 +43,7 @@ async def main(cfg: NodeConfig) -> None:
     replicas = ReplicaSet(
         cfg.worker_settings(),
         cfg.worker_ready_timeout_s,
-        routing_grace_s=2 * cfg.heartbeat_interval_s,
+        routing_grace_s=routing_grace_s(cfg.heartbeat_interval_s),
         standby_per_model=cfg.node_standby,
         pids=pids,
     )

@@ -10,7 +10,7 @@ import signal
 from services.placement.actions import NodeClients
 from services.placement.config import PROG, PlacementConfig, PolicyName
 from services.placement.curves_source import MetricsCurves
-from services.placement.planner import Planner
+from services.placement.planner import Planner, PlannerSettings, SchedulerLink
 from services.placement.policies import BatchAwarePolicy, FfdPolicy, PlacementPolicy
 from services.placement.profiles import load_profiles
 from services.placement.servicer import PlacementServicer
@@ -77,16 +77,17 @@ async def main(cfg: PlacementConfig) -> None:
         burst_s=cfg.placement_burst_s,
     )
     planner = Planner(
-        scheduler=scheduler_pb2_grpc.SchedulerStub(scheduler_channel),
-        scheduler_addr=scheduler,
-        nodes=nodes,
-        models=cfg.models,
-        replicas=cfg.replica_counts,
-        memory_overrides=cfg.memory_overrides,
-        clock=WallClock(),
-        rpc_timeout_s=cfg.placement_rpc_timeout_s,
-        load_timeout_s=cfg.placement_load_timeout_s,
-        drain_timeout_ms=cfg.placement_drain_timeout_ms,
+        SchedulerLink(scheduler_pb2_grpc.SchedulerStub(scheduler_channel), scheduler),
+        nodes,
+        PlannerSettings(
+            models=cfg.models,
+            replicas=cfg.replica_counts,
+            memory_overrides=cfg.memory_overrides,
+            rpc_timeout_s=cfg.placement_rpc_timeout_s,
+            load_timeout_s=cfg.placement_load_timeout_s,
+            drain_timeout_ms=cfg.placement_drain_timeout_ms,
+        ),
+        WallClock(),
         policy=policy,
         curves=curves,
     )

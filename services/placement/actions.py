@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import grpc
 
-from services.placement.migrate import Retiring
 from strata.policy.clock import Clock
 from strata.policy.placement import Assignment, Unload
+from strata.policy.placement.migration import Retiring
 from strata.rpc.server import channel
 from strata.v1 import common_pb2, node_pb2, node_pb2_grpc
 

@@ -1,87 +1,56 @@
-"""Make-before-break: a replica that a plan replaces drains only after its replacement is READY.
-
-    LoadModel(new) --> the new replica READY in the scheduler's view (a worker warms up before
-    it reports READY, and the scheduler routes only to READY replicas, so routing shifts to it)
-    --> UnloadModel(old): the node manager drains the old replica's running requests, then
-    stops it
-
-A migration whose new replica FAILED, or that waits longer than the load timeout, is abandoned:
-the old replica keeps serving and the next round decides again. While a migration runs its old
-replicas are `leaving`: the planner hides them from the policy (their memory still counted), so
-a round in between neither counts them as replicas nor unloads the new one as a surplus.
-"""
+"""The planner's driver of make-before-break migrations (strata.policy.placement.migration):
+it polls the replica phases the scheduler lists until each migration's new replicas are READY,
+then unloads the old ones through the node managers. The state machine is the policy's; this
+module only supplies the wall clock's loop and the RPCs."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import grpc
 
-from strata.v1 import common_pb2
+from strata.policy.placement import Assignment
+from strata.policy.placement.migration import (
+    Migration,
+    MigrationBook,
+    ReplicaKey,
+    Retiring,
+)
+from strata.policy.registry import ReplicaPhase
 
 log = logging.getLogger(__name__)
 
-LOADING, DRAINING, DONE, ABANDONED = "loading", "draining", "done", "abandoned"
-
-
-@dataclass(slots=True)
-class Retiring:
-    model: str
-    node_id: str
-    replica_id: str
-    address: str
-    reason: str
-
-
-@dataclass(slots=True)
-class Migration:
-    model: str
-    new: list[tuple[str, str]]  # (node id, replica id): READY before any drain
-    old: list[Retiring]
-    state: str = LOADING
-    detail: str = ""
-    version: int = 0  # the plan version that started it
-    to_replica: dict[str, str] = field(default_factory=dict)  # old replica id -> its successor
-
-
-ReplicaStates = Callable[[], Awaitable[dict[tuple[str, str], int]]]
+ReplicaPhases = Callable[[], Awaitable[Mapping[ReplicaKey, ReplicaPhase]]]
 Unloader = Callable[[Retiring], Awaitable[bool]]
 
 
 class Migrations:
     def __init__(
-        self,
-        states: ReplicaStates,
-        unload: Unloader,
-        ready_timeout_s: float,
-        poll_s: float = 0.25,
-        history: int = 64,
+        self, book: MigrationBook, phases: ReplicaPhases, unload: Unloader, poll_s: float = 0.25
     ) -> None:
-        self._states = states
+        self.book = book
+        self._phases = phases
         self._unload = unload
-        self._ready_timeout_s = ready_timeout_s
         self._poll_s = poll_s
         self._tasks: set[asyncio.Task] = set()
-        self._running: list[Migration] = []
-        self.recent: deque[Migration] = deque(maxlen=history)
+        self._driver: asyncio.Task | None = None
 
-    def leaving(self) -> dict[tuple[str, str], Retiring]:
-        """Old replicas of migrations still running, by (node id, replica id)."""
-        return {(r.node_id, r.replica_id): r for m in self._running for r in m.old}
-
-    def in_flight(self, model: str) -> bool:
-        return any(m.model == model for m in self._running)
-
-    def start(self, migration: Migration) -> None:
-        self._running.append(migration)
-        self.recent.append(migration)
-        task = asyncio.create_task(self._run(migration))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def start(
+        self, loaded: Sequence[Assignment], replaced: Sequence[Retiring], version: int
+    ) -> list[Migration]:
+        started = self.book.start(loaded, replaced, version)
+        for m in started:
+            log.info(
+                "moving %s: %s drain(s) once %s READY",
+                m.model,
+                ", ".join(f"{r.replica_id}@{r.node_id}" for r in m.old),
+                ", ".join(f"{rid}@{nid}" for nid, rid in m.new),
+            )
+        if started and (self._driver is None or self._driver.done()):
+            self._driver = self._spawn(self._drive())
+        return started
 
     async def wait_idle(self) -> None:
         """Until every running migration has finished (tests, shutdown)."""
@@ -92,47 +61,32 @@ class Migrations:
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        self.book.cancel_all("the planner stopped")
 
-    async def _run(self, m: Migration) -> None:
-        try:
-            if await self._ready(m):
-                m.state = DRAINING
-                done = await asyncio.gather(*(self._unload(r) for r in m.old))
-                m.state = DONE
-                if not all(done):
-                    m.detail = "an old replica did not unload; the next round retries it"
-        finally:
-            self._running.remove(m)
+    def _spawn(self, work: Awaitable[None]) -> asyncio.Task:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
 
-    async def _ready(self, m: Migration) -> bool:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._ready_timeout_s
-        while True:
+    async def _drive(self) -> None:
+        while self.book.loading():
             try:
-                states = await self._states()
+                phases: Mapping[ReplicaKey, ReplicaPhase] | None = await self._phases()
             except grpc.aio.AioRpcError as err:
-                states = None
+                phases = None
                 log.warning(
-                    "migration of %s: the scheduler did not list nodes (%s); still waiting",
-                    m.model,
+                    "migrations: the scheduler did not list nodes (%s); still waiting",
                     err.code().name,
                 )
-            if states is not None:
-                waiting = [k for k in m.new if states.get(k) != common_pb2.REPLICA_STATE_READY]
-                if not waiting:
-                    return True
-                failed = [k for k in waiting if states.get(k) == common_pb2.REPLICA_STATE_FAILED]
-                if failed:
-                    return self._abandon(
-                        m, f"new replica {failed[0][1]} on {failed[0][0]} failed to start"
-                    )
-            if loop.time() >= deadline:
-                return self._abandon(
-                    m, f"new replica(s) not READY after {self._ready_timeout_s:g} s"
-                )
-            await asyncio.sleep(self._poll_s)
+            progress = self.book.advance(phases)
+            for m in progress.abandoned:
+                log.warning("migration of %s abandoned: %s", m.model, m.detail)
+            for m in progress.drain:
+                self._spawn(self._retire(m))
+            if self.book.loading():
+                await asyncio.sleep(self._poll_s)
 
-    def _abandon(self, m: Migration, why: str) -> bool:
-        m.state, m.detail = ABANDONED, f"{why}; the old replica keeps serving"
-        log.warning("migration of %s abandoned: %s", m.model, m.detail)
-        return False
+    async def _retire(self, m: Migration) -> None:
+        done = await asyncio.gather(*(self._unload(r) for r in m.old))
+        self.book.finish(m, all(done))

@@ -6,7 +6,8 @@ through the node managers:
 
     loads        LoadModel at once, unless the node has no room until its own unloads finish
     replacements the unloads of a model that also loads this round (moves, replicas leaving a
-                 cordoned node) drain only once the new replicas are READY (services.placement
+                 cordoned node) drain only once the new replicas are READY (the migration state
+                 machine of strata.policy.placement.migration, driven by services.placement
                  .migrate), so a model never goes without a serving replica
     other unloads (surplus, undesired models) drain at once, then the loads that waited for room
 
@@ -29,7 +30,7 @@ from opentelemetry import trace
 from services.placement import convert
 from services.placement.actions import NodeActions, NodeClients
 from services.placement.curves_source import MetricsCurves
-from services.placement.migrate import Migration, Migrations, Retiring
+from services.placement.migrate import Migrations
 from services.placement.policies import FfdPolicy, Outcome, PlacementPolicy
 from services.placement.profiles import device_kind
 from strata.core.defaults import NODE_TTL_S
@@ -43,6 +44,9 @@ from strata.policy.placement import (
     PlacementPlan,
     Unload,
 )
+from strata.policy.placement.migration import Migration, MigrationBook, Retiring, split_unloads
+from strata.policy.registry import ReplicaPhase
+from strata.rpc.convert import phase_from_pb
 from strata.telemetry import names
 from strata.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 
@@ -69,37 +73,50 @@ class PlanSnapshot:
     migrations: tuple[Migration, ...] = field(default_factory=tuple)
 
 
+@dataclass(slots=True, frozen=True)
+class SchedulerLink:
+    stub: scheduler_pb2_grpc.SchedulerStub
+    address: str  # named in the error when it does not answer
+
+
+@dataclass(slots=True, frozen=True)
+class PlannerSettings:
+    """What the planner places, and how long it gives node managers and new replicas."""
+
+    models: tuple[str, ...]
+    replicas: Mapping[str, int] = field(default_factory=dict)  # per model; absent: 1
+    memory_overrides: Mapping[str, int] = field(default_factory=dict)
+    rpc_timeout_s: float = 5.0
+    load_timeout_s: float = 300.0  # LoadModel's deadline, and a migration's wait for READY
+    drain_timeout_ms: int = 30_000
+    pending_grace_s: float = NODE_TTL_S  # a load no heartbeat shows is forgotten after this
+    ready_poll_s: float = 0.25
+
+
 class Planner:
+    """The replan loop (module docstring). `clock` times pending loads and migrations;
+    `wall_ms` stamps plan versions."""
+
     def __init__(
         self,
-        *,
-        scheduler: scheduler_pb2_grpc.SchedulerStub,
-        scheduler_addr: str,
+        scheduler: SchedulerLink,
         nodes: NodeClients,
-        models: Sequence[str],
-        replicas: Mapping[str, int],
-        memory_overrides: Mapping[str, int],
+        settings: PlannerSettings,
         clock: Clock,
-        rpc_timeout_s: float = 5.0,
-        load_timeout_s: float = 300.0,
-        drain_timeout_ms: int = 30_000,
-        pending_grace_s: float = NODE_TTL_S,
-        tracer: trace.Tracer | None = None,
-        wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        *,
         policy: PlacementPolicy | None = None,
         curves: MetricsCurves | None = None,
-        ready_poll_s: float = 0.25,
+        tracer: trace.Tracer | None = None,
+        wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
-        self._scheduler = scheduler
-        self._scheduler_addr = scheduler_addr
+        self._scheduler = scheduler.stub
+        self._scheduler_addr = scheduler.address
         self._nodes = nodes
-        self._models = tuple(models)
-        self._replicas = {m: replicas.get(m, 1) for m in self._models}
-        self._overrides = dict(memory_overrides)
+        self._models = tuple(settings.models)
+        self._replicas = {m: settings.replicas.get(m, 1) for m in self._models}
+        self._overrides = dict(settings.memory_overrides)
         self._clock = clock
-        self._rpc_timeout_s = rpc_timeout_s
-        self._load_timeout_s = load_timeout_s
-        self._drain_timeout_ms = drain_timeout_ms
+        self._rpc_timeout_s = settings.rpc_timeout_s
         self._tracer = tracer or trace.get_tracer(__name__)
         self._wall_ms = wall_ms
         self._policy = policy or FfdPolicy()
@@ -108,14 +125,17 @@ class Planner:
         self._actions = NodeActions(
             nodes,
             clock,
-            rpc_timeout_s=rpc_timeout_s,
-            load_timeout_s=load_timeout_s,
-            drain_timeout_ms=drain_timeout_ms,
-            pending_grace_s=pending_grace_s,
+            rpc_timeout_s=settings.rpc_timeout_s,
+            load_timeout_s=settings.load_timeout_s,
+            drain_timeout_ms=settings.drain_timeout_ms,
+            pending_grace_s=settings.pending_grace_s,
         )
         self._cordoned: set[str] = set()
         self.migrations = Migrations(
-            self._replica_states, self._actions.retire, load_timeout_s, poll_s=ready_poll_s
+            MigrationBook(clock, settings.load_timeout_s),
+            self._replica_phases,
+            self._actions.retire,
+            poll_s=settings.ready_poll_s,
         )
         self.latest: PlanSnapshot | None = None
 
@@ -196,11 +216,15 @@ class Planner:
         advertised = {m.name: m.memory_bytes for m in served.models if m.memory_bytes > 0}
         return list(listed.nodes), advertised
 
-    async def _replica_states(self) -> dict[tuple[str, str], int]:
+    async def _replica_phases(self) -> dict[tuple[str, str], ReplicaPhase]:
         listed = await self._scheduler.ListNodes(
             scheduler_pb2.ListNodesRequest(), timeout=self._rpc_timeout_s
         )
-        return {(n.node_id, r.replica_id): r.state for n in listed.nodes for r in n.replicas}
+        return {
+            (n.node_id, r.replica_id): phase_from_pb(r.state)
+            for n in listed.nodes
+            for r in n.replicas
+        }
 
     def _capacity(self, node: common_pb2.NodeInfo, advertised: Mapping[str, int]) -> NodeCapacity:
         extra = tuple(
@@ -211,7 +235,7 @@ class Planner:
             node, lambda m: self.memory_need(m, advertised) or 0, self._actions.managed, extra
         )
         # Replicas a migration is retiring: not the policy's to count, but their memory is held.
-        leaving = self.migrations.leaving()
+        leaving = self.migrations.book.leaving()
         gone = [r for r in capacity.replicas if (node.node_id, r.replica_id) in leaving]
         return NodeCapacity(
             capacity.node_id,
@@ -232,14 +256,9 @@ class Planner:
             for n in nodes
             for c in [self._capacity(n, advertised)]
         }
-        leaving = self.migrations.leaving()
-        replaced = [u for u in plan.unloads if self._loads_of(plan, u.model)]
-        replaced += self._cordon_unloads(plan, nodes, leaving)
-        at_once = [
-            u
-            for u in plan.unloads
-            if u not in replaced and (u.node_id, u.replica_id) not in leaving
-        ]
+        leaving = self.migrations.book.leaving()
+        split = split_unloads(plan, leaving, self._cordon_unloads(plan, nodes, leaving))
+        at_once = split.at_once
         notes = [
             f"{u.model} stays on cordoned {u.node_id}: no replacement could be placed"
             for u in self._stranded(plan, nodes, leaving)
@@ -250,8 +269,13 @@ class Planner:
             (now if free.get(a.node_id, 0) >= need else later).append(a)
             free[a.node_id] = free.get(a.node_id, 0) - need
         loaded = await asyncio.gather(*(self._actions.load(a, addresses[a.node_id]) for a in now))
-        self._start_migrations(
-            [a for a, ok in zip(now, loaded) if ok], replaced, addresses, version
+        self.migrations.start(
+            [a for a, ok in zip(now, loaded) if ok],
+            [
+                Retiring(u.model, u.node_id, u.replica_id, addresses[u.node_id], u.reason)
+                for u in split.replaced
+            ],
+            version,
         )
         unloaded = await asyncio.gather(
             *(self._actions.unload(u, addresses[u.node_id]) for u in at_once)
@@ -286,7 +310,7 @@ class Planner:
         return [
             u
             for u in self._on_cordoned(nodes, leaving)
-            if not self._loads_of(plan, u.model) and not self.migrations.in_flight(u.model)
+            if not self._loads_of(plan, u.model) and not self.migrations.book.in_flight(u.model)
         ]
 
     def _on_cordoned(self, nodes: Sequence[common_pb2.NodeInfo], leaving: Mapping) -> list[Unload]:
@@ -299,33 +323,6 @@ class Planner:
             and r.state in convert.OCCUPYING
             and (n.node_id, r.replica_id) not in leaving
         ]
-
-    def _start_migrations(
-        self,
-        loaded: Sequence[Assignment],
-        replaced: Sequence[Unload],
-        addresses: Mapping[str, str],
-        version: int,
-    ) -> None:
-        for model in sorted({u.model for u in replaced}):
-            new = [(a.node_id, a.replica_id) for a in loaded if a.model == model]
-            if not new:
-                continue  # its load failed: the old replicas stay, next round retries
-            old = [
-                Retiring(u.model, u.node_id, u.replica_id, addresses[u.node_id], u.reason)
-                for u in replaced
-                if u.model == model
-            ]
-            successors = {r.replica_id: new[min(i, len(new) - 1)][1] for i, r in enumerate(old)}
-            self.migrations.start(
-                Migration(model, new, old, version=version, to_replica=successors)
-            )
-            log.info(
-                "moving %s: %s drain(s) once %s READY",
-                model,
-                ", ".join(f"{r.replica_id}@{r.node_id}" for r in old),
-                ", ".join(f"{rid}@{nid}" for nid, rid in new),
-            )
 
     def _next_version(self, outcome: Outcome) -> int:
         previous = self.latest
@@ -348,7 +345,7 @@ class Planner:
             self._policy.name,
             tuple(sorted(self._cordoned)),
             tuple(notes),
-            tuple(m for m in self.migrations.recent if m.version == version),
+            tuple(m for m in self.migrations.book.recent if m.version == version),
         )
         if same:
             return self.latest

@@ -73,7 +73,7 @@ def _to_pb(snapshot: PlanSnapshot) -> placement_pb2.PlacementPlan:
             from_replica_id=r.replica_id,
             to_node_id=next((n for n, rid in m.new if rid == m.to_replica.get(r.replica_id)), ""),
             to_replica_id=m.to_replica.get(r.replica_id, ""),
-            state=m.state,
+            state=str(m.phase),
             reason=f"{r.reason}{'; ' + m.detail if m.detail else ''}",
         )
         for m in snapshot.migrations

@@ -7,29 +7,22 @@ from collections.abc import Iterable
 from strata.policy.registry import (
     ModelInfo,
     NodeState,
-    ReplicaPhase,
     ReplicaState,
 )
-from strata.rpc.convert import tenant_load_from_pb, tenant_load_to_pb
+from strata.rpc.convert import (
+    phase_from_pb,
+    phase_to_pb,
+    tenant_load_from_pb,
+    tenant_load_to_pb,
+)
 from strata.v1 import common_pb2
-
-_PHASE_FROM_PB = {
-    common_pb2.REPLICA_STATE_UNSPECIFIED: ReplicaPhase.UNSPECIFIED,
-    common_pb2.REPLICA_STATE_LOADING: ReplicaPhase.LOADING,
-    common_pb2.REPLICA_STATE_READY: ReplicaPhase.READY,
-    common_pb2.REPLICA_STATE_DRAINING: ReplicaPhase.DRAINING,
-    common_pb2.REPLICA_STATE_FAILED: ReplicaPhase.FAILED,
-    common_pb2.REPLICA_STATE_STANDBY: ReplicaPhase.STANDBY,
-}
-_PHASE_TO_PB = {v: k for k, v in _PHASE_FROM_PB.items()}
 
 
 def replica_from_pb(r: common_pb2.ReplicaInfo) -> ReplicaState:
     return ReplicaState(
         model=r.model,
         replica_id=r.replica_id,
-        # A state added to the proto later reads as UNSPECIFIED, which routing never picks.
-        phase=_PHASE_FROM_PB.get(r.state, ReplicaPhase.UNSPECIFIED),
+        phase=phase_from_pb(r.state),
         worker_address=r.worker_address,
         running_requests=r.running_requests,
         waiting_requests=r.waiting_requests,
@@ -47,7 +40,7 @@ def replica_to_pb(r: ReplicaState) -> common_pb2.ReplicaInfo:
     return common_pb2.ReplicaInfo(
         model=r.model,
         replica_id=r.replica_id,
-        state=_PHASE_TO_PB[r.phase],
+        state=phase_to_pb(r.phase),
         worker_address=r.worker_address,
         running_requests=r.running_requests,
         waiting_requests=r.waiting_requests,

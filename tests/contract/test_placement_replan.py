@@ -12,9 +12,9 @@ import pytest
 
 from services.placement.actions import NodeClients
 from services.placement.curves_source import CurveSnapshot, snapshot
-from services.placement.planner import Planner
+from services.placement.planner import Planner, PlannerSettings, SchedulerLink
 from services.placement.policies import BatchAwarePolicy
-from strata.policy.clock import ManualClock
+from strata.policy.clock import WallClock
 from strata.policy.placement import (
     ArrivalCurve,
     BatchAwareSettings,
@@ -66,21 +66,25 @@ def planner(
     cluster: Cluster, models=(MODEL,), policy=None, curves=None, load_timeout_s=300.0
 ) -> Planner:
     cluster.nodes = NodeClients()
+    # The wall clock: migrations wait for READY replicas in real time here.
     return Planner(
-        scheduler=scheduler_pb2_grpc.SchedulerStub(cluster.channel(cluster.scheduler_addr)),
-        scheduler_addr=cluster.scheduler_addr,
-        nodes=cluster.nodes,
-        models=models,
-        replicas={},
-        memory_overrides={m: GB for m in models},
-        clock=ManualClock(),
-        rpc_timeout_s=2.0,
-        drain_timeout_ms=100,
-        load_timeout_s=load_timeout_s,
+        SchedulerLink(
+            scheduler_pb2_grpc.SchedulerStub(cluster.channel(cluster.scheduler_addr)),
+            cluster.scheduler_addr,
+        ),
+        cluster.nodes,
+        PlannerSettings(
+            models=models,
+            memory_overrides={m: GB for m in models},
+            rpc_timeout_s=2.0,
+            drain_timeout_ms=100,
+            load_timeout_s=load_timeout_s,
+            ready_poll_s=0.01,
+        ),
+        WallClock(),
         wall_ms=lambda: 1_700_000_000_000,
         policy=policy,
         curves=curves,
-        ready_poll_s=0.01,
     )
 
 

@@ -19,7 +19,7 @@ from services.placement.config import (
     parse_memory_overrides,
     parse_replicas,
 )
-from services.placement.planner import Planner
+from services.placement.planner import Planner, PlannerSettings, SchedulerLink
 from services.placement.servicer import PlacementServicer
 from services.scheduler.servicer import SchedulerServicer
 from strata.core.settings import ConfigError
@@ -118,15 +118,12 @@ class Cluster:
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(self.exporter))
         return Planner(
-            scheduler=scheduler_pb2_grpc.SchedulerStub(self.channel(scheduler_addr)),
-            scheduler_addr=scheduler_addr,
-            nodes=self.nodes,
-            models=models,
-            replicas={},
-            memory_overrides={},
-            clock=clock or ManualClock(),
-            rpc_timeout_s=2.0,
-            drain_timeout_ms=100,
+            SchedulerLink(
+                scheduler_pb2_grpc.SchedulerStub(self.channel(scheduler_addr)), scheduler_addr
+            ),
+            self.nodes,
+            PlannerSettings(models=models, rpc_timeout_s=2.0, drain_timeout_ms=100),
+            clock or ManualClock(),
             tracer=provider.get_tracer("t"),
             wall_ms=lambda: 1_700_000_000_000,
         )

@@ -32,6 +32,7 @@ import grpc
 from strata.core.counters import EngineCounters
 from strata.node.worker_pids import WorkerPids
 from strata.node.worker_process import WorkerProcess, WorkerStartError
+from strata.policy.placement.migration import DrainRule
 from strata.rpc.server import channel
 from strata.v1 import worker_pb2, worker_pb2_grpc
 
@@ -121,7 +122,8 @@ class ReplicaSet:
         self.standby_per_model = standby_per_model
         self.takeovers: deque[Takeover] = deque(maxlen=100)
         # How long a draining replica still takes requests routed to it by name: the scheduler
-        # learns of the drain at this node's next heartbeat and routes here until then.
+        # learns of the drain at this node's next heartbeat and routes here until then
+        # (strata.policy.placement.migration.routing_grace_s).
         self.routing_grace_s = routing_grace_s
         self.replicas: dict[str, Replica] = {}
         self._ids = itertools.count()
@@ -274,9 +276,8 @@ class ReplicaSet:
 
     async def _drain_and_stop(self, replica: Replica, drain_timeout_s: float) -> None:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + drain_timeout_s
-        settled = loop.time() + min(self.routing_grace_s, drain_timeout_s)
-        while (replica.in_flight or loop.time() < settled) and loop.time() < deadline:
+        rule, start = DrainRule(self.routing_grace_s, drain_timeout_s), loop.time()
+        while not rule.done(start, loop.time(), replica.in_flight):
             await asyncio.sleep(0.05)
         replica.stopping = True
         await replica.process.stop()

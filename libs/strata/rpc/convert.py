@@ -3,8 +3,27 @@ scheduler reads): one pair of converters per type."""
 
 from __future__ import annotations
 
-from strata.policy.registry import TenantLoad
+from strata.policy.registry import ReplicaPhase, TenantLoad
 from strata.v1 import common_pb2
+
+_PHASE_FROM_PB = {
+    common_pb2.REPLICA_STATE_UNSPECIFIED: ReplicaPhase.UNSPECIFIED,
+    common_pb2.REPLICA_STATE_LOADING: ReplicaPhase.LOADING,
+    common_pb2.REPLICA_STATE_READY: ReplicaPhase.READY,
+    common_pb2.REPLICA_STATE_DRAINING: ReplicaPhase.DRAINING,
+    common_pb2.REPLICA_STATE_FAILED: ReplicaPhase.FAILED,
+    common_pb2.REPLICA_STATE_STANDBY: ReplicaPhase.STANDBY,
+}
+_PHASE_TO_PB = {v: k for k, v in _PHASE_FROM_PB.items()}
+
+
+def phase_from_pb(state: int) -> ReplicaPhase:
+    """A state added to the proto later reads as UNSPECIFIED, which routing never picks."""
+    return _PHASE_FROM_PB.get(state, ReplicaPhase.UNSPECIFIED)
+
+
+def phase_to_pb(phase: ReplicaPhase) -> common_pb2.ReplicaState:
+    return _PHASE_TO_PB[phase]
 
 
 def tenant_load_to_pb(t: TenantLoad) -> common_pb2.TenantLoad:

@@ -14,27 +14,29 @@
                     the scheduler's prefix index (strata.sim.kv_tiers), which routing reads
                     with each request's prompt block hashes
 
-Off by default, so results without them stay as they were: SimConfig.kv_tiers gives every node
+Off by default (evicted blocks vanish, routing is by load): SimConfig.kv_tiers gives every node
 host and disk tiers below its replicas' device pools (evicted blocks go there, prefixes load back
 from there), SimConfig.prefix_routing the prefix index and hashes.
 
-Events at one instant run in this order: arrivals and admissions, then step ends and starts,
-then heartbeats, samples and replans; so requests admitted at the instant a step ends join the
-next step, as the engine takes adds in between steps.
+A replan applies its plan as the placement planner does, through the same state machine
+(strata.policy.placement.migration): the unloads of a model that also loads this round wait
+until the scheduler's view (the heartbeats) shows every new replica READY; a draining replica
+still takes what routing sends it for the routing grace and leaves once it has no work.
+
+Events are typed (strata.sim.events), and at one instant they run in priority order.
 """
 
 from __future__ import annotations
 
 import heapq
 import json
+import math
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
-from strata.core.blocks import DEFAULT_BLOCK_SIZE
 from strata.core.defaults import HEARTBEAT_INTERVAL_S
-from strata.core.profile import EngineProfile, RequestOverheads, StepCosts
 from strata.core.records import NodeSampleRecord, RequestRecord
 from strata.node.energy import PowerModel
 from strata.policy.clock import ManualClock
@@ -47,68 +49,42 @@ from strata.policy.placement import (
     PlacementPlan,
     plan_placement,
 )
-from strata.policy.registry import (
-    ModelInfo,
-    NodeRegistry,
-    NodeState,
-    ReplicaPhase,
-    ReplicaState,
+from strata.policy.placement.migration import (
+    DrainRule,
+    MigrationBook,
+    Retiring,
+    routing_grace_s,
+    split_unloads,
 )
+from strata.policy.registry import NodeRegistry, ReplicaPhase
 from strata.policy.routing import Router
 from strata.policy.scheduling.admission import Refusal
 from strata.policy.scheduling.fair_queue import QueueItem
 from strata.policy.scheduling.global_scheduler import GlobalScheduler
 from strata.policy.scheduling.ledger import PoolLedger
+from strata.sim.events import (
+    Admit,
+    Event,
+    Heartbeat,
+    KVReport,
+    Loaded,
+    Replan,
+    Retry,
+    RunNext,
+    Sample,
+    Settled,
+    StepEnd,
+)
 from strata.sim.kv_tiers import KVTierSpec, NodeKV
-from strata.sim.replica import Active, Counters, EngineLimits, SimReplica, shared_factor
+from strata.sim.node import NodeMode, SimNode
+from strata.sim.replica import Active, SimReplica, shared_factor
+from strata.sim.spec import ModelSpec, model_spec
 from strata.sim.tenancy import NodeFront, Tenancy
 from strata.sim.workload import SimRequest
 
-# Event priorities at one instant, and kinds.
-_P_ADMIT, _P_STEP, _P_PERIODIC = 0, 1, 2
-(_ADMIT, _RUN, _STEP_END, _HEARTBEAT, _SAMPLE, _REPLAN, _LOADED, _RETRY, _SETTLED, _KV_REPORT) = (
-    range(10)
-)
-_STEP, _STRETCH, _FREE = range(3)  # what a node's pending step end applies
+__all__ = ["ModelSpec", "SimConfig", "SimResult", "Simulator", "model_spec", "params_json"]
 
 PlacementFn = Callable[[Sequence[NodeCapacity], Sequence[ModelDemand]], PlacementPlan]
-
-
-@dataclass(slots=True, frozen=True)
-class ModelSpec:
-    name: str
-    costs: StepCosts
-    limits: EngineLimits
-    memory_bytes: int
-    overheads: RequestOverheads = RequestOverheads()
-    kv_block_bytes: int = 0  # one KV block's bytes (prices tier loads; 0: unknown)
-    colocation_share: float = 1.0  # of a neighbour's decode step (strata.sim.replica)
-    prefill_colocation_share: float = 1.0  # of a neighbour's step that prefills
-
-
-def model_spec(
-    profile: EngineProfile,
-    memory_bytes: int,
-    kv_cache_bytes: int = 256 << 20,
-    num_blocks: int = 0,
-    block_size: int = DEFAULT_BLOCK_SIZE,
-    max_batched_tokens: int = 2048,
-    max_seqs: int = 32,
-    overheads: RequestOverheads | None = None,
-) -> ModelSpec:
-    """A model as a worker with these engine settings would run it, priced by `profile`; the
-    KV pool is num_blocks, or (0) sized from kv_cache_bytes exactly as the engine sizes it."""
-    blocks = num_blocks or max(1, kv_cache_bytes // (profile.kv_bytes_per_token * block_size))
-    return ModelSpec(
-        profile.model,
-        profile.costs,
-        EngineLimits(blocks, block_size, max_batched_tokens, max_seqs, profile.max_context),
-        memory_bytes,
-        overheads or profile.overheads,
-        profile.kv_bytes_per_token * block_size,
-        profile.colocation_share,
-        profile.prefill_colocation_share,
-    )
 
 
 @dataclass(slots=True, frozen=True)
@@ -136,29 +112,6 @@ class SimConfig:
             raise ValueError(f"horizon_s must be positive, got {self.horizon_s}")
         if not self.kv_events_s > 0:
             raise ValueError(f"kv_events_s must be positive, got {self.kv_events_s}")
-
-
-@dataclass(slots=True)
-class SimNode:
-    node_id: str
-    memory_bytes: int
-    replicas: list[SimReplica] = field(default_factory=list)
-    phases: dict[str, ReplicaPhase] = field(default_factory=dict)
-    settles: dict[str, float] = field(default_factory=dict)  # DRAINING: routing grace ends
-    current: SimReplica | None = None
-    mode: int = _STEP
-    gen: int = 0
-    run_pending: bool = False
-    next_rr: int = 0
-    last: Counters = field(default_factory=Counters)
-    last_sample_s: float = 0.0
-    energy_j: float = 0.0
-    preemptions: int = 0
-    stretching: list[SimReplica] = field(default_factory=list)  # in the node's stretch
-    last_state: NodeState | None = None  # the last heartbeat's report, and its figures
-    last_figures: tuple = ()
-    front: NodeFront | None = None  # with a Tenancy: the node's queue for engine slots
-    kv: NodeKV | None = None  # with tiers or prefix routing: the node's blocks
 
 
 @dataclass(slots=True)
@@ -219,7 +172,7 @@ class Simulator:
             for node in self.nodes.values():
                 node.front = NodeFront.build(tenancy.queue, self.clock)
         self.replicas: dict[str, SimReplica] = {}
-        self._heap: list[tuple] = []
+        self._heap: list[tuple[float, int, int, Event]] = []
         self._n = 0
         self.rows: list[RequestRecord] = []
         self.samples: list[NodeSampleRecord] = []
@@ -228,14 +181,27 @@ class Simulator:
         self.routed: dict[int, str] = {}  # request index -> replica id
         self._outstanding = 0
         self._retired_steps = 0
-        # Make before break, as the planner service migrates: a replica a replan unloads while
-        # it loads the same model elsewhere keeps serving until the new ones are READY.
-        self._leaving: dict[str, list[tuple[SimNode, str]]] = {}
+        # Make before break, as the planner service migrates (no load fails here, so no
+        # migration times out); a drain waits for its work, however long.
+        self.migrations = MigrationBook(self.clock, ready_timeout_s=math.inf)
+        self.drain = DrainRule(routing_grace_s(config.heartbeat_s))
+        self._handlers = {
+            Admit: self._on_admit,
+            Retry: self._on_retry,
+            RunNext: self._on_run_next,
+            StepEnd: self._on_step_end,
+            Heartbeat: self._on_heartbeat,
+            Sample: self._on_sample,
+            KVReport: self._on_kv_report,
+            Replan: self._on_replan,
+            Loaded: self._on_loaded,
+            Settled: self._on_settled,
+        }
 
     # -- event queue ---------------------------------------------------------------------------
-    def _push(self, t: float, prio: int, kind: int, a=None, b=None) -> None:
+    def _push(self, t: float, event: Event) -> None:
         self._n += 1
-        heapq.heappush(self._heap, (t, prio, self._n, kind, a, b))
+        heapq.heappush(self._heap, (t, event.priority, self._n, event))
 
     def run(self, requests: Sequence[SimRequest]) -> SimResult:
         started = time.perf_counter()
@@ -245,12 +211,12 @@ class Simulator:
             self._sample(node, 0.0)  # the node layer covers the window from its first sample
             # Staggered as real nodes are: each on its own phase of the interval.
             offset = (i + 1) / (len(self.nodes) + 1)
-            self._push(self.cfg.heartbeat_s * offset, _P_PERIODIC, _HEARTBEAT, node)
-            self._push(self.cfg.sample_s * offset, _P_PERIODIC, _SAMPLE, node)
+            self._push(self.cfg.heartbeat_s * offset, Heartbeat(node))
+            self._push(self.cfg.sample_s * offset, Sample(node))
             if self.kv_index is not None:
-                self._push(self.cfg.kv_events_s * offset, _P_PERIODIC, _KV_REPORT, node)
+                self._push(self.cfg.kv_events_s * offset, KVReport(node))
         if self.cfg.replan_s:
-            self._push(self.cfg.replan_s, _P_PERIODIC, _REPLAN)
+            self._push(self.cfg.replan_s, Replan())
         ordered = sorted(requests, key=lambda r: r.arrival_s)
         self._outstanding = len(ordered)
         events = i = 0
@@ -277,38 +243,10 @@ class Simulator:
                 continue
             if not heap:
                 break
-            now, _, _, kind, a, b = heapq.heappop(heap)
+            now, _, _, event = heapq.heappop(heap)
             self.clock.set(now)
             events += 1
-            if kind == _ADMIT:
-                self._admit(a, b, now)
-            elif kind == _STEP_END:
-                if b == a.gen:
-                    self._step_end(a, now)
-            elif kind == _RUN:
-                a.run_pending = False
-                if a.current is None:
-                    self._start_next(a, now)
-            elif kind == _HEARTBEAT:
-                self._heartbeat(a, now)
-                self._push(now + self.cfg.heartbeat_s, _P_PERIODIC, _HEARTBEAT, a)
-            elif kind == _SAMPLE:
-                self._sample(a, now)
-                self._push(now + self.cfg.sample_s, _P_PERIODIC, _SAMPLE, a)
-            elif kind == _REPLAN:
-                self._replan(now)
-                self._push(now + self.cfg.replan_s, _P_PERIODIC, _REPLAN)
-            elif kind == _RETRY:
-                self._arrive(a, now, first_s=b)
-            elif kind == _KV_REPORT:
-                self._kv_report(a, now)
-                self._push(now + self.cfg.kv_events_s, _P_PERIODIC, _KV_REPORT, a)
-            elif kind == _LOADED:
-                node, replica = a, b
-                if node.phases.get(replica.replica_id) is ReplicaPhase.LOADING:
-                    node.phases[replica.replica_id] = ReplicaPhase.READY
-            elif kind == _SETTLED:
-                self._retire_drained(a)
+            self._handlers[type(event)](event, now)
         for node in self.nodes.values():
             if node.last_sample_s < now:
                 self._sample(node, now)
@@ -323,6 +261,47 @@ class Simulator:
             self.stretches,
             self.plans,
         )
+
+    # -- events --------------------------------------------------------------------------------
+    def _on_admit(self, e: Admit, now: float) -> None:
+        self._admit(e.replica, e.request, e.first_s, now)
+
+    def _on_retry(self, e: Retry, now: float) -> None:
+        self._arrive(e.request, now, first_s=e.first_s)
+
+    def _on_run_next(self, e: RunNext, now: float) -> None:
+        e.node.run_pending = False
+        if e.node.current is None:
+            self._start_next(e.node, now)
+
+    def _on_step_end(self, e: StepEnd, now: float) -> None:
+        if e.gen == e.node.gen:
+            self._step_end(e.node, now)
+
+    def _on_heartbeat(self, e: Heartbeat, now: float) -> None:
+        self._heartbeat(e.node, now)
+        self._push(now + self.cfg.heartbeat_s, e)
+
+    def _on_sample(self, e: Sample, now: float) -> None:
+        self._sample(e.node, now)
+        self._push(now + self.cfg.sample_s, e)
+
+    def _on_kv_report(self, e: KVReport, now: float) -> None:
+        for r in e.node.stretching:
+            r.sync(now)
+        e.node.kv.report(e.node.node_id, self.kv_index)
+        self._push(now + self.cfg.kv_events_s, e)
+
+    def _on_replan(self, e: Replan, now: float) -> None:
+        self._replan(now)
+        self._push(now + self.cfg.replan_s, e)
+
+    def _on_loaded(self, e: Loaded, now: float) -> None:
+        if e.node.phases.get(e.replica.replica_id) is ReplicaPhase.LOADING:
+            e.node.phases[e.replica.replica_id] = ReplicaPhase.READY
+
+    def _on_settled(self, e: Settled, now: float) -> None:
+        self._retire_drained(e.node)
 
     # -- requests ------------------------------------------------------------------------------
     def _arrive(self, req: SimRequest, now: float, first_s: float | None = None) -> None:
@@ -358,7 +337,7 @@ class Simulator:
                 self.refusals[key] = self.refusals.get(key, 0) + 1
                 again = now + decision.retry_after_s
                 if self.tenancy.retry and again - first <= self.tenancy.give_up_s:
-                    self._push(again, _P_ADMIT, _RETRY, req, first)
+                    self._push(again, Retry(req, first))
                 else:
                     self._fail(req, first, "RESOURCE_EXHAUSTED", e2e_ms=(now - first) * 1000)
                 return
@@ -371,10 +350,9 @@ class Simulator:
             return
         self.routed[req.index] = replica.replica_id
         o = spec.overheads
-        self._push(now + o.inbound_s + o.add_s, _P_ADMIT, _ADMIT, replica, (req, first))
+        self._push(now + o.inbound_s + o.add_s, Admit(replica, req, first))
 
-    def _admit(self, replica: SimReplica, payload: tuple[SimRequest, float], now: float) -> None:
-        req, arrival = payload
+    def _admit(self, replica: SimReplica, req: SimRequest, arrival: float, now: float) -> None:
         node = self.nodes[replica.node_id]
         if node.front is None:
             replica.add(req, arrival, now)
@@ -425,8 +403,8 @@ class Simulator:
         if node.current is None:
             if not node.run_pending:
                 node.run_pending = True
-                self._push(now, _P_STEP, _RUN, node)
-        elif node.mode == _STRETCH:
+                self._push(now, RunNext(node))
+        elif node.mode is NodeMode.STRETCH:
             self._cut(node, now)
 
     def _give_up(self, unsent: Sequence[SimRequest], now: float) -> None:
@@ -442,12 +420,13 @@ class Simulator:
                 )
         # Requests between the gateway and a replica (their admission still queued), waiting
         # for a retry after a refusal, or in a node's queue.
-        for event in self._heap:
-            if event[3] == _ADMIT:
-                req, arrival = event[5]
-                self._fail(req, arrival, "DEADLINE_EXCEEDED", e2e_ms=(now - arrival) * 1000)
-            elif event[3] == _RETRY:
-                self._fail(event[4], event[5], "RESOURCE_EXHAUSTED", e2e_ms=(now - event[5]) * 1000)
+        for *_, event in self._heap:
+            if isinstance(event, Admit):
+                e2e_ms = (now - event.first_s) * 1000
+                self._fail(event.request, event.first_s, "DEADLINE_EXCEEDED", e2e_ms=e2e_ms)
+            elif isinstance(event, Retry):
+                e2e_ms = (now - event.first_s) * 1000
+                self._fail(event.request, event.first_s, "RESOURCE_EXHAUSTED", e2e_ms=e2e_ms)
         for node in self.nodes.values():
             if node.front is not None:
                 for req, arrival in node.front.drain():
@@ -523,7 +502,7 @@ class Simulator:
             return
         ready = [r for r in busy if r.ready_at <= now]
         if not ready:  # each busy replica is still in a step that no longer holds the GPU
-            self._occupy(node, None, _FREE, min(r.ready_at for r in busy))
+            self._occupy(node, None, NodeMode.FREE, min(r.ready_at for r in busy))
             return
         if self.cfg.fast_forward and len(ready) == len(busy) and self._stretch(node, busy, now):
             return
@@ -535,7 +514,7 @@ class Simulator:
             if hold is not None:
                 node.next_rr = (node.replicas.index(replica) + 1) % n
                 node.stretching = []
-                self._occupy(node, replica, _STEP, now + hold)
+                self._occupy(node, replica, NodeMode.STEP, now + hold)
                 return
 
     def _stretch(self, node: SimNode, busy: list[SimReplica], now: float) -> bool:
@@ -576,7 +555,7 @@ class Simulator:
         node.next_rr = (node.replicas.index(busy[last]) + 1) % len(node.replicas)
         self.stretches += 1
         end = max(r.stretch.end_of(r.stretch.steps) for r in busy if r.stretch.steps)
-        self._occupy(node, busy[0], _STRETCH, end)
+        self._occupy(node, busy[0], NodeMode.STRETCH, end)
         return True
 
     def _cut(self, node: SimNode, now: float) -> None:
@@ -599,19 +578,19 @@ class Simulator:
         node.stretching = []
         node.next_rr = (node.replicas.index(owner) + 1) % len(node.replicas)
         node.gen += 1
-        node.mode = _FREE
-        self._push(end, _P_STEP, _STEP_END, node, node.gen)
+        node.mode = NodeMode.FREE
+        self._push(end, StepEnd(node, node.gen))
 
-    def _occupy(self, node: SimNode, replica: SimReplica, mode: int, end: float) -> None:
+    def _occupy(self, node: SimNode, replica: SimReplica, mode: NodeMode, end: float) -> None:
         node.current, node.mode = replica, mode
         node.gen += 1
-        self._push(end, _P_STEP, _STEP_END, node, node.gen)
+        self._push(end, StepEnd(node, node.gen))
 
     def _step_end(self, node: SimNode, now: float) -> None:
         finished = []
-        if node.mode == _STEP:
+        if node.mode is NodeMode.STEP:
             finished = node.current.end_step(now)
-        elif node.mode == _STRETCH:
+        elif node.mode is NodeMode.STRETCH:
             for replica in node.stretching:
                 finished += replica.finish_stretch()
             node.stretching = []
@@ -623,135 +602,16 @@ class Simulator:
 
     # -- heartbeats, samples -------------------------------------------------------------------
     def _heartbeat(self, node: SimNode, now: float) -> None:
-        tenancy = node.front is not None
-        figures = tuple(
-            (
-                r.replica_id,
-                node.phases[r.replica_id],
-                len(r.scheduler.running),
-                len(r.scheduler.waiting),
-                r.queued_tokens(),
-                r.free_blocks(now),
-                r.scheduler.waiting_for_memory,
-                self._rate(r, now) if tenancy else 0.0,
-            )
-            for r in node.replicas
-        )
-        loads = node.front.loads() if tenancy else ()
-        if (
-            node.last_state is None
-            or figures != node.last_figures[0]
-            or loads != node.last_figures[1]
-        ):
-            states = tuple(
-                ReplicaState(
-                    model=r.model,
-                    replica_id=rid,
-                    phase=phase,
-                    running_requests=running,
-                    waiting_requests=waiting,
-                    queued_tokens=queued,
-                    kv_blocks_total=r.limits.num_blocks,
-                    kv_blocks_free=free,
-                    waiting_for_memory=memory,
-                    tokens_per_s=rate,
-                    max_seqs=r.limits.max_seqs,
-                    block_size=r.limits.block_size,
-                )
-                for r, (rid, phase, running, waiting, queued, free, memory, rate) in zip(
-                    node.replicas, figures
-                )
-            )
-            models = tuple(
-                ModelInfo(r.model, r.limits.max_context, self.models[r.model].memory_bytes)
-                for r in node.replicas
-                if node.phases[r.replica_id] is ReplicaPhase.READY
-            )
-            node.last_state = NodeState(
-                node.node_id, node.node_id, node.memory_bytes, "sim", states, models, tenants=loads
-            )
-            node.last_figures = (figures, loads)
-        # An unchanged report is the same NodeState object again: the registry only stamps it.
-        self.registry.heartbeat(node.last_state)
-        for model in [m for m in self._leaving if any(r.model == m for r in node.replicas)]:
-            self._drain_left(model)
-
-    @staticmethod
-    def _rate(replica: SimReplica, now: float) -> float:
-        """The replica's prefill throughput as its worker reports it once it has run a step
-        (0 before: not measured yet)."""
-        if not replica.counters.steps and replica.stretch is None:
-            return 0.0
-        return replica.costs.prefill_tokens_per_s(replica.limits.block_size)
-
-    def _kv_report(self, node: SimNode, now: float) -> None:
-        for r in node.stretching:
-            r.sync(now)
-        node.kv.report(node.node_id, self.kv_index)
+        self.registry.heartbeat(node.report(self.models, now))
+        if self.migrations.loading():
+            self._advance_migrations(now)
 
     def _sample(self, node: SimNode, now: float) -> None:
-        host = disk = 0
-        if node.kv is not None:
-            for r in node.stretching:
-                r.sync(now)
-            host, disk = node.kv.tier_blocks()
-        total = Counters()
-        used = blocks = running = waiting = evicted = 0
-        lifetime_sum = 0.0
-        for r in node.replicas:
-            c = r.counters_at(now)
-            total.steps += c.steps
-            total.step_tokens += c.step_tokens
-            total.step_token_budget += c.step_token_budget
-            total.busy_seconds += c.busy_seconds
-            total.prompt_tokens += c.prompt_tokens
-            total.prefix_hit_tokens += c.prefix_hit_tokens
-            total.tier_hit_tokens += c.tier_hit_tokens
-            used += r.used_blocks(now)
-            blocks += r.limits.num_blocks
-            running += len(r.scheduler.running)
-            waiting += len(r.scheduler.waiting)
-            evicted += r.pool.evictions
-            lifetime_sum += r.pool.evicted_lifetime_sum_s
-        last = node.last
-        interval = now - node.last_sample_s
-        busy = total.busy_seconds - last.busy_seconds
-        utilization = min(1.0, max(0.0, busy / interval)) if interval > 0 else 0.0
-        watts = self.cfg.power.watts(utilization)
-        node.energy_j += watts * interval
-        self.samples.append(
-            NodeSampleRecord(
-                node_id=node.node_id,
-                unix_ms=self.cfg.epoch_unix_ms + round(now * 1000),
-                utilization=utilization,
-                batch_tokens=max(0, total.step_tokens - last.step_tokens),
-                batch_budget=max(0, total.step_token_budget - last.step_token_budget),
-                kv_blocks_device_used=used,
-                kv_blocks_device_total=blocks,
-                kv_blocks_host=host,
-                kv_blocks_disk=disk,
-                tier_hit_tokens=total.tier_hit_tokens,
-                running=running,
-                waiting=waiting,
-                preemptions=node.preemptions,
-                power_watts=watts,
-                energy_joules=node.energy_j,
-                energy_source="model",
-                prefix_hit_tokens=total.prefix_hit_tokens,
-                prompt_tokens=total.prompt_tokens,
-                kv_blocks_evicted=evicted,
-                block_lifetime_sum_s=lifetime_sum,
-            )
-        )
-        # Replicas that left take their counters with them: never let the node's go down.
-        node.last = Counters(
-            *(max(getattr(total, f), getattr(last, f)) for f in Counters.__slots__)
-        )
-        node.last_sample_s = now
+        self.samples.append(node.sample(now, self.cfg.power, self.cfg.epoch_unix_ms))
 
     # -- placement -----------------------------------------------------------------------------
     def _replan(self, now: float) -> None:
-        leaving = {rid for pairs in self._leaving.values() for _, rid in pairs}
+        leaving = self.migrations.leaving()
         capacities = [
             NodeCapacity(
                 n.node_id,
@@ -762,60 +622,52 @@ class Simulator:
                     )
                     for r in n.replicas
                     if n.phases[r.replica_id] is not ReplicaPhase.DRAINING
-                    and r.replica_id not in leaving
+                    and (n.node_id, r.replica_id) not in leaving
                 ),
             )
             for n in self.nodes.values()
         ]
         plan = self.placement(capacities, list(self.demands(now)))
         self.plans.append(plan)
+        split = split_unloads(plan, leaving)
         for load in plan.loads:
             self._load(load, now)
-        for unload in plan.unloads:
-            node = self.nodes[unload.node_id]
-            if unload.replica_id not in node.phases:
-                continue
-            if self._loading(unload.model):
-                self._leaving.setdefault(unload.model, []).append((node, unload.replica_id))
-            else:
-                self._drain(node, unload.replica_id, now)
+        self.migrations.start(
+            plan.loads,
+            [
+                Retiring(u.model, u.node_id, u.replica_id, "", u.reason)
+                for u in split.replaced
+                if u.replica_id in self.nodes[u.node_id].phases
+            ],
+            version=len(self.plans),
+        )
+        for unload in split.at_once:
+            if unload.replica_id in self.nodes[unload.node_id].phases:
+                self._drain(self.nodes[unload.node_id], unload.replica_id, now)
 
-    def _loading(self, model: str) -> bool:
-        """A replica of the model loads, or is READY but not yet announced by a heartbeat."""
-        for n in self.nodes.values():
-            announced = (
-                {s.replica_id: s.phase for s in n.last_state.replicas}
-                if n.last_state is not None
-                else {}
-            )
-            for r in n.replicas:
-                phase = n.phases.get(r.replica_id)
-                if r.model == model and (
-                    phase is ReplicaPhase.LOADING
-                    or (
-                        phase is ReplicaPhase.READY
-                        and announced.get(r.replica_id) is not ReplicaPhase.READY
-                    )
-                ):
-                    return True
-        return False
-
-    def _drain_left(self, model: str) -> None:
-        """The model's new replicas are all READY and announced (the scheduler routes to them):
-        the ones they replace start draining."""
-        if self._loading(model):
-            return
-        for node, replica_id in self._leaving.pop(model, []):
-            if node.phases.get(replica_id) is ReplicaPhase.READY:
-                self._drain(node, replica_id, self.clock.now())
+    def _advance_migrations(self, now: float) -> None:
+        """Migrations whose new replicas the heartbeats show READY (the scheduler routes to
+        them) drain the replicas they replace."""
+        phases = {
+            key: phase
+            for m in self.migrations.running
+            for key in m.new
+            if (phase := self.nodes[key[0]].announced(key[1])) is not None
+        }
+        for m in self.migrations.advance(phases).drain:
+            for r in m.old:
+                node = self.nodes[r.node_id]
+                if node.phases.get(r.replica_id) is ReplicaPhase.READY:
+                    self._drain(node, r.replica_id, now)
+            self.migrations.finish(m)
 
     def _drain(self, node: SimNode, replica_id: str, now: float) -> None:
-        """DRAINING, as the node manager's unload: it still takes the requests the scheduler
-        routes by heartbeats older than the drain (the routing grace, two heartbeat intervals
-        as the node manager sets it) and leaves once that has passed and it has no work."""
+        """DRAINING, as the node manager's unload (strata.policy.placement.migration.DrainRule):
+        it still takes what routing sends it during the routing grace and leaves once that has
+        passed and it has no work."""
         node.phases[replica_id] = ReplicaPhase.DRAINING
-        node.settles[replica_id] = now + 2 * self.cfg.heartbeat_s
-        self._push(node.settles[replica_id], _P_PERIODIC, _SETTLED, node)
+        node.draining_since[replica_id] = now
+        self._push(self.drain.settles_at(now), Settled(node))
 
     def _load(self, a: Assignment, now: float) -> None:
         node = self.nodes[a.node_id]
@@ -843,7 +695,7 @@ class Simulator:
         self.replicas[a.replica_id] = replica
         if now > 0 and self.cfg.load_s > 0:
             node.phases[a.replica_id] = ReplicaPhase.LOADING
-            self._push(now + self.cfg.load_s, _P_PERIODIC, _LOADED, node, replica)
+            self._push(now + self.cfg.load_s, Loaded(node, replica))
         else:
             node.phases[a.replica_id] = ReplicaPhase.READY
 
@@ -852,14 +704,13 @@ class Simulator:
         for r in list(node.replicas):
             if (
                 node.phases[r.replica_id] is ReplicaPhase.DRAINING
-                and not r.has_work()
                 and node.current is not r
                 and r.stretch is None
-                and now >= node.settles[r.replica_id]
+                and self.drain.done(node.draining_since[r.replica_id], now, int(r.has_work()))
             ):
                 node.replicas.remove(r)
                 del node.phases[r.replica_id]
-                del node.settles[r.replica_id]
+                del node.draining_since[r.replica_id]
                 del self.replicas[r.replica_id]
                 self._retired_steps += r.counters.steps
                 node.next_rr = 0

@@ -34,9 +34,10 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from strata.core.blocks import DEFAULT_BLOCK_SIZE
+from strata.core.counters import EngineCounters
 from strata.core.profile import StepCosts, StepShape, step_shape
 from strata.engine.block_pool import BlockPool
 from strata.engine.scheduler import ScheduledSeq, Scheduler, StepPlan
@@ -181,19 +182,6 @@ class Stretch:
         return bisect.bisect_right(self.alloc_steps, step)
 
 
-@dataclass(slots=True)
-class Counters:
-    """Cumulative engine counters, as WorkerStats reports them."""
-
-    steps: int = 0
-    step_tokens: int = 0
-    step_token_budget: int = 0
-    busy_seconds: float = 0.0
-    prompt_tokens: int = 0
-    prefix_hit_tokens: int = 0
-    tier_hit_tokens: int = 0
-
-
 def shared_factor(share: float, busy: int) -> float:
     """How much of a step's own time it holds its GPU for while `busy` replicas (itself
     included) have work there: s + (1 - s) / n, s the profile's co-location share for the
@@ -237,7 +225,7 @@ class SimReplica:
         self.pool = BlockPool(limits.num_blocks, limits.block_size, clock=self._pool_clock)
         self.scheduler = Scheduler(self.pool, limits.max_batched_tokens, limits.max_seqs)
         self.active: dict[int, Active] = {}  # by id(seq)
-        self.counters = Counters()
+        self.counters = EngineCounters()
         self.stretch: Stretch | None = None
         self._unstamped: list[Sequence] = []
         self._plan: StepPlan | None = None
@@ -583,26 +571,16 @@ class SimReplica:
         s = self.scheduler
         return sum(q.num_pending for q in s.waiting) + sum(q.num_pending for q in s.running)
 
-    def counters_at(self, now: float) -> Counters:
+    def counters_at(self, now: float) -> EngineCounters:
+        """The counters as a worker would report them at `now` (a stretch's steps ended by
+        then included)."""
         c = self.counters
         st = self.stretch
-        if st is None:
-            return Counters(
-                c.steps,
-                c.step_tokens,
-                c.step_token_budget,
-                c.busy_seconds,
-                c.prompt_tokens,
-                c.prefix_hit_tokens,
-                c.tier_hit_tokens,
-            )
-        e = st.ended_by(now)
-        return Counters(
-            c.steps + e,
-            c.step_tokens + st.batch * e,
-            c.step_token_budget + self.limits.max_batched_tokens * e,
-            c.busy_seconds + st.busy_of(e),
-            c.prompt_tokens,
-            c.prefix_hit_tokens,
-            c.tier_hit_tokens,
+        e = 0 if st is None else st.ended_by(now)
+        return replace(
+            c,
+            steps=c.steps + e,
+            step_tokens=c.step_tokens + (st.batch * e if st is not None else 0),
+            step_token_budget=c.step_token_budget + self.limits.max_batched_tokens * e,
+            busy_seconds=c.busy_seconds + (st.busy_of(e) if st is not None else 0.0),
         )

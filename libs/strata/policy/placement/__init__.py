@@ -10,7 +10,8 @@ Two policies over the same types:
 
 Modules: curves (arrival curves), capacity (latency and batch capacity from engine costs), loads
 (per-window loads of a replica), benefit (pair benefit, migration cost), red_line, working,
-improve (replanning moves), report and explain (the numbers behind each decision).
+improve (replanning moves), report and explain (the numbers behind each decision), migration
+(make-before-break and the drain rule, shared by the planner service and the simulator).
 """
 
 from strata.policy.placement.batch_aware import (
@@ -46,6 +47,15 @@ from strata.policy.placement.ffd import (
     plan_placement,
 )
 from strata.policy.placement.improve import Move
+from strata.policy.placement.migration import (
+    DrainRule,
+    Migration,
+    MigrationBook,
+    MigrationPhase,
+    Retiring,
+    routing_grace_s,
+    split_unloads,
+)
 from strata.policy.placement.red_line import RedLineCheck
 
 __all__ = [
@@ -57,7 +67,14 @@ __all__ = [
     "Demand",
     "EngineCosts",
     "Explanation",
+    "DrainRule",
+    "Migration",
+    "MigrationBook",
     "MigrationCost",
+    "MigrationPhase",
+    "Retiring",
+    "routing_grace_s",
+    "split_unloads",
     "ModelDemand",
     "Move",
     "NodeCapacity",
