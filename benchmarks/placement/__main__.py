@@ -48,7 +48,6 @@ from dataclasses import replace
 from pathlib import Path
 
 from benchmarks.placement.report import describe_profile
-from services.placement.profiles import ProfileCosts
 from strata.core.profile import load_profile
 from strata.core.stats import percentile
 from strata.eval.model_mix import ModelLoad, model_mix
@@ -68,6 +67,7 @@ from strata.policy.placement.curves import (
     arrival_curves,
     upcoming,
 )
+from strata.policy.placement.profiles import ProfileCosts
 from strata.sim.cluster import SimConfig, Simulator, model_spec
 from strata.sim.workload import sim_requests
 

@@ -19,10 +19,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from benchmarks.placement.stack_workload import ModelRole
-from services.placement.profiles import load_profiles
 from strata.core.sla import SlaClass
 from strata.engine.dummy_configs import DUMMY_CONFIGS
 from strata.policy.placement.capacity import EngineCosts, SlaTarget, replica_capacity
+from strata.policy.placement.profiles import load_profiles
 
 DEVICE = "cpu"
 

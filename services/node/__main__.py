@@ -10,10 +10,10 @@ from services.node.heartbeat import heartbeat_loop
 from services.node.sampler import NodeSampler, sample_loop
 from services.node.servicer import NodeManagerServicer
 from strata.core.settings import load
-from strata.policy.placement.migration import routing_grace_s
 from strata.node.energy import EnergyMeter, PowerModel, open_counter
 from strata.node.replicas import ReplicaSet
 from strata.node.worker_pids import WorkerPids
+from strata.policy.placement.migration import routing_grace_s
 from strata.rpc.channels import install
 from strata.rpc.server import (
     Registration,

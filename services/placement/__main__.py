@@ -12,11 +12,11 @@ from services.placement.config import PROG, PlacementConfig, PolicyName
 from services.placement.curves_source import MetricsCurves
 from services.placement.planner import Planner, PlannerSettings, SchedulerLink
 from services.placement.policies import BatchAwarePolicy, FfdPolicy, PlacementPolicy
-from services.placement.profiles import load_profiles
 from services.placement.servicer import PlacementServicer
 from strata.core.settings import SettingsError, load
 from strata.policy.clock import WallClock
 from strata.policy.placement import BatchAwareSettings, MigrationCost
+from strata.policy.placement.profiles import load_profiles
 from strata.rpc.channels import install
 from strata.rpc.server import (
     Registration,

@@ -32,7 +32,6 @@ from services.placement.actions import NodeActions, NodeClients
 from services.placement.curves_source import MetricsCurves
 from services.placement.migrate import Migrations
 from services.placement.policies import FfdPolicy, Outcome, PlacementPolicy
-from services.placement.profiles import device_kind
 from strata.core.defaults import NODE_TTL_S
 from strata.policy.clock import Clock
 from strata.policy.model_sizes import model_memory_bytes
@@ -45,6 +44,7 @@ from strata.policy.placement import (
     Unload,
 )
 from strata.policy.placement.migration import Migration, MigrationBook, Retiring, split_unloads
+from strata.policy.placement.profiles import device_kind
 from strata.policy.registry import ReplicaPhase
 from strata.rpc.convert import phase_from_pb
 from strata.telemetry import names

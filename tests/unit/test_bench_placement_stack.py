@@ -24,7 +24,6 @@ from benchmarks.placement.stack_workload import (
     model_rates,
 )
 from services.placement.config import BUNDLED_PROFILES
-from services.placement.profiles import ProfileCosts
 from strata.core.profile import load_profile
 from strata.core.records import NodeSampleRecord, RequestRecord
 from strata.core.sla import SlaTable
@@ -38,6 +37,7 @@ from strata.policy.placement import (
     plan_placement,
 )
 from strata.policy.placement.capacity import replica_capacity
+from strata.policy.placement.profiles import ProfileCosts
 from strata.v1 import common_pb2
 
 READY, DRAINING = common_pb2.REPLICA_STATE_READY, common_pb2.REPLICA_STATE_DRAINING

@@ -7,8 +7,8 @@ import shutil
 import pytest
 
 from services.placement.config import BUNDLED_PROFILES
-from services.placement.profiles import ProfileCosts, device_kind, load_profiles
 from strata.core.profile import StepShape, load_profile, prefill_keys
+from strata.policy.placement.profiles import ProfileCosts, device_kind, load_profiles
 
 
 def test_bundled_profiles_are_found_by_model_and_device_kind():
