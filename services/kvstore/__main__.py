@@ -8,6 +8,7 @@ import time
 
 from services.kvstore.config import PROG, KVStoreConfig
 from services.kvstore.events import EventPublisher
+from services.kvstore.peers import PeerPuller
 from services.kvstore.servicer import KVStoreServicer
 from strata.core import cpu_priority
 from strata.core.cpu_priority import CpuClass
@@ -17,7 +18,7 @@ from strata.kvtier.migrator import Migrator
 from strata.kvtier.shm_segment import ShmSegment, segment_path
 from strata.kvtier.tiered_store import TieredStore
 from strata.policy.kv_tiering import make_policy
-from strata.rpc.channels import install
+from strata.rpc.channels import channel, install
 from strata.rpc.server import Registration, run, serve_until_signal, start_server
 from strata.telemetry.setup import init_tracing
 from strata.v1 import kvstore_pb2, kvstore_pb2_grpc
@@ -55,7 +56,8 @@ async def main(cfg: KVStoreConfig) -> None:
         cfg.kvstore_low_watermark,
     )
     migrator = Migrator(store).start()
-    servicer = KVStoreServicer(store, str(segment.path))
+    peers = PeerPuller(store, channel)
+    servicer = KVStoreServicer(store, peers, str(segment.path))
     running = await start_server(
         [
             Registration(
@@ -96,6 +98,7 @@ async def main(cfg: KVStoreConfig) -> None:
         if publisher is not None:
             events.cancel()
             await publisher.close()
+        await peers.close()
         migrator.stop()
         if disk is not None:
             disk.close()

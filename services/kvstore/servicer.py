@@ -8,10 +8,10 @@ import logging
 
 import grpc
 
+from services.kvstore.peers import PeerPuller
 from strata.kvtier.blocks import StoredBlock
 from strata.kvtier.hashing import from_bytes, to_bytes
 from strata.kvtier.tiered_store import Slot, Tier, TieredStore
-from strata.rpc.channels import channel
 from strata.v1 import kvstore_pb2, kvstore_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -21,11 +21,10 @@ MAX_RESERVE = 1024
 
 
 class KVStoreServicer(kvstore_pb2_grpc.KVStoreServicer):
-    def __init__(self, store: TieredStore, shm_path: str = ""):
+    def __init__(self, store: TieredStore, peers: PeerPuller, shm_path: str = ""):
         self.store = store
         self.shm_path = shm_path
-        self._peers: dict[str, kvstore_pb2_grpc.KVStoreStub] = {}
-        self._pulls: set[asyncio.Task] = set()
+        self.peers = peers
 
     # -- byte path ---------------------------------------------------------------------------
     async def PutBlocks(self, request, context):
@@ -129,9 +128,7 @@ class KVStoreServicer(kvstore_pb2_grpc.KVStoreServicer):
         if request.peer_address:
             held, _, _ = self.store.lookup(hashes)
             if held < len(hashes):
-                task = asyncio.create_task(self._pull(request.peer_address, hashes[held:]))
-                self._pulls.add(task)
-                task.add_done_callback(self._pulls.discard)
+                self.peers.pull_in_background(request.peer_address, hashes)
         host, queued = self.store.prefetch(hashes)
         return kvstore_pb2.PrefetchResponse(host_blocks=host, queued_promotions=queued)
 
@@ -159,45 +156,13 @@ class KVStoreServicer(kvstore_pb2_grpc.KVStoreServicer):
                 grpc.StatusCode.INVALID_ARGUMENT, f"at most {MAX_HASHES} block hashes per call"
             )
         try:
-            pulled = await self._pull(request.peer_address, hashes)
+            pulled = await self.peers.pull(request.peer_address, hashes)
         except grpc.aio.AioRpcError as err:
             await context.abort(
                 grpc.StatusCode.UNAVAILABLE,
                 f"peer store {request.peer_address} failed: {err.code().name} {err.details()}",
             )
         return kvstore_pb2.PullResponse(pulled=pulled)
-
-    async def _pull(self, peer: str, hashes: list[int]) -> int:
-        """Stream a prefix from a peer store into this one; blocks already here are skipped."""
-        held, _, _ = self.store.lookup(hashes)
-        want = hashes[held:]
-        if not want:
-            return 0
-        stub = self._peers.get(peer)
-        if stub is None:
-            stub = self._peers[peer] = kvstore_pb2_grpc.KVStoreStub(channel(peer))
-        pulled = 0
-        request = kvstore_pb2.GetBlocksRequest(block_hashes=[to_bytes(h) for h in want])
-        try:
-            async for blk in stub.StreamBlocks(request, timeout=30.0):
-                b = StoredBlock(from_bytes(blk.block_hash), blk.layout, blk.data, blk.checksum)
-                if b.block_hash != want[pulled] or not await asyncio.to_thread(
-                    self.store.put_bytes, b
-                ):
-                    break
-                pulled += 1
-        except grpc.aio.AioRpcError as err:
-            log.warning(
-                "pulling %d blocks from %s stopped after %d: %s",
-                len(want),
-                peer,
-                pulled,
-                err.code().name,
-            )
-            if pulled == 0:
-                raise
-        self.store.counters.peer_pulled += pulled
-        return pulled
 
     # -- stats --------------------------------------------------------------------------------
     async def GetStats(self, request, context):

@@ -12,6 +12,7 @@ import grpc
 import pytest
 
 from services.kvstore.events import EventPublisher
+from services.kvstore.peers import PeerPuller
 from services.kvstore.servicer import KVStoreServicer
 from strata.engine.engine import EngineRequest
 from strata.engine.sequence import SamplingParams
@@ -36,7 +37,14 @@ class Store:
         self.tiered = TieredStore(
             self.segment, min(SLAB, host_bytes), self.disk, LRUPolicy(), time.monotonic
         )
-        self.servicer = KVStoreServicer(self.tiered, str(self.segment.path))
+        self.peer_channels: list[grpc.aio.Channel] = []
+        self.peers = PeerPuller(self.tiered, self._open_peer)
+        self.servicer = KVStoreServicer(self.tiered, self.peers, str(self.segment.path))
+
+    def _open_peer(self, address: str) -> grpc.aio.Channel:
+        ch = channel(address)
+        self.peer_channels.append(ch)
+        return ch
 
     async def start(self, bind: str = "127.0.0.1:0"):
         self.running = await start_server(
@@ -53,6 +61,7 @@ class Store:
         return self
 
     async def stop(self):
+        await self.peers.close()
         await self.channel.close()
         await self.running.stop(0)
         if self.disk is not None:
@@ -265,6 +274,12 @@ async def test_a_store_pulls_a_prefix_from_a_peer_node(make_store):
         await b.stub.Pull(kvstore_pb2.PullRequest(peer_address="127.0.0.1:1", block_hashes=[7]))
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE
     assert err.value.details().startswith("peer store 127.0.0.1:1 failed: UNAVAILABLE")
+    # One channel per peer, reused, and closed with the store.
+    await b.stub.Pull(kvstore_pb2.PullRequest(peer_address=a.running.address, block_hashes=[3]))
+    assert len(b.peer_channels) == 2
+    await b.peers.close()
+    for ch in b.peer_channels:
+        assert ch.get_state() is grpc.ChannelConnectivity.SHUTDOWN
 
 
 class _FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
