@@ -13,7 +13,6 @@ from strata.policy.scheduling.interference import (
     InterferenceEstimator,
     MarginSettings,
     SafetyMargin,
-    quantile,
 )
 
 INTERVAL_S = 1.0  # the node's heartbeat
@@ -172,12 +171,6 @@ def test_bad_input_and_settings_are_refused():
         MarginSettings(floor=1.5, cap=1.0)
     with pytest.raises(ValueError, match="window_s"):
         EstimatorSettings(window_s=600.0, baseline_window_s=300.0)
-
-
-def test_quantile_interpolates_between_order_statistics():
-    assert quantile([4.0, 1.0, 3.0, 2.0], 0.25) == pytest.approx(1.75)
-    assert quantile([5.0], 0.25) == 5.0
-    assert quantile([1.0, 2.0, 3.0], 0.5) == 2.0
 
 
 def test_even_from_the_cap_the_margin_settles_within_30_s():

@@ -17,7 +17,7 @@ _PHASE_FROM_PB = {
 _PHASE_TO_PB = {v: k for k, v in _PHASE_FROM_PB.items()}
 
 
-def phase_from_pb(state: int) -> ReplicaPhase:
+def phase_from_pb(state: common_pb2.ReplicaState) -> ReplicaPhase:
     """A state added to the proto later reads as UNSPECIFIED, which routing never picks."""
     return _PHASE_FROM_PB.get(state, ReplicaPhase.UNSPECIFIED)
 

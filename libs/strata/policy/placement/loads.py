@@ -148,7 +148,8 @@ class WindowLoads:
             )
         else:
             curve = self.curves[model]
-            need, worst = 0, 0
+            need: float = 0  # inf when a window has rate but no capacity
+            worst = 0
             for w, cap in enumerate(caps):
                 rate = curve.provision_rate(w)
                 n = math.inf if cap == 0 and rate > 0 else math.ceil(rate / cap - 1e-9)
@@ -163,7 +164,7 @@ class WindowLoads:
                 )
                 count = ReplicaCount(
                     model,
-                    need if math.isfinite(need) else limit,
+                    int(need) if math.isfinite(need) else limit,
                     (
                         f"{peak} in window {worst}, one replica "
                         f"sustains {cap:.3g} req/s there within {_targets(self.target(model))}"

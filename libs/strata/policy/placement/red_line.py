@@ -19,10 +19,10 @@ combinations over and over while it searches.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from strata.policy.placement.capacity import SlaTarget, predict
+from strata.policy.placement.capacity import EngineCosts, Prediction, SlaTarget, predict
 from strata.policy.placement.loads import WindowLoads
 
 
@@ -89,7 +89,7 @@ class RedLine:
         modelled = [m for m in models if loads.modelled(m, device)]
         if not modelled:
             return True
-        total = sum(loads.load(m, device) for m in modelled)
+        total = sum((loads.load(m, device) for m in modelled[1:]), loads.load(modelled[0], device))
         for w in sorted(range(loads.windows), key=lambda w: (-float(total[w]), w)):
             for judged, _, preds in self._scenarios(device, modelled, w):
                 if any(
@@ -100,13 +100,19 @@ class RedLine:
                     return False
         return True
 
-    def _scenarios(self, device: str, modelled: list[str], w: int):
+    def _scenarios(
+        self, device: str, modelled: list[str], w: int
+    ) -> Iterator[tuple[set[str], str, list[Prediction]]]:
         """(models judged, the model bursting or "", predictions) in window w: every model at
         its mean rate, then one neighbour at a time at its busiest-slice rate with the others
-        judged (module docstring)."""
+        judged (module docstring). Every model in `modelled` has costs on `device`."""
         loads = self._loads
         demands = [loads.demand(m, w) for m in modelled]
-        costs = [loads.costs(m, device) for m in modelled]
+        costs: list[EngineCosts] = []
+        for m in modelled:
+            c = loads.costs(m, device)
+            assert c is not None
+            costs.append(c)
         yield set(modelled), "", predict(list(zip(costs, demands)))
         if len(modelled) < 2 or all(d.rate <= 0 for d in demands):
             return

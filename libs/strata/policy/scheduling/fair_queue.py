@@ -108,6 +108,8 @@ class NodeQueue(Protocol):
 
     def loads(self) -> dict[str, TenantQueued]: ...
 
+    def __iter__(self) -> Iterator[QueueItem]: ...  # queued requests, in no particular order
+
 
 class _Level:
     __slots__ = ("heap", "v", "finish", "size", "dead")

@@ -29,6 +29,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
+from strata.core.stats import percentile
 from strata.policy.clock import Clock
 
 
@@ -67,15 +68,6 @@ class _Sample:
     @property
     def ratio(self) -> float:
         return self.observed_s / self.solo_s
-
-
-def quantile(values: list[float], q: float) -> float:
-    """Linear interpolation between order statistics (numpy's default)."""
-    ordered = sorted(values)
-    pos = q * (len(ordered) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 class InterferenceEstimator:
@@ -118,7 +110,7 @@ class InterferenceEstimator:
         self._prune()
         if not self._samples:
             return 1.0
-        return quantile([s.ratio for s in self._samples], self.settings.baseline_quantile)
+        return percentile([s.ratio for s in self._samples], 100 * self.settings.baseline_quantile)
 
     def recent_solo_s(self) -> float:
         """Priced work in the current window: how much evidence ratio() stands on."""
