@@ -164,7 +164,7 @@ class StepCosts:
         object.__setattr__(self, "decode_batches", tuple(self.decode_batches))
         object.__setattr__(self, "decode_residual_s", tuple(self.decode_residual_s))
 
-    def decode_residual(self, batch: int) -> float:
+    def decode_residual(self, batch: float) -> float:
         if not self.decode_batches:
             return 0.0
         lo, hi, f = _bracket(self.decode_batches, batch)
@@ -200,10 +200,10 @@ class StepCosts:
             t += self.decode_residual(shape.tokens)
         return max(t, self.step_s)
 
-    def decode_seconds(self, batch: int, context_sum: float) -> float:
+    def decode_seconds(self, batch: float, context_sum: float) -> float:
         """A step of `batch` one-token decodes whose contexts (keys attended) sum to
         context_sum: the hot path of the simulator's fast-forward; equals seconds() of that
-        step."""
+        step. A fractional batch (the placement model's mean batch) interpolates the residual."""
         t = (
             self.step_s
             + self.group_s
