@@ -39,7 +39,7 @@ from strata.kvtier.heat import HeatTable
 from strata.kvtier.presence import NodePresence
 from strata.kvtier.tiered_store import Tier
 from strata.policy.kv_index import PrefixIndex
-from strata.policy.kv_tiering import make_policy
+from strata.policy.kv_tiering import TierPolicy, make_policy
 
 
 @dataclass(slots=True, frozen=True)
@@ -220,40 +220,49 @@ class NodeKV:
 
     # -- the tiers -----------------------------------------------------------------------------
     def _put(self, h: int, now: float) -> None:
+        spec = self.spec
+        assert spec is not None  # only a node with tiers writes to them
         if h in self.host or h in self.disk:
             self.heat.touch(h, now)
             self.counters.duplicates += 1
             return
-        if len(self.host) >= self.spec.host_blocks and not self._make_room(now):
+        if len(self.host) >= spec.host_blocks and not self._make_room(now):
             self.counters.refused += 1
             return
         self.host[h] = None
         self.heat.touch(h, now)
         self.presence.add(h)
         self.counters.offloaded += 1
-        if len(self.host) > self.spec.high_watermark * self.spec.host_blocks:
-            self._demote_to(self.spec.low_watermark * self.spec.host_blocks, now)
+        if len(self.host) > spec.high_watermark * spec.host_blocks:
+            self._demote_to(spec.low_watermark * spec.host_blocks, now)
 
-    def _priority(self, h: int, now: float) -> float:
+    def _tier_policy(self) -> TierPolicy:
+        policy = self.policy
+        assert policy is not None  # only a node with tiers demotes
+        return policy
+
+    def _priority(self, policy: TierPolicy, h: int, now: float) -> float:
         heat = self.heat.get(h)
         if heat is None:
             heat = self.heat.touch(h, now)
-        return self.policy.priority(heat, now)
+        return policy.priority(heat, now)
 
     def _make_room(self, now: float) -> bool:
         """Demote the lowest-priority unpinned host block (TieredStore._make_room)."""
         movable = [h for h in self.host if h not in self.pinned]
         if not movable:
             return False
-        self._demote(min(movable, key=lambda h: self._priority(h, now)))
+        policy = self._tier_policy()
+        self._demote(min(movable, key=lambda h: self._priority(policy, h, now)))
         return True
 
     def _demote_to(self, target: float, now: float) -> None:
         """The migrator's pass (TieredStore._demote_to): blocks a live request is about to
         read stay, however cold."""
+        policy = self._tier_policy()
         victims = sorted(
             (h for h in self.host if h not in self.pinned and not self._live(h)),
-            key=lambda h: self._priority(h, now),
+            key=lambda h: self._priority(policy, h, now),
         )
         for h in victims:
             if len(self.host) <= target:
@@ -265,12 +274,14 @@ class NodeKV:
         return heat is not None and heat.live_refs > 0
 
     def _demote(self, h: int) -> None:
+        spec = self.spec
+        assert spec is not None  # only a node with tiers demotes
         del self.host[h]
-        if not self.spec.disk_blocks:
+        if not spec.disk_blocks:
             self._forget(h)
             self.counters.host_drops += 1
             return
-        if len(self.disk) >= self.spec.disk_blocks:
+        if len(self.disk) >= spec.disk_blocks:
             victim = next((d for d in self.disk if d not in self.pinned), None)
             if victim is None:  # every disk block is being loaded: nothing can go there
                 self._forget(h)

@@ -63,6 +63,7 @@ class SimTierLink:
             return 0
         seconds = 0.0
         spec = node.spec
+        assert spec is not None  # the node's tiers held the blocks
         for block_id, h, tier in zip(ids, held, tiers):
             self.pool.commit(block_id, h)
             seconds += self.block_bytes / spec.bytes_per_s(tier)
