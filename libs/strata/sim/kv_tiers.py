@@ -236,11 +236,6 @@ class NodeKV:
         if len(self.host) > spec.high_watermark * spec.host_blocks:
             self._demote_to(spec.low_watermark * spec.host_blocks, now)
 
-    def _tier_policy(self) -> TierPolicy:
-        policy = self.policy
-        assert policy is not None  # only a node with tiers demotes
-        return policy
-
     def _priority(self, policy: TierPolicy, h: int, now: float) -> float:
         heat = self.heat.get(h)
         if heat is None:
@@ -252,14 +247,16 @@ class NodeKV:
         movable = [h for h in self.host if h not in self.pinned]
         if not movable:
             return False
-        policy = self._tier_policy()
+        policy = self.policy
+        assert policy is not None  # only a node with tiers demotes
         self._demote(min(movable, key=lambda h: self._priority(policy, h, now)))
         return True
 
     def _demote_to(self, target: float, now: float) -> None:
         """The migrator's pass (TieredStore._demote_to): blocks a live request is about to
         read stay, however cold."""
-        policy = self._tier_policy()
+        policy = self.policy
+        assert policy is not None  # only a node with tiers demotes
         victims = sorted(
             (h for h in self.host if h not in self.pinned and not self._live(h)),
             key=lambda h: self._priority(policy, h, now),
