@@ -79,9 +79,9 @@ def explain_round(
         )
     for u in unloads:
         e.decisions.append(Decision(UNLOAD, u.model, u.replica_id, "", u.node_id, u.reason))
-    for u in unplaced:
+    for left in unplaced:
         e.decisions.append(
-            Decision(UNPLACED, u.model, "", "", "", f"{u.missing} replica(s): {u.reason}")
+            Decision(UNPLACED, left.model, "", "", "", f"{left.missing} replica(s): {left.reason}")
         )
     for g in w.gpus:
         loads = tuple(float(x) for x in g.load)
