@@ -281,7 +281,9 @@ class SimReplica:
             )
         )
         if missing:
-            self.link.prefetch(missing)
+            link = self.link
+            assert link is not None  # the scheduler has a tier only through the link
+            link.prefetch(missing)
 
     def has_work(self) -> bool:
         return self.scheduler.has_work()
@@ -322,6 +324,7 @@ class SimReplica:
         """Apply the planned step when its hold of the GPU ends at `now`, its tokens stamped at
         the step's own end; returns the requests it finished."""
         plan, self._plan = self._plan, None
+        assert plan is not None, "end_step without a planned step"
         now = self.ready_at = max(now, self._own_end)
         self._pool_now = now
         if self.link is not None:
@@ -371,7 +374,7 @@ class SimReplica:
         blocked = self._admission_blocked() if s.waiting else "none"
         if blocked is None:
             return None
-        steps = math.inf
+        steps = s.running[0].params.max_tokens - s.running[0].num_output
         context = 0
         for seq in s.running:
             if seq.num_pending != 1:
@@ -382,7 +385,7 @@ class SimReplica:
             return None
         order = sorted(s.running, key=Sequence.sort_key)
         bs = self.limits.block_size
-        allocs = []
+        allocs: list[tuple[int, int]] = []
         for idx, seq in enumerate(order):
             # Step j computes position num_computed + j - 1; a position at a block start needs
             # a new block (the sequence holds exactly the blocks its computed tokens fill).
@@ -454,31 +457,36 @@ class SimReplica:
             if self.pool.lookup(first) is not None:
                 return None
             # Elsewhere on the node it may reach the tiers during the stretch, if not there yet.
-            if self.scheduler.tier is not None and self.link.node.holds(first):
-                return None
+            if self.scheduler.tier is not None:
+                link = self.link
+                assert link is not None  # the scheduler has a tier only through the link
+                if link.node.holds(first):
+                    return None
         return "memory"
 
     def apply_started(self, now: float) -> int:
         """Apply the stretch's steps started before `now` (an arrival cut it) and end it;
         returns how many. None finishes a sequence: a stretch is cut before its last step."""
         st = self.stretch
+        assert st is not None, "no stretch to cut"
         m = st.count_before(now, inclusive=False)
-        finished = self._apply(m)
+        finished = self._apply(st, m)
         assert not finished, "a stretch is cut only before its last step"
         self.stretch = None
         return m
 
     def finish_stretch(self) -> list[Active]:
         """Apply a stretch that ran to its end; returns the requests it finished."""
-        finished = self._apply(self.stretch.steps)
+        st = self.stretch
+        assert st is not None, "no stretch to finish"
+        finished = self._apply(st, st.steps)
         self.stretch = None
         return finished
 
-    def _apply(self, m: int) -> list[Active]:
-        st = self.stretch
+    def _apply(self, st: Stretch, m: int) -> list[Active]:
         if m == 0:
             return []
-        self._allocate(st.allocated_by(m))
+        self._allocate(st, st.allocated_by(m))
         end = self.ready_at = st.end_of(m)
         self._pool_now = end
         link = self.link
@@ -488,7 +496,7 @@ class SimReplica:
                 link.costs.observe_step(st.batch, st.duration(j))
         first_end = st.end_of(1)
         for idx, active in enumerate(st.order):
-            self._advance_to(idx, m)
+            self._advance_to(st, idx, m)
             if active.first_token_s is None:
                 active.first_token_s = first_end
         finished = []
@@ -504,14 +512,13 @@ class SimReplica:
         c.busy_seconds += st.busy_of(m)
         return finished
 
-    def _allocate(self, upto: int) -> None:
+    def _allocate(self, st: Stretch, upto: int) -> None:
         """Make the stretch's allocations up to the upto-th (whole steps), in exact stepping's
         order. A sequence needs a block at step j because its last one filled at the end of
         step j - 1: those blocks are published first, as the engine publishes them before it
         plans step j, so an eviction and a publication of one hash (two requests with equal
         prompts) happen in the engine's order. The pool's clock reads the end of step j - 1,
         as it does when exact stepping plans step j."""
-        st = self.stretch
         link = self.link
         allocs = st.allocs
         k = st.done
@@ -525,18 +532,19 @@ class SimReplica:
                 if link is not None:
                     link.now = self._pool_now
                 for _, idx in allocs[k:group]:
-                    self._advance_to(idx, j - 1)
+                    self._advance_to(st, idx, j - 1)
             if link is not None:
                 link.now = st.start_of(j)
             for _, idx in allocs[k:group]:
-                st.order[idx].seq.block_ids.extend(self.pool.allocate(1))
+                ids = self.pool.allocate(1)
+                assert ids is not None  # plan_stretch kept the allocations within the free blocks
+                st.order[idx].seq.block_ids.extend(ids)
             k = group
         st.done = max(st.done, upto)
 
-    def _advance_to(self, idx: int, steps: int) -> None:
+    def _advance_to(self, st: Stretch, idx: int, steps: int) -> None:
         """Apply the stretch's first `steps` steps to its idx-th sequence: their tokens, and
         the blocks they fill published (Scheduler.advance)."""
-        st = self.stretch
         seq = st.order[idx].seq
         n = steps - (seq.num_computed - st.base[idx])
         if n <= 0:
@@ -550,7 +558,7 @@ class SimReplica:
         the node's tiers and presence), before a read of the node's blocks at `now`."""
         st = self.stretch
         if st is not None:
-            self._allocate(st.allocated_by(st.count_before(now, inclusive=True)))
+            self._allocate(st, st.allocated_by(st.count_before(now, inclusive=True)))
 
     # -- reads ---------------------------------------------------------------------------------
     def free_blocks(self, now: float) -> int:
