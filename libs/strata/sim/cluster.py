@@ -35,6 +35,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from strata.core.defaults import HEARTBEAT_INTERVAL_S
 from strata.core.records import NodeSampleRecord, RequestRecord
@@ -57,7 +58,7 @@ from strata.policy.placement.migration import (
     split_unloads,
 )
 from strata.policy.registry import NodeRegistry, ReplicaPhase
-from strata.policy.routing import Router
+from strata.policy.routing import RouteDecision, Router
 from strata.policy.scheduling.admission import Refusal
 from strata.policy.scheduling.fair_queue import QueueItem
 from strata.policy.scheduling.global_scheduler import GlobalScheduler
@@ -185,7 +186,8 @@ class Simulator:
         # migration times out); a drain waits for its work, however long.
         self.migrations = MigrationBook(self.clock, ready_timeout_s=math.inf)
         self.drain = DrainRule(routing_grace_s(config.heartbeat_s))
-        self._handlers = {
+        # Each handler takes the events of its key's type.
+        self._handlers: dict[type[Event], Callable[[Any, float], None]] = {
             Admit: self._on_admit,
             Retry: self._on_retry,
             RunNext: self._on_run_next,
@@ -287,9 +289,11 @@ class Simulator:
         self._push(now + self.cfg.sample_s, e)
 
     def _on_kv_report(self, e: KVReport, now: float) -> None:
+        kv, index = e.node.kv, self.kv_index
+        assert kv is not None and index is not None  # KV reports run with prefix routing only
         for r in e.node.stretching:
             r.sync(now)
-        e.node.kv.report(e.node.node_id, self.kv_index)
+        kv.report(e.node.node_id, index)
         self._push(now + self.cfg.kv_events_s, e)
 
     def _on_replan(self, e: Replan, now: float) -> None:
@@ -314,7 +318,12 @@ class Simulator:
         if problem is not None:
             self._fail(req, first, "INVALID_ARGUMENT")
             return
-        hashes = req.prefix_hashes(spec.limits.block_size) if self.kv_index is not None else ()
+        hashes = (
+            req.prefix_hashes(spec.limits.block_size)
+            if self.kv_index is not None and spec is not None
+            else ()
+        )
+        decision: RouteDecision | Refusal | None
         if self.scheduler is None:
             decision = self.router.route(
                 req.model,
@@ -325,9 +334,11 @@ class Simulator:
                 index=self.kv_index,
             )
         else:
+            tenancy = self.tenancy
+            assert tenancy is not None  # the scheduler comes with a Tenancy
             decision = self.scheduler.route(
                 req.model,
-                self.tenancy.policy(req.tenant),
+                tenancy.policy(req.tenant),
                 req.prompt_tokens,
                 req.output_tokens,
                 hashes,
@@ -336,7 +347,7 @@ class Simulator:
                 key = (req.tenant, decision.reason)
                 self.refusals[key] = self.refusals.get(key, 0) + 1
                 again = now + decision.retry_after_s
-                if self.tenancy.retry and again - first <= self.tenancy.give_up_s:
+                if tenancy.retry and again - first <= tenancy.give_up_s:
                     self._push(again, Retry(req, first))
                 else:
                     self._fail(req, first, "RESOURCE_EXHAUSTED", e2e_ms=(now - first) * 1000)
@@ -349,18 +360,22 @@ class Simulator:
             self._fail(req, now, "UNAVAILABLE")
             return
         self.routed[req.index] = replica.replica_id
+        assert spec is not None  # a replica of the model was placed from its spec
         o = spec.overheads
         self._push(now + o.inbound_s + o.add_s, Admit(replica, req, first))
 
     def _admit(self, replica: SimReplica, req: SimRequest, arrival: float, now: float) -> None:
         node = self.nodes[replica.node_id]
-        if node.front is None:
+        front = node.front
+        if front is None:
             replica.add(req, arrival, now)
             self._wake(node, now)
             return
-        policy = self.tenancy.policy(req.tenant)
-        classes = node.front.queue.classes
-        node.front.push(
+        tenancy = self.tenancy
+        assert tenancy is not None  # a node has a front only with a Tenancy
+        policy = tenancy.policy(req.tenant)
+        classes = front.queue.classes
+        front.push(
             QueueItem(
                 request_id=str(req.index),
                 tenant=req.tenant,
@@ -385,13 +400,13 @@ class Simulator:
             r = self.replicas.get(replica_id)
             return r.limits.max_seqs if r is not None else None
 
+        front = node.front
+        assert front is not None  # only a node with a front dispatches
         handed = False
-        for item, (req, arrival) in node.front.ready(max_seqs):
+        for item, (req, arrival) in front.ready(max_seqs):
             replica = self.replicas.get(item.replica_id)
             if replica is None:  # unloaded while the request waited: the node refuses it
-                node.front.left_engine(
-                    item.replica_id, item.tenant, item.cost_tokens, item.priority
-                )
+                front.left_engine(item.replica_id, item.tenant, item.cost_tokens, item.priority)
                 self._fail(req, arrival, "UNAVAILABLE", e2e_ms=(now - arrival) * 1000)
                 continue
             replica.add(req, arrival, now, priority=item.priority)
@@ -464,7 +479,9 @@ class Simulator:
             )
         out = self.models[a.request.model].overheads.outbound_s
         seq = a.seq
-        ttft = (a.first_token_s + out - a.arrival_s) * 1000
+        first_token_s, first_scheduled = a.first_token_s, seq.first_scheduled
+        assert first_token_s is not None and first_scheduled is not None  # it finished
+        ttft = (first_token_s + out - a.arrival_s) * 1000
         e2e = (a.end_s + out - a.arrival_s) * 1000
         n = seq.num_output
         self.rows.append(
@@ -477,7 +494,7 @@ class Simulator:
                 ttft_ms=ttft,
                 tpot_ms=(e2e - ttft) / (n - 1) if n > 1 else None,
                 e2e_ms=e2e,
-                queue_ms=(seq.first_scheduled - seq.arrival) * 1000,
+                queue_ms=(first_scheduled - seq.arrival) * 1000,
                 prompt_tokens=seq.num_prompt,
                 completion_tokens=n,
                 cached_tokens=seq.num_cached_prompt,
@@ -554,7 +571,7 @@ class Simulator:
         node.stretching = busy
         node.next_rr = (node.replicas.index(busy[last]) + 1) % len(node.replicas)
         self.stretches += 1
-        end = max(r.stretch.end_of(r.stretch.steps) for r in busy if r.stretch.steps)
+        end = max(p.end_of(p.steps) for p in plans if p.steps)  # plans: the stretches started
         self._occupy(node, busy[0], NodeMode.STRETCH, end)
         return True
 
@@ -563,15 +580,18 @@ class Simulator:
         not the stretch's last step anyway): every replica applies the steps it started, and
         exact stepping resumes after that step, with the replica after its owner."""
         in_progress = None  # (start, end, replica, is its last step)
+        all_last = True  # every replica has started its last step
         for replica in node.stretching:
             st = replica.stretch
+            assert st is not None  # node.stretching holds the replicas of its stretch
             m = st.count_before(now, inclusive=False)
+            if m != st.steps:
+                all_last = False
             if m and (in_progress is None or st.start_of(m) > in_progress[0]):
                 in_progress = (st.start_of(m), st.end_of(m), replica, m == st.steps)
+        assert in_progress is not None, "a stretch is cut after its first step started"
         _, end, owner, owners_last = in_progress
-        if owners_last and all(
-            r.stretch.count_before(now, False) == r.stretch.steps for r in node.stretching
-        ):
+        if owners_last and all_last:
             return
         for replica in node.stretching:
             replica.apply_started(now)
@@ -581,15 +601,19 @@ class Simulator:
         node.mode = NodeMode.FREE
         self._push(end, StepEnd(node, node.gen))
 
-    def _occupy(self, node: SimNode, replica: SimReplica, mode: NodeMode, end: float) -> None:
+    def _occupy(
+        self, node: SimNode, replica: SimReplica | None, mode: NodeMode, end: float
+    ) -> None:
         node.current, node.mode = replica, mode
         node.gen += 1
         self._push(end, StepEnd(node, node.gen))
 
     def _step_end(self, node: SimNode, now: float) -> None:
-        finished = []
+        finished: list[Active] = []
         if node.mode is NodeMode.STEP:
-            finished = node.current.end_step(now)
+            current = node.current
+            assert current is not None  # a STEP's replica
+            finished = current.end_step(now)
         elif node.mode is NodeMode.STRETCH:
             for replica in node.stretching:
                 finished += replica.finish_stretch()

@@ -19,6 +19,7 @@ from strata.sim.kv_tiers import NodeKV
 from strata.sim.replica import SimReplica
 from strata.sim.spec import ModelSpec
 from strata.sim.tenancy import NodeFront
+from strata.sim.workload import SimRequest
 
 _SUMMED = ("steps", "step_tokens", "step_token_budget", "busy_seconds", "prompt_tokens",
            "prefix_hit_tokens", "tier_hit_tokens")  # fmt: skip
@@ -51,7 +52,9 @@ class SimNode:
     stretching: list[SimReplica] = field(default_factory=list)  # in the node's stretch
     last_state: NodeState | None = None  # the last heartbeat's report, and its figures
     last_figures: tuple = ()
-    front: NodeFront | None = None  # with a Tenancy: the node's queue for engine slots
+    # With a Tenancy: the node's queue for engine slots, each request queued with its first
+    # attempt's arrival at the gateway.
+    front: NodeFront[tuple[SimRequest, float]] | None = None
     kv: NodeKV | None = None  # with tiers or prefix routing: the node's blocks
 
     def report(self, models: Mapping[str, ModelSpec], now: float) -> NodeState:

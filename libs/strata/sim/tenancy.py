@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from strata.core.tenant_policy import TenantPolicy
 from strata.policy.clock import Clock
@@ -50,6 +51,9 @@ class Tenancy:
         return known if known is not None else TenantPolicy(tenant)
 
 
+P = TypeVar("P")  # what the caller keeps with a queued request (NodeFront's payload)
+
+
 @dataclass(slots=True)
 class _Running:
     priority: int
@@ -57,7 +61,7 @@ class _Running:
     tokens: int = 0
 
 
-class NodeFront:
+class NodeFront(Generic[P]):
     """One node's queue for its replicas' slots, and what each tenant has there."""
 
     def __init__(self, queue: NodeQueue) -> None:
@@ -65,18 +69,18 @@ class NodeFront:
         self.in_engine: dict[str, int] = {}  # replica id -> requests in its engine
         # replica id -> priority -> requests of that class in its engine
         self.classes: dict[str, dict[int, int]] = {}
-        self.payloads: dict[str, object] = {}  # request id -> the caller's payload
+        self.payloads: dict[str, P] = {}  # request id -> the caller's payload
         self._running: dict[str, _Running] = {}
 
     @classmethod
-    def build(cls, kind: str, clock: Clock) -> NodeFront:
+    def build(cls, kind: str, clock: Clock) -> NodeFront[P]:
         return cls(QUEUES[kind](clock))
 
-    def push(self, item: QueueItem, payload: object) -> None:
+    def push(self, item: QueueItem, payload: P) -> None:
         self.queue.push(item)
         self.payloads[item.request_id] = payload
 
-    def ready(self, max_seqs: Callable[[str], int | None]) -> list[tuple[QueueItem, object]]:
+    def ready(self, max_seqs: Callable[[str], int | None]) -> list[tuple[QueueItem, P]]:
         """Requests to hand to their engines now, in order: those whose replica has a slot,
         then the urgent ones (beyond the cap). `max_seqs(replica_id)` is None for a replica
         that is gone: its requests come back too (the caller fails them)."""
@@ -126,7 +130,7 @@ class NodeFront:
         if run.running == 0:
             del self._running[tenant]
 
-    def drain(self) -> list[object]:
+    def drain(self) -> list[P]:
         """Everything still queued (the run's horizon): their payloads."""
         out = []
         for item in list(self.queue):
