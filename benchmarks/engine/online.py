@@ -1,6 +1,6 @@
 """Online latency: an open-loop client streaming Worker.Generate from a decode worker subprocess
 at a sweep of Poisson rates, with request sizes from the Azure conversation trace (scaled, see
-workload.py). Per request, the replay client's record (strata.eval.client_metrics.RequestRecord):
+workload.py). Per request, the replay client's record (strata.eval.client_metrics.ClientRecord):
 TTFT (send -> first token chunk), TPOT ((E2E - TTFT) / (tokens - 1)), E2E (send -> final chunk).
 
 Each rate is bounded twice: at most `max_requests` arrivals within `max_seconds`, then at most
@@ -33,7 +33,7 @@ from benchmarks.engine.workload import (
     prompt_text,
 )
 from strata.core.stats import summarize
-from strata.eval.client_metrics import OK, RequestRecord
+from strata.eval.client_metrics import OK, ClientRecord
 from strata.eval.trace_lengths import RequestLengths, read_azure_lengths
 from strata.rpc.server import channel
 from strata.v1 import common_pb2, worker_pb2, worker_pb2_grpc
@@ -58,7 +58,7 @@ class SweepConfig:
 
 
 async def one_request(
-    stub: worker_pb2_grpc.WorkerStub, record: RequestRecord, text: str, start: float, rate: float
+    stub: worker_pb2_grpc.WorkerStub, record: ClientRecord, text: str, start: float, rate: float
 ) -> None:
     """Stream one generation into `record`; a cancellation leaves it CANCELLED."""
     spec = common_pb2.GenerationSpec(
@@ -101,8 +101,8 @@ async def one_request(
         record.finished_s = time.perf_counter() - start
 
 
-def _unsent(index: int, lengths: RequestLengths, offset: float) -> RequestRecord:
-    return RequestRecord(
+def _unsent(index: int, lengths: RequestLengths, offset: float) -> ClientRecord:
+    return ClientRecord(
         index=index,
         tenant=TENANT,
         scheduled_s=offset,
@@ -119,7 +119,7 @@ async def run_rate(
     sizes: list[RequestLengths],
     cfg: SweepConfig,
     seed: int,
-) -> tuple[RateResult, list[RequestRecord]]:
+) -> tuple[RateResult, list[ClientRecord]]:
     rng = random.Random(seed)
     offsets = poisson_offsets(rate, min(cfg.max_requests, len(sizes)), cfg.max_seconds, rng)
     # fresh text at every rate: the worker's prefix cache must not serve one rate from another
@@ -139,7 +139,7 @@ async def run_rate(
     return summarize_rate(rate, records, seconds), records
 
 
-def summarize_rate(rate: float, records: list[RequestRecord], seconds: float) -> RateResult:
+def summarize_rate(rate: float, records: list[ClientRecord], seconds: float) -> RateResult:
     """Latencies of the requests that completed; the others counted as cancelled (still
     streaming when the drain ended) or failed (an error status)."""
     done = [r for r in records if r.ok]
@@ -178,14 +178,14 @@ async def wait_idle(stub: worker_pb2_grpc.WorkerStub, timeout_s: float = 60.0) -
 
 async def sweep(
     trace_path: str, cfg: SweepConfig, settings: WorkerSettings, log_path: str
-) -> tuple[dict, list[RateResult], list[tuple[float, RequestRecord]]]:
+) -> tuple[dict, list[RateResult], list[tuple[float, ClientRecord]]]:
     """The sweep's metadata, each rate's result, and every request with the rate it ran at."""
     rng = random.Random(SEED)
     pool = [cfg.mapping.apply(r) for r in read_azure_lengths(trace_path)]
     # the same request sizes, in the same order, at every rate
     sizes = pick_lengths(pool, cfg.max_requests, rng)
     results: list[RateResult] = []
-    records: list[tuple[float, RequestRecord]] = []
+    records: list[tuple[float, ClientRecord]] = []
     async with WorkerProcess(settings, log_path) as worker, channel(worker.address) as ch:
         stub = worker_pb2_grpc.WorkerStub(ch)
         for i in range(2):  # warm-up: first-call allocations and kernel selection

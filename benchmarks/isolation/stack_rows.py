@@ -39,7 +39,7 @@ class MergedRows:
 
 
 def merge_rows(
-    records: Sequence[client_metrics.RequestRecord],
+    records: Sequence[client_metrics.ClientRecord],
     attempts: Mapping[int, Sequence[float]],
     gateway_rows: Sequence[RequestRecord],
     started_unix_ms: int,
@@ -73,7 +73,7 @@ def merge_rows(
 
 
 def _from_client(
-    record: client_metrics.RequestRecord, started_unix_ms: int, model: str
+    record: client_metrics.ClientRecord, started_unix_ms: int, model: str
 ) -> RequestRecord:
     failed = not record.ok
     end_s = record.finished_s if record.finished_s is not None else record.sent_s

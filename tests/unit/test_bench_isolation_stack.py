@@ -12,7 +12,7 @@ from benchmarks.isolation.stack_ways import (
 from benchmarks.isolation.workload import TenantSpec
 from strata.core.records import RequestRecord
 from strata.core.sla import SlaTable
-from strata.eval.client_metrics import RequestRecord as ClientRecord
+from strata.eval.client_metrics import ClientRecord
 from strata.eval.traces import TraceRequest
 
 ORIGIN = 1_700_000_000_000

@@ -5,7 +5,7 @@ import pytest
 from benchmarks.engine.online import summarize_rate
 from benchmarks.engine.results import LatencySummary, OfflineResult, RateResult
 from benchmarks.engine.runner_cli import check_lengths
-from strata.eval.client_metrics import RequestRecord
+from strata.eval.client_metrics import ClientRecord
 
 
 def test_offline_result_round_trip_and_rate():
@@ -45,7 +45,7 @@ def test_rate_result_round_trip():
 
 
 def _rec(index, status, tokens, ttft, e2e):
-    return RequestRecord(
+    return ClientRecord(
         index=index,
         tenant="bench",
         scheduled_s=float(index),

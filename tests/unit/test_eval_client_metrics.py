@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from strata.core.stats import Summary
-from strata.eval.client_metrics import RequestRecord, format_summary, summarize_run
+from strata.eval.client_metrics import ClientRecord, format_summary, summarize_run
 
 
-def record(index: int, **kw) -> RequestRecord:
+def record(index: int, **kw) -> ClientRecord:
     base = dict(
         index=index,
         tenant="demo",
@@ -17,7 +17,7 @@ def record(index: int, **kw) -> RequestRecord:
         synth_prompt_tokens=10,
         max_tokens=5,
     )
-    return RequestRecord(**{**base, **kw})
+    return ClientRecord(**{**base, **kw})
 
 
 RECORDS = [

@@ -9,7 +9,7 @@ shows how late it started.
 A replay is one evaluation run: Metrics.StartRun before the first request, every request tagged
 with `x-strata-run-id: <id>` and its tenant's `authorization: Bearer <key>`, Metrics.FinishRun
 after the last with the client's own summary, which the server keeps for comparison with its
-span-derived figures. The run's directory gets requests.jsonl (one RequestRecord a line) and
+span-derived figures. The run's directory gets requests.jsonl (one ClientRecord a line) and
 summary.json; both are written before FinishRun, so a metrics outage at the end loses nothing.
 
 Refusals (opt-in, ReplayConfig.retry): a RESOURCE_EXHAUSTED answer with a retry-after-ms hint
@@ -34,7 +34,7 @@ from typing import TextIO
 import grpc
 
 from strata.client.sdk import build_request
-from strata.eval.client_metrics import OK, RequestRecord, RunSummary, summarize_run
+from strata.eval.client_metrics import OK, ClientRecord, RunSummary, summarize_run
 from strata.eval.workload import WorkloadRequest
 from strata.rpc.channels import public_channel
 from strata.telemetry.names import RETRY_AFTER_METADATA, RUN_ID_METADATA
@@ -109,7 +109,7 @@ class ReplayConfig:
 @dataclass(slots=True)
 class ReplayResult:
     run_id: int
-    records: list[RequestRecord]
+    records: list[ClientRecord]
     summary: RunSummary
     not_sent: int
     run_dir: str
@@ -128,7 +128,7 @@ async def replay(
     """Run the workload as one evaluation run; progress goes to progress_stream when given.
 
     Raises ReplayError when the metrics service cannot open or close the run; a request's own
-    failure (any gRPC status) is recorded in its RequestRecord, never raised.
+    failure (any gRPC status) is recorded in its ClientRecord, never raised.
     """
     metrics_channel = public_channel(config.metrics, config.tls_ca)
     gateway_channel = public_channel(config.gateway, config.tls_ca)
@@ -199,10 +199,10 @@ async def _send_all(
     progress_stream: TextIO | None,
     clock: Callable[[], float],
     attempts: dict[int, list[float]],
-) -> tuple[list[RequestRecord], int, float]:
+) -> tuple[list[ClientRecord], int, float]:
     due = list(workload)[: config.max_requests]
     progress = Progress(len(due), progress_stream, clock)
-    tasks: list[asyncio.Task[RequestRecord]] = []
+    tasks: list[asyncio.Task[ClientRecord]] = []
     start = clock()
     ticker = asyncio.create_task(progress.run())
     try:
@@ -236,7 +236,7 @@ async def _send_one(
     progress: Progress,
     clock: Callable[[], float],
     attempts: dict[int, list[float]],
-) -> RequestRecord:
+) -> ClientRecord:
     message = build_request(
         config.model,
         request.prompt,
@@ -246,7 +246,7 @@ async def _send_one(
     )
     metadata = (("authorization", f"Bearer {request.api_key}"), (RUN_ID_METADATA, str(run_id)))
     sent = clock()
-    record = RequestRecord(
+    record = ClientRecord(
         index=request.index,
         tenant=request.tenant,
         scheduled_s=request.send_at_s,
@@ -283,7 +283,7 @@ async def _attempt(
     message: gateway_pb2.GenerateRequest,
     metadata: tuple[tuple[str, str], ...],
     config: ReplayConfig,
-    record: RequestRecord,
+    record: ClientRecord,
     sent: float,
     clock: Callable[[], float],
 ) -> tuple[int, bool, float | None]:
@@ -336,7 +336,7 @@ def _retry_after_s(err: grpc.aio.AioRpcError) -> float | None:
 
 
 def _write_results(
-    out_dir: str, run_id: int, records: Sequence[RequestRecord], summary_json: dict
+    out_dir: str, run_id: int, records: Sequence[ClientRecord], summary_json: dict
 ) -> str:
     run_dir = os.path.join(out_dir, f"run-{run_id}")
     os.makedirs(run_dir, exist_ok=True)

@@ -26,7 +26,7 @@ OK = "OK"
 
 
 @dataclass(slots=True)
-class RequestRecord:
+class ClientRecord:
     """One request as the client saw it. Times are seconds; scheduled_s, sent_s and finished_s
     (end of the stream or the error) are offsets from the replay's start, latencies from sent_s."""
 
@@ -101,7 +101,7 @@ class RunSummary:
         return out
 
 
-def summarize_run(records: list[RequestRecord], duration_s: float) -> RunSummary:
+def summarize_run(records: list[ClientRecord], duration_s: float) -> RunSummary:
     """The run's figures; duration_s is replay start to the last completion."""
     if duration_s < 0 or math.isnan(duration_s):
         raise ValueError(f"duration_s must be non-negative, got {duration_s}")
