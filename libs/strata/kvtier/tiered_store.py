@@ -85,7 +85,9 @@ class Pinned:
 
 
 @dataclass(slots=True)
-class Counters:
+class StoreCounters:
+    """The tier store's cumulative counters (KVStore.GetStats)."""
+
     host_hits: int = 0
     disk_hits: int = 0
     misses: int = 0
@@ -136,7 +138,7 @@ class TieredStore:
         self.lease_ttl_s = lease_ttl_s
         self.heat = HeatTable(half_life_s)
         self.presence = NodePresence()
-        self.counters = Counters()
+        self.counters = StoreCounters()
         self.pressure = False
         self._dir: dict[int, Entry] = {}
         # offset -> (nbytes, expires, ticket)
