@@ -157,7 +157,7 @@ class ModelInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., context_length: _Optional[int] = ..., memory_bytes: _Optional[int] = ...) -> None: ...
 
 class ReplicaInfo(_message.Message):
-    __slots__ = ("model", "replica_id", "state", "worker_address", "running_requests", "waiting_requests", "queued_tokens", "kv_blocks_total", "kv_blocks_free", "waiting_for_memory", "tokens_per_s", "max_seqs", "kv_block_size")
+    __slots__ = ("model", "replica_id", "state", "worker_address", "running_requests", "waiting_requests", "queued_tokens", "kv_blocks_total", "kv_blocks_free", "waiting_for_memory", "tokens_per_s", "max_seqs", "kv_block_size", "step_line", "step_line_samples")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -171,6 +171,8 @@ class ReplicaInfo(_message.Message):
     TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
     MAX_SEQS_FIELD_NUMBER: _ClassVar[int]
     KV_BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
+    STEP_LINE_FIELD_NUMBER: _ClassVar[int]
+    STEP_LINE_SAMPLES_FIELD_NUMBER: _ClassVar[int]
     model: str
     replica_id: str
     state: ReplicaState
@@ -184,7 +186,9 @@ class ReplicaInfo(_message.Message):
     tokens_per_s: float
     max_seqs: int
     kv_block_size: int
-    def __init__(self, model: _Optional[str] = ..., replica_id: _Optional[str] = ..., state: _Optional[_Union[ReplicaState, str]] = ..., worker_address: _Optional[str] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., queued_tokens: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., kv_blocks_free: _Optional[int] = ..., waiting_for_memory: _Optional[int] = ..., tokens_per_s: _Optional[float] = ..., max_seqs: _Optional[int] = ..., kv_block_size: _Optional[int] = ...) -> None: ...
+    step_line: _containers.RepeatedScalarFieldContainer[float]
+    step_line_samples: int
+    def __init__(self, model: _Optional[str] = ..., replica_id: _Optional[str] = ..., state: _Optional[_Union[ReplicaState, str]] = ..., worker_address: _Optional[str] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., queued_tokens: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., kv_blocks_free: _Optional[int] = ..., waiting_for_memory: _Optional[int] = ..., tokens_per_s: _Optional[float] = ..., max_seqs: _Optional[int] = ..., kv_block_size: _Optional[int] = ..., step_line: _Optional[_Iterable[float]] = ..., step_line_samples: _Optional[int] = ...) -> None: ...
 
 class TenantLoad(_message.Message):
     __slots__ = ("tenant", "priority", "running", "queued", "tokens")
