@@ -13,7 +13,7 @@ from strata.core.settings import SettingsError
 from strata.engine.async_engine import AsyncEngine
 from strata.engine.engine import LLMEngine
 from strata.engine.registry import load_model
-from strata.engine.step_meter import meter_from_profile
+from strata.engine.step_meter import learn_steps, meter_from_profile
 from strata.engine.tier_link import TierLink
 from strata.kvtier.client import TierClient
 from strata.rpc.channels import install
@@ -46,7 +46,8 @@ async def main(cfg: WorkerConfig) -> None:
     )
     llm = LLMEngine(loaded, engine_config, tier=tier)
     warm = llm.warm_up()
-    llm.step_observer = meter  # after warm-up: its first-shape costs are no interference
+    # After warm-up: its first-shape costs are neither interference nor this worker's step costs.
+    learner = learn_steps(llm, meter)
     engine = AsyncEngine(llm)
     e = engine.engine
     memory = (
@@ -62,7 +63,7 @@ async def main(cfg: WorkerConfig) -> None:
         engine_config.block_size,
         cfg.torch_threads,
     )
-    servicer = WorkerServicer(engine, memory, meter)
+    servicer = WorkerServicer(engine, memory, meter, learner)
     running = await start_server(
         [
             Registration(

@@ -14,7 +14,8 @@ from strata.engine.engine import EngineRequest, LLMEngine, RequestOutput
 from strata.engine.prompt import prompt_ids
 from strata.engine.resume import resume
 from strata.engine.sequence import FinishReason, SamplingParams
-from strata.engine.step_meter import StepMeter
+from strata.engine.step_meter import StepLearner, StepMeter
+from strata.rpc.convert import step_line_to_pb
 from strata.telemetry import names
 from strata.v1 import common_pb2, worker_pb2, worker_pb2_grpc
 
@@ -34,10 +35,17 @@ _tracer = trace.get_tracer("strata.worker")
 
 
 class WorkerServicer(worker_pb2_grpc.WorkerServicer):
-    def __init__(self, engine: AsyncEngine, memory_bytes: int, meter: StepMeter | None = None):
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        memory_bytes: int,
+        meter: StepMeter | None = None,
+        learner: StepLearner | None = None,
+    ):
         self.engine = engine
         self.memory_bytes = memory_bytes
-        self.meter = meter  # the engine's step observer; None without a solo profile
+        self.meter = meter  # fed by the engine's step observer; None without a solo profile
+        self.learner = learner  # the engine's step observer, learning its step-time line
 
     async def Generate(
         self, request: worker_pb2.WorkerGenerateRequest, context: grpc.aio.ServicerContext
@@ -128,6 +136,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
                 1.0 / e.costs.prefill_s_per_token if e.costs.prefill_s_per_token else 0.0
             ),
             **sparse_stats(e),
+            **step_line_to_pb(self.learner.model.line() if self.learner is not None else None),
             **counters.to_pb_fields(),
         )
 

@@ -46,9 +46,9 @@ def spans_named(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]
     return [s for s in exporter.get_finished_spans() if s.name == name]
 
 
-async def serve_worker(engine, memory_bytes: int = 1, meter=None):
+async def serve_worker(engine, memory_bytes: int = 1, meter=None, learner=None):
     """A decode worker servicer over `engine` (an AsyncEngine) on port 0; the running server."""
-    servicer = WorkerServicer(engine, memory_bytes, meter)
+    servicer = WorkerServicer(engine, memory_bytes, meter, learner)
     return await start_server(
         [
             Registration(

@@ -1,6 +1,7 @@
 """The worker's step meter: a known profile prices known step shapes exactly; the shared shape
 function agrees between the simulator (before a step) and the meter (after it); the engine calls
-the meter once per step; shipped profiles are found by model and device."""
+the meter once per step; the step learner feeds the online step model and the meter alike;
+shipped profiles are found by model and device."""
 
 from __future__ import annotations
 
@@ -11,14 +12,17 @@ import pytest
 import torch
 
 from strata.core.profile import StepCosts, StepShape, step_shape
+from strata.core.step_model import OnlineStepModel, prior_from_costs
 from strata.engine.dummy import load_dummy
 from strata.engine.engine import EngineConfig, EngineRequest, LLMEngine
 from strata.engine.scheduler import ScheduledSeq
 from strata.engine.sequence import SamplingParams, Sequence
 from strata.engine.step_meter import (
     PROFILES_DIR,
+    StepLearner,
     StepMeter,
     find_profile,
+    learn_steps,
     meter_from_profile,
 )
 from strata.kvtier.hashing import HashKeys
@@ -141,6 +145,50 @@ def test_the_engine_calls_its_step_observer_once_per_step_with_the_step_time():
     assert len(seen) == engine.stats.steps
     # Each step's time spans schedule() too, so it is at least what the engine counts busy.
     assert sum(s for _, s in seen) >= engine.stats.busy_seconds > 0
+
+
+def test_the_learner_feeds_the_model_each_steps_shape_and_the_meter_as_it_was():
+    alone, fed = StepMeter(COSTS, BLOCK), StepMeter(COSTS, BLOCK)
+    model, twin = OnlineStepModel(prior_from_costs(COSTS)), OnlineStepModel(prior_from_costs(COSTS))
+    learner = StepLearner(model, BLOCK, fed)
+    steps = [
+        ([item(40, 24), item(10, 1), item(33, 1)], 0.0125),
+        ([item(11, 1), item(34, 1)], 0.004),
+        ([item(64, 64, sample=False)], 0.5),
+    ]
+    for items, seconds in steps:
+        alone(items, seconds)
+        learner(items, seconds)
+        twin.observe(
+            step_shape(((i.num_new, i.sample, i.seq.num_computed) for i in items), BLOCK), seconds
+        )
+    assert (fed.observed_s, fed.solo_s, fed.steps) == (alone.observed_s, alone.solo_s, alone.steps)
+    assert model.samples == 3 and model.line() == twin.line()
+    # Without a meter the learner only learns.
+    bare = StepLearner(OnlineStepModel(prior_from_costs(COSTS)), BLOCK)
+    bare(*steps[0])
+    assert bare.model.samples == 1 and bare.meter is None
+
+
+def test_learn_steps_installs_the_learner_with_the_profile_or_a_conservative_prior():
+    torch.set_num_threads(1)
+    engine = LLMEngine(load_dummy("dummy-tiny"), EngineConfig(block_size=BLOCK, num_blocks=32))
+    meter = StepMeter(COSTS, BLOCK)
+    learner = learn_steps(engine, meter)
+    assert engine.step_observer is learner and learner.meter is meter
+    assert learner.model.line() == prior_from_costs(COSTS)
+    learner = learn_steps(engine)
+    assert engine.step_observer is learner and learner.meter is None
+    prior = learner.model.line()
+    # dummy-tiny in float32: 139,584 parameters of 4 bytes, 512 KV bytes a token
+    assert engine.weights_size() == (139_584, 4 * 139_584) and engine.kv_bytes_per_token == 512
+    assert prior.token_s == 2 * 139_584 / 2e10 and prior.decode_attend_s == 512 / 5e9
+    engine.add_request(
+        EngineRequest("a", list(range(1, 41)), SamplingParams(max_tokens=3, ignore_eos=True))
+    )
+    while engine.has_work():
+        engine.step()
+    assert learner.model.samples == engine.stats.steps == 3
 
 
 def test_shipped_profiles_are_found_by_model_and_device_type():

@@ -116,7 +116,8 @@ class LLMEngine:
         self.dtype = getattr(torch, config.dtype)
         cfg = loaded.config
         self.model = build_model(cfg, loaded.weights, self.device, self.dtype)
-        per_block = cfg.kv_bytes_per_token(torch.finfo(self.dtype).bits // 8) * config.block_size
+        self.kv_bytes_per_token = cfg.kv_bytes_per_token(torch.finfo(self.dtype).bits // 8)
+        per_block = self.kv_bytes_per_token * config.block_size
         num_blocks = config.num_blocks or max(1, config.kv_cache_bytes // per_block)
         self.kv = torch.zeros(
             kv_cache_shape(
@@ -171,6 +172,15 @@ class LLMEngine:
         self._samplers: dict[str, SeqSampler] = {}
         self._detok: dict[str, Detokenizer] = {}
         self._seqs: dict[str, Sequence] = {}
+
+    def weights_size(self) -> tuple[int, int]:
+        """(parameters, bytes) of the model's weights as loaded, in their dtype (tied weights
+        once): what every step reads."""
+        params = list(self.model.parameters())
+        return (
+            sum(p.numel() for p in params),
+            sum(p.numel() * p.element_size() for p in params),
+        )
 
     def warm_up(self) -> float:
         """Run the step shapes serving will see once, before serving: a full token budget of

@@ -7,6 +7,10 @@ manager reads their growth between heartbeats, and the ratio of the growths is t
 the other work on the machine causes (strata.policy.scheduling.interference learns the ratio a
 quiet machine shows, since a profile measured elsewhere is off by a constant factor).
 
+Every worker also learns its own step-time line online (strata.core.step_model), with or without
+a profile: the StepLearner is the engine's step observer, feeding each step's shape and seconds
+to an OnlineStepModel and to the meter when there is one; GetStats reports the model's line.
+
 Imports no torch: the engine calls it with its scheduled items after each step.
 """
 
@@ -14,9 +18,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from strata.core.profile import StepCosts, load_profile, step_shape
+from strata.core.profile import StepCosts, StepShape, load_profile, step_shape
+from strata.core.step_model import OnlineStepModel, conservative_prior, prior_from_costs
 from strata.engine.scheduler import ScheduledSeq
+
+if TYPE_CHECKING:
+    from strata.engine.engine import LLMEngine
 
 # Profiles shipped with the code, named <model>-<device type>.json as a folder of them must be.
 PROFILES_DIR = os.path.join(
@@ -73,9 +82,57 @@ class StepMeter:
     def __call__(self, scheduled: Sequence[ScheduledSeq], seconds: float) -> None:
         """One step that ran `seconds`; its items are already advanced, so each sequence's
         num_computed includes the step's tokens."""
-        shape = step_shape(
-            ((i.num_new, i.sample, i.seq.num_computed) for i in scheduled), self.block_size
+        self.add(
+            step_shape(
+                ((i.num_new, i.sample, i.seq.num_computed) for i in scheduled), self.block_size
+            ),
+            seconds,
         )
+
+    def add(self, shape: StepShape, seconds: float) -> None:
+        """One step of `shape` that ran `seconds`."""
         self.observed_s += seconds
         self.solo_s += self.costs.seconds(shape)
         self.steps += 1
+
+
+class StepLearner:
+    """The engine's step observer on a worker: each step's shape and seconds into the worker's
+    online step model, and into the step meter when the worker has a solo profile (the meter's
+    sums are the same as when it observes alone).
+
+    Called on the engine's thread only; `model.line()` is an immutable snapshot other threads
+    may read.
+    """
+
+    __slots__ = ("model", "meter", "block_size")
+
+    def __init__(self, model: OnlineStepModel, block_size: int, meter: StepMeter | None = None):
+        self.model = model
+        self.meter = meter
+        self.block_size = block_size
+
+    def __call__(self, scheduled: Sequence[ScheduledSeq], seconds: float) -> None:
+        """One step that ran `seconds`; its items are already advanced (as StepMeter's)."""
+        shape = step_shape(
+            ((i.num_new, i.sample, i.seq.num_computed) for i in scheduled), self.block_size
+        )
+        self.model.observe(shape, seconds)
+        if self.meter is not None:
+            self.meter.add(shape, seconds)
+
+
+def learn_steps(llm: LLMEngine, meter: StepMeter | None = None) -> StepLearner:
+    """Install on `llm` the observer that learns its step-time line (and feeds `meter`), and
+    return it. The prior is the meter's solo profile, or without one a conservative line from
+    the model's size (its weights as loaded, and the KV bytes per token the engine sized its
+    pool with). Install it after warm-up: the warm-up's first-shape costs (kernel selection,
+    first allocations) are not what serving steps cost."""
+    if meter is not None:
+        prior = prior_from_costs(meter.costs)
+    else:
+        params, weight_bytes = llm.weights_size()
+        prior = conservative_prior(params, weight_bytes, llm.kv_bytes_per_token)
+    learner = StepLearner(OnlineStepModel(prior), llm.config.block_size, meter)
+    llm.step_observer = learner
+    return learner

@@ -3,6 +3,9 @@ scheduler reads): one pair of converters per type."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from strata.core.step_model import StepLine
 from strata.policy.registry import ReplicaPhase, TenantLoad
 from strata.v1 import common_pb2
 
@@ -40,3 +43,22 @@ def tenant_load_from_pb(t: common_pb2.TenantLoad) -> TenantLoad:
         queued=t.queued,
         tokens=max(0, t.tokens),
     )
+
+
+def step_line_from_pb(values: Sequence[float], samples: int) -> StepLine | None:
+    """A reported step line (the step_line and step_line_samples of WorkerStats or ReplicaInfo):
+    None when none was reported, or when it is malformed (not six coefficients, or one negative
+    or not finite), so that a bad report prices nothing instead of failing the heartbeat."""
+    if not values:
+        return None
+    try:
+        return StepLine.from_coefficients(list(values), samples=max(0, samples))
+    except ValueError:
+        return None
+
+
+def step_line_to_pb(line: StepLine | None) -> dict[str, list[float] | int]:
+    """The step_line and step_line_samples fields of WorkerStats or ReplicaInfo (none for None)."""
+    if line is None:
+        return {}
+    return {"step_line": list(line.coefficients()), "step_line_samples": line.samples}
