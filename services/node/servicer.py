@@ -15,7 +15,7 @@ from strata.node.failover import WorkerLost, generate_with_failover
 from strata.node.replicas import Replica, ReplicaSet, State
 from strata.policy.clock import WallClock
 from strata.policy.scheduling.fair_queue import QUEUES, QueueItem
-from strata.rpc.convert import tenant_load_to_pb
+from strata.rpc.convert import step_line_to_pb, tenant_load_to_pb
 from strata.telemetry import names
 from strata.v1 import common_pb2, node_pb2, node_pb2_grpc, worker_pb2
 
@@ -175,6 +175,7 @@ def replica_to_pb(r: Replica, tokens_per_s: float = 0.0) -> common_pb2.ReplicaIn
         tokens_per_s=tokens_per_s,
         max_seqs=s.max_seqs,
         kv_block_size=s.block_size,
+        **step_line_to_pb(s.step_line),
     )
 
 

@@ -1,15 +1,18 @@
-"""The node manager's heartbeat carries interference and safety margin, per-tenant loads and the
-workers' prefill rates to the scheduler: a fake worker (in-process, port 0), the real heartbeat
-loop, replica set and dispatcher, and a fake scheduler that records every HeartbeatRequest."""
+"""The node manager's heartbeat carries interference and safety margin, per-tenant loads, the
+workers' prefill rates and the step lines they learned (a malformed one dropped) to the scheduler:
+a fake worker (in-process, port 0), the real heartbeat loop, replica set and dispatcher, and a
+fake scheduler that records every HeartbeatRequest."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 
 import pytest
 
 from services.node.config import NodeConfig
 from services.node.heartbeat import heartbeat_loop, interference_monitor
+from strata.core.step_model import StepLine
 from strata.node.dispatcher import Dispatcher
 from strata.node.replicas import Replica, ReplicaSet, State
 from strata.node.worker_process import WorkerProcess
@@ -164,3 +167,38 @@ async def test_heartbeats_carry_tenant_loads_and_the_prefill_rate_from_the_dispa
         ("chat", 2, 1, 0, 120),
     ]
     assert node.replicas[0].tokens_per_s == 750.0
+
+
+@pytest.mark.parametrize(
+    "reported, kept",
+    [
+        (([0.03, 2e-3, 1.5e-3, 1.7e-6, 5.8e-6, 0.019], 1500), True),
+        (([0.03, 2e-3, 1.5e-3], 1500), False),  # malformed: three coefficients
+        (([0.03, 2e-3, 1.5e-3, math.inf, 5.8e-6, 0.019], 1500), False),  # malformed: infinite
+        (([], 0), False),  # a worker that reports no line
+    ],
+)
+async def test_heartbeats_carry_the_step_line_each_worker_learned(reported, kept):
+    values, samples = reported
+    stop = asyncio.Event()
+    scheduler = FakeScheduler(1, stop)
+
+    class LearningWorker(worker_pb2_grpc.WorkerServicer):
+        async def GetStats(self, request, context) -> worker_pb2.WorkerStats:
+            return worker_pb2.WorkerStats(model="m", step_line=values, step_line_samples=samples)
+
+    worker_server, scheduler_server, cfg, replicas, replica = await one_replica_node(
+        "node-s", LearningWorker(), scheduler
+    )
+    try:
+        await asyncio.wait_for(heartbeat_loop(cfg, replicas, stop), timeout=30)
+    finally:
+        await worker_server.stop(0)
+        await scheduler_server.stop(0)
+    info = scheduler.beats[0].node.replicas[0]
+    if kept:
+        assert replica.stats.step_line == StepLine.from_coefficients(values, samples=samples)
+        assert (list(info.step_line), info.step_line_samples) == (values, samples)
+    else:
+        assert replica.stats.step_line is None
+        assert (list(info.step_line), info.step_line_samples) == ([], 0)

@@ -30,9 +30,11 @@ from dataclasses import dataclass, field
 import grpc
 
 from strata.core.counters import EngineCounters
+from strata.core.step_model import StepLine
 from strata.node.worker_pids import WorkerPids
 from strata.node.worker_process import WorkerProcess, WorkerStartError
 from strata.policy.placement.migration import DrainRule
+from strata.rpc.convert import step_line_from_pb
 from strata.rpc.server import channel
 from strata.v1 import worker_pb2, worker_pb2_grpc
 
@@ -63,6 +65,9 @@ class ReplicaStats:
     block_size: int = 0  # tokens per KV block (0 = not reported)
     prefill_tokens_per_s: float = 0.0  # the engine's prefill throughput (0: not measured yet)
     counters: EngineCounters = field(default_factory=EngineCounters)
+    # The step-time line the worker learned online (strata.core.step_model); None when it
+    # reported none or a malformed one.
+    step_line: StepLine | None = None
 
 
 @dataclass(slots=True)
@@ -319,6 +324,7 @@ class ReplicaSet:
             block_size=s.kv_block_size,
             prefill_tokens_per_s=s.prefill_tokens_per_s,
             counters=EngineCounters.from_pb(s),
+            step_line=step_line_from_pb(s.step_line, s.step_line_samples),
         )
 
     async def refresh_ready(self) -> None:
