@@ -12,6 +12,8 @@ from strata.policy.registry import (
 from strata.rpc.convert import (
     phase_from_pb,
     phase_to_pb,
+    step_line_from_pb,
+    step_line_to_pb,
     tenant_load_from_pb,
     tenant_load_to_pb,
 )
@@ -33,6 +35,7 @@ def replica_from_pb(r: common_pb2.ReplicaInfo) -> ReplicaState:
         tokens_per_s=max(0.0, r.tokens_per_s),
         max_seqs=r.max_seqs,
         block_size=max(0, r.kv_block_size),
+        step_line=step_line_from_pb(r.step_line, r.step_line_samples),
     )
 
 
@@ -51,6 +54,7 @@ def replica_to_pb(r: ReplicaState) -> common_pb2.ReplicaInfo:
         tokens_per_s=r.tokens_per_s,
         max_seqs=r.max_seqs,
         kv_block_size=r.block_size,
+        **step_line_to_pb(r.step_line),
     )
 
 

@@ -1,10 +1,11 @@
 """Scheduler servicer in-process on port 0: heartbeats, routing choices, expiry, status codes,
-spans, KV events and prefix-aware routing."""
+spans, KV events, prefix-aware routing, and the replicas' step lines in the registry."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 
 import grpc
@@ -13,7 +14,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from services.scheduler import convert
 from services.scheduler.servicer import SchedulerServicer
+from strata.core.step_model import StepLine
 from strata.policy.clock import ManualClock
 from strata.policy.registry import NodeRegistry
 from strata.policy.routing import Router
@@ -401,3 +404,33 @@ async def test_a_policy_out_of_range_is_invalid(env):
     assert err.value.details() == (
         "tenant 'acme': burst_share must be between guaranteed_share (0.6) and 1, got 0.5"
     )
+
+
+async def test_the_registry_holds_each_replicas_step_line_and_drops_a_malformed_one(env):
+    stub, _, _, servicer = env
+    line = StepLine(0.03, 2e-3, 1.5e-3, 1.7e-6, 5.8e-6, 0.019, samples=1500)
+    bad = {
+        "n2": ([0.03, 2e-3, 1.5e-3, 1.7e-6, 5.8e-6], 9),  # five coefficients
+        "n3": ([0.03, -2e-3, 1.5e-3, 1.7e-6, 5.8e-6, 0.019], 9),  # a negative one
+        "n4": ([0.03, 2e-3, math.nan, 1.7e-6, 5.8e-6, 0.019], 9),  # a non-finite one
+        "n5": ([], 0),  # none reported
+    }
+    beat = heartbeat("n1")
+    beat.node.replicas[0].step_line.extend(line.coefficients())
+    beat.node.replicas[0].step_line_samples = line.samples
+    await stub.Heartbeat(beat)
+    for node_id, (values, samples) in bad.items():
+        beat = heartbeat(node_id)
+        beat.node.replicas[0].step_line.extend(values)
+        beat.node.replicas[0].step_line_samples = samples
+        await stub.Heartbeat(beat)
+    held = {n.node_id: n.replicas[0].step_line for n in servicer._registry.nodes()}
+    assert held == {"n1": line, "n2": None, "n3": None, "n4": None, "n5": None}
+    # ... and lists it as it was reported (convert's round trip); no line for the others
+    nodes = (await stub.ListNodes(scheduler_pb2.ListNodesRequest())).nodes
+    listed = {
+        n.node_id: (list(n.replicas[0].step_line), n.replicas[0].step_line_samples) for n in nodes
+    }
+    assert listed == {"n1": (list(line.coefficients()), 1500)} | {n: ([], 0) for n in bad}
+    r = convert.replica_from_pb(nodes[0].replicas[0])
+    assert convert.replica_from_pb(convert.replica_to_pb(r)) == r and r.step_line == line

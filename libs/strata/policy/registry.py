@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from strata.core.defaults import NODE_TTL_S
+from strata.core.step_model import StepLine
 from strata.policy.clock import Clock
 
 
@@ -56,6 +57,9 @@ class ReplicaState:
     tokens_per_s: float = 0.0  # tokens computed per busy second, measured (0 = not yet)
     block_size: int = 0  # tokens per KV block, as the worker reported (0 = not yet)
     max_seqs: int = 0
+    # The step-time line the worker learned online (strata.core.step_model); None when the
+    # node reported none (or a malformed one).
+    step_line: StepLine | None = None
 
 
 @dataclass(slots=True, frozen=True)
