@@ -156,6 +156,7 @@ def queue_item(request: node_pb2.SubmitRequest, policy: TenantPolicy) -> QueueIt
         policy.weight,
         policy.ttft_ms,
         request.replica_id,
+        policy.tpot_ms,
     )
 
 

@@ -12,10 +12,10 @@ least squares with forgetting, started at the prior's coefficients with a prior 
 - a model without one gets `conservative_prior`, priced from its size with pessimistic machine
   speeds, so admission admits less, never more, than the hardware allows until it has data.
 
-`line()` is what admission prices with: the fitted coefficients, each raised by its standard
-error times `z` (but not above the larger of the prior's and the fit's) and floored at zero. All
-features are non-negative, so a line's prediction is at least the fit's; it tends to the fit as
-the steps add up.
+`line()` is what admission prices with: the fitted coefficients floored at zero and raised by
+`z` times the fit's relative standard error at the shapes the engine runs (each coefficient no
+higher than the larger of the prior's and the fit's). All features are non-negative, so a
+line's prediction is at least the fit's; it tends to the fit as the steps add up.
 
 Invariant: every coefficient of `line()` is finite and >= 0. Called on one thread (the
 engine's); `line()` returns an immutable snapshot that other threads may read.
@@ -112,6 +112,7 @@ def prior_from_costs(costs: StepCosts) -> StepLine:
 SLOW_FLOPS = 2e10  # multiply-adds x 2 per second
 SLOW_BYTES_PER_S = 5e9  # memory read bandwidth
 SLOW_STEP_S = 0.005  # fixed cost of a step (scheduling, launches, sampling setup)
+SLOW_KEY_S = 5e-7  # a key read costs at least this (small heads: the loop, not the bytes)
 
 
 def conservative_prior(params: int, weight_bytes: int, kv_bytes_per_token: int) -> StepLine:
@@ -122,7 +123,7 @@ def conservative_prior(params: int, weight_bytes: int, kv_bytes_per_token: int) 
             f"a conservative prior needs positive params, weight bytes and KV bytes per token, "
             f"got {params}, {weight_bytes}, {kv_bytes_per_token}"
         )
-    key_s = kv_bytes_per_token / SLOW_BYTES_PER_S
+    key_s = max(kv_bytes_per_token / SLOW_BYTES_PER_S, SLOW_KEY_S)
     return StepLine(
         step_s=SLOW_STEP_S + weight_bytes / SLOW_BYTES_PER_S,
         token_s=2.0 * params / SLOW_FLOPS,
@@ -133,7 +134,8 @@ def conservative_prior(params: int, weight_bytes: int, kv_bytes_per_token: int) 
     )
 
 
-NOISE_FLOOR_S = 1e-4  # step times are never trusted to better than this
+NOISE_FLOOR = 0.01  # step times are never trusted to better than 1%
+PRIOR_NOISE = 0.1  # the relative noise the prior's spread is measured against
 NOISE_FORGETTING = 0.95  # the noise estimate follows the last ~20 residuals
 
 
@@ -141,9 +143,11 @@ class OnlineStepModel:
     """Bayesian linear regression over step shapes, updated step by step (recursive least
     squares with forgetting), from a prior line (module docstring).
 
-    The prior says each coefficient is its prior value give or take a third of it (or of the
-    step's fixed cost where the prior has none); the step times' noise is learned from the
-    recent residuals (a faster forgetting than the fit's), floored at NOISE_FLOOR_S.
+    Each step is weighted by the inverse of its measured time, so the fit minimises relative
+    error: a step of one decode and a step of thirty-two count alike, and the noise (learned
+    from the recent relative residuals, a faster forgetting than the fit's, floored at
+    NOISE_FLOOR) is one figure for all shapes. The prior says each coefficient is its prior
+    value give or take a third of it (or of the step's fixed cost where the prior has none).
     """
 
     def __init__(self, prior: StepLine, forgetting: float = 0.999, z: float = 2.0) -> None:
@@ -151,14 +155,14 @@ class OnlineStepModel:
             raise ValueError(f"forgetting must be in [0.9, 1] and z >= 0; got {forgetting}, {z}")
         self.prior = prior
         self._theta = np.array(prior.coefficients()) * _SCALE  # per scaled feature
-        self._noise_floor = NOISE_FLOOR_S
         spread = np.maximum(np.abs(self._theta), prior.step_s + 1e-4) / 3.0
-        # P is the posterior covariance over the noise variance (RLS's normalisation).
-        self._p = np.diag(spread**2) / self._noise_floor**2
+        # P is the posterior covariance over the (relative) noise variance, RLS's normalisation.
+        self._p = np.diag(spread**2) / PRIOR_NOISE**2
         self._forget = forgetting
         self._z = z
         self._sq_err = 0.0  # forgetting-weighted sum of squared residuals
         self._weight = 0.0  # forgetting-weighted count of steps
+        self._spread = 0.0  # forgetting-weighted sum of x' P x over the steps seen
         self.samples = 0
         self._line = prior
 
@@ -167,11 +171,15 @@ class OnlineStepModel:
         if not (math.isfinite(seconds) and seconds >= 0):
             return
         x = np.array(shape.features()) / _SCALE
+        weight = 1.0 / max(seconds, 1e-5)  # relative to what was measured: always defined
+        x = x * weight
         p_x = self._p @ x
-        residual = seconds - float(x @ self._theta)
+        residual = seconds * weight - float(x @ self._theta)
         gain = p_x / (self._forget + float(x @ p_x))
         self._theta = self._theta + gain * residual
         self._p = (self._p - np.outer(gain, p_x)) / self._forget
+        # The fit's relative uncertainty at the shapes the engine runs (after this step).
+        self._spread = NOISE_FORGETTING * self._spread + float(x @ self._p @ x)
         self._sq_err = NOISE_FORGETTING * self._sq_err + residual * residual
         self._weight = NOISE_FORGETTING * self._weight + 1.0
         self.samples += 1
@@ -191,14 +199,16 @@ class OnlineStepModel:
         )
 
     def _upper(self) -> StepLine | None:
-        noise_var = max(self._noise_floor**2, self._sq_err / max(self._weight, 1.0))
-        stderr = np.sqrt(np.maximum(np.diag(self._p), 0.0) * noise_var)
+        noise_var = max(NOISE_FLOOR**2, self._sq_err / max(self._weight, 1.0))
+        # Relative standard error of the fit's prediction at the recent shapes: a prediction
+        # is a sum over coefficients whose errors offset each other, far tighter than the sum
+        # of each coefficient's own error.
+        margin = self._z * math.sqrt(self._spread / max(self._weight, 1.0) * noise_var)
         fit = np.maximum(self._theta, 0.0)
-        upper = np.maximum(self._theta + self._z * stderr, 0.0)
-        # Never above what the prior or the fit itself says, whichever is more: early residuals
-        # (the prior's error) inflate the noise estimate for a while.
+        # Never above what the prior or the fit itself says, whichever is more: the first
+        # residuals (the prior's error) inflate the noise estimate for a while.
         prior = np.array(self.prior.coefficients()) * _SCALE
-        line = np.minimum(upper, np.maximum(prior, fit)) / _SCALE
+        line = np.minimum(fit * (1.0 + margin), np.maximum(prior, fit)) / _SCALE
         if not np.all(np.isfinite(line)):
             return None
         return StepLine.from_coefficients(list(line), samples=self.samples)

@@ -1,7 +1,9 @@
 """The node manager's time slots: which waiting request goes to which decode worker, and when.
 
-A worker takes at most its engine's max_seqs requests at once (from its stats); more would only
-wait inside the engine, where the node's tenant policy cannot reach them. A request beyond that
+A worker takes at most its engine's max_seqs requests at once (from its stats), and only as
+many as keep the running requests within their TPOT targets, priced with the worker's step line
+learned online (strata.policy.scheduling.slots and slo); more would only wait inside the engine,
+where the node's tenant policy cannot reach them, and slow every step. A request beyond that
 waits in the node's queue (strata.policy.scheduling.fair_queue: strict priority across SLA
 classes, token-weighted fairness among tenants) until its replica has a slot, or, when the route
 named none (or the named one stopped taking requests), until any ready replica of the model has
@@ -27,6 +29,7 @@ from strata.node.replicas import Replica, ReplicaSet, State
 from strata.policy.clock import Clock
 from strata.policy.registry import TenantLoad
 from strata.policy.scheduling.fair_queue import URGENT_FRACTION, NodeQueue, QueueItem
+from strata.policy.scheduling.slots import EngineSlots
 
 TICK_S = 0.05  # how often a non-empty queue is looked at again (urgency, new replicas)
 MIN_RATE_BUSY_S = 0.05  # busy seconds a tokens-per-second window needs before it counts
@@ -70,8 +73,8 @@ class Dispatcher:
         self.urgent_fraction = urgent_fraction
         self.beyond_cap = 0  # requests sent past a worker's slots, ever
         self._waiters: dict[str, asyncio.Future[Lease]] = {}
-        # Requests dispatched and not released yet, by replica id, then request id.
-        self._running: dict[str, dict[str, QueueItem]] = {}
+        # Requests dispatched and not released yet.
+        self.slots = EngineSlots()
         self._rates: dict[str, _Rate] = {}  # by replica id
         self._timer: asyncio.TimerHandle | None = None
 
@@ -80,7 +83,7 @@ class Dispatcher:
         """Wait in the queue for a slot. Raises ValueError when the request id is already
         waiting or running here, NoReplica when the model's replicas go away meanwhile."""
         rid = item.request_id
-        if rid in self._waiters or any(rid in r for r in self._running.values()):
+        if rid in self._waiters or self.slots.holds(rid):
             raise ValueError(f"request id {rid!r} is already on this node; ids must be unique")
         fut: asyncio.Future[Lease] = asyncio.get_running_loop().create_future()
         self.queue.push(item)
@@ -97,11 +100,8 @@ class Dispatcher:
             raise
 
     def release(self, lease: Lease) -> None:
-        running = self._running.get(lease.replica.replica_id)
-        if running is None or running.pop(lease.item.request_id, None) is None:
+        if self.slots.leave(lease.replica.replica_id, lease.item.request_id) is None:
             return
-        if not running:
-            del self._running[lease.replica.replica_id]
         lease.replica.in_flight -= 1
         self.pump()
 
@@ -129,7 +129,7 @@ class Dispatcher:
 
     def _acceptable(self, item: QueueItem) -> bool:
         candidates = self._candidates(item)
-        return not candidates or any(self._has_slot(r) for r in candidates)
+        return not candidates or any(self._has_room(r, item) for r in candidates)
 
     def _candidates(self, item: QueueItem) -> list[Replica]:
         if item.replica_id:
@@ -147,17 +147,18 @@ class Dispatcher:
         return replica.stats.max_seqs or None
 
     def running_on(self, replica: Replica) -> list[QueueItem]:
-        return list(self._running.get(replica.replica_id, {}).values())
+        return self.slots.running_on(replica.replica_id)
 
     def _count(self, replica: Replica) -> int:
-        return len(self._running.get(replica.replica_id, ()))
+        return self.slots.count(replica.replica_id)
 
-    def _has_slot(self, replica: Replica) -> bool:
-        cap = self.cap(replica)
-        return cap is None or self._count(replica) < cap
+    def _has_room(self, replica: Replica, item: QueueItem) -> bool:
+        return self.slots.has_room(
+            replica.replica_id, self.cap(replica), replica.stats.step_line, item
+        )
 
     def _free_slot(self, item: QueueItem) -> Replica | None:
-        free = [r for r in self._candidates(item) if self._has_slot(r)]
+        free = [r for r in self._candidates(item) if self._has_room(r, item)]
         return min(free, key=lambda r: (self._count(r), r.stats.queued_tokens), default=None)
 
     def _displaceable(self, item: QueueItem) -> Replica | None:
@@ -186,7 +187,7 @@ class Dispatcher:
         fut = self._waiters.pop(item.request_id, None)
         if fut is None or fut.done():
             return  # its caller went away in the same loop turn: nothing to send
-        self._running.setdefault(replica.replica_id, {})[item.request_id] = item
+        self.slots.enter(replica.replica_id, item)
         replica.in_flight += 1
         if beyond_cap:
             self.beyond_cap += 1
@@ -213,12 +214,11 @@ class Dispatcher:
     def tenant_loads(self) -> list[TenantLoad]:
         """Per tenant, running and queued requests and their reserved tokens, by tenant name."""
         out: dict[str, list[int]] = {}  # tenant -> [priority, running, queued, tokens]
-        for running in self._running.values():
-            for item in running.values():
-                f = out.setdefault(item.tenant, [item.priority, 0, 0, 0])
-                f[0] = max(f[0], item.priority)
-                f[1] += 1
-                f[3] += item.cost_tokens
+        for item in self.slots.all_running():
+            f = out.setdefault(item.tenant, [item.priority, 0, 0, 0])
+            f[0] = max(f[0], item.priority)
+            f[1] += 1
+            f[3] += item.cost_tokens
         for tenant, q in self.queue.loads().items():
             f = out.setdefault(tenant, [q.priority, 0, 0, 0])
             f[0] = max(f[0], q.priority)

@@ -80,7 +80,7 @@ from strata.sim.kv_tiers import KVTierSpec, NodeKV
 from strata.sim.node import NodeMode, SimNode
 from strata.sim.replica import Active, SimReplica, shared_factor
 from strata.sim.spec import ModelSpec, model_spec
-from strata.sim.tenancy import NodeFront, Tenancy
+from strata.sim.tenancy import Limits, NodeFront, Tenancy
 from strata.sim.workload import SimRequest
 
 __all__ = ["ModelSpec", "SimConfig", "SimResult", "Simulator", "model_spec", "params_json"]
@@ -386,6 +386,7 @@ class Simulator:
                 weight=policy.weight,
                 ttft_ms=policy.ttft_ms if classes else None,
                 replica_id=replica.replica_id,
+                tpot_ms=policy.tpot_ms if classes else None,
             ),
             (req, arrival),
         )
@@ -396,17 +397,17 @@ class Simulator:
         urgent), as the node manager's dispatcher does. `wake=False` at a step end, where the
         node picks its next step right after."""
 
-        def max_seqs(replica_id: str) -> int | None:
+        def limits(replica_id: str) -> Limits | None:
             r = self.replicas.get(replica_id)
-            return r.limits.max_seqs if r is not None else None
+            return (r.limits.max_seqs, r.line) if r is not None else None
 
         front = node.front
         assert front is not None  # only a node with a front dispatches
         handed = False
-        for item, (req, arrival) in front.ready(max_seqs):
+        for item, (req, arrival) in front.ready(limits):
             replica = self.replicas.get(item.replica_id)
             if replica is None:  # unloaded while the request waited: the node refuses it
-                front.left_engine(item.replica_id, item.tenant, item.cost_tokens, item.priority)
+                front.left_engine(item.replica_id, item.request_id)
                 self._fail(req, arrival, "UNAVAILABLE", e2e_ms=(now - arrival) * 1000)
                 continue
             replica.add(req, arrival, now, priority=item.priority)
@@ -474,9 +475,7 @@ class Simulator:
         front = self.nodes[self.routed_node(a)].front if self.tenancy is not None else None
         if front is not None:
             r = a.request
-            front.left_engine(
-                self.routed[r.index], r.tenant, r.prompt_tokens + r.output_tokens, a.seq.priority
-            )
+            front.left_engine(self.routed[r.index], str(r.index))
         out = self.models[a.request.model].overheads.outbound_s
         seq = a.seq
         first_token_s, first_scheduled = a.first_token_s, seq.first_scheduled

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field, replace
 from strata.core.blocks import DEFAULT_BLOCK_SIZE
 from strata.core.counters import EngineCounters
 from strata.core.profile import StepCosts, StepShape, step_shape
+from strata.core.step_model import prior_from_costs
 from strata.engine.block_pool import BlockPool
 from strata.engine.scheduler import ScheduledSeq, Scheduler, StepPlan
 from strata.engine.sequence import FinishReason, SamplingParams, Sequence
@@ -217,6 +218,8 @@ class SimReplica:
         self.node_id = node_id
         self.limits = limits
         self.costs = costs
+        # The step line its worker would report once it has learned it: the profile's own.
+        self.line = prior_from_costs(costs)
         self.share = share  # co-location shares (shared_factor)
         self.prefill_share = prefill_share
         self.ready_at = 0.0  # when its last step ends (its next may start)

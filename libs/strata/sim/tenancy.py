@@ -6,7 +6,8 @@
             decision: the node's front
     node front (the node manager's dispatcher): a NodeQueue (fair_queue.FairQueue or the fcfs
             baseline) in front of each replica's slots; a request enters its replica's engine
-            when the replica holds fewer than max_seqs of the node's requests, or past the cap
+            when the replica holds fewer than max_seqs of the node's requests and it fits the
+            running requests' TPOT targets (strata.policy.scheduling.slots), or past the cap
             when it became urgent (its class's TTFT target at risk) and its replica runs a
             lower class with fewer of its own class or above than slots (the dispatcher's rule,
             strata.node.dispatcher), with its class priority: the engine's scheduler then
@@ -22,11 +23,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from strata.core.step_model import StepLine
 from strata.core.tenant_policy import TenantPolicy
 from strata.policy.clock import Clock
 from strata.policy.registry import TenantLoad
 from strata.policy.scheduling.fair_queue import QUEUES, NodeQueue, QueueItem
 from strata.policy.scheduling.global_scheduler import SchedulerSettings
+from strata.policy.scheduling.slots import EngineSlots
 
 
 @dataclass(slots=True, frozen=True)
@@ -52,6 +55,7 @@ class Tenancy:
 
 
 P = TypeVar("P")  # what the caller keeps with a queued request (NodeFront's payload)
+Limits = tuple[int | None, StepLine | None]  # a replica's max_seqs and step line
 
 
 @dataclass(slots=True)
@@ -62,13 +66,12 @@ class _Running:
 
 
 class NodeFront(Generic[P]):
-    """One node's queue for its replicas' slots, and what each tenant has there."""
+    """One node's queue for its replicas' slots, and what each tenant has there. The slots are
+    the dispatcher's own rule (strata.policy.scheduling.slots): the cap and the TPOT check."""
 
     def __init__(self, queue: NodeQueue) -> None:
         self.queue = queue
-        self.in_engine: dict[str, int] = {}  # replica id -> requests in its engine
-        # replica id -> priority -> requests of that class in its engine
-        self.classes: dict[str, dict[int, int]] = {}
+        self.slots = EngineSlots()
         self.payloads: dict[str, P] = {}  # request id -> the caller's payload
         self._running: dict[str, _Running] = {}
 
@@ -80,39 +83,32 @@ class NodeFront(Generic[P]):
         self.queue.push(item)
         self.payloads[item.request_id] = payload
 
-    def ready(self, max_seqs: Callable[[str], int | None]) -> list[tuple[QueueItem, P]]:
-        """Requests to hand to their engines now, in order: those whose replica has a slot,
-        then the urgent ones (beyond the cap). `max_seqs(replica_id)` is None for a replica
-        that is gone: its requests come back too (the caller fails them)."""
+    def ready(self, limits: Callable[[str], Limits | None]) -> list[tuple[QueueItem, P]]:
+        """Requests to hand to their engines now, in order: those whose replica has room,
+        then the urgent ones (beyond the cap). `limits(replica_id)` is the replica's max_seqs
+        and step line, None for a replica that is gone: its requests come back too (the caller
+        fails them)."""
         out = []
 
         def accept(item: QueueItem) -> bool:
-            cap = max_seqs(item.replica_id)
-            return cap is None or self.in_engine.get(item.replica_id, 0) < cap
+            known = limits(item.replica_id)
+            return known is None or self.slots.has_room(item.replica_id, *known, item)
 
         while (item := self.queue.pop_next(accept)) is not None:
             self._enter(item)
             out.append((item, self.payloads.pop(item.request_id)))
         for item in self.queue.urgent():
-            cap = max_seqs(item.replica_id)
-            if cap is not None and not self._displaceable(item, cap):
+            known = limits(item.replica_id)
+            cap = known[0] if known is not None else None
+            if cap is not None and not self.slots.displaceable(item.replica_id, item, cap):
                 continue
             self.queue.remove(item.request_id)
             self._enter(item)
             out.append((item, self.payloads.pop(item.request_id)))
         return out
 
-    def _displaceable(self, item: QueueItem, cap: int) -> bool:
-        """Whether the item's engine would admit it by preempting a lower class: fewer
-        requests of its class or above than slots there, and at least one below it."""
-        counts = self.classes.get(item.replica_id, {})
-        at_or_above = sum(n for p, n in counts.items() if p >= item.priority)
-        return at_or_above < cap and at_or_above < sum(counts.values())
-
     def _enter(self, item: QueueItem) -> None:
-        self.in_engine[item.replica_id] = self.in_engine.get(item.replica_id, 0) + 1
-        counts = self.classes.setdefault(item.replica_id, {})
-        counts[item.priority] = counts.get(item.priority, 0) + 1
+        self.slots.enter(item.replica_id, item)
         run = self._running.get(item.tenant)
         if run is None:
             run = self._running[item.tenant] = _Running(item.priority)
@@ -120,15 +116,16 @@ class NodeFront(Generic[P]):
         run.running += 1
         run.tokens += item.cost_tokens
 
-    def left_engine(self, replica_id: str, tenant: str, tokens: int, priority: int) -> None:
+    def left_engine(self, replica_id: str, request_id: str) -> None:
         """A request the front handed over finished (or failed) in its engine."""
-        self.in_engine[replica_id] -= 1
-        self.classes[replica_id][priority] -= 1
-        run = self._running[tenant]
+        item = self.slots.leave(replica_id, request_id)
+        if item is None:
+            return
+        run = self._running[item.tenant]
         run.running -= 1
-        run.tokens -= tokens
+        run.tokens -= item.cost_tokens
         if run.running == 0:
-            del self._running[tenant]
+            del self._running[item.tenant]
 
     def drain(self) -> list[P]:
         """Everything still queued (the run's horizon): their payloads."""

@@ -52,6 +52,7 @@ class QueueItem:
     weight: float = 1.0
     ttft_ms: float | None = None  # the class's TTFT target; None = never urgent
     replica_id: str = ""  # the route's replica; "" = any replica of the model
+    tpot_ms: float | None = None  # the class's TPOT target; None = not judged (slo.fits)
     enqueued_s: float = 0.0  # set by push
     start_tag: float = 0.0  # set by push (virtual tokens)
     finish_tag: float = 0.0

@@ -1,0 +1,116 @@
+"""SLO-aware batching: whether a replica takes one more request without its running decodes
+missing their TPOT targets, and how large a prefill chunk a step may carry beside them.
+
+Every running request decodes in every step, so a step's time is every running request's time
+per output token. A replica's decode load is priced with its worker's step line (learned online,
+strata.core.step_model):
+
+    step_s(B, K, c)   a step of B one-token decodes reading K keys in all, beside a prefill
+                      chunk of c tokens
+
+A request may join when the step with it added, its context counted at its largest (prompt +
+max_tokens: conservative, and known before it runs), stays within the tightest TPOT target of
+the requests that would be running (its own included):
+
+    step_s(B + 1, K + context, 0) <= tightest TPOT x headroom
+
+Requests without a TPOT target (best effort) join only where this holds for the others, so
+they never slow an SLA class past its target; a replica running nothing always takes one
+request (alone it is served as well as it can be: refusing would not make it faster).
+
+The prefill chunk budget is the largest chunk c with step_s(B, K, c) within the tightest TPOT
+target of what runs: chunked prefill then never stretches a step past the running decodes'
+target (at least one block, so prefill always progresses).
+
+Without a step line (a worker that reported none yet) the batch cap alone rules. Pure: the
+node manager's dispatcher, the global scheduler and the simulator call the same functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from strata.core.step_model import StepLine
+
+HEADROOM = 0.9  # of the tightest TPOT target a step may take (the line is an estimate)
+
+
+@dataclass(slots=True, frozen=True)
+class DecodeLoad:
+    """What runs on a replica: its sequences, their keys at their largest, and the tightest
+    TPOT target among them (None: none is judged on TPOT)."""
+
+    seqs: int = 0
+    context_tokens: int = 0
+    tightest_tpot_ms: float | None = None
+
+    @classmethod
+    def of(cls, requests: Iterable[tuple[int, float | None]]) -> DecodeLoad:
+        """From (context tokens at their largest, TPOT target in ms or None) per request."""
+        load = cls()
+        for context, tpot_ms in requests:
+            load = load.plus(context, tpot_ms)
+        return load
+
+    def plus(self, context_tokens: int, tpot_ms: float | None) -> DecodeLoad:
+        tightest = self.tightest_tpot_ms
+        if tpot_ms is not None and tpot_ms > 0:
+            tightest = tpot_ms if tightest is None else min(tightest, tpot_ms)
+        return DecodeLoad(self.seqs + 1, self.context_tokens + context_tokens, tightest)
+
+
+def step_ms(line: StepLine, load: DecodeLoad, prefill_tokens: int = 0) -> float:
+    return 1000.0 * line.decode_step_s(load.seqs, load.context_tokens, prefill_tokens)
+
+
+def fits(
+    line: StepLine | None,
+    load: DecodeLoad,
+    context_tokens: int,
+    tpot_ms: float | None,
+    headroom: float = HEADROOM,
+) -> bool:
+    """Whether a request of `context_tokens` (prompt + max_tokens) and TPOT target `tpot_ms`
+    may join `load` (module docstring)."""
+    if line is None or load.seqs == 0:
+        return True
+    after = load.plus(context_tokens, tpot_ms)
+    if after.tightest_tpot_ms is None:
+        return True
+    return step_ms(line, after) <= after.tightest_tpot_ms * headroom
+
+
+def chunk_budget(
+    line: StepLine | None,
+    load: DecodeLoad,
+    max_tokens: int,
+    block_size: int,
+    headroom: float = HEADROOM,
+) -> int:
+    """Prefill tokens one step may carry beside `load`'s decodes: at most `max_tokens`, at
+    least one block, else the largest multiple of `block_size` keeping the step within the
+    tightest TPOT target."""
+    if line is None or load.tightest_tpot_ms is None or load.seqs == 0:
+        return max_tokens
+    limit_ms = load.tightest_tpot_ms * headroom
+    if step_ms(line, load, max_tokens) <= limit_ms:
+        return max_tokens
+    lo, hi = 0, max_tokens // block_size  # in blocks: lo fits (or is the floor), hi does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if step_ms(line, load, mid * block_size) <= limit_ms:
+            lo = mid
+        else:
+            hi = mid
+    return max(block_size, lo * block_size)
+
+
+def seconds_until_room(
+    line: StepLine | None, load: DecodeLoad, remaining_tokens: float
+) -> float | None:
+    """How long until one running request finishes, at the current step time, if each has
+    about `remaining_tokens` output tokens left (None without a line or nothing running)."""
+    if line is None or load.seqs == 0:
+        return None
+    return step_ms(line, load) / 1000.0 * max(1.0, remaining_tokens)
