@@ -15,6 +15,7 @@ from strata.node.failover import WorkerLost, generate_with_failover
 from strata.node.replicas import Replica, ReplicaSet, State
 from strata.policy.clock import WallClock
 from strata.policy.scheduling.fair_queue import QUEUES, QueueItem
+from strata.policy.scheduling.slo import DecodeLoad
 from strata.rpc.convert import step_line_to_pb, tenant_load_to_pb
 from strata.telemetry import names
 from strata.v1 import common_pb2, node_pb2, node_pb2_grpc, worker_pb2
@@ -160,7 +161,9 @@ def queue_item(request: node_pb2.SubmitRequest, policy: TenantPolicy) -> QueueIt
     )
 
 
-def replica_to_pb(r: Replica, tokens_per_s: float = 0.0) -> common_pb2.ReplicaInfo:
+def replica_to_pb(
+    r: Replica, tokens_per_s: float = 0.0, slots: DecodeLoad = DecodeLoad()
+) -> common_pb2.ReplicaInfo:
     s = r.stats
     return common_pb2.ReplicaInfo(
         model=r.model,
@@ -177,6 +180,9 @@ def replica_to_pb(r: Replica, tokens_per_s: float = 0.0) -> common_pb2.ReplicaIn
         max_seqs=s.max_seqs,
         kv_block_size=s.block_size,
         **step_line_to_pb(s.step_line),
+        slot_requests=slots.seqs,
+        slot_context_tokens=slots.context_tokens,
+        slot_tightest_tpot_ms=slots.tightest_tpot_ms or 0.0,
     )
 
 
@@ -189,7 +195,10 @@ def node_info(
         infos, tenants = [replica_to_pb(r) for r in replicas.replicas.values()], []
     else:
         dispatcher.forget_gone()
-        infos = [replica_to_pb(r, dispatcher.tokens_per_s(r)) for r in replicas.replicas.values()]
+        infos = [
+            replica_to_pb(r, dispatcher.tokens_per_s(r), dispatcher.slots.load(r.replica_id))
+            for r in replicas.replicas.values()
+        ]
         tenants = [tenant_load_to_pb(t) for t in dispatcher.tenant_loads()]
     return common_pb2.NodeInfo(
         node_id=cfg.node_id,

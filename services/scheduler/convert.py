@@ -9,6 +9,7 @@ from strata.policy.registry import (
     NodeState,
     ReplicaState,
 )
+from strata.policy.scheduling.slo import DecodeLoad
 from strata.rpc.convert import (
     phase_from_pb,
     phase_to_pb,
@@ -36,6 +37,11 @@ def replica_from_pb(r: common_pb2.ReplicaInfo) -> ReplicaState:
         max_seqs=r.max_seqs,
         block_size=max(0, r.kv_block_size),
         step_line=step_line_from_pb(r.step_line, r.step_line_samples),
+        slots=DecodeLoad(
+            max(0, r.slot_requests),
+            max(0, r.slot_context_tokens),
+            r.slot_tightest_tpot_ms if r.slot_tightest_tpot_ms > 0 else None,
+        ),
     )
 
 
@@ -55,6 +61,9 @@ def replica_to_pb(r: ReplicaState) -> common_pb2.ReplicaInfo:
         max_seqs=r.max_seqs,
         kv_block_size=r.block_size,
         **step_line_to_pb(r.step_line),
+        slot_requests=r.slots.seqs,
+        slot_context_tokens=r.slots.context_tokens,
+        slot_tightest_tpot_ms=r.slots.tightest_tpot_ms or 0.0,
     )
 
 

@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from strata.core.step_model import StepLine
 from strata.core.tenant_policy import TenantPolicy
 from strata.policy.clock import ManualClock
 from strata.policy.kv_index import PrefixIndex
@@ -25,6 +26,7 @@ from strata.policy.scheduling.global_scheduler import (
     SchedulerSettings,
 )
 from strata.policy.scheduling.ledger import PoolLedger
+from strata.policy.scheduling.slo import DecodeLoad
 
 
 def replica(
@@ -288,3 +290,67 @@ def test_prompts_avoid_nodes_where_they_would_stall_other_tenants_protected_deco
     assert scheduler(*nodes).route("m", policy("chat", priority=2), 500, 10).node_id == "n1"
     # the pooled baseline knows no classes: least load wins
     assert scheduler(*nodes, mode=Mode.FCFS).route("m", policy("agg"), 500, 10).node_id == "n1"
+
+
+# -- the TPOT check: engine slots ----------------------------------------------------------------
+# 10 ms a step, 2 ms a decode token, 1 ms per 1,000 keys read (strata.policy.scheduling.slo).
+LINE = StepLine(0.010, 2e-5, 0.002 - 2e-5, 1e-8, 1e-6, 0.0)
+
+
+def busy(seqs: int, tpot_ms: float | None = 100.0, queued_tenants=()) -> NodeState:
+    """A node whose one replica runs `seqs` requests of 1,000 keys (step = 10 + 3 seqs ms)."""
+    r = ReplicaState(
+        model="m",
+        replica_id="r",
+        phase=ReplicaPhase.READY,
+        kv_blocks_total=10_000,
+        kv_blocks_free=10_000,
+        tokens_per_s=10_000.0,
+        step_line=LINE,
+        slots=DecodeLoad.of([(1000, tpot_ms)] * seqs),
+    )
+    return node("n", r, tenants=queued_tenants)
+
+
+def sla(ttft_ms: float | None, tpot_ms: float | None = 100.0) -> TenantPolicy:
+    return TenantPolicy("t", "standard", 1, ttft_ms, tpot_ms)
+
+
+def test_a_request_the_running_decodes_have_no_room_for_waits_for_one_to_finish():
+    # 26 running: the 27th would take the step past 90 ms; waiting for one of them to finish
+    # (88 ms a step x 100 tokens left / 26) is 0.34 s: within a 2 s TTFT, past a 200 ms one.
+    assert isinstance(scheduler(busy(26)).route("m", sla(2000.0), 900, 100), RouteDecision)
+    refused = scheduler(busy(26)).route("m", sla(200.0), 900, 100)
+    assert isinstance(refused, Refusal) and refused.reason == "sla"
+    assert refused.retry_after_s == pytest.approx(0.5)  # the floor: room frees in 0.34 s
+    # Once decodes finish there is room, and the same request goes at once.
+    assert isinstance(scheduler(busy(20)).route("m", sla(200.0), 900, 100), RouteDecision)
+
+
+def test_requests_routed_since_the_last_heartbeat_count_against_the_slots():
+    gs = scheduler(busy(24))
+    assert isinstance(gs.route("m", sla(200.0), 900, 100), RouteDecision)  # 25th fits
+    assert isinstance(gs.route("m", sla(200.0), 900, 100), RouteDecision)  # 26th fits
+    refused = gs.route("m", sla(200.0), 900, 100)  # the 27th would not
+    assert isinstance(refused, Refusal) and refused.reason == "sla"
+
+
+def test_best_effort_queues_boundedly_and_waits_behind_the_classes():
+    # Nothing judged on TPOT runs: best effort goes in.
+    assert isinstance(
+        scheduler(busy(26, None)).route("m", sla(None, None), 900, 100), RouteDecision
+    )
+    # 40 requests queued at the node ahead of it: about 40 x 0.34 s, past the 5 s bound.
+    crowded = busy(26, queued_tenants=[TenantLoad("x", 1, 26, 40, 40_000)])
+    refused = scheduler(crowded, best_effort_wait_s=5.0).route("m", sla(None, None), 900, 100)
+    assert isinstance(refused, Refusal) and "best-effort" in refused.message
+    assert isinstance(
+        scheduler(crowded, best_effort_wait_s=30.0).route("m", sla(None, None), 900, 100),
+        RouteDecision,
+    )
+
+
+def test_without_a_step_line_only_the_queue_estimate_judges():
+    r = ReplicaState(model="m", replica_id="r", phase=ReplicaPhase.READY, kv_blocks_total=100,
+                     kv_blocks_free=100, slots=DecodeLoad.of([(1000, 1.0)] * 100))  # fmt: skip
+    assert isinstance(scheduler(node("n", r)).route("m", sla(1.0, 1.0), 900, 100), RouteDecision)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from strata.core.defaults import NODE_TTL_S
 from strata.core.step_model import StepLine
 from strata.policy.clock import Clock
+from strata.policy.scheduling.slo import DecodeLoad
 
 
 class ReplicaPhase(enum.Enum):
@@ -60,6 +61,8 @@ class ReplicaState:
     # The step-time line the worker learned online (strata.core.step_model); None when the
     # node reported none (or a malformed one).
     step_line: StepLine | None = None
+    # What the node handed to its engine: the scheduler's TPOT check prices adding to it.
+    slots: DecodeLoad = DecodeLoad()
 
 
 @dataclass(slots=True, frozen=True)

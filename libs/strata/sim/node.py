@@ -15,6 +15,7 @@ from strata.core.counters import EngineCounters
 from strata.core.records import NodeSampleRecord
 from strata.node.energy import PowerModel
 from strata.policy.registry import ModelInfo, NodeState, ReplicaPhase, ReplicaState
+from strata.policy.scheduling.slo import DecodeLoad
 from strata.sim.kv_tiers import NodeKV
 from strata.sim.replica import SimReplica
 from strata.sim.spec import ModelSpec
@@ -71,6 +72,7 @@ class SimNode:
                 r.free_blocks(now),
                 r.scheduler.waiting_for_memory,
                 prefill_rate(r) if tenancy else 0.0,
+                self.front.slots.load(r.replica_id) if self.front is not None else DecodeLoad(),
             )
             for r in self.replicas
         )
@@ -95,8 +97,10 @@ class SimNode:
                 tokens_per_s=rate,
                 max_seqs=r.limits.max_seqs,
                 block_size=r.limits.block_size,
+                step_line=r.line,
+                slots=slots,
             )
-            for r, (rid, phase, running, waiting, queued, free, memory, rate) in zip(
+            for r, (rid, phase, running, waiting, queued, free, memory, rate, slots) in zip(
                 self.replicas, figures
             )
         )

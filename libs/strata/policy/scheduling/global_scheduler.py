@@ -6,7 +6,13 @@
             --SLA: the estimate to first token passes the class's TTFT target, and only because
                    of the work queued ahead (alone on the replica it would meet it)?--> refusal
                    (a prompt too long for the target anywhere is served as well as it can be:
-                   refusing it would only add the retries to its time)
+                   refusing it would only add the retries to its time). The estimate includes
+                   the wait for an engine slot: the node hands a request to its engine only
+                   while the running decodes keep their TPOT targets with it
+                   (strata.policy.scheduling.slo, priced with the worker's learned step line);
+                   when they would not, or requests wait ahead of it, it waits for running
+                   requests to finish. A best-effort request is refused when that wait passes
+                   `best_effort_wait_s`: it may queue, boundedly, and never slows a class.
             --ledger.routed: the work counts against the tenant until the node reports it
 
 Coarse and cheap on purpose: which node, not when (the node manager's fair queue and the
@@ -37,6 +43,7 @@ from strata.policy.scheduling.admission import (
     retry_after,
 )
 from strata.policy.scheduling.ledger import PoolLedger
+from strata.policy.scheduling.slo import fits, slot_wait_s
 
 
 class Mode(enum.StrEnum):
@@ -53,10 +60,13 @@ class SchedulerSettings:
     # An estimate above target x this is refused: estimates are of the queue, not of the tail.
     sla_slack: float = 1.0
     partitions: Mapping[str, frozenset[str]] = field(default_factory=dict)  # static mode
+    best_effort_wait_s: float = 30.0  # the longest engine-slot wait a best-effort request takes
 
     def __post_init__(self) -> None:
         if self.sla_slack <= 0:
             raise ValueError(f"sla_slack must be positive, got {self.sla_slack}")
+        if not self.best_effort_wait_s > 0:
+            raise ValueError(f"best_effort_wait_s must be positive, got {self.best_effort_wait_s}")
         if self.mode is Mode.STATIC and not self.partitions:
             raise ValueError("static mode needs partitions: tenant -> node ids")
 
@@ -114,27 +124,60 @@ class GlobalScheduler:
         )
         if decision is None:
             return None
+        if two_level and self.settings.sla_check:
+            refusal = self._sla_refusal(model, policy, work, decision)
+            if refusal is not None:
+                return refusal
+        compute = max(0, prompt_tokens - decision.cached_blocks * decision.block_size)
+        self.ledger.routed(
+            decision.node_id, decision.replica_id, policy.tenant, work, compute, policy.tpot_ms
+        )
+        return decision
+
+    def _sla_refusal(
+        self, model: str, policy: TenantPolicy, work: int, decision: RouteDecision
+    ) -> Refusal | None:
+        slack = self.settings.sla_slack
+        wait_s = self._slot_wait_s(decision, work, policy.tpot_ms)
         target = policy.ttft_ms
-        if (
-            two_level
-            and self.settings.sla_check
-            and target
-            and decision.estimated_ttft_ms
-            and decision.estimated_ttft_ms > target * self.settings.sla_slack
-            and decision.solo_ttft_ms <= target * self.settings.sla_slack
-        ):
-            over_s = (decision.estimated_ttft_ms - target) / 1000.0
+        if not target:
+            if wait_s <= self.settings.best_effort_wait_s:
+                return None
             return Refusal(
                 "sla",
-                f"no replica of {model!r} can meet the {policy.sla_class} class's TTFT "
-                f"target of {target:.0f} ms now (the best is estimated at "
-                f"{decision.estimated_ttft_ms:.0f} ms); retry shortly or use a class with a "
-                f"looser target",
-                retry_after(over_s, 1.0),
+                f"the replicas of {model!r} are busy with requests of SLA classes: a "
+                f"best-effort request would wait about {wait_s:.0f} s for an engine slot; "
+                f"retry later",
+                retry_after(wait_s - self.settings.best_effort_wait_s, 1.0),
             )
-        compute = max(0, prompt_tokens - decision.cached_blocks * decision.block_size)
-        self.ledger.routed(decision.node_id, decision.replica_id, policy.tenant, work, compute)
-        return decision
+        estimate = decision.estimated_ttft_ms + 1000.0 * wait_s
+        if not decision.estimated_ttft_ms and not wait_s:
+            return None  # nothing measured yet: no latency claim to judge
+        if estimate <= target * slack or decision.solo_ttft_ms > target * slack:
+            return None
+        return Refusal(
+            "sla",
+            f"no replica of {model!r} can meet the {policy.sla_class} class's TTFT "
+            f"target of {target:.0f} ms now (the best is estimated at "
+            f"{estimate:.0f} ms); retry shortly or use a class with a looser target",
+            retry_after(max(wait_s, (estimate - target) / 1000.0), 1.0),
+        )
+
+    def _slot_wait_s(self, decision: RouteDecision, work: int, tpot_ms: float | None) -> float:
+        """The wait for an engine slot on the chosen replica (module docstring)."""
+        node = self.registry.get(decision.node_id)
+        if node is None:
+            return 0.0
+        state = next((r for r in node.replicas if r.replica_id == decision.replica_id), None)
+        if state is None or state.step_line is None:
+            return 0.0
+        # Requests routed there since the node's report are in its slots (or queue) by now.
+        load = state.slots.merged(self.ledger.pending_load(decision.node_id, decision.replica_id))
+        ahead = sum(t.queued for t in node.tenants)
+        fits_now = fits(state.step_line, load, work, tpot_ms)
+        return slot_wait_s(
+            state.step_line, load, ahead, fits_now, self.router.request_weight_tokens
+        )
 
     def explain_miss(self, model: str) -> RouteMiss:
         return self.router.explain_miss(model, self.registry)

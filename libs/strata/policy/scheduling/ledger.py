@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from strata.core.blocks import block_tokens
 from strata.policy.registry import NodeState, ReplicaPhase
+from strata.policy.scheduling.slo import DecodeLoad
 
 
 @dataclass(slots=True)
@@ -41,6 +42,8 @@ class PoolLedger:
     pending_replica: dict[str, dict[str, int]] = field(default_factory=dict)
     # node id -> tenant -> tokens routed there since the node's last report
     pending_tenant: dict[str, dict[str, int]] = field(default_factory=dict)
+    # node id -> replica id -> the requests routed there since the node's last report
+    pending_slots: dict[str, dict[str, DecodeLoad]] = field(default_factory=dict)
     # tenant -> its guaranteed share, as its latest request said (soft state: requests bring
     # it back after a restart)
     guarantees: dict[str, float] = field(default_factory=dict)
@@ -67,21 +70,36 @@ class PoolLedger:
 
     def _drop_pending(self, node_id: str) -> None:
         self.pending_replica.pop(node_id, None)
+        self.pending_slots.pop(node_id, None)
         for tenant, tokens in self.pending_tenant.pop(node_id, {}).items():
             self.tenant_tokens[tenant] -= tokens
 
     def routed(
-        self, node_id: str, replica_id: str, tenant: str, tokens: int, replica_work: int
+        self,
+        node_id: str,
+        replica_id: str,
+        tenant: str,
+        tokens: int,
+        replica_work: int,
+        tpot_ms: float | None = None,
     ) -> None:
         """This scheduler sent a request to the replica: `tokens` of reserved work for the
-        tenant, `replica_work` tokens queued ahead of the replica's next request (its prefill
-        after the cached prefix, as the replica's queued_tokens will count it); counted until
-        the node's next report (which then includes it)."""
+        tenant (prompt + max_tokens, also its context at its largest), `replica_work` tokens
+        queued ahead of the replica's next request (its prefill after the cached prefix, as
+        the replica's queued_tokens will count it), a request of TPOT target `tpot_ms` in its
+        slots; counted until the node's next report (which then includes it)."""
+        slots = self.pending_slots.setdefault(node_id, {})
+        slots[replica_id] = slots.get(replica_id, DecodeLoad()).plus(tokens, tpot_ms)
         per_replica = self.pending_replica.setdefault(node_id, {})
         per_replica[replica_id] = per_replica.get(replica_id, 0) + replica_work
         per_tenant = self.pending_tenant.setdefault(node_id, {})
         per_tenant[tenant] = per_tenant.get(tenant, 0) + tokens
         self.tenant_tokens[tenant] += tokens
+
+    def pending_load(self, node_id: str, replica_id: str) -> DecodeLoad:
+        """The requests routed to the replica since its node's last report."""
+        per_replica = self.pending_slots.get(node_id)
+        return per_replica.get(replica_id, DecodeLoad()) if per_replica else DecodeLoad()
 
     def pending(self, node_id: str, replica_id: str) -> int:
         per_replica = self.pending_replica.get(node_id)

@@ -59,6 +59,14 @@ class DecodeLoad:
             tightest = tpot_ms if tightest is None else min(tightest, tpot_ms)
         return DecodeLoad(self.seqs + 1, self.context_tokens + context_tokens, tightest)
 
+    def merged(self, other: DecodeLoad) -> DecodeLoad:
+        targets = [t for t in (self.tightest_tpot_ms, other.tightest_tpot_ms) if t is not None]
+        return DecodeLoad(
+            self.seqs + other.seqs,
+            self.context_tokens + other.context_tokens,
+            min(targets) if targets else None,
+        )
+
 
 def step_ms(line: StepLine, load: DecodeLoad, prefill_tokens: int = 0) -> float:
     return 1000.0 * line.decode_step_s(load.seqs, load.context_tokens, prefill_tokens)
@@ -104,6 +112,19 @@ def chunk_budget(
         else:
             hi = mid
     return max(block_size, lo * block_size)
+
+
+def slot_wait_s(
+    line: StepLine | None, load: DecodeLoad, ahead: int, fits_now: bool, remaining_tokens: float
+) -> float:
+    """Seconds until a request gets an engine slot on a replica running `load`, behind `ahead`
+    requests already waiting there: none when it fits now with nobody ahead; else one running
+    request finishes every step_s x remaining_tokens / seqs seconds, and ahead (+ 1 when it
+    does not fit now) of them must."""
+    need = ahead + (0 if fits_now else 1)
+    if line is None or load.seqs == 0 or need == 0:
+        return 0.0
+    return need * step_ms(line, load) / 1000.0 * max(1.0, remaining_tokens) / load.seqs
 
 
 def seconds_until_room(
