@@ -96,6 +96,7 @@ class NodeManagerServicer(node_pb2_grpc.NodeManagerServicer):
                         priority=lease.priority,
                         spec=request.spec,
                         kv_source_address=request.kv_source_address,
+                        tpot_ms=lease.item.tpot_ms or 0.0,
                     ),
                     context.time_remaining(),
                     node_id=self.cfg.node_id,

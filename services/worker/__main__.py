@@ -9,6 +9,7 @@ import torch
 
 from services.worker.config import WorkerConfig, load_worker
 from services.worker.servicer import WorkerServicer
+from services.worker.step_budget import step_budget
 from strata.core.settings import SettingsError
 from strata.engine.async_engine import AsyncEngine
 from strata.engine.engine import LLMEngine
@@ -48,6 +49,9 @@ async def main(cfg: WorkerConfig) -> None:
     warm = llm.warm_up()
     # After warm-up: its first-shape costs are neither interference nor this worker's step costs.
     learner = learn_steps(llm, meter)
+    llm.step_budget = step_budget(
+        learner.model.line, engine_config.max_batched_tokens, engine_config.block_size
+    )
     engine = AsyncEngine(llm)
     e = engine.engine
     memory = (

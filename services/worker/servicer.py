@@ -63,6 +63,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
                 priority=request.priority,
                 kv_source=request.kv_source_address,
                 sparse=sparse_from_pb(spec),
+                tpot_ms=request.tpot_ms if request.tpot_ms > 0 else None,
             )
             if request.resume_output_ids:  # failover: continue another worker's stream
                 req = resume(

@@ -152,6 +152,7 @@ async def test_submit_passes_the_kv_source_on_to_the_worker(env):
             priority=2,
             spec=spec,
             kv_source_address="node-b.local:50057",
+            tpot_ms=200.0,  # the class's TPOT target travels to the worker's step budget
         )
     ]
 

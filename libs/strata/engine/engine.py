@@ -83,6 +83,7 @@ class EngineRequest:
     # it failed (params.max_tokens already excludes them); they count as output in usage.
     num_resumed: int = 0
     sparse: bool | None = None  # the sparse decode path; None: EngineConfig.sparse.enabled
+    tpot_ms: float | None = None  # its class's TPOT target, for the step budget (None: none)
 
 
 @dataclass(slots=True)
@@ -169,6 +170,9 @@ class LLMEngine:
         # Called after every step with its scheduled items (already advanced) and the whole
         # step's seconds, schedule() included as a profile times it (strata.engine.step_meter).
         self.step_observer: Callable[[list[ScheduledSeq], float], None] | None = None
+        # Called before every step with the running sequences: the step's token budget (at most
+        # max_batched_tokens; None: that). The worker sizes prefill chunks by TPOT targets.
+        self.step_budget: Callable[[list[Sequence]], int] | None = None
         self._samplers: dict[str, SeqSampler] = {}
         self._detok: dict[str, Detokenizer] = {}
         self._seqs: dict[str, Sequence] = {}
@@ -260,6 +264,7 @@ class LLMEngine:
             priority=req.priority,
             arrival=time.monotonic(),
             num_resumed=req.num_resumed,
+            tpot_ms=req.tpot_ms,
         )
         self._seqs[req.request_id] = seq
         # Resumed tokens are output for the penalties and the detokenizer, as they were before.
@@ -314,7 +319,8 @@ class LLMEngine:
     # -- one step ------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         begun = time.perf_counter()
-        plan = self.scheduler.schedule()
+        budget = None if self.step_budget is None else self.step_budget(self.scheduler.running)
+        plan = self.scheduler.schedule(budget)
         if not plan.scheduled:
             return []
         started = time.perf_counter()

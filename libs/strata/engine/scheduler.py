@@ -105,8 +105,10 @@ class Scheduler:
         seq.finish_reason = reason
 
     # -- one step ------------------------------------------------------------------------------
-    def schedule(self) -> StepPlan:
-        budget = self.max_batched_tokens
+    def schedule(self, budget: int | None = None) -> StepPlan:
+        """The next step: decodes first, then prefill chunks, within `budget` tokens (at most
+        max_batched_tokens; None: max_batched_tokens)."""
+        budget = self.max_batched_tokens if budget is None else min(budget, self.max_batched_tokens)
         scheduled: list[ScheduledSeq] = []
         preempted: list[Sequence] = []
         # Decodes first: a long prompt's chunks must never take the budget from decoding tokens.

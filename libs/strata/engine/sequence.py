@@ -71,6 +71,7 @@ class Sequence:
     finish_reason: FinishReason | None = None
     num_preemptions: int = 0
     num_resumed: int = 0  # trailing prompt tokens another worker streamed (failover)
+    tpot_ms: float | None = None  # its class's TPOT target (None: not judged)
 
     @property
     def num_output(self) -> int:

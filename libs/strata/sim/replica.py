@@ -44,6 +44,7 @@ from strata.engine.block_pool import BlockPool
 from strata.engine.scheduler import ScheduledSeq, Scheduler, StepPlan
 from strata.engine.sequence import FinishReason, SamplingParams, Sequence
 from strata.kvtier.hashing import ROOT_HASH, HashKeys, block_hash, chain_hashes
+from strata.policy.scheduling.slo import step_token_budget
 from strata.sim.kv_tiers import NodeKV
 from strata.sim.tier_link import SimTierLink
 from strata.sim.workload import OUTPUT_TOKEN, SimRequest
@@ -220,6 +221,7 @@ class SimReplica:
         self.costs = costs
         # The step line its worker would report once it has learned it: the profile's own.
         self.line = prior_from_costs(costs)
+        self._targets = 0  # requests with a TPOT target added, ever (0: no budget to compute)
         self.share = share  # co-location shares (shared_factor)
         self.prefill_share = prefill_share
         self.ready_at = 0.0  # when its last step ends (its next may start)
@@ -250,7 +252,14 @@ class SimReplica:
             self.scheduler.tier = self.link
 
     # -- membership ----------------------------------------------------------------------------
-    def add(self, request: SimRequest, arrival_s: float, now: float, priority: int = 0) -> None:
+    def add(
+        self,
+        request: SimRequest,
+        arrival_s: float,
+        now: float,
+        priority: int = 0,
+        tpot_ms: float | None = None,
+    ) -> None:
         """A request reaches the worker at `now`. The engine takes adds in between steps and
         stamps them then (Sequence.arrival, hence queue_ms and the scheduling order), so the
         stamp is set when the replica next plans a step (take_adds)."""
@@ -262,8 +271,11 @@ class SimReplica:
             hash_keys=HashKeys.for_request(self.model, request.tenant, False),
             priority=priority,
             arrival=now,
+            tpot_ms=tpot_ms,
         )
         self.active[id(seq)] = Active(request, seq, arrival_s)
+        if tpot_ms is not None:
+            self._targets += 1
         self.scheduler.add(seq)
         self._unstamped.append(seq)
 
@@ -291,6 +303,18 @@ class SimReplica:
     def has_work(self) -> bool:
         return self.scheduler.has_work()
 
+    def _budget(self) -> int | None:
+        """The worker's step budget (strata.policy.scheduling.slo.step_token_budget): None,
+        the engine's maximum, unless some request has a TPOT target."""
+        if not self._targets:
+            return None
+        decodes = (
+            (len(s.token_ids), s.tpot_ms) for s in self.scheduler.running if s.num_pending == 1
+        )
+        return step_token_budget(
+            self.line, decodes, self.limits.max_batched_tokens, self.limits.block_size
+        )
+
     # -- exact stepping ------------------------------------------------------------------------
     def begin_step(self, now: float, busy: int = 1) -> float | None:
         """Plan a step at `now`, `busy` replicas of the GPU (this one included) having work;
@@ -299,7 +323,7 @@ class SimReplica:
         if link is not None:
             link.now = now
         self.take_adds(now)
-        plan = self.scheduler.schedule()
+        plan = self.scheduler.schedule(self._budget())
         if not plan.scheduled:
             return None
         for item in plan.scheduled:

@@ -8,20 +8,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class WorkerGenerateRequest(_message.Message):
-    __slots__ = ("request_id", "tenant", "priority", "spec", "kv_source_address", "resume_output_ids")
+    __slots__ = ("request_id", "tenant", "priority", "spec", "kv_source_address", "resume_output_ids", "tpot_ms")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     KV_SOURCE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     RESUME_OUTPUT_IDS_FIELD_NUMBER: _ClassVar[int]
+    TPOT_MS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     tenant: str
     priority: int
     spec: _common_pb2.GenerationSpec
     kv_source_address: str
     resume_output_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., priority: _Optional[int] = ..., spec: _Optional[_Union[_common_pb2.GenerationSpec, _Mapping]] = ..., kv_source_address: _Optional[str] = ..., resume_output_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    tpot_ms: float
+    def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., priority: _Optional[int] = ..., spec: _Optional[_Union[_common_pb2.GenerationSpec, _Mapping]] = ..., kv_source_address: _Optional[str] = ..., resume_output_ids: _Optional[_Iterable[int]] = ..., tpot_ms: _Optional[float] = ...) -> None: ...
 
 class GetStatsRequest(_message.Message):
     __slots__ = ()

@@ -114,6 +114,22 @@ def chunk_budget(
     return max(block_size, lo * block_size)
 
 
+def step_token_budget(
+    line: StepLine | None,
+    decodes: Iterable[tuple[int, float | None]],
+    max_tokens: int,
+    block_size: int,
+    headroom: float = HEADROOM,
+) -> int:
+    """An engine step's token budget: one token for each decoding sequence (given as its
+    context and TPOT target), and the chunk_budget of prefill beside them; `max_tokens` when
+    none of them has a target."""
+    load = DecodeLoad.of(decodes)
+    if line is None or load.tightest_tpot_ms is None:
+        return max_tokens
+    return load.seqs + chunk_budget(line, load, max_tokens - load.seqs, block_size, headroom)
+
+
 def slot_wait_s(
     line: StepLine | None, load: DecodeLoad, ahead: int, fits_now: bool, remaining_tokens: float
 ) -> float:

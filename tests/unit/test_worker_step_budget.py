@@ -1,0 +1,50 @@
+"""The worker's step budget: prefill chunks sized by the running requests' tightest TPOT target,
+and the engine's scheduler keeping to the budget it is given."""
+
+from services.worker.step_budget import step_budget
+from strata.core.step_model import StepLine
+from strata.engine.engine import EngineRequest
+from strata.engine.sequence import SamplingParams, Sequence
+from strata.kvtier.hashing import HashKeys
+from strata.policy.scheduling.slo import DecodeLoad, step_ms
+from tests.engine_helpers import tiny_engine
+
+LINE = StepLine(0.010, 2e-5, 0.002 - 2e-5, 1e-8, 1e-6, 0.0)
+
+
+def seq(i: int, tokens: int, computed: int, tpot_ms: float | None) -> Sequence:
+    s = Sequence(f"r{i}", list(range(tokens)), tokens - 1, SamplingParams(), HashKeys.for_request(
+        "m", "t", False), tpot_ms=tpot_ms)  # fmt: skip
+    s.num_computed = computed
+    return s
+
+
+def test_the_budget_leaves_each_decode_its_token_and_sizes_the_chunk_by_the_tightest_target():
+    budget = step_budget(lambda: LINE, 2048, 16)
+    decodes = [seq(i, 1000, 999, 100.0) for i in range(10)]  # one pending token each
+    prefilling = seq(99, 4000, 0, None)
+    got = budget(decodes + [prefilling])
+    chunk = got - 10
+    load = DecodeLoad.of([(1000, 100.0)] * 10)
+    assert chunk % 16 == 0 and step_ms(LINE, load, chunk) <= 90.0 < step_ms(LINE, load, chunk + 16)
+    # Without a target among the decodes: the engine's maximum.
+    assert budget([seq(i, 1000, 999, None) for i in range(10)] + [prefilling]) == 2048
+    assert budget([]) == 2048
+
+
+def test_the_engine_asks_for_its_budget_before_each_step_and_keeps_to_it():
+    engine = tiny_engine(max_batched_tokens=64)
+    asked = []
+
+    def budget(running: list[Sequence]) -> int:
+        asked.append(len(running))
+        return 12
+
+    engine.step_budget = budget
+    engine.add_request(EngineRequest("a", list(range(1, 40)), SamplingParams(max_tokens=4, ignore_eos=True)))
+    computed = []
+    engine.step_observer = lambda items, _s: computed.append(sum(i.num_new for i in items))
+    while engine.has_work():
+        engine.step()
+    assert asked and computed and max(computed) <= 12
+    assert sum(computed) == 39 + 3  # the prompt, then a token a step after the first
