@@ -45,7 +45,7 @@ def decode_latency(
     timed: list[float] = []
     want = 0
 
-    def observe(scheduled: list[ScheduledSeq], seconds: float) -> None:
+    def observe(scheduled: list[ScheduledSeq], seconds: float, _period_s: float) -> None:
         if len(scheduled) == want and all(item.num_new == 1 for item in scheduled):
             timed.append(seconds)
 

@@ -163,7 +163,7 @@ def queue_item(request: node_pb2.SubmitRequest, policy: TenantPolicy) -> QueueIt
 
 
 def replica_to_pb(
-    r: Replica, tokens_per_s: float = 0.0, slots: DecodeLoad = DecodeLoad()
+    r: Replica, tokens_per_s: float = 0.0, slots: DecodeLoad = DecodeLoad(), turnover_s: float = 0.0
 ) -> common_pb2.ReplicaInfo:
     s = r.stats
     return common_pb2.ReplicaInfo(
@@ -184,6 +184,7 @@ def replica_to_pb(
         slot_requests=slots.seqs,
         slot_context_tokens=slots.context_tokens,
         slot_tightest_tpot_ms=slots.tightest_tpot_ms or 0.0,
+        slot_turnover_s=turnover_s,
     )
 
 
@@ -197,7 +198,12 @@ def node_info(
     else:
         dispatcher.forget_gone()
         infos = [
-            replica_to_pb(r, dispatcher.tokens_per_s(r), dispatcher.slots.load(r.replica_id))
+            replica_to_pb(
+                r,
+                dispatcher.tokens_per_s(r),
+                dispatcher.slots.load(r.replica_id),
+                dispatcher.slots.turnover_s(r.replica_id),
+            )
             for r in replicas.replicas.values()
         ]
         tenants = [tenant_load_to_pb(t) for t in dispatcher.tenant_loads()]

@@ -6,7 +6,7 @@ from pydantic import Field, model_validator
 
 from strata.core import defaults
 from strata.policy.scheduling.admission import AdmissionSettings
-from strata.policy.scheduling.global_scheduler import Mode, SchedulerSettings
+from strata.policy.scheduling.global_scheduler import SLA_SLACK, Mode, SchedulerSettings
 from strata.security.settings import SecurityFields
 
 PROG = "python -m services.scheduler"
@@ -50,7 +50,9 @@ class SchedulerConfig(SecurityFields):
         True, description="refuse what no replica can serve within its class's TTFT target"
     )
     sla_slack: float = Field(
-        1.0, gt=0, description="TTFT estimates are judged against the target times this"
+        SLA_SLACK,
+        gt=0,
+        description="TTFT estimates are judged against the target times this (below 1: a margin)",
     )
 
     @model_validator(mode="after")

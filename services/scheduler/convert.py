@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from strata.policy.registry import (
@@ -42,6 +43,9 @@ def replica_from_pb(r: common_pb2.ReplicaInfo) -> ReplicaState:
             max(0, r.slot_context_tokens),
             r.slot_tightest_tpot_ms if r.slot_tightest_tpot_ms > 0 else None,
         ),
+        slot_turnover_s=(
+            r.slot_turnover_s if math.isfinite(r.slot_turnover_s) and r.slot_turnover_s > 0 else 0.0
+        ),
     )
 
 
@@ -64,6 +68,7 @@ def replica_to_pb(r: ReplicaState) -> common_pb2.ReplicaInfo:
         slot_requests=r.slots.seqs,
         slot_context_tokens=r.slots.context_tokens,
         slot_tightest_tpot_ms=r.slots.tightest_tpot_ms or 0.0,
+        slot_turnover_s=r.slot_turnover_s,
     )
 
 

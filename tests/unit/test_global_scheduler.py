@@ -308,6 +308,8 @@ def busy(seqs: int, tpot_ms: float | None = 100.0, queued_tenants=()) -> NodeSta
         tokens_per_s=10_000.0,
         step_line=LINE,
         slots=DecodeLoad.of([(1000, tpot_ms)] * seqs),
+        slot_turnover_s=8.8 / 26,  # requests hold a slot for 1,000 steps of 8.8 ms
+        max_seqs=32,
     )
     return node("n", r, tenants=queued_tenants)
 
@@ -318,7 +320,7 @@ def sla(ttft_ms: float | None, tpot_ms: float | None = 100.0) -> TenantPolicy:
 
 def test_a_request_the_running_decodes_have_no_room_for_waits_for_one_to_finish():
     # 26 running: the 27th would take the step past 90 ms; waiting for one of them to finish
-    # (88 ms a step x 100 tokens left / 26) is 0.34 s: within a 2 s TTFT, past a 200 ms one.
+    # (a slot frees every 8.8 s / 26) is 0.34 s: within a 2 s TTFT, past a 200 ms one.
     assert isinstance(scheduler(busy(26)).route("m", sla(2000.0), 900, 100), RouteDecision)
     refused = scheduler(busy(26)).route("m", sla(200.0), 900, 100)
     assert isinstance(refused, Refusal) and refused.reason == "sla"
@@ -328,10 +330,10 @@ def test_a_request_the_running_decodes_have_no_room_for_waits_for_one_to_finish(
 
 
 def test_requests_routed_since_the_last_heartbeat_count_against_the_slots():
-    gs = scheduler(busy(24))
-    assert isinstance(gs.route("m", sla(200.0), 900, 100), RouteDecision)  # 25th fits
-    assert isinstance(gs.route("m", sla(200.0), 900, 100), RouteDecision)  # 26th fits
-    refused = gs.route("m", sla(200.0), 900, 100)  # the 27th would not
+    gs = scheduler(busy(24))  # estimates of 180 ms are within 250 ms less the 15% margin
+    assert isinstance(gs.route("m", sla(250.0), 900, 100), RouteDecision)  # 25th fits
+    assert isinstance(gs.route("m", sla(250.0), 900, 100), RouteDecision)  # 26th fits
+    refused = gs.route("m", sla(250.0), 900, 100)  # the 27th would not
     assert isinstance(refused, Refusal) and refused.reason == "sla"
 
 

@@ -5,13 +5,15 @@ chunk budget keeps a step within the tightest target."""
 import pytest
 
 from strata.core.step_model import StepLine
+from strata.policy.scheduling.fair_queue import QueueItem
 from strata.policy.scheduling.slo import (
     DecodeLoad,
     chunk_budget,
     fits,
-    seconds_until_room,
+    slot_wait_s,
     step_ms,
 )
+from strata.policy.scheduling.slots import TURNOVER_ALPHA, EngineSlots
 
 # 10 ms a step, 2 ms a decode token, 1 ms per 1,000 keys read, 0.02 ms a prefill token.
 LINE = StepLine(0.010, 2e-5, 0.002 - 2e-5, 1e-8, 1e-6, 0.0)
@@ -66,8 +68,51 @@ def test_the_chunk_budget_keeps_the_step_within_the_tightest_target():
     assert chunk_budget(LINE, DecodeLoad.of([(1000, 10.0)] * 10), 2048, 16) == 16
 
 
-def test_room_frees_after_the_remaining_tokens_at_the_current_step_time():
-    load = DecodeLoad.of([(1000, 100.0)] * 20)  # 70 ms a step
-    assert seconds_until_room(LINE, load, 50) == pytest.approx(3.5)
-    assert seconds_until_room(None, load, 50) is None
-    assert seconds_until_room(LINE, DecodeLoad(), 50) is None
+def test_a_slot_wait_counts_who_is_ahead_at_the_measured_slot_turnover():
+    held = DecodeLoad.of([(1000, 100.0)] * 16)  # at the cap of 16: a slot frees every 0.125 s
+    assert slot_wait_s(LINE, held, 16, 0, 1000, 100.0, 0.125) == pytest.approx(0.125)
+    assert slot_wait_s(LINE, held, 16, 7, 1000, 100.0, 0.125) == pytest.approx(1.0)
+    # 20 held for a cap of 16: 4 wait already, the request is the fifth.
+    over = DecodeLoad.of([(1000, 100.0)] * 20)
+    assert slot_wait_s(LINE, over, 16, 0, 1000, 100.0, 0.125) == pytest.approx(5 / 8)
+    # Room (below the cap, within the TPOT target) and nobody ahead: no wait.
+    assert slot_wait_s(LINE, DecodeLoad.of([(1000, 100.0)] * 4), 16, 0, 1000, 100.0, 0.1) == 0.0
+    # Below the cap but past the TPOT target: it waits for one to finish.
+    assert slot_wait_s(LINE, DecodeLoad.of([(1000, 100.0)] * 26), 32, 0, 1000, 100.0, 0.1) == (
+        pytest.approx(0.1)
+    )
+    # Nothing measured yet, or nothing running: no claim.
+    assert slot_wait_s(LINE, held, 16, 7, 1000, 100.0, 0.0) == 0.0
+    assert slot_wait_s(LINE, DecodeLoad(), 16, 7, 1000, 100.0, 0.1) == 0.0
+
+
+def _item(i: int) -> QueueItem:
+    return QueueItem(f"r{i}", "t", "m", prompt_tokens=100, max_tokens=10, tpot_ms=100.0)
+
+
+def test_slot_turnover_is_the_hold_over_the_mean_count_held_meanwhile():
+    slots = EngineSlots()
+    assert slots.turnover_s("a") == 0.0  # nothing left yet: no measure
+    # Four enter together and leave together after 2 s: a slot frees every 0.5 s, whichever
+    # leaves first (not 2 s / 4, 2 s / 3, ... as counting at the release would say).
+    for i in range(4):
+        slots.enter("a", _item(i), 10.0)
+    for i in range(4):
+        assert slots.leave("a", f"r{i}", 12.0) is not None
+        assert slots.turnover_s("a") == pytest.approx(0.5)
+    # Alone for 1 s: the average moves a fifth of the way to 1 s.
+    slots.enter("a", _item(9), 20.0)
+    slots.leave("a", "r9", 21.0)
+    assert slots.turnover_s("a") == pytest.approx(0.5 + TURNOVER_ALPHA * 0.5)
+    # Staggered: r0 holds 2 s beside r1 (mean count 2: 1 s); r1 holds 4 s, with r0 for its
+    # first 2 (mean count 1.5: 8/3 s), which moves the average a fifth of the way there.
+    slots.forget(set())
+    assert slots.turnover_s("a") == 0.0
+    slots.enter("a", _item(0), 30.0)
+    slots.enter("a", _item(1), 30.0)
+    slots.leave("a", "r0", 32.0)
+    assert slots.turnover_s("a") == pytest.approx(1.0)
+    slots.leave("a", "r1", 34.0)
+    assert slots.turnover_s("a") == pytest.approx(1.0 + TURNOVER_ALPHA * (8 / 3 - 1.0))
+    # Unknown requests leave nothing behind.
+    assert slots.leave("a", "nobody", 40.0) is None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 
 import pytest
 import torch
@@ -125,42 +126,55 @@ def test_the_simulator_before_a_step_and_the_meter_after_it_price_it_alike():
     assert meter.solo_s == COSTS.seconds(replica.shape(before))
 
 
-def test_the_engine_calls_its_step_observer_once_per_step_with_the_step_time():
+def test_the_engine_calls_its_step_observer_once_per_step_with_the_step_time_and_period():
     torch.set_num_threads(1)
     engine = LLMEngine(
         load_dummy("dummy-tiny"),
         EngineConfig(block_size=BLOCK, num_blocks=32, max_batched_tokens=64),
     )
-    seen: list[tuple[list[tuple[int, int]], float]] = []
-    engine.step_observer = lambda items, s: seen.append(
-        ([(i.num_new, i.seq.num_computed) for i in items], s)
+    seen: list[tuple[list[tuple[int, int]], float, float]] = []
+    engine.step_observer = lambda items, s, p: seen.append(
+        ([(i.num_new, i.seq.num_computed) for i in items], s, p)
     )
     engine.add_request(
         EngineRequest("a", list(range(1, 41)), SamplingParams(max_tokens=3, ignore_eos=True))
     )
+    gap = threading.Event()
     while engine.has_work():
         engine.step()
+        if len(seen) == 2:
+            gap.wait(0.05)  # a driver slower than the step: the period includes the gap
     # Observed after the step: contexts include the step's own tokens.
-    assert [items for items, _ in seen] == [[(40, 40)], [(1, 41)], [(1, 42)]]
+    assert [items for items, _, _ in seen] == [[(40, 40)], [(1, 41)], [(1, 42)]]
     assert len(seen) == engine.stats.steps
     # Each step's time spans schedule() too, so it is at least what the engine counts busy.
-    assert sum(s for _, s in seen) >= engine.stats.busy_seconds > 0
+    assert sum(s for _, s, _ in seen) >= engine.stats.busy_seconds > 0
+    # The first step after idle has no earlier end: its period is its time.
+    assert seen[0][2] == seen[0][1]
+    assert seen[2][2] >= 0.05 > seen[2][1]
+    # After idle() the next period starts with the step again.
+    engine.idle()
+    engine.add_request(
+        EngineRequest("b", list(range(1, 9)), SamplingParams(max_tokens=1, ignore_eos=True))
+    )
+    engine.step()
+    assert seen[-1][2] == seen[-1][1]
 
 
 def test_the_learner_feeds_the_model_each_steps_shape_and_the_meter_as_it_was():
     alone, fed = StepMeter(COSTS, BLOCK), StepMeter(COSTS, BLOCK)
     model, twin = OnlineStepModel(prior_from_costs(COSTS)), OnlineStepModel(prior_from_costs(COSTS))
     learner = StepLearner(model, BLOCK, fed)
-    steps = [
-        ([item(40, 24), item(10, 1), item(33, 1)], 0.0125),
-        ([item(11, 1), item(34, 1)], 0.004),
-        ([item(64, 64, sample=False)], 0.5),
+    steps = [  # (items, seconds, period): the model learns the period, the meter the seconds
+        ([item(40, 24), item(10, 1), item(33, 1)], 0.0125, 0.0125),
+        ([item(11, 1), item(34, 1)], 0.004, 0.009),
+        ([item(64, 64, sample=False)], 0.5, 0.51),
     ]
-    for items, seconds in steps:
+    for items, seconds, period in steps:
         alone(items, seconds)
-        learner(items, seconds)
+        learner(items, seconds, period)
         twin.observe(
-            step_shape(((i.num_new, i.sample, i.seq.num_computed) for i in items), BLOCK), seconds
+            step_shape(((i.num_new, i.sample, i.seq.num_computed) for i in items), BLOCK), period
         )
     assert (fed.observed_s, fed.solo_s, fed.steps) == (alone.observed_s, alone.solo_s, alone.steps)
     assert model.samples == 3 and model.line() == twin.line()

@@ -41,9 +41,11 @@ def test_the_engine_asks_for_its_budget_before_each_step_and_keeps_to_it():
         return 12
 
     engine.step_budget = budget
-    engine.add_request(EngineRequest("a", list(range(1, 40)), SamplingParams(max_tokens=4, ignore_eos=True)))
+    engine.add_request(
+        EngineRequest("a", list(range(1, 40)), SamplingParams(max_tokens=4, ignore_eos=True))
+    )
     computed = []
-    engine.step_observer = lambda items, _s: computed.append(sum(i.num_new for i in items))
+    engine.step_observer = lambda items, _s, _p: computed.append(sum(i.num_new for i in items))
     while engine.has_work():
         engine.step()
     assert asked and computed and max(computed) <= 12

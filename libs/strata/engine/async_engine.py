@@ -86,6 +86,8 @@ class AsyncEngine:
     def _loop(self) -> None:
         while True:
             with self._cond:
+                if not (self._stopping or self._adds or self._aborts or self.engine.has_work()):
+                    self.engine.idle()
                 while not (self._stopping or self._adds or self._aborts or self.engine.has_work()):
                     self._cond.wait()
                 if self._stopping:

@@ -167,12 +167,16 @@ class LLMEngine:
         )
         self.stats = EngineCounters()  # what the engine itself counts; counters() adds the rest
         self.last_step_tokens = 0
-        # Called after every step with its scheduled items (already advanced) and the whole
-        # step's seconds, schedule() included as a profile times it (strata.engine.step_meter).
-        self.step_observer: Callable[[list[ScheduledSeq], float], None] | None = None
+        # Called after every step with its scheduled items (already advanced), the whole
+        # step's seconds (schedule() included, as a profile times it) and its period: the
+        # seconds since the previous step ended while the engine stayed busy, which is how
+        # often a running stream gets a token (the step's seconds after idle()); see
+        # strata.engine.step_meter.
+        self.step_observer: Callable[[list[ScheduledSeq], float, float], None] | None = None
         # Called before every step with the running sequences: the step's token budget (at most
         # max_batched_tokens; None: that). The worker sizes prefill chunks by TPOT targets.
         self.step_budget: Callable[[list[Sequence]], int] | None = None
+        self._last_step_end: float | None = None  # None: idle since (no period to measure)
         self._samplers: dict[str, SeqSampler] = {}
         self._detok: dict[str, Detokenizer] = {}
         self._seqs: dict[str, Sequence] = {}
@@ -317,11 +321,17 @@ class LLMEngine:
         )
 
     # -- one step ------------------------------------------------------------------------------
+    def idle(self) -> None:
+        """The engine's driver is about to wait for work: the next step's period starts with
+        it, not with the step before the wait."""
+        self._last_step_end = None
+
     def step(self) -> list[RequestOutput]:
         begun = time.perf_counter()
         budget = None if self.step_budget is None else self.step_budget(self.scheduler.running)
         plan = self.scheduler.schedule(budget)
         if not plan.scheduled:
+            self._last_step_end = None
             return []
         started = time.perf_counter()
         now = time.monotonic()
@@ -350,8 +360,11 @@ class LLMEngine:
         self.stats.step_tokens += plan.num_tokens
         self.stats.step_token_budget += self.config.max_batched_tokens
         self.last_step_tokens = plan.num_tokens
+        ended = time.perf_counter()
+        period_from = begun if self._last_step_end is None else self._last_step_end
+        self._last_step_end = ended
         if self.step_observer is not None:
-            self.step_observer(plan.scheduled, time.perf_counter() - begun)
+            self.step_observer(plan.scheduled, ended - begun, ended - period_from)
         return outputs
 
     def _forward_isolating(

@@ -8,8 +8,9 @@ the other work on the machine causes (strata.policy.scheduling.interference lear
 quiet machine shows, since a profile measured elsewhere is off by a constant factor).
 
 Every worker also learns its own step-time line online (strata.core.step_model), with or without
-a profile: the StepLearner is the engine's step observer, feeding each step's shape and seconds
-to an OnlineStepModel and to the meter when there is one; GetStats reports the model's line.
+a profile: the StepLearner is the engine's step observer, feeding each step's shape and period
+(the seconds between consecutive step ends while busy) to an OnlineStepModel, and its seconds
+to the meter when there is one; GetStats reports the model's line.
 
 Imports no torch: the engine calls it with its scheduled items after each step.
 """
@@ -79,9 +80,12 @@ class StepMeter:
         self.solo_s = 0.0
         self.steps = 0
 
-    def __call__(self, scheduled: Sequence[ScheduledSeq], seconds: float) -> None:
+    def __call__(
+        self, scheduled: Sequence[ScheduledSeq], seconds: float, period_s: float = 0.0
+    ) -> None:
         """One step that ran `seconds`; its items are already advanced, so each sequence's
-        num_computed includes the step's tokens."""
+        num_computed includes the step's tokens. The period is not the meter's: a solo profile
+        times steps, not what streams them."""
         self.add(
             step_shape(
                 ((i.num_new, i.sample, i.seq.num_computed) for i in scheduled), self.block_size
@@ -112,12 +116,15 @@ class StepLearner:
         self.meter = meter
         self.block_size = block_size
 
-    def __call__(self, scheduled: Sequence[ScheduledSeq], seconds: float) -> None:
-        """One step that ran `seconds`; its items are already advanced (as StepMeter's)."""
+    def __call__(self, scheduled: Sequence[ScheduledSeq], seconds: float, period_s: float) -> None:
+        """One step that ran `seconds` in a period of `period_s` (LLMEngine.step_observer);
+        its items are already advanced (as StepMeter's). The model learns the period: what
+        the running streams wait between tokens, the gaps between steps included (the
+        worker's gRPC streaming shares its process), which is what a TPOT target bounds."""
         shape = step_shape(
             ((i.num_new, i.sample, i.seq.num_computed) for i in scheduled), self.block_size
         )
-        self.model.observe(shape, seconds)
+        self.model.observe(shape, max(seconds, period_s))
         if self.meter is not None:
             self.meter.add(shape, seconds)
 

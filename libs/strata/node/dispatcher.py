@@ -100,7 +100,8 @@ class Dispatcher:
             raise
 
     def release(self, lease: Lease) -> None:
-        if self.slots.leave(lease.replica.replica_id, lease.item.request_id) is None:
+        left = self.slots.leave(lease.replica.replica_id, lease.item.request_id, self.clock.now())
+        if left is None:
             return
         lease.replica.in_flight -= 1
         self.pump()
@@ -187,7 +188,7 @@ class Dispatcher:
         fut = self._waiters.pop(item.request_id, None)
         if fut is None or fut.done():
             return  # its caller went away in the same loop turn: nothing to send
-        self.slots.enter(replica.replica_id, item)
+        self.slots.enter(replica.replica_id, item, self.clock.now())
         replica.in_flight += 1
         if beyond_cap:
             self.beyond_cap += 1
@@ -247,3 +248,4 @@ class Dispatcher:
         """Drop rate windows of replicas that left the node."""
         for rid in [rid for rid in self._rates if rid not in self.replicas.replicas]:
             del self._rates[rid]
+        self.slots.forget(set(self.replicas.replicas))

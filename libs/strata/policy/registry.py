@@ -63,6 +63,7 @@ class ReplicaState:
     step_line: StepLine | None = None
     # What the node handed to its engine: the scheduler's TPOT check prices adding to it.
     slots: DecodeLoad = DecodeLoad()
+    slot_turnover_s: float = 0.0  # seconds between slot releases while full (0: not measured)
 
 
 @dataclass(slots=True, frozen=True)

@@ -73,6 +73,7 @@ class SimNode:
                 r.scheduler.waiting_for_memory,
                 prefill_rate(r) if tenancy else 0.0,
                 self.front.slots.load(r.replica_id) if self.front is not None else DecodeLoad(),
+                self.front.slots.turnover_s(r.replica_id) if self.front is not None else 0.0,
             )
             for r in self.replicas
         )
@@ -99,10 +100,20 @@ class SimNode:
                 block_size=r.limits.block_size,
                 step_line=r.line,
                 slots=slots,
+                slot_turnover_s=turnover_s,
             )
-            for r, (rid, phase, running, waiting, queued, free, memory, rate, slots) in zip(
-                self.replicas, figures
-            )
+            for r, (
+                rid,
+                phase,
+                running,
+                waiting,
+                queued,
+                free,
+                memory,
+                rate,
+                slots,
+                turnover_s,
+            ) in zip(self.replicas, figures)
         )
         served = tuple(
             ModelInfo(r.model, r.limits.max_context, models[r.model].memory_bytes)

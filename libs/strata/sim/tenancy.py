@@ -69,15 +69,16 @@ class NodeFront(Generic[P]):
     """One node's queue for its replicas' slots, and what each tenant has there. The slots are
     the dispatcher's own rule (strata.policy.scheduling.slots): the cap and the TPOT check."""
 
-    def __init__(self, queue: NodeQueue) -> None:
+    def __init__(self, queue: NodeQueue, clock: Clock) -> None:
         self.queue = queue
+        self.clock = clock
         self.slots = EngineSlots()
         self.payloads: dict[str, P] = {}  # request id -> the caller's payload
         self._running: dict[str, _Running] = {}
 
     @classmethod
     def build(cls, kind: str, clock: Clock) -> NodeFront[P]:
-        return cls(QUEUES[kind](clock))
+        return cls(QUEUES[kind](clock), clock)
 
     def push(self, item: QueueItem, payload: P) -> None:
         self.queue.push(item)
@@ -108,7 +109,7 @@ class NodeFront(Generic[P]):
         return out
 
     def _enter(self, item: QueueItem) -> None:
-        self.slots.enter(item.replica_id, item)
+        self.slots.enter(item.replica_id, item, self.clock.now())
         run = self._running.get(item.tenant)
         if run is None:
             run = self._running[item.tenant] = _Running(item.priority)
@@ -118,7 +119,7 @@ class NodeFront(Generic[P]):
 
     def left_engine(self, replica_id: str, request_id: str) -> None:
         """A request the front handed over finished (or failed) in its engine."""
-        item = self.slots.leave(replica_id, request_id)
+        item = self.slots.leave(replica_id, request_id, self.clock.now())
         if item is None:
             return
         run = self._running[item.tenant]

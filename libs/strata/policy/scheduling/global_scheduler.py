@@ -43,7 +43,9 @@ from strata.policy.scheduling.admission import (
     retry_after,
 )
 from strata.policy.scheduling.ledger import PoolLedger
-from strata.policy.scheduling.slo import fits, slot_wait_s
+from strata.policy.scheduling.slo import DecodeLoad, slot_wait_s, step_ms
+
+SLA_SLACK = 0.85
 
 
 class Mode(enum.StrEnum):
@@ -57,8 +59,9 @@ class SchedulerSettings:
     mode: Mode = Mode.TWO_LEVEL
     admission: AdmissionSettings = AdmissionSettings()
     sla_check: bool = True
-    # An estimate above target x this is refused: estimates are of the queue, not of the tail.
-    sla_slack: float = 1.0
+    # An estimate above target x this is refused: below 1 it keeps a margin for what an
+    # estimate of the queue cannot see (the tail, a burst's own load on the machine, noise).
+    sla_slack: float = SLA_SLACK
     partitions: Mapping[str, frozenset[str]] = field(default_factory=dict)  # static mode
     best_effort_wait_s: float = 30.0  # the longest engine-slot wait a best-effort request takes
 
@@ -158,8 +161,9 @@ class GlobalScheduler:
         return Refusal(
             "sla",
             f"no replica of {model!r} can meet the {policy.sla_class} class's TTFT "
-            f"target of {target:.0f} ms now (the best is estimated at "
-            f"{estimate:.0f} ms); retry shortly or use a class with a looser target",
+            f"target of {target:.0f} ms now (the best is estimated at {estimate:.0f} ms, "
+            f"over the {target * slack:.0f} ms admission allows); retry shortly or use a "
+            f"class with a looser target",
             retry_after(max(wait_s, (estimate - target) / 1000.0), 1.0),
         )
 
@@ -169,14 +173,27 @@ class GlobalScheduler:
         if node is None:
             return 0.0
         state = next((r for r in node.replicas if r.replica_id == decision.replica_id), None)
-        if state is None or state.step_line is None:
+        if state is None:
             return 0.0
         # Requests routed there since the node's report are in its slots (or queue) by now.
         load = state.slots.merged(self.ledger.pending_load(decision.node_id, decision.replica_id))
         ahead = sum(t.queued for t in node.tenants)
-        fits_now = fits(state.step_line, load, work, tpot_ms)
+        turnover_s = state.slot_turnover_s
+        if turnover_s <= 0 and state.step_line is not None and load.seqs:
+            # No request has left a slot there yet: a typical request's decode at the step
+            # time its line prices for what the engine will hold, over the requests it holds.
+            cap = min(load.seqs, state.max_seqs or load.seqs)
+            share = DecodeLoad(cap, load.context_tokens * cap // load.seqs)
+            step_s = step_ms(state.step_line, share) / 1000.0
+            turnover_s = step_s * self.router.request_weight_tokens / cap
         return slot_wait_s(
-            state.step_line, load, ahead, fits_now, self.router.request_weight_tokens
+            state.step_line,
+            load,
+            state.max_seqs or None,
+            ahead,
+            work,
+            tpot_ms,
+            turnover_s,
         )
 
     def explain_miss(self, model: str) -> RouteMiss:

@@ -131,23 +131,27 @@ def step_token_budget(
 
 
 def slot_wait_s(
-    line: StepLine | None, load: DecodeLoad, ahead: int, fits_now: bool, remaining_tokens: float
+    line: StepLine | None,
+    held: DecodeLoad,
+    cap: int | None,
+    queued: int,
+    context_tokens: int,
+    tpot_ms: float | None,
+    turnover_s: float,
 ) -> float:
-    """Seconds until a request gets an engine slot on a replica running `load`, behind `ahead`
-    requests already waiting there: none when it fits now with nobody ahead; else one running
-    request finishes every step_s x remaining_tokens / seqs seconds, and ahead (+ 1 when it
-    does not fit now) of them must."""
-    need = ahead + (0 if fits_now else 1)
-    if line is None or load.seqs == 0 or need == 0:
+    """Seconds until a request (of `context_tokens`, TPOT target `tpot_ms`) gets an engine slot
+    on a replica whose node holds `held` for it (in its engine, and past `cap` waiting) with
+    `queued` more waiting ahead: none when it fits now with nobody ahead; else a slot frees
+    every `turnover_s` (strata.policy.scheduling.slots), and everyone ahead (+ 1 when it would
+    not fit beside the others) must get one first. 0 while nothing is measured (no claim)."""
+    running = held.seqs if cap is None else min(held.seqs, cap)
+    if running == 0 or turnover_s <= 0:
         return 0.0
-    return need * step_ms(line, load) / 1000.0 * max(1.0, remaining_tokens) / load.seqs
-
-
-def seconds_until_room(
-    line: StepLine | None, load: DecodeLoad, remaining_tokens: float
-) -> float | None:
-    """How long until one running request finishes, at the current step time, if each has
-    about `remaining_tokens` output tokens left (None without a line or nothing running)."""
-    if line is None or load.seqs == 0:
-        return None
-    return step_ms(line, load) / 1000.0 * max(1.0, remaining_tokens)
+    in_engine = held
+    if running < held.seqs:  # the excess waits at the node: the engine holds its share
+        in_engine = DecodeLoad(
+            running, held.context_tokens * running // held.seqs, held.tightest_tpot_ms
+        )
+    fits_now = (cap is None or held.seqs < cap) and fits(line, in_engine, context_tokens, tpot_ms)
+    need = queued + (held.seqs - running) + (0 if fits_now else 1)
+    return need * turnover_s

@@ -7,6 +7,13 @@ A replica takes a request when it runs fewer than its worker's max_seqs of the n
 (strata.policy.scheduling.slo, priced with the worker's step line). A request past the cap may
 still go when its engine would admit it by preempting a lower class (`displaceable`).
 
+It also measures each replica's slot turnover, by Little's law: a request's hold (dispatch to
+release) over the mean number of requests its engine held meanwhile (the time-integral of that
+count over the hold), a moving average over releases. While the engine stays full a slot frees
+about that often. The scheduler prices a wait for a slot with it: it includes everything a step
+line leaves out (streaming each token through the node and the gateway, the gaps between steps)
+and changes little with the batch size on a machine whose throughput is bound.
+
 Invariant: `load(r)` is the DecodeLoad of exactly the items `running_on(r)` returns.
 """
 
@@ -16,25 +23,62 @@ from strata.core.step_model import StepLine
 from strata.policy.scheduling.fair_queue import QueueItem
 from strata.policy.scheduling.slo import HEADROOM, DecodeLoad, fits
 
+TURNOVER_ALPHA = 0.2  # weight of the latest release in the moving average
+
 
 class EngineSlots:
     def __init__(self, headroom: float = HEADROOM) -> None:
         self.headroom = headroom
         self._running: dict[str, dict[str, QueueItem]] = {}  # replica id -> request id -> item
         self._loads: dict[str, DecodeLoad] = {}
+        # replica id -> (time-integral of its request count, when it was last advanced)
+        self._area: dict[str, tuple[float, float]] = {}
+        self._entered: dict[str, tuple[float, float]] = {}  # request id -> (when, area then)
+        self._turnover_s: dict[str, float] = {}  # replica id -> seconds between releases
 
-    def enter(self, replica_id: str, item: QueueItem) -> None:
+    def _advance(self, replica_id: str, now: float) -> float:
+        """The replica's count integral up to `now` (before the count changes)."""
+        area, since = self._area.get(replica_id, (0.0, now))
+        area += self.count(replica_id) * max(0.0, now - since)
+        self._area[replica_id] = (area, now)
+        return area
+
+    def enter(self, replica_id: str, item: QueueItem, now: float) -> None:
+        area = self._advance(replica_id, now)
         self._running.setdefault(replica_id, {})[item.request_id] = item
+        self._entered[item.request_id] = (now, area)
         self._loads.pop(replica_id, None)
 
-    def leave(self, replica_id: str, request_id: str) -> QueueItem | None:
+    def leave(self, replica_id: str, request_id: str, now: float) -> QueueItem | None:
         """The item that left, or None when it was not there."""
+        area = self._advance(replica_id, now)
         running = self._running.get(replica_id)
         item = running.pop(request_id, None) if running is not None else None
         if running is not None and not running:
             del self._running[replica_id]
         self._loads.pop(replica_id, None)
+        entered = self._entered.pop(request_id, None)
+        if item is not None and entered is not None:
+            hold, shared = now - entered[0], area - entered[1]
+            if hold > 0 and shared > 0:
+                turnover = hold * hold / shared  # hold / mean count over the hold
+                before = self._turnover_s.get(replica_id)
+                self._turnover_s[replica_id] = (
+                    turnover if before is None else before + TURNOVER_ALPHA * (turnover - before)
+                )
         return item
+
+    def turnover_s(self, replica_id: str) -> float:
+        """Seconds between slot releases of the replica while its engine is full, lately (0:
+        none left yet)."""
+        return self._turnover_s.get(replica_id, 0.0)
+
+    def forget(self, replica_ids: set[str]) -> None:
+        """Drop the averages of replicas not in `replica_ids` (gone from the node)."""
+        for rid in [r for r in self._turnover_s if r not in replica_ids]:
+            del self._turnover_s[rid]
+        for rid in [r for r in self._area if r not in replica_ids and r not in self._running]:
+            del self._area[rid]
 
     def holds(self, request_id: str) -> bool:
         return any(request_id in r for r in self._running.values())
