@@ -23,7 +23,15 @@ from pathlib import Path
 
 from benchmarks.common.targets import Verdict
 from benchmarks.isolation import route_latency
-from benchmarks.isolation.sim_run import WAYS, run_way
+from benchmarks.isolation.sim_run import (
+    CLASSES,
+    MAX_BATCHED_TOKENS,
+    MAX_SEQS,
+    PROFILE,
+    SIZES,
+    WAYS,
+    run_way,
+)
 from benchmarks.isolation.workload import (
     Bursts,
     TenantSpec,
@@ -32,13 +40,9 @@ from benchmarks.isolation.workload import (
 )
 from strata.core.profile import load_profile
 from strata.core.sla import parse_classes
-from strata.eval.workload import Scaling
 
 ROOT = Path(__file__).resolve().parents[2]
-PROFILE = ROOT / "libs/strata/core/profiles/smollm2-135m-instruct-cpu.json"
 OUT = ROOT / "docs/benchmarks/isolation.md"
-# Targets scaled to this engine: a 1,024-token prompt alone takes ~3.5 s to prefill on it.
-CLASSES = "interactive=3000/300@2,standard=8000/500@1,batch=best-effort"
 # The real stack serves dummy-tiny, ~50x faster per token: the compose defaults fit it.
 STACK_CLASSES = "interactive=500/100@2,standard=2000/200,batch=best-effort"
 TENANTS = (
@@ -47,9 +51,6 @@ TENANTS = (
     TenantSpec("batch", "batch", 0.35, guaranteed_share=0.0, burst_share=1.0),
     TenantSpec("agg", "standard", 0.15, guaranteed_share=0.15, burst_share=0.6, aggressor=True),
 )
-SIZES = Scaling(length_scale=4.0, max_prompt=1024, max_output=256)
-MAX_BATCHED_TOKENS = 256  # prefill chunk per step: ~0.9 s of this engine
-MAX_SEQS = 16
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,6 +8,7 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from benchmarks.isolation.workload import TenantSpec
 from strata.core.profile import EngineProfile
@@ -22,6 +23,13 @@ from strata.sim.tenancy import Tenancy
 from strata.sim.workload import sim_requests
 
 WAYS = ("static", "fcfs", "two-level")
+ROOT = Path(__file__).resolve().parents[2]
+PROFILE = ROOT / "libs/strata/core/profiles/smollm2-135m-instruct-cpu.json"
+# Targets scaled to this engine: a 1,024-token prompt alone takes ~3.5 s to prefill on it.
+CLASSES = "interactive=3000/300@2,standard=8000/500@1,batch=best-effort"
+SIZES = Scaling(length_scale=4.0, max_prompt=1024, max_output=256)
+MAX_BATCHED_TOKENS = 256  # prefill chunk per step: ~0.9 s of this engine
+MAX_SEQS = 16
 NODE_BYTES = 80 << 30
 
 
@@ -87,9 +95,13 @@ def run_way(
     seed: int = 0,
     max_batched_tokens: int = 512,
     max_seqs: int = 32,
+    parts: dict[str, list[str]] | None = None,
 ) -> SimRun:
+    """One way on `gpus` GPUs. `parts` is the static way's nodes per tenant (default:
+    `partition`, by offered work)."""
     nodes = [f"gpu-{i:03d}" for i in range(gpus)]
-    parts = partition(tenants, trace, nodes)
+    if parts is None:
+        parts = partition(tenants, trace, nodes)
     spec = model_spec(
         profile, memory_bytes=8 << 30, max_batched_tokens=max_batched_tokens, max_seqs=max_seqs
     )

@@ -32,9 +32,16 @@ process holding one of two cores the simulator was off by 15-25%, and by 2-3x on
 measures the CPU time other work used meanwhile: a comparison outside the bound while other work
 used more than half a core is skipped with that reason, not passed (CI runs alone).
 
+The overload case sends a Poisson burst past the engine's capacity (OVERLOAD_RATE) through the
+same stack, whose scheduler refuses what would miss the standard class's TTFT target, and the
+same requests through the simulator with the same policy objects (two-level admission, the
+nodes' fair queue and engine slots, no client retry): the share refused and the SLA attainment
+of the admitted requests must agree within OVERLOAD_BOUND (absolute).
+
 STRATA_SIM_FIDELITY_OUT=path writes the figures as JSON (the simulator benchmark reads them).
 """
 
+import dataclasses
 import json
 import os
 import random
@@ -45,6 +52,9 @@ import pytest
 import torch
 
 from strata.client import cli
+from strata.core.defaults import DEMO_TENANT
+from strata.core.sla import SlaTable
+from strata.core.tenant_policy import TenantPolicy
 from strata.engine.engine import EngineConfig
 from strata.engine.profiler import ProfileGrid, profile_engine
 from strata.engine.registry import load_model
@@ -52,6 +62,7 @@ from strata.eval import synthetic
 from strata.eval.report_codec import from_report
 from strata.eval.workload import Scaling, Window
 from strata.policy.placement import ModelDemand
+from strata.policy.scheduling.global_scheduler import Mode, SchedulerSettings
 from strata.rpc.channels import sync_channel
 from strata.sim.cluster import SimConfig, Simulator, model_spec
 from strata.sim.report import sim_report
@@ -61,6 +72,7 @@ from strata.sim.stack_overheads import (
     FirstToken,
     stack_overheads,
 )
+from strata.sim.tenancy import Tenancy
 from strata.sim.workload import sim_requests
 from strata.telemetry import names
 from strata.v1 import metrics_pb2, metrics_pb2_grpc
@@ -93,6 +105,8 @@ CAL_PROMPT, CAL_OUTPUT, CAL_SINGLES, CAL_BURST = 64, 48, 6, 16
 TARGET = 0.10  # the issue's target, reported
 BOUND = 0.25  # what this test asserts: see the module docstring for why not TARGET
 QUIET_CORES = 0.5  # other work's CPU above which a miss says nothing about the simulator
+OVERLOAD_RATE, OVERLOAD_REQUESTS, OVERLOAD_SEED = 30.0, 150, 11
+OVERLOAD_BOUND = 0.15  # refused share and attainment of admitted, sim vs stack (absolute)
 
 
 @pytest.fixture(scope="module")
@@ -197,10 +211,19 @@ def _sized(prompt: int, output: int) -> list[str]:
     return ["--prompt-tokens", str(prompt), "--output-tokens", str(output)]
 
 
-def test_simulator_latencies_match_the_stack(bench_stack, tmp_path, monkeypatch):
-    monkeypatch.setenv("STRATA_DATA_DIR", str(bench_stack.data_dir))
-    pids = [p.proc.pid for p in bench_stack.processes.values()]
-    busy0, own0, wall0 = *_cpu_seconds(pids), time.monotonic()
+@pytest.fixture(scope="module")
+def stack_env(bench_stack):
+    """The CLI finds the stack's demo key through STRATA_DATA_DIR."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("STRATA_DATA_DIR", str(bench_stack.data_dir))
+        yield bench_stack
+
+
+@pytest.fixture(scope="module")
+def calibrated(stack_env, tmp_path_factory):
+    """(the engine profile measured here, the stack's overheads from calibration requests)."""
+    bench_stack = stack_env
+    tmp_path = tmp_path_factory.mktemp("calibration")
     torch.set_num_threads(1)
     profile = profile_engine(
         load_model(MODEL),
@@ -262,7 +285,13 @@ def test_simulator_latencies_match_the_stack(bench_stack, tmp_path, monkeypatch)
         profile.overheads.add_s,
         block_size=16,
     )
+    return profile, overheads
 
+
+def test_simulator_latencies_match_the_stack(bench_stack, calibrated, tmp_path):
+    pids = [p.proc.pid for p in bench_stack.processes.values()]
+    busy0, own0, wall0 = *_cpu_seconds(pids), time.monotonic()
+    profile, overheads = calibrated
     run_id, _ = _replay(
         bench_stack,
         tmp_path,
@@ -352,3 +381,89 @@ def test_simulator_latencies_match_the_stack(bench_stack, tmp_path, monkeypatch)
         f"simulator outside {BOUND:.0%} of the stack: {off}; all: {figures}; "
         f"other work used {others:.2f} cores meanwhile"
     )
+
+
+def _poisson_trace(rate: float, count: int, seed: int, tenant: str = "") -> list:
+    """The requests `strata replay --format poisson` draws with these settings."""
+    rng = random.Random(seed)
+    arrivals = synthetic.poisson_arrivals(rate, rng, count=count)
+    trace = synthetic.requests_at(
+        arrivals,
+        synthetic.Uniform(round(PROMPT * (1 - SPREAD)), round(PROMPT * (1 + SPREAD))),
+        synthetic.Uniform(round(OUTPUT * (1 - SPREAD)), round(OUTPUT * (1 + SPREAD))),
+        rng,
+    )
+    return [dataclasses.replace(r, tenant=tenant) for r in trace] if tenant else trace
+
+
+def test_simulator_overload_matches_the_stack(bench_stack, calibrated, tmp_path):
+    profile, overheads = calibrated
+    table = SlaTable()  # compose's classes: the demo tenant is of the default class
+    standard = table.lookup(table.default)
+    _, run_dir = _replay(
+        bench_stack,
+        tmp_path,
+        "overload",
+        [
+            "--format",
+            "poisson",
+            "--rate",
+            str(OVERLOAD_RATE),
+            "--max-requests",
+            str(OVERLOAD_REQUESTS),
+            *_sized(PROMPT, OUTPUT),
+            "--length-range",
+            str(SPREAD),
+            "--seed",
+            str(OVERLOAD_SEED),
+        ],
+    )
+    records = [json.loads(x) for x in (run_dir / "requests.jsonl").read_text().splitlines()]
+    assert len(records) == OVERLOAD_REQUESTS
+
+    def met(ttft_s: float | None, tpot_s: float | None, failed: bool) -> bool:
+        ttft = None if ttft_s is None else ttft_s * 1000.0
+        tpot = None if tpot_s is None else tpot_s * 1000.0
+        return standard.attained(failed, ttft, tpot)
+
+    real_refused = sum(1 for r in records if r["status"] == "RESOURCE_EXHAUSTED")
+    real_admitted = [r for r in records if r["status"] != "RESOURCE_EXHAUSTED"]
+    real_met = sum(
+        1 for r in real_admitted if met(r.get("ttft_s"), r.get("tpot_s"), r["status"] != "OK")
+    )
+
+    trace = _poisson_trace(OVERLOAD_RATE, OVERLOAD_REQUESTS, OVERLOAD_SEED, DEMO_TENANT)
+    spec = model_spec(
+        profile, 10**9, num_blocks=BLOCKS, max_batched_tokens=STEP_TOKENS, overheads=overheads
+    )
+    tenancy = Tenancy(
+        SchedulerSettings(mode=Mode.TWO_LEVEL),
+        {DEMO_TENANT: TenantPolicy.for_class(DEMO_TENANT, standard)},
+        queue="wfq",
+        retry=False,
+    )
+    result = Simulator(
+        [("node-0", 10**10)],
+        [spec],
+        lambda now: [ModelDemand(MODEL, 10**9, 1)],
+        SimConfig(),
+        tenancy=tenancy,
+    ).run(sim_requests(trace, Scaling(), Window(), MODEL))
+    rows = result.rows
+    assert len(rows) == OVERLOAD_REQUESTS
+    sim_refused = sum(1 for r in rows if r.error_code == "RESOURCE_EXHAUSTED")
+    sim_admitted = [r for r in rows if r.error_code != "RESOURCE_EXHAUSTED"]
+    sim_met = sum(
+        1 for r in sim_admitted if standard.attained(bool(r.error_code), r.ttft_ms, r.tpot_ms)
+    )
+    figures = {
+        "refused share": (real_refused / len(records), sim_refused / len(rows)),
+        "attainment of admitted": (
+            real_met / max(1, len(real_admitted)),
+            sim_met / max(1, len(sim_admitted)),
+        ),
+    }
+    print(f"overload, stack vs simulator: {figures}")
+    assert real_refused > 0, f"the stack refused nothing at {OVERLOAD_RATE:g}/s: {figures}"
+    off = {k: v for k, v in figures.items() if abs(v[0] - v[1]) > OVERLOAD_BOUND}
+    assert not off, f"simulator outside {OVERLOAD_BOUND:.0%} (absolute) of the stack: {figures}"
