@@ -167,6 +167,10 @@ class ComposeStack:
     def addr(self, name: str) -> str:
         return self.processes[name].address
 
+    def http_url(self) -> str:
+        """The gateway's HTTP front (the OpenAI API, /metrics), as a base URL."""
+        return f"http://{self.processes['gateway'].env['STRATA_GATEWAY_HTTP_BIND']}"
+
     def logs(self) -> str:
         return "\n".join(
             f"==== {p.name}\n{p.log_path.read_text()[-3000:]}"

@@ -77,6 +77,14 @@ class Ports:
     def otlp(self) -> str:
         return self.addr(6)
 
+    @property
+    def http(self) -> str:
+        """The gateway's HTTP port: 8000 beside the default ports, else the block's own."""
+        default = Ports()
+        if (self.base, self.host) == (default.base, default.host):
+            return defaults.GATEWAY_HTTP_ADDR
+        return self.addr(7)
+
 
 @dataclass(slots=True)
 class Service:
@@ -160,6 +168,7 @@ def plan_services(
             ports.gateway,
             {
                 "STRATA_GATEWAY_BIND": ports.gateway,
+                "STRATA_GATEWAY_HTTP_BIND": ports.http,
                 "STRATA_METRICS_ADDR": ports.metrics,
                 "STRATA_SCHEDULER_ADDR": ports.scheduler,
             },
@@ -342,8 +351,8 @@ async def supervise(
         key_file = Path(data_dir) / defaults.DEMO_KEY_FILE
         key = key_file.read_text().strip() if key_file.exists() else "(none)"
         print(
-            f"strata ready: gateway {ports.gateway}, models {', '.join(models)}, "
-            f"demo API key {key} (Ctrl-C stops)",
+            f"strata ready: gateway {ports.gateway}, OpenAI API http://{ports.http}/v1, "
+            f"models {', '.join(models)}, demo API key {key} (Ctrl-C stops)",
             flush=True,
         )
         waiting: list[asyncio.Task[object]] = [

@@ -6,13 +6,18 @@ import asyncio
 import logging
 import time
 
+from grpc_health.v1 import health_pb2
+
 from services.gateway.admin import AdminServicer
 from services.gateway.config import PROG, GatewayConfig
+from services.gateway.http_app import OpenAIFront
+from services.gateway.http_server import HttpServer
 from services.gateway.metrics_proxy import MetricsProxyServicer
 from services.gateway.servicer import GatewayServicer
 from strata.core.settings import load
 from strata.gateway.admin_key import ensure_admin_key
 from strata.gateway.auth import Authenticator
+from strata.gateway.metrics import GatewayMetrics
 from strata.gateway.node_clients import NodeClients
 from strata.gateway.pipeline import RequestPipeline
 from strata.gateway.prefix_hashes import PrefixHasher
@@ -43,6 +48,7 @@ from strata.v1 import (
 )
 
 log = logging.getLogger("services.gateway")
+READINESS_INTERVAL_S = 1.0
 
 
 def _registration(pb2, name: str, add, servicer) -> Registration:
@@ -66,6 +72,7 @@ async def main(cfg: GatewayConfig) -> None:
     schedulers = SchedulerClient(
         cfg.scheduler_addr, StaleRouter(WallClock(), cfg.gateway_stale_route_s)
     )
+    gateway_metrics = GatewayMetrics()
     pipeline = RequestPipeline(
         auth,
         tenants,
@@ -74,6 +81,7 @@ async def main(cfg: GatewayConfig) -> None:
         schedulers,
         NodeClients(),
         cfg.request_timeout_s,
+        gateway_metrics,
     )
     metrics = channel(cfg.metrics_addr)
     running = await start_server(
@@ -88,7 +96,9 @@ async def main(cfg: GatewayConfig) -> None:
                 admin_pb2,
                 "Admin",
                 admin_pb2_grpc.add_AdminServicer_to_server,
-                AdminServicer(sessions, admin_key, auth, tenants, cfg.sla_seed),
+                AdminServicer(
+                    sessions, admin_key, auth, tenants, cfg.sla_seed, gateway_metrics.forget_tenant
+                ),
             ),
             _registration(
                 metrics_pb2,
@@ -103,21 +113,61 @@ async def main(cfg: GatewayConfig) -> None:
     )
     stop = asyncio.Event()
     views = asyncio.create_task(schedulers.refresh_forever(stop))
+
+    async def readiness() -> str | None:
+        return schedulers.readiness(time.monotonic())
+
+    http = HttpServer(
+        OpenAIFront(pipeline, readiness).app(),
+        cfg.gateway_http_bind,
+        cfg.gateway_tls_cert,
+        cfg.gateway_tls_key,
+    )
+    await http.start()
+    ready = asyncio.create_task(report_readiness(running, readiness, stop))
     log.info(
-        "gateway listening on %s%s (admin key in %s)",
+        "gateway listening on %s (gRPC) and %s (HTTP: OpenAI API, /metrics)%s (admin key in %s)",
         cfg.gateway_bind,
+        cfg.gateway_http_bind,
         " with TLS" if cfg.gateway_tls_cert else "",
         cfg.admin_key_file,
     )
 
     async def on_stop() -> None:
         stop.set()
+        await http.stop()
+        await ready
         await views
         await pipeline.close()
         await metrics.close()
         await db.dispose()
 
     await serve_until_signal(running, on_stop=on_stop)
+
+
+async def report_readiness(running, readiness, stop: asyncio.Event) -> None:
+    """Keep the gRPC health of the gateway's services (readiness) in step with `readiness`;
+    the empty service name stays SERVING while the process serves (liveness)."""
+    serving: bool | None = None
+    while not stop.is_set():
+        why = await readiness()
+        if (why is None) != serving:
+            serving = why is None
+            status = (
+                health_pb2.HealthCheckResponse.SERVING
+                if serving
+                else health_pb2.HealthCheckResponse.NOT_SERVING
+            )
+            for name in running.services:
+                await running.health.set(name, status)
+            if serving:
+                log.info("ready: a scheduler answers and a model has a ready replica")
+            else:
+                log.info("not ready: %s", why)
+        try:
+            await asyncio.wait_for(stop.wait(), READINESS_INTERVAL_S)
+        except TimeoutError:
+            pass
 
 
 if __name__ == "__main__":

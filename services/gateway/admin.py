@@ -59,7 +59,9 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
         auth: Authenticator,
         tenants: TenantDirectory,
         sla_seed: SlaTable,
+        forget: Callable[[str], None] = lambda tenant: None,
     ):
+        self.forget = forget  # drops a deleted tenant's metric series
         self.sessions = sessions
         self.admin_key = admin_key
         self.auth = auth
@@ -152,6 +154,7 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
         revoked = await self._store(context, lambda s: delete_tenant(s, name))
         self.auth.forget_tenant(name)
         self.tenants.invalidate(name)
+        self.forget(name)
         return admin_pb2.DeleteTenantResponse(keys_revoked=revoked)
 
     async def IssueKey(

@@ -22,6 +22,10 @@ class GatewayConfig(SecurityFields, StoreFields):
     exits."""
 
     gateway_bind: str = Field(defaults.GATEWAY_ADDR, description="host:port of the public port")
+    gateway_http_bind: str = Field(
+        defaults.GATEWAY_HTTP_ADDR,
+        description="host:port of the OpenAI HTTP API, /health, /ready and /metrics",
+    )
     scheduler_addr: CommaList = Field(
         (defaults.SCHEDULER_ADDR,),
         min_length=1,

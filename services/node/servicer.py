@@ -147,7 +147,9 @@ def queue_item(request: node_pb2.SubmitRequest, policy: TenantPolicy) -> QueueIt
     spec = request.spec
     prompt = request.prompt_tokens_estimate
     if prompt <= 0:  # the gateway's own fallback
-        prompt = estimate_tokens(spec.prompt, (m.content for m in spec.messages))
+        prompt = len(spec.prompt_token_ids) or estimate_tokens(
+            spec.prompt, (m.content for m in spec.messages)
+        )
     return QueueItem(
         request.request_id,
         policy.tenant,

@@ -122,7 +122,10 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 span.set_attribute(names.ROUTE_REFUSED, decision.reason)
                 span.set_status(Status(StatusCode.ERROR, decision.message))
                 context.set_trailing_metadata(
-                    ((names.RETRY_AFTER_METADATA, str(int(decision.retry_after_s * 1000) + 1)),)
+                    (
+                        (names.RETRY_AFTER_METADATA, str(int(decision.retry_after_s * 1000) + 1)),
+                        (names.REFUSAL_REASON_METADATA, decision.reason),
+                    )
                 )
                 code, message = grpc.StatusCode.RESOURCE_EXHAUSTED, decision.message
             elif decision is not None:

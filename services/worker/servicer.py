@@ -53,7 +53,11 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
         spec = request.spec
         tok = self.engine.engine.tokenizer
         try:
-            ids = prompt_ids(tok, spec.prompt, [(m.role, m.content) for m in spec.messages])
+            ids = (
+                list(spec.prompt_token_ids)
+                if spec.prompt_token_ids
+                else prompt_ids(tok, spec.prompt, [(m.role, m.content) for m in spec.messages])
+            )
             req = EngineRequest(
                 request_id=request.request_id or uuid.uuid4().hex,
                 prompt_ids=ids,

@@ -255,7 +255,7 @@ async def test_a_revoked_key_keeps_working_until_the_auth_cache_expires(env):
         ),
         (
             dict(messages=[common_pb2.ChatMessage(role="user", content="Hi")]),
-            "give exactly one of prompt or messages",
+            "give exactly one of prompt, messages or prompt token ids",
         ),
         (
             dict(prompt="", messages=[common_pb2.ChatMessage(role="robot", content="Hi")]),

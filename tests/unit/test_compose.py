@@ -24,6 +24,7 @@ STRATA_SERVICES = ("gateway", "scheduler", "node", "kvstore", "placement", "metr
 COLLECTOR = "otel-collector:4317"
 DEFAULT_PORTS = {
     "GATEWAY": defaults.GATEWAY_ADDR,
+    "GATEWAY_HTTP": defaults.GATEWAY_HTTP_ADDR,
     "SCHEDULER": defaults.SCHEDULER_ADDR,
     "NODE": defaults.NODE_ADDR,
     "KVSTORE": defaults.KVSTORE_ADDR,
@@ -146,6 +147,7 @@ def test_binds_use_the_shared_default_ports_and_addresses_point_at_them(compose:
                 assert value == f"{owner}:{bind_port}", f"{name}.{key}"
     assert env(compose, "node")["STRATA_NODE_ADVERTISE"] == f"node:{binds['NODE'][1]}"
     assert "50051:50051" in compose["services"]["gateway"]["ports"]
+    assert "8000:8000" in compose["services"]["gateway"]["ports"]
 
 
 def test_healthchecks_probe_each_service_and_gate_its_dependents(compose: dict) -> None:

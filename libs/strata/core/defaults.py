@@ -5,6 +5,7 @@ both default to the loopback address below. Compose sets them to service names.
 """
 
 GATEWAY_ADDR = "127.0.0.1:50051"
+GATEWAY_HTTP_ADDR = "127.0.0.1:8000"  # the OpenAI HTTP API, /health, /ready, /metrics
 SCHEDULER_ADDR = "127.0.0.1:50052"
 NODE_ADDR = "127.0.0.1:50053"
 KVSTORE_ADDR = "127.0.0.1:50054"

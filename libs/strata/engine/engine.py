@@ -238,6 +238,12 @@ class LLMEngine:
             raise ValueError("the prompt is empty after tokenization")
         if req.params.max_tokens < 1:
             raise ValueError(f"max_tokens must be at least 1, got {req.params.max_tokens}")
+        vocab = self.loaded.config.vocab_size
+        bad = next((t for t in req.prompt_ids if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise ValueError(
+                f"prompt token id {bad} is outside the model's vocabulary (0-{vocab - 1})"
+            )
         if n + req.params.max_tokens > self.max_context:
             raise ValueError(
                 f"prompt ({n} tokens) plus max_tokens ({req.params.max_tokens}) "

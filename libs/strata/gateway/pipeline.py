@@ -28,11 +28,12 @@ from strata.core.tenant_policy_pb import policy_to_pb
 from strata.core.tokens import estimate_tokens
 from strata.gateway.auth import Authenticator
 from strata.gateway.errors import public_details
+from strata.gateway.metrics import GatewayMetrics
 from strata.gateway.node_clients import NodeClients
 from strata.gateway.prefix_hashes import PrefixHasher
 from strata.gateway.scheduler_client import SchedulerClient, SchedulersUnreachable
 from strata.gateway.tenant_directory import TenantDirectory, TenantEntry
-from strata.gateway.timing import Timing, finish_attributes
+from strata.gateway.timing import FINISH_NAMES, Timing, finish_attributes
 from strata.gateway.validation import GenerateParams, validate
 from strata.policy.ratelimit import TenantRateLimiter
 from strata.policy.scheduling.stale_routing import StaleRefusal, ViewReplica
@@ -47,11 +48,21 @@ LIST_MODELS_TIMEOUT_S = 5.0
 
 
 class PipelineError(Exception):
-    def __init__(self, code: grpc.StatusCode, message: str, retry_after_ms: str | None = None):
+    """`reason` names a refusal's cause where one is known (strata.policy.scheduling:
+    burst | pool_full | sla | partition; `rate` for the gateway's rate limit)."""
+
+    def __init__(
+        self,
+        code: grpc.StatusCode,
+        message: str,
+        retry_after_ms: str | None = None,
+        reason: str | None = None,
+    ):
         super().__init__(message)
         self.code = code
         self.message = message
         self.retry_after_ms = retry_after_ms
+        self.reason = reason
 
 
 @dataclass(slots=True)
@@ -73,7 +84,9 @@ class RequestPipeline:
         schedulers: SchedulerClient,
         nodes: NodeClients,
         request_timeout_s: float,
+        metrics: GatewayMetrics | None = None,
     ):
+        self.metrics = metrics if metrics is not None else GatewayMetrics()
         self.auth = auth
         self.tenants = tenants
         self.limiter = limiter
@@ -117,21 +130,35 @@ class RequestPipeline:
         caller tagged the request with included), the tenant's policy and rate. The returned
         generation's chunks route, submit and stream."""
         arrived = time.perf_counter() if arrived is None else arrived
-        tenant = await self.tenant_of(key)
+        try:
+            tenant = await self.tenant_of(key)
+        except PipelineError:
+            self.metrics.ended("", "", "", "rejected", "unauthenticated")
+            raise
         problem = validate(params)
+        if problem is None:
+            try:
+                run = parse_run_id(run_id)
+            except PipelineError as err:
+                problem = err.message
         if problem is not None:
+            self.metrics.ended("", tenant, "", "rejected", "invalid")
             raise PipelineError(grpc.StatusCode.INVALID_ARGUMENT, problem)
-        run = parse_run_id(run_id)
         entry = await self.tenants.lookup(tenant)
         if entry is None:
             # Deleted through another gateway while this one still caches its key.
+            self.metrics.forget_tenant(tenant)
             raise PipelineError(grpc.StatusCode.UNAUTHENTICATED, BAD_KEY)
         wait = self.limiter.try_acquire(tenant, entry.rate_limit_rps)
         if wait > 0:
+            self.metrics.ended(
+                self.model_label(params.model), tenant, entry.policy.sla_class, "rejected", "rate"
+            )
             raise PipelineError(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"tenant {tenant!r} is over its request rate; retry in {wait * 1000:.0f} ms",
                 str(int(wait * 1000) + 1),
+                "rate",
             )
         request_id = uuid.uuid4().hex
         span = _tracer.start_span(
@@ -179,18 +206,23 @@ class RequestPipeline:
         ):
             try:
                 view = self.schedulers.stale
-                hashed = await self.prefixes.hash_prompt(
-                    params.model,
-                    tenant,
-                    params.prefix_public,
-                    params.prompt,
-                    params.messages,
-                    view.block_size(params.model) if view is not None else DEFAULT_BLOCK_SIZE,
+                hashed = (
+                    None
+                    if params.prompt_token_ids
+                    else await self.prefixes.hash_prompt(
+                        params.model,
+                        tenant,
+                        params.prefix_public,
+                        params.prompt,
+                        params.messages,
+                        view.block_size(params.model) if view is not None else DEFAULT_BLOCK_SIZE,
+                    )
                 )
                 prompt_tokens = (
                     hashed.tokens
                     if hashed is not None
-                    else estimate_tokens(params.prompt, (c for _, c in params.messages))
+                    else len(params.prompt_token_ids)
+                    or estimate_tokens(params.prompt, (c for _, c in params.messages))
                 )
                 route, stale = await self._route(
                     span, tenant, entry.policy, params, prompt_tokens, hashed, timeout_s
@@ -217,6 +249,7 @@ class RequestPipeline:
                         if chunk.finish_reason:
                             finish_attributes(span, chunk, timing)
                             finished = True
+                            self._finished(params.model, entry.policy, chunk, timing)
                         yield chunk
                 finally:
                     if not call.done():
@@ -225,20 +258,68 @@ class RequestPipeline:
                 details = public_details(err, "the node serving this request")
                 span.set_attribute(names.ERROR_CODE, err.code().name)
                 span.set_status(Status(StatusCode.ERROR, details))
-                raise PipelineError(err.code(), details, _retry_after(err)) from None
+                failure = PipelineError(
+                    err.code(), details, _trailer(err, names.RETRY_AFTER_METADATA)
+                )
+                self._failed(params.model, entry.policy, failure)
+                raise failure from None
             except PipelineError as err:
                 span.set_attribute(names.ERROR_CODE, err.code.name)
                 span.set_status(Status(StatusCode.ERROR, err.message))
+                self._failed(params.model, entry.policy, err)
                 raise
             except BaseException:
                 # The caller cancelled (or the server stops): record it, then let it propagate.
                 if not finished:
                     span.set_attribute(names.ERROR_CODE, grpc.StatusCode.CANCELLED.name)
                     span.set_attribute(names.GEN_AI_RESPONSE_FINISH_REASONS, ["aborted"])
+                    self.metrics.ended(
+                        self.model_label(params.model),
+                        tenant,
+                        entry.policy.sla_class,
+                        "cancelled",
+                        "client",
+                    )
                 raise
             finally:
                 if stale is not None and self.schedulers.stale is not None:
                     self.schedulers.stale.done(tenant, stale)
+
+    def model_label(self, model: str) -> str:
+        """`model` when the pool serves it (as last seen), else "other": a caller's typo must
+        not become a metric series."""
+        view = self.schedulers.stale
+        return model if view is not None and model in view.models else "other"
+
+    def _finished(
+        self,
+        model: str,
+        policy: TenantPolicy,
+        chunk: common_pb2.GenerationChunk,
+        timing: Timing,
+    ) -> None:
+        first = timing.first if timing.first is not None else timing.last
+        u = chunk.usage
+        self.metrics.finished(
+            self.model_label(model),
+            policy,
+            FINISH_NAMES[chunk.finish_reason],
+            first - timing.start,
+            timing.gaps,
+            timing.last - timing.start,
+            (u.prompt_tokens, u.completion_tokens, u.cached_prompt_tokens),
+        )
+
+    def _failed(self, model: str, policy: TenantPolicy, err: PipelineError) -> None:
+        if err.code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            outcome, reason = "rejected", err.reason or "refused"
+        elif err.code == grpc.StatusCode.NOT_FOUND:
+            outcome, reason = "rejected", "unknown_model"
+        else:
+            outcome, reason = "errored", err.code.name.lower()
+        self.metrics.ended(
+            self.model_label(model), policy.tenant, policy.sla_class, outcome, reason
+        )
 
     async def _route(
         self,
@@ -276,7 +357,10 @@ class RequestPipeline:
                     "1000",
                 ) from None
             raise PipelineError(
-                err.code(), public_details(err, "the scheduler"), _retry_after(err)
+                err.code(),
+                public_details(err, "the scheduler"),
+                _trailer(err, names.RETRY_AFTER_METADATA),
+                _trailer(err, names.REFUSAL_REASON_METADATA),
             ) from None
         except SchedulersUnreachable:
             pass
@@ -322,10 +406,11 @@ def parse_run_id(raw: str | None) -> int | None:
     )
 
 
-def _retry_after(err: grpc.aio.AioRpcError) -> str | None:
-    """The retry-after-ms hint a refusal downstream carried, to hand on to the caller."""
+def _trailer(err: grpc.aio.AioRpcError, name: str) -> str | None:
+    """A trailer a refusal downstream carried (its retry-after-ms hint, its reason), to hand
+    on to the caller."""
     for key, value in err.trailing_metadata() or ():
-        if key == names.RETRY_AFTER_METADATA:
+        if key == name:
             return value.decode() if isinstance(value, bytes) else value
     return None
 
@@ -354,4 +439,5 @@ def spec_of(p: GenerateParams) -> common_pb2.GenerationSpec:
         stop=p.stop,
         prefix_public=p.prefix_public,
         sparse=p.sparse,
+        prompt_token_ids=list(p.prompt_token_ids),
     )

@@ -120,6 +120,23 @@ class PrefixHasher:
         self._remember(model, named)
         return named is not None
 
+    def count_tokens(self, model: str, messages: Sequence[tuple[str, str]]) -> int | None:
+        """The chat messages' length in tokens as the model's template renders them, or None
+        without the model's tokenizer."""
+        named = self._tokenizers.get(model)
+        if named is None:
+            return None
+        tok = named.tokenizer
+        return len(tok.encode(tok.apply_chat_template(list(messages))))
+
+    def token_texts(self, model: str, ids: Sequence[int]) -> list[str] | None:
+        """Each token's own text (for logprobs), or None without the model's tokenizer."""
+        named = self._tokenizers.get(model)
+        if named is None:
+            return None
+        tok = named.tokenizer
+        return [tok.decode([i]) for i in ids]
+
     def loaded_models(self) -> list[str]:
         """Models with a tokenizer, least recently used first."""
         return [m for m, named in self._tokenizers.items() if named is not None]

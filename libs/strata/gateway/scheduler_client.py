@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Sequence
 
 import grpc
@@ -64,6 +65,8 @@ class SchedulerClient:
         self._preferred = 0
         self.stale = stale
         self.view_interval_s = view_interval_s
+        self.answered_at: float | None = None  # monotonic time of the last view taken
+        self.ready_models: tuple[str, ...] = ()  # models with a READY replica in that view
 
     async def _call(self, method: str, request, timeout: float):
         n = len(self._stubs)
@@ -97,8 +100,20 @@ class SchedulerClient:
             reply = await self._call("ListNodes", scheduler_pb2.ListNodesRequest(), VIEW_TIMEOUT_S)
         except (SchedulersUnreachable, grpc.aio.AioRpcError):
             return False
-        self.stale.update(*view_of(reply.nodes))
+        ready, models = view_of(reply.nodes)
+        self.stale.update(ready, models)
+        self.answered_at = time.monotonic()
+        self.ready_models = tuple(models)
         return True
+
+    def readiness(self, now: float) -> str | None:
+        """None when a scheduler answered within three view intervals and the pool has a
+        READY replica; else why the gateway cannot serve now."""
+        if self.answered_at is None or now - self.answered_at > 3 * self.view_interval_s + 1:
+            return "no scheduler answers"
+        if not self.ready_models:
+            return "no model has a ready replica yet"
+        return None
 
     async def refresh_forever(self, stop: asyncio.Event) -> None:
         failing = False

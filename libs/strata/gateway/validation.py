@@ -27,6 +27,7 @@ def max_request_bytes() -> int:
         utf8 * (MAX_PROMPT_CHARS + MAX_MODEL_CHARS + MAX_STOP_STRINGS * MAX_STOP_CHARS)
         + MAX_MESSAGES * per_message
         + MAX_STOP_TOKEN_IDS * 6
+        + MAX_PROMPT_CHARS // 4 * 6
         + 16 * 1024
     )
 
@@ -51,6 +52,7 @@ class GenerateParams:
     ignore_eos: bool = False
     prefix_public: bool = False  # share the prompt's cached prefix with other tenants
     sparse: common_pb2.SparseMode = common_pb2.SPARSE_MODE_DEFAULT  # default: the worker's
+    prompt_token_ids: tuple[int, ...] = ()  # the prompt as token ids, instead of text
 
 
 def validate(p: GenerateParams) -> str | None:
@@ -59,8 +61,12 @@ def validate(p: GenerateParams) -> str | None:
         return "model is required; call ListModels to see what this deployment serves"
     if len(p.model) > MAX_MODEL_CHARS:
         return f"model names are at most {MAX_MODEL_CHARS} characters, got {len(p.model)}"
-    if bool(p.prompt) == bool(p.messages):
-        return "give exactly one of prompt or messages"
+    if sum(1 for given in (p.prompt, p.messages, p.prompt_token_ids) if given) != 1:
+        return "give exactly one of prompt, messages or prompt token ids"
+    if len(p.prompt_token_ids) > MAX_PROMPT_CHARS // 4:
+        return f"at most {MAX_PROMPT_CHARS // 4} prompt token ids, got {len(p.prompt_token_ids)}"
+    if any(t < 0 for t in p.prompt_token_ids):
+        return "prompt token ids must not be negative"
     if len(p.messages) > MAX_MESSAGES:
         return f"at most {MAX_MESSAGES} messages, got {len(p.messages)}"
     size = len(p.prompt) + sum(len(c) for _, c in p.messages)

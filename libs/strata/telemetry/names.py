@@ -51,6 +51,8 @@ ROUTE_ESTIMATED_TTFT_MS = "strata.route.estimated_ttft_ms"
 # Routed by the gateway from its last view of the pool, no scheduler answering.
 ROUTE_STALE = "strata.route.stale"
 RETRY_AFTER_METADATA = "retry-after-ms"  # trailing metadata of RESOURCE_EXHAUSTED answers
+# Trailing metadata of a scheduler's refusal: why (burst | pool_full | sla | partition).
+REFUSAL_REASON_METADATA = "x-strata-refusal-reason"
 ROUTE_REFUSED = "strata.route.refused"  # burst | pool_full | sla | partition
 SLA_CLASS = "strata.sla_class"
 PRIORITY = "strata.priority"

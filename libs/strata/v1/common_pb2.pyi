@@ -111,7 +111,7 @@ class Usage(_message.Message):
     def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ..., queue_ms: _Optional[float] = ...) -> None: ...
 
 class GenerationSpec(_message.Message):
-    __slots__ = ("model", "prompt", "messages", "sampling", "max_tokens", "stop", "prefix_public", "sparse")
+    __slots__ = ("model", "prompt", "messages", "sampling", "max_tokens", "stop", "prefix_public", "sparse", "prompt_token_ids")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
@@ -120,6 +120,7 @@ class GenerationSpec(_message.Message):
     STOP_FIELD_NUMBER: _ClassVar[int]
     PREFIX_PUBLIC_FIELD_NUMBER: _ClassVar[int]
     SPARSE_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     model: str
     prompt: str
     messages: _containers.RepeatedCompositeFieldContainer[ChatMessage]
@@ -128,7 +129,8 @@ class GenerationSpec(_message.Message):
     stop: _containers.RepeatedScalarFieldContainer[str]
     prefix_public: bool
     sparse: SparseMode
-    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., max_tokens: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., prefix_public: _Optional[bool] = ..., sparse: _Optional[_Union[SparseMode, str]] = ...) -> None: ...
+    prompt_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., max_tokens: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., prefix_public: _Optional[bool] = ..., sparse: _Optional[_Union[SparseMode, str]] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class GenerationChunk(_message.Message):
     __slots__ = ("request_id", "text", "token_ids", "finish_reason", "usage", "logprobs")

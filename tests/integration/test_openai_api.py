@@ -1,0 +1,263 @@
+"""The OpenAI HTTP API on the real stack (dummy-tiny, one node), through the real `openai` SDK:
+streamed and non-streamed chat and completions, the same text as gRPC Generate for the same seed,
+the SDK's typed errors where OpenAI raises them, n > 1, usage with cached tokens, a disconnect
+that frees the request's blocks on the node, /metrics that counts what was served, and /ready
+that follows the scheduler."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import grpc
+import httpx2
+import openai
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from prometheus_client.parser import text_string_to_metric_families
+
+from strata.client.sdk import Client
+from strata.core import defaults
+from strata.rpc.channels import public_sync_channel, sync_channel
+from strata.v1 import admin_pb2, admin_pb2_grpc, node_pb2, node_pb2_grpc
+from tests.integration.conftest import running_stack
+
+pytestmark = pytest.mark.integration
+MODEL = "dummy-tiny"
+OVERRIDES = {
+    "placement": {"STRATA_MODELS": MODEL, "STRATA_REPLAN_INTERVAL_S": "1.0"},
+    "node": {"STRATA_TORCH_THREADS": "1", "STRATA_NODE_STANDBY": "0"},
+}
+MESSAGES = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "Name three colours of the rainbow, please."},
+]
+
+
+def wait_for(check, timeout_s: float, what: str, stack) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"{what} never happened:\n{stack.logs()}"
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    with running_stack(tmp_path_factory.mktemp("openai"), OVERRIDES) as s:
+        key = (s.data_dir / defaults.DEMO_KEY_FILE).read_text().strip()
+        with Client(s.addr("gateway"), key) as c:
+            wait_for(lambda: MODEL in {m.name for m in c.list_models()}, 240, "ready", s)
+        yield s
+
+
+@pytest.fixture(scope="module")
+def key(stack) -> str:
+    return (stack.data_dir / defaults.DEMO_KEY_FILE).read_text().strip()
+
+
+@pytest.fixture(scope="module")
+def client(stack, key) -> openai.OpenAI:
+    return openai.OpenAI(base_url=stack.http_url() + "/v1", api_key=key, max_retries=0)
+
+
+def grpc_text(stack, key: str, **options) -> str:
+    with Client(stack.addr("gateway"), key) as c:
+        return "".join(chunk.text for chunk in c.generate(MODEL, timeout=60, **options))
+
+
+def test_models_lists_what_the_pool_serves(client):
+    models = client.models.list()
+    assert MODEL in {m.id for m in models.data}
+    assert all(m.object == "model" for m in models.data)
+
+
+def test_chat_streamed_and_not_equal_grpc_generate_for_the_same_seed(stack, key, client):
+    kwargs = {"temperature": 0.8, "seed": 7, "max_tokens": 12}
+    whole = client.chat.completions.create(model=MODEL, messages=MESSAGES, **kwargs)
+    choice = whole.choices[0]
+    assert choice.message.role == "assistant" and choice.finish_reason == "length"
+    assert whole.usage.completion_tokens == 12 and whole.usage.prompt_tokens > 0
+    assert whole.usage.total_tokens == whole.usage.prompt_tokens + 12
+    expected = grpc_text(
+        stack, key, messages=[(m["role"], m["content"]) for m in MESSAGES], **kwargs
+    )
+    assert choice.message.content == expected
+    chunks = list(
+        client.chat.completions.create(
+            model=MODEL,
+            messages=MESSAGES,
+            stream=True,
+            stream_options={"include_usage": True},
+            **kwargs,
+        )
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == expected
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 12
+
+
+def test_completions_take_text_lists_and_token_ids(stack, key, client):
+    one = client.completions.create(
+        model=MODEL, prompt="The quick brown fox", max_tokens=6, temperature=0, seed=1
+    )
+    assert one.object == "text_completion" and one.usage.completion_tokens == 6
+    assert one.choices[0].text == grpc_text(
+        stack, key, prompt="The quick brown fox", max_tokens=6, temperature=0
+    )
+    many = client.completions.create(
+        model=MODEL, prompt=["alpha beta", "gamma delta"], max_tokens=4, temperature=0
+    )
+    assert sorted(c.index for c in many.choices) == [0, 1]
+    ids = client.completions.create(model=MODEL, prompt=[5, 6, 7, 8, 9], max_tokens=3)
+    assert ids.usage.prompt_tokens == 5 and ids.usage.completion_tokens == 3
+    streamed = list(
+        client.completions.create(
+            model=MODEL, prompt="The quick brown fox", max_tokens=6, temperature=0, stream=True
+        )
+    )
+    assert "".join(c.choices[0].text for c in streamed) == one.choices[0].text
+
+
+def test_n_choices_usage_and_cached_tokens(client):
+    prompt = "a shared prefix that spans several KV blocks " * 8
+    first = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": prompt}],
+        n=3,
+        max_tokens=5,
+        temperature=1.0,
+        seed=3,
+    )
+    assert sorted(c.index for c in first.choices) == [0, 1, 2]
+    assert first.usage.completion_tokens == 15
+    again = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": prompt}], max_tokens=5
+    )
+    assert again.usage.prompt_tokens_details.cached_tokens > 0
+    logprobs = client.chat.completions.create(
+        model=MODEL, messages=MESSAGES, max_tokens=3, logprobs=True, top_logprobs=2
+    )
+    content = logprobs.choices[0].logprobs.content
+    assert len(content) == 3 and all(len(t.top_logprobs) == 2 for t in content)
+    assert all(t.logprob <= 0 for t in content)
+
+
+def test_the_sdk_raises_openais_errors(stack, client):
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(
+            base_url=stack.http_url() + "/v1", api_key="sk-wrong", max_retries=0
+        ).models.list()
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="no-such-model", messages=MESSAGES, max_tokens=2)
+    with pytest.raises(openai.BadRequestError) as bad:
+        client.chat.completions.create(model=MODEL, messages=MESSAGES, temperature=5)
+    assert bad.value.body["param"] == "temperature"
+    admin_key = (stack.data_dir / defaults.ADMIN_KEY_FILE).read_text().strip()
+    with public_sync_channel(stack.addr("gateway")) as ch:
+        reply = admin_pb2_grpc.AdminStub(ch).CreateTenant(
+            admin_pb2.CreateTenantRequest(
+                tenant=admin_pb2.TenantRecord(name="slow", rate_limit_rps=0.01), issue_key=True
+            ),
+            metadata=(("authorization", f"Bearer {admin_key}"),),
+            timeout=10,
+        )
+    slow = openai.OpenAI(base_url=stack.http_url() + "/v1", api_key=reply.api_key, max_retries=0)
+    with pytest.raises(openai.RateLimitError) as limited:
+        for _ in range(200):  # past the burst allowance
+            slow.completions.create(model=MODEL, prompt="hi", max_tokens=1)
+    assert int(limited.value.response.headers["retry-after"]) >= 1
+
+
+def _node_replica(stack):
+    with sync_channel(stack.addr("node"), stack.identity) as ch:
+        info = node_pb2_grpc.NodeManagerStub(ch).GetNodeStatus(node_pb2.GetNodeStatusRequest())
+    return next(r for r in info.replicas if r.model == MODEL)
+
+
+def test_a_client_that_disconnects_frees_its_blocks(stack, key):
+    before = _node_replica(stack)
+    body = {
+        "model": MODEL,
+        "prompt": "tell me a very long story " * 4,
+        "max_tokens": 1900,  # within dummy-tiny's 2,048 positions: many seconds of decoding
+        "ignore_eos": True,
+        "stream": True,
+    }
+    headers = {"authorization": f"Bearer {key}"}
+    with httpx2.stream(
+        "POST", stack.http_url() + "/v1/completions", json=body, headers=headers, timeout=60
+    ) as r:
+        assert r.status_code == 200, r.read()
+        lines = r.iter_lines()
+        got = [next(lines) for _ in range(6)]
+        assert any(line.startswith("data: ") for line in got)
+        wait_for(lambda: _node_replica(stack).running_requests >= 1, 30, "running", stack)
+    # The stream is closed: the node's worker stops decoding it and frees its blocks.
+    wait_for(
+        lambda: (
+            _node_replica(stack).running_requests == 0
+            and _node_replica(stack).kv_blocks_free >= before.kv_blocks_free
+        ),
+        60,
+        "blocks freed after the disconnect",
+        stack,
+    )
+
+
+def test_metrics_count_what_was_served(stack, client):
+    def scrape() -> dict:
+        text = httpx2.get(stack.http_url() + "/metrics", timeout=10).text
+        return {f.name: f for f in text_string_to_metric_families(text)}
+
+    def finished(families) -> float:
+        fam = families.get("strata_gateway_requests")
+        return sum(
+            s.value
+            for s in (fam.samples if fam else [])
+            if s.name.endswith("_total") and s.labels.get("outcome") == "finished"
+        )
+
+    start = finished(scrape())
+    n = 5
+    for i in range(n):
+        client.completions.create(model=MODEL, prompt=f"count me {i}", max_tokens=2)
+    families = scrape()
+    assert finished(families) - start == n
+    ttft = families["strata_gateway_time_to_first_token_seconds"]
+    buckets = [s for s in ttft.samples if s.name.endswith("_bucket")]
+    by_labels: dict = {}
+    for s in buckets:
+        key = tuple(sorted((k, v) for k, v in s.labels.items() if k != "le"))
+        by_labels.setdefault(key, []).append((float(s.labels["le"]), s.value))
+    for series in by_labels.values():
+        counts = [v for _, v in sorted(series)]
+        assert counts == sorted(counts), "histogram buckets must not decrease"
+
+
+def _gateway_serving(stack) -> bool:
+    with public_sync_channel(stack.addr("gateway")) as ch:
+        try:
+            reply = health_pb2_grpc.HealthStub(ch).Check(
+                health_pb2.HealthCheckRequest(service="strata.v1.Gateway"), timeout=2
+            )
+        except grpc.RpcError:
+            return False
+    return reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_readiness_follows_the_scheduler(stack):
+    ready = stack.http_url() + "/ready"
+    wait_for(lambda: httpx2.get(ready, timeout=5).status_code == 200, 60, "ready", stack)
+    assert _gateway_serving(stack)
+    scheduler = stack.processes["scheduler"].proc
+    scheduler.send_signal(signal.SIGSTOP)  # no answers, as a scheduler that is down
+    try:
+        wait_for(lambda: httpx2.get(ready, timeout=5).status_code == 503, 60, "not ready", stack)
+        wait_for(lambda: not _gateway_serving(stack), 30, "gRPC health NOT_SERVING", stack)
+        assert httpx2.get(stack.http_url() + "/health", timeout=5).status_code == 200
+    finally:
+        scheduler.send_signal(signal.SIGCONT)
+    wait_for(lambda: httpx2.get(ready, timeout=5).status_code == 200, 60, "ready again", stack)
+    wait_for(lambda: _gateway_serving(stack), 30, "SERVING again", stack)
