@@ -77,13 +77,22 @@ class Ports:
     def otlp(self) -> str:
         return self.addr(6)
 
+    def _default_block(self) -> bool:
+        default = Ports()
+        return (self.base, self.host) == (default.base, default.host)
+
     @property
     def http(self) -> str:
         """The gateway's HTTP port: 8000 beside the default ports, else the block's own."""
-        default = Ports()
-        if (self.base, self.host) == (default.base, default.host):
-            return defaults.GATEWAY_HTTP_ADDR
-        return self.addr(7)
+        return defaults.GATEWAY_HTTP_ADDR if self._default_block() else self.addr(7)
+
+    def prometheus(self, service: str, i: int = 0) -> str:
+        """Where `service` (node and kvstore: the i-th) serves /metrics: the shared defaults
+        (9101-9105) for the first of each beside the default ports, else the block's own."""
+        offsets = {"scheduler": 8, "placement": 9, "metrics": 10, "node": 11, "kvstore": 12}
+        if i == 0 and self._default_block():
+            return getattr(defaults, f"{service.upper()}_PROMETHEUS_ADDR")
+        return self.addr(offsets[service] + (0 if i == 0 else 300 + 2 * i))
 
 
 @dataclass(slots=True)
@@ -106,13 +115,20 @@ def plan_services(
             "metrics",
             "services.metrics",
             ports.metrics,
-            {"STRATA_METRICS_BIND": ports.metrics, "STRATA_OTLP_BIND": ports.otlp},
+            {
+                "STRATA_METRICS_BIND": ports.metrics,
+                "STRATA_OTLP_BIND": ports.otlp,
+                "STRATA_METRICS_PROMETHEUS_BIND": ports.prometheus("metrics"),
+            },
         ),
         Service(
             "scheduler",
             "services.scheduler",
             ports.scheduler,
-            {"STRATA_SCHEDULER_BIND": ports.scheduler},
+            {
+                "STRATA_SCHEDULER_BIND": ports.scheduler,
+                "STRATA_SCHEDULER_PROMETHEUS_BIND": ports.prometheus("scheduler"),
+            },
         ),
     ]
     for i in range(nodes):
@@ -124,6 +140,7 @@ def plan_services(
                 kv_addr,
                 {
                     "STRATA_KVSTORE_BIND": kv_addr,
+                    "STRATA_KVSTORE_PROMETHEUS_BIND": ports.prometheus("kvstore", i),
                     "STRATA_KVSTORE_NODE_ID": f"node-{i}",
                     "STRATA_SCHEDULER_ADDR": ports.scheduler,
                     "STRATA_KVSTORE_DISK_DIR": os.path.join(data_dir, "kv", f"node-{i}"),
@@ -140,6 +157,7 @@ def plan_services(
                 {
                     "STRATA_NODE_ID": f"node-{i}",
                     "STRATA_NODE_BIND": node_addr,
+                    "STRATA_NODE_PROMETHEUS_BIND": ports.prometheus("node", i),
                     "STRATA_NODE_ADVERTISE": node_addr,
                     "STRATA_KVSTORE_ADDR": kv_addr,
                     "STRATA_SCHEDULER_ADDR": ports.scheduler,
@@ -155,6 +173,7 @@ def plan_services(
             ports.placement,
             {
                 "STRATA_PLACEMENT_BIND": ports.placement,
+                "STRATA_PLACEMENT_PROMETHEUS_BIND": ports.prometheus("placement"),
                 "STRATA_METRICS_ADDR": ports.metrics,
                 "STRATA_SCHEDULER_ADDR": ports.scheduler,
                 "STRATA_MODELS": ",".join(models),

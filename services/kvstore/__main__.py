@@ -9,6 +9,7 @@ import time
 from services.kvstore.config import PROG, KVStoreConfig
 from services.kvstore.events import EventPublisher
 from services.kvstore.peers import PeerPuller
+from services.kvstore.prom import store_families
 from services.kvstore.servicer import KVStoreServicer
 from strata.core import cpu_priority
 from strata.core.cpu_priority import CpuClass
@@ -20,6 +21,7 @@ from strata.kvtier.tiered_store import TieredStore
 from strata.policy.kv_tiering import make_policy
 from strata.rpc.channels import channel, install
 from strata.rpc.server import Registration, run, serve_until_signal, start_server
+from strata.telemetry.prometheus import close_endpoint, open_endpoint
 from strata.telemetry.setup import init_tracing
 from strata.v1 import kvstore_pb2, kvstore_pb2_grpc
 
@@ -70,6 +72,7 @@ async def main(cfg: KVStoreConfig) -> None:
     )
     if idle:
         cpu_priority.to_background()  # and the gRPC runtime's own threads
+    prom = open_endpoint(cfg.kvstore_prometheus_bind, lambda: store_families(store))
     publisher = None
     if cfg.scheduler_addr:
         publisher = EventPublisher(
@@ -95,6 +98,7 @@ async def main(cfg: KVStoreConfig) -> None:
     try:
         await serve_until_signal(running)
     finally:
+        close_endpoint(prom)
         if publisher is not None:
             events.cancel()
             await publisher.close()

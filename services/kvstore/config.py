@@ -28,6 +28,10 @@ class KVStoreConfig(SecurityFields):
         description="the node manager's STRATA_NODE_ID (default: the host name)",
     )
     kvstore_bind: str = Field(defaults.KVSTORE_ADDR, description="host:port to listen on")
+    kvstore_prometheus_bind: str = Field(
+        defaults.KVSTORE_PROMETHEUS_ADDR,
+        description="host:port of the Prometheus /metrics endpoint (empty: none)",
+    )
     kvstore_advertise: str = Field(
         "", description="how other nodes' stores reach this one (empty: the bind address)"
     )

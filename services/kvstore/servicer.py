@@ -166,50 +166,54 @@ class KVStoreServicer(kvstore_pb2_grpc.KVStoreServicer):
 
     # -- stats --------------------------------------------------------------------------------
     async def GetStats(self, request, context):
-        s = self.store
-        c = s.counters
-        counts = s.tier_counts()
-        disk_cap = s.disk.capacity_bytes if s.disk is not None else 0
-        node_blocks, device_blocks = s.node_blocks()
-        tiers = [
-            kvstore_pb2.TierStats(
-                tier="host",
-                blocks=counts[Tier.HOST][0],
-                bytes_used=counts[Tier.HOST][1],
-                bytes_capacity=s.alloc.capacity_bytes,
-                hits=c.host_hits,
-                evictions=c.host_evictions,
-                migrations_in=c.promotions,
-            ),
-            kvstore_pb2.TierStats(
-                tier="disk",
-                blocks=counts[Tier.DISK][0],
-                bytes_used=counts[Tier.DISK][1],
-                bytes_capacity=disk_cap,
-                hits=c.disk_hits,
-                evictions=c.disk_evictions,
-                migrations_in=c.demotions,
-            ),
-        ]
-        return kvstore_pb2.KVStats(
-            blocks=len(s),
-            bytes_used=counts[Tier.HOST][1] + counts[Tier.DISK][1],
-            bytes_capacity=s.alloc.capacity_bytes + disk_cap,
-            hits=c.host_hits + c.disk_hits,
-            misses=c.misses,
-            evictions=c.host_evictions + c.disk_evictions,
-            checksum_failures=c.checksum_failures,
-            tiers=tiers,
-            device_blocks=device_blocks,
-            pinned_blocks=s.pinned_blocks(),
-            reserved_bytes=s.reserved_bytes(),
-            pressure=s.pressure,
-            recovered_blocks=c.recovered,
-            dropped_corrupt=c.dropped_corrupt,
-            peer_blocks_pulled=c.peer_pulled,
-            reserve_refused=c.reserve_refused,
-            node_blocks=node_blocks,
-        )
+        return store_stats(self.store)
+
+
+def store_stats(s: TieredStore) -> kvstore_pb2.KVStats:
+    """The store's figures, as GetStats answers and /metrics exports them."""
+    c = s.counters
+    counts = s.tier_counts()
+    disk_cap = s.disk.capacity_bytes if s.disk is not None else 0
+    node_blocks, device_blocks = s.node_blocks()
+    tiers = [
+        kvstore_pb2.TierStats(
+            tier="host",
+            blocks=counts[Tier.HOST][0],
+            bytes_used=counts[Tier.HOST][1],
+            bytes_capacity=s.alloc.capacity_bytes,
+            hits=c.host_hits,
+            evictions=c.host_evictions,
+            migrations_in=c.promotions,
+        ),
+        kvstore_pb2.TierStats(
+            tier="disk",
+            blocks=counts[Tier.DISK][0],
+            bytes_used=counts[Tier.DISK][1],
+            bytes_capacity=disk_cap,
+            hits=c.disk_hits,
+            evictions=c.disk_evictions,
+            migrations_in=c.demotions,
+        ),
+    ]
+    return kvstore_pb2.KVStats(
+        blocks=len(s),
+        bytes_used=counts[Tier.HOST][1] + counts[Tier.DISK][1],
+        bytes_capacity=s.alloc.capacity_bytes + disk_cap,
+        hits=c.host_hits + c.disk_hits,
+        misses=c.misses,
+        evictions=c.host_evictions + c.disk_evictions,
+        checksum_failures=c.checksum_failures,
+        tiers=tiers,
+        device_blocks=device_blocks,
+        pinned_blocks=s.pinned_blocks(),
+        reserved_bytes=s.reserved_bytes(),
+        pressure=s.pressure,
+        recovered_blocks=c.recovered,
+        dropped_corrupt=c.dropped_corrupt,
+        peer_blocks_pulled=c.peer_pulled,
+        reserve_refused=c.reserve_refused,
+        node_blocks=node_blocks,
+    )
 
 
 def _pb_block(b: StoredBlock) -> kvstore_pb2.KVBlock:

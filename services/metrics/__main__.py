@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from services.metrics.config import PROG, MetricsConfig
+from services.metrics.prom import receiver_families
 from services.metrics.servicer import MetricsServicer
 from strata.core.defaults import DEMO_KEY_FILE, DEMO_TENANT
 from strata.core.settings import load
@@ -14,6 +15,7 @@ from strata.store.db import create_all, make_engine, session_factory
 from strata.store.sla_classes import seed_sla_classes
 from strata.store.spans import span_sink
 from strata.store.tenants import ensure_demo_tenant
+from strata.telemetry.prometheus import close_endpoint, open_endpoint
 from strata.telemetry.receiver import OtlpReceiver
 from strata.telemetry.setup import init_tracing
 from strata.v1 import metrics_pb2, metrics_pb2_grpc
@@ -55,7 +57,10 @@ async def main(cfg: MetricsConfig) -> None:
         flush=True,
     )
 
+    prom = open_endpoint(cfg.metrics_prometheus_bind, lambda: receiver_families(receiver))
+
     async def on_stop() -> None:
+        close_endpoint(prom)
         await receiver.stop()
         await engine.dispose()
 

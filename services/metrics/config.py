@@ -19,6 +19,10 @@ class MetricsConfig(SecurityFields, StoreFields):
     and exits."""
 
     metrics_bind: str = Field(defaults.METRICS_ADDR, description="host:port of the Metrics service")
+    metrics_prometheus_bind: str = Field(
+        defaults.METRICS_PROMETHEUS_ADDR,
+        description="host:port of the Prometheus /metrics endpoint (empty: none)",
+    )
     otlp_bind: str = Field(
         defaults.OTLP_ADDR, description="host:port of the OTLP/gRPC span receiver"
     )

@@ -6,7 +6,8 @@ import asyncio
 import logging
 
 from services.node.config import PROG, NodeConfig
-from services.node.heartbeat import heartbeat_loop
+from services.node.heartbeat import LastReport, heartbeat_loop
+from services.node.prom import node_families
 from services.node.sampler import NodeSampler, sample_loop
 from services.node.servicer import NodeManagerServicer
 from strata.core.settings import load
@@ -22,6 +23,7 @@ from strata.rpc.server import (
     serve_until_signal,
     start_server,
 )
+from strata.telemetry.prometheus import close_endpoint, open_endpoint
 from strata.telemetry.setup import init_tracing
 from strata.v1 import kvstore_pb2_grpc, node_pb2, node_pb2_grpc
 
@@ -59,7 +61,11 @@ async def main(cfg: NodeConfig) -> None:
         identity=identity,
     )
     stop = asyncio.Event()
-    beats = asyncio.create_task(heartbeat_loop(cfg, replicas, stop, dispatcher=servicer.dispatcher))
+    last = LastReport()
+    prom = open_endpoint(cfg.node_prometheus_bind, lambda: node_families(last, replicas))
+    beats = asyncio.create_task(
+        heartbeat_loop(cfg, replicas, stop, dispatcher=servicer.dispatcher, last=last)
+    )
     meter = EnergyMeter(
         open_counter(cfg.energy_source), PowerModel(cfg.power_idle_watts, cfg.power_tdp_watts)
     )
@@ -78,6 +84,7 @@ async def main(cfg: NodeConfig) -> None:
 
     async def on_stop() -> None:
         stop.set()
+        close_endpoint(prom)
         await asyncio.gather(beats, samples)
         await kv_channel.close()
         await replicas.stop_all()

@@ -34,6 +34,10 @@ class NodeConfig(SecurityFields, EngineFields):
         default_factory=socket.gethostname, description="this node's id (default: the host name)"
     )
     node_bind: str = Field(defaults.NODE_ADDR, description="host:port to listen on")
+    node_prometheus_bind: str = Field(
+        defaults.NODE_PROMETHEUS_ADDR,
+        description="host:port of the Prometheus /metrics endpoint (empty: none)",
+    )
     node_advertise: str = Field(
         "",
         description="the address the gateway and planner use to "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 
 import grpc
 
@@ -19,6 +20,13 @@ from strata.rpc.server import channel
 from strata.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class LastReport:
+    """The node as its last heartbeat reported it (the Prometheus endpoint reads it)."""
+
+    info: common_pb2.NodeInfo | None = None
 
 
 def interference_monitor(cfg: NodeConfig, clock: Clock = WallClock()) -> InterferenceMonitor:
@@ -49,6 +57,7 @@ async def heartbeat_loop(
     stop: asyncio.Event,
     monitor: InterferenceMonitor | None = None,
     dispatcher: Dispatcher | None = None,
+    last: LastReport | None = None,
 ) -> None:
     """Report the node every interval to every scheduler: replicas, per-tenant loads and replica
     rates (from the dispatcher), interference and safety margin (from the monitor). FAILED
@@ -66,6 +75,8 @@ async def heartbeat_loop(
             estimate = monitor.update(step_counters(replicas))
             info.interference = estimate.interference
             info.safety_margin = estimate.safety_margin
+            if last is not None:
+                last.info = info
             models = [
                 common_pb2.ModelInfo(
                     name=r.model,

@@ -12,6 +12,7 @@ from services.placement.config import PROG, PlacementConfig, PolicyName
 from services.placement.curves_source import MetricsCurves
 from services.placement.planner import Planner, PlannerSettings, SchedulerLink
 from services.placement.policies import BatchAwarePolicy, FfdPolicy, PlacementPolicy
+from services.placement.prom import planner_families
 from services.placement.servicer import PlacementServicer
 from strata.core.settings import SettingsError, load
 from strata.policy.clock import WallClock
@@ -25,6 +26,7 @@ from strata.rpc.server import (
     serve_until_signal,
     start_server,
 )
+from strata.telemetry.prometheus import close_endpoint, open_endpoint
 from strata.telemetry.setup import init_tracing
 from strata.v1 import (
     metrics_pb2_grpc,
@@ -103,6 +105,7 @@ async def main(cfg: PlacementConfig) -> None:
         identity=identity,
     )
     stop = asyncio.Event()
+    prom = open_endpoint(cfg.placement_prometheus_bind, lambda: planner_families(planner))
     loop = asyncio.create_task(planner.run_until(stop, cfg.replan_interval_s))
     # A bug in the loop must stop the service loudly, not leave it serving a stale plan.
     loop.add_done_callback(
@@ -112,6 +115,7 @@ async def main(cfg: PlacementConfig) -> None:
 
     async def on_stop() -> None:
         stop.set()
+        close_endpoint(prom)
         await loop  # re-raises the loop's error, if that is why we stopped
         await planner.close()
         await nodes.close()

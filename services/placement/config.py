@@ -38,6 +38,10 @@ class PlacementConfig(SecurityFields):
     settings and exits."""
 
     placement_bind: str = Field(defaults.PLACEMENT_ADDR, description="host:port to listen on")
+    placement_prometheus_bind: str = Field(
+        defaults.PLACEMENT_PROMETHEUS_ADDR,
+        description="host:port of the Prometheus /metrics endpoint (empty: none)",
+    )
     scheduler_addr: CommaList = Field(
         (defaults.SCHEDULER_ADDR,),
         min_length=1,

@@ -7,6 +7,7 @@ import logging
 import random
 
 from services.scheduler.config import PROG, SchedulerConfig
+from services.scheduler.prom import RouteMetrics, registry_families
 from services.scheduler.servicer import SchedulerServicer
 from strata.core.settings import load
 from strata.policy.clock import WallClock
@@ -14,6 +15,7 @@ from strata.policy.registry import NodeRegistry
 from strata.policy.routing import Router
 from strata.rpc.channels import install
 from strata.rpc.server import Registration, run, serve_until_signal, start_server
+from strata.telemetry.prometheus import close_endpoint, open_endpoint
 from strata.telemetry.setup import init_tracing
 from strata.v1 import scheduler_pb2, scheduler_pb2_grpc
 
@@ -29,8 +31,9 @@ async def main(cfg: SchedulerConfig) -> None:
     router = Router(
         rng=random.Random(), sample_size=cfg.route_sample, tie_tolerance=cfg.route_tie_tolerance
     )
+    metrics = RouteMetrics()
     servicer = SchedulerServicer(
-        registry, router, cfg.heartbeat_interval_s, settings=cfg.settings()
+        registry, router, cfg.heartbeat_interval_s, settings=cfg.settings(), metrics=metrics
     )
     log.info("scheduling mode %s", cfg.scheduler_mode)
     running = await start_server(
@@ -44,11 +47,15 @@ async def main(cfg: SchedulerConfig) -> None:
         identity=identity,
     )
     stop = asyncio.Event()
+    prom = open_endpoint(
+        cfg.scheduler_prometheus_bind, lambda: registry_families(registry), metrics.registry
+    )
     expiry = asyncio.create_task(servicer.expire_until(stop, cfg.heartbeat_interval_s))
     log.info("scheduler listening on %s", cfg.scheduler_bind)
 
     async def on_stop() -> None:
         stop.set()
+        close_endpoint(prom)
         await expiry
 
     await serve_until_signal(running, on_stop=on_stop)

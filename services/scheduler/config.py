@@ -17,6 +17,10 @@ class SchedulerConfig(SecurityFields):
     routing. --print-config prints the resolved settings and exits."""
 
     scheduler_bind: str = Field(defaults.SCHEDULER_ADDR, description="host:port to listen on")
+    scheduler_prometheus_bind: str = Field(
+        defaults.SCHEDULER_PROMETHEUS_ADDR,
+        description="host:port of the Prometheus /metrics endpoint (empty: none)",
+    )
     otlp_endpoint: str = Field(
         "", description="OTLP/gRPC receiver for this service's spans; empty: none"
     )

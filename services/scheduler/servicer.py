@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import grpc
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
 from services.scheduler import convert
+from services.scheduler.prom import RouteMetrics
 from strata.core.tenant_policy_pb import policy_from_pb
 from strata.policy.kv_index import PrefixIndex
 from strata.policy.registry import NodeRegistry
@@ -33,7 +35,9 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         tracer: trace.Tracer | None = None,
         index: PrefixIndex | None = None,
         settings: SchedulerSettings = SchedulerSettings(),
+        metrics: RouteMetrics | None = None,
     ) -> None:
+        self.metrics = metrics if metrics is not None else RouteMetrics()
         self._registry = registry
         self._router = router
         self._index = index if index is not None else PrefixIndex()
@@ -110,6 +114,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             span.set_attribute(names.GEN_AI_REQUEST_MODEL, request.model)
             span.set_attribute(names.SLA_CLASS, policy.sla_class)
             span.set_attribute(names.PRIORITY, policy.priority)
+            began = time.perf_counter()
             decision = self._scheduler.route(
                 request.model,
                 policy,
@@ -117,7 +122,9 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 request.max_tokens,
                 request.prefix_hashes,
             )
+            took = time.perf_counter() - began
             if isinstance(decision, Refusal):
+                self.metrics.decided("refused", decision.reason, took)
                 span.set_attribute(names.ERROR_CODE, grpc.StatusCode.RESOURCE_EXHAUSTED.name)
                 span.set_attribute(names.ROUTE_REFUSED, decision.reason)
                 span.set_status(Status(StatusCode.ERROR, decision.message))
@@ -129,6 +136,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 )
                 code, message = grpc.StatusCode.RESOURCE_EXHAUSTED, decision.message
             elif decision is not None:
+                self.metrics.decided("routed", "", took)
                 span.set_attribute(names.NODE_ID, decision.node_id)
                 span.set_attribute(names.REPLICA_ID, decision.replica_id)
                 span.set_attribute(names.ROUTE_PROMPT_BLOCKS, len(request.prefix_hashes))
@@ -155,6 +163,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                     else grpc.StatusCode.UNAVAILABLE
                 )
                 message = miss.message
+                self.metrics.decided(code.name.lower(), "", took)
                 span.set_attribute(names.ERROR_CODE, code.name)
                 span.set_status(Status(StatusCode.ERROR, message))
         await context.abort(code, message)

@@ -2,11 +2,13 @@
 streamed and non-streamed chat and completions, the same text as gRPC Generate for the same seed,
 the SDK's typed errors where OpenAI raises them, n > 1, usage with cached tokens, a disconnect
 that frees the request's blocks on the node, /metrics that counts what was served, and /ready
-that follows the scheduler."""
+that follows the scheduler; every other service's /metrics counting the same requests."""
 
 from __future__ import annotations
 
+import shutil
 import signal
+import subprocess
 import time
 
 import grpc
@@ -250,7 +252,8 @@ def _gateway_serving(stack) -> bool:
 def test_readiness_follows_the_scheduler(stack):
     ready = stack.http_url() + "/ready"
     wait_for(lambda: httpx2.get(ready, timeout=5).status_code == 200, 60, "ready", stack)
-    assert _gateway_serving(stack)
+    # The gRPC health follows readiness within a second (the gateway checks it every second).
+    wait_for(lambda: _gateway_serving(stack), 30, "SERVING", stack)
     scheduler = stack.processes["scheduler"].proc
     scheduler.send_signal(signal.SIGSTOP)  # no answers, as a scheduler that is down
     try:
@@ -261,3 +264,71 @@ def test_readiness_follows_the_scheduler(stack):
         scheduler.send_signal(signal.SIGCONT)
     wait_for(lambda: httpx2.get(ready, timeout=5).status_code == 200, 60, "ready again", stack)
     wait_for(lambda: _gateway_serving(stack), 30, "SERVING again", stack)
+
+
+def _scrape(url: str) -> dict:
+    text = httpx2.get(url, timeout=10).text
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def _total(families: dict, name: str, **labels: str) -> float:
+    fam = families.get(name)
+    return sum(
+        s.value
+        for s in (fam.samples if fam else [])
+        if s.name == name + "_total" and all(s.labels.get(k) == v for k, v in labels.items())
+    )
+
+
+def _endpoints(stack) -> dict[str, str]:
+    out = {"gateway": stack.http_url() + "/metrics"}
+    for name, p in stack.processes.items():
+        bind = next((v for k, v in p.env.items() if k.endswith("_PROMETHEUS_BIND")), None)
+        if bind:
+            out[name] = f"http://{bind}/metrics"
+    return out
+
+
+def test_every_service_serves_prometheus_metrics_that_count_the_requests(stack, client):
+    endpoints = _endpoints(stack)
+    assert set(endpoints) == {"gateway", "scheduler", "node", "kvstore", "placement", "metrics"}
+    before = {name: _scrape(url) for name, url in endpoints.items()}
+    n = 4
+    for i in range(n):
+        client.completions.create(model=MODEL, prompt=f"scrape me {i}", max_tokens=3)
+    after = {name: _scrape(url) for name, url in endpoints.items()}
+
+    def grew(service: str, name: str, **labels: str) -> float:
+        return _total(after[service], name, **labels) - _total(before[service], name, **labels)
+
+    assert grew("scheduler", "strata_scheduler_route_decisions", outcome="routed") == n
+    assert grew("gateway", "strata_gateway_requests", outcome="finished") == n
+    wait_for(
+        lambda: (
+            _total(_scrape(endpoints["node"]), "strata_node_prompt_tokens")
+            > _total(before["node"], "strata_node_prompt_tokens")
+        ),
+        30,
+        "the node's counters to follow the requests",
+        stack,
+    )
+    assert after["placement"]["strata_placement_plan_version"].samples[0].value >= 1
+    assert "strata_kvstore_blocks" in after["kvstore"]
+    assert _total(after["metrics"], "strata_metrics_spans_received") > 0
+    node = after["node"]
+    running = {s.labels["model"] for s in node["strata_node_requests_running"].samples}
+    assert running == {MODEL}
+    assert not any("request_id" in s.labels for f in node.values() for s in f.samples)
+
+
+def test_promtool_accepts_every_services_metrics(stack):
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (Debian: apt install prometheus)")
+    for name, url in _endpoints(stack).items():
+        text = httpx2.get(url, timeout=10).text
+        done = subprocess.run(
+            [promtool, "check", "metrics"], input=text, capture_output=True, text=True
+        )
+        # promtool warns about naming conventions on stdout; errors fail the check.
+        assert done.returncode == 0, f"{name}: {done.stdout}{done.stderr}"

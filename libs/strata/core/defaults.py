@@ -12,6 +12,12 @@ KVSTORE_ADDR = "127.0.0.1:50054"
 PLACEMENT_ADDR = "127.0.0.1:50055"
 METRICS_ADDR = "127.0.0.1:50056"
 OTLP_ADDR = "127.0.0.1:50057"  # the metrics collector's OTLP/gRPC TraceService receiver
+# Prometheus /metrics of the services without an HTTP port (the gateway's is GATEWAY_HTTP_ADDR).
+NODE_PROMETHEUS_ADDR = "127.0.0.1:9101"
+KVSTORE_PROMETHEUS_ADDR = "127.0.0.1:9102"
+SCHEDULER_PROMETHEUS_ADDR = "127.0.0.1:9103"
+PLACEMENT_PROMETHEUS_ADDR = "127.0.0.1:9104"
+METRICS_PROMETHEUS_ADDR = "127.0.0.1:9105"
 WORKER_BASE_PORT = 50100  # node managers give workers ports from here up
 
 DEFAULT_MODEL = "smollm2-135m-instruct"

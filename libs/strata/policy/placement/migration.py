@@ -134,6 +134,8 @@ class MigrationBook:
         self._ready_timeout_s = ready_timeout_s
         self.running: list[Migration] = []
         self.recent: deque[Migration] = deque(maxlen=history)
+        self.started_total = 0  # migrations started in this process's life
+        self.abandoned_total = 0  # of them, abandoned
 
     def leaving(self) -> dict[ReplicaKey, Retiring]:
         """Old replicas of migrations still running, by (node id, replica id)."""
@@ -165,6 +167,7 @@ class MigrationBook:
             self.running.append(m)
             self.recent.append(m)
             started.append(m)
+            self.started_total += 1
         return started
 
     def advance(self, phases: Mapping[ReplicaKey, ReplicaPhase] | None) -> Progress:
@@ -215,3 +218,4 @@ class MigrationBook:
     def _abandon(self, m: Migration, why: str) -> None:
         m.phase, m.detail = MigrationPhase.ABANDONED, f"{why}; the old replica keeps serving"
         self.running.remove(m)
+        self.abandoned_total += 1
