@@ -328,8 +328,8 @@ class OpenAIFront:
                 lps = self._logprobs(model, item, top)
                 _absorb(choice, item, None)
                 finish = choice.finish_reason if item.finish_reason else None
-                if not item.text and not finish and not lps:
-                    continue
+                if not item.text and not item.token_ids and not finish:
+                    continue  # nothing decoded (a token that completes no character still goes)
                 if kind == "chat":
                     delta = {"content": item.text} if item.text else {}
                     yield _sse(

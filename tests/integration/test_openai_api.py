@@ -6,6 +6,7 @@ that follows the scheduler; every other service's /metrics counting the same req
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import subprocess
@@ -18,6 +19,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
+from strata.client import cli
 from strata.client.sdk import Client
 from strata.core import defaults
 from strata.rpc.channels import public_sync_channel, sync_channel
@@ -332,3 +334,29 @@ def test_promtool_accepts_every_services_metrics(stack):
         )
         # promtool warns about naming conventions on stdout; errors fail the check.
         assert done.returncode == 0, f"{name}: {done.stdout}{done.stderr}"
+
+
+def test_replay_measures_an_openai_server_with_the_same_client(stack, tmp_path, monkeypatch):
+    monkeypatch.setenv("STRATA_DATA_DIR", str(stack.data_dir))
+    sizes = ["--prompt-tokens", "24", "--output-tokens", "6"]
+    args = ["--format", "poisson", "--rate", "8", "--max-requests", "12", *sizes, "--seed", "5",
+            "--prompt-seed", "5", "--model", MODEL]  # fmt: skip
+    runs = {}
+    for target in ("openai", "grpc"):
+        extra = ["--target", "openai", "--url", stack.http_url()] if target == "openai" else []
+        out = tmp_path / target
+        code = cli.main(["--gateway", stack.addr("gateway"), "replay", *args, *extra,
+                         "--out", str(out)])  # fmt: skip
+        assert code == 0
+        [run_dir] = list(out.iterdir())
+        runs[target] = [
+            json.loads(line) for line in (run_dir / "requests.jsonl").read_text().splitlines()
+        ]
+    openai_rows, grpc_rows = runs["openai"], runs["grpc"]
+    assert len(openai_rows) == len(grpc_rows) == 12
+    assert all(r["status"] == "OK" and r["ttft_s"] > 0 for r in openai_rows)
+    # The same requests: the same token counts, whichever front measured them.
+    key = "index", "output_tokens", "prompt_tokens"
+    assert [tuple(r[k] for k in key) for r in openai_rows] == [
+        tuple(r[k] for k in key) for r in grpc_rows
+    ]

@@ -1,4 +1,7 @@
-"""Open-loop replay: send a workload through the gateway at its scheduled times and measure it.
+"""Open-loop replay: send a workload to a server at its scheduled times and measure it. The
+server is Strata's gateway over gRPC (the default target) or any OpenAI-compatible HTTP server
+(strata.client.openai_target: vLLM, SGLang, llama.cpp, Strata's own HTTP port), measured by the
+same client-side layer.
 
 Open loop means each request starts at its offset from the replay's start whether or not earlier
 ones have finished, as real users do; a closed loop (wait, then send) would hide queueing by
@@ -6,11 +9,12 @@ slowing the load down exactly when the server falls behind. If the sender itself
 (too many requests due at once for the event loop), the request still goes out and its record
 shows how late it started.
 
-A replay is one evaluation run: Metrics.StartRun before the first request, every request tagged
-with `x-strata-run-id: <id>` and its tenant's `authorization: Bearer <key>`, Metrics.FinishRun
-after the last with the client's own summary, which the server keeps for comparison with its
-span-derived figures. The run's directory gets requests.jsonl (one ClientRecord a line) and
-summary.json; both are written before FinishRun, so a metrics outage at the end loses nothing.
+A replay against Strata is one evaluation run: Metrics.StartRun before the first request, every
+request tagged with `x-strata-run-id: <id>` and its tenant's `authorization: Bearer <key>`,
+Metrics.FinishRun after the last with the client's own summary, which the server keeps for
+comparison with its span-derived figures. The run's directory gets requests.jsonl (one ClientRecord
+a line) and summary.json; both are written before FinishRun, so a metrics outage at the end loses
+nothing.
 
 Refusals (opt-in, ReplayConfig.retry): a RESOURCE_EXHAUSTED answer with a retry-after-ms hint
 (a tenant over its share or its rate) is sent again after the hint, as a tenant's client would,
@@ -33,6 +37,7 @@ from typing import TextIO
 
 import grpc
 
+from strata.client.openai_target import OpenAITarget
 from strata.client.sdk import build_request
 from strata.eval.client_metrics import OK, ClientRecord, RunSummary, summarize_run
 from strata.eval.workload import WorkloadRequest
@@ -51,6 +56,7 @@ TTY_PROGRESS_INTERVAL_S = 0.25
 PLAIN_PROGRESS_INTERVAL_S = 5.0
 METRICS_TIMEOUT_S = 10.0
 DEFAULT_REQUEST_TIMEOUT_S = 300.0
+TARGETS = ("grpc", "openai")
 
 
 @dataclass(slots=True, frozen=True)
@@ -96,6 +102,11 @@ class ReplayConfig:
     retry: RetryPolicy | None = None  # None: a refusal is final
     run_key: str = ""
     tls_ca: bytes | None = None
+    # "grpc": Strata's gateway (`gateway`); "openai": any OpenAI-compatible server at `url`
+    # (strata.client.openai_target). With `metrics` empty no run is opened: the client's own
+    # layer is the whole result (a server that is not Strata has no layered report).
+    target: str = "grpc"
+    url: str = ""
 
     def __post_init__(self) -> None:
         if not self.request_timeout_s > 0:
@@ -104,6 +115,10 @@ class ReplayConfig:
             raise ValueError(f"max_requests must be at least 1, got {self.max_requests}")
         if self.max_duration_s is not None and not self.max_duration_s > 0:
             raise ValueError(f"max_duration_s must be positive, got {self.max_duration_s}")
+        if self.target not in TARGETS:
+            raise ValueError(f"target must be one of {', '.join(TARGETS)}, got {self.target!r}")
+        if self.target == "openai" and not self.url:
+            raise ValueError("the openai target needs the server's base URL (--url)")
 
 
 @dataclass(slots=True)
@@ -130,69 +145,108 @@ async def replay(
     Raises ReplayError when the metrics service cannot open or close the run; a request's own
     failure (any gRPC status) is recorded in its ClientRecord, never raised.
     """
-    metrics_channel = public_channel(config.metrics, config.tls_ca)
-    gateway_channel = public_channel(config.gateway, config.tls_ca)
+    metrics_channel = public_channel(config.metrics, config.tls_ca) if config.metrics else None
+    target: GrpcTarget | OpenAITarget
+    if config.target == "openai":
+        target = OpenAITarget(config.url, config.model, config.request_timeout_s, config.ignore_eos)
+    else:
+        target = GrpcTarget(public_channel(config.gateway, config.tls_ca), config)
     key = (("authorization", f"Bearer {config.run_key}"),) if config.run_key else ()
     try:
-        metrics = metrics_pb2_grpc.MetricsStub(metrics_channel)
-        try:
-            run = await metrics.StartRun(
-                metrics_pb2.StartRunRequest(
-                    name=config.name, kind=RUN_KIND, params_json=json.dumps(dict(config.params))
-                ),
-                metadata=key,
-                timeout=METRICS_TIMEOUT_S,
-            )
-        except grpc.aio.AioRpcError as err:
-            raise ReplayError(
-                f"the metrics service at {config.metrics} did not open a run "
-                f"({err.code().name}: {err.details()}); nothing was sent. Start the stack "
-                f"(make run) or point --metrics at the metrics service"
-            ) from err
+        metrics = metrics_pb2_grpc.MetricsStub(metrics_channel) if metrics_channel else None
+        run_id = 0
+        if metrics is not None:
+            try:
+                run = await metrics.StartRun(
+                    metrics_pb2.StartRunRequest(
+                        name=config.name, kind=RUN_KIND, params_json=json.dumps(dict(config.params))
+                    ),
+                    metadata=key,
+                    timeout=METRICS_TIMEOUT_S,
+                )
+            except grpc.aio.AioRpcError as err:
+                raise ReplayError(
+                    f"the metrics service at {config.metrics} did not open a run "
+                    f"({err.code().name}: {err.details()}); nothing was sent. Start the stack "
+                    f"(make run) or point --metrics at the metrics service"
+                ) from err
+            run_id = run.run_id
         started_unix_ms = int(time.time() * 1000)
         attempts: dict[int, list[float]] = {}
         records, not_sent, duration_s = await _send_all(
-            gateway_pb2_grpc.GatewayStub(gateway_channel),
-            workload,
-            config,
-            run.run_id,
-            progress_stream,
-            time.perf_counter,
-            attempts,
+            target, workload, config, run_id, progress_stream, time.perf_counter, attempts
         )
         summary = summarize_run(records, duration_s)
         summary_json = {
-            "run_id": run.run_id,
+            "run_id": run_id,
             "name": config.name,
             "model": config.model,
+            "target": config.target,
+            "url": config.url,
             "started_unix_ms": started_unix_ms,
             "not_sent": not_sent,
             "params": dict(config.params),
             **summary.to_json(),
         }
-        run_dir = _write_results(config.out_dir, run.run_id, records, summary_json)
-        try:
-            await metrics.FinishRun(
-                metrics_pb2.FinishRunRequest(
-                    run_id=run.run_id, client_summary_json=json.dumps(summary_json)
-                ),
-                metadata=key,
-                timeout=METRICS_TIMEOUT_S,
-            )
-        except grpc.aio.AioRpcError as err:
-            raise ReplayError(
-                f"run {run.run_id} ran, but the metrics service at {config.metrics} did not "
-                f"close it ({err.code().name}: {err.details()}); the client's results are in "
-                f"{run_dir}"
-            ) from err
-        return ReplayResult(run.run_id, records, summary, not_sent, run_dir, summary_json, attempts)
+        run_dir = _write_results(
+            config.out_dir, f"run-{run_id}" if run_id else f"local-{started_unix_ms}", records,
+            summary_json,
+        )  # fmt: skip
+        if metrics is not None:
+            try:
+                await metrics.FinishRun(
+                    metrics_pb2.FinishRunRequest(
+                        run_id=run_id, client_summary_json=json.dumps(summary_json)
+                    ),
+                    metadata=key,
+                    timeout=METRICS_TIMEOUT_S,
+                )
+            except grpc.aio.AioRpcError as err:
+                raise ReplayError(
+                    f"run {run_id} ran, but the metrics service at {config.metrics} did not "
+                    f"close it ({err.code().name}: {err.details()}); the client's results are "
+                    f"in {run_dir}"
+                ) from err
+        return ReplayResult(run_id, records, summary, not_sent, run_dir, summary_json, attempts)
     finally:
-        await gateway_channel.close()
-        await metrics_channel.close()
+        await target.close()
+        if metrics_channel is not None:
+            await metrics_channel.close()
+
+
+class GrpcTarget:
+    """Strata's gateway over gRPC Generate (the replay's default target)."""
+
+    def __init__(self, channel: grpc.aio.Channel, config: ReplayConfig) -> None:
+        self.channel = channel
+        self.stub = gateway_pb2_grpc.GatewayStub(channel)
+        self.config = config
+
+    async def attempt(
+        self,
+        request: WorkloadRequest,
+        run_id: int,
+        record: ClientRecord,
+        sent: float,
+        clock: Callable[[], float],
+    ) -> tuple[int, bool, float | None]:
+        config = self.config
+        message = build_request(
+            config.model,
+            request.prompt,
+            max_tokens=request.max_tokens,
+            ignore_eos=config.ignore_eos,
+            prefix_public=config.prefix_public,
+        )
+        metadata = (("authorization", f"Bearer {request.api_key}"), (RUN_ID_METADATA, str(run_id)))
+        return await _attempt(self.stub, message, metadata, config, record, sent, clock)
+
+    async def close(self) -> None:
+        await self.channel.close()
 
 
 async def _send_all(
-    stub: gateway_pb2_grpc.GatewayStub,
+    target: GrpcTarget | OpenAITarget,
     workload: Sequence[WorkloadRequest],
     config: ReplayConfig,
     run_id: int,
@@ -214,7 +268,7 @@ async def _send_all(
                 break
             tasks.append(
                 asyncio.create_task(
-                    _send_one(stub, request, config, run_id, start, progress, clock, attempts)
+                    _send_one(target, request, config, run_id, start, progress, clock, attempts)
                 )
             )
         records = list(await asyncio.gather(*tasks))
@@ -228,7 +282,7 @@ async def _send_all(
 
 
 async def _send_one(
-    stub: gateway_pb2_grpc.GatewayStub,
+    target: GrpcTarget | OpenAITarget,
     request: WorkloadRequest,
     config: ReplayConfig,
     run_id: int,
@@ -237,14 +291,6 @@ async def _send_one(
     clock: Callable[[], float],
     attempts: dict[int, list[float]],
 ) -> ClientRecord:
-    message = build_request(
-        config.model,
-        request.prompt,
-        max_tokens=request.max_tokens,
-        ignore_eos=config.ignore_eos,
-        prefix_public=config.prefix_public,
-    )
-    metadata = (("authorization", f"Bearer {request.api_key}"), (RUN_ID_METADATA, str(run_id)))
     sent = clock()
     record = ClientRecord(
         index=request.index,
@@ -258,8 +304,8 @@ async def _send_one(
     progress.sent()
     sent_at = [sent - start]
     while True:
-        received, refused, retry_after_s = await _attempt(
-            stub, message, metadata, config, record, sent, clock
+        received, refused, retry_after_s = await target.attempt(
+            request, run_id, record, sent, clock
         )
         if not refused:
             break
@@ -336,9 +382,9 @@ def _retry_after_s(err: grpc.aio.AioRpcError) -> float | None:
 
 
 def _write_results(
-    out_dir: str, run_id: int, records: Sequence[ClientRecord], summary_json: dict
+    out_dir: str, name: str, records: Sequence[ClientRecord], summary_json: dict
 ) -> str:
-    run_dir = os.path.join(out_dir, f"run-{run_id}")
+    run_dir = os.path.join(out_dir, name)
     os.makedirs(run_dir, exist_ok=True)
     with open(os.path.join(run_dir, "requests.jsonl"), "w", encoding="utf-8") as f:
         for record in records:

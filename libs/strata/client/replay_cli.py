@@ -21,6 +21,7 @@ from typing import cast
 from strata.client import settings
 from strata.client.replay import (
     DEFAULT_REQUEST_TIMEOUT_S,
+    TARGETS,
     ReplayConfig,
     ReplayError,
     replay,
@@ -144,6 +145,15 @@ def add_replay_parser(sub: argparse._SubParsersAction) -> None:
         default=DEFAULT_REQUEST_TIMEOUT_S,
         help=f"per-request deadline in seconds (default {DEFAULT_REQUEST_TIMEOUT_S:.0f})",
     )
+    p.add_argument(
+        "--target",
+        choices=TARGETS,
+        default="grpc",
+        help="grpc: Strata's gateway (the run's layered report too); openai: any "
+        "OpenAI-compatible server at --url (vLLM, SGLang, llama.cpp, Strata's HTTP port), "
+        "measured by the same client; a run is opened only when --metrics is given",
+    )
+    p.add_argument("--url", default="", help="openai target: the server's base URL")
     p.add_argument("--out", help="results directory (default: <data dir>/replays)")
     p.add_argument("--name", default="", help="run name shown in reports")
     p.add_argument(
@@ -172,7 +182,8 @@ async def run_replay(args: argparse.Namespace) -> int:
     except ReplayError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_ERROR
-    print(f"run {result.run_id}" + (f" ({args.name})" if args.name else ""))
+    label = f"run {result.run_id}" if result.run_id else f"{args.target} target {args.url}"
+    print(label + (f" ({args.name})" if args.name else ""))
     print(format_summary(result.summary))
     print(f"results     {result.run_dir}")
     return 0 if result.summary.succeeded > 0 else EXIT_NONE_SUCCEEDED
@@ -231,11 +242,19 @@ def _prepare(args: argparse.Namespace) -> tuple[list[WorkloadRequest], ReplayCon
         "timeout_s": args.timeout,
         "prefix_public": args.prefix_public,
         "ignore_eos": True,
+        "target": args.target,
+        "url": args.url,
     }
     config = ReplayConfig(
         model=args.model,
         gateway=settings.gateway_address(args.gateway),
-        metrics=settings.metrics_address(args.metrics, gateway=args.gateway),
+        metrics=(
+            settings.metrics_address(args.metrics, gateway=args.gateway)
+            if args.target == "grpc" or args.metrics
+            else ""
+        ),
+        target=args.target,
+        url=args.url,
         out_dir=args.out or os.path.join(os.path.dirname(settings.demo_key_path()), "replays"),
         name=args.name,
         params=params,
