@@ -216,10 +216,13 @@ class OpenAIFront:
         are cancelled and the failure is the answer."""
         key = _key(request)
         run_id = request.headers.get(names.RUN_ID_METADATA)
+        sla_class = request.headers.get(names.SLA_CLASS_METADATA)
         generations: list[Generation] = []
         try:
             for p in params:
-                generations.append(await self.pipeline.admit(key, p, run_id, None, arrived))
+                generations.append(
+                    await self.pipeline.admit(key, p, run_id, None, arrived, sla_class)
+                )
         except PipelineError as err:
             await _close(generations)
             raise api_error(err) from None

@@ -41,6 +41,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                 run_id_of(metadata),
                 context.time_remaining(),
                 arrived,
+                metadata_value(metadata, names.SLA_CLASS_METADATA),
             )
             async for chunk in generation.chunks:
                 reply = gateway_pb2.GenerateResponse(
@@ -69,8 +70,13 @@ async def _abort(context: grpc.aio.ServicerContext, err: PipelineError) -> None:
 
 def run_id_of(metadata) -> str | None:
     """The evaluation run the caller's metadata names, as sent (None if untagged)."""
+    return metadata_value(metadata, names.RUN_ID_METADATA)
+
+
+def metadata_value(metadata, name: str) -> str | None:
+    """One metadata value as sent (None if absent)."""
     for key, value in metadata or ():
-        if key == names.RUN_ID_METADATA:
+        if key == name:
             return value.decode(errors="replace") if isinstance(value, bytes) else value
     return None
 

@@ -20,10 +20,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from strata.client import cli
-from strata.client.sdk import Client
+from strata.client.sdk import Client, build_request
 from strata.core import defaults
 from strata.rpc.channels import public_sync_channel, sync_channel
-from strata.v1 import admin_pb2, admin_pb2_grpc, node_pb2, node_pb2_grpc
+from strata.telemetry import names
+from strata.v1 import admin_pb2, admin_pb2_grpc, gateway_pb2_grpc, node_pb2, node_pb2_grpc
 from tests.integration.conftest import running_stack
 
 pytestmark = pytest.mark.integration
@@ -360,3 +361,35 @@ def test_replay_measures_an_openai_server_with_the_same_client(stack, tmp_path, 
     assert [tuple(r[k] for k in key) for r in openai_rows] == [
         tuple(r[k] for k in key) for r in grpc_rows
     ]
+
+
+def test_a_request_may_ask_for_a_lower_class_never_a_higher_one(stack, key, client):
+    def asking(cls: str) -> openai.OpenAI:
+        return openai.OpenAI(
+            base_url=stack.http_url() + "/v1",
+            api_key=key,
+            max_retries=0,
+            default_headers={names.SLA_CLASS_METADATA: cls},
+        )
+
+    # The demo key is of the standard class: batch is lower, interactive higher.
+    done = asking("batch").completions.create(model=MODEL, prompt="lower", max_tokens=2)
+    assert done.usage.completion_tokens == 2
+    with pytest.raises(openai.PermissionDeniedError, match="only for a lower one"):
+        asking("interactive").completions.create(model=MODEL, prompt="higher", max_tokens=2)
+    with pytest.raises(openai.BadRequestError, match="unknown SLA class"):
+        asking("platinum").completions.create(model=MODEL, prompt="unknown", max_tokens=2)
+    # The same rule on gRPC, from the call's metadata.
+    with public_sync_channel(stack.addr("gateway")) as ch:
+        stub = gateway_pb2_grpc.GatewayStub(ch)
+        call = stub.Generate(
+            build_request(MODEL, "higher", max_tokens=2),
+            metadata=(
+                ("authorization", f"Bearer {key}"),
+                (names.SLA_CLASS_METADATA, "interactive"),
+            ),
+            timeout=30,
+        )
+        with pytest.raises(grpc.RpcError) as err:
+            list(call)
+        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED

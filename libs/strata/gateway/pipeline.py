@@ -125,9 +125,11 @@ class RequestPipeline:
         run_id: str | None,
         timeout_s: float | None,
         arrived: float | None = None,
+        sla_class: str | None = None,
     ) -> Generation:
         """Everything before the first token: authentication, validation (the run id the
-        caller tagged the request with included), the tenant's policy and rate. The returned
+        caller tagged the request with included), the tenant's policy (`sla_class`: a lower
+        class the caller asks for, strata.gateway.tenant_directory) and rate. The returned
         generation's chunks route, submit and stream."""
         arrived = time.perf_counter() if arrived is None else arrived
         try:
@@ -149,6 +151,17 @@ class RequestPipeline:
             # Deleted through another gateway while this one still caches its key.
             self.metrics.forget_tenant(tenant)
             raise PipelineError(grpc.StatusCode.UNAUTHENTICATED, BAD_KEY)
+        if sla_class:
+            try:
+                entry = TenantEntry(
+                    await self.tenants.as_class(entry, sla_class), entry.rate_limit_rps
+                )
+            except ValueError as err:
+                self.metrics.ended("", tenant, "", "rejected", "invalid")
+                raise PipelineError(grpc.StatusCode.INVALID_ARGUMENT, str(err)) from None
+            except PermissionError as err:
+                self.metrics.ended("", tenant, "", "rejected", "class")
+                raise PipelineError(grpc.StatusCode.PERMISSION_DENIED, str(err)) from None
         wait = self.limiter.try_acquire(tenant, entry.rate_limit_rps)
         if wait > 0:
             self.metrics.ended(

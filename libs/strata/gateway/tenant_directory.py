@@ -79,6 +79,30 @@ class TenantDirectory:
         self._classes = (table, now)
         return table
 
+    async def as_class(self, entry: TenantEntry, sla_class: str) -> TenantPolicy:
+        """The tenant's policy with `sla_class` instead of its own: a caller may ask for a
+        lower class (a lower priority) than its key's, never a higher or an equal other one.
+        ValueError says why not (an unknown class, or one above the key's)."""
+        own = entry.policy
+        if sla_class == own.sla_class:
+            return own
+        async with self.sessions() as session:
+            table = await self._sla_table(session, self.clock())
+        wanted = table.classes.get(sla_class)
+        if wanted is None:
+            raise ValueError(
+                f"unknown SLA class {sla_class!r}; the classes are "
+                f"{', '.join(sorted(table.classes))}"
+            )
+        if wanted.priority >= own.priority:
+            raise PermissionError(
+                f"this key's class is {own.sla_class!r} (priority {own.priority}); a request "
+                f"may ask only for a lower one, not {sla_class!r} (priority {wanted.priority})"
+            )
+        return TenantPolicy.for_class(
+            own.tenant, wanted, own.weight, own.guaranteed_share, own.burst_share
+        )
+
     def invalidate(self, tenant: str) -> None:
         """Forget one tenant: its next lookup reads the store (it changed here)."""
         self._tenants.pop(tenant, None)

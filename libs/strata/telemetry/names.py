@@ -53,6 +53,8 @@ ROUTE_STALE = "strata.route.stale"
 RETRY_AFTER_METADATA = "retry-after-ms"  # trailing metadata of RESOURCE_EXHAUSTED answers
 # Trailing metadata of a scheduler's refusal: why (burst | pool_full | sla | partition).
 REFUSAL_REASON_METADATA = "x-strata-refusal-reason"
+# A request's metadata (gRPC) or header (HTTP): a lower SLA class than its key's, for this call.
+SLA_CLASS_METADATA = "x-strata-sla-class"
 ROUTE_REFUSED = "strata.route.refused"  # burst | pool_full | sla | partition
 SLA_CLASS = "strata.sla_class"
 PRIORITY = "strata.priority"
