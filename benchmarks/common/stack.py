@@ -36,7 +36,7 @@ from strata.security.identity import ClusterIdentity
 from strata.security.settings import SecuritySettings
 
 ROOT = Path(__file__).resolve().parents[2]
-INFRA = {"postgres", "jaeger", "otel-collector"}
+INFRA = {"postgres", "jaeger", "otel-collector", "prometheus", "grafana"}
 
 
 @dataclass
