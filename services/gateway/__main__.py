@@ -6,8 +6,6 @@ import asyncio
 import logging
 import time
 
-from grpc_health.v1 import health_pb2
-
 from services.gateway.admin import AdminServicer
 from services.gateway.config import PROG, GatewayConfig
 from services.gateway.http_app import OpenAIFront
@@ -28,6 +26,7 @@ from strata.policy.clock import WallClock
 from strata.policy.ratelimit import TenantRateLimiter
 from strata.policy.scheduling.stale_routing import StaleRouter
 from strata.rpc.channels import install
+from strata.rpc.readiness import keep_ready
 from strata.rpc.server import (
     Registration,
     channel,
@@ -122,9 +121,15 @@ async def main(cfg: GatewayConfig) -> None:
         cfg.gateway_http_bind,
         cfg.gateway_tls_cert,
         cfg.gateway_tls_key,
+        cfg.shutdown_grace_s,
     )
     await http.start()
-    ready = asyncio.create_task(report_readiness(running, readiness, stop))
+    ready = asyncio.create_task(
+        keep_ready(
+            running, readiness, stop, READINESS_INTERVAL_S,
+            "a scheduler answers and a model has a ready replica",
+        )
+    )  # fmt: skip
     log.info(
         "gateway listening on %s (gRPC) and %s (HTTP: OpenAI API, /metrics)%s (admin key in %s)",
         cfg.gateway_bind,
@@ -135,39 +140,16 @@ async def main(cfg: GatewayConfig) -> None:
 
     async def on_stop() -> None:
         stop.set()
-        await http.stop()
+        await http.stop()  # already stopped by the signal: a no-op
         await ready
         await views
         await pipeline.close()
         await metrics.close()
         await db.dispose()
 
-    await serve_until_signal(running, on_stop=on_stop)
-
-
-async def report_readiness(running, readiness, stop: asyncio.Event) -> None:
-    """Keep the gRPC health of the gateway's services (readiness) in step with `readiness`;
-    the empty service name stays SERVING while the process serves (liveness)."""
-    serving: bool | None = None
-    while not stop.is_set():
-        why = await readiness()
-        if (why is None) != serving:
-            serving = why is None
-            status = (
-                health_pb2.HealthCheckResponse.SERVING
-                if serving
-                else health_pb2.HealthCheckResponse.NOT_SERVING
-            )
-            for name in running.services:
-                await running.health.set(name, status)
-            if serving:
-                log.info("ready: a scheduler answers and a model has a ready replica")
-            else:
-                log.info("not ready: %s", why)
-        try:
-            await asyncio.wait_for(stop.wait(), READINESS_INTERVAL_S)
-        except TimeoutError:
-            pass
+    await serve_until_signal(
+        running, on_stop=on_stop, grace=cfg.shutdown_grace_s, on_signal=http.stop
+    )
 
 
 if __name__ == "__main__":

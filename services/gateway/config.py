@@ -22,6 +22,11 @@ class GatewayConfig(SecurityFields, StoreFields):
     exits."""
 
     gateway_bind: str = Field(defaults.GATEWAY_ADDR, description="host:port of the public port")
+    shutdown_grace_s: float = Field(
+        30.0,
+        ge=0,
+        description="on SIGTERM, seconds to finish the streams in flight (refusing new ones)",
+    )
     gateway_http_bind: str = Field(
         defaults.GATEWAY_HTTP_ADDR,
         description="host:port of the OpenAI HTTP API, /health, /ready and /metrics",

@@ -23,7 +23,14 @@ class _EmbeddedServer(uvicorn.Server):
 
 
 class HttpServer:
-    def __init__(self, app: Starlette, bind: str, certfile: str = "", keyfile: str = "") -> None:
+    def __init__(
+        self,
+        app: Starlette,
+        bind: str,
+        certfile: str = "",
+        keyfile: str = "",
+        grace_s: float = 30.0,
+    ) -> None:
         host, _, port = bind.rpartition(":")
         if not host or not port.isdecimal():
             raise ValueError(f"the HTTP bind address must be host:port, got {bind!r}")
@@ -36,7 +43,7 @@ class HttpServer:
             log_level="warning",
             ssl_certfile=certfile or None,
             ssl_keyfile=keyfile or None,
-            timeout_graceful_shutdown=5,
+            timeout_graceful_shutdown=max(1, round(grace_s)),
         )
         self.server = _EmbeddedServer(config)
         self._task: asyncio.Task[None] | None = None
@@ -62,8 +69,10 @@ class HttpServer:
         return int(self.server.config.port)
 
     async def stop(self) -> None:
+        """Stop taking connections, give the streams in flight the grace, then return."""
         if self._task is None:
             return
         self.server.should_exit = True
         with contextlib.suppress(SystemExit):
             await self._task
+        self._task = None

@@ -12,10 +12,11 @@ from services.node.sampler import NodeSampler, sample_loop
 from services.node.servicer import NodeManagerServicer
 from strata.core.settings import load
 from strata.node.energy import EnergyMeter, PowerModel, open_counter
-from strata.node.replicas import ReplicaSet
+from strata.node.replicas import ReplicaSet, State
 from strata.node.worker_pids import WorkerPids
 from strata.policy.placement.migration import routing_grace_s
 from strata.rpc.channels import install
+from strata.rpc.readiness import keep_ready
 from strata.rpc.server import (
     Registration,
     channel,
@@ -89,7 +90,27 @@ async def main(cfg: NodeConfig) -> None:
         await kv_channel.close()
         await replicas.stop_all()
 
-    await serve_until_signal(running, on_stop=on_stop)
+    stopping = asyncio.Event()
+
+    async def readiness() -> str | None:
+        if stopping.is_set():
+            return "stopping"
+        states = [r.state for r in replicas.replicas.values() if r.state is not State.STANDBY]
+        if states and State.READY not in states:
+            return "no replica is ready yet"
+        return None
+
+    ready = asyncio.create_task(keep_ready(running, readiness, stop, what="replicas loaded"))
+
+    async def hand_over() -> None:
+        stopping.set()
+        log.info("draining: the replicas leave routing and finish their streams")
+        await replicas.drain_all(cfg.shutdown_grace_s)
+
+    await serve_until_signal(
+        running, on_stop=on_stop, grace=cfg.shutdown_grace_s, on_signal=hand_over
+    )
+    await ready
 
 
 if __name__ == "__main__":

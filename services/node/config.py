@@ -34,6 +34,11 @@ class NodeConfig(SecurityFields, EngineFields):
         default_factory=socket.gethostname, description="this node's id (default: the host name)"
     )
     node_bind: str = Field(defaults.NODE_ADDR, description="host:port to listen on")
+    shutdown_grace_s: float = Field(
+        30.0,
+        ge=0,
+        description="on SIGTERM, seconds its replicas (out of routing) get to finish their streams",
+    )
     node_prometheus_bind: str = Field(
         defaults.NODE_PROMETHEUS_ADDR,
         description="host:port of the Prometheus /metrics endpoint (empty: none)",

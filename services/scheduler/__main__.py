@@ -14,6 +14,7 @@ from strata.policy.clock import WallClock
 from strata.policy.registry import NodeRegistry
 from strata.policy.routing import Router
 from strata.rpc.channels import install
+from strata.rpc.readiness import keep_ready
 from strata.rpc.server import Registration, run, serve_until_signal, start_server
 from strata.telemetry.prometheus import close_endpoint, open_endpoint
 from strata.telemetry.setup import init_tracing
@@ -53,10 +54,16 @@ async def main(cfg: SchedulerConfig) -> None:
     expiry = asyncio.create_task(servicer.expire_until(stop, cfg.heartbeat_interval_s))
     log.info("scheduler listening on %s", cfg.scheduler_bind)
 
+    async def readiness() -> str | None:
+        return None if registry.nodes() else "no node has reported yet"
+
+    ready = asyncio.create_task(keep_ready(running, readiness, stop, what="nodes report"))
+
     async def on_stop() -> None:
         stop.set()
         close_endpoint(prom)
         await expiry
+        await ready
 
     await serve_until_signal(running, on_stop=on_stop)
 

@@ -279,6 +279,13 @@ class ReplicaSet:
         )
         return len(targets)
 
+    async def drain_all(self, timeout_s: float) -> None:
+        """Drain every replica (the node is stopping): each reports DRAINING from now on, takes
+        requests routed to it by name for the routing grace, and stops once idle or after
+        `timeout_s`."""
+        models = sorted({r.model for r in self.replicas.values()})
+        await asyncio.gather(*(self.unload(m, "", timeout_s) for m in models))
+
     async def _drain_and_stop(self, replica: Replica, drain_timeout_s: float) -> None:
         loop = asyncio.get_running_loop()
         rule, start = DrainRule(self.routing_grace_s, drain_timeout_s), loop.time()

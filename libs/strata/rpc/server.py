@@ -126,15 +126,24 @@ async def start_server(
 
 
 async def serve_until_signal(
-    running: RunningServer, on_stop: Callable[[], Awaitable[None]] | None = None, grace: float = 5.0
+    running: RunningServer,
+    on_stop: Callable[[], Awaitable[None]] | None = None,
+    grace: float = 5.0,
+    on_signal: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
-    """Block until SIGTERM/SIGINT, then stop gracefully: health NOT_SERVING, drain, on_stop."""
+    """Block until SIGTERM/SIGINT, then stop gracefully: health NOT_SERVING, `on_signal` (a
+    service's hand-over while it still serves: a node leaves routing and finishes its streams),
+    then no new calls and `grace` seconds for those in flight, then `on_stop`."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("stopping (grace %.1fs)", grace)
+    if on_signal is not None:
+        for name in ["", *running.services]:
+            await running.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        await on_signal()
     await running.stop(grace)
     if on_stop is not None:
         await on_stop()
