@@ -66,8 +66,14 @@ def partition(
 
 
 def tenancy_for(
-    way: str, tenants: Sequence[TenantSpec], table: SlaTable, parts: dict[str, list[str]]
+    way: str,
+    tenants: Sequence[TenantSpec],
+    table: SlaTable,
+    parts: dict[str, list[str]],
+    refuse_infeasible: bool = False,
 ) -> Tenancy:
+    """The way's scheduling. The isolation benchmark serves every request (`refuse_infeasible`
+    off): its long prompts exceed the interactive class's TTFT even alone."""
     policies = {t.name: t.policy(table) for t in tenants}
     if way == "static":
         return Tenancy(
@@ -79,7 +85,11 @@ def tenancy_for(
         )
     if way == "fcfs":
         return Tenancy(SchedulerSettings(mode=Mode.FCFS), policies, queue="fcfs")
-    return Tenancy(SchedulerSettings(mode=Mode.TWO_LEVEL), policies, queue="wfq")
+    return Tenancy(
+        SchedulerSettings(mode=Mode.TWO_LEVEL, refuse_infeasible=refuse_infeasible),
+        policies,
+        queue="wfq",
+    )
 
 
 def run_way(
@@ -96,6 +106,7 @@ def run_way(
     max_batched_tokens: int = 512,
     max_seqs: int = 32,
     parts: dict[str, list[str]] | None = None,
+    refuse_infeasible: bool = False,
 ) -> SimRun:
     """One way on `gpus` GPUs. `parts` is the static way's nodes per tenant (default:
     `partition`, by offered work)."""
@@ -121,7 +132,7 @@ def run_way(
         lambda t: [],
         cfg,
         place,
-        tenancy_for(way, tenants, table, parts),
+        tenancy_for(way, tenants, table, parts, refuse_infeasible),
     )
     requests = sim_requests(
         trace, Scaling(max_prompt=1 << 30, max_output=1 << 30), Window(), profile.model

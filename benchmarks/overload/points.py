@@ -2,8 +2,9 @@
 what was offered, what the stack admitted and refused, how the admitted requests fared.
 
     offered     requests sent / the point's window (the span the trace was sent over)
-    refused     answered RESOURCE_EXHAUSTED: the client does not retry here, a refusal is final
-                (shed load: the caller is told at once, with a retry-after hint)
+    refused     answered RESOURCE_EXHAUSTED (shed load: the caller is told at once, with a
+                retry-after hint) or FAILED_PRECONDITION (the class's targets cannot hold for it
+                even when idle); the client does not retry here, a refusal is final
     admitted    every other request: completed, or failed after the stack took it (a client
                 deadline, UNAVAILABLE, ...)
     latency     TTFT, TPOT, E2E P50/P95/P99 of the admitted requests that completed (a failed
@@ -26,8 +27,11 @@ from strata.core.stats import summarize
 from strata.eval.client_metrics import ClientRecord
 
 REFUSED = "RESOURCE_EXHAUSTED"
+INFEASIBLE = "FAILED_PRECONDITION"  # refused: the class's targets cannot hold even when idle
 # Why a refusal was given, from its message (the scheduler's and the gateway's wording).
 REASONS = (
+    ("even when idle", "infeasible"),
+    ("TPOT target of", "infeasible"),
     ("TTFT target", "sla"),
     ("best-effort request would wait", "sla"),
     ("burst share", "burst"),
@@ -92,8 +96,8 @@ def class_stats(records: Sequence[ClientRecord], window_s: float, table: SlaTabl
     `window_s` seconds."""
     if not window_s > 0:
         raise ValueError(f"window_s must be positive, got {window_s}")
-    refused = [r for r in records if r.status == REFUSED]
-    admitted = [r for r in records if r.status != REFUSED]
+    refused = [r for r in records if r.status in (REFUSED, INFEASIBLE)]
+    admitted = [r for r in records if r.status not in (REFUSED, INFEASIBLE)]
     done = [r for r in admitted if r.ok]
     attained = sum(1 for r in admitted if attains(r, table))
     return ClassStats(
@@ -125,8 +129,12 @@ def point_stats(records: Sequence[ClientRecord], window_s: float, table: SlaTabl
     def class_of(r: ClientRecord) -> str:
         return r.sla_class or table.default
 
-    failures = Counter(r.status for r in records if not r.ok and r.status != REFUSED)
-    refusals = Counter(refusal_reason(r.error) for r in records if r.status == REFUSED)
+    failures = Counter(
+        r.status for r in records if not r.ok and r.status not in (REFUSED, INFEASIBLE)
+    )
+    refusals = Counter(
+        refusal_reason(r.error) for r in records if r.status in (REFUSED, INFEASIBLE)
+    )
     return PointStats(
         window_s,
         class_stats(records, window_s, table),

@@ -125,6 +125,7 @@ def run(settings: SimSettings = SimSettings(), say=print) -> SimOverload:
                 max_batched_tokens=MAX_BATCHED_TOKENS,
                 max_seqs=MAX_SEQS,
                 parts=parts,
+                refuse_infeasible=True,
             )
             wall = time.perf_counter() - started
             runs[seed][way] = (r, wall)

@@ -58,6 +58,11 @@ class SchedulerConfig(SecurityFields):
         gt=0,
         description="TTFT estimates are judged against the target times this (below 1: a margin)",
     )
+    sla_refuse_infeasible: bool = Field(
+        True,
+        description="refuse a request its class's targets cannot hold for even on an idle "
+        "replica (FAILED_PRECONDITION); false admits it",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> SchedulerConfig:
@@ -84,6 +89,7 @@ class SchedulerConfig(SecurityFields):
             admission=AdmissionSettings(self.admission_oversubscription, self.admission_horizon_s),
             sla_check=self.sla_admission,
             sla_slack=self.sla_slack,
+            refuse_infeasible=self.sla_refuse_infeasible,
             partitions=self.partitions,
         )
 

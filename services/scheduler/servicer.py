@@ -18,7 +18,11 @@ from strata.policy.kv_index import PrefixIndex
 from strata.policy.registry import NodeRegistry
 from strata.policy.routing import MissKind, Router
 from strata.policy.scheduling.admission import Refusal
-from strata.policy.scheduling.global_scheduler import GlobalScheduler, SchedulerSettings
+from strata.policy.scheduling.global_scheduler import (
+    INFEASIBLE,
+    GlobalScheduler,
+    SchedulerSettings,
+)
 from strata.policy.scheduling.ledger import PoolLedger
 from strata.telemetry import names
 from strata.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
@@ -125,16 +129,21 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             took = time.perf_counter() - began
             if isinstance(decision, Refusal):
                 self.metrics.decided("refused", decision.reason, took)
-                span.set_attribute(names.ERROR_CODE, grpc.StatusCode.RESOURCE_EXHAUSTED.name)
+                # Waiting does not help an infeasible request: no hint, not "exhausted".
+                code = (
+                    grpc.StatusCode.FAILED_PRECONDITION
+                    if decision.reason == INFEASIBLE
+                    else grpc.StatusCode.RESOURCE_EXHAUSTED
+                )
+                span.set_attribute(names.ERROR_CODE, code.name)
                 span.set_attribute(names.ROUTE_REFUSED, decision.reason)
                 span.set_status(Status(StatusCode.ERROR, decision.message))
-                context.set_trailing_metadata(
-                    (
-                        (names.RETRY_AFTER_METADATA, str(int(decision.retry_after_s * 1000) + 1)),
-                        (names.REFUSAL_REASON_METADATA, decision.reason),
-                    )
-                )
-                code, message = grpc.StatusCode.RESOURCE_EXHAUSTED, decision.message
+                trailers = [(names.REFUSAL_REASON_METADATA, decision.reason)]
+                if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    hint = str(int(decision.retry_after_s * 1000) + 1)
+                    trailers.append((names.RETRY_AFTER_METADATA, hint))
+                context.set_trailing_metadata(tuple(trailers))
+                message = decision.message
             elif decision is not None:
                 self.metrics.decided("routed", "", took)
                 span.set_attribute(names.NODE_ID, decision.node_id)

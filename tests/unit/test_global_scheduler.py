@@ -21,6 +21,7 @@ from strata.policy.registry import (
 from strata.policy.routing import RouteDecision, Router
 from strata.policy.scheduling.admission import AdmissionSettings, Refusal, admit
 from strata.policy.scheduling.global_scheduler import (
+    INFEASIBLE,
     GlobalScheduler,
     Mode,
     SchedulerSettings,
@@ -264,16 +265,32 @@ def test_registry_index_tracks_phase_changes_and_expiry():
     assert [loc.node.node_id for loc in reg.ready_index("m")[0]] == ["n2"]
 
 
-def test_a_prompt_too_long_for_the_target_anywhere_is_served_not_refused():
+def test_a_prompt_too_long_for_the_target_anywhere_is_refused_as_infeasible():
     # 2000 tokens alone take 2 s at 1000 tokens/s: a 500 ms target cannot be met even on an
-    # idle replica, so queueing is not the cause and a refusal would only add retries.
+    # idle replica. Waiting would not help: refused as infeasible, with no retry hint.
     gs = scheduler(node("n1", replica("r1", queued=900, rate=1000.0)))
-    decision = gs.route("m", policy(ttft_ms=500.0), 2000, 10)
+    refused = gs.route("m", policy(ttft_ms=500.0), 2000, 10)
+    assert isinstance(refused, Refusal) and refused.reason == INFEASIBLE
+    assert "looser target" in refused.message and refused.retry_after_s == 0.0
+    # A prompt the target holds for alone is judged on the queue as before.
+    assert isinstance(gs.route("m", policy(ttft_ms=1500.0), 200, 10), RouteDecision)
+    # Turned off, the infeasible request is served (the isolation benchmark's setting).
+    lenient = scheduler(node("n1", replica("r1", queued=900, rate=1000.0)), refuse_infeasible=False)
+    decision = lenient.route("m", policy(ttft_ms=500.0), 2000, 10)
     assert isinstance(decision, RouteDecision)
     assert (decision.estimated_ttft_ms, decision.solo_ttft_ms) == (
         pytest.approx(2900.0),
         pytest.approx(2000.0),
     )
+
+
+def test_near_its_target_even_alone_a_request_goes_when_the_replica_is_idle():
+    # 900 tokens alone: 900 ms, within a 1000 ms target but past its 850 ms margin.
+    idle = scheduler(node("n1", replica("r1", rate=1000.0)))
+    assert isinstance(idle.route("m", policy(ttft_ms=1000.0), 900, 10), RouteDecision)
+    queued = scheduler(node("n1", replica("r1", queued=300, rate=1000.0)))
+    refused = queued.route("m", policy(ttft_ms=1000.0), 900, 10)
+    assert isinstance(refused, Refusal) and refused.reason == "sla"
 
 
 def test_prompts_avoid_nodes_where_they_would_stall_other_tenants_protected_decodes():
@@ -335,6 +352,14 @@ def test_requests_routed_since_the_last_heartbeat_count_against_the_slots():
     assert isinstance(gs.route("m", sla(250.0), 900, 100), RouteDecision)  # 26th fits
     refused = gs.route("m", sla(250.0), 900, 100)  # the 27th would not
     assert isinstance(refused, Refusal) and refused.reason == "sla"
+
+
+def test_a_tpot_target_one_decode_step_alone_misses_is_refused_as_infeasible():
+    # One decode of 1,000 keys alone: 10 + 2 + 1 = 13 ms a token, past a 10 ms target.
+    refused = scheduler(busy(0)).route("m", sla(2000.0, 10.0), 900, 100)
+    assert isinstance(refused, Refusal) and refused.reason == INFEASIBLE
+    assert "TPOT target of 10 ms" in refused.message
+    assert isinstance(scheduler(busy(0)).route("m", sla(2000.0, 20.0), 900, 100), RouteDecision)
 
 
 def test_best_effort_queues_boundedly_and_waits_behind_the_classes():

@@ -324,7 +324,7 @@ class RequestPipeline:
         )
 
     def _failed(self, model: str, policy: TenantPolicy, err: PipelineError) -> None:
-        if err.code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        if err.code in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.FAILED_PRECONDITION):
             outcome, reason = "rejected", err.reason or "refused"
         elif err.code == grpc.StatusCode.NOT_FOUND:
             outcome, reason = "rejected", "unknown_model"

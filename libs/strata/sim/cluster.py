@@ -61,7 +61,7 @@ from strata.policy.registry import NodeRegistry, ReplicaPhase
 from strata.policy.routing import RouteDecision, Router
 from strata.policy.scheduling.admission import Refusal
 from strata.policy.scheduling.fair_queue import QueueItem
-from strata.policy.scheduling.global_scheduler import GlobalScheduler
+from strata.policy.scheduling.global_scheduler import INFEASIBLE, GlobalScheduler
 from strata.policy.scheduling.ledger import PoolLedger
 from strata.sim.events import (
     Admit,
@@ -347,7 +347,9 @@ class Simulator:
                 key = (req.tenant, decision.reason)
                 self.refusals[key] = self.refusals.get(key, 0) + 1
                 again = now + decision.retry_after_s
-                if tenancy.retry and again - first <= tenancy.give_up_s:
+                if decision.reason == INFEASIBLE:  # waiting does not help: final, as the stack
+                    self._fail(req, first, "FAILED_PRECONDITION", e2e_ms=(now - first) * 1000)
+                elif tenancy.retry and again - first <= tenancy.give_up_s:
                     self._push(again, Retry(req, first))
                 else:
                     self._fail(req, first, "RESOURCE_EXHAUSTED", e2e_ms=(now - first) * 1000)

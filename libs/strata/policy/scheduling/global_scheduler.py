@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from strata.core.tenant_policy import TenantPolicy
 from strata.policy.kv_index import PrefixIndex
-from strata.policy.registry import NodeRegistry
+from strata.policy.registry import NodeRegistry, ReplicaState
 from strata.policy.routing import RouteDecision, RouteMiss, Router
 from strata.policy.scheduling.admission import (
     AdmissionSettings,
@@ -46,6 +46,7 @@ from strata.policy.scheduling.ledger import PoolLedger
 from strata.policy.scheduling.slo import DecodeLoad, slot_wait_s, step_ms
 
 SLA_SLACK = 0.85
+INFEASIBLE = "infeasible"  # a Refusal's reason: the class's targets cannot hold even when idle
 
 
 class Mode(enum.StrEnum):
@@ -64,6 +65,10 @@ class SchedulerSettings:
     sla_slack: float = SLA_SLACK
     partitions: Mapping[str, frozenset[str]] = field(default_factory=dict)  # static mode
     best_effort_wait_s: float = 30.0  # the longest engine-slot wait a best-effort request takes
+    # A request its class's targets cannot hold for even alone on the best replica (its own
+    # prefill past the TTFT target, one decode step past the TPOT target) is refused as
+    # infeasible (FAILED_PRECONDITION: a looser class serves it); False admits it anyway.
+    refuse_infeasible: bool = True
 
     def __post_init__(self) -> None:
         if self.sla_slack <= 0:
@@ -156,7 +161,12 @@ class GlobalScheduler:
         estimate = decision.estimated_ttft_ms + 1000.0 * wait_s
         if not decision.estimated_ttft_ms and not wait_s:
             return None  # nothing measured yet: no latency claim to judge
-        if estimate <= target * slack or decision.solo_ttft_ms > target * slack:
+        infeasible = self._infeasible(model, policy, work, decision)
+        if infeasible is not None:
+            return infeasible if self.settings.refuse_infeasible else None
+        # Within the margin, or no worse than alone (a request near its target even when the
+        # replica is idle goes when it is idle).
+        if estimate <= max(target * slack, decision.solo_ttft_ms):
             return None
         return Refusal(
             "sla",
@@ -167,13 +177,45 @@ class GlobalScheduler:
             retry_after(max(wait_s, (estimate - target) / 1000.0), 1.0),
         )
 
+    def _infeasible(
+        self, model: str, policy: TenantPolicy, work: int, decision: RouteDecision
+    ) -> Refusal | None:
+        """A refusal when the class's targets cannot hold for this request even alone on the
+        chosen (best) replica, else None."""
+        target = policy.ttft_ms
+        if target and decision.solo_ttft_ms > target:
+            return Refusal(
+                INFEASIBLE,
+                f"this request's own prefill takes about {decision.solo_ttft_ms:.0f} ms to its "
+                f"first token on the fastest replica of {model!r}, past the {policy.sla_class} "
+                f"class's TTFT target of {target:.0f} ms even when idle; shorten the prompt or "
+                f"use a class with a looser target",
+                0.0,
+            )
+        state = self._replica(decision)
+        if policy.tpot_ms and state is not None and state.step_line is not None:
+            alone = step_ms(state.step_line, DecodeLoad.of([(work, policy.tpot_ms)]))
+            if alone > policy.tpot_ms:
+                return Refusal(
+                    INFEASIBLE,
+                    f"one decode step of this request alone takes about {alone:.0f} ms on the "
+                    f"replicas of {model!r}, past the {policy.sla_class} class's TPOT target "
+                    f"of {policy.tpot_ms:.0f} ms; use a class with a looser target",
+                    0.0,
+                )
+        return None
+
+    def _replica(self, decision: RouteDecision) -> ReplicaState | None:
+        node = self.registry.get(decision.node_id)
+        if node is None:
+            return None
+        return next((r for r in node.replicas if r.replica_id == decision.replica_id), None)
+
     def _slot_wait_s(self, decision: RouteDecision, work: int, tpot_ms: float | None) -> float:
         """The wait for an engine slot on the chosen replica (module docstring)."""
         node = self.registry.get(decision.node_id)
-        if node is None:
-            return 0.0
-        state = next((r for r in node.replicas if r.replica_id == decision.replica_id), None)
-        if state is None:
+        state = self._replica(decision)
+        if node is None or state is None:
             return 0.0
         # Requests routed there since the node's report are in its slots (or queue) by now.
         load = state.slots.merged(self.ledger.pending_load(decision.node_id, decision.replica_id))
