@@ -17,12 +17,12 @@ from dataclasses import dataclass
 import grpc
 import pytest
 
-from benchmarks.common.stack import ComposeStack
 from strata.client.sdk import AsyncClient, Client
 from strata.core import defaults
 from strata.rpc.channels import sync_channel
 from strata.telemetry import names
 from strata.v1 import scheduler_pb2, scheduler_pb2_grpc
+from tests.integration.conftest import running_stack
 
 pytestmark = pytest.mark.integration
 MODEL = "dummy-tiny"
@@ -54,18 +54,8 @@ class Outcome:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    data_dir = tmp_path_factory.mktemp("overload")
-    s = ComposeStack(
-        data_dir=data_dir, db_url=f"sqlite+aiosqlite:///{data_dir}/strata.db", overrides=OVERRIDES
-    )
-    try:
-        s.start()
+    with running_stack(tmp_path_factory.mktemp("overload"), OVERRIDES) as s:
         yield s
-    except BaseException:
-        print(s.logs())
-        raise
-    finally:
-        s.stop()
 
 
 async def one(client: AsyncClient, i: int) -> Outcome:

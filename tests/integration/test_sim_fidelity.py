@@ -313,14 +313,7 @@ def test_simulator_latencies_match_the_stack(bench_stack, calibrated, tmp_path):
     real = _report(bench_stack, run_id, REQUESTS)
 
     # The same requests, drawn as the replay client draws them.
-    rng = random.Random(SEED)
-    arrivals = synthetic.poisson_arrivals(RATE, rng, count=REQUESTS)
-    trace = synthetic.requests_at(
-        arrivals,
-        synthetic.Uniform(round(PROMPT * (1 - SPREAD)), round(PROMPT * (1 + SPREAD))),
-        synthetic.Uniform(round(OUTPUT * (1 - SPREAD)), round(OUTPUT * (1 + SPREAD))),
-        rng,
-    )
+    trace = _poisson_trace(RATE, REQUESTS, SEED)
     spec = model_spec(
         profile, 10**9, num_blocks=BLOCKS, max_batched_tokens=STEP_TOKENS, overheads=overheads
     )

@@ -80,6 +80,7 @@ def test_the_static_partition_gives_each_guarantee_its_gpus_and_the_rest_to_best
 
 def _point(rate: float, goodput: float, std_attain: float) -> dict:
     """A point offered `rate` req/s (rates here are offered loads as measured)."""
+
     def cls(attainment: float) -> dict:
         return {"admitted": 10, "attainment": attainment, "goodput_rps": goodput}
 
