@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MODEL = "dummy-tiny"
 RETRIABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED}
 # Offsets of the supervisor's ports from its base (strata.supervisor.Ports).
-OFFSETS = (0, 1, 2, 3, 4, 5, 6)
+OFFSETS = tuple(range(13))  # gateway .. otlp, the HTTP port, the Prometheus ports
 READY_LINE = re.compile(r"strata ready: gateway (\S+),")
 
 

@@ -75,6 +75,7 @@ def _copy_node(
         "STRATA_KVSTORE_ADVERTISE": store_addr,
         "STRATA_KVSTORE_NODE_ID": node_id,
         "STRATA_KVSTORE_DISK_DIR": str(data_dir / "kv" / node_id),
+        "STRATA_KVSTORE_PROMETHEUS_BIND": "",  # node-0's store has the port
     }
     node_env = {
         **node.env,
@@ -82,6 +83,7 @@ def _copy_node(
         "STRATA_NODE_ADVERTISE": node_addr,
         "STRATA_NODE_ID": node_id,
         "STRATA_KVSTORE_ADDR": store_addr,
+        "STRATA_NODE_PROMETHEUS_BIND": "",  # node-0 has the port
     }
     return [
         StackProcess(f"kvstore-{node_id}", list(store.command), store_env, store_addr),

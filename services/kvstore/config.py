@@ -29,8 +29,9 @@ class KVStoreConfig(SecurityFields):
     )
     kvstore_bind: str = Field(defaults.KVSTORE_ADDR, description="host:port to listen on")
     kvstore_prometheus_bind: str = Field(
-        defaults.KVSTORE_PROMETHEUS_ADDR,
-        description="host:port of the Prometheus /metrics endpoint (empty: none)",
+        "",
+        description="host:port of the Prometheus /metrics endpoint (empty: none; compose and "
+        f"make run use {defaults.KVSTORE_PROMETHEUS_ADDR.rsplit(':', 1)[1]})",
     )
     kvstore_advertise: str = Field(
         "", description="how other nodes' stores reach this one (empty: the bind address)"

@@ -20,8 +20,9 @@ class MetricsConfig(SecurityFields, StoreFields):
 
     metrics_bind: str = Field(defaults.METRICS_ADDR, description="host:port of the Metrics service")
     metrics_prometheus_bind: str = Field(
-        defaults.METRICS_PROMETHEUS_ADDR,
-        description="host:port of the Prometheus /metrics endpoint (empty: none)",
+        "",
+        description="host:port of the Prometheus /metrics endpoint (empty: none; compose and "
+        f"make run use {defaults.METRICS_PROMETHEUS_ADDR.rsplit(':', 1)[1]})",
     )
     otlp_bind: str = Field(
         defaults.OTLP_ADDR, description="host:port of the OTLP/gRPC span receiver"

@@ -40,8 +40,9 @@ class NodeConfig(SecurityFields, EngineFields):
         description="on SIGTERM, seconds its replicas (out of routing) get to finish their streams",
     )
     node_prometheus_bind: str = Field(
-        defaults.NODE_PROMETHEUS_ADDR,
-        description="host:port of the Prometheus /metrics endpoint (empty: none)",
+        "",
+        description="host:port of the Prometheus /metrics endpoint (empty: none; compose and "
+        f"make run use {defaults.NODE_PROMETHEUS_ADDR.rsplit(':', 1)[1]})",
     )
     node_advertise: str = Field(
         "",

@@ -39,8 +39,9 @@ class PlacementConfig(SecurityFields):
 
     placement_bind: str = Field(defaults.PLACEMENT_ADDR, description="host:port to listen on")
     placement_prometheus_bind: str = Field(
-        defaults.PLACEMENT_PROMETHEUS_ADDR,
-        description="host:port of the Prometheus /metrics endpoint (empty: none)",
+        "",
+        description="host:port of the Prometheus /metrics endpoint (empty: none; compose and "
+        f"make run use {defaults.PLACEMENT_PROMETHEUS_ADDR.rsplit(':', 1)[1]})",
     )
     scheduler_addr: CommaList = Field(
         (defaults.SCHEDULER_ADDR,),

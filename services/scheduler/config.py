@@ -18,8 +18,9 @@ class SchedulerConfig(SecurityFields):
 
     scheduler_bind: str = Field(defaults.SCHEDULER_ADDR, description="host:port to listen on")
     scheduler_prometheus_bind: str = Field(
-        defaults.SCHEDULER_PROMETHEUS_ADDR,
-        description="host:port of the Prometheus /metrics endpoint (empty: none)",
+        "",
+        description="host:port of the Prometheus /metrics endpoint (empty: none; compose and "
+        f"make run use {defaults.SCHEDULER_PROMETHEUS_ADDR.rsplit(':', 1)[1]})",
     )
     otlp_endpoint: str = Field(
         "", description="OTLP/gRPC receiver for this service's spans; empty: none"

@@ -62,6 +62,7 @@ def _second_node(stack) -> None:
         "STRATA_KVSTORE_ADVERTISE": store_addr,
         "STRATA_KVSTORE_NODE_ID": "node-1",
         "STRATA_KVSTORE_DISK_DIR": str(stack.data_dir / "kv" / "node-1"),
+        "STRATA_KVSTORE_PROMETHEUS_BIND": "",  # node-0's store has the port
     }
     node_env = {
         **stack.processes["node"].env,
@@ -70,6 +71,7 @@ def _second_node(stack) -> None:
         "STRATA_NODE_ID": "node-1",
         "STRATA_KVSTORE_ADDR": store_addr,
         "STRATA_NODE_STATE_DIR": str(stack.data_dir / "node" / "node-1"),
+        "STRATA_NODE_PROMETHEUS_BIND": "",  # node-0 has the port
     }
     for name, command, env, address in (
         ("kvstore-1", stack.processes["kvstore"].command, store_env, store_addr),

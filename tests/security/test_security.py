@@ -301,6 +301,7 @@ def test_the_public_port_serves_tls_to_the_sdk_and_the_cli(
     env = {
         **stack.processes["gateway"].env,
         "STRATA_GATEWAY_BIND": address,
+        "STRATA_GATEWAY_HTTP_BIND": f"127.0.0.1:{free_port()}",
         "STRATA_GATEWAY_TLS_CERT": str(secrets / "gateway.pem"),
         "STRATA_GATEWAY_TLS_KEY": str(secrets / "gateway-key.pem"),
     }
