@@ -191,7 +191,7 @@ async def test_heartbeats_carry_the_step_line_each_worker_learned(reported, kept
         "node-s", LearningWorker(), scheduler
     )
     try:
-        await asyncio.wait_for(heartbeat_loop(cfg, replicas, stop), timeout=30)
+        await asyncio.wait_for(heartbeat_loop(cfg, replicas, stop), timeout=240)
     finally:
         await worker_server.stop(0)
         await scheduler_server.stop(0)

@@ -37,6 +37,16 @@ MESSAGES = [
     {"role": "system", "content": "You are terse."},
     {"role": "user", "content": "Name three colours of the rainbow, please."},
 ]
+WAIT_S = 240.0  # deadline of every wait on a busy 2-core machine
+HTTP_TIMEOUT_S = 60.0  # one HTTP call's own deadline (polls retry after it)
+
+
+def status(url: str) -> int | None:
+    """The URL's HTTP status, or None when it does not answer in time (a poll tries again)."""
+    try:
+        return httpx2.get(url, timeout=HTTP_TIMEOUT_S).status_code
+    except httpx2.HTTPError:
+        return None
 
 
 def wait_for(check, timeout_s: float, what: str, stack) -> None:
@@ -67,7 +77,7 @@ def client(stack, key) -> openai.OpenAI:
 
 def grpc_text(stack, key: str, **options) -> str:
     with Client(stack.addr("gateway"), key) as c:
-        return "".join(chunk.text for chunk in c.generate(MODEL, timeout=60, **options))
+        return "".join(chunk.text for chunk in c.generate(MODEL, timeout=WAIT_S, **options))
 
 
 def test_models_lists_what_the_pool_serves(client):
@@ -166,7 +176,7 @@ def test_the_sdk_raises_openais_errors(stack, client):
                 tenant=admin_pb2.TenantRecord(name="slow", rate_limit_rps=0.01), issue_key=True
             ),
             metadata=(("authorization", f"Bearer {admin_key}"),),
-            timeout=10,
+            timeout=WAIT_S,
         )
     slow = openai.OpenAI(base_url=stack.http_url() + "/v1", api_key=reply.api_key, max_retries=0)
     with pytest.raises(openai.RateLimitError) as limited:
@@ -192,13 +202,13 @@ def test_a_client_that_disconnects_frees_its_blocks(stack, key):
     }
     headers = {"authorization": f"Bearer {key}"}
     with httpx2.stream(
-        "POST", stack.http_url() + "/v1/completions", json=body, headers=headers, timeout=60
+        "POST", stack.http_url() + "/v1/completions", json=body, headers=headers, timeout=WAIT_S
     ) as r:
         assert r.status_code == 200, r.read()
         lines = r.iter_lines()
         got = [next(lines) for _ in range(6)]
         assert any(line.startswith("data: ") for line in got)
-        wait_for(lambda: _node_replica(stack).running_requests >= 1, 30, "running", stack)
+        wait_for(lambda: _node_replica(stack).running_requests >= 1, WAIT_S, "running", stack)
     # The stream is closed: the node's worker stops decoding it and frees its blocks.
     wait_for(
         lambda: (
@@ -213,7 +223,7 @@ def test_a_client_that_disconnects_frees_its_blocks(stack, key):
 
 def test_metrics_count_what_was_served(stack, client):
     def scrape() -> dict:
-        text = httpx2.get(stack.http_url() + "/metrics", timeout=10).text
+        text = httpx2.get(stack.http_url() + "/metrics", timeout=HTTP_TIMEOUT_S).text
         return {f.name: f for f in text_string_to_metric_families(text)}
 
     def finished(families) -> float:
@@ -245,7 +255,7 @@ def _gateway_serving(stack) -> bool:
     with public_sync_channel(stack.addr("gateway")) as ch:
         try:
             reply = health_pb2_grpc.HealthStub(ch).Check(
-                health_pb2.HealthCheckRequest(service="strata.v1.Gateway"), timeout=2
+                health_pb2.HealthCheckRequest(service="strata.v1.Gateway"), timeout=HTTP_TIMEOUT_S
             )
         except grpc.RpcError:
             return False
@@ -254,23 +264,23 @@ def _gateway_serving(stack) -> bool:
 
 def test_readiness_follows_the_scheduler(stack):
     ready = stack.http_url() + "/ready"
-    wait_for(lambda: httpx2.get(ready, timeout=5).status_code == 200, 60, "ready", stack)
+    wait_for(lambda: status(ready) == 200, WAIT_S, "ready", stack)
     # The gRPC health follows readiness within a second (the gateway checks it every second).
-    wait_for(lambda: _gateway_serving(stack), 30, "SERVING", stack)
+    wait_for(lambda: _gateway_serving(stack), WAIT_S, "SERVING", stack)
     scheduler = stack.processes["scheduler"].proc
     scheduler.send_signal(signal.SIGSTOP)  # no answers, as a scheduler that is down
     try:
-        wait_for(lambda: httpx2.get(ready, timeout=5).status_code == 503, 60, "not ready", stack)
-        wait_for(lambda: not _gateway_serving(stack), 30, "gRPC health NOT_SERVING", stack)
-        assert httpx2.get(stack.http_url() + "/health", timeout=5).status_code == 200
+        wait_for(lambda: status(ready) == 503, WAIT_S, "not ready", stack)
+        wait_for(lambda: not _gateway_serving(stack), WAIT_S, "gRPC health NOT_SERVING", stack)
+        assert status(stack.http_url() + "/health") == 200
     finally:
         scheduler.send_signal(signal.SIGCONT)
-    wait_for(lambda: httpx2.get(ready, timeout=5).status_code == 200, 60, "ready again", stack)
-    wait_for(lambda: _gateway_serving(stack), 30, "SERVING again", stack)
+    wait_for(lambda: status(ready) == 200, WAIT_S, "ready again", stack)
+    wait_for(lambda: _gateway_serving(stack), WAIT_S, "SERVING again", stack)
 
 
 def _scrape(url: str) -> dict:
-    text = httpx2.get(url, timeout=10).text
+    text = httpx2.get(url, timeout=HTTP_TIMEOUT_S).text
     return {f.name: f for f in text_string_to_metric_families(text)}
 
 
@@ -329,7 +339,7 @@ def test_promtool_accepts_every_services_metrics(stack):
     if promtool is None:
         pytest.skip("promtool is not installed (Debian: apt install prometheus)")
     for name, url in _endpoints(stack).items():
-        text = httpx2.get(url, timeout=10).text
+        text = httpx2.get(url, timeout=HTTP_TIMEOUT_S).text
         done = subprocess.run(
             [promtool, "check", "metrics"], input=text, capture_output=True, text=True
         )
@@ -388,7 +398,7 @@ def test_a_request_may_ask_for_a_lower_class_never_a_higher_one(stack, key, clie
                 ("authorization", f"Bearer {key}"),
                 (names.SLA_CLASS_METADATA, "interactive"),
             ),
-            timeout=30,
+            timeout=WAIT_S,
         )
         with pytest.raises(grpc.RpcError) as err:
             list(call)
