@@ -140,7 +140,10 @@ class OpenAIFront:
             req: ChatRequest = parse(ChatRequest, await request.body())
             context = await self._context_length(_key(request), req.model)
             messages = [message_text(i, m) for i, m in enumerate(req.messages)]
-            prompt_tokens = self.pipeline.prefixes.count_tokens(req.model, messages)
+            # Off the event loop, as the pipeline's own hashing: a long prompt takes ms.
+            prompt_tokens = await asyncio.to_thread(
+                self.pipeline.prefixes.count_tokens, req.model, messages
+            )
             if prompt_tokens is None:  # no tokenizer here yet: a generous estimate
                 prompt_tokens = 2 * estimate_tokens("", (c for _, c in messages)) + 8 * len(
                     messages
