@@ -104,7 +104,7 @@ def test_a_burst_is_refused_early_and_what_is_admitted_meets_its_targets(stack):
             time.sleep(0.3)
     # Warm-up: the worker learns its step line from real batches, and the node its slot
     # turnover; the burst comes once the scheduler has both and the warm-up has left.
-    warm = asyncio.run(burst(gateway, key, 32))
+    warm = asyncio.run(burst(gateway, key, 48))
     assert all(o.code is None for o in warm), [o.code for o in warm]
     with sync_channel(stack.addr("scheduler"), stack.identity) as ch:
         scheduler = scheduler_pb2_grpc.SchedulerStub(ch)

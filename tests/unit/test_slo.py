@@ -13,7 +13,7 @@ from strata.policy.scheduling.slo import (
     slot_wait_s,
     step_ms,
 )
-from strata.policy.scheduling.slots import TURNOVER_ALPHA, EngineSlots
+from strata.policy.scheduling.slots import TURNOVER_WINDOW, EngineSlots
 
 # 10 ms a step, 2 ms a decode token, 1 ms per 1,000 keys read, 0.02 ms a prefill token.
 LINE = StepLine(0.010, 2e-5, 0.002 - 2e-5, 1e-8, 1e-6, 0.0)
@@ -100,12 +100,8 @@ def test_slot_turnover_is_the_hold_over_the_mean_count_held_meanwhile():
     for i in range(4):
         assert slots.leave("a", f"r{i}", 12.0) is not None
         assert slots.turnover_s("a") == pytest.approx(0.5)
-    # Alone for 1 s: the average moves a fifth of the way to 1 s.
-    slots.enter("a", _item(9), 20.0)
-    slots.leave("a", "r9", 21.0)
-    assert slots.turnover_s("a") == pytest.approx(0.5 + TURNOVER_ALPHA * 0.5)
     # Staggered: r0 holds 2 s beside r1 (mean count 2: 1 s); r1 holds 4 s, with r0 for its
-    # first 2 (mean count 1.5: 8/3 s), which moves the average a fifth of the way there.
+    # first 2 (mean count 1.5: 8/3 s).
     slots.forget(set())
     assert slots.turnover_s("a") == 0.0
     slots.enter("a", _item(0), 30.0)
@@ -113,6 +109,28 @@ def test_slot_turnover_is_the_hold_over_the_mean_count_held_meanwhile():
     slots.leave("a", "r0", 32.0)
     assert slots.turnover_s("a") == pytest.approx(1.0)
     slots.leave("a", "r1", 34.0)
-    assert slots.turnover_s("a") == pytest.approx(1.0 + TURNOVER_ALPHA * (8 / 3 - 1.0))
+    assert slots.turnover_s("a") == pytest.approx(8 / 3)  # the upper quartile of two
     # Unknown requests leave nothing behind.
     assert slots.leave("a", "nobody", 40.0) is None
+
+
+def _wave(slots: EngineSlots, start: float, hold: float, n: int = 16) -> float:
+    """n requests enter at `start` and leave together `hold` later: n releases of hold / n."""
+    for i in range(n):
+        slots.enter("a", _item(i), start)
+    for i in range(n):
+        slots.leave("a", f"r{i}", start + hold)
+    return start + hold
+
+
+def test_slot_turnover_prices_with_the_slower_of_the_recent_waves():
+    # Waves agree within and differ between: one fast wave after two slow ones does not make
+    # the next burst look fast, and the window forgets what is older than its releases.
+    slots = EngineSlots()
+    t = _wave(slots, 0.0, 0.8)  # 0.05 s a slot
+    t = _wave(slots, t, 0.8)
+    t = _wave(slots, t, 0.4)  # 0.025 s a slot
+    assert slots.turnover_s("a") == pytest.approx(0.05)
+    for _ in range(TURNOVER_WINDOW // 16):
+        t = _wave(slots, t, 0.4)
+    assert slots.turnover_s("a") == pytest.approx(0.025)

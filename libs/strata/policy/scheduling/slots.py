@@ -9,21 +9,31 @@ still go when its engine would admit it by preempting a lower class (`displaceab
 
 It also measures each replica's slot turnover, by Little's law: a request's hold (dispatch to
 release) over the mean number of requests its engine held meanwhile (the time-integral of that
-count over the hold), a moving average over releases. While the engine stays full a slot frees
-about that often. The scheduler prices a wait for a slot with it: it includes everything a step
-line leaves out (streaming each token through the node and the gateway, the gaps between steps)
-and changes little with the batch size on a machine whose throughput is bound.
+count over the hold). While the engine stays full a slot frees about that often. The scheduler
+prices a wait for a slot with it: it includes everything a step line leaves out (streaming each
+token through the node and the gateway, the gaps between steps) and changes little with the
+batch size on a machine whose throughput is bound.
+
+Requests that run together share one pace, so the releases of one wave of the engine's slots
+agree with each other while waves differ (on a shared machine, by up to 2x). The turnover
+reported is therefore the upper quartile (TURNOVER_QUANTILE) of the last TURNOVER_WINDOW
+releases, spanning several waves: a burst admitted now is served at the pace of the next
+waves, and pricing it with the slower of the recent ones keeps what is admitted within its
+targets, at the cost of refusing a little more when the pace is steady.
 
 Invariant: `load(r)` is the DecodeLoad of exactly the items `running_on(r)` returns.
 """
 
 from __future__ import annotations
 
+from collections import deque
+
 from strata.core.step_model import StepLine
 from strata.policy.scheduling.fair_queue import QueueItem
 from strata.policy.scheduling.slo import HEADROOM, DecodeLoad, fits
 
-TURNOVER_ALPHA = 0.2  # weight of the latest release in the moving average
+TURNOVER_WINDOW = 64  # releases a replica's turnover is taken over
+TURNOVER_QUANTILE = 0.75  # the quantile of them reported
 
 
 class EngineSlots:
@@ -34,7 +44,8 @@ class EngineSlots:
         # replica id -> (time-integral of its request count, when it was last advanced)
         self._area: dict[str, tuple[float, float]] = {}
         self._entered: dict[str, tuple[float, float]] = {}  # request id -> (when, area then)
-        self._turnover_s: dict[str, float] = {}  # replica id -> seconds between releases
+        # replica id -> the latest releases' seconds between releases (hold / mean count)
+        self._turnover_s: dict[str, deque[float]] = {}
 
     def _advance(self, replica_id: str, now: float) -> float:
         """The replica's count integral up to `now` (before the count changes)."""
@@ -61,17 +72,20 @@ class EngineSlots:
         if item is not None and entered is not None:
             hold, shared = now - entered[0], area - entered[1]
             if hold > 0 and shared > 0:
-                turnover = hold * hold / shared  # hold / mean count over the hold
-                before = self._turnover_s.get(replica_id)
-                self._turnover_s[replica_id] = (
-                    turnover if before is None else before + TURNOVER_ALPHA * (turnover - before)
-                )
+                samples = self._turnover_s.get(replica_id)
+                if samples is None:
+                    samples = self._turnover_s[replica_id] = deque(maxlen=TURNOVER_WINDOW)
+                samples.append(hold * hold / shared)  # hold / mean count over the hold
         return item
 
     def turnover_s(self, replica_id: str) -> float:
-        """Seconds between slot releases of the replica while its engine is full, lately (0:
-        none left yet)."""
-        return self._turnover_s.get(replica_id, 0.0)
+        """Seconds between slot releases of the replica while its engine is full: the
+        TURNOVER_QUANTILE of its latest releases (nearest rank; 0: none left yet)."""
+        samples = self._turnover_s.get(replica_id)
+        if not samples:
+            return 0.0
+        ordered = sorted(samples)
+        return ordered[min(len(ordered) - 1, int(TURNOVER_QUANTILE * len(ordered)))]
 
     def forget(self, replica_ids: set[str]) -> None:
         """Drop the averages of replicas not in `replica_ids` (gone from the node)."""
