@@ -337,21 +337,47 @@ def sla(ttft_ms: float | None, tpot_ms: float | None = 100.0) -> TenantPolicy:
 
 def test_a_request_the_running_decodes_have_no_room_for_waits_for_one_to_finish():
     # 26 running: the 27th would take the step past 90 ms; waiting for one of them to finish
-    # (a slot frees every 8.8 s / 26) is 0.34 s: within a 2 s TTFT, past a 200 ms one.
-    assert isinstance(scheduler(busy(26)).route("m", sla(2000.0), 900, 100), RouteDecision)
-    refused = scheduler(busy(26)).route("m", sla(200.0), 900, 100)
+    # (a slot frees every 8.8 s / 26) is 0.34 s, and its one-block prompt then takes a step:
+    # within a 2 s TTFT, past a 200 ms one.
+    assert isinstance(scheduler(busy(26)).route("m", sla(2000.0), 16, 984), RouteDecision)
+    refused = scheduler(busy(26)).route("m", sla(200.0), 16, 984)
     assert isinstance(refused, Refusal) and refused.reason == "sla"
     assert refused.retry_after_s == pytest.approx(0.5)  # the floor: room frees in 0.34 s
     # Once decodes finish there is room, and the same request goes at once.
-    assert isinstance(scheduler(busy(20)).route("m", sla(200.0), 900, 100), RouteDecision)
+    assert isinstance(scheduler(busy(20)).route("m", sla(200.0), 16, 984), RouteDecision)
 
 
 def test_requests_routed_since_the_last_heartbeat_count_against_the_slots():
-    gs = scheduler(busy(24))  # estimates of 180 ms are within 250 ms less the 15% margin
-    assert isinstance(gs.route("m", sla(250.0), 900, 100), RouteDecision)  # 25th fits
-    assert isinstance(gs.route("m", sla(250.0), 900, 100), RouteDecision)  # 26th fits
-    refused = gs.route("m", sla(250.0), 900, 100)  # the 27th would not
+    gs = scheduler(busy(24))  # a one-block prefill step beside 26 decodes: 88 ms + 16 tokens
+    assert isinstance(gs.route("m", sla(250.0), 16, 984), RouteDecision)  # 25th fits
+    assert isinstance(gs.route("m", sla(250.0), 16, 984), RouteDecision)  # 26th fits
+    refused = gs.route("m", sla(250.0), 16, 984)  # the 27th would not
     assert isinstance(refused, Refusal) and refused.reason == "sla"
+
+
+def test_a_higher_class_is_not_priced_behind_lower_ones_waiting_for_a_slot():
+    # The engine is full (26); two standard requests routed since the report wait at the
+    # node. An interactive one goes before them (the node's queue serves classes in strict
+    # priority): one turnover (0.34 s) and a step, within 600 ms less 15%, not three.
+    gs = scheduler(busy(26))
+    for _ in range(2):
+        assert isinstance(gs.route("m", sla(2000.0), 16, 984), RouteDecision)
+    assert gs.ledger.pending_below("n", "r", 2) == 2
+    urgent = TenantPolicy("u", "interactive", 2, 600.0, 100.0)
+    assert isinstance(gs.route("m", urgent, 16, 984), RouteDecision)
+    # Another standard one waits behind all three: four turnovers, past 600 ms.
+    assert isinstance(gs.route("m", sla(600.0), 16, 984), Refusal)
+
+
+def test_a_long_prompt_beside_a_full_decode_batch_is_priced_by_its_chunks():
+    # Beside 26 decodes of a 100 ms TPOT target a step may carry one block of prefill (the
+    # decodes alone take 88 ms of the 90 ms allowed): 900 tokens take 57 steps of ~88 ms,
+    # about 5 s to the first token, though the replica's token rate says 0.1 s.
+    refused = scheduler(busy(26)).route("m", sla(2000.0), 900, 100)
+    assert isinstance(refused, Refusal) and refused.reason == "sla"
+    assert "estimated at 5" in refused.message
+    # Beside four decodes the chunk is large: the same prompt goes in a few steps.
+    assert isinstance(scheduler(busy(4)).route("m", sla(2000.0), 900, 100), RouteDecision)
 
 
 def test_a_tpot_target_one_decode_step_alone_misses_is_refused_as_infeasible():

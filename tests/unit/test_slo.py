@@ -9,9 +9,12 @@ from strata.policy.scheduling.fair_queue import QueueItem
 from strata.policy.scheduling.slo import (
     DecodeLoad,
     chunk_budget,
+    engine_share,
     fits,
+    prefill_s,
     slot_wait_s,
     step_ms,
+    tpot_capacity,
 )
 from strata.policy.scheduling.slots import TURNOVER_WINDOW, EngineSlots
 
@@ -84,6 +87,37 @@ def test_a_slot_wait_counts_who_is_ahead_at_the_measured_slot_turnover():
     # Nothing measured yet, or nothing running: no claim.
     assert slot_wait_s(LINE, held, 16, 7, 1000, 100.0, 0.0) == 0.0
     assert slot_wait_s(LINE, DecodeLoad(), 16, 7, 1000, 100.0, 0.1) == 0.0
+
+
+def test_the_engine_runs_only_as_many_as_their_tpot_targets_allow():
+    # 30 held of 1,000 keys at a 100 ms target: 26 run (88 ms a step), 4 wait beside a cap
+    # of 32, and a request arriving is the fifth to wait for a slot.
+    held = DecodeLoad.of([(1000, 100.0)] * 30)
+    assert tpot_capacity(LINE, held) == 26
+    assert engine_share(LINE, held, 32) == DecodeLoad(26, 26_000, 100.0)
+    assert engine_share(LINE, held, 16).seqs == 16
+    assert slot_wait_s(LINE, held, 32, 0, 1000, 100.0, 0.1) == pytest.approx(0.5)
+    # Two of the four waiting are of a lower class it goes before.
+    assert slot_wait_s(LINE, held, 32, 0, 1000, 100.0, 0.1, passes=2) == pytest.approx(0.3)
+    # Without a line or a target, all of them run.
+    assert tpot_capacity(None, held) == 30
+    assert tpot_capacity(LINE, DecodeLoad.of([(1000, None)] * 30)) == 30
+
+
+def test_a_prefill_beside_decodes_takes_a_step_per_chunk():
+    # Beside 10 decodes (40 ms) the chunk budget keeps steps within 90 ms: 2,000 tokens in
+    # chunks of that budget, each a step.
+    beside = DecodeLoad.of([(1000, 100.0)] * 10)
+    chunk = chunk_budget(LINE, beside, 2000, 16)
+    steps, rest = divmod(2000, chunk)
+    expected = steps * step_ms(LINE, beside, chunk) + (step_ms(LINE, beside, rest) if rest else 0)
+    assert prefill_s(LINE, beside, 2000, 16) == pytest.approx(expected / 1000.0)
+    assert steps + (rest > 0) >= 2  # not one step: the target bounds it
+    # Beside nothing with a target, one step; without a line or tokens, no claim.
+    free = DecodeLoad.of([(1000, None)] * 10)
+    assert prefill_s(LINE, free, 2000, 16) == pytest.approx(step_ms(LINE, free, 2000) / 1000.0)
+    assert prefill_s(None, beside, 2000, 16) == 0.0
+    assert prefill_s(LINE, beside, 0, 16) == 0.0
 
 
 def _item(i: int) -> QueueItem:

@@ -43,7 +43,13 @@ from strata.policy.scheduling.admission import (
     retry_after,
 )
 from strata.policy.scheduling.ledger import PoolLedger
-from strata.policy.scheduling.slo import DecodeLoad, slot_wait_s, step_ms
+from strata.policy.scheduling.slo import (
+    DecodeLoad,
+    engine_share,
+    prefill_s,
+    slot_wait_s,
+    step_ms,
+)
 
 SLA_SLACK = 0.85
 INFEASIBLE = "infeasible"  # a Refusal's reason: the class's targets cannot hold even when idle
@@ -132,21 +138,27 @@ class GlobalScheduler:
         )
         if decision is None:
             return None
+        compute = max(0, prompt_tokens - decision.cached_blocks * decision.block_size)
         if two_level and self.settings.sla_check:
-            refusal = self._sla_refusal(model, policy, work, decision)
+            refusal = self._sla_refusal(model, policy, work, compute, decision)
             if refusal is not None:
                 return refusal
-        compute = max(0, prompt_tokens - decision.cached_blocks * decision.block_size)
         self.ledger.routed(
-            decision.node_id, decision.replica_id, policy.tenant, work, compute, policy.tpot_ms
+            decision.node_id,
+            decision.replica_id,
+            policy.tenant,
+            work,
+            compute,
+            policy.tpot_ms,
+            policy.priority,
         )
         return decision
 
     def _sla_refusal(
-        self, model: str, policy: TenantPolicy, work: int, decision: RouteDecision
+        self, model: str, policy: TenantPolicy, work: int, compute: int, decision: RouteDecision
     ) -> Refusal | None:
         slack = self.settings.sla_slack
-        wait_s = self._slot_wait_s(decision, work, policy.tpot_ms)
+        wait_s = self._slot_wait_s(decision, work, policy)
         target = policy.ttft_ms
         if not target:
             if wait_s <= self.settings.best_effort_wait_s:
@@ -158,9 +170,12 @@ class GlobalScheduler:
                 f"retry later",
                 retry_after(wait_s - self.settings.best_effort_wait_s, 1.0),
             )
-        estimate = decision.estimated_ttft_ms + 1000.0 * wait_s
         if not decision.estimated_ttft_ms and not wait_s:
             return None  # nothing measured yet: no latency claim to judge
+        # Once in the engine, the prompt's prefill goes in chunks beside the decodes there:
+        # no faster than the replica's token rate, nor than the chunks their TPOT allows.
+        chunked_ms = 1000.0 * self._chunked_prefill_s(decision, compute)
+        estimate = 1000.0 * wait_s + max(decision.estimated_ttft_ms, chunked_ms)
         infeasible = self._infeasible(model, policy, work, decision)
         if infeasible is not None:
             return infeasible if self.settings.refuse_infeasible else None
@@ -211,15 +226,17 @@ class GlobalScheduler:
             return None
         return next((r for r in node.replicas if r.replica_id == decision.replica_id), None)
 
-    def _slot_wait_s(self, decision: RouteDecision, work: int, tpot_ms: float | None) -> float:
-        """The wait for an engine slot on the chosen replica (module docstring)."""
+    def _slot_wait_s(self, decision: RouteDecision, work: int, policy: TenantPolicy) -> float:
+        """The wait for an engine slot on the chosen replica (module docstring): behind the
+        requests its node queues of the policy's class or above (its queue serves classes in
+        strict priority)."""
         node = self.registry.get(decision.node_id)
         state = self._replica(decision)
         if node is None or state is None:
             return 0.0
         # Requests routed there since the node's report are in its slots (or queue) by now.
         load = state.slots.merged(self.ledger.pending_load(decision.node_id, decision.replica_id))
-        ahead = sum(t.queued for t in node.tenants)
+        ahead = sum(t.queued for t in node.tenants if t.priority >= policy.priority)
         turnover_s = state.slot_turnover_s
         if turnover_s <= 0 and state.step_line is not None and load.seqs:
             # No request has left a slot there yet: a typical request's decode at the step
@@ -234,9 +251,22 @@ class GlobalScheduler:
             state.max_seqs or None,
             ahead,
             work,
-            tpot_ms,
+            policy.tpot_ms,
             turnover_s,
+            passes=self.ledger.pending_below(
+                decision.node_id, decision.replica_id, policy.priority
+            ),
         )
+
+    def _chunked_prefill_s(self, decision: RouteDecision, tokens: int) -> float:
+        """The prefill of `tokens` on the chosen replica beside what its engine runs there."""
+        node = self.registry.get(decision.node_id)
+        state = self._replica(decision)
+        if node is None or state is None or state.step_line is None:
+            return 0.0
+        held = state.slots.merged(self.ledger.pending_load(decision.node_id, decision.replica_id))
+        beside = engine_share(state.step_line, held, state.max_seqs or None)
+        return prefill_s(state.step_line, beside, tokens, decision.block_size)
 
     def explain_miss(self, model: str) -> RouteMiss:
         return self.router.explain_miss(model, self.registry)

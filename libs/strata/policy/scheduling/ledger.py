@@ -44,6 +44,8 @@ class PoolLedger:
     pending_tenant: dict[str, dict[str, int]] = field(default_factory=dict)
     # node id -> replica id -> the requests routed there since the node's last report
     pending_slots: dict[str, dict[str, DecodeLoad]] = field(default_factory=dict)
+    # node id -> replica id -> the priorities of those requests
+    pending_priorities: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     # tenant -> its guaranteed share, as its latest request said (soft state: requests bring
     # it back after a restart)
     guarantees: dict[str, float] = field(default_factory=dict)
@@ -71,6 +73,7 @@ class PoolLedger:
     def _drop_pending(self, node_id: str) -> None:
         self.pending_replica.pop(node_id, None)
         self.pending_slots.pop(node_id, None)
+        self.pending_priorities.pop(node_id, None)
         for tenant, tokens in self.pending_tenant.pop(node_id, {}).items():
             self.tenant_tokens[tenant] -= tokens
 
@@ -82,14 +85,17 @@ class PoolLedger:
         tokens: int,
         replica_work: int,
         tpot_ms: float | None = None,
+        priority: int = 0,
     ) -> None:
         """This scheduler sent a request to the replica: `tokens` of reserved work for the
         tenant (prompt + max_tokens, also its context at its largest), `replica_work` tokens
         queued ahead of the replica's next request (its prefill after the cached prefix, as
-        the replica's queued_tokens will count it), a request of TPOT target `tpot_ms` in its
-        slots; counted until the node's next report (which then includes it)."""
+        the replica's queued_tokens will count it), a request of TPOT target `tpot_ms` and class
+        priority `priority` in its slots; counted until the node's next report (which then
+        includes it)."""
         slots = self.pending_slots.setdefault(node_id, {})
         slots[replica_id] = slots.get(replica_id, DecodeLoad()).plus(tokens, tpot_ms)
+        self.pending_priorities.setdefault(node_id, {}).setdefault(replica_id, []).append(priority)
         per_replica = self.pending_replica.setdefault(node_id, {})
         per_replica[replica_id] = per_replica.get(replica_id, 0) + replica_work
         per_tenant = self.pending_tenant.setdefault(node_id, {})
@@ -100,6 +106,13 @@ class PoolLedger:
         """The requests routed to the replica since its node's last report."""
         per_replica = self.pending_slots.get(node_id)
         return per_replica.get(replica_id, DecodeLoad()) if per_replica else DecodeLoad()
+
+    def pending_below(self, node_id: str, replica_id: str, priority: int) -> int:
+        """How many of the requests routed to the replica since its node's last report are of
+        a class below `priority`."""
+        per_replica = self.pending_priorities.get(node_id)
+        ranks = per_replica.get(replica_id, ()) if per_replica else ()
+        return sum(1 for p in ranks if p < priority)
 
     def pending(self, node_id: str, replica_id: str) -> int:
         per_replica = self.pending_replica.get(node_id)

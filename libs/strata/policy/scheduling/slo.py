@@ -130,6 +130,57 @@ def step_token_budget(
     return load.seqs + chunk_budget(line, load, max_tokens - load.seqs, block_size, headroom)
 
 
+def tpot_capacity(line: StepLine | None, load: DecodeLoad, headroom: float = HEADROOM) -> int:
+    """How many of `load`'s sequences the engine runs at once within their tightest TPOT
+    target (each with the load's mean context): all of them without a line or a target, at
+    least one."""
+    if line is None or load.tightest_tpot_ms is None or load.seqs <= 1:
+        return load.seqs
+    limit_ms = load.tightest_tpot_ms * headroom
+    n = load.seqs
+    while n > 1 and step_ms(line, _share(load, n)) > limit_ms:
+        n -= 1
+    return n
+
+
+def _share(load: DecodeLoad, n: int) -> DecodeLoad:
+    """n of `load`'s sequences, each with its mean context."""
+    if n >= load.seqs:
+        return load
+    return DecodeLoad(n, load.context_tokens * n // max(1, load.seqs), load.tightest_tpot_ms)
+
+
+def engine_share(
+    line: StepLine | None, held: DecodeLoad, cap: int | None, headroom: float = HEADROOM
+) -> DecodeLoad:
+    """What of `held` (a replica's requests, in its engine or waiting for a slot) runs in the
+    engine: at most `cap` (None: no cap) and at most its tpot_capacity."""
+    running = tpot_capacity(line, held, headroom)
+    if cap is not None:
+        running = min(running, cap)
+    return _share(held, running)
+
+
+def prefill_s(
+    line: StepLine | None,
+    beside: DecodeLoad,
+    tokens: int,
+    block_size: int,
+    headroom: float = HEADROOM,
+) -> float:
+    """Seconds a prefill of `tokens` takes in chunks of chunk_budget beside the decodes of
+    `beside`, each chunk one step (0 without a line or tokens): a prompt admitted beside
+    decodes with a TPOT target reaches its first token no sooner than this."""
+    if line is None or tokens <= 0:
+        return 0.0
+    chunk = chunk_budget(line, beside, tokens, max(1, block_size), headroom)
+    full, rest = divmod(tokens, chunk)
+    seconds = full * step_ms(line, beside, chunk) / 1000.0
+    if rest:
+        seconds += step_ms(line, beside, rest) / 1000.0
+    return seconds
+
+
 def slot_wait_s(
     line: StepLine | None,
     held: DecodeLoad,
@@ -138,20 +189,23 @@ def slot_wait_s(
     context_tokens: int,
     tpot_ms: float | None,
     turnover_s: float,
+    passes: int = 0,
 ) -> float:
     """Seconds until a request (of `context_tokens`, TPOT target `tpot_ms`) gets an engine slot
-    on a replica whose node holds `held` for it (in its engine, and past `cap` waiting) with
-    `queued` more waiting ahead: none when it fits now with nobody ahead; else a slot frees
-    every `turnover_s` (strata.policy.scheduling.slots), and everyone ahead (+ 1 when it would
-    not fit beside the others) must get one first. 0 while nothing is measured (no claim)."""
-    running = held.seqs if cap is None else min(held.seqs, cap)
-    if running == 0 or turnover_s <= 0:
+    on a replica whose node holds `held` for it (in its engine, and past what the engine runs
+    (engine_share: the cap and the TPOT targets) waiting) with `queued` more waiting ahead:
+    none when it fits now with nobody ahead; else a slot frees every `turnover_s`
+    (strata.policy.scheduling.slots), and everyone ahead (+ 1 when it would not fit beside the
+    others) must get one first; of those waiting past what the engine runs, `passes` are of
+    lower classes it goes before. 0 while nothing is measured (no claim)."""
+    if held.seqs == 0 or turnover_s <= 0:
         return 0.0
-    in_engine = held
-    if running < held.seqs:  # the excess waits at the node: the engine holds its share
-        in_engine = DecodeLoad(
-            running, held.context_tokens * running // held.seqs, held.tightest_tpot_ms
-        )
-    fits_now = (cap is None or held.seqs < cap) and fits(line, in_engine, context_tokens, tpot_ms)
-    need = queued + (held.seqs - running) + (0 if fits_now else 1)
+    in_engine = engine_share(line, held, cap)
+    fits_now = (
+        (cap is None or held.seqs < cap)
+        and in_engine.seqs == held.seqs
+        and fits(line, in_engine, context_tokens, tpot_ms)
+    )
+    waiting = max(0, held.seqs - in_engine.seqs - passes)
+    need = queued + waiting + (0 if fits_now else 1)
     return need * turnover_s
