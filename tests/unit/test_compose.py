@@ -52,9 +52,31 @@ LEFT_AT_DEFAULT = {"STRATA_INTERNAL_AUTH"}
 OPTIONAL_WITH_SECRETS_DIR = {"STRATA_DATA_DIR"}
 
 
+class _UniqueKeys(yaml.SafeLoader):
+    """A YAML loader that refuses a mapping naming one key twice (PyYAML keeps the last)."""
+
+
+def _unique_mapping(loader: _UniqueKeys, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: set = set()
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue  # `<<: *anchor`: merged keys may be overridden
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep)
+
+
+_UniqueKeys.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
 @pytest.fixture(scope="module")
 def compose() -> dict:
-    return yaml.safe_load(COMPOSE.read_text())
+    """The compose file, refused when a mapping names a key twice (the later would win)."""
+    return yaml.load(COMPOSE.read_text(), Loader=_UniqueKeys)  # noqa: S506 (a SafeLoader)
 
 
 def env(compose: dict, service: str) -> dict[str, str]:
