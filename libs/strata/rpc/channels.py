@@ -104,7 +104,8 @@ def channel(
     creds = ident.channel_credentials()
     if creds is None:
         return grpc.aio.insecure_channel(address, options=list(options), interceptors=interceptors)
-    return grpc.aio.secure_channel(address, creds, options=list(options), interceptors=interceptors)
+    opts = [*options, *ident.channel_options()]
+    return grpc.aio.secure_channel(address, creds, options=opts, interceptors=interceptors)
 
 
 def sync_channel(
@@ -120,7 +121,7 @@ def sync_channel(
     ch = (
         grpc.insecure_channel(address, options=list(options))
         if creds is None
-        else grpc.secure_channel(address, creds, options=list(options))
+        else grpc.secure_channel(address, creds, options=[*options, *ident.channel_options()])
     )
     return grpc.intercept_channel(ch, _SyncToken(ident.token))
 

@@ -69,6 +69,11 @@ class ClusterIdentity:
             [(self.key, self.cert)], root_certificates=self.ca, require_client_auth=True
         )
 
+    def channel_options(self) -> list[tuple[str, object]]:
+        """Options an internal channel adds: with TLS, verify the server's certificate against
+        the cluster's name (every service certificate carries it), whatever address it dials."""
+        return [("grpc.ssl_target_name_override", secrets.CLUSTER_NAME)] if self.tls else []
+
     def channel_credentials(self) -> grpc.ChannelCredentials | None:
         if not self.tls:
             return None

@@ -7,6 +7,10 @@ import os
 from pathlib import Path
 
 TOKEN_FILE = "internal_token"
+# A DNS name every service certificate carries: internal channels verify the peer against it,
+# not against the address they dial (a pod IP, a StatefulSet's per-pod name), so any address
+# in the cluster works; the CA, not the name, marks a peer as the cluster's own.
+CLUSTER_NAME = "cluster.strata.internal"
 CA_FILE, CA_KEY_FILE = "ca.pem", "ca-key.pem"
 # Every process that takes part in the cluster: the seven services, the OpenTelemetry Collector
 # of compose, and "operator" for command-line tools and tests that call internal services.

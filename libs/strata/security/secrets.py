@@ -29,6 +29,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from strata.security.layout import (
     CA_FILE,
     CA_KEY_FILE,
+    CLUSTER_NAME,
     SERVICES,
     TOKEN_FILE,
     cert_file,
@@ -36,23 +37,25 @@ from strata.security.layout import (
     missing,
 )
 
-# The names a certificate is valid for: compose's service names, loopback (make run, a node's
-# workers), and localhost. Any service name may present any address in the cluster: the CA,
-# not the name, is what marks a peer as the cluster's own.
-SERVICE_NAMES = tuple(s for s in SERVICES if s != "operator") + ("localhost",)
+# The names a certificate is valid for: the cluster's name (what internal channels check),
+# compose's service names, loopback (make run, a node's workers), and localhost. Any service
+# name may present any address in the cluster: the CA, not the name, is what marks a peer as
+# the cluster's own.
+SERVICE_NAMES = (CLUSTER_NAME, *(s for s in SERVICES if s != "operator"), "localhost")
 LOOPBACK = (ipaddress.IPv4Address("127.0.0.1"), ipaddress.IPv6Address("::1"))
 VALID_DAYS = 3650
 
 
 def ensure_secrets(directory: str | os.PathLike[str]) -> bool:
     """Create the folder's secrets if any is missing; True when this call wrote them. A partial
-    set (a starter killed halfway) is replaced as a whole: certificates must all come from the
-    same CA."""
+    set (a starter killed halfway), or one whose certificates lack CLUSTER_NAME (issued before
+    internal channels checked it), is replaced as a whole: certificates must all come from
+    the same CA."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True, mode=0o700)
     with open(d / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not missing(d):
+        if not missing(d) and all(_names_cluster(d / cert_file(s)) for s in SERVICES):
             return False
         _write(d / TOKEN_FILE, random_secrets.token_urlsafe(32).encode(), private=True)
         ca_key = ec.generate_private_key(ec.SECP256R1())
@@ -66,6 +69,16 @@ def ensure_secrets(directory: str | os.PathLike[str]) -> bool:
         # Last: a folder with the CA certificate and the token in place is complete.
         _write(d / CA_FILE, ca_cert.public_bytes(serialization.Encoding.PEM))
         return True
+
+
+def _names_cluster(cert_path: Path) -> bool:
+    """Whether the certificate at `cert_path` is valid for CLUSTER_NAME."""
+    cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+    try:
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return False
+    return CLUSTER_NAME in names.get_values_for_type(x509.DNSName)
 
 
 def _write(path: Path, data: bytes, private: bool = False) -> None:
