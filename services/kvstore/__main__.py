@@ -20,6 +20,7 @@ from strata.kvtier.shm_segment import ShmSegment, segment_path
 from strata.kvtier.tiered_store import TieredStore
 from strata.policy.kv_tiering import make_policy
 from strata.rpc.channels import channel, install
+from strata.rpc.readiness import keep_ready
 from strata.rpc.server import Registration, run, serve_until_signal, start_server
 from strata.telemetry.prometheus import close_endpoint, open_endpoint
 from strata.telemetry.setup import init_tracing
@@ -95,9 +96,19 @@ async def main(cfg: KVStoreConfig) -> None:
         store.counters.dropped_corrupt,
         cpu_priority.scheduling_class(),
     )
+    stop = asyncio.Event()
+
+    async def readiness() -> str | None:
+        if migrator.alive:
+            return None
+        return "the tier migrator stopped: promotions and lease expiry no longer run; restart"
+
+    ready = asyncio.create_task(keep_ready(running, readiness, stop, what="tiers open"))
     try:
         await serve_until_signal(running)
     finally:
+        stop.set()
+        await ready
         close_endpoint(prom)
         if publisher is not None:
             events.cancel()

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+
+from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
 
 from services.metrics.config import PROG, MetricsConfig
 from services.metrics.prom import receiver_families
@@ -10,6 +14,7 @@ from services.metrics.servicer import MetricsServicer
 from strata.core.defaults import DEMO_KEY_FILE, DEMO_TENANT
 from strata.core.settings import load
 from strata.rpc.channels import install
+from strata.rpc.readiness import keep_ready
 from strata.rpc.server import Registration, run, serve_until_signal, start_server
 from strata.store.db import create_all, make_engine, session_factory
 from strata.store.sla_classes import seed_sla_classes
@@ -19,6 +24,8 @@ from strata.telemetry.prometheus import close_endpoint, open_endpoint
 from strata.telemetry.receiver import OtlpReceiver
 from strata.telemetry.setup import init_tracing
 from strata.v1 import metrics_pb2, metrics_pb2_grpc
+
+DB_CHECK_TIMEOUT_S = 2.0  # a readiness probe's query; the probe runs every second
 
 
 async def main(cfg: MetricsConfig) -> None:
@@ -58,8 +65,22 @@ async def main(cfg: MetricsConfig) -> None:
     )
 
     prom = open_endpoint(cfg.metrics_prometheus_bind, lambda: receiver_families(receiver))
+    stop = asyncio.Event()
+
+    async def readiness() -> str | None:
+        try:
+            async with asyncio.timeout(DB_CHECK_TIMEOUT_S):
+                async with engine.connect() as conn:
+                    await conn.execute(text("SELECT 1"))
+        except (SQLAlchemyError, OSError, TimeoutError) as err:
+            return f"the database does not answer ({type(err).__name__}); check STRATA_DB_URL"
+        return None
+
+    ready = asyncio.create_task(keep_ready(running, readiness, stop, what="database answers"))
 
     async def on_stop() -> None:
+        stop.set()
+        await ready
         close_endpoint(prom)
         await receiver.stop()
         await engine.dispose()

@@ -19,6 +19,7 @@ from strata.policy.clock import WallClock
 from strata.policy.placement import BatchAwareSettings, MigrationCost
 from strata.policy.placement.profiles import load_profiles
 from strata.rpc.channels import install
+from strata.rpc.readiness import keep_ready
 from strata.rpc.server import (
     Registration,
     channel,
@@ -113,9 +114,17 @@ async def main(cfg: PlacementConfig) -> None:
     )
     log.info("placement listening on %s (policy %s)", cfg.placement_bind, cfg.placement_policy)
 
+    async def readiness() -> str | None:
+        if planner.problem is not None:
+            return planner.problem
+        return None if planner.latest is not None else "no plan yet"
+
+    ready = asyncio.create_task(keep_ready(running, readiness, stop, what="planning"))
+
     async def on_stop() -> None:
         stop.set()
         close_endpoint(prom)
+        await ready
         await loop  # re-raises the loop's error, if that is why we stopped
         await planner.close()
         await nodes.close()

@@ -138,6 +138,8 @@ class Planner:
             poll_s=settings.ready_poll_s,
         )
         self.latest: PlanSnapshot | None = None
+        # Why the last round of run_until did not run (None: it ran, or none tried yet).
+        self.problem: str | None = None
 
     def memory_need(self, model: str, advertised: Mapping[str, int]) -> int | None:
         """Override or table first (known before loading), then what a node measured."""
@@ -190,7 +192,9 @@ class Planner:
         while not stop.is_set():
             try:
                 await self.replan()
+                self.problem = None
             except SchedulerUnavailable as err:
+                self.problem = str(err)
                 log.warning("replan skipped: %s", err)
             try:
                 await asyncio.wait_for(stop.wait(), timeout=every_s)

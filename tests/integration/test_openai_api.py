@@ -262,21 +262,68 @@ def _gateway_serving(stack) -> bool:
     return reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
+# The gRPC service each internal process serves: its readiness (Kubernetes probes it by name).
+INTERNAL_SERVICES = {
+    "scheduler": "strata.v1.Scheduler",
+    "node": "strata.v1.NodeManager",
+    "kvstore": "strata.v1.KVStore",
+    "placement": "strata.v1.Placement",
+    "metrics": "strata.v1.Metrics",
+}
+
+
+def _internal_health(stack, process: str, service: str) -> int | None:
+    """The health status of `service` on `process` (None: no answer)."""
+    with sync_channel(stack.addr(process), stack.identity) as ch:
+        try:
+            reply = health_pb2_grpc.HealthStub(ch).Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=HTTP_TIMEOUT_S
+            )
+        except grpc.RpcError:
+            return None
+    return reply.status
+
+
 def test_readiness_follows_the_scheduler(stack):
+    serving = health_pb2.HealthCheckResponse.SERVING
     ready = stack.http_url() + "/ready"
     wait_for(lambda: status(ready) == 200, WAIT_S, "ready", stack)
     # The gRPC health follows readiness within a second (the gateway checks it every second).
     wait_for(lambda: _gateway_serving(stack), WAIT_S, "SERVING", stack)
+    for process, service in INTERNAL_SERVICES.items():
+        wait_for(
+            lambda p=process, s=service: _internal_health(stack, p, s) == serving,
+            WAIT_S,
+            f"{process} ready",
+            stack,
+        )
     scheduler = stack.processes["scheduler"].proc
     scheduler.send_signal(signal.SIGSTOP)  # no answers, as a scheduler that is down
     try:
         wait_for(lambda: status(ready) == 503, WAIT_S, "not ready", stack)
         wait_for(lambda: not _gateway_serving(stack), WAIT_S, "gRPC health NOT_SERVING", stack)
         assert status(stack.http_url() + "/health") == 200
+        # The planner cannot plan without the scheduler's view: not ready either, alive still.
+        wait_for(
+            lambda: (
+                _internal_health(stack, "placement", INTERNAL_SERVICES["placement"])
+                == health_pb2.HealthCheckResponse.NOT_SERVING
+            ),
+            WAIT_S,
+            "placement NOT_SERVING",
+            stack,
+        )
+        assert _internal_health(stack, "placement", "") == serving
     finally:
         scheduler.send_signal(signal.SIGCONT)
     wait_for(lambda: status(ready) == 200, WAIT_S, "ready again", stack)
     wait_for(lambda: _gateway_serving(stack), WAIT_S, "SERVING again", stack)
+    wait_for(
+        lambda: _internal_health(stack, "placement", INTERNAL_SERVICES["placement"]) == serving,
+        WAIT_S,
+        "placement ready again",
+        stack,
+    )
 
 
 def _scrape(url: str) -> dict:

@@ -28,6 +28,11 @@ class Migrator:
         self._thread.start()
         return self
 
+    @property
+    def alive(self) -> bool:
+        """Its thread runs (started and neither stopped nor died)."""
+        return self._thread.is_alive()
+
     def stop(self, timeout_s: float = 5.0) -> None:
         self._stop.set()
         self.store.work.set()
