@@ -10,6 +10,11 @@ the caller's data folder. One-shot jobs (the `secrets` job: no listening address
 completion first, as compose's service_completed_successfully orders them. Overrides (a dummy
 model, small KV pools) come last.
 
+`replicas` runs more than one process of a service, as `docker compose up --scale` or a
+Kubernetes Deployment would: `name-2`, `name-3`, ... with ports of their own, started right
+after the first; every comma-list setting of the other services that names the first (the
+schedulers a node heartbeats to, a gateway routes through) names them all.
+
 The stack runs with the cluster's credential, as compose does: `identity` is the operator's, for
 the caller's own calls to internal services. Ports come from benchmarks.common.ports.
 """
@@ -55,6 +60,7 @@ class ComposeStack:
     data_dir: Path
     db_url: str
     overrides: dict[str, dict[str, str]] = field(default_factory=dict)
+    replicas: dict[str, int] = field(default_factory=dict)  # service -> processes (default 1)
     processes: dict[str, StackProcess] = field(default_factory=dict)
 
     @property
@@ -136,7 +142,27 @@ class ComposeStack:
             planned.append(
                 StackProcess(name, list(svc["command"]), env, bind, public=name == "gateway")
             )
-        return planned
+        return self._scaled(planned)
+
+    def _scaled(self, planned: list[StackProcess]) -> list[StackProcess]:
+        """`planned` with each service's extra replicas after its first (module docstring)."""
+        out: list[StackProcess] = []
+        more: dict[str, list[str]] = {}  # the first's address -> the replicas' addresses
+        for p in planned:
+            out.append(p)
+            for i in range(2, self.replicas.get(p.name, 1) + 1):
+                env = dict(p.env)
+                for key, value in env.items():
+                    if key.endswith("_BIND") and value.startswith("127.0.0.1:"):
+                        env[key] = f"127.0.0.1:{free_port()}"
+                bind = next(v for k, v in env.items() if k == _bind_key(p))
+                out.append(StackProcess(f"{p.name}-{i}", p.command, env, bind, p.public))
+                more.setdefault(p.address, []).append(bind)
+        for p in out:
+            for key, value in p.env.items():
+                if key.endswith("_ADDR") and value in more:
+                    p.env[key] = ",".join([value, *more[value]])
+        return out
 
     def start(self, timeout_s: float = 240.0) -> None:
         self.run_jobs()
@@ -167,9 +193,9 @@ class ComposeStack:
     def addr(self, name: str) -> str:
         return self.processes[name].address
 
-    def http_url(self) -> str:
-        """The gateway's HTTP front (the OpenAI API, /metrics), as a base URL."""
-        return f"http://{self.processes['gateway'].env['STRATA_GATEWAY_HTTP_BIND']}"
+    def http_url(self, gateway: str = "gateway") -> str:
+        """A gateway's HTTP front (the OpenAI API, /metrics), as a base URL."""
+        return f"http://{self.processes[gateway].env['STRATA_GATEWAY_HTTP_BIND']}"
 
     def logs(self) -> str:
         return "\n".join(
@@ -177,6 +203,11 @@ class ComposeStack:
             for p in self.processes.values()
             if p.log_path
         )
+
+
+def _bind_key(p: StackProcess) -> str:
+    """The setting holding `p`'s own (gRPC) listening address."""
+    return next(k for k, v in p.env.items() if k.endswith("_BIND") and v == p.address)
 
 
 def operator_identity(data_dir: Path) -> ClusterIdentity:

@@ -63,8 +63,15 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
 
 
 async def _abort(context: grpc.aio.ServicerContext, err: PipelineError) -> None:
+    """End the call with the error, its retry-after hint and its refusal's reason as trailers
+    (where known)."""
+    trailers = []
     if err.retry_after_ms is not None:
-        context.set_trailing_metadata(((names.RETRY_AFTER_METADATA, err.retry_after_ms),))
+        trailers.append((names.RETRY_AFTER_METADATA, err.retry_after_ms))
+    if err.reason:
+        trailers.append((names.REFUSAL_REASON_METADATA, err.reason))
+    if trailers:
+        context.set_trailing_metadata(tuple(trailers))
     await context.abort(err.code, err.message)
 
 

@@ -6,10 +6,12 @@ import asyncio
 import logging
 import os
 import signal
+import socket
 
 from services.placement.actions import NodeClients
 from services.placement.config import PROG, PlacementConfig, PolicyName
 from services.placement.curves_source import MetricsCurves
+from services.placement.lease import PlannerLease
 from services.placement.planner import Planner, PlannerSettings, SchedulerLink
 from services.placement.policies import BatchAwarePolicy, FfdPolicy, PlacementPolicy
 from services.placement.prom import planner_families
@@ -93,6 +95,16 @@ async def main(cfg: PlacementConfig) -> None:
         WallClock(),
         policy=policy,
         curves=curves,
+    )
+    # Of several planner processes only the lease's holder applies plans; it renews the lease
+    # every round, so a lease of three rounds outlives a slow one.
+    planner.lease = PlannerLease(
+        scheduler_pb2_grpc.SchedulerStub(scheduler_channel),
+        scheduler,
+        f"{socket.gethostname()}/{os.getpid()}",
+        3 * cfg.replan_interval_s + cfg.placement_rpc_timeout_s,
+        WallClock(),
+        cfg.placement_rpc_timeout_s,
     )
     servicer = PlacementServicer(planner)
     running = await start_server(

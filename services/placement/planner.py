@@ -30,6 +30,7 @@ from opentelemetry import trace
 from services.placement import convert
 from services.placement.actions import NodeActions, NodeClients
 from services.placement.curves_source import MetricsCurves
+from services.placement.lease import NotHolder, PlannerLease
 from services.placement.migrate import Migrations
 from services.placement.policies import FfdPolicy, Outcome, PlacementPolicy
 from strata.core.defaults import NODE_TTL_S
@@ -108,6 +109,7 @@ class Planner:
         curves: MetricsCurves | None = None,
         tracer: trace.Tracer | None = None,
         wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        lease: PlannerLease | None = None,
     ) -> None:
         self._scheduler = scheduler.stub
         self._scheduler_addr = scheduler.address
@@ -122,6 +124,7 @@ class Planner:
         self._policy = policy or FfdPolicy()
         self._curves = curves
         self._lock = asyncio.Lock()
+        self.lease = lease  # None: the only planner, no lease asked for
         self._actions = NodeActions(
             nodes,
             clock,
@@ -148,8 +151,9 @@ class Planner:
     async def replan(
         self, cordon: Iterable[str] = (), uncordon: Iterable[str] = ()
     ) -> PlanSnapshot:
-        """One round; raises SchedulerUnavailable when there is no cluster view and UnknownNode
-        when `cordon` names a node the scheduler does not list."""
+        """One round; raises SchedulerUnavailable when there is no cluster view, UnknownNode
+        when `cordon` names a node the scheduler does not list, and NotHolder when another
+        planner holds the lease (checked right before anything is applied)."""
         async with self._lock:
             with self._tracer.start_as_current_span(names.SPAN_PLACEMENT_REPLAN):
                 nodes, advertised = await self._read_cluster()
@@ -183,6 +187,8 @@ class Planner:
                         "the red line rejected the plan: nothing moves or unloads; "
                         "models without any replica are still loaded"
                     )
+                if self.lease is not None:
+                    await self.lease.hold()
                 version = self._next_version(outcome)
                 notes += await self._apply(outcome.plan, nodes, advertised, version)
                 return self._publish(outcome, version, advertised, notes)
@@ -196,6 +202,10 @@ class Planner:
             except SchedulerUnavailable as err:
                 self.problem = str(err)
                 log.warning("replan skipped: %s", err)
+            except NotHolder as err:
+                if str(err) != self.problem:
+                    log.info("replan skipped: %s", err)
+                self.problem = str(err)
             try:
                 await asyncio.wait_for(stop.wait(), timeout=every_s)
             except TimeoutError:
@@ -203,6 +213,8 @@ class Planner:
 
     async def close(self) -> None:
         await self.migrations.close()
+        if self.lease is not None:
+            await self.lease.release()
 
     async def _read_cluster(self) -> tuple[list[common_pb2.NodeInfo], dict[str, int]]:
         try:

@@ -5,6 +5,7 @@ strata_placement_assignments{model}      replicas the plan assigns
 strata_placement_migrations_running
 strata_placement_migrations_total{outcome}    started | abandoned
 strata_placement_cordoned_nodes
+strata_placement_lease_held              1 while this planner holds the lease (applies plans)
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from strata.telemetry.prometheus import counter, gauge
 
 def planner_families(planner: Planner) -> Iterable[Metric]:
     latest = planner.latest
+    held = planner.lease is None or planner.lease.held
+    yield gauge("strata_placement_lease_held", "1 while this planner applies plans", (),
+                [((), 1 if held else 0)])  # fmt: skip
     yield gauge("strata_placement_plan_version", "The plan in force", (),
                 [((), latest.version if latest is not None else 0)])  # fmt: skip
     per_model = Counter(a.model for a in latest.plan.assignments) if latest is not None else {}

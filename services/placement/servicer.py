@@ -6,6 +6,7 @@ from __future__ import annotations
 import grpc
 
 from services.placement import convert
+from services.placement.lease import NotHolder
 from services.placement.planner import (
     Planner,
     PlanSnapshot,
@@ -47,6 +48,12 @@ class PlacementServicer(placement_pb2_grpc.PlacementServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
         except UnknownNode as err:
             await context.abort(grpc.StatusCode.NOT_FOUND, str(err))
+        except NotHolder as err:
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"{err}; this planner applies no plan while it is on standby: ask the one that "
+                f"holds the lease",
+            )
         return _to_pb(snapshot)
 
     async def Explain(

@@ -11,6 +11,8 @@ from services.scheduler.prom import RouteMetrics, registry_families
 from services.scheduler.servicer import SchedulerServicer
 from strata.core.settings import load
 from strata.policy.clock import WallClock
+from strata.policy.kv_index import PrefixIndex
+from strata.policy.lease import LeaseTable
 from strata.policy.registry import NodeRegistry
 from strata.policy.routing import Router
 from strata.rpc.channels import install
@@ -33,8 +35,15 @@ async def main(cfg: SchedulerConfig) -> None:
         rng=random.Random(), sample_size=cfg.route_sample, tie_tolerance=cfg.route_tie_tolerance
     )
     metrics = RouteMetrics()
+    index = PrefixIndex()
     servicer = SchedulerServicer(
-        registry, router, cfg.heartbeat_interval_s, settings=cfg.settings(), metrics=metrics
+        registry,
+        router,
+        cfg.heartbeat_interval_s,
+        index=index,
+        settings=cfg.settings(),
+        metrics=metrics,
+        leases=LeaseTable(registry.clock, cfg.lease_grace_s, cfg.lease_max_s),
     )
     log.info("scheduling mode %s", cfg.scheduler_mode)
     running = await start_server(
@@ -49,7 +58,7 @@ async def main(cfg: SchedulerConfig) -> None:
     )
     stop = asyncio.Event()
     prom = open_endpoint(
-        cfg.scheduler_prometheus_bind, lambda: registry_families(registry), metrics.registry
+        cfg.scheduler_prometheus_bind, lambda: registry_families(registry, index), metrics.registry
     )
     expiry = asyncio.create_task(servicer.expire_until(stop, cfg.heartbeat_interval_s))
     log.info("scheduler listening on %s", cfg.scheduler_bind)

@@ -64,6 +64,16 @@ class SchedulerConfig(SecurityFields):
         description="refuse a request its class's targets cannot hold for even on an idle "
         "replica (FAILED_PRECONDITION); false admits it",
     )
+    lease_max_s: float = Field(
+        120.0, gt=0, description="the longest a lease (the planner's) is granted for at once"
+    )
+    lease_grace_s: float = Field(
+        0.0,
+        ge=0,
+        description="after a start, grant no lease for this long (0: at once; the planner "
+        "renews its lease before it applies a plan, so a holder from before a restart stops "
+        "at its next plan)",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> SchedulerConfig:

@@ -5,6 +5,8 @@ strata_scheduler_route_decisions_total{outcome, reason}
 strata_scheduler_route_latency_seconds    histogram of the decision itself
 strata_scheduler_nodes                    nodes whose heartbeats are fresh
 strata_scheduler_ready_replicas{model}    READY replicas the routing sees
+strata_scheduler_kv_blocks{node}          KV blocks the prefix index holds for each node (from
+                                          its KV tier store's events)
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Iterable
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import Metric
 
+from strata.policy.kv_index import PrefixIndex
 from strata.policy.registry import NodeRegistry, ReplicaPhase
 from strata.telemetry.prometheus import gauge
 
@@ -42,9 +45,17 @@ class RouteMetrics:
         self.latency.observe(seconds)
 
 
-def registry_families(registry: NodeRegistry) -> Iterable[Metric]:
+def registry_families(registry: NodeRegistry, index: PrefixIndex | None = None) -> Iterable[Metric]:
     nodes = registry.nodes()
     yield gauge("strata_scheduler_nodes", "Nodes with a fresh heartbeat", (), [((), len(nodes))])
     ready = Tally(r.model for n in nodes for r in n.replicas if r.phase is ReplicaPhase.READY)
     yield gauge("strata_scheduler_ready_replicas", "READY replicas by model", ("model",),
                 (((m,), c) for m, c in sorted(ready.items())))  # fmt: skip
+    if index is not None:
+        held = (((n,), index.blocks(n)) for n in sorted(index.node_ids()))
+        yield gauge(
+            "strata_scheduler_kv_blocks",
+            "KV blocks the prefix index holds by node",
+            ("node",),
+            held,
+        )

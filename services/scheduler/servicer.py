@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 
 import grpc
@@ -15,12 +16,14 @@ from services.scheduler import convert
 from services.scheduler.prom import RouteMetrics
 from strata.core.tenant_policy_pb import policy_from_pb
 from strata.policy.kv_index import PrefixIndex
+from strata.policy.lease import LeaseTable
 from strata.policy.registry import NodeRegistry
 from strata.policy.routing import MissKind, Router
 from strata.policy.scheduling.admission import Refusal
 from strata.policy.scheduling.global_scheduler import (
     INFEASIBLE,
     GlobalScheduler,
+    RateLimit,
     SchedulerSettings,
 )
 from strata.policy.scheduling.ledger import PoolLedger
@@ -40,11 +43,13 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         index: PrefixIndex | None = None,
         settings: SchedulerSettings = SchedulerSettings(),
         metrics: RouteMetrics | None = None,
+        leases: LeaseTable | None = None,
     ) -> None:
         self.metrics = metrics if metrics is not None else RouteMetrics()
         self._registry = registry
         self._router = router
         self._index = index if index is not None else PrefixIndex()
+        self._leases = leases if leases is not None else LeaseTable(registry.clock, 0.0, 120.0)
         self._scheduler = GlobalScheduler(registry, router, PoolLedger(), self._index, settings)
         self._interval_ms = round(heartbeat_interval_s * 1000)
         self._block_sizes: dict[str, int] = {}  # model -> first KV block size reported
@@ -113,6 +118,19 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             policy = policy_from_pb(request.policy, request.tenant)
         except ValueError as err:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        rate = None
+        if request.rate_limit_rps:
+            burst = request.rate_limit_burst or max(1.0, request.rate_limit_rps)
+            if not (math.isfinite(request.rate_limit_rps) and request.rate_limit_rps > 0) or not (
+                math.isfinite(burst) and burst >= 1
+            ):
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"rate_limit_rps must be a positive number and rate_limit_burst at least 1 "
+                    f"(or 0: one second of the rate), got {request.rate_limit_rps} and "
+                    f"{request.rate_limit_burst}",
+                )
+            rate = RateLimit(request.rate_limit_rps, burst)
         with self._tracer.start_as_current_span(names.SPAN_SCHEDULER_ROUTE) as span:
             span.set_attribute(names.TENANT, request.tenant)
             span.set_attribute(names.GEN_AI_REQUEST_MODEL, request.model)
@@ -125,6 +143,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 request.prompt_tokens_estimate,
                 request.max_tokens,
                 request.prefix_hashes,
+                rate,
             )
             took = time.perf_counter() - began
             if isinstance(decision, Refusal):
@@ -201,6 +220,27 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 request.sequence,
             )
         return scheduler_pb2.KVEventsResponse(need_reset=need_reset)
+
+    async def AcquireLease(
+        self, request: scheduler_pb2.LeaseRequest, context: grpc.aio.ServicerContext
+    ) -> scheduler_pb2.LeaseResponse:
+        if not request.name or not request.holder:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "name and holder are required: the lease's name and the caller's own stable id",
+            )
+        if not (math.isfinite(request.ttl_s) and request.ttl_s >= 0):
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"ttl_s must be > 0 to acquire or 0 to release, got {request.ttl_s}",
+            )
+        if request.ttl_s == 0:
+            self._leases.release(request.name, request.holder)
+            return scheduler_pb2.LeaseResponse(granted=False)
+        grant = self._leases.acquire(request.name, request.holder, request.ttl_s)
+        return scheduler_pb2.LeaseResponse(
+            granted=grant.granted, holder=grant.holder, remaining_s=grant.remaining_s
+        )
 
     async def ListNodes(
         self, request: scheduler_pb2.ListNodesRequest, context: grpc.aio.ServicerContext

@@ -125,8 +125,11 @@ async def env(tmp_path):
             service_name="strata.v1.NodeManager",
         )
     )
+    # The scheduler holds the tenants' rates across gateways on its registry's clock: the same
+    # clock as the gateways' own limiters, so the tests move both.
+    auth_clock, rate_clock = ManualClock(), ManualClock()
     scheduler = SchedulerServicer(
-        NodeRegistry(clock=ManualClock()), Router(rng=random.Random(0)), heartbeat_interval_s=1.0
+        NodeRegistry(clock=rate_clock), Router(rng=random.Random(0)), heartbeat_interval_s=1.0
     )
     scheduler_addr = await serve(
         Registration(
@@ -152,7 +155,6 @@ async def env(tmp_path):
             models=[common_pb2.ModelInfo(name=MODEL, context_length=2048, memory_bytes=1_000_000)],
         )
     )
-    auth_clock, rate_clock = ManualClock(), ManualClock()
     gateways: list = []
 
     async def start_gateway(rate: float, burst: float) -> gateway_pb2_grpc.GatewayStub:
@@ -300,6 +302,21 @@ async def test_over_the_rate_the_tenant_gets_resource_exhausted_with_retry_after
     env.rate_clock.advance(0.5)
     assert len(await collect(limited, request(), auth(env.key))) == 3
     assert len(env.node.submits) == 2
+
+
+async def test_a_tenants_rate_holds_across_gateways_through_their_scheduler(env):
+    # Each gateway allows the tenant 1/s; the scheduler both route through holds one bucket.
+    first, second = await env.start_gateway(1.0, 1.0), await env.start_gateway(1.0, 1.0)
+    assert len(await collect(first, request(), auth(env.key))) == 3
+    err = await rpc_error(collect(second, request(), auth(env.key)))
+    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert err.details() == (
+        "tenant 'acme' is over its request rate of 1/s (across every gateway); retry in 1000 ms"
+    )
+    trailers = dict(err.trailing_metadata())
+    assert (trailers["retry-after-ms"], trailers["x-strata-refusal-reason"]) == ("1001", "rate")
+    env.rate_clock.advance(1.0)
+    assert len(await collect(second, request(), auth(env.key))) == 3
 
 
 async def test_chunks_are_forwarded_with_request_and_trace_ids(env):

@@ -19,9 +19,12 @@ DUMMY_OVERRIDES = {
 
 
 @contextlib.contextmanager
-def running_stack(data_dir, overrides):
+def running_stack(data_dir, overrides, replicas=None):
     s = ComposeStack(
-        data_dir=data_dir, db_url=f"sqlite+aiosqlite:///{data_dir}/strata.db", overrides=overrides
+        data_dir=data_dir,
+        db_url=f"sqlite+aiosqlite:///{data_dir}/strata.db",
+        overrides=overrides,
+        replicas=replicas or {},
     )
     try:
         s.start()

@@ -22,8 +22,10 @@ from strata.policy.routing import RouteDecision, Router
 from strata.policy.scheduling.admission import AdmissionSettings, Refusal, admit
 from strata.policy.scheduling.global_scheduler import (
     INFEASIBLE,
+    RATE,
     GlobalScheduler,
     Mode,
+    RateLimit,
     SchedulerSettings,
 )
 from strata.policy.scheduling.ledger import PoolLedger
@@ -407,3 +409,21 @@ def test_without_a_step_line_only_the_queue_estimate_judges():
     r = ReplicaState(model="m", replica_id="r", phase=ReplicaPhase.READY, kv_blocks_total=100,
                      kv_blocks_free=100, slots=DecodeLoad.of([(1000, 1.0)] * 100))  # fmt: skip
     assert isinstance(scheduler(node("n", r)).route("m", sla(1.0, 1.0), 900, 100), RouteDecision)
+
+
+def test_a_tenants_request_rate_holds_across_the_gateways_routing_here():
+    # Three gateways send the same tenant's limit (2/s, bursts of 2): the scheduler holds one
+    # bucket for the tenant, so the third request at once is refused whichever gateway sent it.
+    gs = scheduler(busy(0))
+    limit = RateLimit(2.0, 2.0)
+    routed = [gs.route("m", sla(2000.0), 16, 16, rate=limit) for _ in range(3)]
+    assert [isinstance(r, RouteDecision) for r in routed] == [True, True, False]
+    assert routed[2].reason == RATE and routed[2].retry_after_s == pytest.approx(0.5)
+    assert "2/s" in routed[2].message
+    # Another tenant has a bucket of its own; half a second later the first has a token again.
+    other = TenantPolicy("t2", "standard", 1, 2000.0, 100.0)
+    assert isinstance(gs.route("m", other, 16, 16, rate=limit), RouteDecision)
+    gs.registry.clock.advance(0.5)
+    assert isinstance(gs.route("m", sla(2000.0), 16, 16, rate=limit), RouteDecision)
+    # Without a limit nothing is counted.
+    assert all(isinstance(gs.route("m", sla(2000.0), 16, 16), RouteDecision) for _ in range(5))

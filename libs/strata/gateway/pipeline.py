@@ -238,7 +238,7 @@ class RequestPipeline:
                     or estimate_tokens(params.prompt, (c for _, c in params.messages))
                 )
                 route, stale = await self._route(
-                    span, tenant, entry.policy, params, prompt_tokens, hashed, timeout_s
+                    span, tenant, entry, params, prompt_tokens, hashed, timeout_s
                 )
                 # The cluster serves this model: its tokenizer is worth loading for next time.
                 self.prefixes.ensure_loading(params.model)
@@ -338,12 +338,16 @@ class RequestPipeline:
         self,
         span: trace.Span,
         tenant: str,
-        policy: TenantPolicy,
+        entry: TenantEntry,
         params: GenerateParams,
         prompt_tokens: int,
         hashed,
         timeout_s: float,
     ) -> tuple[scheduler_pb2.RouteResponse, ViewReplica | None]:
+        """The scheduler's route (which also holds the tenant's request rate across gateways),
+        or stale routing when no scheduler answers."""
+        policy = entry.policy
+        rps, burst = self.limiter.limits(entry.rate_limit_rps)
         request = scheduler_pb2.RouteRequest(
             model=params.model,
             tenant=tenant,
@@ -351,6 +355,8 @@ class RequestPipeline:
             prefix_hashes=hashed.hashes if hashed is not None else (),
             policy=policy_to_pb(policy),
             max_tokens=params.max_tokens,
+            rate_limit_rps=rps,
+            rate_limit_burst=burst,
         )
         try:
             return await self.schedulers.route(request, min(timeout_s, ROUTE_TIMEOUT_S)), None

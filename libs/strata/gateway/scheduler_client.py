@@ -1,7 +1,10 @@
 """The gateway's side of level-1 scheduling: one or more schedulers, and what to do without them.
 
 Route and ListModels go to the scheduler that answered last, then to the others in turn when
-it is unreachable (the transport failed: down, restarting, partitioned). A scheduler's own
+it is unreachable (the transport failed: down, restarting, partitioned). The view refresh asks
+the first scheduler listed first, so every gateway returns to it once it answers again: the
+gateways route through one scheduler while it is up, and the tenants' request rates it holds
+(strata.policy.scheduling.global_scheduler) are one limit across them. A scheduler's own
 answer (NOT_FOUND, RESOURCE_EXHAUSTED, UNAVAILABLE for no ready replica) is final and raised
 as is. When none is reachable, `SchedulersUnreachable` tells the caller to fall back to stale
 routing (strata.policy.scheduling.stale_routing), whose view of the pool `refresh_forever`
@@ -68,11 +71,13 @@ class SchedulerClient:
         self.answered_at: float | None = None  # monotonic time of the last view taken
         self.ready_models: tuple[str, ...] = ()  # models with a READY replica in that view
 
-    async def _call(self, method: str, request, timeout: float):
+    async def _call(self, method: str, request, timeout: float, first: int | None = None):
+        """`method` on the preferred scheduler (or `first`), then the others in turn."""
         n = len(self._stubs)
+        start = self._preferred if first is None else first
         last: grpc.aio.AioRpcError | None = None
         for i in range(n):
-            k = (self._preferred + i) % n
+            k = (start + i) % n
             try:
                 reply = await getattr(self._stubs[k], method)(request, timeout=timeout)
             except grpc.aio.AioRpcError as err:
@@ -97,7 +102,9 @@ class SchedulerClient:
         if self.stale is None:
             return False
         try:
-            reply = await self._call("ListNodes", scheduler_pb2.ListNodesRequest(), VIEW_TIMEOUT_S)
+            reply = await self._call(
+                "ListNodes", scheduler_pb2.ListNodesRequest(), VIEW_TIMEOUT_S, first=0
+            )
         except (SchedulersUnreachable, grpc.aio.AioRpcError):
             return False
         ready, models = view_of(reply.nodes)

@@ -7,6 +7,26 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class LeaseRequest(_message.Message):
+    __slots__ = ("name", "holder", "ttl_s")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    TTL_S_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    holder: str
+    ttl_s: float
+    def __init__(self, name: _Optional[str] = ..., holder: _Optional[str] = ..., ttl_s: _Optional[float] = ...) -> None: ...
+
+class LeaseResponse(_message.Message):
+    __slots__ = ("granted", "holder", "remaining_s")
+    GRANTED_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_S_FIELD_NUMBER: _ClassVar[int]
+    granted: bool
+    holder: str
+    remaining_s: float
+    def __init__(self, granted: _Optional[bool] = ..., holder: _Optional[str] = ..., remaining_s: _Optional[float] = ...) -> None: ...
+
 class KVEventsRequest(_message.Message):
     __slots__ = ("node_id", "store_address", "sequence", "reset", "stored", "removed")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -44,20 +64,24 @@ class HeartbeatResponse(_message.Message):
     def __init__(self, heartbeat_interval_ms: _Optional[int] = ...) -> None: ...
 
 class RouteRequest(_message.Message):
-    __slots__ = ("model", "tenant", "prompt_tokens_estimate", "prefix_hashes", "policy", "max_tokens")
+    __slots__ = ("model", "tenant", "prompt_tokens_estimate", "prefix_hashes", "policy", "max_tokens", "rate_limit_rps", "rate_limit_burst")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_ESTIMATE_FIELD_NUMBER: _ClassVar[int]
     PREFIX_HASHES_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    RATE_LIMIT_RPS_FIELD_NUMBER: _ClassVar[int]
+    RATE_LIMIT_BURST_FIELD_NUMBER: _ClassVar[int]
     model: str
     tenant: str
     prompt_tokens_estimate: int
     prefix_hashes: _containers.RepeatedScalarFieldContainer[int]
     policy: _common_pb2.TenantPolicy
     max_tokens: int
-    def __init__(self, model: _Optional[str] = ..., tenant: _Optional[str] = ..., prompt_tokens_estimate: _Optional[int] = ..., prefix_hashes: _Optional[_Iterable[int]] = ..., policy: _Optional[_Union[_common_pb2.TenantPolicy, _Mapping]] = ..., max_tokens: _Optional[int] = ...) -> None: ...
+    rate_limit_rps: float
+    rate_limit_burst: float
+    def __init__(self, model: _Optional[str] = ..., tenant: _Optional[str] = ..., prompt_tokens_estimate: _Optional[int] = ..., prefix_hashes: _Optional[_Iterable[int]] = ..., policy: _Optional[_Union[_common_pb2.TenantPolicy, _Mapping]] = ..., max_tokens: _Optional[int] = ..., rate_limit_rps: _Optional[float] = ..., rate_limit_burst: _Optional[float] = ...) -> None: ...
 
 class RouteResponse(_message.Message):
     __slots__ = ("node_id", "node_address", "replica_id", "cached_blocks", "kv_source_address", "kv_source_blocks", "estimated_ttft_ms")

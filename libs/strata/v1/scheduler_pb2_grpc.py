@@ -61,6 +61,11 @@ class SchedulerStub:
                 request_serializer=strata_dot_v1_dot_scheduler__pb2.KVEventsRequest.SerializeToString,
                 response_deserializer=strata_dot_v1_dot_scheduler__pb2.KVEventsResponse.FromString,
                 _registered_method=True)
+        self.AcquireLease = channel.unary_unary(
+                '/strata.v1.Scheduler/AcquireLease',
+                request_serializer=strata_dot_v1_dot_scheduler__pb2.LeaseRequest.SerializeToString,
+                response_deserializer=strata_dot_v1_dot_scheduler__pb2.LeaseResponse.FromString,
+                _registered_method=True)
 
 
 class SchedulerServicer:
@@ -98,6 +103,14 @@ class SchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AcquireLease(self, request, context):
+        """A named lease with a time to live: the placement planner holds "placement" while it plans,
+        so that of several planner processes only one applies plans.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchedulerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -125,6 +138,11 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.ReportKVEvents,
                     request_deserializer=strata_dot_v1_dot_scheduler__pb2.KVEventsRequest.FromString,
                     response_serializer=strata_dot_v1_dot_scheduler__pb2.KVEventsResponse.SerializeToString,
+            ),
+            'AcquireLease': grpc.unary_unary_rpc_method_handler(
+                    servicer.AcquireLease,
+                    request_deserializer=strata_dot_v1_dot_scheduler__pb2.LeaseRequest.FromString,
+                    response_serializer=strata_dot_v1_dot_scheduler__pb2.LeaseResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -263,6 +281,33 @@ class Scheduler:
             '/strata.v1.Scheduler/ReportKVEvents',
             strata_dot_v1_dot_scheduler__pb2.KVEventsRequest.SerializeToString,
             strata_dot_v1_dot_scheduler__pb2.KVEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AcquireLease(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/strata.v1.Scheduler/AcquireLease',
+            strata_dot_v1_dot_scheduler__pb2.LeaseRequest.SerializeToString,
+            strata_dot_v1_dot_scheduler__pb2.LeaseResponse.FromString,
             options,
             channel_credentials,
             insecure,

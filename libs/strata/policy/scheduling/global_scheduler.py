@@ -1,6 +1,8 @@
 """The level-1 scheduler: admission, then routing, then the SLA feasibility check.
 
-    request --admit (quotas: burst share, pool full above the guarantee)--> refusal | on
+    request --the tenant's request rate (a token bucket per tenant, at the rate the gateway
+             sent: one limit across every gateway routing here)--> refusal "rate" | on
+            --admit (quotas: burst share, pool full above the guarantee)--> refusal | on
             --Router.route (prefix overlap, load ahead, pending work, node safety margin,
                             randomized ties, sampled candidates)--> replica
             --SLA: the estimate to first token passes the class's TTFT target, and only because
@@ -34,6 +36,7 @@ from dataclasses import dataclass, field
 
 from strata.core.tenant_policy import TenantPolicy
 from strata.policy.kv_index import PrefixIndex
+from strata.policy.ratelimit import TokenBuckets
 from strata.policy.registry import NodeRegistry, ReplicaState
 from strata.policy.routing import RouteDecision, RouteMiss, Router
 from strata.policy.scheduling.admission import (
@@ -53,6 +56,15 @@ from strata.policy.scheduling.slo import (
 
 SLA_SLACK = 0.85
 INFEASIBLE = "infeasible"  # a Refusal's reason: the class's targets cannot hold even when idle
+RATE = "rate"  # a Refusal's reason: the tenant is over its request rate
+
+
+@dataclass(slots=True, frozen=True)
+class RateLimit:
+    """A tenant's request rate: `rps` sustained, `burst` at once (>= 1)."""
+
+    rps: float
+    burst: float
 
 
 class Mode(enum.StrEnum):
@@ -92,10 +104,12 @@ class GlobalScheduler:
     ledger: PoolLedger
     index: PrefixIndex | None = None
     settings: SchedulerSettings = SchedulerSettings()
+    rates: TokenBuckets = field(init=False)
 
     def __post_init__(self) -> None:
         self.ledger.horizon_s = self.settings.admission.horizon_s
         self.registry.listener = self.ledger
+        self.rates = TokenBuckets(self.registry.clock)
 
     def route(
         self,
@@ -104,9 +118,19 @@ class GlobalScheduler:
         prompt_tokens: int,
         max_tokens: int,
         prefix_hashes: Sequence[int] = (),
+        rate: RateLimit | None = None,
     ) -> RouteDecision | Refusal | None:
         """A decision, a refusal, or None when the model has no READY replica here (ask
-        explain_miss why)."""
+        explain_miss why). `rate`: the tenant's request rate limit (None: none)."""
+        if rate is not None:
+            wait_s = self.rates.take(policy.tenant, rate.rps, rate.burst)
+            if wait_s > 0:
+                return Refusal(
+                    RATE,
+                    f"tenant {policy.tenant!r} is over its request rate of {rate.rps:g}/s "
+                    f"(across every gateway); retry in {wait_s * 1000:.0f} ms",
+                    wait_s,
+                )
         mode = self.settings.mode
         work = prompt_tokens + max_tokens
         if mode is Mode.TWO_LEVEL:
