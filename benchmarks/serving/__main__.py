@@ -115,8 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"Spans of 30 sequential requests through gRPC (client TTFT P50 {span_ttft:.2f} ms in "
         "this part): each span's median start after the gateway's span began, and its median "
-        "duration. `/strata.v1.X/Y` spans are the gRPC instrumentation's (client and server "
-        "side of a hop); the others Strata's own.",
+        "duration: Strata's own spans, one per service on the path (the caller's context "
+        "crosses each hop in metadata; no span per gRPC call).",
         "",
         *table(
             ("span", "starts at ms", "lasts ms", "spans"),

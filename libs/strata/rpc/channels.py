@@ -2,8 +2,9 @@
 
 A service installs its identity once at start (`install`); `channel` and `sync_channel` then
 build every outgoing channel to an internal service with it: mutual TLS when internal TLS is on,
-and the internal token on every call. A process with no identity installed (unit and contract
-tests of one servicer) gets plaintext channels without the token. `public_channel` reaches the
+and the internal token on every call, beside the caller's span context (strata.rpc.
+trace_context). A process with no identity installed (unit and contract tests of one servicer)
+gets plaintext channels without the token. `public_channel` reaches the
 gateway's public port: plaintext or server-verified TLS, never the cluster's credential.
 """
 
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 
 import grpc
 
+from strata.rpc.trace_context import outgoing
 from strata.security.identity import TOKEN_METADATA, ClusterIdentity
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -36,28 +38,37 @@ def current() -> ClusterIdentity | None:
     return _installed
 
 
-def _with_token(d: grpc.aio.ClientCallDetails, token: str) -> grpc.aio.ClientCallDetails:
-    metadata = grpc.aio.Metadata(*(tuple(d.metadata or ())), (TOKEN_METADATA, token))
+def _metadata(token: str | None) -> list[tuple[str, str]]:
+    """What every internal call adds: the cluster's token (when there is one) and the caller's
+    span context (strata.rpc.trace_context)."""
+    pairs = outgoing()
+    if token is not None:
+        pairs.append((TOKEN_METADATA, token))
+    return pairs
+
+
+def _with_metadata(d: grpc.aio.ClientCallDetails, token: str | None) -> grpc.aio.ClientCallDetails:
+    metadata = grpc.aio.Metadata(*(tuple(d.metadata or ())), *_metadata(token))
     return grpc.aio.ClientCallDetails(
         d.method, d.timeout, metadata, d.credentials, d.wait_for_ready
     )
 
 
 # grpc.aio files an interceptor under the first call kind it implements only: one class a kind.
-class _AioTokenUnary(grpc.aio.UnaryUnaryClientInterceptor):
-    def __init__(self, token: str):
+class _AioUnary(grpc.aio.UnaryUnaryClientInterceptor):
+    def __init__(self, token: str | None):
         self._token = token
 
     async def intercept_unary_unary(self, continuation, client_call_details, request):
-        return await continuation(_with_token(client_call_details, self._token), request)
+        return await continuation(_with_metadata(client_call_details, self._token), request)
 
 
-class _AioTokenStream(grpc.aio.UnaryStreamClientInterceptor):
-    def __init__(self, token: str):
+class _AioStream(grpc.aio.UnaryStreamClientInterceptor):
+    def __init__(self, token: str | None):
         self._token = token
 
     async def intercept_unary_stream(self, continuation, client_call_details, request):
-        return await continuation(_with_token(client_call_details, self._token), request)
+        return await continuation(_with_metadata(client_call_details, self._token), request)
 
 
 class _CallDetails(grpc.ClientCallDetails):
@@ -70,15 +81,15 @@ class _CallDetails(grpc.ClientCallDetails):
         )
 
 
-class _SyncToken(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
-    def __init__(self, token: str):
-        self._pair = (TOKEN_METADATA, token)
+class _SyncMetadata(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
+    def __init__(self, token: str | None):
+        self._token = token
 
     def _details(self, d: grpc.ClientCallDetails) -> grpc.ClientCallDetails:
         return _CallDetails(
             d.method,
             d.timeout,
-            [*(d.metadata or ()), self._pair],
+            [*(d.metadata or ()), *_metadata(self._token)],
             d.credentials,
             getattr(d, "wait_for_ready", None),
             getattr(d, "compression", None),
@@ -98,10 +109,9 @@ def channel(
 ) -> grpc.aio.Channel:
     """An asyncio channel to an internal service, with `identity` (default: the installed one)."""
     ident = identity or _installed
-    if ident is None:
-        return grpc.aio.insecure_channel(address, options=list(options))
-    interceptors = [_AioTokenUnary(ident.token), _AioTokenStream(ident.token)]
-    creds = ident.channel_credentials()
+    token = ident.token if ident is not None else None
+    interceptors = [_AioUnary(token), _AioStream(token)]
+    creds = ident.channel_credentials() if ident is not None else None
     if creds is None:
         return grpc.aio.insecure_channel(address, options=list(options), interceptors=interceptors)
     opts = [*options, *ident.channel_options()]
@@ -115,15 +125,13 @@ def sync_channel(
 ) -> grpc.Channel:
     """A blocking channel to an internal service, with `identity` (default: the installed one)."""
     ident = identity or _installed
-    if ident is None:
-        return grpc.insecure_channel(address, options=list(options))
-    creds = ident.channel_credentials()
+    creds = ident.channel_credentials() if ident is not None else None
     ch = (
         grpc.insecure_channel(address, options=list(options))
         if creds is None
         else grpc.secure_channel(address, creds, options=[*options, *ident.channel_options()])
     )
-    return grpc.intercept_channel(ch, _SyncToken(ident.token))
+    return grpc.intercept_channel(ch, _SyncMetadata(ident.token if ident is not None else None))
 
 
 def public_channel(

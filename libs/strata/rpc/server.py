@@ -26,6 +26,7 @@ from strata.rpc.channels import (
 )
 from strata.rpc.guard import GuardInterceptor
 from strata.rpc.internal_auth import InternalAuthInterceptor
+from strata.rpc.trace_context import TraceContextInterceptor
 from strata.security.identity import ClusterIdentity
 
 __all__ = [
@@ -84,8 +85,9 @@ async def start_server(
     identity: ClusterIdentity | None = None,
     tls: grpc.ServerCredentials | None = None,
 ) -> RunningServer:
-    """Serve `registrations` with health and reflection. Every server runs the guard
-    (strata.rpc.guard) after the given interceptors; `max_receive_bytes` caps a request's size
+    """Serve `registrations` with health and reflection. Every server attaches its callers'
+    span context (strata.rpc.trace_context) and runs the guard (strata.rpc.guard) after the
+    given interceptors; `max_receive_bytes` caps a request's size
     (a public server sets it from the largest valid request).
 
     `identity`: an internal server: every call but health and reflection needs the cluster's
@@ -97,7 +99,8 @@ async def start_server(
     ]
     auth = [InternalAuthInterceptor(identity)] if identity is not None else []
     server = grpc.aio.server(
-        options=options, interceptors=[*auth, *interceptors, GuardInterceptor()]
+        options=options,
+        interceptors=[TraceContextInterceptor(), *auth, *interceptors, GuardInterceptor()],
     )
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -1,7 +1,6 @@
-"""Tracing setup shared by every service: OTLP/gRPC export and W3C propagation over gRPC.
-
-The aio gRPC instrumentors open a server span for each incoming call and inject the caller's
-context into outgoing metadata, so one request keeps one trace id across processes.
+"""Tracing setup shared by every service: OTLP/gRPC export. The caller's span context crosses
+processes in gRPC metadata (strata.rpc.trace_context, on every internal channel and server), so
+one request keeps one trace id; the spans are the services' own (strata.telemetry.names).
 """
 
 from __future__ import annotations
@@ -13,10 +12,6 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from strata.security.identity import TOKEN_METADATA, ClusterIdentity
 
-# Control-plane chatter that would bury requests in traces: health and reflection, and the
-# periodic heartbeat and stats polls (each node sends several a second).
-_UNTRACED_METHODS = ("Heartbeat", "GetStats", "ListNodes", "GetNodeStatus")
-
 
 def init_tracing(
     service_name: str,
@@ -24,7 +19,7 @@ def init_tracing(
     exporter: SpanExporter | None = None,
     identity: ClusterIdentity | None = None,
 ) -> TracerProvider:
-    """Install a global tracer provider for this process and instrument grpc.aio.
+    """Install a global tracer provider for this process.
 
     otlp_endpoint: host:port of an OTLP/gRPC receiver, or None/"" to export nowhere (spans still
     propagate context). exporter: an explicit exporter (tests pass an in-memory one).
@@ -55,34 +50,7 @@ def init_tracing(
             )
         )
     trace.set_tracer_provider(provider)
-    instrument_grpc()
     return provider
-
-
-_instrumented = False
-
-
-def instrument_grpc() -> None:
-    """Patch grpc.aio servers and channels created from now on (idempotent)."""
-    global _instrumented
-    if _instrumented:
-        return
-    from opentelemetry.instrumentation.grpc import (
-        GrpcAioInstrumentorClient,
-        GrpcAioInstrumentorServer,
-        filters,
-    )
-
-    traced = filters.negate(
-        filters.any_of(
-            filters.health_check(),
-            filters.service_prefix("grpc.reflection"),
-            *[filters.method_name(m) for m in _UNTRACED_METHODS],
-        )
-    )
-    GrpcAioInstrumentorServer(filter_=traced).instrument()
-    GrpcAioInstrumentorClient(filter_=traced).instrument()
-    _instrumented = True
 
 
 def tracer(name: str) -> trace.Tracer:
