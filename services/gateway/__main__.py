@@ -109,6 +109,7 @@ async def main(cfg: GatewayConfig) -> None:
         bind=cfg.gateway_bind,
         max_receive_bytes=max_request_bytes(),
         tls=cfg.public_tls(),
+        health_bind=cfg.health_bind,
     )
     stop = asyncio.Event()
     views = asyncio.create_task(schedulers.refresh_forever(stop))

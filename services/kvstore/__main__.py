@@ -70,6 +70,7 @@ async def main(cfg: KVStoreConfig) -> None:
         ],
         bind=cfg.kvstore_bind,
         identity=identity,
+        health_bind=cfg.health_bind,
     )
     if idle:
         cpu_priority.to_background()  # and the gRPC runtime's own threads

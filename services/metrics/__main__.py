@@ -56,6 +56,7 @@ async def main(cfg: MetricsConfig) -> None:
         ],
         bind=cfg.metrics_bind,
         identity=identity,
+        health_bind=cfg.health_bind,
     )
     host, otlp_host = cfg.metrics_bind.rsplit(":", 1)[0], cfg.otlp_bind.rsplit(":", 1)[0]
     print(

@@ -60,6 +60,7 @@ async def main(cfg: NodeConfig) -> None:
         ],
         bind=cfg.node_bind,
         identity=identity,
+        health_bind=cfg.health_bind,
     )
     stop = asyncio.Event()
     last = LastReport()

@@ -116,6 +116,7 @@ async def main(cfg: PlacementConfig) -> None:
         ],
         bind=cfg.placement_bind,
         identity=identity,
+        health_bind=cfg.health_bind,
     )
     stop = asyncio.Event()
     prom = open_endpoint(cfg.placement_prometheus_bind, lambda: planner_families(planner))

@@ -55,6 +55,7 @@ async def main(cfg: SchedulerConfig) -> None:
         ],
         bind=cfg.scheduler_bind,
         identity=identity,
+        health_bind=cfg.health_bind,
     )
     stop = asyncio.Event()
     prom = open_endpoint(

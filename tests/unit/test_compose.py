@@ -46,9 +46,10 @@ SETTINGS = {
     "metrics": "MetricsConfig",
 }
 # Left at their defaults in compose on purpose: the internal credential check is on unless a
-# test turns it off. A service given STRATA_SECRETS_DIR needs a data directory only if it keeps
-# data of its own, so compose may leave it out there.
-LEFT_AT_DEFAULT = {"STRATA_INTERNAL_AUTH"}
+# test turns it off; compose's healthchecks run inside the container with the credential, so no
+# plaintext health port (Kubernetes' grpc probes use one). A service given STRATA_SECRETS_DIR
+# needs a data directory only if it keeps data of its own, so compose may leave it out there.
+LEFT_AT_DEFAULT = {"STRATA_INTERNAL_AUTH", "STRATA_HEALTH_BIND"}
 OPTIONAL_WITH_SECRETS_DIR = {"STRATA_DATA_DIR"}
 
 

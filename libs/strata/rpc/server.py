@@ -67,6 +67,9 @@ class RunningServer:
     port: int
     health: health.aio.HealthServicer
     services: list[str] = field(default_factory=list)
+    # The plaintext health-only server (start_server's health_bind) and its port, if any.
+    health_server: grpc.aio.Server | None = None
+    health_port: int = 0
 
     @property
     def address(self) -> str:
@@ -75,6 +78,8 @@ class RunningServer:
     async def stop(self, grace: float = 5.0) -> None:
         await self.health.enter_graceful_shutdown()
         await self.server.stop(grace)
+        if self.health_server is not None:
+            await self.health_server.stop(0)
 
 
 async def start_server(
@@ -84,6 +89,7 @@ async def start_server(
     max_receive_bytes: int = MAX_MESSAGE_BYTES,
     identity: ClusterIdentity | None = None,
     tls: grpc.ServerCredentials | None = None,
+    health_bind: str = "",
 ) -> RunningServer:
     """Serve `registrations` with health and reflection. Every server attaches its callers'
     span context (strata.rpc.trace_context) and runs the guard (strata.rpc.guard) after the
@@ -92,7 +98,9 @@ async def start_server(
 
     `identity`: an internal server: every call but health and reflection needs the cluster's
     token, and with internal TLS the port is mutual TLS. `tls`: a public server's own
-    certificate (the gateway's optional TLS). Neither: plaintext, open (in-process tests)."""
+    certificate (the gateway's optional TLS). Neither: plaintext, open (in-process tests).
+    `health_bind`: also serve the same health service, and nothing else, in plaintext there
+    (for probes without the cluster's certificate; it tells only SERVING or not)."""
     options = [
         (k, max_receive_bytes if k == "grpc.max_receive_message_length" else v)
         for k, v in SERVER_OPTIONS
@@ -125,7 +133,15 @@ async def start_server(
     await server.start()
     for name in ["", *names]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    return RunningServer(server=server, port=port, health=health_servicer, services=names)
+    running = RunningServer(server=server, port=port, health=health_servicer, services=names)
+    if health_bind:
+        running.health_server = grpc.aio.server()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, running.health_server)
+        running.health_port = running.health_server.add_insecure_port(health_bind)
+        if running.health_port == 0:
+            raise RuntimeError(f"could not bind the health port to {health_bind}: in use?")
+        await running.health_server.start()
+    return running
 
 
 async def serve_until_signal(

@@ -99,6 +99,12 @@ class SecurityFields(StrataSettings):
         "RPCs; false only for a single process under "
         "test",
     )
+    health_bind: str = Field(
+        "",
+        description="host:port of a plaintext port that serves gRPC health only, for "
+        "probes that cannot present the cluster's certificate (Kubernetes' grpc probes); "
+        "empty: none",
+    )
 
     def resolved_data_dir(self) -> str:
         """data_dir, or ./.strata, created if missing."""
