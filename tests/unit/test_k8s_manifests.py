@@ -25,7 +25,7 @@ from strata.core import defaults
 from strata.rpc.server import serve_until_signal
 from strata.v1 import gateway_pb2, kvstore_pb2, metrics_pb2, node_pb2, placement_pb2, scheduler_pb2
 from tests.k8s_manifests import Container, Manifests, port_of, quantity, render
-from tests.unit.test_compose import SETTINGS, STRATA_SERVICES
+from tests.unit.test_compose import LEFT_AT_DEFAULT, SETTINGS, STRATA_SERVICES
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
@@ -53,6 +53,11 @@ GPU_SETTINGS = {
     "STRATA_NODE_MEMORY_BYTES",
     "STRATA_KV_CACHE_BYTES",
 }
+# The plaintext health-only port kubelet's grpc probes ask (strata.rpc.server's health_bind):
+# set on Kubernetes only; compose's healthchecks run inside the container with the credential.
+HEALTH_BIND = "STRATA_HEALTH_BIND"
+K8S_ONLY = {HEALTH_BIND}
+PROBES = ("startupProbe", "readinessProbe", "livenessProbe")
 CLUSTER_SECRETS = "strata-cluster-secrets"
 ADMIN_KEY_SECRET = "strata-admin-key"
 DB_SECRET = "strata-db"
@@ -144,14 +149,16 @@ def test_environment_is_composes_and_read_by_the_service(
     settings = getattr(importlib.import_module(f"services.{name}.config"), SETTINGS[name])
     strata = {k for k in got if k.startswith("STRATA_")}
     assert strata - set(settings.env_names()) == set(), f"{name}: read by nobody"
-    assert strata == set(compose_env(compose, name)), f"{name}: not the settings compose sets"
+    # Compose leaves the Kubernetes-only settings at their defaults; every other one it sets.
+    assert K8S_ONLY <= LEFT_AT_DEFAULT
+    assert strata - K8S_ONLY == set(compose_env(compose, name)), f"{name}: not compose's settings"
     # Anything else only feeds a $(VAR) reference (the pod IP into an advertised address).
     raw = " ".join(v.get("value", "") for v in c.spec.get("env", []))
     for helper in set(got) - strata:
         assert f"$({helper})" in raw, f"{name}: {helper} is set but used by nothing"
 
     expected = compose_env(compose, name)
-    differs = {k for k in strata if not is_address(k) and got[k] != expected[k]}
+    differs = {k for k in strata - K8S_ONLY if not is_address(k) and got[k] != expected[k]}
     if overlay == "gpu" and name == "node":
         assert differs <= GPU_SETTINGS
         assert got["STRATA_DEVICE"].startswith("cuda")
@@ -196,6 +203,8 @@ def test_addresses_reach_the_service_that_binds_them(
         c = m.container(name)
         env = m.env(c)
         for key, value in env.items():
+            if key == HEALTH_BIND:
+                continue  # no compose service owns it: test_probes_ask_the_plaintext_health_port
             if match := re.fullmatch(r"STRATA_(\w+)_BIND", key):
                 assert value == f"0.0.0.0:{binds[match[1]][1]}", f"{name}.{key}"
                 assert c.port(port_of(value)) is not None, f"{name} does not declare {key}"
@@ -221,43 +230,42 @@ def test_addresses_reach_the_service_that_binds_them(
         assert ip["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
 
 
-def probe_target(probe: dict) -> tuple[str, int, str, bool]:
-    """(how, port, health service name, with the cluster credential) of a Strata probe."""
-    if "grpc" in probe:
-        return "grpc", probe["grpc"]["port"], probe["grpc"].get("service", ""), False
-    command = probe["exec"]["command"]
-    assert command[:3] == ["python", "-m", "strata.client.healthcheck"], command
-    args = command[3:]
-    internal = "--internal" in args
-    args = [a for a in args if a != "--internal"]
-    service = ""
-    if "--service" in args:
-        i = args.index("--service")
-        service = args[i + 1]
-        del args[i : i + 2]
-    (address,) = args
-    assert address.startswith("127.0.0.1:"), command
-    return "exec", port_of(address), service, internal
+def health_port(m: Manifests, c: Container) -> int:
+    """The port of the container's plaintext health-only server (STRATA_HEALTH_BIND)."""
+    host, port = m.env(c)[HEALTH_BIND].rsplit(":", 1)
+    assert host == "0.0.0.0", f"{c.name}: kubelet probes the pod's IP"
+    return int(port)
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_probes_ask_the_health_service_on_the_port_it_serves(
-    rendered: dict[str, Manifests], overlay: str
-) -> None:
+def test_probes_ask_the_plaintext_health_port(rendered: dict[str, Manifests], overlay: str) -> None:
+    """Kubelet's grpc probe speaks plaintext and presents no certificate: every Strata probe
+    asks the health-only port of STRATA_HEALTH_BIND (the internal ports speak mutual TLS only,
+    the gateway's public one TLS when configured), readiness for the service's own name."""
     m = rendered[overlay]
     for name in STRATA_SERVICES:
         c = m.container(name)
         env = m.env(c)
-        bind = port_of(env[f"STRATA_{name.upper()}_BIND"])
-        # Kubelet's grpc probe speaks plaintext: only the gateway's public port without TLS does.
-        plaintext = name == "gateway" and not env["STRATA_GATEWAY_TLS_CERT"]
-        for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
-            how, port, service, internal = probe_target(c.spec[kind])
-            assert port == bind and c.port(port) == bind, f"{name}.{kind}"
-            assert how == "exec" or plaintext, f"{name}.{kind}: a grpc probe cannot do mutual TLS"
-            assert how == "grpc" or internal == (name != "gateway"), f"{name}.{kind}"
+        health = health_port(m, c)
+        assert c.port(health) == health, f"{name} does not declare its health port {health}"
+        binds = {port_of(v) for k, v in env.items() if k.endswith("_BIND") and k != HEALTH_BIND}
+        assert health not in binds, f"{name}: the health port is one of its other ports"
+        for other in m.containers(c.workload):
+            if other.name != name:
+                assert other.port(health) is None, f"{name} and {other.name} share {health}"
+        for kind in PROBES:
+            probe = c.spec[kind]
+            handlers = {"exec", "httpGet", "tcpSocket", "grpc"} & set(probe)
+            assert handlers == {"grpc"}, f"{name}.{kind}: {handlers}, not a native grpc probe"
+            assert probe["grpc"]["port"] == health, f"{name}.{kind}"
             want = HEALTH_NAMES[name] if kind == "readinessProbe" else ""
-            assert service == want, f"{name}.{kind}"
+            assert probe["grpc"].get("service", "") == want, f"{name}.{kind}"
+        # Only kubelet needs the port: no Service routes to it.
+        for service in m.of("Service"):
+            if c.workload in m.selected(service["spec"].get("selector", {})):
+                for entry in service["spec"]["ports"]:
+                    target = entry.get("targetPort", entry["port"])
+                    assert c.port(target) != health, f"Service {service['metadata']['name']}"
     for name in THIRD_PARTY:
         c = m.container(name)
         for kind in ("readinessProbe", "livenessProbe"):
@@ -438,6 +446,7 @@ def test_only_the_gateway_ports_are_reachable_from_outside_the_namespace(
     public = {
         port_of(m.env(gateway)[k]) for k in ("STRATA_GATEWAY_BIND", "STRATA_GATEWAY_HTTP_BIND")
     }
+    health = {health_port(m, m.container(name)) for name in STRATA_SERVICES}
     covered = False
     for policy in m.of("NetworkPolicy"):
         spec = policy["spec"]
@@ -449,8 +458,11 @@ def test_only_the_gateway_ports_are_reachable_from_outside_the_namespace(
                 assert rule["from"] == [{"podSelector": {}}], policy["metadata"]["name"]
                 continue
             assert m.selected(spec["podSelector"]["matchLabels"]) == [gateway.workload]
+            assert rule.get("ports"), f"{policy['metadata']['name']} admits every port"
             ports = {p["port"] for p in rule["ports"]}
             assert ports == public, policy["metadata"]["name"]
+            # The plaintext health ports are for kubelet, which probes from the node.
+            assert not ports & health, policy["metadata"]["name"]
     assert covered
 
 
