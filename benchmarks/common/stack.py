@@ -156,7 +156,7 @@ class ComposeStack:
                     if key.endswith("_BIND") and value.startswith("127.0.0.1:"):
                         env[key] = f"127.0.0.1:{free_port()}"
                 bind = next(v for k, v in env.items() if k == _bind_key(p))
-                out.append(StackProcess(f"{p.name}-{i}", p.command, env, bind, p.public))
+                out.append(StackProcess(f"{p.name}-{i}", p.command, env, bind, public=p.public))
                 more.setdefault(p.address, []).append(bind)
         for p in out:
             for key, value in p.env.items():
