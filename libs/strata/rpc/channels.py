@@ -112,7 +112,7 @@ def channel(
     token = ident.token if ident is not None else None
     interceptors = [_AioUnary(token), _AioStream(token)]
     creds = ident.channel_credentials() if ident is not None else None
-    if creds is None:
+    if ident is None or creds is None:
         return grpc.aio.insecure_channel(address, options=list(options), interceptors=interceptors)
     opts = [*options, *ident.channel_options()]
     return grpc.aio.secure_channel(address, creds, options=opts, interceptors=interceptors)
@@ -128,7 +128,7 @@ def sync_channel(
     creds = ident.channel_credentials() if ident is not None else None
     ch = (
         grpc.insecure_channel(address, options=list(options))
-        if creds is None
+        if ident is None or creds is None
         else grpc.secure_channel(address, creds, options=[*options, *ident.channel_options()])
     )
     return grpc.intercept_channel(ch, _SyncMetadata(ident.token if ident is not None else None))
