@@ -14,12 +14,19 @@ import inspect
 from collections.abc import Callable
 
 import grpc
-from opentelemetry import context as otel_context
-from opentelemetry import propagate
+
+try:
+    from opentelemetry import context as otel_context
+    from opentelemetry import propagate
+except ImportError:  # the client install (pip install .[client]) has no tracing to carry
+    otel_context = propagate = None  # type: ignore[assignment]
 
 
 def outgoing() -> list[tuple[str, str]]:
-    """The current span context as call metadata (empty when there is none)."""
+    """The current span context as call metadata (empty when there is none, or no
+    OpenTelemetry is installed)."""
+    if propagate is None:
+        return []
     carrier: dict[str, str] = {}
     propagate.inject(carrier)
     return list(carrier.items())
