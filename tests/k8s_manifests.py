@@ -178,7 +178,7 @@ def render(path: Path) -> Manifests:
     if kubectl is None:
         pytest.skip("kubectl is not installed: the Kubernetes manifests cannot be rendered")
     result = subprocess.run(
-        [kubectl, "kustomize", str(path)], capture_output=True, text=True, timeout=120
+        [kubectl, "kustomize", str(path)], capture_output=True, text=True, timeout=240
     )
     assert result.returncode == 0, f"kubectl kustomize {path} failed:\n{result.stderr}"
     return Manifests([d for d in yaml.safe_load_all(result.stdout) if d])

@@ -12,11 +12,13 @@ from strata.security.identity import ClusterIdentity
 from strata.security.secrets import ensure_secrets
 from strata.v1 import common_pb2, scheduler_pb2_grpc
 
+CALL_TIMEOUT_S = 240.0  # a call's deadline on a busy 2-core machine
+
 
 async def _status(address: str, service: str) -> int:
     async with grpc.aio.insecure_channel(address) as ch:
         reply = await health_pb2_grpc.HealthStub(ch).Check(
-            health_pb2.HealthCheckRequest(service=service), timeout=30
+            health_pb2.HealthCheckRequest(service=service), timeout=CALL_TIMEOUT_S
         )
     return reply.status
 
@@ -50,7 +52,7 @@ async def test_a_probe_without_the_certificate_reads_health_and_nothing_else(tmp
         async with grpc.aio.insecure_channel(probe) as ch:
             try:
                 await scheduler_pb2_grpc.SchedulerStub(ch).ListModels(
-                    common_pb2.ListModelsRequest(), timeout=30
+                    common_pb2.ListModelsRequest(), timeout=CALL_TIMEOUT_S
                 )
             except grpc.aio.AioRpcError as err:
                 assert err.code() == grpc.StatusCode.UNIMPLEMENTED

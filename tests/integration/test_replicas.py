@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
@@ -36,7 +37,8 @@ BURST = 4.0
 GATEWAYS = ("gateway", "gateway-2", "gateway-3")
 SCHEDULERS = ("scheduler", "scheduler-2")
 PLANNERS = ("placement", "placement-2")
-WAIT_S = 240.0  # deadline of every wait on a busy 2-core machine
+WAIT_S = 240.0  # deadline of every wait and call on a busy 2-core machine
+KILL_AFTER = 8  # requests of the 30 ended before the first scheduler is killed
 OVERRIDES = {
     **DUMMY_OVERRIDES,
     "gateway": {"STRATA_RATE_LIMIT_RPS": str(RATE), "STRATA_RATE_LIMIT_BURST": str(BURST)},
@@ -80,18 +82,25 @@ async def _one(client: AsyncClient, at: float, prompt: str) -> Sent:
     return Sent(sent, None)
 
 
-async def _offer(addresses: list[str], key: str, rps: float, seconds: float) -> list[Sent]:
-    """`rps` requests a second for `seconds`, in turn to each address."""
+async def _offer(
+    addresses: list[str],
+    key: str,
+    rps: float,
+    seconds: float,
+    answered: Callable[[Sent], None] = lambda _: None,
+) -> list[Sent]:
+    """`rps` requests a second for `seconds`, in turn to each address; `answered` hears of
+    each request as it ends."""
     clients = [AsyncClient(a, key) for a in addresses]
+
+    async def one(i: int) -> Sent:
+        sent = await _one(clients[i % len(clients)], start + i / rps, f"request {i} of the offer")
+        answered(sent)
+        return sent
+
     try:
         start = time.monotonic() + 0.5
-        n = int(rps * seconds)
-        return await asyncio.gather(
-            *(
-                _one(clients[i % len(clients)], start + i / rps, f"request {i} of the offer")
-                for i in range(n)
-            )
-        )
+        return await asyncio.gather(*(one(i) for i in range(int(rps * seconds))))
     finally:
         for c in clients:
             await c.close()
@@ -114,7 +123,7 @@ def test_a_tenants_request_rate_holds_across_three_gateways(stack):
 
 def _kv_blocks(stack, scheduler: str) -> dict[str, float]:
     bind = stack.processes[scheduler].env["STRATA_SCHEDULER_PROMETHEUS_BIND"]
-    text = httpx2.get(f"http://{bind}/metrics", timeout=30).text
+    text = httpx2.get(f"http://{bind}/metrics", timeout=WAIT_S).text
     return {
         s.labels["node"]: s.value
         for f in text_string_to_metric_families(text)
@@ -126,7 +135,7 @@ def _kv_blocks(stack, scheduler: str) -> dict[str, float]:
 def _nodes(stack, scheduler: str) -> set[tuple[str, str, int]]:
     with sync_channel(stack.addr(scheduler), stack.identity) as ch:
         listed = scheduler_pb2_grpc.SchedulerStub(ch).ListNodes(
-            scheduler_pb2.ListNodesRequest(), timeout=30
+            scheduler_pb2.ListNodesRequest(), timeout=WAIT_S
         )
     return {
         (n.node_id, r.model, r.state)
@@ -171,7 +180,7 @@ def test_both_schedulers_see_every_node_and_every_kv_event(stack):
 
 def _planner_metrics(stack, planner: str) -> dict[str, float]:
     bind = stack.processes[planner].env["STRATA_PLACEMENT_PROMETHEUS_BIND"]
-    text = httpx2.get(f"http://{bind}/metrics", timeout=30).text
+    text = httpx2.get(f"http://{bind}/metrics", timeout=WAIT_S).text
     return {
         s.name: s.value
         for f in text_string_to_metric_families(text)
@@ -183,7 +192,9 @@ def _planner_metrics(stack, planner: str) -> dict[str, float]:
 def _replan(stack, planner: str) -> grpc.StatusCode:
     with sync_channel(stack.addr(planner), stack.identity) as ch:
         try:
-            placement_pb2_grpc.PlacementStub(ch).Replan(placement_pb2.ReplanRequest(), timeout=60)
+            placement_pb2_grpc.PlacementStub(ch).Replan(
+                placement_pb2.ReplanRequest(), timeout=WAIT_S
+            )
         except grpc.RpcError as err:
             return err.code()
     return grpc.StatusCode.OK
@@ -216,13 +227,21 @@ def test_of_two_planners_one_applies_plans_and_the_other_takes_over_when_it_dies
 
 
 def test_killing_the_scheduler_the_gateways_route_through_loses_no_accepted_request(stack):
-    # Below the tenant's rate, so every request is accepted; the first scheduler dies a few
-    # seconds in, while Route calls are in flight to it.
+    # Below the tenant's rate, so every request is accepted; the first scheduler dies once
+    # KILL_AFTER of them have ended, while the rest are still to be routed.
     addresses = [stack.addr(g) for g in GATEWAYS]
 
     async def load_and_kill() -> list[Sent]:
-        offer = asyncio.create_task(_offer(addresses, _key(stack), RATE * 0.75, 10.0))
-        await asyncio.sleep(3.5)
+        ended: list[Sent] = []
+        under_load = asyncio.Event()
+
+        def answered(sent: Sent) -> None:
+            ended.append(sent)
+            if len(ended) >= KILL_AFTER:
+                under_load.set()
+
+        offer = asyncio.create_task(_offer(addresses, _key(stack), RATE * 0.75, 10.0, answered))
+        await asyncio.wait_for(under_load.wait(), WAIT_S)
         stack.processes[SCHEDULERS[0]].proc.send_signal(signal.SIGKILL)
         return await offer
 

@@ -20,6 +20,8 @@ from strata.security import layout
 from strata.security.identity import ClusterIdentity
 from strata.security.secrets import ensure_secrets
 
+CALL_TIMEOUT_S = 240.0  # a call's deadline on a busy 2-core machine
+
 # Loopback answers the whole of 127/8 on Linux; no certificate names 127.0.0.2.
 UNNAMED_ADDRESS = "127.0.0.2"
 
@@ -39,7 +41,9 @@ def server(tmp_path):
 def _check(address: str, identity: ClusterIdentity) -> grpc.StatusCode:
     with sync_channel(address, identity) as ch:
         try:
-            health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=30)
+            health_pb2_grpc.HealthStub(ch).Check(
+                health_pb2.HealthCheckRequest(), timeout=CALL_TIMEOUT_S
+            )
         except grpc.RpcError as err:
             return err.code()
     return grpc.StatusCode.OK

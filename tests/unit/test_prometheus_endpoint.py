@@ -24,7 +24,7 @@ async def test_a_scrape_reads_the_services_state_on_its_loop():
     endpoint = MetricsEndpoint("127.0.0.1:0", build)
     try:
         url = f"http://127.0.0.1:{endpoint.port}/metrics"
-        text = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=120).read())
+        text = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=240).read())
         families = {f.name: f for f in text_string_to_metric_families(text.decode())}
         assert families["strata_test_queued"].samples[0].value == 3
         assert families["strata_test_queued"].samples[0].labels == {"pool": "a"}
