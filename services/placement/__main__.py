@@ -81,8 +81,9 @@ async def main(cfg: PlacementConfig) -> None:
         cfg.placement_rpc_timeout_s,
         burst_s=cfg.placement_burst_s,
     )
+    scheduler_stub = scheduler_pb2_grpc.SchedulerStub(scheduler_channel)
     planner = Planner(
-        SchedulerLink(scheduler_pb2_grpc.SchedulerStub(scheduler_channel), scheduler),
+        SchedulerLink(scheduler_stub, scheduler),
         nodes,
         PlannerSettings(
             models=cfg.models,
@@ -95,16 +96,16 @@ async def main(cfg: PlacementConfig) -> None:
         WallClock(),
         policy=policy,
         curves=curves,
-    )
-    # Of several planner processes only the lease's holder applies plans; it renews the lease
-    # every round, so a lease of three rounds outlives a slow one.
-    planner.lease = PlannerLease(
-        scheduler_pb2_grpc.SchedulerStub(scheduler_channel),
-        scheduler,
-        f"{socket.gethostname()}/{os.getpid()}",
-        3 * cfg.replan_interval_s + cfg.placement_rpc_timeout_s,
-        WallClock(),
-        cfg.placement_rpc_timeout_s,
+        # Of several planner processes only the lease's holder applies plans; it renews the
+        # lease every round, so a lease of three rounds outlives a slow one.
+        lease=PlannerLease(
+            scheduler_stub,
+            scheduler,
+            f"{socket.gethostname()}/{os.getpid()}",
+            3 * cfg.replan_interval_s + cfg.placement_rpc_timeout_s,
+            WallClock(),
+            cfg.placement_rpc_timeout_s,
+        ),
     )
     servicer = PlacementServicer(planner)
     running = await start_server(

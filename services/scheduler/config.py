@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 
 from strata.core import defaults
+from strata.policy.lease import MAX_TTL_S
 from strata.policy.scheduling.admission import AdmissionSettings
 from strata.policy.scheduling.global_scheduler import SLA_SLACK, Mode, SchedulerSettings
 from strata.security.settings import SecurityFields
@@ -65,7 +66,7 @@ class SchedulerConfig(SecurityFields):
         "replica (FAILED_PRECONDITION); false admits it",
     )
     lease_max_s: float = Field(
-        120.0, gt=0, description="the longest a lease (the planner's) is granted for at once"
+        MAX_TTL_S, gt=0, description="the longest a lease (the planner's) is granted for at once"
     )
     lease_grace_s: float = Field(
         0.0,

@@ -49,7 +49,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         self._registry = registry
         self._router = router
         self._index = index if index is not None else PrefixIndex()
-        self._leases = leases if leases is not None else LeaseTable(registry.clock, 0.0, 120.0)
+        self._leases = leases if leases is not None else LeaseTable(registry.clock)
         self._scheduler = GlobalScheduler(registry, router, PoolLedger(), self._index, settings)
         self._interval_ms = round(heartbeat_interval_s * 1000)
         self._block_sizes: dict[str, int] = {}  # model -> first KV block size reported
@@ -120,17 +120,10 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         rate = None
         if request.rate_limit_rps:
-            burst = request.rate_limit_burst or max(1.0, request.rate_limit_rps)
-            if not (math.isfinite(request.rate_limit_rps) and request.rate_limit_rps > 0) or not (
-                math.isfinite(burst) and burst >= 1
-            ):
-                await context.abort(
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    f"rate_limit_rps must be a positive number and rate_limit_burst at least 1 "
-                    f"(or 0: one second of the rate), got {request.rate_limit_rps} and "
-                    f"{request.rate_limit_burst}",
-                )
-            rate = RateLimit(request.rate_limit_rps, burst)
+            try:
+                rate = RateLimit.of(request.rate_limit_rps, request.rate_limit_burst)
+            except ValueError as err:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         with self._tracer.start_as_current_span(names.SPAN_SCHEDULER_ROUTE) as span:
             span.set_attribute(names.TENANT, request.tenant)
             span.set_attribute(names.GEN_AI_REQUEST_MODEL, request.model)

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 from strata.policy.clock import Clock
 
+MAX_TTL_S = 120.0  # the longest grant a table gives by default
+
 
 @dataclass(slots=True, frozen=True)
 class Grant:
@@ -36,7 +38,7 @@ class _Held:
 
 
 class LeaseTable:
-    def __init__(self, clock: Clock, grace_s: float, max_ttl_s: float) -> None:
+    def __init__(self, clock: Clock, grace_s: float = 0.0, max_ttl_s: float = MAX_TTL_S) -> None:
         if grace_s < 0 or max_ttl_s <= 0:
             raise ValueError(f"grace_s must be >= 0 and max_ttl_s > 0, got {grace_s}, {max_ttl_s}")
         self.clock = clock

@@ -31,6 +31,7 @@ compares against:
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -65,6 +66,18 @@ class RateLimit:
 
     rps: float
     burst: float
+
+    @classmethod
+    def of(cls, rps: float, burst: float = 0.0) -> RateLimit:
+        """The limit a Route request states (burst 0: one second of the rate, at least one);
+        ValueError naming the fields when they are not a limit."""
+        burst = burst or max(1.0, rps)
+        if not (math.isfinite(rps) and rps > 0 and math.isfinite(burst) and burst >= 1):
+            raise ValueError(
+                f"rate_limit_rps must be a positive number and rate_limit_burst at least 1 "
+                f"(or 0: one second of the rate), got {rps} and {burst}"
+            )
+        return cls(rps, burst)
 
 
 class Mode(enum.StrEnum):
@@ -182,7 +195,8 @@ class GlobalScheduler:
         self, model: str, policy: TenantPolicy, work: int, compute: int, decision: RouteDecision
     ) -> Refusal | None:
         slack = self.settings.sla_slack
-        wait_s = self._slot_wait_s(decision, work, policy)
+        held = self._held(decision)
+        wait_s = self._slot_wait_s(decision, work, policy, held)
         target = policy.ttft_ms
         if not target:
             if wait_s <= self.settings.best_effort_wait_s:
@@ -198,7 +212,7 @@ class GlobalScheduler:
             return None  # nothing measured yet: no latency claim to judge
         # Once in the engine, the prompt's prefill goes in chunks beside the decodes there:
         # no faster than the replica's token rate, nor than the chunks their TPOT allows.
-        chunked_ms = 1000.0 * self._chunked_prefill_s(decision, compute)
+        chunked_ms = 1000.0 * self._chunked_prefill_s(decision, compute, held)
         estimate = 1000.0 * wait_s + max(decision.estimated_ttft_ms, chunked_ms)
         infeasible = self._infeasible(model, policy, work, decision)
         if infeasible is not None:
@@ -250,16 +264,23 @@ class GlobalScheduler:
             return None
         return next((r for r in node.replicas if r.replica_id == decision.replica_id), None)
 
-    def _slot_wait_s(self, decision: RouteDecision, work: int, policy: TenantPolicy) -> float:
-        """The wait for an engine slot on the chosen replica (module docstring): behind the
-        requests its node queues of the policy's class or above (its queue serves classes in
-        strict priority)."""
+    def _held(self, decision: RouteDecision) -> DecodeLoad:
+        """What the chosen replica's node holds for it: its slots as reported, and the requests
+        routed there since (in its slots or queue by now)."""
+        state = self._replica(decision)
+        reported = state.slots if state is not None else DecodeLoad()
+        return reported.merged(self.ledger.pending_load(decision.node_id, decision.replica_id))
+
+    def _slot_wait_s(
+        self, decision: RouteDecision, work: int, policy: TenantPolicy, load: DecodeLoad
+    ) -> float:
+        """The wait for an engine slot on the chosen replica, which holds `load` (module
+        docstring): behind the requests its node queues of the policy's class or above (its
+        queue serves classes in strict priority)."""
         node = self.registry.get(decision.node_id)
         state = self._replica(decision)
         if node is None or state is None:
             return 0.0
-        # Requests routed there since the node's report are in its slots (or queue) by now.
-        load = state.slots.merged(self.ledger.pending_load(decision.node_id, decision.replica_id))
         ahead = sum(t.queued for t in node.tenants if t.priority >= policy.priority)
         turnover_s = state.slot_turnover_s
         if turnover_s <= 0 and state.step_line is not None and load.seqs:
@@ -282,13 +303,12 @@ class GlobalScheduler:
             ),
         )
 
-    def _chunked_prefill_s(self, decision: RouteDecision, tokens: int) -> float:
-        """The prefill of `tokens` on the chosen replica beside what its engine runs there."""
-        node = self.registry.get(decision.node_id)
+    def _chunked_prefill_s(self, decision: RouteDecision, tokens: int, held: DecodeLoad) -> float:
+        """The prefill of `tokens` on the chosen replica beside what its engine runs of
+        `held`."""
         state = self._replica(decision)
-        if node is None or state is None or state.step_line is None:
+        if state is None or state.step_line is None:
             return 0.0
-        held = state.slots.merged(self.ledger.pending_load(decision.node_id, decision.replica_id))
         beside = engine_share(state.step_line, held, state.max_seqs or None)
         return prefill_s(state.step_line, beside, tokens, decision.block_size)
 
