@@ -53,7 +53,9 @@ def _node_replica(stack) -> common_pb2.ReplicaInfo:
     return replica
 
 
-def _poll(fn, timeout_s=20.0, interval=0.2):
+def _poll(fn, timeout_s=240.0, interval=0.2):
+    """fn()'s first truthy value, or its last value once `timeout_s` has passed (a deadline
+    for a busy 2-core machine)."""
     deadline = time.monotonic() + timeout_s
     while True:
         value = fn()

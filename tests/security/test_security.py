@@ -206,7 +206,7 @@ def test_a_tenant_reads_only_its_own_report_traces_and_runs(stack, tenants):
         with public_sync_channel(gateway) as ch:
             meta = (("authorization", f"Bearer {key}"),) if key else ()
             return getattr(metrics_pb2_grpc.MetricsStub(ch), method)(
-                request, metadata=meta, timeout=30
+                request, metadata=meta, timeout=240
             )
 
     def code(method, request, key):
@@ -220,7 +220,7 @@ def test_a_tenant_reads_only_its_own_report_traces_and_runs(stack, tenants):
         reply = stub_call("GetReport", metrics_pb2.ReportRequest(), keys["a"])
         return reply if reply.tenants else None
 
-    report = _poll(own_report, timeout_s=30)
+    report = _poll(own_report)
     assert [t.tenant for t in report.tenants] == ["sec-a"]
     assert {g.key for g in report.request_layer.tenants} == {"sec-a"}
     assert not report.HasField("cluster_layer") and not report.HasField("node_layer")
@@ -240,8 +240,7 @@ def test_a_tenant_reads_only_its_own_report_traces_and_runs(stack, tenants):
         lambda: (
             code("GetTrace", metrics_pb2.GetTraceRequest(trace_id=traces["a"]), keys["a"])
             == grpc.StatusCode.OK
-        ),
-        timeout_s=30,
+        )
     )
     assert own
     assert (
@@ -252,7 +251,13 @@ def test_a_tenant_reads_only_its_own_report_traces_and_runs(stack, tenants):
         code("GetTrace", metrics_pb2.GetTraceRequest(trace_id=traces["b"]), admin)
         == grpc.StatusCode.OK
     )
-    everyone = stub_call("GetReport", metrics_pb2.ReportRequest(), admin)
+    # b's request row lands when the gateway's next span batch does: wait for it.
+    everyone = _poll(
+        lambda: (lambda r: r if {"sec-a", "sec-b"} <= {t.tenant for t in r.tenants} else None)(
+            stub_call("GetReport", metrics_pb2.ReportRequest(), admin)
+        )
+    )
+    assert everyone is not None, "the admin report never held both tenants"
     assert {"sec-a", "sec-b"} <= {t.tenant for t in everyone.tenants}
     assert everyone.HasField("cluster_layer")
     # Runs: b neither sees nor closes a's run, nor reads its report
@@ -317,7 +322,7 @@ def test_the_public_port_serves_tls_to_the_sdk_and_the_cli(
     try:
         ca = (secrets / "ca.pem").read_bytes()
         deadline_client = Client(address, keys["a"], tls_ca=ca)
-        assert _poll(lambda: _serves(deadline_client), timeout_s=120), p.log_path.read_text()
+        assert _poll(lambda: _serves(deadline_client)), p.log_path.read_text()
         *_, last = deadline_client.generate(MODEL, prompt="over TLS", max_tokens=3)
         assert last.finish_reason == common_pb2.FINISH_REASON_LENGTH
         deadline_client.close()
