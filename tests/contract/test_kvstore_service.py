@@ -57,6 +57,9 @@ class Store:
             bind=bind,
         )
         self.channel = channel(self.running.address)
+        # Connected before the first call: a fresh channel to a port an earlier test's server
+        # used may start in that address's connection backoff.
+        await asyncio.wait_for(self.channel.channel_ready(), 240)
         self.stub = kvstore_pb2_grpc.KVStoreStub(self.channel)
         return self
 
