@@ -110,7 +110,7 @@ class Env:
         return await self.stub.GetNodeStatus(node_pb2.GetNodeStatusRequest())
 
 
-async def until(cond, timeout_s: float = 5.0) -> None:
+async def until(cond, timeout_s: float = 240.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while not cond():

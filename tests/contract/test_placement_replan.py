@@ -88,7 +88,7 @@ def planner(
     )
 
 
-async def until(predicate, timeout_s=5.0) -> None:
+async def until(predicate, timeout_s=240.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while not predicate():

@@ -78,7 +78,7 @@ def test_kill_dash_nine_then_restart_rebuilds_the_directory_from_disk(tmp_path):
             stub = kvstore_pb2_grpc.KVStoreStub(ch)
             for i in range(0, 40, 8):
                 stub.PutBlocks(kvstore_pb2.PutBlocksRequest(blocks=blocks[i : i + 8]), timeout=10)
-            deadline = time.monotonic() + 20
+            deadline = time.monotonic() + 240
             # The migrator demotes once the host tier passes its high watermark (0.90 of 16
             # slots), down to the low one (12 slots); puts landing meanwhile can leave it
             # anywhere at or under 14. Wait until it is under the high one and has held still

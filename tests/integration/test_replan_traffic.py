@@ -187,7 +187,7 @@ def test_no_request_fails_while_a_replan_moves_the_replica(tmp_path):
         with sync_channel(stack.addr("placement"), stack.identity) as ch:
             placement = placement_pb2_grpc.PlacementStub(ch)
             with Traffic(stack, clients=2) as traffic:
-                _wait(lambda: len(traffic.ok) >= 5, 60, "traffic flowing", stack)
+                _wait(lambda: len(traffic.ok) >= 5, 240, "traffic flowing", stack)
                 plan = placement.Replan(placement_pb2.ReplanRequest(cordon=["node-0"]), timeout=30)
                 assert [(a.model, a.node_id) for a in plan.assignments] == [(MODEL, "node-1")]
                 _wait(

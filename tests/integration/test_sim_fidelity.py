@@ -112,7 +112,7 @@ OVERLOAD_BOUND = 0.15  # refused share and attainment of admitted, sim vs stack 
 @pytest.fixture(scope="module")
 def bench_stack(tmp_path_factory):
     with running_stack(tmp_path_factory.mktemp("fidelity"), OVERRIDES) as s:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 240
         client = _client(s)
         while MODEL not in {m.name for m in client.list_models()}:
             assert time.monotonic() < deadline, f"{MODEL} never became ready:\n{s.logs()}"
@@ -145,7 +145,7 @@ def _replay(stack, out: Path, name: str, args: list[str]) -> tuple[int, Path]:
 def _report(stack, run_id: int, want: int):
     with sync_channel(stack.addr("metrics"), stack.identity) as ch:
         stub = metrics_pb2_grpc.MetricsStub(ch)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 240
         while True:
             rep = stub.GetReport(metrics_pb2.ReportRequest(run_id=run_id))
             if rep.request_layer.overall.requests >= want or time.monotonic() > deadline:
@@ -159,7 +159,7 @@ def _spans(stack, trace_ids: list[str]) -> list[CalibrationRequest]:
     with sync_channel(stack.addr("metrics"), stack.identity) as ch:
         stub = metrics_pb2_grpc.MetricsStub(ch)
         for trace_id in trace_ids:
-            deadline = time.monotonic() + 20
+            deadline = time.monotonic() + 240
             while True:
                 spans = {
                     s.name: s

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 MODEL = "dummy-tiny"
 
 
-def _route_span(stack, trace_id: str, timeout_s: float = 20.0):
+def _route_span(stack, trace_id: str, timeout_s: float = 240.0):
     deadline = time.monotonic() + timeout_s
     with sync_channel(stack.addr("metrics"), stack.identity) as ch:
         stub = metrics_pb2_grpc.MetricsStub(ch)

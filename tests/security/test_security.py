@@ -243,13 +243,18 @@ def test_a_tenant_reads_only_its_own_report_traces_and_runs(stack, tenants):
         )
     )
     assert own
+    # b's spans land with the gateway's next batch: wait until the admin sees b's trace, so
+    # that a's NOT_FOUND below means "hidden", not "not stored yet".
+    stored = _poll(
+        lambda: (
+            code("GetTrace", metrics_pb2.GetTraceRequest(trace_id=traces["b"]), admin)
+            == grpc.StatusCode.OK
+        )
+    )
+    assert stored, "b's trace never reached the metrics store"
     assert (
         code("GetTrace", metrics_pb2.GetTraceRequest(trace_id=traces["b"]), keys["a"])
         == grpc.StatusCode.NOT_FOUND
-    )
-    assert (
-        code("GetTrace", metrics_pb2.GetTraceRequest(trace_id=traces["b"]), admin)
-        == grpc.StatusCode.OK
     )
     # b's request row lands when the gateway's next span batch does: wait for it.
     everyone = _poll(

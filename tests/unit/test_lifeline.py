@@ -22,7 +22,7 @@ CHILD = (
 )
 
 
-def _wait_gone(pid: int, timeout_s: float = 60.0) -> bool:
+def _wait_gone(pid: int, timeout_s: float = 240.0) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
