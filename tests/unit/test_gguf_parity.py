@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 def pair():
     torch.set_num_threads(1)
     path = default_model_path()
-    ours = load_gguf(path)
+    ours = load_gguf(path, keep_quantized=False)
     hf = transformers.AutoModelForCausalLM.from_pretrained(
         str(path.parent), gguf_file=path.name, dtype=torch.float32
     )

@@ -9,6 +9,7 @@ from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from strata.engine.config import ModelConfig
+from strata.engine.engine import EngineConfig, LLMEngine
 from strata.engine.hf_loader import load_hf_dir
 from strata.engine.registry import load_model
 
@@ -205,9 +206,35 @@ def test_weights_single_sharded_and_bf16(tmp_path):
 
     model.to(torch.bfloat16).save_pretrained(tmp_path / "bf16")
     write_tokenizer(tmp_path / "bf16")
-    bf16 = load_hf_dir(tmp_path / "bf16").weights["model.layers.0.mlp.up_proj.weight"]
-    assert bf16.dtype == torch.float32
-    assert torch.equal(bf16, reference["model.layers.0.mlp.up_proj.weight"].bfloat16().float())
+    loaded = load_hf_dir(tmp_path / "bf16")
+    bf16 = loaded.weights["model.layers.0.mlp.up_proj.weight"]
+    assert loaded.dtype == torch.bfloat16 and bf16.dtype == torch.bfloat16  # no float32 detour
+    assert torch.equal(bf16, reference["model.layers.0.mlp.up_proj.weight"].bfloat16())
+
+
+def test_a_bf16_checkpoint_is_served_in_bf16_with_its_buffers_as_the_parameters(tmp_path):
+    """dtype "auto" keeps the checkpoint's bfloat16, and the loader's buffers (q|k|v and
+    gate|up each read into one) become the model's parameters: one copy of the weights."""
+    torch.set_num_threads(1)
+    write_tiny_hf_dir(tmp_path / "f32")
+    transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "f32").to(
+        torch.bfloat16
+    ).save_pretrained(tmp_path / "bf16")
+    write_tokenizer(tmp_path / "bf16")
+    loaded = load_hf_dir(tmp_path / "bf16")
+    engine = LLMEngine(loaded, EngineConfig(block_size=4, num_blocks=16))
+    assert engine.dtype == torch.bfloat16 and engine.kv.dtype == torch.bfloat16
+    layer = engine.model.layers[0]
+    q = loaded.weights["model.layers.0.self_attn.q_proj.weight"]
+    gate = loaded.weights["model.layers.0.mlp.gate_proj.weight"]
+    assert layer.qkv_proj.weight.data_ptr() == q.data_ptr()
+    assert layer.gate_up_proj.weight.data_ptr() == gate.data_ptr()
+    down = loaded.weights["model.layers.0.mlp.down_proj.weight"]
+    assert layer.down_proj.weight.data_ptr() == down.data_ptr()
+    # a float32 engine over the same checkpoint widens into its own memory
+    wide = LLMEngine(loaded, EngineConfig(block_size=4, num_blocks=16, dtype="float32"))
+    assert wide.model.layers[0].qkv_proj.weight.dtype == torch.float32
+    assert torch.equal(wide.model.layers[0].qkv_proj.weight, layer.qkv_proj.weight.float())
 
 
 def test_tied_checkpoint_needs_no_head(tmp_path):
@@ -319,3 +346,61 @@ def test_sliding_window_refused_only_when_it_binds(tmp_path):
     assert load_hf_dir(tmp_path / "qwen").config.attention_bias is True
     _edit_config(tmp_path / "qwen", use_sliding_window=True, max_window_layers=1)
     assert _error(tmp_path / "qwen").startswith("sliding_window 64 is smaller than ")
+
+
+_PEAK_PROBE = """
+import sys, torch
+from pathlib import Path
+torch.set_num_threads(1)
+from strata.engine.config import ModelConfig
+from strata.engine.hf_loader import load_hf_dir
+from strata.engine.model import LlamaModel, build_model
+
+# torch's meta-device machinery costs ~70 MB once, whatever the model: pay it before measuring
+with torch.device("meta"):
+    LlamaModel(ModelConfig(name="warm", vocab_size=16, hidden_size=8, intermediate_size=8,
+                           num_layers=1, num_heads=1, num_kv_heads=1, max_position_embeddings=8))
+
+def status(key):
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+before = status("VmRSS")
+Path("/proc/self/clear_refs").write_text("5")  # the peak resident size starts again from here
+loaded = load_hf_dir(sys.argv[1])
+model = build_model(loaded.config, loaded.weights, torch.device("cpu"), loaded.dtype)
+print(status("VmHWM") - before)
+"""
+
+
+def test_a_bf16_checkpoint_loads_in_under_one_and_a_half_times_its_size(tmp_path):
+    """Peak resident memory while loading and building the model, above what the process held
+    before (its imports, and torch's one-time meta-device set-up), in a fresh process: under
+    1.5x the checkpoint file (one copy of the weights, read into place without mapping the
+    file)."""
+    import subprocess
+    import sys
+
+    torch.set_num_threads(1)
+    config = transformers.LlamaConfig(
+        **{
+            **BASE,
+            "vocab_size": 8192,
+            "hidden_size": 512,
+            "intermediate_size": 1536,
+            "num_hidden_layers": 6,
+        }
+    )
+    transformers.LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(tmp_path)
+    write_tokenizer(tmp_path)
+    size = (tmp_path / "model.safetensors").stat().st_size
+    assert size > 40 << 20
+    done = subprocess.run(
+        [sys.executable, "-c", _PEAK_PROBE, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr
+    grew = int(done.stdout.split()[-1])
+    assert grew < 1.5 * size, f"peak grew by {grew / size:.2f}x the {size} byte file"

@@ -28,9 +28,10 @@ DISTRIBUTION = {
     "importlinter": "import-linter",
     "opentelemetry": "opentelemetry-api",
 }
-# Imported where they are, on purpose, without being declared: the vLLM baseline runs in its
-# own venv (make bench-engine PEERS=vllm); docker is testcontainers' own dependency.
-UNDECLARED = {"vllm", "docker"}
+# Imported where they are, on purpose, without being declared: the vLLM and llama.cpp baselines
+# run in their own venvs (make bench-engine PEERS=vllm, make bench-weights PEERS=llamacpp);
+# docker is testcontainers' own dependency.
+UNDECLARED = {"vllm", "llama_cpp", "docker"}
 SERVER_ONLY = (
     "torch",
     "sqlalchemy",

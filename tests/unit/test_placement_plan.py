@@ -157,7 +157,7 @@ def test_zero_replicas_unloads_all_and_bad_demand_is_rejected():
 
 
 def test_model_size_table_and_overrides():
-    assert model_memory_bytes("smollm2-135m-instruct") == 800_000_000
+    assert model_memory_bytes("smollm2-135m-instruct") == 400_000_000
     assert model_memory_bytes("dummy-tiny") == 4_000_000
     assert model_memory_bytes("smollm2-135m-instruct", {"smollm2-135m-instruct": 5}) == 5
     assert model_memory_bytes("nope") is None

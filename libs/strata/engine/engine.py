@@ -30,6 +30,7 @@ from strata.engine.costs import CostModel
 from strata.engine.detokenizer import Detokenizer
 from strata.engine.loaded import LoadedModel
 from strata.engine.model import build_model
+from strata.engine.quant import QuantLayer
 from strata.engine.sampler import Sampled, SamplingError, SeqSampler, sample_batch
 from strata.engine.scheduler import ScheduledSeq, Scheduler
 from strata.engine.sequence import FinishReason, SamplingParams, Sequence
@@ -49,8 +50,13 @@ class EngineConfig:
     max_batched_tokens: int = 2048
     max_seqs: int = 32
     device: str = "cpu"
-    dtype: str = "float32"
+    # the activations', float weights' and KV cache's dtype; "auto": the checkpoint's own
+    # (LoadedModel.dtype: bf16/f16 stay so, GGUF and float32 checkpoints compute in float32)
+    dtype: str = "auto"
     attention_kernel: str = "cpp"  # cpp: fused CPU decode kernel when it builds; torch: never
+    # Quantized checkpoint weights (GGUF Q4_0/Q4_1/Q4_K/Q8_0) stay quantized on the CPU and are
+    # multiplied directly; False widens them to `dtype` at load.
+    quantized_weights: bool = True
     # The long-context sparse decode path; None: no context index, every row attends densely.
     sparse: SparseConfig | None = None
 
@@ -66,8 +72,10 @@ class EngineConfig:
             raise ValueError(
                 f"attention_kernel must be 'cpp' or 'torch', got {self.attention_kernel!r}"
             )
-        if self.dtype not in ("float32", "float16", "bfloat16"):
-            raise ValueError(f"dtype must be float32, float16 or bfloat16, got {self.dtype!r}")
+        if self.dtype not in ("auto", "float32", "float16", "bfloat16"):
+            raise ValueError(
+                f"dtype must be auto, float32, float16 or bfloat16, got {self.dtype!r}"
+            )
 
 
 @dataclass(slots=True)
@@ -114,9 +122,11 @@ class LLMEngine:
         self.tokenizer = loaded.tokenizer
         self.device = torch.device(config.device)
         self._tables = BlockTables(self.device)  # block tables kept across steps
-        self.dtype = getattr(torch, config.dtype)
+        self.dtype = loaded.dtype if config.dtype == "auto" else getattr(torch, config.dtype)
         cfg = loaded.config
-        self.model = build_model(cfg, loaded.weights, self.device, self.dtype)
+        self.model = build_model(
+            cfg, loaded.weights, self.device, self.dtype, config.quantized_weights
+        )
         self.kv_bytes_per_token = cfg.kv_bytes_per_token(torch.finfo(self.dtype).bits // 8)
         per_block = self.kv_bytes_per_token * config.block_size
         num_blocks = config.num_blocks or max(1, config.kv_cache_bytes // per_block)
@@ -182,13 +192,17 @@ class LLMEngine:
         self._seqs: dict[str, Sequence] = {}
 
     def weights_size(self) -> tuple[int, int]:
-        """(parameters, bytes) of the model's weights as loaded, in their dtype (tied weights
-        once): what every step reads."""
-        params = list(self.model.parameters())
-        return (
-            sum(p.numel() for p in params),
-            sum(p.numel() * p.element_size() for p in params),
-        )
+        """(parameters, bytes) of the model's weights as held (tied weights once; a quantized
+        matrix counts its weights as parameters and its packed bytes, scales and offsets as
+        bytes): what every step reads."""
+        params = sum(p.numel() for p in self.model.parameters())
+        size = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        for layer in self.model.modules():
+            if isinstance(layer, QuantLayer):
+                rows, cols = layer.weight_q.shape
+                params += rows * cols
+                size += layer.weight_q.nbytes
+        return params, size
 
     def warm_up(self) -> float:
         """Run the step shapes serving will see once, before serving: a full token budget of

@@ -9,7 +9,9 @@ GGUF differs from Hugging Face's LlamaForCausalLM layout in three ways this modu
   (x0,x1),(x2,x3)...; our model rotates halves (x_i, x_{i+d/2}) like HF, so they are permuted
   back. Skipping this still gives fluent-looking text, just wrong text.
 
-Quantized tensors (Q4_1, Q8_0, ...) are dequantized with `gguf.quants.dequantize`.
+Quantized tensors of the types strata.engine.quant decodes (Q4_0, Q4_1, Q4_K, Q8_0) stay
+quantized, as QuantizedWeight, unless `keep_quantized` is false; every other type is widened to
+float32 with `gguf.quants.dequantize`.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from strata.engine.bpe_tokenizer import BpeTokenizer
 from strata.engine.checkpoints import default_model_path  # noqa: F401 (tests import it here)
 from strata.engine.config import ModelConfig
 from strata.engine.loaded import LoadedModel
+from strata.engine.quant import GGUF_TYPES, QuantizedWeight, from_gguf
 
 __all__ = [
     "LoadedModel",
@@ -182,8 +185,28 @@ def _to_float32(
     return torch.from_numpy(array.reshape(shape))
 
 
-def load_gguf(path: str | os.PathLike[str], name: str | None = None) -> LoadedModel:
-    """Load a Llama GGUF file; `name` defaults to the file name without its extension."""
+def _decode(
+    data: np.ndarray, qtype: GGMLQuantizationType, shape: tuple[int, ...], keep_quantized: bool
+) -> torch.Tensor | QuantizedWeight:
+    if keep_quantized and qtype in GGUF_TYPES and len(shape) == 2:
+        return from_gguf(data, qtype, (shape[0], shape[1]))
+    return _to_float32(data, qtype, shape)
+
+
+def _unpermute(
+    weight: torch.Tensor | QuantizedWeight, heads: int
+) -> torch.Tensor | QuantizedWeight:
+    if isinstance(weight, QuantizedWeight):  # rows move whole: reorder them, still quantized
+        order = unpermute_rope(torch.arange(weight.shape[0]).unsqueeze(1), heads).squeeze(1)
+        return weight.rows(order)
+    return unpermute_rope(weight, heads)
+
+
+def load_gguf(
+    path: str | os.PathLike[str], name: str | None = None, keep_quantized: bool = True
+) -> LoadedModel:
+    """Load a Llama GGUF file; `name` defaults to the file name without its extension. With
+    `keep_quantized` false every tensor is widened to float32."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no GGUF file at {path}")
@@ -211,12 +234,12 @@ def load_gguf(path: str | os.PathLike[str], name: str | None = None) -> LoadedMo
 
     # numpy releases the GIL inside dequantization, so one thread per core overlaps most of it.
     with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
-        arrays = pool.map(lambda job: _to_float32(*job[1:]), jobs)
+        arrays = pool.map(lambda job: _decode(job[1], job[2], job[3], keep_quantized), jobs)
         weights = {job[0]: array for job, array in zip(jobs, arrays)}
     for i in range(cfg.num_layers):
         for proj, heads in (("q_proj", cfg.num_heads), ("k_proj", cfg.num_kv_heads)):
             key = f"model.layers.{i}.self_attn.{proj}.weight"
-            weights[key] = unpermute_rope(weights[key], heads)
+            weights[key] = _unpermute(weights[key], heads)
     chat_template = meta.get("tokenizer.chat_template")
     return LoadedModel(
         cfg, weights, tokenizer, chat_template if isinstance(chat_template, str) else None

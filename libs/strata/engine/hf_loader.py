@@ -22,12 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
 
 from strata.engine.bpe_tokenizer import BpeTokenizer
 from strata.engine.config import ModelConfig
 from strata.engine.gguf_loader import weight_shapes
 from strata.engine.loaded import LoadedModel
+from strata.engine.model import fused_groups
+from strata.engine.safetensors_reader import Entry, SafetensorsFile
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
 _MODEL_TYPES = {
@@ -191,36 +192,68 @@ def _safetensors_files(folder: Path) -> list[Path]:
     )
 
 
-def _load_weights(folder: Path, cfg: ModelConfig) -> dict[str, torch.Tensor]:
+def _checkpoint_dtype(entries: dict[str, Entry]) -> torch.dtype:
+    """The float dtype most of the checkpoint's bytes are in: what it is served in."""
+    size: dict[torch.dtype, int] = {}
+    for e in entries.values():
+        if e.dtype.is_floating_point:
+            size[e.dtype] = size.get(e.dtype, 0) + e.end - e.begin
+    if not size:
+        raise ValueError("the checkpoint holds no floating-point tensors")
+    dtype = max(size, key=lambda d: size[d])
+    return torch.float32 if dtype == torch.float64 else dtype
+
+
+def _load_weights(folder: Path, cfg: ModelConfig) -> tuple[dict[str, torch.Tensor], torch.dtype]:
+    """Every tensor the model needs, in the checkpoint's dtype, read straight from the files
+    into their final buffers; each fused group (model.fused_groups) shares one buffer, its
+    parts being row views of it. Also returns that dtype."""
     expected = _expected_shapes(cfg)
-    weights: dict[str, torch.Tensor] = {}
-    for file in _safetensors_files(folder):
-        with safe_open(str(file), framework="pt") as reader:
-            for key in reader.keys():
-                # some tied checkpoints store a copy of the embedding as the head
-                if key.endswith(_RECOMPUTED_SUFFIXES) or (
-                    key == "lm_head.weight" and cfg.tie_word_embeddings
-                ):
-                    continue
-                if key not in expected:
-                    raise ValueError(
-                        f"checkpoint tensor {key!r} has no place in this model; "
-                        "its config.json does not describe these weights"
-                    )
-                shape = tuple(reader.get_slice(key).get_shape())
-                if shape != expected[key]:
-                    raise ValueError(
-                        f"checkpoint tensor {key} has shape {shape}, config.json "
-                        f"implies {expected[key]}"
-                    )
-                weights[key] = reader.get_tensor(key).to(torch.float32)
-    missing = [k for k in expected if k not in weights]
+    where: dict[str, SafetensorsFile] = {}
+    for file in map(SafetensorsFile, _safetensors_files(folder)):
+        for key, entry in file.entries.items():
+            # some tied checkpoints store a copy of the embedding as the head
+            if key.endswith(_RECOMPUTED_SUFFIXES) or (
+                key == "lm_head.weight" and cfg.tie_word_embeddings
+            ):
+                continue
+            if key not in expected:
+                raise ValueError(
+                    f"checkpoint tensor {key!r} has no place in this model; "
+                    "its config.json does not describe these weights"
+                )
+            if entry.shape != expected[key]:
+                raise ValueError(
+                    f"checkpoint tensor {key} has shape {entry.shape}, config.json "
+                    f"implies {expected[key]}"
+                )
+            where[key] = file
+    missing = [k for k in expected if k not in where]
     if missing:
         raise ValueError(
             f"checkpoint lacks {len(missing)} of the model's {len(expected)} "
             f"tensors, e.g. {missing[0]!r}"
         )
-    return weights
+    dtype = _checkpoint_dtype({k: f.entries[k] for k, f in where.items()})
+
+    def keep(key: str) -> torch.dtype:  # float tensors in the served dtype, others as stored
+        stored = where[key].entries[key].dtype
+        return dtype if stored.is_floating_point else stored
+
+    weights: dict[str, torch.Tensor] = {}
+    for group in fused_groups(cfg):
+        rows = [expected[k][0] for k in group]
+        buffer = torch.empty((sum(rows), *expected[group[0]][1:]), dtype=keep(group[0]))
+        start = 0
+        for key, n in zip(group, rows):
+            weights[key] = buffer[start : start + n]
+            where[key].read_into(key, weights[key])
+            start += n
+    for key in expected:
+        if key not in weights:
+            weights[key] = torch.empty(expected[key], dtype=keep(key))
+            where[key].read_into(key, weights[key])
+    return weights, dtype
 
 
 def _chat_template_source(folder: Path) -> str | None:
@@ -241,7 +274,7 @@ def load_hf_dir(path: str | os.PathLike[str], name: str | None = None) -> Loaded
     if not config_path.is_file():
         raise ValueError(f"{folder} has no config.json; a Hugging Face checkpoint folder needs one")
     cfg = _config(json.loads(config_path.read_text()), name or folder.resolve().name)
-    weights = _load_weights(folder, cfg)
+    weights, dtype = _load_weights(folder, cfg)
     tokenizer = BpeTokenizer.from_tokenizer_json(folder)
     if tokenizer.vocab_size > cfg.vocab_size:
         raise ValueError(
@@ -254,4 +287,4 @@ def load_hf_dir(path: str | os.PathLike[str], name: str | None = None) -> Loaded
     eos = [*(generation or cfg.eos_token_ids), *tokenizer.eos_token_ids]
     cfg.eos_token_ids = tuple(dict.fromkeys(eos))
     tokenizer.eos_token_ids = cfg.eos_token_ids
-    return LoadedModel(cfg, weights, tokenizer, _chat_template_source(folder))
+    return LoadedModel(cfg, weights, tokenizer, _chat_template_source(folder), dtype)

@@ -6,7 +6,8 @@ forward pass takes one flattened step of tokens from many sequences (see attenti
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from typing import cast
 
 import torch
@@ -16,7 +17,16 @@ from torch import nn
 from strata.engine.attention import AttentionMetadata, paged_attention
 from strata.engine.config import ModelConfig
 from strata.engine.packed_linear import Packs
+from strata.engine.quant import (
+    QuantEmbedding,
+    QuantizedWeight,
+    QuantLayer,
+    QuantLinear,
+    dequantize,
+)
 from strata.engine.rope import RotaryCache, apply_rotary
+
+Weights = Mapping[str, "torch.Tensor | QuantizedWeight"]
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -26,8 +36,17 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * x32.to(dtype)
 
 
+def _project(packs: Packs, name: str, x: torch.Tensor, layer: nn.Module) -> torch.Tensor:
+    """x through a linear layer: a QuantLinear computes itself, a float one goes through `packs`."""
+    if isinstance(layer, QuantLinear):
+        return layer(x)
+    linear = cast(nn.Linear, layer)
+    return packs.linear(name, x, linear.weight, linear.bias)
+
+
 class DecoderLayer(nn.Module):
-    """q/k/v and gate/up projections are fused into one matrix each: fewer, larger matmuls."""
+    """q/k/v and gate/up projections are fused into one matrix each: fewer, larger matmuls.
+    Each projection is an nn.Linear or, for a quantized checkpoint, a QuantLinear."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -55,7 +74,7 @@ class DecoderLayer(nn.Module):
         t = x.shape[0]
         h = rms_norm(x, self.input_layernorm, cfg.rms_norm_eps)
         p = self.packs
-        qkv = p.linear("qkv", h, self.qkv_proj.weight, self.qkv_proj.bias)
+        qkv = _project(p, "qkv", h, self.qkv_proj)
         heads = cfg.num_heads + cfg.num_kv_heads
         # q and k rotate together: one pass over [tokens, heads + kv_heads, head_dim]
         qk = apply_rotary(
@@ -64,10 +83,10 @@ class DecoderLayer(nn.Module):
         q, k = qk.split((cfg.num_heads, cfg.num_kv_heads), dim=1)
         v = qkv[:, self.q_size + self.kv_size :].view(t, cfg.num_kv_heads, cfg.head_dim)
         attn = paged_attention(q, k, v, kv[0], kv[1], meta, cfg.head_dim**-0.5, layer)
-        x = x + p.linear("o", attn.reshape(t, -1), self.o_proj.weight)
+        x = x + _project(p, "o", attn.reshape(t, -1), self.o_proj)
         h = rms_norm(x, self.post_attention_layernorm, cfg.rms_norm_eps)
-        gate, up = p.linear("gate_up", h, self.gate_up_proj.weight).chunk(2, dim=-1)
-        return x.add_(p.linear("down", F.silu(gate).mul_(up), self.down_proj.weight))
+        gate, up = _project(p, "gate_up", h, self.gate_up_proj).chunk(2, dim=-1)
+        return x.add_(_project(p, "down", F.silu(gate).mul_(up), self.down_proj))
 
 
 class LlamaModel(nn.Module):
@@ -100,25 +119,76 @@ class LlamaModel(nn.Module):
         head_dim] (attention.kv_cache_shape); layer i reads kv_cache[i].
         """
         if self.rotary is None:
-            self.rotary = RotaryCache(self.cfg, input_ids.device, self.embed_tokens.weight.dtype)
+            self.rotary = RotaryCache(self.cfg, input_ids.device, self.norm.dtype)
         cos, sin = self.rotary.get(positions)
         x = self.embed_tokens(input_ids)
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, kv_cache[i], meta, i)
         x = rms_norm(x.index_select(0, logits_index), self.norm, self.cfg.rms_norm_eps)
-        head = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         # in the model's dtype: the sampler converts rows it must
-        return self.packs.linear("head", x, head)
+        if self.lm_head is not None:
+            return _project(self.packs, "head", x, self.lm_head)
+        if isinstance(self.embed_tokens, QuantEmbedding):
+            return self.embed_tokens.matmul(x)
+        return self.packs.linear("head", x, self.embed_tokens.weight)
 
-    def load_hf_weights(self, weights: dict[str, torch.Tensor]) -> None:
-        """Copy weights named as in HF LlamaForCausalLM; every tensor must be present."""
+    def _linear_sources(self) -> list[tuple[nn.Module, str, list[str]]]:
+        """(owner, attribute, the HF tensors stacked into it) of every linear layer."""
+        out: list[tuple[nn.Module, str, list[str]]] = []
+        for i, layer in enumerate(self.layers):
+            p = f"model.layers.{i}."
+            out += [
+                (layer, "qkv_proj", [p + f"self_attn.{x}_proj.weight" for x in "qkv"]),
+                (layer, "o_proj", [p + "self_attn.o_proj.weight"]),
+                (layer, "gate_up_proj", [p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"]),
+                (layer, "down_proj", [p + "mlp.down_proj.weight"]),
+            ]
+        if self.lm_head is not None:
+            out.append((self, "lm_head", ["lm_head.weight"]))
+        return out
+
+    def adopt_quantized(
+        self, weights: Weights, dtype: torch.dtype
+    ) -> dict[QuantLayer, QuantizedWeight]:
+        """Swap in a QuantLinear (QuantEmbedding) for every linear layer (the embedding) whose
+        checkpoint tensors are all quantized in one format, before the model is materialized, so
+        no float copy of them is ever allocated. Returns each new layer with the weight to `set`
+        once the model has its dtype. A layer with a bias, or whose parts differ in format,
+        stays float (its parts are widened at load)."""
+        adopted: dict[QuantLayer, QuantizedWeight] = {}
+        for owner, attr, names in self._linear_sources():
+            parts = [weights.get(n) for n in names]
+            quantized = [p for p in parts if isinstance(p, QuantizedWeight)]
+            if (
+                len(quantized) == len(parts)
+                and len({q.bits for q in quantized}) == 1
+                and getattr(owner, attr).bias is None
+            ):
+                layer = QuantLinear(dtype)
+                setattr(owner, attr, layer)
+                adopted[layer] = QuantizedWeight.stack(quantized)
+        embed = weights.get("model.embed_tokens.weight")
+        if isinstance(embed, QuantizedWeight):
+            table = QuantEmbedding(dtype)
+            self.embed_tokens = table  # type: ignore[assignment]
+            adopted[table] = embed
+        return adopted
+
+    def load_hf_weights(self, weights: Weights, skip: AbstractSet[str] = frozenset()) -> None:
+        """Copy the float layers' weights, named as in HF LlamaForCausalLM, except those in
+        `skip` (already the parameters themselves); every tensor they need must be present (a
+        quantized one is widened here)."""
         targets = self._hf_targets()
         missing = sorted(set(targets) - set(weights))
         if missing:
             raise ValueError(f"checkpoint lacks {len(missing)} tensors, e.g. {missing[:3]}")
         with torch.no_grad():
             for name, (param, start, rows) in targets.items():
+                if name in skip:
+                    continue
                 src = weights[name]
+                if isinstance(src, QuantizedWeight):
+                    src = dequantize(src)
                 want = (rows, *param.shape[1:]) if rows else tuple(param.shape)
                 if tuple(src.shape) != want:
                     raise ValueError(
@@ -129,12 +199,12 @@ class LlamaModel(nn.Module):
                 dst.copy_(src.to(param.dtype))
 
     def _hf_targets(self) -> dict[str, tuple[torch.Tensor, int, int]]:
-        """HF tensor name -> (our parameter, first row, rows); rows 0 = the whole parameter."""
-        out: dict[str, tuple[torch.Tensor, int, int]] = {
-            "model.embed_tokens.weight": (self.embed_tokens.weight, 0, 0),
-            "model.norm.weight": (self.norm, 0, 0),
-        }
-        if self.lm_head is not None:
+        """HF tensor name -> (our float parameter, first row, rows); rows 0 = the whole
+        parameter. Quantized layers (adopt_quantized) are not targets."""
+        out: dict[str, tuple[torch.Tensor, int, int]] = {"model.norm.weight": (self.norm, 0, 0)}
+        if isinstance(self.embed_tokens, nn.Embedding):
+            out["model.embed_tokens.weight"] = (self.embed_tokens.weight, 0, 0)
+        if isinstance(self.lm_head, nn.Linear):
             out["lm_head.weight"] = (self.lm_head.weight, 0, 0)
         cfg = self.cfg
         q, kv, inter = (
@@ -147,14 +217,23 @@ class LlamaModel(nn.Module):
             p = f"model.layers.{i}."
             out[p + "input_layernorm.weight"] = (layer.input_layernorm, 0, 0)
             out[p + "post_attention_layernorm.weight"] = (layer.post_attention_layernorm, 0, 0)
-            out[p + "self_attn.o_proj.weight"] = (layer.o_proj.weight, 0, 0)
-            for name, start, rows in (("q_proj", 0, q), ("k_proj", q, kv), ("v_proj", q + kv, kv)):
-                out[p + f"self_attn.{name}.weight"] = (layer.qkv_proj.weight, start, rows)
-                if layer.qkv_proj.bias is not None:
-                    out[p + f"self_attn.{name}.bias"] = (layer.qkv_proj.bias, start, rows)
-            out[p + "mlp.gate_proj.weight"] = (layer.gate_up_proj.weight, 0, inter)
-            out[p + "mlp.up_proj.weight"] = (layer.gate_up_proj.weight, inter, inter)
-            out[p + "mlp.down_proj.weight"] = (layer.down_proj.weight, 0, 0)
+            if isinstance(layer.o_proj, nn.Linear):
+                out[p + "self_attn.o_proj.weight"] = (layer.o_proj.weight, 0, 0)
+            if isinstance(layer.qkv_proj, nn.Linear):
+                qkv = layer.qkv_proj
+                for name, start, rows in (
+                    ("q_proj", 0, q),
+                    ("k_proj", q, kv),
+                    ("v_proj", q + kv, kv),
+                ):
+                    out[p + f"self_attn.{name}.weight"] = (qkv.weight, start, rows)
+                    if qkv.bias is not None:
+                        out[p + f"self_attn.{name}.bias"] = (qkv.bias, start, rows)
+            if isinstance(layer.gate_up_proj, nn.Linear):
+                out[p + "mlp.gate_proj.weight"] = (layer.gate_up_proj.weight, 0, inter)
+                out[p + "mlp.up_proj.weight"] = (layer.gate_up_proj.weight, inter, inter)
+            if isinstance(layer.down_proj, nn.Linear):
+                out[p + "mlp.down_proj.weight"] = (layer.down_proj.weight, 0, 0)
         return out
 
     def hf_tensor_shapes(self) -> dict[str, tuple[int, ...]]:
@@ -165,12 +244,104 @@ class LlamaModel(nn.Module):
         }
 
 
+def fused_groups(cfg: ModelConfig) -> list[list[str]]:
+    """The HF tensors the model stacks into one matrix (q|k|v, their biases, gate|up), in row
+    order: a loader that reads each group into one buffer, and hands the parts out as views of
+    it, lets build_model use the buffer as the parameter without a copy."""
+    groups = []
+    for i in range(cfg.num_layers):
+        p = f"model.layers.{i}."
+        groups.append([p + f"self_attn.{x}_proj.weight" for x in "qkv"])
+        if cfg.attention_bias:
+            groups.append([p + f"self_attn.{x}_proj.bias" for x in "qkv"])
+        groups.append([p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"])
+    return groups
+
+
+def _shareable(
+    param: torch.Tensor,
+    parts: list[tuple[torch.Tensor | QuantizedWeight, int, int]],
+    dtype: torch.dtype,
+    device: torch.device,
+) -> torch.Tensor | None:
+    """The checkpoint tensor that can be `param` as it is (same dtype, device and layout; for a
+    stacked parameter, one buffer whose row ranges are the parts), or None."""
+    tensors = [src for src, _, _ in parts if isinstance(src, torch.Tensor)]
+    if len(tensors) != len(parts):
+        return None
+    base = tensors[0]._base
+    if len(parts) == 1 and parts[0][2] == 0:
+        whole = tensors[0]
+    elif base is None or any(t._base is not base for t in tensors):
+        return None
+    else:
+        whole = base
+        row_bytes = whole.stride(0) * whole.element_size() if whole.dim() else 0
+        for t, (_, start, rows) in zip(tensors, parts):
+            if t.shape[0] != rows or t.data_ptr() != whole.data_ptr() + start * row_bytes:
+                return None
+    if (
+        whole.dtype != dtype
+        or whole.device != device
+        or not whole.is_contiguous()
+        or tuple(whole.shape) != tuple(param.shape)
+    ):
+        return None
+    return whole
+
+
+def _materialize(
+    model: LlamaModel, weights: Weights, device: torch.device, dtype: torch.dtype
+) -> set[str]:
+    """Give every float parameter of a meta-device model real memory in `dtype`: the checkpoint's
+    own tensor where it can serve as is (no copy, and no second copy in memory), an empty one
+    otherwise. Returns the HF names whose tensors became parameters."""
+    targets = model._hf_targets()
+    by_param: dict[int, list[tuple[str, int, int]]] = {}
+    for name, (param, start, rows) in targets.items():
+        by_param.setdefault(id(param), []).append((name, start, rows))
+    shared: dict[int, torch.Tensor] = {}
+    for param, _, _ in targets.values():
+        key = id(param)
+        if key in shared or not all(n in weights for n, _, _ in by_param[key]):
+            continue
+        parts = [(weights[n], start, rows) for n, start, rows in by_param[key]]
+        whole = _shareable(param, parts, dtype, device)
+        if whole is not None:
+            shared[key] = whole
+    adopted: set[str] = set()
+    for module in model.modules():
+        for attr, meta in list(module._parameters.items()):
+            if meta is None:
+                continue
+            data = shared.get(id(meta))
+            if data is None:
+                data = torch.empty(meta.shape, dtype=dtype, device=device)
+            else:
+                adopted.update(n for n, _, _ in by_param[id(meta)])
+            module._parameters[attr] = nn.Parameter(data, requires_grad=False)
+    return adopted
+
+
 def build_model(
-    cfg: ModelConfig, weights: dict[str, torch.Tensor], device: torch.device, dtype: torch.dtype
+    cfg: ModelConfig,
+    weights: Weights,
+    device: torch.device,
+    dtype: torch.dtype,
+    keep_quantized: bool = True,
 ) -> LlamaModel:
+    """The model on `device` computing in `dtype`. Quantized checkpoint tensors stay quantized
+    (QuantLinear, QuantEmbedding) when `keep_quantized` and the device is the CPU; otherwise
+    they are widened to `dtype` like every float tensor. A float checkpoint tensor already in
+    `dtype` on `device` becomes the parameter itself (shared with `weights`, not copied)."""
     with torch.device("meta"):
         model = LlamaModel(cfg)
-    model = model.to_empty(device=device).to(dtype)
-    model.load_hf_weights(weights)
+        adopted = (
+            model.adopt_quantized(weights, dtype) if keep_quantized and device.type == "cpu" else {}
+        )
+    shared = _materialize(model, weights, device, dtype)
+    for layer, weight in adopted.items():
+        layer.set(weight)
+    model.load_hf_weights(weights, skip=shared)
     model.eval()
     return model

@@ -257,7 +257,7 @@ def profile_engine(
     costs, error = fit(points + checks)
     return EngineProfile(
         model=engine.model_name,
-        dtype=config.dtype,
+        dtype=str(engine.dtype).removeprefix("torch."),
         device=config.device,
         threads=threads,
         machine=machine_description(),

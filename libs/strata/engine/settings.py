@@ -25,6 +25,7 @@ class AttentionKernel(enum.StrEnum):
 
 
 class DType(enum.StrEnum):
+    AUTO = "auto"  # the checkpoint's own (LoadedModel.dtype)
     FLOAT32 = "float32"
     FLOAT16 = "float16"
     BFLOAT16 = "bfloat16"
@@ -38,7 +39,11 @@ def _default_threads() -> int:
 
 class EngineFields(StrataSettings):
     device: str = Field("cpu", description="cpu, cuda, cuda:N")
-    dtype: DType = Field(DType.FLOAT32, description="the weights' and KV cache's dtype")
+    dtype: DType = Field(
+        DType.AUTO,
+        description="activations', float weights' and KV cache's dtype (auto: the checkpoint's; "
+        "float32 for GGUF)",
+    )
     torch_threads: int = Field(
         default_factory=_default_threads,
         ge=1,
@@ -51,6 +56,11 @@ class EngineFields(StrataSettings):
         "power of two; workers report it, gateway and scheduler use it)",
     )
     kv_cache_bytes: int = Field(256 << 20, ge=1, description="the device KV pool's bytes")
+    quantized_weights: bool = Field(
+        True,
+        description="keep a GGUF checkpoint's Q4_0/Q4_1/Q4_K/Q8_0 weights quantized on the CPU "
+        "(false: widen them to the dtype at load)",
+    )
     kv_blocks: int = Field(
         0, ge=0, description="KV blocks in the pool (0: as many as STRATA_KV_CACHE_BYTES holds)"
     )
@@ -141,6 +151,7 @@ class EngineFields(StrataSettings):
             device=self.device,
             dtype=str(self.dtype),
             attention_kernel=str(self.attention_kernel),
+            quantized_weights=self.quantized_weights,
             sparse=self.sparse_config(),
         )
 

@@ -1,0 +1,1 @@
+"""`make bench-weights`: the default model's weights kept quantized against widened at load."""
