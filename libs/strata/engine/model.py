@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
+from pathlib import Path
 from typing import cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from strata.engine import kernels
 from strata.engine.attention import AttentionMetadata, paged_attention
 from strata.engine.config import ModelConfig
 from strata.engine.packed_linear import Packs
@@ -29,7 +31,23 @@ from strata.engine.rope import RotaryCache, apply_rotary
 Weights = Mapping[str, "torch.Tensor | QuantizedWeight"]
 
 
+_NORM_SOURCE = Path(kernels.__file__).with_name("rms_norm.cpp")
+_NATIVE_NORM_DTYPES = (torch.float32, torch.bfloat16)
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """weight * (x * rsqrt(mean(x^2) + eps)) over the last dimension, computed in float32 and
+    rounded to x's dtype before the weight multiplies it; one fused C++ pass on the CPU where the
+    kernel builds (kernels/rms_norm.cpp: the same expression, summed in another order)."""
+    if (
+        x.device.type == "cpu"
+        and x.dim() == 2
+        and x.dtype in _NATIVE_NORM_DTYPES
+        and weight.dtype == x.dtype
+    ):
+        ops = kernels.load_extra(_NORM_SOURCE, "rms_norm", "strata_norm", "strata RMSNorm kernel")
+        if ops is not None:
+            return ops.rms_norm(x.contiguous(), weight, eps)
     dtype = x.dtype
     x32 = x.float()
     x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
@@ -39,7 +57,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 def _project(packs: Packs, name: str, x: torch.Tensor, layer: nn.Module) -> torch.Tensor:
     """x through a linear layer: a QuantLinear computes itself, a float one goes through `packs`."""
     if isinstance(layer, QuantLinear):
-        return layer(x)
+        return layer.matmul(x)  # not through nn.Module.__call__: it costs more than a row
     linear = cast(nn.Linear, layer)
     return packs.linear(name, x, linear.weight, linear.bias)
 

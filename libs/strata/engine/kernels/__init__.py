@@ -144,3 +144,21 @@ def load():
         log.warning("strata CPU attention kernel unavailable, using the torch path: %s", exc)
     _state["ops"] = ops
     return ops
+
+
+def load_extra(source: Path, stem: str, namespace: str, what: str):
+    """`torch.ops.<namespace>` from another kernel source (the sparse path's, the quantized
+    layers', the norm's), built like decode_attention.cpp and only where it is (the base
+    library loads); None when it cannot be built, logged once as `what` unavailable."""
+    key = f"extra:{stem}"
+    if key in _state:
+        return _state[key]
+    ops = None
+    if load() is not None:
+        try:
+            torch.ops.load_library(str(build_library(source, stem)))
+            ops = getattr(torch.ops, namespace)
+        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+            log.warning("%s unavailable, using torch operations: %s", what, exc)
+    _state[key] = ops
+    return ops

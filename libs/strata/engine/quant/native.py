@@ -8,30 +8,15 @@ build is logged once.
 
 from __future__ import annotations
 
-import logging
-import subprocess
 from pathlib import Path
-
-import torch
 
 from strata.engine import kernels
 
-log = logging.getLogger(__name__)
-
 _SOURCE = Path(__file__).with_name("quant_kernels.cpp")
-_state: dict[str, object] = {}
 
 
 def load():
     """torch.ops.strata_quant, or None when the kernels cannot be built or loaded."""
-    if "ops" in _state:
-        return _state["ops"]
-    ops = None
-    if kernels.load() is not None:
-        try:
-            torch.ops.load_library(str(kernels.build_library(_SOURCE, "quant_kernels")))
-            ops = torch.ops.strata_quant
-        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-            log.warning("strata quantized CPU kernels unavailable, using torch operations: %s", exc)
-    _state["ops"] = ops
-    return ops
+    return kernels.load_extra(
+        _SOURCE, "quant_kernels", "strata_quant", "strata quantized CPU kernels"
+    )

@@ -9,30 +9,15 @@ runs on torch operations; any failure to build is logged once and leaves it ther
 
 from __future__ import annotations
 
-import logging
-import subprocess
 from pathlib import Path
-
-import torch
 
 from strata.engine import kernels
 
-log = logging.getLogger(__name__)
-
 _SOURCE = Path(__file__).with_name("sparse_kernels.cpp")
-_state: dict[str, object] = {}
 
 
 def load():
     """torch.ops.strata_sparse, or None when the kernels cannot be built or loaded."""
-    if "ops" in _state:
-        return _state["ops"]
-    ops = None
-    if kernels.load() is not None:
-        try:
-            torch.ops.load_library(str(kernels.build_library(_SOURCE, "sparse_kernels")))
-            ops = torch.ops.strata_sparse
-        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-            log.warning("strata sparse CPU kernels unavailable, using torch operations: %s", exc)
-    _state["ops"] = ops
-    return ops
+    return kernels.load_extra(
+        _SOURCE, "sparse_kernels", "strata_sparse", "strata sparse CPU kernels"
+    )

@@ -1,0 +1,53 @@
+"""The fused RMSNorm kernel against the torch expression it replaces."""
+
+import pytest
+import torch
+
+from strata.engine import kernels
+from strata.engine.model import _NORM_SOURCE, rms_norm
+
+
+def _torch_rms_norm(x, weight, eps):
+    x32 = x.float()
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x32.to(x.dtype)
+
+
+def _ops():
+    ops = kernels.load_extra(_NORM_SOURCE, "rms_norm", "strata_norm", "strata RMSNorm kernel")
+    if ops is None:
+        pytest.skip("the native RMSNorm kernel did not build here (no C++ compiler)")
+    return ops
+
+
+@pytest.mark.parametrize("rows", [1, 3, 40])
+def test_float32_rows_match_the_torch_expression(rows):
+    ops = _ops()
+    gen = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, 576, generator=gen) * 3
+    w = torch.randn(576, generator=gen)
+    got = ops.rms_norm(x, w, 1e-5)
+    want = _torch_rms_norm(x, w, 1e-5)
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert torch.equal(rms_norm(x, w, 1e-5), got)  # the model's rms_norm takes the kernel
+
+
+def test_bfloat16_rounds_as_the_torch_expression():
+    """Both round the normalized row to bfloat16, then the product: results differ at most where
+    the float32 sums differ in their last bit, by one bfloat16 step."""
+    ops = _ops()
+    gen = torch.Generator().manual_seed(0)
+    x = (torch.randn(8, 960, generator=gen) * 2).bfloat16()
+    w = torch.randn(960, generator=gen).bfloat16()
+    got, want = ops.rms_norm(x, w, 1e-6).float(), _torch_rms_norm(x, w, 1e-6).float()
+    assert got.dtype == torch.float32
+    assert float(((got - want).abs() / want.abs().clamp_min(1e-3)).max()) <= 2**-7
+    assert float((got == want).float().mean()) > 0.97
+
+
+def test_refuses_a_weight_of_another_dtype_or_size():
+    ops = _ops()
+    with pytest.raises(RuntimeError, match="share a dtype"):
+        ops.rms_norm(torch.zeros(2, 8), torch.zeros(8, dtype=torch.bfloat16), 1e-6)
+    with pytest.raises(RuntimeError, match="weight must be contiguous \\[hidden\\]"):
+        ops.rms_norm(torch.zeros(2, 8), torch.zeros(4), 1e-6)
