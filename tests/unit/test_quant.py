@@ -45,8 +45,8 @@ def test_gguf_blocks_decode_bit_for_bit_as_gguf_does(qtype):
     assert weight.shape == (ROWS, COLS)
     assert weight.bits == (8 if qtype == T.Q8_0 else 4)
     assert torch.equal(dequantize(weight), want)
-    # held in fewer bytes than float32 would take: at most 1.125 bytes a weight
-    assert weight.nbytes <= ROWS * COLS * 1.125
+    # 0.75 bytes a weight for 4 bits, 1.125 for 8: scales and offsets in float32
+    assert weight.nbytes == ROWS * COLS * (1.125 if qtype == T.Q8_0 else 0.75)
 
 
 def test_row_selection_and_stacking_keep_rows_whole():
@@ -80,7 +80,7 @@ def _ops():
 def test_native_dequantize_equals_the_torch_decoder_exactly(qtype, dtype):
     ops = _ops()
     w = from_gguf(_gguf(qtype), qtype, (ROWS, COLS))
-    got = ops.dequantize(w.packed, w.scales, w.offsets, w.bits, dtype)
+    got = ops.dequantize(w.data, w.bits, dtype)
     assert got.dtype == dtype and torch.equal(got, dequantize(w, dtype))
 
 
@@ -93,7 +93,7 @@ def test_native_linear_matches_the_widened_matrix(qtype, rows):
     ops = _ops()
     w = from_gguf(_gguf(qtype), qtype, (ROWS, COLS))
     x = torch.randn(rows, COLS, generator=torch.Generator().manual_seed(rows))
-    got = ops.linear(x, w.packed, w.scales, w.offsets, w.bits)
+    got = ops.linear(x, w.data, w.bits)
     want = F.linear(x, dequantize(w))
     assert got.shape == (rows, ROWS) and got.dtype == torch.float32
     if rows >= 48:
@@ -107,7 +107,7 @@ def test_native_linear_in_bfloat16_rounds_only_its_float32_result():
     ops = _ops()
     w = from_gguf(_gguf(T.Q4_1), T.Q4_1, (ROWS, COLS))
     x = torch.randn(3, COLS, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
-    got = ops.linear(x, w.packed, w.scales, w.offsets, w.bits)
+    got = ops.linear(x, w.data, w.bits)
     exact = F.linear(x.float(), dequantize(w))
     assert got.dtype == torch.bfloat16
     # one bfloat16 rounding of a float32 result: within 2**-8 relative (plus float32 noise)
@@ -118,14 +118,17 @@ def test_native_linear_of_many_bfloat16_rows_is_the_widened_bfloat16_matmul():
     ops = _ops()
     w = from_gguf(_gguf(T.Q4_K), T.Q4_K, (ROWS, COLS))
     x = torch.randn(16, COLS, generator=torch.Generator().manual_seed(16)).to(torch.bfloat16)
-    got = ops.linear(x, w.packed, w.scales, w.offsets, w.bits)
+    got = ops.linear(x, w.data, w.bits)
     assert torch.equal(got, F.linear(x, dequantize(w, torch.bfloat16)))
 
 
 def test_native_linear_refuses_mismatched_shapes_with_a_reason():
     ops = _ops()
     w = from_gguf(_gguf(T.Q8_0), T.Q8_0, (ROWS, COLS))
-    with pytest.raises(RuntimeError, match="packed has 512 bytes a row, 256 columns need 256"):
-        ops.linear(torch.zeros(1, 256), w.packed, w.scales, w.offsets, w.bits)
+    with pytest.raises(RuntimeError, match="x has 256 columns, the matrix 512"):
+        ops.linear(torch.zeros(1, 256), w.data, w.bits)
     with pytest.raises(RuntimeError, match="bits must be 4 or 8"):
-        ops.linear(torch.zeros(1, COLS), w.packed, w.scales, w.offsets, 3)
+        ops.linear(torch.zeros(1, COLS), w.data, 3)
+    q4 = from_gguf(_gguf(T.Q4_1), T.Q4_1, (ROWS, COLS))
+    with pytest.raises(RuntimeError, match="not whole 36-byte blocks of 8-bit weights"):
+        ops.linear(torch.zeros(1, COLS), q4.data, 8)

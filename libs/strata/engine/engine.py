@@ -125,7 +125,11 @@ class LLMEngine:
         self.dtype = loaded.dtype if config.dtype == "auto" else getattr(torch, config.dtype)
         cfg = loaded.config
         self.model = build_model(
-            cfg, loaded.weights, self.device, self.dtype, config.quantized_weights
+            cfg,
+            loaded.weights,
+            self.device,
+            self.dtype,
+            config.quantized_weights,
         )
         self.kv_bytes_per_token = cfg.kv_bytes_per_token(torch.finfo(self.dtype).bits // 8)
         per_block = self.kv_bytes_per_token * config.block_size

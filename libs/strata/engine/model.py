@@ -350,8 +350,9 @@ def build_model(
 ) -> LlamaModel:
     """The model on `device` computing in `dtype`. Quantized checkpoint tensors stay quantized
     (QuantLinear, QuantEmbedding) when `keep_quantized` and the device is the CPU; otherwise
-    they are widened to `dtype` like every float tensor. A float checkpoint tensor already in
-    `dtype` on `device` becomes the parameter itself (shared with `weights`, not copied)."""
+    they are widened to `dtype` like every float tensor. A
+    float checkpoint tensor already in `dtype` on `device` becomes the parameter itself (shared
+    with `weights`, not copied)."""
     with torch.device("meta"):
         model = LlamaModel(cfg)
         adopted = (

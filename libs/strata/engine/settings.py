@@ -61,6 +61,7 @@ class EngineFields(StrataSettings):
         description="keep a GGUF checkpoint's Q4_0/Q4_1/Q4_K/Q8_0 weights quantized on the CPU "
         "(false: widen them to the dtype at load)",
     )
+
     kv_blocks: int = Field(
         0, ge=0, description="KV blocks in the pool (0: as many as STRATA_KV_CACHE_BYTES holds)"
     )

@@ -1,11 +1,15 @@
 """Quantized weight matrices in the engine's two in-memory formats, and their GGUF decoders.
 
-A matrix W of shape (rows, cols) is cut along each row into blocks of BLOCK (32) weights. Every
-block has a float32 scale, and a 4-bit matrix also a float32 offset:
+A matrix W of shape (rows, cols) is cut along each row into blocks of BLOCK (32) weights, stored
+one after another, row after row, in one uint8 tensor (rows, cols / BLOCK * block bytes):
 
-    bits 4   packed uint8 (rows, cols / 2)   w = q * scale + offset,  q in 0..15
-             byte j of a block holds weight j in its low nibble and weight j + 16 in its high
-    bits 8   packed int8  (rows, cols)       w = q * scale,           q in -128..127
+    bits 4   24 bytes a block: float32 scale, float32 offset, 16 bytes of nibbles
+             w = q * scale + offset, q in 0..15; byte j holds weight j in its low nibble and
+             weight j + 16 in its high one
+    bits 8   36 bytes a block: float32 scale, 32 int8 values; w = q * scale
+
+so that a product walks each row as one sequential stream of bytes (scales beside their
+weights, not in arrays of their own: a decode step is bound by how fast it reads them).
 
 GGUF's Q4_0, Q4_1 and Q4_K become the 4-bit format and Q8_0 the 8-bit one, losslessly: every
 scale and offset those formats imply (an f16 times an integer of at most 6 bits) is exact in
@@ -24,6 +28,7 @@ import torch
 from gguf import GGMLQuantizationType
 
 BLOCK = 32
+BLOCK_BYTES = {4: 24, 8: 36}
 
 # the GGUF types decoded into a quantized matrix; any other type is widened to float at load
 GGUF_TYPES = (
@@ -38,49 +43,59 @@ GGUF_TYPES = (
 class QuantizedWeight:
     """One quantized matrix (see the module docstring for the layout).
 
-    Invariants: `cols` is a multiple of BLOCK; `packed` is (rows, cols // 2) uint8 for 4 bits
-    or (rows, cols) int8 for 8; `scales` and, for 4 bits, `offsets` are (rows, cols // BLOCK)
-    float32; all contiguous and on one device. For 8 bits `offsets` is an empty tensor.
+    Invariants: `cols` is a multiple of BLOCK; `data` is contiguous uint8
+    (rows, cols // BLOCK * BLOCK_BYTES[bits]).
     """
 
     bits: int
-    packed: torch.Tensor
-    scales: torch.Tensor
-    offsets: torch.Tensor
+    data: torch.Tensor
+    cols: int
 
     @property
     def shape(self) -> tuple[int, int]:
-        rows = self.packed.shape[0]
-        return (rows, self.packed.shape[1] * (2 if self.bits == 4 else 1))
+        return (self.data.shape[0], self.cols)
 
     @property
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (self.packed, self.scales, self.offsets))
+        return self.data.numel()
+
+    def blocks(self) -> torch.Tensor:
+        """The data as (rows, cols // BLOCK, block bytes)."""
+        return self.data.view(self.data.shape[0], self.cols // BLOCK, BLOCK_BYTES[self.bits])
 
     def rows(self, index: torch.Tensor) -> QuantizedWeight:
         """The rows at `index` (a permutation or a selection), still quantized."""
-        offsets = self.offsets.index_select(0, index) if self.bits == 4 else self.offsets
-        return QuantizedWeight(
-            self.bits,
-            self.packed.index_select(0, index),
-            self.scales.index_select(0, index),
-            offsets,
-        )
+        return QuantizedWeight(self.bits, self.data.index_select(0, index), self.cols)
 
     @staticmethod
     def stack(parts: list[QuantizedWeight]) -> QuantizedWeight:
         """The matrices one above another (the rows of a fused projection); every part must have
         the same bits and column count."""
         first = parts[0]
-        if any(p.bits != first.bits or p.shape[1] != first.shape[1] for p in parts):
+        if any(p.bits != first.bits or p.cols != first.cols for p in parts):
             raise ValueError("stacked quantized matrices need the same format and column count")
-        offsets = torch.cat([p.offsets for p in parts]) if first.bits == 4 else first.offsets
-        return QuantizedWeight(
-            first.bits,
-            torch.cat([p.packed for p in parts]),
-            torch.cat([p.scales for p in parts]),
-            offsets,
+        return QuantizedWeight(first.bits, torch.cat([p.data for p in parts]), first.cols)
+
+
+def pack(
+    bits: int, quants: np.ndarray, scales: np.ndarray, offsets: np.ndarray | None
+) -> torch.Tensor:
+    """The `data` of a matrix from its parts: `quants` (rows, blocks, 16) uint8 nibble bytes for
+    4 bits or (rows, blocks, 32) int8 for 8, `scales` and `offsets` (rows, blocks) float32."""
+    rows, blocks = scales.shape
+    out = np.empty((rows, blocks, BLOCK_BYTES[bits]), dtype=np.uint8)
+    out[:, :, 0:4] = (
+        np.ascontiguousarray(scales, dtype=np.float32).view(np.uint8).reshape(rows, blocks, 4)
+    )
+    head = 4
+    if bits == 4:
+        assert offsets is not None
+        out[:, :, 4:8] = (
+            np.ascontiguousarray(offsets, dtype=np.float32).view(np.uint8).reshape(rows, blocks, 4)
         )
+        head = 8
+    out[:, :, head:] = np.ascontiguousarray(quants).view(np.uint8)
+    return torch.from_numpy(out.reshape(rows, -1))
 
 
 def _f16(column: np.ndarray) -> np.ndarray:
@@ -134,30 +149,29 @@ def from_gguf(
     outside GGUF_TYPES or a shape the blocks do not fit."""
     rows, cols = shape
     raw = np.ascontiguousarray(data, dtype=np.uint8).reshape(rows, -1)
+    per_row = cols // BLOCK
     if qtype == GGMLQuantizationType.Q8_0:
         if cols % BLOCK:
             raise ValueError(f"Q8_0 needs columns in multiples of {BLOCK}, got {cols}")
         blocks = raw.reshape(-1, 34)
-        q = np.ascontiguousarray(blocks[:, 2:]).view(np.int8).reshape(rows, cols)
-        scale = _f16(blocks[:, 0:2]).reshape(rows, cols // BLOCK)
-        return QuantizedWeight(
-            8,
-            torch.from_numpy(q.copy()),
-            torch.from_numpy(scale.copy()),
-            torch.empty(0, dtype=torch.float32),
-        )
+        q = blocks[:, 2:].reshape(rows, per_row, BLOCK)
+        scale = _f16(blocks[:, 0:2]).reshape(rows, per_row)
+        return QuantizedWeight(8, pack(8, q, scale, None), cols)
     if qtype not in _Q4:
         raise ValueError(f"GGUF type {qtype.name} has no quantized in-memory format")
     size, weights, decode = _Q4[qtype]
     if cols % weights:
         raise ValueError(f"{qtype.name} needs columns in multiples of {weights}, got {cols}")
     packed, scale, offset = decode(raw.reshape(-1, size))
-    per_row = cols // BLOCK
     return QuantizedWeight(
         4,
-        torch.from_numpy(np.ascontiguousarray(packed).reshape(rows, cols // 2).copy()),
-        torch.from_numpy(np.asarray(scale, np.float32).reshape(rows, per_row).copy()),
-        torch.from_numpy(np.asarray(offset, np.float32).reshape(rows, per_row).copy()),
+        pack(
+            4,
+            np.ascontiguousarray(packed).reshape(rows, per_row, BLOCK // 2),
+            np.asarray(scale, np.float32).reshape(rows, per_row),
+            np.asarray(offset, np.float32).reshape(rows, per_row),
+        ),
+        cols,
     )
 
 
@@ -165,12 +179,14 @@ def dequantize(weight: QuantizedWeight, dtype: torch.dtype = torch.float32) -> t
     """The matrix in `dtype`, decoded with torch operations (the reference for the native
     kernel, and its fallback): the weights in float32 exactly, then rounded once to `dtype`."""
     rows, cols = weight.shape
-    blocks = cols // BLOCK
+    b = weight.blocks()
+    scales = b[..., 0:4].contiguous().view(torch.float32)  # (rows, blocks, 1)
     if weight.bits == 8:
-        q = weight.packed.view(rows, blocks, BLOCK).float()
-        values = q * weight.scales.unsqueeze(-1)
+        q = b[..., 4:].contiguous().view(torch.int8).float()
+        values = q * scales
     else:
-        p = weight.packed.view(rows, blocks, BLOCK // 2)
+        offsets = b[..., 4:8].contiguous().view(torch.float32)
+        p = b[..., 8:]
         q = torch.cat((p & 0x0F, p >> 4), dim=-1).float()
-        values = q * weight.scales.unsqueeze(-1) + weight.offsets.unsqueeze(-1)
+        values = q * scales + offsets
     return values.reshape(rows, cols).to(dtype)

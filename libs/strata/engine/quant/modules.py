@@ -24,28 +24,25 @@ class QuantLayer(nn.Module):
 
     def __init__(self, dtype: torch.dtype):
         super().__init__()
-        self.packed: torch.Tensor
-        self.scales: torch.Tensor
-        self.offsets: torch.Tensor
+        self.data: torch.Tensor
         self.dtype = dtype  # of activations in and out
         self.bits = 0
+        self.cols = 0
         self._native = None
 
     def set(self, weight: QuantizedWeight, use_native: bool = True) -> None:
-        self.bits = weight.bits
-        self.register_buffer("packed", weight.packed.contiguous())
-        self.register_buffer("scales", weight.scales.contiguous())
-        self.register_buffer("offsets", weight.offsets.contiguous())
+        self.bits, self.cols = weight.bits, weight.cols
+        self.register_buffer("data", weight.data.contiguous())
         self._native = native.load() if use_native else None
 
     @property
     def weight_q(self) -> QuantizedWeight:
-        return QuantizedWeight(self.bits, self.packed, self.scales, self.offsets)
+        return QuantizedWeight(self.bits, self.data, self.cols)
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         """x @ W^T for a 2-D x in self.dtype."""
         if self._native is not None and x.device.type == "cpu":
-            return self._native.linear(x, self.packed, self.scales, self.offsets, self.bits)
+            return self._native.linear(x, self.data, self.bits)
         return F.linear(x, dequantize(self.weight_q, x.dtype))
 
 

@@ -1,13 +1,16 @@
-// Linear layers over quantized weights for the CPU (formats: strata/engine/quant/formats.py).
+// Linear layers over quantized weights for the CPU (the layout: strata/engine/quant/formats.py;
+// each row is its blocks one after another, a block's scale and offset beside its weights).
 //
-// linear(x, packed, scales, offsets, bits) = x @ W^T with W decoded on the fly:
-// - few rows of x (a decode step; M under kGemmRowsFloat or kGemmRowsBFloat16): each block of kTile weight rows is decoded in
-//   registers and multiplied with up to kTile rows of x at once, accumulating in float32; the
-//   weights are read from memory at 4-5 bits a weight instead of 32;
+// linear(x, data, bits) = x @ W^T with W decoded on the fly:
+// - few-row products (a decode step; M under kGemmRowsFloat or kGemmRowsBFloat16): each
+//   weight row is walked once, block by block, decoded in registers and multiplied with up to
+//   kRows rows of x, accumulating in float32;
 // - many rows (a prefill chunk): the matrix is decoded once into x's dtype and multiplied by
 //   ATen's matmul, which is what the engine did with the weights widened at load, bit for bit.
-// dequantize(...) decodes a whole matrix (or gathered rows of one) into a float dtype.
-// Work is split with at::parallel_for, on torch's own thread pool (see kernels/__init__.py).
+// Either way the weights are read at 6 (4-bit) or 9 (8-bit) bits a weight instead of 32: a
+// decode step is bound by that read. dequantize(data, bits, dtype) decodes a whole matrix.
+// Work is split over weight rows with at::parallel_for, on torch's own thread pool
+// (kernels/__init__.py), so each thread reads one contiguous span of the matrix.
 
 #include <torch/library.h>
 #include <ATen/ATen.h>
@@ -19,6 +22,7 @@
 #endif
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -27,85 +31,82 @@ namespace {
 
 #include "cpu_math.h"
 
-constexpr int64_t kBlock = 32;    // weights per scale
-constexpr int64_t kTile = 4;      // weight rows a task of the thread pool takes together
-constexpr int64_t kRows = 8;      // rows of x multiplied with each decoded block
+constexpr int64_t kBlock = 32;  // weights per block
+constexpr int64_t kTile = 4;    // weight rows a task of the thread pool takes together
+constexpr int64_t kRows = 8;    // rows of x multiplied with each decoded block
 // From this many rows of x on, the matrix is decoded once and multiplied by ATen's matmul: for
 // bfloat16 x that is oneDNN's bfloat16 dot-product path, twice the float32 FMA rate, so it pays
-// from fewer rows (measured in docs/benchmarks/engine.md).
+// from fewer rows (measured: docs/design/engine.md).
 constexpr int64_t kGemmRowsFloat = 48;
 constexpr int64_t kGemmRowsBFloat16 = 16;
 
+inline int64_t block_bytes(int64_t bits) { return bits == 4 ? 24 : 36; }
+
+inline float read_f32(const uint8_t* p) {
+  float v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
 // Decode one row of `cols` weights into float. The product q * scale is exact in float32, so
 // one rounding (the add) gives the same value as gguf's reference decoder.
-inline void decode_row(int64_t bits, const void* packed, const float* scales,
-                       const float* offsets, int64_t cols, float* dst) {
-  const int64_t blocks = cols / kBlock;
-  if (bits == 4) {
-    const uint8_t* q = static_cast<const uint8_t*>(packed);
-    for (int64_t b = 0; b < blocks; ++b) {
-      const float s = scales[b], o = offsets[b];
-      const uint8_t* qb = q + b * (kBlock / 2);
-      float* out = dst + b * kBlock;
+inline void decode_row(int64_t bits, const uint8_t* row, int64_t cols, float* dst) {
+  const int64_t blocks = cols / kBlock, bb = block_bytes(bits);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* blk = row + b * bb;
+    const float s = read_f32(blk);
+    float* out = dst + b * kBlock;
+    if (bits == 4) {
+      const float o = read_f32(blk + 4);
+      const uint8_t* q = blk + 8;
 #pragma omp simd
       for (int j = 0; j < kBlock / 2; ++j) {
-        out[j] = static_cast<float>(qb[j] & 0x0F) * s + o;
-        out[j + kBlock / 2] = static_cast<float>(qb[j] >> 4) * s + o;
+        out[j] = static_cast<float>(q[j] & 0x0F) * s + o;
+        out[j + kBlock / 2] = static_cast<float>(q[j] >> 4) * s + o;
       }
-    }
-  } else {
-    const int8_t* q = static_cast<const int8_t*>(packed);
-    for (int64_t b = 0; b < blocks; ++b) {
-      const float s = scales[b];
-      const int8_t* qb = q + b * kBlock;
-      float* out = dst + b * kBlock;
+    } else {
+      const int8_t* q = reinterpret_cast<const int8_t*>(blk + 4);
 #pragma omp simd
-      for (int j = 0; j < kBlock; ++j) out[j] = static_cast<float>(qb[j]) * s;
+      for (int j = 0; j < kBlock; ++j) out[j] = static_cast<float>(q[j]) * s;
     }
   }
 }
 
 #if defined(__AVX512F__)
-// The 32 weights of block `b` of one row, decoded into two vectors (weights 0-15 and 16-31).
-inline void decode_block(int64_t bits, const uint8_t* row, const float* scales,
-                         const float* offsets, int64_t b, __m512& lo, __m512& hi) {
-  const __m512 s = _mm512_set1_ps(scales[b]);
+// One block's 32 weights, decoded into two vectors (weights 0-15 and 16-31).
+inline void decode_block(int64_t bits, const uint8_t* blk, __m512& lo, __m512& hi) {
+  const __m512 s = _mm512_set1_ps(read_f32(blk));
   if (bits == 4) {
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + b * (kBlock / 2)));
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 8));
     const __m128i mask = _mm_set1_epi8(0x0F);
-    const __m512 o = _mm512_set1_ps(offsets[b]);
+    const __m512 o = _mm512_set1_ps(read_f32(blk + 4));
     const __m512 qlo = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(q, mask)));
     const __m512 qhi =
         _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(q, 4), mask)));
     lo = _mm512_fmadd_ps(qlo, s, o);
     hi = _mm512_fmadd_ps(qhi, s, o);
   } else {
-    const uint8_t* qb = row + b * kBlock;
-    const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qb));
-    const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qb + 16));
+    const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 4));
+    const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 20));
     lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), s);
     hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)), s);
   }
 }
 
 // out[i * kTile + j] = x row i . W row (n0 + j) for i < MT, j < valid: each weight row is
-// walked once, block by block (so each thread reads one stream of packed bytes and one of scales
-// at a time), each block decoded in registers and multiplied with the MT rows of x, which stay in
-// L1. Two accumulators a row of x keep the FMA chains short.
+// walked once, block by block, each block decoded in registers and multiplied with the MT rows
+// of x, which stay in L1.
 template <int MT>
-void tile_product(int64_t bits, const uint8_t* packed, int64_t row_bytes, const float* scales,
-                  const float* offsets, int64_t per_row, int64_t n0, int64_t valid,
-                  const float* x, int64_t cols, float* out) {
+void tile_product(int64_t bits, const uint8_t* data, int64_t row_bytes, int64_t n0,
+                  int64_t valid, const float* x, int64_t cols, float* out) {
+  const int64_t blocks = cols / kBlock, bb = block_bytes(bits);
   for (int64_t j = 0; j < valid; ++j) {
-    const int64_t r = n0 + j;
-    const uint8_t* row = packed + r * row_bytes;
-    const float* s = scales + r * per_row;
-    const float* o = offsets ? offsets + r * per_row : nullptr;
+    const uint8_t* row = data + (n0 + j) * row_bytes;
     __m512 acc_lo[MT], acc_hi[MT];
     for (int i = 0; i < MT; ++i) acc_lo[i] = acc_hi[i] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < per_row; ++b) {
+    for (int64_t b = 0; b < blocks; ++b) {
       __m512 lo, hi;
-      decode_block(bits, row, s, o, b, lo, hi);
+      decode_block(bits, row + b * bb, lo, hi);
       for (int i = 0; i < MT; ++i) {
         acc_lo[i] = _mm512_fmadd_ps(_mm512_loadu_ps(x + i * cols + b * kBlock), lo, acc_lo[i]);
         acc_hi[i] =
@@ -117,61 +118,41 @@ void tile_product(int64_t bits, const uint8_t* packed, int64_t row_bytes, const 
   }
 }
 #else
-// Portable version: decode the tile's rows into `w` (kTile rows of `cols` floats), then dot.
+// Portable version: decode each weight row into a buffer, then dot.
 template <int MT>
-void tile_product(int64_t bits, const uint8_t* packed, int64_t row_bytes, const float* scales,
-                  const float* offsets, int64_t per_row, int64_t n0, int64_t valid,
-                  const float* x, int64_t cols, float* out) {
+void tile_product(int64_t bits, const uint8_t* data, int64_t row_bytes, int64_t n0,
+                  int64_t valid, const float* x, int64_t cols, float* out) {
   thread_local std::vector<float> w;
-  w.resize(kTile * cols);
+  w.resize(cols);
   for (int64_t j = 0; j < valid; ++j) {
-    const int64_t r = n0 + j;
-    decode_row(bits, packed + r * row_bytes, scales + r * per_row,
-               offsets ? offsets + r * per_row : nullptr, cols, w.data() + j * cols);
+    decode_row(bits, data + (n0 + j) * row_bytes, cols, w.data());
+    for (int i = 0; i < MT; ++i) out[i * kTile + j] = dot(x + i * cols, w.data(), cols);
   }
-  for (int i = 0; i < MT; ++i)
-    for (int64_t j = 0; j < valid; ++j)
-      out[i * kTile + j] = dot(x + i * cols, w.data() + j * cols, cols);
 }
 #endif
 
-void check_weight(const at::Tensor& packed, const at::Tensor& scales, const at::Tensor& offsets,
-                  int64_t bits, int64_t cols) {
+// The matrix's columns, after checking its data against `bits`.
+int64_t check_weight(const at::Tensor& data, int64_t bits) {
   TORCH_CHECK(bits == 4 || bits == 8, "bits must be 4 or 8, got ", bits);
-  TORCH_CHECK(packed.dim() == 2 && packed.is_contiguous(), "packed must be contiguous 2-D");
-  TORCH_CHECK(packed.scalar_type() == (bits == 4 ? at::kByte : at::kChar),
-              "packed must be uint8 for 4 bits and int8 for 8");
-  TORCH_CHECK(cols % kBlock == 0, "columns must be a multiple of ", kBlock, ", got ", cols);
-  TORCH_CHECK(packed.size(1) == (bits == 4 ? cols / 2 : cols), "packed has ", packed.size(1),
-              " bytes a row, ", cols, " columns need ", bits == 4 ? cols / 2 : cols);
-  TORCH_CHECK(scales.scalar_type() == at::kFloat && scales.is_contiguous() &&
-                  scales.dim() == 2 && scales.size(0) == packed.size(0) &&
-                  scales.size(1) == cols / kBlock,
-              "scales must be contiguous float32 (rows, cols / 32)");
-  if (bits == 4)
-    TORCH_CHECK(offsets.scalar_type() == at::kFloat && offsets.is_contiguous() &&
-                    offsets.sizes() == scales.sizes(),
-                "offsets must be contiguous float32 shaped like scales");
+  TORCH_CHECK(data.dim() == 2 && data.is_contiguous() && data.scalar_type() == at::kByte,
+              "data must be contiguous 2-D uint8");
+  const int64_t bb = block_bytes(bits);
+  TORCH_CHECK(data.size(1) % bb == 0, "a row of ", data.size(1), " bytes is not whole ", bb,
+              "-byte blocks of ", bits, "-bit weights");
+  return data.size(1) / bb * kBlock;
 }
 
-at::Tensor dequantize(const at::Tensor& packed, const at::Tensor& scales,
-                      const at::Tensor& offsets, int64_t bits, at::ScalarType dtype) {
-  const int64_t rows = packed.size(0);
-  const int64_t cols = bits == 4 ? packed.size(1) * 2 : packed.size(1);
-  check_weight(packed, scales, offsets, bits, cols);
+at::Tensor dequantize(const at::Tensor& data, int64_t bits, at::ScalarType dtype) {
+  const int64_t cols = check_weight(data, bits), rows = data.size(0);
   TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16, "dtype must be float32 or bfloat16");
-  at::Tensor out = at::empty({rows, cols}, packed.options().dtype(dtype));
-  const uint8_t* pp = static_cast<const uint8_t*>(packed.data_ptr());
-  const int64_t row_bytes = packed.size(1);
-  const float* sp = scales.data_ptr<float>();
-  const float* op = bits == 4 ? offsets.data_ptr<float>() : nullptr;
-  const int64_t per_row = cols / kBlock;
+  at::Tensor out = at::empty({rows, cols}, data.options().dtype(dtype));
+  const uint8_t* dp = data.data_ptr<uint8_t>();
+  const int64_t row_bytes = data.size(1);
   at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
     std::vector<float> row(dtype == at::kFloat ? 0 : cols);
     for (int64_t r = begin; r < end; ++r) {
       float* dst = dtype == at::kFloat ? out.data_ptr<float>() + r * cols : row.data();
-      decode_row(bits, pp + r * row_bytes, sp + r * per_row, op ? op + r * per_row : nullptr,
-                 cols, dst);
+      decode_row(bits, dp + r * row_bytes, cols, dst);
       if (dtype == at::kBFloat16)
         store_row(row.data(), out.data_ptr<c10::BFloat16>() + r * cols, cols);
     }
@@ -179,25 +160,22 @@ at::Tensor dequantize(const at::Tensor& packed, const at::Tensor& scales,
   return out;
 }
 
-at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales,
-                  const at::Tensor& offsets, int64_t bits) {
+at::Tensor linear(const at::Tensor& x, const at::Tensor& data, int64_t bits) {
   TORCH_CHECK(x.dim() == 2, "x must be 2-D (rows, columns)");
   TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16,
               "x must be float32 or bfloat16");
-  const int64_t m = x.size(0), cols = x.size(1), n = packed.size(0);
-  check_weight(packed, scales, offsets, bits, cols);
+  const int64_t cols = check_weight(data, bits);
+  const int64_t m = x.size(0), n = data.size(0);
+  TORCH_CHECK(x.size(1) == cols, "x has ", x.size(1), " columns, the matrix ", cols);
   if (m >= (x.scalar_type() == at::kFloat ? kGemmRowsFloat : kGemmRowsBFloat16))
-    return at::linear(x, dequantize(packed, scales, offsets, bits, x.scalar_type()));
+    return at::linear(x, dequantize(data, bits, x.scalar_type()));
 
   const at::Tensor xf = x.to(at::kFloat).contiguous();
   at::Tensor out = at::empty({m, n}, x.options().dtype(at::kFloat));
   const float* xp = xf.data_ptr<float>();
   float* yp = out.data_ptr<float>();
-  const uint8_t* pp = static_cast<const uint8_t*>(packed.data_ptr());
-  const int64_t row_bytes = packed.size(1);
-  const float* sp = scales.data_ptr<float>();
-  const float* op = bits == 4 ? offsets.data_ptr<float>() : nullptr;
-  const int64_t per_row = cols / kBlock;
+  const uint8_t* dp = data.data_ptr<uint8_t>();
+  const int64_t row_bytes = data.size(1);
   const int64_t tiles = (n + kTile - 1) / kTile;
 
   at::parallel_for(0, tiles, 4, [&](int64_t begin, int64_t end) {
@@ -208,14 +186,14 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, const at::Tenso
         const int64_t mt = std::min(kRows, m - i0);
         const float* xi = xp + i0 * cols;
         switch (mt) {
-          case 8: tile_product<8>(bits, pp, row_bytes, sp, op, per_row, n0, valid, xi, cols, res); break;
-          case 7: tile_product<7>(bits, pp, row_bytes, sp, op, per_row, n0, valid, xi, cols, res); break;
-          case 6: tile_product<6>(bits, pp, row_bytes, sp, op, per_row, n0, valid, xi, cols, res); break;
-          case 5: tile_product<5>(bits, pp, row_bytes, sp, op, per_row, n0, valid, xi, cols, res); break;
-          case 4: tile_product<4>(bits, pp, row_bytes, sp, op, per_row, n0, valid, xi, cols, res); break;
-          case 3: tile_product<3>(bits, pp, row_bytes, sp, op, per_row, n0, valid, xi, cols, res); break;
-          case 2: tile_product<2>(bits, pp, row_bytes, sp, op, per_row, n0, valid, xi, cols, res); break;
-          default: tile_product<1>(bits, pp, row_bytes, sp, op, per_row, n0, valid, xi, cols, res); break;
+          case 8: tile_product<8>(bits, dp, row_bytes, n0, valid, xi, cols, res); break;
+          case 7: tile_product<7>(bits, dp, row_bytes, n0, valid, xi, cols, res); break;
+          case 6: tile_product<6>(bits, dp, row_bytes, n0, valid, xi, cols, res); break;
+          case 5: tile_product<5>(bits, dp, row_bytes, n0, valid, xi, cols, res); break;
+          case 4: tile_product<4>(bits, dp, row_bytes, n0, valid, xi, cols, res); break;
+          case 3: tile_product<3>(bits, dp, row_bytes, n0, valid, xi, cols, res); break;
+          case 2: tile_product<2>(bits, dp, row_bytes, n0, valid, xi, cols, res); break;
+          default: tile_product<1>(bits, dp, row_bytes, n0, valid, xi, cols, res); break;
         }
         for (int64_t i = 0; i < mt; ++i)
           for (int64_t j = 0; j < valid; ++j) yp[(i0 + i) * n + n0 + j] = res[i * kTile + j];
@@ -228,9 +206,8 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, const at::Tenso
 }  // namespace
 
 TORCH_LIBRARY(strata_quant, m) {
-  m.def("linear(Tensor x, Tensor packed, Tensor scales, Tensor offsets, int bits) -> Tensor");
-  m.def("dequantize(Tensor packed, Tensor scales, Tensor offsets, int bits, ScalarType dtype) "
-        "-> Tensor");
+  m.def("linear(Tensor x, Tensor data, int bits) -> Tensor");
+  m.def("dequantize(Tensor data, int bits, ScalarType dtype) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(strata_quant, CPU, m) {
