@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from gguf import GGMLQuantizationType as T
 
+from strata.engine import kernels
 from strata.engine.quant import QuantizedWeight, dequantize, from_gguf, native
 
 ROWS, COLS = 37, 512  # rows not a multiple of the kernel's tile of 4
@@ -69,9 +70,10 @@ def test_a_type_without_an_in_memory_format_or_a_ragged_row_is_refused():
 
 
 def _ops():
+    if kernels.load() is None:
+        pytest.skip("the native kernels did not build here (no C++ compiler)")
     ops = native.load()
-    if ops is None:
-        pytest.skip("the native quantized kernel did not build here (no C++ compiler)")
+    assert ops is not None, "the quantized kernel failed to build (see the log)"
     return ops
 
 

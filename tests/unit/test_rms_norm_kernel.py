@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from strata.engine import kernels
-from strata.engine.model import _NORM_SOURCE, rms_norm
+from strata.engine.model import _NORM_SOURCE, add_rms_norm, rms_norm
 
 
 def _torch_rms_norm(x, weight, eps):
@@ -14,9 +14,10 @@ def _torch_rms_norm(x, weight, eps):
 
 
 def _ops():
+    if kernels.load() is None:
+        pytest.skip("the native kernels did not build here (no C++ compiler)")
     ops = kernels.load_extra(_NORM_SOURCE, "rms_norm", "strata_norm", "strata RMSNorm kernel")
-    if ops is None:
-        pytest.skip("the native RMSNorm kernel did not build here (no C++ compiler)")
+    assert ops is not None, "the RMSNorm kernel failed to build (see the log)"
     return ops
 
 
@@ -51,3 +52,17 @@ def test_refuses_a_weight_of_another_dtype_or_size():
         ops.rms_norm(torch.zeros(2, 8), torch.zeros(8, dtype=torch.bfloat16), 1e-6)
     with pytest.raises(RuntimeError, match="weight must be contiguous \\[hidden\\]"):
         ops.rms_norm(torch.zeros(2, 8), torch.zeros(4), 1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_add_rms_norm_adds_in_place_then_normalizes(dtype):
+    _ops()
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(3, 576, generator=gen).to(dtype)
+    res = torch.randn(3, 576, generator=gen).to(dtype)
+    w = torch.randn(576, generator=gen).to(dtype)
+    summed = x + res
+    got = add_rms_norm(x, res, w, 1e-5)
+    assert torch.equal(x, summed)  # the residual stream, updated in place, exactly as torch adds
+    want = _torch_rms_norm(summed, w, 1e-5).float()
+    assert float(((got.float() - want).abs() / want.abs().clamp_min(1e-3)).max()) <= 2**-7

@@ -24,11 +24,13 @@ sequence's blocks in place, with no gather copy and no padding.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
 from strata.engine import kernels
+from strata.engine.rope import apply_rotary
 
 if TYPE_CHECKING:
     from strata.engine.block_tables import BlockTables
@@ -170,19 +172,17 @@ def kv_cache_shape(
     return (num_layers, 2, kv_heads, num_blocks, block_size, head_dim)
 
 
-def paged_attention(
-    q: torch.Tensor,
+_ROPE_SOURCE = Path(kernels.__file__).with_name("rotary_kv.cpp")
+
+
+def store_kv(
     k: torch.Tensor,
     v: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     meta: AttentionMetadata,
-    scale: float,
-    layer: int = 0,
-) -> torch.Tensor:
-    """q: [T, H, D]; k, v: [T, KVH, D]; caches: [KVH, num_blocks, block_size, D]. Returns [T, H, D].
-
-    `layer` picks the sparse path's index entries when meta.sparse is set."""
+) -> None:
+    """Write one step's keys and values ([T, KVH, D]) at their slots (meta.slot_mapping)."""
     kv_heads, num_blocks, block_size, head_dim = k_cache.shape
     k_cache.view(kv_heads, num_blocks * block_size, head_dim).index_copy_(
         1, meta.slot_mapping, k.transpose(0, 1)
@@ -190,6 +190,58 @@ def paged_attention(
     v_cache.view(kv_heads, num_blocks * block_size, head_dim).index_copy_(
         1, meta.slot_mapping, v.transpose(0, 1)
     )
+
+
+def rotate_and_store(
+    qkv: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    heads: int,
+) -> torch.Tensor:
+    """A step's fused q|k|v rows ([T, (H + 2 KVH) * D]): q and k rotated (cos/sin: [T, D]), k
+    and v written into the caches at their slots; returns q [T, H, D]. One C++ pass where the
+    CPU kernels are in use (meta.native; kernels/rotary_kv.cpp, the same numbers), otherwise
+    apply_rotary and store_kv."""
+    t = qkv.shape[0]
+    kv_heads, _, _, head_dim = k_cache.shape
+    if meta.native and qkv.device.type == "cpu" and qkv.dtype in (torch.float32, torch.bfloat16):
+        ops = kernels.load_extra(_ROPE_SOURCE, "rotary_kv", "strata_rope", "strata rotary kernel")
+        if ops is not None:
+            return ops.rotary_kv(
+                qkv, cos.contiguous(), sin.contiguous(), k_cache, v_cache, meta.slot_mapping, heads
+            )
+    qk = apply_rotary(qkv[:, : (heads + kv_heads) * head_dim].view(t, -1, head_dim), cos, sin)
+    q, k = qk.split((heads, kv_heads), dim=1)
+    store_kv(
+        k,
+        qkv[:, (heads + kv_heads) * head_dim :].view(t, kv_heads, head_dim),
+        k_cache,
+        v_cache,
+        meta,
+    )
+    return q
+
+
+def paged_attention(
+    q: torch.Tensor,
+    k: torch.Tensor | None,
+    v: torch.Tensor | None,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    scale: float,
+    layer: int = 0,
+) -> torch.Tensor:
+    """q: [T, H, D]; k, v: [T, KVH, D], or None when the step already stored them
+    (rotate_and_store); caches: [KVH, num_blocks, block_size, D]. Returns [T, H, D].
+
+    `layer` picks the sparse path's index entries when meta.sparse is set."""
+    kv_heads = k_cache.shape[0]
+    if k is not None and v is not None:
+        store_kv(k, v, k_cache, v_cache, meta)
     groups = q.shape[1] // kv_heads
     native = meta.native and q.device.type == "cpu"
 

@@ -1,7 +1,9 @@
 // RMSNorm over the last dimension of a [rows, hidden] float32 or bfloat16 tensor, in one pass a
 // row: y = weight * (x * rsqrt(mean(x^2) + eps)), the normalized row rounded to x's dtype before
-// the weight multiplies it, as the engine's torch expression computes it (model.rms_norm). Each
-// row is one task of torch's thread pool; a decode step's single row runs inline.
+// the weight multiplies it, as the engine's torch expression computes it (model.rms_norm).
+// add_rms_norm first adds a residual into x in place (x += residual, rounded to x's dtype, as
+// torch's add_), then normalizes the sum: the decoder layer's two steps in one pass. Each row
+// is one task of torch's thread pool; a decode step's single row runs inline.
 
 #include <torch/library.h>
 #include <ATen/ATen.h>
@@ -18,9 +20,11 @@ namespace {
 #include "cpu_math.h"
 
 template <typename scalar_t>
-void rms_norm_impl(const at::Tensor& x, const at::Tensor& weight, double eps, at::Tensor& out) {
+void rms_norm_impl(at::Tensor& x, const at::Tensor* residual, const at::Tensor& weight,
+                   double eps, at::Tensor& out) {
   const int64_t rows = x.size(0), hidden = x.size(1);
-  const scalar_t* xp = x.data_ptr<scalar_t>();
+  scalar_t* xp = x.data_ptr<scalar_t>();
+  const scalar_t* rp = residual ? residual->data_ptr<scalar_t>() : nullptr;
   const scalar_t* wp = weight.data_ptr<scalar_t>();
   scalar_t* op = out.data_ptr<scalar_t>();
   std::vector<float> w(hidden);
@@ -29,6 +33,12 @@ void rms_norm_impl(const at::Tensor& x, const at::Tensor& weight, double eps, at
   at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
     std::vector<float> row(hidden);
     for (int64_t r = begin; r < end; ++r) {
+      if (rp) {
+        scalar_t* xr = xp + r * hidden;
+        const scalar_t* rr = rp + r * hidden;
+        for (int64_t i = 0; i < hidden; ++i)
+          xr[i] = static_cast<scalar_t>(static_cast<float>(xr[i]) + static_cast<float>(rr[i]));
+      }
       widen_row(xp + r * hidden, row.data(), hidden);
       const float squares = dot(row.data(), row.data(), hidden);
       const float inv = 1.f / std::sqrt(squares / static_cast<float>(hidden) + feps);
@@ -42,27 +52,46 @@ void rms_norm_impl(const at::Tensor& x, const at::Tensor& weight, double eps, at
   });
 }
 
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+void check(const at::Tensor& x, const at::Tensor& weight) {
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous(), "x must be contiguous [rows, hidden]");
   TORCH_CHECK(weight.dim() == 1 && weight.size(0) == x.size(1) && weight.is_contiguous(),
               "weight must be contiguous [hidden]");
   TORCH_CHECK(weight.scalar_type() == x.scalar_type(), "weight and x must share a dtype");
+  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16,
+              "rms_norm supports float32 and bfloat16, got ", x.scalar_type());
+}
+
+at::Tensor run(at::Tensor x, const at::Tensor* residual, const at::Tensor& weight, double eps) {
   at::Tensor out = at::empty_like(x);
   if (x.scalar_type() == at::kFloat)
-    rms_norm_impl<float>(x, weight, eps, out);
-  else if (x.scalar_type() == at::kBFloat16)
-    rms_norm_impl<c10::BFloat16>(x, weight, eps, out);
+    rms_norm_impl<float>(x, residual, weight, eps, out);
   else
-    TORCH_CHECK(false, "rms_norm supports float32 and bfloat16, got ", x.scalar_type());
+    rms_norm_impl<c10::BFloat16>(x, residual, weight, eps, out);
   return out;
+}
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  check(x, weight);
+  return run(x, nullptr, weight, eps);
+}
+
+at::Tensor add_rms_norm(at::Tensor x, const at::Tensor& residual, const at::Tensor& weight,
+                        double eps) {
+  check(x, weight);
+  TORCH_CHECK(residual.sizes() == x.sizes() && residual.is_contiguous() &&
+                  residual.scalar_type() == x.scalar_type(),
+              "residual must be contiguous and shaped and typed like x");
+  return run(x, &residual, weight, eps);
 }
 
 }  // namespace
 
 TORCH_LIBRARY(strata_norm, m) {
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
+  m.def("add_rms_norm(Tensor(a!) x, Tensor residual, Tensor weight, float eps) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(strata_norm, CPU, m) {
   m.impl("rms_norm", &rms_norm);
+  m.impl("add_rms_norm", &add_rms_norm);
 }
