@@ -114,8 +114,16 @@ def render(results: dict[str, dict | str], bandwidth: float | None, command: str
         "",
         "- weights MiB: what a decode step reads (`LLMEngine.weights_size`: packed bytes, "
         "scales and offsets of quantized matrices, float tensors in their dtype); of file: "
-        "against the GGUF file's size. Process growth: resident memory after load and KV pool "
-        "allocation, over the process before it (the KV pool is 256 MiB in every row).",
+        "against the GGUF file's size. Process growth: resident memory after load, KV pool "
+        "allocation and the decode runs, over the process before it (it includes the KV pool "
+        "of 256 blocks: "
+        + ", ".join(
+            f"{mib(r['kv_bytes'])} MiB in {r['dtype']}"
+            for r in {
+                r["dtype"]: r for r in results.values() if isinstance(r, dict) and "kv_bytes" in r
+            }.values()
+        )
+        + ", and the runtime's own buffers).",
         "- of read bandwidth: weights bytes per single-stream decode step over the step's time, "
         "as a fraction of the machine's read bandwidth measured in this run"
         + (
