@@ -128,3 +128,17 @@ class LocalTierClient:
 
     def release(self, lease_id, moved):
         self.store.release([lease_id], moved)
+
+
+def extra_kernel_ops(source, stem: str, namespace: str):
+    """torch.ops.<namespace> from a kernel source beside the base kernel. Skips the test where
+    no kernel builds at all (no C++ compiler); where the base kernel builds, this one must too."""
+    import pytest
+
+    from strata.engine import kernels
+
+    if kernels.load() is None:
+        pytest.skip("the native kernels did not build here (no C++ compiler)")
+    ops = kernels.load_extra(source, stem, namespace, f"strata {stem} kernel")
+    assert ops is not None, f"the {stem} kernel failed to build (see the log)"
+    return ops

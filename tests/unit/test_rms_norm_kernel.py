@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from strata.engine import kernels
 from strata.engine.model import _NORM_SOURCE, add_rms_norm, rms_norm
+from tests.engine_helpers import extra_kernel_ops
 
 
 def _torch_rms_norm(x, weight, eps):
@@ -14,11 +14,7 @@ def _torch_rms_norm(x, weight, eps):
 
 
 def _ops():
-    if kernels.load() is None:
-        pytest.skip("the native kernels did not build here (no C++ compiler)")
-    ops = kernels.load_extra(_NORM_SOURCE, "rms_norm", "strata_norm", "strata RMSNorm kernel")
-    assert ops is not None, "the RMSNorm kernel failed to build (see the log)"
-    return ops
+    return extra_kernel_ops(_NORM_SOURCE, "rms_norm", "strata_norm")
 
 
 @pytest.mark.parametrize("rows", [1, 3, 40])

@@ -3,7 +3,6 @@
 import pytest
 import torch
 
-from strata.engine import kernels
 from strata.engine.attention import (
     _ROPE_SOURCE,
     AttentionMetadata,
@@ -13,17 +12,13 @@ from strata.engine.attention import (
 )
 from strata.engine.config import ModelConfig
 from strata.engine.rope import RotaryCache
+from tests.engine_helpers import extra_kernel_ops
 
 HEADS, KV_HEADS, DIM, BLOCK = 6, 2, 64, 4
 
 
 def _ops():
-    """Skips where no kernel builds at all (no C++ compiler); where the others build, this one
-    must too."""
-    if kernels.load() is None:
-        pytest.skip("the native kernels did not build here (no C++ compiler)")
-    ops = kernels.load_extra(_ROPE_SOURCE, "rotary_kv", "strata_rope", "strata rotary kernel")
-    assert ops is not None, "the rotary kernel failed to build (see the log)"
+    return extra_kernel_ops(_ROPE_SOURCE, "rotary_kv", "strata_rope")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -4,16 +4,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from strata.engine import kernels
 from strata.engine.model import _SWIGLU_SOURCE, silu_mul
+from tests.engine_helpers import extra_kernel_ops
 
 
 def _ops():
-    if kernels.load() is None:
-        pytest.skip("the native kernels did not build here (no C++ compiler)")
-    ops = kernels.load_extra(_SWIGLU_SOURCE, "swiglu", "strata_swiglu", "strata swiglu kernel")
-    assert ops is not None, "the SwiGLU kernel failed to build (see the log)"
-    return ops
+    return extra_kernel_ops(_SWIGLU_SOURCE, "swiglu", "strata_swiglu")
 
 
 @pytest.mark.parametrize("rows", [1, 5, 33])
