@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import time
 from dataclasses import asdict, dataclass
@@ -186,7 +187,11 @@ async def sweep(
     sizes = pick_lengths(pool, cfg.max_requests, rng)
     results: list[RateResult] = []
     records: list[tuple[float, ClientRecord]] = []
-    async with WorkerProcess(settings, log_path) as worker, channel(worker.address) as ch:
+    data_dir = os.path.join(os.path.dirname(log_path) or ".", "online-worker-data")
+    async with (
+        WorkerProcess(settings, log_path, data_dir) as worker,
+        channel(worker.address, worker.identity) as ch,
+    ):
         stub = worker_pb2_grpc.WorkerStub(ch)
         for i in range(2):  # warm-up: first-call allocations and kernel selection
             warm = _unsent(i, RequestLengths(64, 8), 0.0)

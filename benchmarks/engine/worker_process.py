@@ -1,6 +1,8 @@
 """The decode worker as the benchmark runs it: `python -m services.worker` in a subprocess,
 configured only through its documented environment, started, awaited until it answers GetStats,
-and stopped with SIGTERM (the graceful path) when the sweep is over.
+and stopped with SIGTERM (the graceful path) when the sweep is over. It runs with the cluster's
+credential, as in the stack: its secrets in <data_dir>/secrets, and `identity` (the operator's)
+is what a client calls it with.
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 
 from benchmarks.common.ports import free_port
+from benchmarks.common.stack import operator_identity
 from strata.rpc.server import channel
 from strata.v1 import worker_pb2, worker_pb2_grpc
 
@@ -29,9 +33,11 @@ class WorkerSettings:
     max_batched_tokens: int = 2048
     max_seqs: int = 64
 
-    def env(self, bind: str) -> dict[str, str]:
+    def env(self, bind: str, data_dir: str) -> dict[str, str]:
         return {
             "STRATA_WORKER_BIND": bind,
+            "STRATA_DATA_DIR": data_dir,
+            "STRATA_SECRETS_DIR": "",
             "STRATA_MODEL": self.model,
             "STRATA_DTYPE": self.dtype,
             "STRATA_TORCH_THREADS": str(self.torch_threads),
@@ -46,16 +52,24 @@ class WorkerSettings:
 class WorkerProcess:
     """`async with WorkerProcess(settings, log_path) as w:` gives a ready worker at w.address."""
 
-    def __init__(self, settings: WorkerSettings, log_path: str, start_timeout_s: float = 120.0):
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        log_path: str,
+        data_dir: str,
+        start_timeout_s: float = 120.0,
+    ):
         self.settings = settings
         self.log_path = log_path
+        self.data_dir = data_dir
+        self.identity = operator_identity(Path(data_dir))  # writes the secrets when missing
         self.start_timeout_s = start_timeout_s
         self.address = f"127.0.0.1:{free_port()}"
         self.proc: subprocess.Popen | None = None
         self.load_seconds = 0.0
 
     async def __aenter__(self) -> WorkerProcess:
-        env = {**os.environ, **self.settings.env(self.address)}
+        env = {**os.environ, **self.settings.env(self.address, self.data_dir)}
         self._log = open(self.log_path, "w", encoding="utf-8")
         started = time.perf_counter()
         self.proc = subprocess.Popen(
@@ -77,7 +91,7 @@ class WorkerProcess:
 
     async def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.start_timeout_s
-        async with channel(self.address) as ch:
+        async with channel(self.address, self.identity) as ch:
             stub = worker_pb2_grpc.WorkerStub(ch)
             while True:
                 if self.proc.poll() is not None:
