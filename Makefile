@@ -83,14 +83,16 @@ clean-data:
 	rm -rf .strata
 
 # Decode engine benchmark -> docs/benchmarks/engine.{md,json} (raw data in docs/benchmarks/raw/).
-# PEERS=vllm adds vLLM's CPU engine from its own venv, created here when missing (~2 min, 3.4 GB).
+# PEERS=vllm adds vLLM's CPU engine from its own venv, created here when missing (~2 min, 3.4 GB);
+# PEERS=llamacpp adds llama.cpp (single stream) from its own venv; PEERS=vllm,llamacpp both.
 PEERS ?=
 VLLM_VENV := .venv-vllm
 LLAMACPP_VENV := .venv-llamacpp
 .PHONY: bench-engine bench-kv bench-placement bench-sim bench-isolation bench-sparse bench-overload \
 	bench-serving bench-weights
 
-bench-engine: $(STAMP) $(if $(findstring vllm,$(PEERS)),$(VLLM_VENV)/.installed)
+bench-engine: $(STAMP) $(if $(findstring vllm,$(PEERS)),$(VLLM_VENV)/.installed) \
+		$(if $(findstring llamacpp,$(PEERS)),$(LLAMACPP_VENV)/.installed)
 	$(BIN)/python -m benchmarks.engine --peers "$(PEERS)" \
 		--command "make bench-engine$(if $(PEERS), PEERS=$(PEERS))"
 

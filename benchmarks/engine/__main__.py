@@ -1,7 +1,7 @@
 """`make bench-engine`: every phase of the engine benchmark, one after another, each in its own
 process so that only one measured thing runs at a time; then docs/benchmarks/engine.{md,json}.
 
-    python -m benchmarks.engine [--peers vllm] [--rates 1,2,4,8] [--command "make bench-engine"]
+    python -m benchmarks.engine [--peers vllm,llamacpp] [--rates 1,2,4,8] [--command ...]
 
 Phases: our engine offline (bf16, fp32), transformers offline (bf16, fp32), the decode worker
 online (bf16, a Poisson sweep), and optional peers. Logs and per-request data go to
@@ -29,6 +29,7 @@ DOCS = "docs/benchmarks"
 RAW = os.path.join(DOCS, "raw")
 TRACE = "../shared/data/traces/AzureLLMInferenceTrace_conv_2023.csv"
 VLLM_PYTHON = ".venv-vllm/bin/python"
+LLAMACPP_PYTHON = ".venv-llamacpp/bin/python"
 PROMPTS, PROMPT_LEN, OUTPUT_LEN, PROMPT_SEED = 64, 128, 128, 0
 THREADS = 2
 PHASE_TIMEOUT_S = 900
@@ -38,7 +39,7 @@ VLLM_ENV = {
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
 }
-SUMMARY_LINE = re.compile(r"^(strata|transformers|vllm|online) ")
+SUMMARY_LINE = re.compile(r"^(strata|transformers|vllm|llamacpp|online) ")
 
 
 def run_phase(name: str, argv: list[str], env: dict[str, str] | None = None) -> tuple[Phase, bool]:
@@ -135,6 +136,33 @@ def vllm_phase(out: list[OfflineResult], phases: list[Phase]) -> bool:
     )
 
 
+def llamacpp_phase(out: list[OfflineResult], phases: list[Phase]) -> bool:
+    if not os.path.exists(LLAMACPP_PYTHON):
+        phases.append(
+            Phase(
+                "llamacpp-bfloat16",
+                0.0,
+                0.0,
+                0.0,
+                f"skipped: {LLAMACPP_PYTHON} is missing "
+                "(`make bench-engine PEERS=llamacpp` creates it)",
+            )
+        )
+        return False
+    # the very same tensors, written as a bfloat16 GGUF file
+    from benchmarks.engine.bench_model import load_bench_model
+    from benchmarks.engine.gguf_model import save_gguf
+
+    path = save_gguf(load_bench_model(), os.path.join(RAW, "bench-bf16.gguf"))
+    return offline_phase(
+        "llamacpp-bfloat16",
+        [LLAMACPP_PYTHON, "-m", "benchmarks.engine.offline_llamacpp", "--gguf", str(path)],
+        "bfloat16",
+        out,
+        phases,
+    )
+
+
 def model_description() -> str:
     from benchmarks.engine.bench_model import BENCH_MODEL, load_bench_model
 
@@ -150,15 +178,15 @@ def main() -> None:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--peers", default="", help="comma-separated peers to add: vllm")
+    p.add_argument("--peers", default="", help="comma-separated peers to add: vllm, llamacpp")
     p.add_argument("--rates", default="1,2,4,8", help="online offered req/s")
     p.add_argument("--trace", default=TRACE, help="Azure conversation trace CSV")
     p.add_argument("--command", default="", help="how this run was invoked, for the report")
     args = p.parse_args()
     peers = {x.strip() for x in args.peers.split(",") if x.strip()}
-    unknown = peers - {"vllm"}
+    unknown = peers - {"vllm", "llamacpp"}
     if unknown:
-        p.error(f"unknown peers {', '.join(sorted(unknown))}; known: vllm")
+        p.error(f"unknown peers {', '.join(sorted(unknown))}; known: vllm, llamacpp")
     command = args.command or shlex.join([sys.executable, "-m", "benchmarks.engine", *sys.argv[1:]])
     date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     os.makedirs(RAW, exist_ok=True)
@@ -225,6 +253,8 @@ def main() -> None:
         phases.append(Phase("online-bfloat16", 0.0, 0.0, 0.0, "skipped: no trace"))
     if "vllm" in peers:
         vllm_phase(offline, phases)  # a peer failing is reported, not fatal
+    if "llamacpp" in peers:
+        llamacpp_phase(offline, phases)
     total = sum(ph.wall_s for ph in phases)
     report = BenchReport(
         command=command,

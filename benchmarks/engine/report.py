@@ -12,11 +12,12 @@ from benchmarks.common.machine import host_line
 from benchmarks.engine.results import LatencySummary, OfflineResult, RateResult
 
 BASELINE = "transformers"
-SYSTEM_ORDER = ("strata", "transformers", "vllm")
+SYSTEM_ORDER = ("strata", "transformers", "vllm", "llamacpp")
 SYSTEM_LABELS = {
     "strata": "strata LLMEngine",
     "transformers": "transformers generate",
     "vllm": "vLLM CPU (peer)",
+    "llamacpp": "llama.cpp (peer)",
 }
 MISSING = "—"
 

