@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from strata.engine import packed_linear
+from strata.engine import kernels, packed_linear
 from strata.engine.packed_linear import Packs
 
 needs_onednn_bf16 = pytest.mark.skipif(
@@ -16,7 +16,7 @@ needs_onednn_bf16 = pytest.mark.skipif(
 
 
 @needs_onednn_bf16
-@pytest.mark.parametrize("rows", [1, 4, 33])
+@pytest.mark.parametrize("rows", [2, 4, 33])
 @pytest.mark.parametrize("bias", [False, True])
 def test_packed_bfloat16_linear_equals_f_linear_bit_for_bit(rows, bias):
     gen = torch.Generator().manual_seed(rows)
@@ -26,6 +26,23 @@ def test_packed_bfloat16_linear_equals_f_linear_bit_for_bit(rows, bias):
     packs = Packs()
     assert torch.equal(packs.linear("w", x, w, b), F.linear(x, w, b))
     assert torch.equal(packs.linear("w", x, w, b), F.linear(x, w, b))  # the kept copy
+
+
+@needs_onednn_bf16
+@pytest.mark.parametrize("cols", [64, 72])  # whole 32-column steps, and a remainder
+def test_one_row_goes_through_the_row_kernel_within_one_bfloat16_rounding(cols):
+    if kernels.load() is None:
+        pytest.skip("the native kernels did not build here (no C++ compiler)")
+    gen = torch.Generator().manual_seed(cols)
+    w = torch.randn(96, cols, generator=gen).bfloat16()
+    x = torch.randn(1, cols, generator=gen).bfloat16()
+    packs = Packs()
+    got = packs.linear("w", x, w)
+    exact = F.linear(x.float(), w.float())
+    assert got.dtype == torch.bfloat16 and not packs._slots  # nothing packed for one row
+    assert bool(((got.float() - exact).abs() <= exact.abs() * 2**-8 + 1e-4).all())
+    with_bias = packs.linear("w", x, w, torch.ones(96).bfloat16())  # a bias: oneDNN's way
+    assert torch.equal(with_bias, F.linear(x, w, torch.ones(96).bfloat16()))
 
 
 def test_float32_goes_through_f_linear():

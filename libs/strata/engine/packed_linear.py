@@ -6,6 +6,12 @@ is most of the work (measurements: docs/design/engine.md). The reordered weight
 (torch.ops.mkldnn._reorder_linear_weight, what torch's own CPU compiler uses for frozen weights)
 gives the same numbers bit for bit, for any number of rows (tested), since the matmul is the same.
 
+One row of x (a single sequence's decode step) does not go through oneDNN at all: a product of
+one row reads the whole weight once, and kernels/bf16_linear.cpp reads it in its own row-major
+layout at about 1.5x the pace of oneDNN's packed product (measured: docs/design/engine.md); it
+accumulates in float32 in another order, so its result can differ from F.linear's in the last
+bit of bfloat16 (tested). Rows with a bias keep to oneDNN.
+
 Only bfloat16 on the CPU is packed: float32 goes through MKL's sgemm, which the packed path
 neither matches nor beats. On a CPU without oneDNN's bfloat16 path (AVX2 only, where the reorder
 raises) bfloat16 goes through F.linear too. A packed copy remembers the weight's version counter,
@@ -15,8 +21,12 @@ doubles the memory of the linear weights it covers.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 import torch.nn.functional as F
+
+from strata.engine import kernels
 
 # whether this torch build has oneDNN and its packed linear ops, and this CPU runs oneDNN's
 # bfloat16 path (AVX-512 BW/VL/DQ or AVX-NE-CONVERT; on an AVX2-only CPU the reorder raises), asked
@@ -26,6 +36,9 @@ _ONEDNN = (
     and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
     and torch.ops.mkldnn._is_mkldnn_bf16_supported()
 )
+
+
+_ROW_SOURCE = Path(kernels.__file__).with_name("bf16_linear.cpp")
 
 
 def available(weight: torch.Tensor) -> bool:
@@ -50,6 +63,12 @@ class Packs:
         """F.linear(x, weight, bias), through the packed weight where `available`."""
         if x.dtype != weight.dtype or not available(weight):
             return F.linear(x, weight, bias)
+        if x.shape[0] == 1 and bias is None and weight.is_contiguous():
+            ops = kernels.load_extra(
+                _ROW_SOURCE, "bf16_linear", "strata_bf16", "strata bf16 row kernel"
+            )
+            if ops is not None:
+                return ops.linear(x, weight)
         slot = self._slots.get(name)
         if slot is None or slot[0] is not weight or slot[1] != weight._version:
             with torch.no_grad():

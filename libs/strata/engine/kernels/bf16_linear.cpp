@@ -1,0 +1,103 @@
+// x @ W^T for a few rows of x (a decode step) and a bfloat16 weight W [N, K] in its own
+// row-major layout, for the CPU: each weight row is read once, widened to float32 in registers
+// (a 16-bit shift, exact) and multiplied with up to kRows rows of x, accumulating in float32;
+// the result is rounded to x's dtype. A one-row product is a read of the whole matrix, so what
+// matters is reading it at the memory's pace: oneDNN's packed bfloat16 product reached about
+// 14 GB/s at one row here (docs/design/engine.md). Rows are split over torch's thread pool.
+
+#include <torch/library.h>
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+#include "cpu_math.h"
+
+constexpr int64_t kRows = 8;  // rows of x multiplied with each weight row at once
+
+// out[i] = x row i . w over `cols`, for i < MT
+template <int MT>
+inline void row_product(const c10::BFloat16* w, const float* x, int64_t cols, float* out) {
+  int64_t k = 0;
+#if defined(__AVX512F__)
+  __m512 acc_lo[MT], acc_hi[MT];
+  for (int i = 0; i < MT; ++i) acc_lo[i] = acc_hi[i] = _mm512_setzero_ps();
+  for (; k + 32 <= cols; k += 32) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + k));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + k + 16));
+    const __m512 wa = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(a), 16));
+    const __m512 wb = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+    for (int i = 0; i < MT; ++i) {
+      acc_lo[i] = _mm512_fmadd_ps(_mm512_loadu_ps(x + i * cols + k), wa, acc_lo[i]);
+      acc_hi[i] = _mm512_fmadd_ps(_mm512_loadu_ps(x + i * cols + k + 16), wb, acc_hi[i]);
+    }
+  }
+  for (int i = 0; i < MT; ++i) out[i] = _mm512_reduce_add_ps(_mm512_add_ps(acc_lo[i], acc_hi[i]));
+#else
+  for (int i = 0; i < MT; ++i) out[i] = 0.f;
+#endif
+  if (k < cols) {  // the columns left over (all of them without AVX-512)
+    std::vector<float> rest(cols - k);
+    widen_row(w + k, rest.data(), cols - k);
+    for (int i = 0; i < MT; ++i) out[i] += dot(x + i * cols + k, rest.data(), cols - k);
+  }
+}
+
+at::Tensor linear(const at::Tensor& x, const at::Tensor& weight) {
+  TORCH_CHECK(x.dim() == 2, "x must be 2-D (rows, columns)");
+  TORCH_CHECK(weight.dim() == 2 && weight.is_contiguous() &&
+                  weight.scalar_type() == at::kBFloat16,
+              "weight must be contiguous bfloat16 [out, in]");
+  TORCH_CHECK(x.size(1) == weight.size(1), "x has ", x.size(1), " columns, the weight ",
+              weight.size(1));
+  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16,
+              "x must be float32 or bfloat16");
+  const int64_t m = x.size(0), n = weight.size(0), cols = x.size(1);
+  const at::Tensor xf = x.to(at::kFloat).contiguous();
+  at::Tensor out = at::empty({m, n}, x.options().dtype(at::kFloat));
+  const float* xp = xf.data_ptr<float>();
+  float* yp = out.data_ptr<float>();
+  const c10::BFloat16* wp = weight.data_ptr<c10::BFloat16>();
+  at::parallel_for(0, n, 16, [&](int64_t begin, int64_t end) {
+    float res[kRows];
+    for (int64_t r = begin; r < end; ++r) {
+      for (int64_t i0 = 0; i0 < m; i0 += kRows) {
+        const int64_t mt = std::min(kRows, m - i0);
+        const float* xi = xp + i0 * cols;
+        const c10::BFloat16* w = wp + r * cols;
+        switch (mt) {
+          case 8: row_product<8>(w, xi, cols, res); break;
+          case 7: row_product<7>(w, xi, cols, res); break;
+          case 6: row_product<6>(w, xi, cols, res); break;
+          case 5: row_product<5>(w, xi, cols, res); break;
+          case 4: row_product<4>(w, xi, cols, res); break;
+          case 3: row_product<3>(w, xi, cols, res); break;
+          case 2: row_product<2>(w, xi, cols, res); break;
+          default: row_product<1>(w, xi, cols, res); break;
+        }
+        for (int64_t i = 0; i < mt; ++i) yp[(i0 + i) * n + r] = res[i];
+      }
+    }
+  });
+  return x.scalar_type() == at::kFloat ? out : out.to(x.scalar_type());
+}
+
+}  // namespace
+
+TORCH_LIBRARY(strata_bf16, m) {
+  m.def("linear(Tensor x, Tensor weight) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(strata_bf16, CPU, m) {
+  m.impl("linear", &linear);
+}
