@@ -9,44 +9,24 @@ binding's Llama object decodes one sequence. Runs in its own virtual environment
 
 from __future__ import annotations
 
-import time
 from importlib import metadata
 
+from benchmarks.common.llamacpp import greedy, open_model
 from benchmarks.engine import runner_cli
 from benchmarks.engine.results import OfflineResult
-
-
-def generate(llm, prompt: list[int], output_len: int) -> tuple[list[int], float]:
-    """Greedy tokens after `prompt` and the time from submission to the last one."""
-    out: list[int] = []
-    start = time.perf_counter()
-    llm.reset()
-    for token in llm.generate(prompt, temp=0.0, top_k=1, reset=True):
-        out.append(int(token))
-        if len(out) == output_len:
-            break
-    return out, time.perf_counter() - start
 
 
 def main() -> None:
     p = runner_cli.parser(__doc__)
     p.add_argument("--gguf", required=True, help="the model as a GGUF file")
     args = runner_cli.parse(p)
-    from llama_cpp import Llama
-
     prompts = runner_cli.load_prompts(args.prompts)
-    llm = Llama(
-        model_path=args.gguf,
-        n_threads=args.threads,
-        n_threads_batch=args.threads,
-        n_ctx=1024,
-        n_batch=512,
-        verbose=False,
-    )
+    llm = open_model(args.gguf, args.threads)
     for prompt in prompts.warmup:
-        generate(llm, prompt, runner_cli.WARMUP_OUTPUT)
+        greedy(llm, prompt, runner_cli.WARMUP_OUTPUT)
     version = metadata.version("llama_cpp_python")
-    output, seconds = generate(llm, prompts.single, args.output_len)
+    output, times = greedy(llm, prompts.single, args.output_len)
+    seconds = times[-1] - times[0]
     runner_cli.check_lengths("llama.cpp", [output], args.output_len)
     result = OfflineResult(
         system="llamacpp",

@@ -176,7 +176,8 @@ def main() -> None:
 
         phases["llama.cpp"] = [
             LLAMACPP_PYTHON,
-            "benchmarks/weights/phase_llamacpp.py",
+            "-m",
+            "benchmarks.weights.phase_llamacpp",
             "--model",
             str(default_model_path()),
         ]
