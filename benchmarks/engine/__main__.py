@@ -11,6 +11,7 @@ docs/benchmarks/raw/ (ignored by git).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shlex
@@ -163,6 +164,52 @@ def llamacpp_phase(out: list[OfflineResult], phases: list[Phase]) -> bool:
     )
 
 
+def read_bandwidth(phases: list[Phase]) -> float | None:
+    """This machine's read bandwidth in bytes/s, measured now by benchmarks.weights'
+    phase_bandwidth (the best of five sums over 1 GiB, THREADS threads); None if it failed."""
+    phase, ok = run_phase(
+        "bandwidth",
+        [sys.executable, "-m", "benchmarks.weights.phase_bandwidth", "--threads", str(THREADS)],
+    )
+    phases.append(phase)
+    if not ok:
+        return None
+    with open(os.path.join(RAW, "bandwidth.log"), encoding="utf-8") as log:
+        last = log.read().strip().splitlines()[-1]
+    return float(json.loads(last)["read_bytes_per_s"])
+
+
+def bandwidth_notes(offline: list[OfflineResult], bandwidth: float, params: int) -> list[str]:
+    """For each single-stream result: the weight bytes a token reads (`params` of them, at the
+    result's dtype), over the time a token took (prompt prefill included, so the fraction is a
+    lower bound), against `bandwidth`."""
+    notes = [
+        f"Read bandwidth measured in this run: {bandwidth / 1e9:.1f} GB/s (the best of five "
+        f"sums over 1 GiB, {THREADS} threads)."
+    ]
+    for r in offline:
+        if r.mode != "single" or not r.output_tokens:
+            continue
+        step = r.seconds / r.output_tokens
+        weights = params * (2 if r.dtype == "bfloat16" else 4)
+        notes.append(
+            f"{r.system} {r.dtype} single stream: {weights / 1e6:.0f} MB of weights a token in "
+            f"{step * 1e3:.2f} ms (prefill included): {weights / step / 1e9:.1f} GB/s, "
+            f"{weights / step / bandwidth:.0%} of the measured read bandwidth."
+        )
+    return notes
+
+
+def bench_params() -> int:
+    """The weights a decode token reads: every parameter but an untied embedding table, of
+    which it reads one row."""
+    from benchmarks.engine.bench_model import load_bench_model
+
+    c = load_bench_model().config
+    table = 0 if c.tie_word_embeddings else c.vocab_size * c.hidden_size
+    return int(c.param_count()) - table
+
+
 def model_description() -> str:
     from benchmarks.engine.bench_model import BENCH_MODEL, load_bench_model
 
@@ -196,6 +243,7 @@ def main() -> None:
     offline: list[OfflineResult] = []
     phases: list[Phase] = []
     ok = True
+    bandwidth = read_bandwidth(phases)
     for dtype in ("bfloat16", "float32"):
         ok &= offline_phase(
             f"strata-{dtype}",
@@ -265,7 +313,10 @@ def main() -> None:
         online=online,
         online_meta=online_meta,
         phases=phases,
-        notes=[f"The phases took {total / 60:.1f} minutes in all."],
+        notes=[
+            f"The phases took {total / 60:.1f} minutes in all.",
+            *(bandwidth_notes(offline, bandwidth, bench_params()) if bandwidth else []),
+        ],
     )
     write_json(os.path.join(DOCS, "engine.json"), report.to_dict())
     with open(os.path.join(DOCS, "engine.md"), "w", encoding="utf-8") as f:
