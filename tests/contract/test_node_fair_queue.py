@@ -141,7 +141,7 @@ async def node_env(max_seqs: int = 1, queue: str = "wfq"):
         node_memory_bytes=8 << 30,
         device="cpu",
         torch_threads=1,
-        worker_ready_timeout_s=60.0,
+        worker_ready_timeout_s=240.0,
         heartbeat_interval_s=60.0,
         node_queue=queue,
     )

@@ -93,7 +93,7 @@ async def env():
         node_memory_bytes=8 << 30,
         device="cpu",
         torch_threads=1,
-        worker_ready_timeout_s=60.0,
+        worker_ready_timeout_s=240.0,
         heartbeat_interval_s=60.0,
     )
     replicas = ReplicaSet({}, cfg.worker_ready_timeout_s)

@@ -76,7 +76,7 @@ def planner(
         PlannerSettings(
             models=models,
             memory_overrides={m: GB for m in models},
-            rpc_timeout_s=2.0,
+            rpc_timeout_s=240.0,
             drain_timeout_ms=100,
             load_timeout_s=load_timeout_s,
             ready_poll_s=0.01,

@@ -122,7 +122,7 @@ class Cluster:
                 scheduler_pb2_grpc.SchedulerStub(self.channel(scheduler_addr)), scheduler_addr
             ),
             self.nodes,
-            PlannerSettings(models=models, rpc_timeout_s=2.0, drain_timeout_ms=100),
+            PlannerSettings(models=models, rpc_timeout_s=240.0, drain_timeout_ms=100),
             clock or ManualClock(),
             tracer=provider.get_tracer("t"),
             wall_ms=lambda: 1_700_000_000_000,

@@ -77,7 +77,7 @@ def test_kill_dash_nine_then_restart_rebuilds_the_directory_from_disk(tmp_path):
         with sync_channel(p.address, operator_identity(tmp_path)) as ch:
             stub = kvstore_pb2_grpc.KVStoreStub(ch)
             for i in range(0, 40, 8):
-                stub.PutBlocks(kvstore_pb2.PutBlocksRequest(blocks=blocks[i : i + 8]), timeout=10)
+                stub.PutBlocks(kvstore_pb2.PutBlocksRequest(blocks=blocks[i : i + 8]), timeout=240)
             deadline = time.monotonic() + 240
             # The migrator demotes once the host tier passes its high watermark (0.90 of 16
             # slots), down to the low one (12 slots); puts landing meanwhile can leave it
@@ -85,7 +85,7 @@ def test_kill_dash_nine_then_restart_rebuilds_the_directory_from_disk(tmp_path):
             # for half a second, so that the disk holds what the stats say when the kill lands.
             seen, still_since = None, time.monotonic()
             while time.monotonic() < deadline:
-                stats = stub.GetStats(kvstore_pb2.KVStatsRequest(), timeout=5)
+                stats = stub.GetStats(kvstore_pb2.KVStatsRequest(), timeout=240)
                 tiers = {t.tier: t.blocks for t in stats.tiers}
                 if (tiers["host"], tiers["disk"]) != seen:
                     seen, still_since = (tiers["host"], tiers["disk"]), time.monotonic()
@@ -111,7 +111,7 @@ def test_kill_dash_nine_then_restart_rebuilds_the_directory_from_disk(tmp_path):
     try:
         with sync_channel(p.address, operator_identity(tmp_path)) as ch:
             stub = kvstore_pb2_grpc.KVStoreStub(ch)
-            stats = stub.GetStats(kvstore_pb2.KVStatsRequest(), timeout=5)
+            stats = stub.GetStats(kvstore_pb2.KVStatsRequest(), timeout=240)
             # host memory died with the process; disk came back, less the two damaged blocks
             assert (stats.recovered_blocks, stats.dropped_corrupt) == (on_disk - 2, 2)
             assert stats.blocks == on_disk - 2
@@ -119,7 +119,7 @@ def test_kill_dash_nine_then_restart_rebuilds_the_directory_from_disk(tmp_path):
             for blk in blocks:
                 h = int.from_bytes(blk.block_hash, "big")
                 got = stub.GetBlocks(
-                    kvstore_pb2.GetBlocksRequest(block_hashes=[blk.block_hash]), timeout=5
+                    kvstore_pb2.GetBlocksRequest(block_hashes=[blk.block_hash]), timeout=240
                 ).blocks
                 if h in bad:
                     assert list(got) == []

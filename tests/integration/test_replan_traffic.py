@@ -99,7 +99,7 @@ def _spawn(stack, p: StackProcess) -> None:
 def _replicas(stack, name: str) -> list[common_pb2.ReplicaInfo]:
     with sync_channel(stack.addr(name), stack.identity) as ch:
         info = node_pb2_grpc.NodeManagerStub(ch).GetNodeStatus(
-            node_pb2.GetNodeStatusRequest(), timeout=5
+            node_pb2.GetNodeStatusRequest(), timeout=240
         )
     # serving replicas: compose keeps a hot standby beside each, which never serves by itself
     return [
@@ -147,7 +147,7 @@ class Traffic:
                             MODEL,
                             prompt=f"client {i} request {n}: hello",
                             max_tokens=16,
-                            timeout=60,
+                            timeout=240,
                         )
                     )
                     if chunks[-1].finish_reason == common_pb2.FINISH_REASON_LENGTH:
@@ -188,7 +188,7 @@ def test_no_request_fails_while_a_replan_moves_the_replica(tmp_path):
             placement = placement_pb2_grpc.PlacementStub(ch)
             with Traffic(stack, clients=2) as traffic:
                 _wait(lambda: len(traffic.ok) >= 5, 240, "traffic flowing", stack)
-                plan = placement.Replan(placement_pb2.ReplanRequest(cordon=["node-0"]), timeout=30)
+                plan = placement.Replan(placement_pb2.ReplanRequest(cordon=["node-0"]), timeout=240)
                 assert [(a.model, a.node_id) for a in plan.assignments] == [(MODEL, "node-1")]
                 _wait(
                     lambda: (

@@ -83,7 +83,7 @@ def tenants(stack):
             cwd=ROOT,
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=240,
         )
         assert out.returncode == 0, out.stderr
         keys[name] = json.loads(out.stdout)["api_key"]
@@ -105,47 +105,47 @@ def _internal_calls(stack):
             "scheduler",
             stack.addr("scheduler"),
             lambda ch: scheduler_pb2_grpc.SchedulerStub(ch).ListModels(
-                common_pb2.ListModelsRequest(), timeout=10
+                common_pb2.ListModelsRequest(), timeout=240
             ),
         ),
         (
             "node",
             stack.addr("node"),
-            lambda ch: list(node_pb2_grpc.NodeManagerStub(ch).Submit(faked, timeout=10)),
+            lambda ch: list(node_pb2_grpc.NodeManagerStub(ch).Submit(faked, timeout=240)),
         ),
         (
             "kvstore",
             stack.addr("kvstore"),
             lambda ch: kvstore_pb2_grpc.KVStoreStub(ch).GetStats(
-                kvstore_pb2.KVStatsRequest(), timeout=10
+                kvstore_pb2.KVStatsRequest(), timeout=240
             ),
         ),
         (
             "placement",
             stack.addr("placement"),
             lambda ch: placement_pb2_grpc.PlacementStub(ch).GetPlan(
-                placement_pb2.GetPlanRequest(), timeout=10
+                placement_pb2.GetPlanRequest(), timeout=240
             ),
         ),
         (
             "metrics",
             stack.addr("metrics"),
             lambda ch: metrics_pb2_grpc.MetricsStub(ch).GetReport(
-                metrics_pb2.ReportRequest(), timeout=10
+                metrics_pb2.ReportRequest(), timeout=240
             ),
         ),
         (
             "otlp",
             otlp,
             lambda ch: trace_service_pb2_grpc.TraceServiceStub(ch).Export(
-                trace_service_pb2.ExportTraceServiceRequest(), timeout=10
+                trace_service_pb2.ExportTraceServiceRequest(), timeout=240
             ),
         ),
         (
             "worker",
             worker,
             lambda ch: worker_pb2_grpc.WorkerStub(ch).GetStats(
-                worker_pb2.GetStatsRequest(), timeout=10
+                worker_pb2.GetStatsRequest(), timeout=240
             ),
         ),
     ]
@@ -333,7 +333,7 @@ def test_the_public_port_serves_tls_to_the_sdk_and_the_cli(
         deadline_client.close()
         with Client(address, keys["a"]) as plaintext:  # no TLS: the handshake fails
             with pytest.raises(grpc.RpcError) as err:
-                plaintext.list_models(timeout=10)
+                plaintext.list_models(timeout=240)
             assert err.value.code() == grpc.StatusCode.UNAVAILABLE
         monkeypatch.setenv("STRATA_API_KEY", keys["a"])
         assert (
@@ -361,6 +361,6 @@ def test_the_public_port_serves_tls_to_the_sdk_and_the_cli(
 
 def _serves(client: Client) -> bool:
     try:
-        return MODEL in {m.name for m in client.list_models(timeout=5)}
+        return MODEL in {m.name for m in client.list_models(timeout=240)}
     except grpc.RpcError:
         return False
