@@ -199,8 +199,9 @@ class LLMEngine:
         """(parameters, bytes) of the model's weights as held (tied weights once; a quantized
         matrix counts its weights as parameters and its packed bytes, scales and offsets as
         bytes): what every step reads."""
-        params = sum(p.numel() for p in self.model.parameters())
-        size = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        held = list(self.model.parameters())
+        params = sum(p.numel() for p in held)
+        size = sum(p.numel() * p.element_size() for p in held)
         for layer in self.model.modules():
             if isinstance(layer, QuantLayer):
                 rows, cols = layer.weight_q.shape

@@ -94,7 +94,6 @@ class DecoderLayer(nn.Module):
         super().__init__()
         h, q, kv = cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
         self.cfg = cfg
-        self.q_size, self.kv_size = q, kv
         self.input_layernorm = nn.Parameter(torch.ones(h))
         self.post_attention_layernorm = nn.Parameter(torch.ones(h))
         self.qkv_proj = nn.Linear(h, q + 2 * kv, bias=cfg.attention_bias)
@@ -175,18 +174,10 @@ class LlamaModel(nn.Module):
 
     def _linear_sources(self) -> list[tuple[nn.Module, str, list[str]]]:
         """(owner, attribute, the HF tensors stacked into it) of every linear layer."""
-        out: list[tuple[nn.Module, str, list[str]]] = []
-        for i, layer in enumerate(self.layers):
-            p = f"model.layers.{i}."
-            out += [
-                (layer, "qkv_proj", [p + f"self_attn.{x}_proj.weight" for x in "qkv"]),
-                (layer, "o_proj", [p + "self_attn.o_proj.weight"]),
-                (layer, "gate_up_proj", [p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"]),
-                (layer, "down_proj", [p + "mlp.down_proj.weight"]),
-            ]
-        if self.lm_head is not None:
-            out.append((self, "lm_head", ["lm_head.weight"]))
-        return out
+        return [
+            (self if i is None else self.layers[i], attr, names)
+            for i, attr, names in _linear_parts(self.cfg)
+        ]
 
     def adopt_quantized(
         self, weights: Weights, dtype: torch.dtype
@@ -285,17 +276,34 @@ class LlamaModel(nn.Module):
         }
 
 
+def _linear_parts(cfg: ModelConfig) -> list[tuple[int | None, str, list[str]]]:
+    """(decoder layer index, or None for the model itself; attribute; the HF weight tensors
+    stacked into it, in row order) of every linear layer: the one statement of the fusion."""
+    out: list[tuple[int | None, str, list[str]]] = []
+    for i in range(cfg.num_layers):
+        p = f"model.layers.{i}."
+        out += [
+            (i, "qkv_proj", [p + f"self_attn.{x}_proj.weight" for x in "qkv"]),
+            (i, "o_proj", [p + "self_attn.o_proj.weight"]),
+            (i, "gate_up_proj", [p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"]),
+            (i, "down_proj", [p + "mlp.down_proj.weight"]),
+        ]
+    if not cfg.tie_word_embeddings:
+        out.append((None, "lm_head", ["lm_head.weight"]))
+    return out
+
+
 def fused_groups(cfg: ModelConfig) -> list[list[str]]:
     """The HF tensors the model stacks into one matrix (q|k|v, their biases, gate|up), in row
     order: a loader that reads each group into one buffer, and hands the parts out as views of
     it, lets build_model use the buffer as the parameter without a copy."""
-    groups = []
-    for i in range(cfg.num_layers):
-        p = f"model.layers.{i}."
-        groups.append([p + f"self_attn.{x}_proj.weight" for x in "qkv"])
-        if cfg.attention_bias:
-            groups.append([p + f"self_attn.{x}_proj.bias" for x in "qkv"])
-        groups.append([p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"])
+    groups = [names for _, _, names in _linear_parts(cfg) if len(names) > 1]
+    if cfg.attention_bias:
+        groups += [
+            [n.replace(".weight", ".bias") for n in names]
+            for _, attr, names in _linear_parts(cfg)
+            if attr == "qkv_proj"
+        ]
     return groups
 
 
