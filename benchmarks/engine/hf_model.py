@@ -40,9 +40,17 @@ def llama_config(loaded: LoadedModel, dtype: torch.dtype) -> transformers.LlamaC
 
 
 def hf_model(loaded: LoadedModel, dtype: torch.dtype) -> transformers.LlamaForCausalLM:
-    """A LlamaForCausalLM in `dtype` with exactly `loaded`'s weights (strict: no name missing)."""
+    """A LlamaForCausalLM in `dtype` with exactly `loaded`'s weights: no name missing but the
+    LM head of a model that ties it to the embedding, none left over."""
     model = transformers.LlamaForCausalLM(llama_config(loaded, dtype))
-    model.load_state_dict(loaded.weights, strict=True)
+    missing, unexpected = model.load_state_dict(loaded.weights, strict=False)
+    tied = {"lm_head.weight"} if loaded.config.tie_word_embeddings else set()
+    if set(missing) - tied or unexpected:
+        raise ValueError(
+            f"{loaded.config.name}'s weights do not match LlamaForCausalLM: missing "
+            f"{sorted(set(missing) - tied)}, unexpected {sorted(unexpected)}"
+        )
+    model.tie_weights()
     return model.to(dtype).eval()
 
 

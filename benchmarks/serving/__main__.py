@@ -1,15 +1,18 @@
 """Serving through the front doors: what the request path costs, measured in one run on the stack
 (dummy-tiny, one node, as compose configures it).
 
-    python -m benchmarks.serving [--requests 100] [--out docs/benchmarks/serving.md]
+    python -m benchmarks.serving [--requests 100] [--peers vllm] [--no-sweep]
+                                 [--out docs/benchmarks/serving.md]
 
 - Path: sequential 4-token requests alternating between the OpenAI HTTP front, gRPC Generate
   through the gateway, and the worker's own Generate (the baseline: the engine behind one gRPC
   hop); targets: the HTTP front adds at most 1 ms TTFT P50 over gRPC, the whole path at most
   2 ms over the worker.
 - Breakdown: the spans of sequential requests, where the added time goes.
-
-Not built yet (issue 22): the load sweep against vLLM's OpenAI server (PEERS=vllm).
+- Load sweep (benchmarks.serving.sweep): the Azure conversation trace at multiples of Strata's
+  capacity through its OpenAI endpoint, and with `--peers vllm` through vLLM's OpenAI server
+  on the same weights and points; targets: goodput at least vLLM's at every load, P99 TTFT at
+  most 1.1x vLLM's below capacity.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from benchmarks.common.tables import table
 from benchmarks.common.targets import Target, Verdict, target_table
 from benchmarks.serving.breakdown import span_breakdown
 from benchmarks.serving.path import measure_path
+from benchmarks.serving.sweep import run_sweep
+from benchmarks.serving.sweep_report import sweep_section, sweep_verdicts
 from strata.client.sdk import Client
 from strata.core import defaults
 
@@ -49,8 +54,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.serving")
     p.add_argument("--requests", type=int, default=100)
     p.add_argument("--out", default=str(OUT))
+    p.add_argument("--peers", default="", help="servers measured beside Strata: vllm")
+    p.add_argument("--no-sweep", action="store_true", help="the path and breakdown only")
     p.add_argument("--command", default="")
     args = p.parse_args(argv)
+    peers = [x for x in args.peers.split(",") if x]
     with tempfile.TemporaryDirectory(prefix="strata-serving-") as tmp:
         data = Path(tmp)
         stack = ComposeStack(
@@ -69,12 +77,14 @@ def main(argv: list[str] | None = None) -> int:
             spans, span_ttft = span_breakdown(stack, key, MODEL)
         finally:
             stack.stop()
+        sweep = None if args.no_sweep else run_sweep(data / "sweep", peers)
     by = {f.way: f for f in path}
     http_over = by["http"].ttft_p50_ms - by["grpc"].ttft_p50_ms
     path_over = by["grpc"].ttft_p50_ms - by["worker"].ttft_p50_ms
     verdicts: list[Verdict] = [
         TARGETS["http"].judge(http_over),
         TARGETS["path"].judge(path_over),
+        *(sweep_verdicts(sweep) if sweep is not None else ()),
     ]
     command = args.command or " ".join(["python -m benchmarks.serving", *sys.argv[1:]])
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -124,9 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             "lrrr",
         ),
         "",
-        "Not measured yet (issue 22): the load sweep against vLLM's OpenAI server on the same "
-        "trace and weights (`PEERS=vllm`).",
-        "",
+        *(sweep_section(sweep) if sweep is not None else ()),
     ]
     Path(args.out).write_text("\n".join(lines))
     Path(args.out).with_suffix(".json").write_text(
@@ -136,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
                 "path": [asdict(f) for f in path],
                 "spans": [asdict(s) for s in spans],
                 "span_ttft_ms": span_ttft,
+                "sweep": sweep,
                 "targets": [asdict(v) for v in verdicts],
             },
             indent=1,

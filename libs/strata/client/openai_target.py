@@ -6,8 +6,10 @@ The prompt is sent as text with `max_tokens`, `ignore_eos` (vLLM's extension; se
 it answer to EOS) and `stream_options.include_usage`, so the record's token counts are the
 server's. TTFT is the first chunk of a choice; ITL the gaps between them (a finishing chunk
 without text is not a token).
-A 429 before any token is a refusal with its `Retry-After` hint (retried when the replay's
-policy says so); any other status is recorded as `HTTP_<status>` with the server's message.
+A 429 before any token, or a 503 with a `Retry-After` hint (the server shed it: Strata's answer
+when no replica can meet the class's target), is a refusal with that hint (retried when the
+replay's policy says so); any other status is recorded as `HTTP_<status>` with the server's
+message.
 """
 
 from __future__ import annotations
@@ -65,10 +67,10 @@ class OpenAITarget:
             ) as response:
                 if response.status_code != 200:
                     text = (await response.aread()).decode(errors="replace")
-                    record.status, record.error = _failure(response.status_code, text)
-                    if response.status_code == 429:
-                        return 0, True, _retry_after_s(response.headers.get("retry-after"))
-                    return 0, False, None
+                    hint = response.headers.get("retry-after")
+                    refused = shed(response.status_code, hint)
+                    record.status, record.error = _failure(response.status_code, text, refused)
+                    return 0, refused, _retry_after_s(hint) if refused else None
                 async for line in response.aiter_lines():
                     if not line.startswith("data: "):
                         continue
@@ -112,13 +114,20 @@ class OpenAITarget:
         await self._client.aclose()
 
 
-def _failure(status: int, text: str) -> tuple[str, str]:
+def shed(status: int, retry_after: str | None) -> bool:
+    """Whether an HTTP error answer is the server shedding the request (a refusal, as
+    RESOURCE_EXHAUSTED is on gRPC): 429, or 503 with a Retry-After hint (Strata's answer when no
+    replica can meet the class's target now). A 503 without a hint is the server unavailable."""
+    return status == 429 or (status == 503 and retry_after is not None)
+
+
+def _failure(status: int, text: str, refused: bool) -> tuple[str, str]:
     """(the record's status, the server's message) for an HTTP error answer."""
     try:
         message = str(json.loads(text)["error"]["message"])
     except (ValueError, KeyError, TypeError):
         message = text[:500]
-    return (REFUSED if status == 429 else f"HTTP_{status}"), message
+    return (REFUSED if refused else f"HTTP_{status}"), message
 
 
 def _retry_after_s(value: str | None) -> float | None:
