@@ -101,7 +101,11 @@ class NodeManagerServicer(node_pb2_grpc.NodeManagerServicer):
                     context.time_remaining(),
                     node_id=self.cfg.node_id,
                 )
+                first = True
                 async for chunk in call:
+                    if first and chunk.token_ids:
+                        first = False
+                        self.dispatcher.first_token(lease)
                     if chunk.HasField("usage"):  # the wait for a slot is queueing too
                         chunk.usage.queue_ms += lease.queued_s * 1000.0
                     yield chunk
@@ -165,7 +169,11 @@ def queue_item(request: node_pb2.SubmitRequest, policy: TenantPolicy) -> QueueIt
 
 
 def replica_to_pb(
-    r: Replica, tokens_per_s: float = 0.0, slots: DecodeLoad = DecodeLoad(), turnover_s: float = 0.0
+    r: Replica,
+    tokens_per_s: float = 0.0,
+    slots: DecodeLoad = DecodeLoad(),
+    turnover_s: float = 0.0,
+    delay_s: float = 0.0,
 ) -> common_pb2.ReplicaInfo:
     s = r.stats
     return common_pb2.ReplicaInfo(
@@ -187,6 +195,8 @@ def replica_to_pb(
         slot_context_tokens=slots.context_tokens,
         slot_tightest_tpot_ms=slots.tightest_tpot_ms or 0.0,
         slot_turnover_s=turnover_s,
+        max_batched_tokens=s.max_batched_tokens,
+        recent_delay_s=delay_s,
     )
 
 
@@ -205,6 +215,7 @@ def node_info(
                 dispatcher.tokens_per_s(r),
                 dispatcher.slots.load(r.replica_id),
                 dispatcher.slots.turnover_s(r.replica_id),
+                dispatcher.delay_s(r),
             )
             for r in replicas.replicas.values()
         ]

@@ -46,6 +46,10 @@ def replica_from_pb(r: common_pb2.ReplicaInfo) -> ReplicaState:
         slot_turnover_s=(
             r.slot_turnover_s if math.isfinite(r.slot_turnover_s) and r.slot_turnover_s > 0 else 0.0
         ),
+        max_batched_tokens=max(0, r.max_batched_tokens),
+        recent_delay_s=(
+            r.recent_delay_s if math.isfinite(r.recent_delay_s) and r.recent_delay_s > 0 else 0.0
+        ),
     )
 
 
@@ -69,6 +73,8 @@ def replica_to_pb(r: ReplicaState) -> common_pb2.ReplicaInfo:
         slot_context_tokens=r.slots.context_tokens,
         slot_tightest_tpot_ms=r.slots.tightest_tpot_ms or 0.0,
         slot_turnover_s=r.slot_turnover_s,
+        max_batched_tokens=r.max_batched_tokens,
+        recent_delay_s=r.recent_delay_s,
     )
 
 

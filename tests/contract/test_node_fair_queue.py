@@ -322,3 +322,24 @@ def test_the_queue_policy_is_read_from_the_environment(monkeypatch):
         r"'wfq' or 'fcfs', got 'lottery'",
     ):
         NodeConfig.from_env()
+
+
+async def test_the_status_reports_what_requests_waited_for_a_first_token_while_others_wait():
+    # One slot: b waits behind a, which holds it until the test lets it answer. The fake worker
+    # reports no step line, so a prompt's own prefill is priced at 0 and a's whole wait at the
+    # node is its delay; the node reports it while b waits for its first token, and 0 once
+    # nothing waits (the scheduler's own estimate sees an empty queue).
+    async with node_env(max_seqs=1) as env:
+        assert (await env.status()).replicas[0].recent_delay_s == 0.0
+        a = env.submit("a", "t")
+        await env.started(1)
+        env.submit("b", "t")
+        await env.queued(1)
+        await asyncio.sleep(0.3)  # the wait to measure, not a synchronisation
+        env.worker.finish("a")
+        await a.task
+        await env.started(2)
+        assert (await env.status()).replicas[0].recent_delay_s >= 0.3
+        env.worker.finish("b")
+        await env.calls[1].task
+        assert (await env.status()).replicas[0].recent_delay_s == 0.0

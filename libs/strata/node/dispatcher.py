@@ -25,10 +25,13 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from strata.core.blocks import DEFAULT_BLOCK_SIZE
 from strata.node.replicas import Replica, ReplicaSet, State
 from strata.policy.clock import Clock
 from strata.policy.registry import TenantLoad
+from strata.policy.scheduling.delays import FirstTokens
 from strata.policy.scheduling.fair_queue import URGENT_FRACTION, NodeQueue, QueueItem
+from strata.policy.scheduling.slo import solo_prefill_s
 from strata.policy.scheduling.slots import EngineSlots
 
 TICK_S = 0.05  # how often a non-empty queue is looked at again (urgency, new replicas)
@@ -75,6 +78,7 @@ class Dispatcher:
         self._waiters: dict[str, asyncio.Future[Lease]] = {}
         # Requests dispatched and not released yet.
         self.slots = EngineSlots()
+        self.first_tokens = FirstTokens()  # waits for a first token beyond the own prefill
         self._rates: dict[str, _Rate] = {}  # by replica id
         self._timer: asyncio.TimerHandle | None = None
 
@@ -101,6 +105,7 @@ class Dispatcher:
 
     def release(self, lease: Lease) -> None:
         left = self.slots.leave(lease.replica.replica_id, lease.item.request_id, self.clock.now())
+        self.first_tokens.released(lease.replica.replica_id, lease.item.request_id)
         if left is None:
             return
         lease.replica.in_flight -= 1
@@ -189,6 +194,7 @@ class Dispatcher:
         if fut is None or fut.done():
             return  # its caller went away in the same loop turn: nothing to send
         self.slots.enter(replica.replica_id, item, self.clock.now())
+        self.first_tokens.dispatched(replica.replica_id, item.request_id)
         replica.in_flight += 1
         if beyond_cap:
             self.beyond_cap += 1
@@ -196,6 +202,31 @@ class Dispatcher:
         fut.set_result(
             Lease(item, replica, priority, self.clock.now() - item.enqueued_s, beyond_cap)
         )
+
+    def first_token(self, lease: Lease) -> None:
+        """The leased request's first token arrived: record how long it waited for it at this
+        node beyond its own prefill (strata.policy.scheduling.delays)."""
+        now = self.clock.now()
+        stats = lease.replica.stats
+        own_s = solo_prefill_s(
+            stats.step_line,
+            lease.item.prompt_tokens,
+            stats.block_size or DEFAULT_BLOCK_SIZE,
+            stats.max_batched_tokens,
+        )
+        item = lease.item
+        self.first_tokens.first_token(
+            lease.replica.replica_id, item.request_id, now - item.enqueued_s, own_s, now
+        )
+
+    def delay_s(self, replica: Replica) -> float:
+        """The replica's recent first-token delay (strata.policy.scheduling.delays.FirstTokens;
+        0 when none came lately or nothing waits for one there)."""
+        rid = replica.replica_id
+        queued = any(
+            item.model == replica.model and item.replica_id in ("", rid) for item in self.queue
+        )
+        return self.first_tokens.delay_s(rid, self.clock.now(), queued)
 
     def _fail(self, item: QueueItem, err: Exception) -> None:
         fut = self._waiters.pop(item.request_id, None)
@@ -249,3 +280,4 @@ class Dispatcher:
         for rid in [rid for rid in self._rates if rid not in self.replicas.replicas]:
             del self._rates[rid]
         self.slots.forget(set(self.replicas.replicas))
+        self.first_tokens.forget(set(self.replicas.replicas))

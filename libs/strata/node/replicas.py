@@ -62,6 +62,7 @@ class ReplicaStats:
     memory_bytes: int = 0
     waiting_for_memory: int = 0  # admitted requests held back: no KV block free anywhere
     max_seqs: int = 0  # requests one engine step can hold (0 = not reported)
+    max_batched_tokens: int = 0  # tokens one engine step computes at most (0 = not reported)
     block_size: int = 0  # tokens per KV block (0 = not reported)
     prefill_tokens_per_s: float = 0.0  # the engine's prefill throughput (0: not measured yet)
     counters: EngineCounters = field(default_factory=EngineCounters)
@@ -328,6 +329,7 @@ class ReplicaSet:
             memory_bytes=s.memory_bytes,
             waiting_for_memory=s.waiting_for_memory,
             max_seqs=s.max_seqs,
+            max_batched_tokens=s.max_batched_tokens,
             block_size=s.kv_block_size,
             prefill_tokens_per_s=s.prefill_tokens_per_s,
             counters=EngineCounters.from_pb(s),

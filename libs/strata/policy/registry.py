@@ -64,6 +64,9 @@ class ReplicaState:
     # What the node handed to its engine: the scheduler's TPOT check prices adding to it.
     slots: DecodeLoad = DecodeLoad()
     slot_turnover_s: float = 0.0  # seconds between slot releases while full (0: not measured)
+    max_batched_tokens: int = 0  # tokens one engine step computes at most (0 = not reported)
+    # What requests lately waited for a first token beyond their own prefill (0: none lately).
+    recent_delay_s: float = 0.0
 
 
 @dataclass(slots=True, frozen=True)

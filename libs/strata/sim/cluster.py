@@ -63,6 +63,7 @@ from strata.policy.scheduling.admission import Refusal
 from strata.policy.scheduling.fair_queue import QueueItem
 from strata.policy.scheduling.global_scheduler import INFEASIBLE, GlobalScheduler
 from strata.policy.scheduling.ledger import PoolLedger
+from strata.policy.scheduling.slo import solo_prefill_s
 from strata.sim.events import (
     Admit,
     Event,
@@ -716,6 +717,20 @@ class Simulator:
         )
         if node.kv is not None:  # a worker starts with its tier link
             replica.connect(node.kv, spec.kv_block_bytes)
+        front = node.front
+        if front is not None:
+            limits = spec.limits
+
+            def first_token(active: Active, at: float, rid: str = a.replica_id) -> None:
+                own_s = solo_prefill_s(
+                    replica.line,
+                    active.request.prompt_tokens,
+                    limits.block_size,
+                    limits.max_batched_tokens,
+                )
+                front.first_token(rid, str(active.request.index), own_s, at)
+
+            replica.on_first_token = first_token
         node.replicas.append(replica)
         self.replicas[a.replica_id] = replica
         if now > 0 and self.cfg.load_s > 0:

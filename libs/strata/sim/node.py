@@ -74,6 +74,7 @@ class SimNode:
                 prefill_rate(r) if tenancy else 0.0,
                 self.front.slots.load(r.replica_id) if self.front is not None else DecodeLoad(),
                 self.front.slots.turnover_s(r.replica_id) if self.front is not None else 0.0,
+                self.front.delay_s(r.replica_id) if self.front is not None else 0.0,
             )
             for r in self.replicas
         )
@@ -101,6 +102,8 @@ class SimNode:
                 step_line=r.line,
                 slots=slots,
                 slot_turnover_s=turnover_s,
+                max_batched_tokens=r.limits.max_batched_tokens,
+                recent_delay_s=delay_s,
             )
             for r, (
                 rid,
@@ -113,6 +116,7 @@ class SimNode:
                 rate,
                 slots,
                 turnover_s,
+                delay_s,
             ) in zip(self.replicas, figures)
         )
         served = tuple(

@@ -236,6 +236,9 @@ class SimReplica:
         self._plan: StepPlan | None = None
         self._step_start = 0.0
         self.link: SimTierLink | None = None
+        # Called with a request's Active and the time of its first token (its node's front
+        # records the wait: strata.policy.scheduling.delays).
+        self.on_first_token: Callable[[Active, float], None] | None = None
 
     def _pool_clock(self) -> float:
         return self._pool_now
@@ -375,6 +378,8 @@ class SimReplica:
         active = self.active[id(seq)]
         if active.first_token_s is None:
             active.first_token_s = now
+            if self.on_first_token is not None:
+                self.on_first_token(active, now)
         if seq.num_output >= seq.params.max_tokens:
             active.end_s = now
             self._retire(seq)
@@ -526,6 +531,8 @@ class SimReplica:
             self._advance_to(st, idx, m)
             if active.first_token_s is None:
                 active.first_token_s = first_end
+                if self.on_first_token is not None:
+                    self.on_first_token(active, first_end)
         finished = []
         for active in st.order:
             if active.seq.num_output >= active.seq.params.max_tokens:

@@ -27,6 +27,7 @@ from strata.core.step_model import StepLine
 from strata.core.tenant_policy import TenantPolicy
 from strata.policy.clock import Clock
 from strata.policy.registry import TenantLoad
+from strata.policy.scheduling.delays import FirstTokens
 from strata.policy.scheduling.fair_queue import QUEUES, NodeQueue, QueueItem
 from strata.policy.scheduling.global_scheduler import SchedulerSettings
 from strata.policy.scheduling.slots import EngineSlots
@@ -73,6 +74,7 @@ class NodeFront(Generic[P]):
         self.queue = queue
         self.clock = clock
         self.slots = EngineSlots()
+        self.first_tokens = FirstTokens()
         self.payloads: dict[str, P] = {}  # request id -> the caller's payload
         self._running: dict[str, _Running] = {}
 
@@ -110,6 +112,7 @@ class NodeFront(Generic[P]):
 
     def _enter(self, item: QueueItem) -> None:
         self.slots.enter(item.replica_id, item, self.clock.now())
+        self.first_tokens.dispatched(item.replica_id, item.request_id)
         run = self._running.get(item.tenant)
         if run is None:
             run = self._running[item.tenant] = _Running(item.priority)
@@ -120,6 +123,7 @@ class NodeFront(Generic[P]):
     def left_engine(self, replica_id: str, request_id: str) -> None:
         """A request the front handed over finished (or failed) in its engine."""
         item = self.slots.leave(replica_id, request_id, self.clock.now())
+        self.first_tokens.released(replica_id, request_id)
         if item is None:
             return
         run = self._running[item.tenant]
@@ -127,6 +131,20 @@ class NodeFront(Generic[P]):
         run.tokens -= item.cost_tokens
         if run.running == 0:
             del self._running[item.tenant]
+
+    def first_token(self, replica_id: str, request_id: str, own_s: float, at: float) -> None:
+        """A request the front handed over got its first token at `at`; `own_s` is its own
+        prefill's price (strata.policy.scheduling.delays)."""
+        item = next(
+            (i for i in self.slots.running_on(replica_id) if i.request_id == request_id), None
+        )
+        if item is not None:
+            self.first_tokens.first_token(replica_id, request_id, at - item.enqueued_s, own_s, at)
+
+    def delay_s(self, replica_id: str) -> float:
+        """The replica's recent first-token delay, as the node manager's dispatcher reports."""
+        queued = any(item.replica_id == replica_id for item in self.queue)
+        return self.first_tokens.delay_s(replica_id, self.clock.now(), queued)
 
     def drain(self) -> list[P]:
         """Everything still queued (the run's horizon): their payloads."""

@@ -15,6 +15,10 @@
                    when they would not, or requests wait ahead of it, it waits for running
                    requests to finish. A best-effort request is refused when that wait passes
                    `best_effort_wait_s`: it may queue, boundedly, and never slows a class.
+                   The estimate is never below what the replica's latest requests waited
+                   beyond their own prefill (its node's report, strata.policy.scheduling.
+                   delays) plus this prompt's own prefill: feedback for when the estimate's
+                   inputs lag a burst.
             --ledger.routed: the work counts against the tenant until the node reports it
 
 Coarse and cheap on purpose: which node, not when (the node manager's fair queue and the
@@ -52,6 +56,7 @@ from strata.policy.scheduling.slo import (
     engine_share,
     prefill_s,
     slot_wait_s,
+    solo_prefill_s,
     step_ms,
 )
 
@@ -214,6 +219,7 @@ class GlobalScheduler:
         # no faster than the replica's token rate, nor than the chunks their TPOT allows.
         chunked_ms = 1000.0 * self._chunked_prefill_s(decision, compute, held)
         estimate = 1000.0 * wait_s + max(decision.estimated_ttft_ms, chunked_ms)
+        estimate = max(estimate, 1000.0 * self._observed_s(decision, compute))
         infeasible = self._infeasible(model, policy, work, decision)
         if infeasible is not None:
             return infeasible if self.settings.refuse_infeasible else None
@@ -302,6 +308,18 @@ class GlobalScheduler:
                 decision.node_id, decision.replica_id, policy.priority
             ),
         )
+
+    def _observed_s(self, decision: RouteDecision, compute: int) -> float:
+        """The first token as the chosen replica's latest requests say it comes: what they
+        waited beyond their own prefill (its node's recent delay, strata.policy.scheduling.
+        delays) plus this prompt's own prefill of `compute` tokens; 0 with no delay lately."""
+        state = self._replica(decision)
+        if state is None or state.recent_delay_s <= 0:
+            return 0.0
+        own_s = solo_prefill_s(
+            state.step_line, compute, decision.block_size, state.max_batched_tokens
+        )
+        return state.recent_delay_s + own_s
 
     def _chunked_prefill_s(self, decision: RouteDecision, tokens: int, held: DecodeLoad) -> float:
         """The prefill of `tokens` on the chosen replica beside what its engine runs of

@@ -167,13 +167,16 @@ def prefill_s(
     tokens: int,
     block_size: int,
     headroom: float = HEADROOM,
+    max_chunk: int = 0,
 ) -> float:
     """Seconds a prefill of `tokens` takes in chunks of chunk_budget beside the decodes of
-    `beside`, each chunk one step (0 without a line or tokens): a prompt admitted beside
-    decodes with a TPOT target reaches its first token no sooner than this."""
+    `beside`, each chunk one step and none larger than the engine's `max_chunk` tokens a step
+    (0: no cap), 0 without a line or tokens: a prompt admitted beside decodes with a TPOT
+    target reaches its first token no sooner than this."""
     if line is None or tokens <= 0:
         return 0.0
-    chunk = chunk_budget(line, beside, tokens, max(1, block_size), headroom)
+    most = min(tokens, max_chunk) if max_chunk > 0 else tokens
+    chunk = chunk_budget(line, beside, most, max(1, block_size), headroom)
     full, rest = divmod(tokens, chunk)
     seconds = full * step_ms(line, beside, chunk) / 1000.0
     if rest:
@@ -209,3 +212,11 @@ def slot_wait_s(
     waiting = max(0, held.seqs - in_engine.seqs - passes)
     need = queued + waiting + (0 if fits_now else 1)
     return need * turnover_s
+
+
+def solo_prefill_s(
+    line: StepLine | None, tokens: int, block_size: int, max_chunk: int = 0
+) -> float:
+    """A prompt of `tokens` alone on an idle replica, in chunks of at most `max_chunk` tokens
+    (prefill_s beside nothing; 0 without a line)."""
+    return prefill_s(line, DecodeLoad(), tokens, block_size, max_chunk=max_chunk)

@@ -1,0 +1,96 @@
+"""First-token delays as feedback for admission (strata.policy.scheduling.delays): what a node
+records and reports, and how the scheduler's TTFT check uses it. Manual clocks throughout."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+
+from strata.core.step_model import StepLine
+from strata.core.tenant_policy import TenantPolicy
+from strata.policy.clock import ManualClock
+from strata.policy.kv_index import PrefixIndex
+from strata.policy.registry import NodeRegistry, NodeState, ReplicaPhase, ReplicaState
+from strata.policy.routing import RouteDecision, Router
+from strata.policy.scheduling.admission import AdmissionSettings, Refusal
+from strata.policy.scheduling.delays import FirstTokens, RecentDelays
+from strata.policy.scheduling.global_scheduler import GlobalScheduler, SchedulerSettings
+from strata.policy.scheduling.ledger import PoolLedger
+from strata.policy.scheduling.slo import solo_prefill_s
+
+# 10 ms a step, 1 ms a token: a 1,000-token prompt alone is ~1 s to its first token.
+LINE = StepLine(0.010, 0.001, 0.0, 0.0, 0.0, 0.0)
+
+
+def test_the_delay_is_a_high_quantile_of_the_latest_first_tokens_and_ages_out():
+    d = RecentDelays(window=10, quantile=0.9, max_age_s=20.0)
+    assert d.delay_s("r", 0.0) == 0.0  # nothing measured: no claim
+    for i in range(10):
+        d.add("r", 0.1 * i, now=float(i))
+    assert d.delay_s("r", 9.0) == pytest.approx(0.9)  # nearest rank of 0.0 .. 0.9
+    d.add("r", -0.5, now=9.5)  # a prefill faster than its price waited nothing
+    assert d.delay_s("r", 9.5) == pytest.approx(0.9)  # the window keeps the latest ten
+    # Older than 20 s is forgotten: at 29.2 s only the one at 9.5 s is left.
+    assert d.delay_s("r", 28.5) == pytest.approx(0.9)
+    assert d.delay_s("r", 29.2) == 0.0
+    assert d.delay_s("r", 30.0) == 0.0
+    d.add("gone", 3.0, now=30.0)
+    d.forget({"r"})
+    assert d.delay_s("gone", 30.0) == 0.0
+    with pytest.raises(ValueError):
+        RecentDelays(window=0)
+
+
+def test_a_replica_reports_its_delay_only_while_something_waits_for_a_first_token():
+    ft = FirstTokens(RecentDelays(window=4))
+    ft.dispatched("r", "a")
+    ft.dispatched("r", "b")
+    # a waited 3 s at the node for a prefill priced at 1 s: 2 s of delay.
+    ft.first_token("r", "a", waited_s=3.0, own_s=1.0, now=10.0)
+    assert ft.delay_s("r", 10.0, queued=False) == pytest.approx(2.0)  # b still waits
+    ft.released("r", "b")  # cancelled before its first token
+    assert ft.delay_s("r", 10.0, queued=False) == 0.0  # the queue drained: no claim
+    assert ft.delay_s("r", 10.0, queued=True) == pytest.approx(2.0)  # one queued for it
+    ft.forget(set())
+    assert ft.delay_s("r", 10.0, queued=True) == 0.0
+
+
+def _scheduler(delay_s: float) -> GlobalScheduler:
+    reg = NodeRegistry(clock=ManualClock())
+    gs = GlobalScheduler(
+        reg,
+        Router(rng=random.Random(0), request_weight_tokens=100),
+        PoolLedger(),
+        PrefixIndex(),
+        SchedulerSettings(admission=AdmissionSettings(oversubscription=2.0, horizon_s=30.0)),
+    )
+    r = ReplicaState(
+        model="m",
+        replica_id="r1",
+        phase=ReplicaPhase.READY,
+        kv_blocks_total=100,
+        kv_blocks_free=100,
+        tokens_per_s=2000.0,
+        block_size=16,
+        step_line=LINE,
+        max_batched_tokens=256,
+    )
+    reg.heartbeat(NodeState("n1", "n1:1", replicas=(replace(r, recent_delay_s=delay_s),)))
+    return gs
+
+
+def test_the_ttft_check_takes_the_replicas_recent_delay_over_a_shorter_estimate():
+    policy = TenantPolicy("t", "standard", 1, 2000.0, None, 1.0, 0.0, 1.0)
+    # Idle by every report: the estimate alone is the prompt at 2,000 tokens/s, 0.25 s.
+    assert isinstance(_scheduler(0.0).route("m", policy, 500, 10), RouteDecision)
+    # Its latest requests waited 1.5 s beyond their own prefill: 1.5 s + this prompt's own
+    # ~0.52 s (two chunks of 256 and 244 tokens) passes the 1,700 ms the check allows.
+    own = solo_prefill_s(LINE, 500, 16, 256)
+    assert own == pytest.approx(0.010 * 2 + 0.001 * 500)
+    refused = _scheduler(1.5).route("m", policy, 500, 10)
+    assert isinstance(refused, Refusal) and refused.reason == "sla"
+    assert f"{(1.5 + own) * 1000:.0f} ms" in refused.message
+    # A short prompt still fits beside the same delay: 1.5 s + 0.06 s.
+    assert isinstance(_scheduler(1.5).route("m", policy, 50, 10), RouteDecision)
