@@ -29,6 +29,7 @@ from strata.core import defaults
 from strata.core.lifeline import child_env
 from strata.rpc.channels import sync_channel
 from strata.security.identity import ClusterIdentity
+from strata.supervisor import Ports
 from strata.v1 import common_pb2, node_pb2, node_pb2_grpc, scheduler_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,6 +66,7 @@ class SupervisedStack:
         self.proc: subprocess.Popen | None = None
         self.gateway = f"127.0.0.1:{self.base}"
         self.node = f"127.0.0.1:{self.base + 2}"
+        self.http_url = f"http://{Ports(self.base, '127.0.0.1').http}"  # the OpenAI API's base
         self.log_path = data_dir / "supervisor.log"
 
     def start(self, timeout_s: float = 300.0) -> None:

@@ -75,61 +75,66 @@ def write_checkpoint(directory: Path) -> Path:
     return out
 
 
-def _points(
-    model: str,
-    server: str,
-    url: str,
-    keys: dict[str, str],
-    trace: Sequence[TraceRequest],
-    rates: Sequence[float],
-    capacity_rps: float,
-    settings: SweepSettings,
-    table: SlaTable,
-    out_dir: Path,
-) -> list[dict]:
-    points = []
-    for i, rate in enumerate(rates):
-        time.sleep(settings.pause_s)
-        window = point_window_s(rate, capacity_rps, settings.min_point_s, settings.min_admitted)
-        workload, scale = point_workload(
-            trace, rate, window, keys, model, 1000 + i, tenants=TENANTS
-        )
-        config = ReplayConfig(
-            model=model,
-            gateway="",
-            metrics="",
-            out_dir=str(out_dir),
-            name=f"serving-{server}-{rate:.2f}rps",
-            request_timeout_s=settings.request_timeout_s,
-            target="openai",
-            url=url,
-        )
-        t0 = time.perf_counter()
-        result = asyncio.run(replay(workload, config))
-        wall = time.perf_counter() - t0
-        stats = point_stats(result.records, window, table)
-        a = stats.all
-        done = [r for r in result.records if r.ok]
-        itl = Latency.of(gap for r in done for gap in r.itl_s)
-        say(
-            f"serving {server} {rate:.2f} req/s ({window:.0f} s): sent {a.sent}, refused "
-            f"{a.refused}, failed {a.failed}, goodput {a.goodput_rps:.2f}/s, TTFT P99 "
-            f"{a.ttft.p99 or 0:.0f} ms, wall {wall:.0f} s"
-        )
-        points.append(
-            {
-                "rate": rate,
-                "window_s": window,
-                "time_scale": scale,
-                "requests": len(workload),
-                "not_sent": result.not_sent,
-                "output_tokens": sum(r.output_tokens for r in done),
-                "itl": asdict(itl),
-                "wall_s": wall,
-                "stats": asdict(stats),
-            }
-        )
-    return points
+@dataclass(slots=True, frozen=True)
+class _Points:
+    """What every server is offered: the same requests at the same rates."""
+
+    model: str
+    keys: dict[str, str]
+    trace: Sequence[TraceRequest]
+    rates: Sequence[float]
+    capacity_rps: float
+    settings: SweepSettings
+    table: SlaTable
+
+    def run(self, server: str, url: str, out_dir: Path) -> list[dict]:
+        """Each rate as one open-loop replay against `server`'s OpenAI API at `url`."""
+        settings = self.settings
+        points = []
+        for i, rate in enumerate(self.rates):
+            time.sleep(settings.pause_s)
+            window = point_window_s(
+                rate, self.capacity_rps, settings.min_point_s, settings.min_admitted
+            )
+            workload, scale = point_workload(
+                self.trace, rate, window, self.keys, self.model, 1000 + i, tenants=TENANTS
+            )
+            config = ReplayConfig(
+                model=self.model,
+                gateway="",
+                metrics="",
+                out_dir=str(out_dir),
+                name=f"serving-{server}-{rate:.2f}rps",
+                request_timeout_s=settings.request_timeout_s,
+                target="openai",
+                url=url,
+            )
+            t0 = time.perf_counter()
+            result = asyncio.run(replay(workload, config))
+            wall = time.perf_counter() - t0
+            stats = point_stats(result.records, window, self.table)
+            a = stats.all
+            done = [r for r in result.records if r.ok]
+            itl = Latency.of(gap for r in done for gap in r.itl_s)
+            say(
+                f"serving {server} {rate:.2f} req/s ({window:.0f} s): sent {a.sent}, refused "
+                f"{a.refused}, failed {a.failed}, goodput {a.goodput_rps:.2f}/s, TTFT P99 "
+                f"{a.ttft.p99 or 0:.0f} ms, wall {wall:.0f} s"
+            )
+            points.append(
+                {
+                    "rate": rate,
+                    "window_s": window,
+                    "time_scale": scale,
+                    "requests": len(workload),
+                    "not_sent": result.not_sent,
+                    "output_tokens": sum(r.output_tokens for r in done),
+                    "itl": asdict(itl),
+                    "wall_s": wall,
+                    "stats": asdict(stats),
+                }
+            )
+        return points
 
 
 def run_sweep(
@@ -175,19 +180,8 @@ def run_sweep(
         rates = [m * cap.rps for m in settings.multiples]
         out["capacity"] = asdict(cap)
         out["rates"] = rates
-        http = f"http://127.0.0.1:{stack.base + 7}"
-        out["servers"]["strata"] = _points(
-            model,
-            "strata",
-            http,
-            keys,
-            trace,
-            rates,
-            cap.rps,
-            settings,
-            table,
-            data_dir / "replays",
-        )
+        points = _Points(model, keys, trace, rates, cap.rps, settings, table)
+        out["servers"]["strata"] = points.run("strata", stack.http_url, data_dir / "replays")
     except BaseException:
         say(stack.log())
         raise
@@ -201,18 +195,7 @@ def run_sweep(
         try:
             server.start()
             say(f"serving vllm: up in {time.perf_counter() - started:.0f} s")
-            out["servers"]["vllm"] = _points(
-                model,
-                "vllm",
-                server.url,
-                keys,
-                trace,
-                rates,
-                cap.rps,
-                settings,
-                table,
-                workdir / "vllm-replays",
-            )
+            out["servers"]["vllm"] = points.run("vllm", server.url, workdir / "vllm-replays")
         finally:
             server.stop()
     return out

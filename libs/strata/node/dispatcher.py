@@ -206,15 +206,13 @@ class Dispatcher:
     def first_token(self, lease: Lease) -> None:
         """The leased request's first token arrived: record how long it waited for it at this
         node beyond its own prefill (strata.policy.scheduling.delays)."""
-        now = self.clock.now()
-        stats = lease.replica.stats
+        now, item, stats = self.clock.now(), lease.item, lease.replica.stats
         own_s = solo_prefill_s(
             stats.step_line,
-            lease.item.prompt_tokens,
+            item.prompt_tokens,
             stats.block_size or DEFAULT_BLOCK_SIZE,
             stats.max_batched_tokens,
         )
-        item = lease.item
         self.first_tokens.first_token(
             lease.replica.replica_id, item.request_id, now - item.enqueued_s, own_s, now
         )
