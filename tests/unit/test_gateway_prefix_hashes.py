@@ -18,6 +18,7 @@ from strata.engine.gguf_loader import _metadata, default_model_path
 from strata.engine.prompt import prompt_ids
 from strata.engine.registry import DEFAULT_MODEL, load_model
 from strata.engine.sequence import SamplingParams
+from strata.gateway import prefix_hashes
 from strata.gateway.prefix_hashes import PrefixHasher, PromptHashes
 from strata.kvtier.hashing import HashKeys, chain_hashes
 from tests.engine_helpers import run_to_end
@@ -89,6 +90,22 @@ async def test_dummy_model_hashes_are_the_blocks_the_engine_caches():
     run_on_engine(engine, "c", "acme", prompt=PROMPT, prefix_public=True)
     public = await hasher.hash_prompt("dummy-tiny", "globex", True, PROMPT, [])
     assert cached(engine, public.hashes) == [True] * 8
+
+
+async def test_long_prompts_hash_off_the_loop_to_the_same_chain(monkeypatch):
+    """A prompt over INLINE_CHARS is hashed in a thread, a short one on the event loop: the
+    same chain either way, and the blocks the engine caches."""
+    hasher = PrefixHasher()
+    assert await hasher.load("dummy-tiny") is True
+    engine = engine_for("dummy-tiny")
+    long = PROMPT * 3
+    assert len(long) > prefix_hashes.INLINE_CHARS >= len(PROMPT)
+    ids = run_on_engine(engine, "a", "acme", prompt=long)
+    threaded = await hasher.hash_prompt("dummy-tiny", "acme", False, long, [])
+    assert threaded.tokens == len(ids)
+    assert cached(engine, threaded.hashes) == [True] * ((len(ids) - 1) // 16)
+    monkeypatch.setattr(prefix_hashes, "INLINE_CHARS", len(long))
+    assert await hasher.hash_prompt("dummy-tiny", "acme", False, long, []) == threaded
 
 
 async def test_bpe_gguf_hashes_are_the_blocks_the_engine_caches(tmp_path):

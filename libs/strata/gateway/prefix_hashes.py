@@ -31,6 +31,9 @@ from strata.kvtier.hashing import HashKeys, chain_hashes
 log = logging.getLogger(__name__)
 
 MAX_MODELS = 8
+# Prompts up to this many characters (text and messages together) are hashed on the event loop:
+# tokenizing them takes tens of microseconds, less than a hand-off to a thread and back.
+INLINE_CHARS = 256
 
 
 class ModelTokenizer(Protocol):
@@ -91,6 +94,8 @@ class PrefixHasher:
         if named is None:
             return None
         self._tokenizers.move_to_end(model)
+        if len(prompt) + sum(len(role) + len(text) for role, text in messages) <= INLINE_CHARS:
+            return self._hash(named, tenant, prefix_public, prompt, messages, block_size)
         # Off the event loop: a long prompt takes milliseconds to tokenize and hash.
         return await asyncio.to_thread(
             self._hash, named, tenant, prefix_public, prompt, messages, block_size
