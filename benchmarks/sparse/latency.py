@@ -38,8 +38,10 @@ def decode_latency(
     steps: int,
     rounds: int,
     log: Callable[[str], None] = print,
+    model: str = "",
 ) -> list[LatencyRun]:
-    """contexts: (nominal context, prompt tokens). Every run times rounds x steps steps."""
+    """contexts: (nominal context, prompt tokens). Every run times rounds x steps steps;
+    `model` labels the runs ("": the long-context dummy model)."""
     vocab = engine.loaded.config.vocab_size
     engine_api.generate(engine, engine_api.request("lat-warm", base, 1, sparse=False))
     timed: list[float] = []
@@ -89,12 +91,14 @@ def decode_latency(
                         p99_s=p99,
                         mean_s=sum(samples[sparse]) / len(samples[sparse]),
                         counters=used[sparse],
+                        model=model,
                     )
                     runs.append(run)
                     log(
                         f"   {nominal // 1024}k batch {batch} {'sparse' if sparse else 'dense'}:"
                         f" P50 {p50 * 1000:.2f} ms P99 {p99 * 1000:.2f} ms over {run.steps} "
-                        f"steps, {used[sparse].fallbacks}/{used[sparse].layer_steps} fallbacks"
+                        f"steps, {used[sparse].fallbacks}/{used[sparse].layer_steps} fallbacks, "
+                        f"{used[sparse].dense_layer_steps} layer steps dense by the policy"
                     )
     finally:
         engine.step_observer = previous

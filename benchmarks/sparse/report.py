@@ -15,6 +15,7 @@ from benchmarks.sparse.results import (
     SparseCounters,
     accuracy,
     floor_note,
+    p50_reduction,
     p99_reduction,
 )
 
@@ -36,10 +37,16 @@ class SparseBenchReport:
 
 
 def _counters(c: SparseCounters) -> str:
-    if not c.layer_steps:
+    if not c.layer_steps and not c.dense_layer_steps:
         return "no sparse layer steps"
+    policy = (
+        f" ({c.dense_layer_steps} more run dense by the layer policy; "
+        f"{_pct(c.kept_share)} of all stayed sparse)"
+        if c.dense_layer_steps
+        else ""
+    )
     return (
-        f"{c.layer_steps} layer steps, {_pct(c.fallback_rate)} fell back, "
+        f"{c.layer_steps} layer steps, {_pct(c.fallback_rate)} fell back{policy}, "
         f"{_pct(c.read_share)} of dense blocks read"
     )
 
@@ -57,7 +64,7 @@ def render(r: SparseBenchReport) -> str:
         *([r.busy, ""] if r.busy else []),
         *[f"- {line}" for line in r.setup],
         "",
-        "## Targets (issue 8)",
+        "## Targets (issues 8 and 24)",
         "",
         *target_table(r.targets),
         "",
@@ -180,25 +187,26 @@ def _needles(cells: list[NeedleCell], setup: str) -> list[str]:
     return out + [""]
 
 
-def _latency(runs: list[LatencyRun]) -> list[str]:
+def _latency(runs: list[LatencyRun], long_model: str = "dummy-long") -> list[str]:
     out = [
         "## Decode step latency",
         "",
         "Decode-only steps (every row generating one token), timed around the engine's whole "
         "step; dense and sparse rounds alternate in one process over the same cached prompts.",
         "",
-        "| context | prompt tokens | batch | path | steps | P50 ms | P99 ms | mean ms | "
-        "P99 vs dense | sparse path |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| model | context | prompt tokens | batch | path | steps | P50 ms | P99 ms | mean ms | "
+        "P50 vs dense | P99 vs dense | sparse path |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    dense = {(r.context, r.batch): r for r in runs if not r.sparse}
-    for r in sorted(runs, key=lambda x: (x.context, x.batch, x.sparse)):
-        base = dense.get((r.context, r.batch))
-        change = f"{-p99_reduction(base, r):+.1%}" if r.sparse and base else ""
+    dense = {(r.model, r.context, r.batch): r for r in runs if not r.sparse}
+    for r in sorted(runs, key=lambda x: (x.model, x.context, x.batch, x.sparse)):
+        base = dense.get((r.model, r.context, r.batch))
+        p50 = f"{-p50_reduction(base, r):+.1%}" if r.sparse and base else ""
+        p99 = f"{-p99_reduction(base, r):+.1%}" if r.sparse and base else ""
         out.append(
-            f"| {r.context // 1024}k | {r.prompt_tokens} | {r.batch} | "
+            f"| {r.model or long_model} | {r.context // 1024}k | {r.prompt_tokens} | {r.batch} | "
             f"{'sparse' if r.sparse else 'dense'} | {r.steps} | {r.p50_s * 1000:.2f} | "
-            f"{r.p99_s * 1000:.2f} | {r.mean_s * 1000:.2f} | {change} | "
+            f"{r.p99_s * 1000:.2f} | {r.mean_s * 1000:.2f} | {p50} | {p99} | "
             f"{_counters(r.counters) if r.sparse else ''} |"
         )
     return out + [""]

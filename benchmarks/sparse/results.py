@@ -9,6 +9,12 @@ Targets (issue 8), each judged on every run it applies to, so one bad run fails 
 - top-1 agreement at least 99% over the generated tokens (teacher-forced: both paths decode the
   dense path's tokens, so one early disagreement cannot drag every later step with it);
 - needle accuracy with the sparse path equal to dense, over the same prompts.
+
+Issue 24's, on the default model (SmolLM2) at its longest latency context, every batch size:
+
+- at least half of the sparse rows' layer steps stay sparse (neither recomputed by the trust
+  check nor run dense by the adaptive layer policy);
+- decode-step P50 at least 20% lower than dense in the same run.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ TARGETS = {
     "agreement": Target("top-1 agreement", ">=", 0.99, "{:.0%}"),
     # the difference of the two accuracies
     "needles": Target("needle accuracy, sparse vs dense", "==", 0.0, want="equal"),
+    "kept": Target("layer steps that stay sparse", ">=", 0.50, "{:.0%}"),
+    "p50": Target("decode-step P50", ">=", 0.20, "{:.0%}", " lower than dense"),
 }
 
 
@@ -36,10 +44,17 @@ class SparseCounters:
     fallbacks: int = 0  # of those, recomputed with full attention by the trust check
     blocks_read: int = 0  # KV blocks the sparse layers read
     blocks_dense: int = 0  # blocks a dense read would have taken
+    dense_layer_steps: int = 0  # sparse rows' layer steps the adaptive policy ran dense
 
     @property
     def fallback_rate(self) -> float:
         return self.fallbacks / self.layer_steps if self.layer_steps else 0.0
+
+    @property
+    def kept_share(self) -> float:
+        """Of every layer step of the sparse rows, the share that stayed sparse."""
+        total = self.layer_steps + self.dense_layer_steps
+        return (self.layer_steps - self.fallbacks) / total if total else 0.0
 
     @property
     def read_share(self) -> float:
@@ -52,6 +67,7 @@ class SparseCounters:
             self.fallbacks + other.fallbacks,
             self.blocks_read + other.blocks_read,
             self.blocks_dense + other.blocks_dense,
+            self.dense_layer_steps + other.dense_layer_steps,
         )
 
     def minus(self, before: SparseCounters) -> SparseCounters:
@@ -61,6 +77,7 @@ class SparseCounters:
             self.fallbacks - before.fallbacks,
             self.blocks_read - before.blocks_read,
             self.blocks_dense - before.blocks_dense,
+            self.dense_layer_steps - before.dense_layer_steps,
         )
 
 
@@ -129,6 +146,7 @@ class LatencyRun:
     p99_s: float
     mean_s: float
     counters: SparseCounters = field(default_factory=SparseCounters)
+    model: str = ""  # "": the long-context dummy model
 
 
 def accuracy(cells: list[NeedleCell], sparse: bool) -> float:
@@ -141,17 +159,23 @@ def p99_reduction(dense: LatencyRun, sparse: LatencyRun) -> float:
     return 1.0 - sparse.p99_s / dense.p99_s
 
 
+def p50_reduction(dense: LatencyRun, sparse: LatencyRun) -> float:
+    return 1.0 - sparse.p50_s / dense.p50_s
+
+
 def check_targets(
     fidelity: list[FidelityRun],
     needles: list[NeedleCell],
     latency: list[LatencyRun],
     p99_context: int = P99_CONTEXT,
+    default_model: str = "",
 ) -> list[Verdict]:
-    """One row per issue-8 target (the P99 one per batch size); a target with nothing measured
-    fails and says so."""
+    """One row per issue-8 target (the P99 one per batch size), then issue 24's on
+    `default_model`'s latency runs (when named); a target with nothing measured fails and says
+    so."""
     out: list[Verdict] = []
     p99 = TARGETS["p99"]
-    pairs = _latency_pairs(latency, p99_context)
+    pairs = _latency_pairs(latency, p99_context, "")
     for batch, (dense, sparse) in sorted(pairs.items()):
         cut = p99_reduction(dense, sparse)
         out.append(
@@ -201,6 +225,37 @@ def check_targets(
         )
     else:
         out.append(TARGETS["needles"].judge(None))
+    if default_model:
+        out += _default_model_targets(latency, default_model)
+    return out
+
+
+def _default_model_targets(latency: list[LatencyRun], model: str) -> list[Verdict]:
+    kept, p50 = TARGETS["kept"], TARGETS["p50"]
+    mine = [r for r in latency if r.model == model]
+    if not mine:
+        return [kept.judge(None, name=f"{kept.name} ({model})"), p50.judge(None)]
+    context = max(r.context for r in mine)
+    where = f"{model} at {_k(context)}"
+    out = []
+    for batch, (dense, sparse) in sorted(_latency_pairs(mine, context, model).items()):
+        c = sparse.counters
+        out.append(
+            kept.judge(
+                c.kept_share,
+                f"{c.kept_share:.1%} ({c.layer_steps - c.fallbacks} of "
+                f"{c.layer_steps + c.dense_layer_steps})",
+                name=f"{kept.name}, {where}, batch {batch}",
+            )
+        )
+        cut = p50_reduction(dense, sparse)
+        out.append(
+            p50.judge(
+                cut,
+                f"{_change(cut)} ({sparse.p50_s * 1000:.1f} vs {dense.p50_s * 1000:.1f} ms)",
+                name=f"{p50.name}, {where}, batch {batch}",
+            )
+        )
     return out
 
 
@@ -233,10 +288,11 @@ def floor_note(fidelity: list[FidelityRun]) -> str | None:
 
 
 def _latency_pairs(
-    runs: list[LatencyRun], context: int
+    runs: list[LatencyRun], context: int, model: str
 ) -> dict[int, tuple[LatencyRun, LatencyRun]]:
-    dense = {r.batch: r for r in runs if r.context == context and not r.sparse}
-    sparse = {r.batch: r for r in runs if r.context == context and r.sparse}
+    at = [r for r in runs if r.context == context and r.model == model]
+    dense = {r.batch: r for r in at if not r.sparse}
+    sparse = {r.batch: r for r in at if r.sparse}
     return {b: (dense[b], sparse[b]) for b in dense if b in sparse}
 
 

@@ -117,6 +117,7 @@ def test_worker_settings_for_the_sparse_path(monkeypatch):
         "STRATA_SPARSE_THRESHOLD",
         "STRATA_SPARSE_ESTIMATE",
         "STRATA_SPARSE_COMPENSATE",
+        "STRATA_SPARSE_ADAPTIVE",
     ):
         monkeypatch.delenv(k, raising=False)
     assert WorkerConfig.from_env().engine_config().sparse == SparseConfig(
@@ -129,6 +130,7 @@ def test_worker_settings_for_the_sparse_path(monkeypatch):
         threshold=0.1,
         estimate="moment",
         compensate=True,
+        adaptive=True,
     )
     monkeypatch.setenv("STRATA_SPARSE", "true")
     monkeypatch.setenv("STRATA_SPARSE_MIN_CONTEXT", "8192")
@@ -136,6 +138,7 @@ def test_worker_settings_for_the_sparse_path(monkeypatch):
     monkeypatch.setenv("STRATA_SPARSE_THRESHOLD", "0.05")
     monkeypatch.setenv("STRATA_SPARSE_ESTIMATE", "bound")
     monkeypatch.setenv("STRATA_SPARSE_COMPENSATE", "false")
+    monkeypatch.setenv("STRATA_SPARSE_ADAPTIVE", "false")
     got = WorkerConfig.from_env().engine_config().sparse
     assert (
         got.enabled,
@@ -144,7 +147,8 @@ def test_worker_settings_for_the_sparse_path(monkeypatch):
         got.threshold,
         got.estimate,
         got.compensate,
-    ) == (True, 8192, 256, 0.05, "bound", False)
+        got.adaptive,
+    ) == (True, 8192, 256, 0.05, "bound", False, False)
     monkeypatch.setenv("STRATA_SPARSE_COMPENSATE", "sometimes")
     with pytest.raises(
         ConfigError,

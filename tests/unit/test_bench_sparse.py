@@ -186,7 +186,14 @@ def _fid(agree=256, mean=0.995, model="m", context=4096, floor=None) -> Fidelity
     )
 
 
-def _lat(sparse: bool, p99: float, batch: int = 1, context: int = 32768) -> LatencyRun:
+def _lat(
+    sparse: bool,
+    p99: float,
+    batch: int = 1,
+    context: int = 32768,
+    model: str = "",
+    counters: SparseCounters | None = None,
+) -> LatencyRun:
     return LatencyRun(
         context=context,
         prompt_tokens=context,
@@ -196,6 +203,8 @@ def _lat(sparse: bool, p99: float, batch: int = 1, context: int = 32768) -> Late
         p50_s=p99 / 2,
         p99_s=p99,
         mean_s=p99 / 2,
+        counters=counters or SparseCounters(),
+        model=model,
     )
 
 
@@ -244,6 +253,38 @@ def test_targets_with_nothing_measured_fail_and_say_so():
     assert check_targets(
         [], [], [_lat(False, 0.1, context=8192), _lat(True, 0.05, context=8192)], p99_context=8192
     )[0].passed
+
+
+def test_default_model_targets_judge_kept_layer_steps_and_p50_at_its_longest_context():
+    # 300 layer steps through the selection, 60 of them fell back, 100 more run dense
+    kept = SparseCounters(rows=10, layer_steps=300, fallbacks=60, dense_layer_steps=100)
+    assert kept.kept_share == 240 / 400
+    lat = [
+        _lat(False, 0.100),
+        _lat(True, 0.050),
+        _lat(False, 0.080, context=8192, model="smol"),
+        _lat(True, 0.064, context=8192, model="smol", counters=kept),
+        # a shorter context of the same model is not what the targets name
+        _lat(False, 0.080, context=4096, model="smol"),
+        _lat(True, 0.080, context=4096, model="smol"),
+    ]
+    t = check_targets([], [], lat, default_model="smol")
+    assert t[0].passed  # the long model's P99 target ignores the default model's runs
+    mine = t[-2:]
+    assert [x.name for x in mine] == [
+        "layer steps that stay sparse, smol at 8k, batch 1",
+        "decode-step P50, smol at 8k, batch 1",
+    ]
+    assert mine[0].passed and mine[0].measured == "60.0% (240 of 400)"
+    assert mine[1].passed and mine[1].measured == "20.0% lower (32.0 vs 40.0 ms)"
+    lat[3] = _lat(True, 0.070, context=8192, model="smol", counters=SparseCounters(1, 10, 6))
+    assert [x.passed for x in check_targets([], [], lat, default_model="smol")[-2:]] == [
+        False,
+        False,
+    ]
+    missing = check_targets([], [], lat[:2], default_model="smol")[-2:]
+    assert [x.measured for x in missing] == ["not measured"] * 2
+    assert len(check_targets([], [], lat)) == 4  # without a default model: issue 8's only
 
 
 def test_needle_accuracy_counts_each_path():
@@ -316,7 +357,21 @@ def test_report_shows_command_verdicts_tables_and_differing_answers():
         "| top-1 agreement (teacher-forced, worst run) | >= 99% | 82.8% (212/256, long at "
         "32k) | FAIL |" in md
     )
-    assert "| 32k | 32768 | 1 | sparse | 48 | 25.00 | 50.00 | 25.00 | -50.0% |" in md
+    assert (
+        "| dummy-long | 32k | 32768 | 1 | sparse | 48 | 25.00 | 50.00 | 25.00 | -50.0% | "
+        "-50.0% |" in md
+    )
+    smol = SparseCounters(rows=4, layer_steps=60, fallbacks=15, blocks_read=50,
+                          blocks_dense=100, dense_layer_steps=60)  # fmt: skip
+    report.latency = [
+        _lat(False, 0.080, context=8192, model="smol"),
+        _lat(True, 0.060, context=8192, model="smol", counters=smol),
+    ]
+    assert (
+        "| smol | 8k | 8192 | 1 | sparse | 48 | 30.00 | 60.00 | 30.00 | -25.0% | -25.0% | 60 "
+        "layer steps, 25.0% fell back (60 more run dense by the layer policy; 37.5% of all "
+        "stayed sparse), 50.0% of dense blocks read |" in render(report)
+    )
 
 
 @pytest.mark.parametrize(

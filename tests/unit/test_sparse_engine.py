@@ -17,6 +17,7 @@ from strata.engine.engine import EngineConfig, EngineRequest, LLMEngine
 from strata.engine.sequence import SamplingParams
 from strata.engine.sparse import LayerProbe, SparseConfig, SparseDecoder
 from strata.engine.sparse.fidelity import teacher_forced
+from strata.engine.sparse.layers import HOLD, WINDOW
 
 BS = 16
 
@@ -123,6 +124,27 @@ def test_a_zero_threshold_falls_back_everywhere_to_the_dense_numbers(tiny):
     s = e.sparse.stats
     assert s.fallbacks == s.layer_steps == 5 * 2
     assert e.finished["a"].sparse_fallbacks == 10
+
+
+def test_layers_whose_check_never_holds_run_dense_without_the_selection(tiny):
+    """The adaptive policy (layers.py) on a check that always fails: each layer tries both
+    budget levels for a window, then runs dense for HOLD steps, skipping the selection; the
+    tokens stay the dense path's bit for bit, and the counters say which layer steps did what."""
+    if kernels.load() is None:
+        pytest.skip("the fused CPU kernel did not build: fallbacks are not bit-exact without it")
+    ids, steps = prompt(1100), 100
+    dense = run(engine(tiny, None), [req("a", ids, steps=steps)])
+    cfg = SparseConfig(enabled=True, min_context=512, budget_fraction=0.25, threshold=0.0)
+    assert cfg.levels == (0.25, 0.5)
+    e = engine(tiny, cfg)
+    assert run(e, [req("a", ids, steps=steps)]) == dense
+    layers, kv_heads, decode_steps = 2, 2, steps - 1  # the first token comes from the prefill
+    per_window = WINDOW // kv_heads  # steps of one row that fill a window
+    assert 2 * per_window + HOLD < decode_steps
+    s = e.sparse.stats
+    assert s.dense_layer_steps == HOLD * layers
+    assert s.layer_steps == s.fallbacks == (decode_steps - HOLD) * layers
+    assert e.sparse.layers.levels() == [0, 0]  # back to trying the smallest budget
 
 
 def decoder_case(estimate: str):

@@ -100,6 +100,11 @@ class EngineFields(StrataSettings):
     sparse_compensate: bool = Field(
         True, description="give the left-out mass to the left-out tokens' mean value"
     )
+    sparse_adaptive: bool = Field(
+        True,
+        description="per layer, the budget level (the fraction, doubled, doubled again) or "
+        "dense attention that the trust check's outcomes say costs least",
+    )
 
     @field_validator("sparse_budget")
     @classmethod
@@ -139,6 +144,7 @@ class EngineFields(StrataSettings):
             threshold=self.sparse_threshold,
             estimate=self.sparse_estimate,
             compensate=self.sparse_compensate,
+            adaptive=self.sparse_adaptive,
         )
 
     def engine_config(self) -> EngineConfig:

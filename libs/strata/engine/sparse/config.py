@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from strata.engine.sparse.layers import ladder
 
 DEFAULT_BUDGET_FRACTION = 0.125
 ESTIMATES = ("moment", "bound")
@@ -26,6 +28,11 @@ class SparseConfig:
     key variance), is given to the left-out tokens' mean value instead of being dropped
     (compensate.py); off, the selection's output is used as it is. The trust check decides the
     same either way. What compensation does to fidelity, measured: docs/design/sparse.md.
+
+    With `adaptive` (the default) and a budget given as a fraction, each layer runs at the
+    level of the budget ladder (budget_fraction, doubled, doubled again: `at_level`) or with
+    dense attention, whichever its trust-check outcomes so far say costs least (layers.py);
+    off, or with budget_blocks, every layer reads the configured budget.
     """
 
     enabled: bool = False  # the default for requests that do not choose
@@ -37,6 +44,7 @@ class SparseConfig:
     threshold: float = 0.1  # largest estimate of left-out attention mass still trusted
     estimate: str = "moment"  # moment: calibrated estimate; bound: never below the truth
     compensate: bool = True  # the left-out mass goes to the left-out tokens' mean value
+    adaptive: bool = True  # per layer, the budget level or dense that costs least (layers.py)
 
     def __post_init__(self) -> None:
         if self.min_context < 1:
@@ -67,6 +75,8 @@ class SparseConfig:
             )
         if not isinstance(self.compensate, bool):
             raise ValueError(f"compensate must be True or False, got {self.compensate!r}")
+        if not isinstance(self.adaptive, bool):
+            raise ValueError(f"adaptive must be True or False, got {self.adaptive!r}")
         if not 0.0 <= self.threshold <= 1.0:
             raise ValueError(
                 f"threshold must be a fraction of attention mass in [0, 1], got {self.threshold}"
@@ -81,6 +91,20 @@ class SparseConfig:
         if self.threshold >= 1.0:
             return math.inf
         return math.log(self.threshold / (1.0 - self.threshold))
+
+    @property
+    def levels(self) -> tuple[float, ...]:
+        """The budget fractions the adaptive path may use per layer; (budget_fraction,) when it
+        does not adapt."""
+        if not self.adaptive or self.budget_blocks:
+            return (self.budget_fraction,)
+        return ladder(self.budget_fraction)
+
+    def at_level(self, level: int) -> SparseConfig:
+        """This configuration reading `levels[level]` of a row's blocks."""
+        if level == 0:
+            return self
+        return replace(self, budget_fraction=self.levels[level])
 
     def budget_for(self, num_blocks: int) -> int:
         """Blocks a row with `num_blocks` blocks of context reads: never fewer than the sinks,

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -43,6 +43,7 @@ from strata.engine.sparse.attend import attend_blocks, attend_full
 from strata.engine.sparse.compensate import LeftOut, RunningSums
 from strata.engine.sparse.config import SparseConfig
 from strata.engine.sparse.index import RANGE_SIGMAS, BlockIndex
+from strata.engine.sparse.layers import LayerBudgets
 from strata.engine.sparse.select import Layout, left_out_mass, select_blocks
 
 DenseDecode = Callable[[Group], torch.Tensor]  # a decode group -> its output [S, H, D]
@@ -54,8 +55,9 @@ class SparseStats:
     """Cumulative counters (WorkerStats.sparse_*)."""
 
     decode_rows: int = 0
-    layer_steps: int = 0
+    layer_steps: int = 0  # through the sparse selection
     fallbacks: int = 0
+    dense_layer_steps: int = 0  # of sparse rows, in layers the adaptive policy ran dense
     blocks_read: int = 0
     blocks_dense: int = 0
 
@@ -97,7 +99,6 @@ class SparseDecoder:
         device: torch.device,
         dtype: torch.dtype,
     ):
-        self.cfg = cfg
         self.block_size = block_size
         self.index = BlockIndex(
             num_layers, kv_heads, num_blocks, head_dim, device, dtype, compensation=cfg.compensate
@@ -109,8 +110,22 @@ class SparseDecoder:
         self._modes: dict[str, bool] = {}
         self._requests: dict[str, RequestSparse] = {}
         self.sums = RunningSums(self.index)
+        self.num_layers = num_layers
+        self.cfg = cfg  # the setter lays out the budget ladder and the layer policy
         self._prepared: _Prepared | None = None
         self.layouts = 0  # cumulative step layouts built from scratch (_prepare)
+
+    @property
+    def cfg(self) -> SparseConfig:
+        return self._cfg
+
+    @cfg.setter
+    def cfg(self, cfg: SparseConfig) -> None:
+        """A new configuration: its budget ladder, and a layer policy that starts afresh."""
+        self._cfg = cfg
+        levels = cfg.levels
+        self.level_cfgs = [cfg.at_level(k) for k in range(len(levels))]
+        self.layers = LayerBudgets(self.num_layers, levels) if len(levels) > 1 else None
 
     # -- requests ------------------------------------------------------------------------------
     def register(self, request_id: str, sparse: bool | None) -> None:
@@ -137,6 +152,14 @@ class SparseDecoder:
             then(block_id, block_hash)
 
         return both
+
+    def record_dense(self, layout: Layout, kv_heads: int) -> None:
+        """Count one layer of a step's sparse rows run with dense attention by the policy."""
+        st = self.stats
+        st.dense_layer_steps += len(layout.nblocks)
+        blocks = sum(layout.nblocks) * kv_heads
+        st.blocks_dense += blocks
+        st.blocks_read += blocks
 
     def record(
         self, request_ids: list[str], failed_heads: list[int], layout: Layout, kv_heads: int
@@ -214,8 +237,7 @@ class SparseDecoder:
         all_rows = prep.all_rows
         return SparseStep(
             decoder=self,
-            layout=prep.layout,
-            left_out=prep.left_out,
+            prepared=prep,
             sparse_rows=prep.sparse_rows,
             token_index=decode_group.token_index
             if all_rows
@@ -259,7 +281,7 @@ class SparseDecoder:
             bs,
             pool_blocks=kv.shape[3],
         )
-        left_out = None
+        left_out = totals = None
         if self.cfg.compensate:
             # the blocks before this step's token: summarized by the refresh above
             totals = torch.stack(
@@ -282,6 +304,9 @@ class SparseDecoder:
             sparse_rows=sparse_rows,
             keep=keep,
             all_rows=all_rows,
+            totals=totals,
+            pool_blocks=kv.shape[3],
+            block_size=bs,
         )
 
 
@@ -308,6 +333,37 @@ class _Prepared:
     sparse_rows: torch.Tensor
     keep: torch.Tensor  # the decode group's other rows
     all_rows: bool
+    totals: torch.Tensor | None  # compensation's sums of the rows' full blocks, LeftOut.build's
+    pool_blocks: int
+    block_size: int
+    # the layouts of the budget ladder's other levels, built when a layer first asks for one
+    # (None: that level's budget covers a row's whole context, so it is dense attention)
+    others: dict[int, tuple[Layout, LeftOut | None] | None] = field(default_factory=dict)
+
+    def view(self, level: int) -> tuple[Layout, LeftOut | None] | None:
+        """The rows laid out at the ladder's `level` (0: the configured budget), with their
+        compensation; None when that budget reads some row's whole context."""
+        if level == 0:
+            return self.layout, self.left_out
+        if level in self.others:
+            return self.others[level]
+        cfg = self.cfg.at_level(level)
+        got: tuple[Layout, LeftOut | None] | None = None
+        # built in a layer's forward, kept and updated in place by the next steps' plans,
+        # which run outside inference mode: so not inference tensors
+        if all(cfg.applies(n, self.block_size) for n in self.context_lens):
+            with torch.inference_mode(False):
+                got = self._build(cfg)
+        self.others[level] = got
+        return got
+
+    def _build(self, cfg: SparseConfig) -> tuple[Layout, LeftOut | None]:
+        base = self.layout
+        layout = Layout.build(
+            base.block_tables, base.context_lens, cfg, self.block_size, self.pool_blocks
+        )
+        left = None if self.totals is None else LeftOut.build(layout, self.totals, self.block_size)
+        return layout, left
 
     def holds(
         self,
@@ -330,21 +386,23 @@ class _Prepared:
 
     def advance(self, decode_group: Group, slices: list[SeqSlice], block_size: int) -> None:
         """This step's context lengths, and the tokens read from the block being written."""
-        lay = self.layout
         self.context_lens = [s.context_len for s in slices]
-        lay.context_lens = (
+        lens = (
             decode_group.context_lens
             if self.all_rows
             else decode_group.context_lens.index_select(0, self.sparse_rows)
         )
         last = torch.tensor(
             [s.context_len - (n - 1) * block_size for s, n in zip(slices, self.nblocks)],
-            dtype=lay.block_lens.dtype,
-            device=lay.block_lens.device,
+            dtype=self.layout.block_lens.dtype,
+            device=self.layout.block_lens.device,
         )
-        at = lay.fixed_ids.shape[-1] - 1  # the fixed blocks end with the one being written
-        lay.block_lens[:, 0, at] = last
-        lay.pair_block_lens = None  # laid out again per pair by the first layer
+        built = [self.layout, *(v[0] for v in self.others.values() if v is not None)]
+        for lay in built:
+            lay.context_lens = lens
+            at = lay.fixed_ids.shape[-1] - 1  # the fixed blocks end with the one being written
+            lay.block_lens[:, 0, at] = last
+            lay.pair_block_lens = None  # laid out again per pair by the first layer
 
 
 @dataclass(slots=True)
@@ -352,8 +410,7 @@ class SparseStep:
     """One step's sparse rows; `attend` runs one layer's decode group with them."""
 
     decoder: SparseDecoder
-    layout: Layout
-    left_out: LeftOut | None  # compensation's sums (None: compensation off)
+    prepared: _Prepared  # the rows' layouts per budget level and compensation's sums
     sparse_rows: torch.Tensor  # [R] rows of the decode group
     token_index: torch.Tensor  # [R] their rows in the step's flattened tokens
     request_ids: list[str]
@@ -362,6 +419,16 @@ class SparseStep:
     native: bool  # fallbacks through the dense decode kernel
     fused: bool  # selection and attention through sparse_kernels.cpp
     all_rows: bool = False  # the sparse rows are the whole decode group, in order
+
+    @property
+    def layout(self) -> Layout:
+        """The rows laid out at the configured budget (the ladder's level 0)."""
+        return self.prepared.layout
+
+    @property
+    def left_out(self) -> LeftOut | None:
+        """Compensation's sums at the configured budget (None: compensation off)."""
+        return self.prepared.left_out
 
     def attend(
         self,
@@ -373,10 +440,17 @@ class SparseStep:
         layer: int,
         dense_decode: DenseDecode,
     ) -> torch.Tensor:
-        """The decode group's output [S, H, D], its sparse rows through the sparse path."""
+        """The decode group's output [S, H, D], its sparse rows through the sparse path at the
+        budget level the layer policy chose (or the whole group dense, where it chose that)."""
         d = self.decoder
-        cfg = d.cfg
         kv_heads = k_cache.shape[0]
+        level = 0 if d.layers is None else d.layers.choose(layer)
+        view = None if level is None else self.prepared.view(level)
+        if level is None or view is None:
+            d.record_dense(self.prepared.layout, kv_heads)
+            return dense_decode(group)
+        layout, left_out = view
+        cfg = d.level_cfgs[level]
         # the index is per physical block of this cache: its flat ids are the cache's
         assert d.index.entries.shape[2] == k_cache.shape[1], "index and cache differ in blocks"
         _, heads, dim = q.shape
@@ -386,15 +460,15 @@ class SparseStep:
         qp = (
             q if self.all_rows and q.shape[0] == r else q.index_select(0, self.token_index)
         ).reshape(r * kv_heads, g, dim)
-        if d.probe is None and self.fused and d.index.compensation == (self.left_out is not None):
-            used, fail = self._fused(qp, k_cache, v_cache, scale, layer)
+        if d.probe is None and self.fused and d.index.compensation == (left_out is not None):
+            used, fail = self._fused(qp, k_cache, v_cache, scale, layer, level)
             fails = fail.tolist()
         else:
             sel = select_blocks(
                 qp.view(r, kv_heads, g, dim),
                 d.index,
                 layer,
-                self.layout,
+                layout,
                 cfg,
                 d.block_size,
                 scale,
@@ -402,13 +476,13 @@ class SparseStep:
             )
             flat = sel.flat_ids
             got, lse = attend_blocks(qp, k_cache, v_cache, flat, sel.block_lens, scale, self.fused)
-            if self.left_out is not None:
+            if left_out is not None:
                 vsum, log_comp = d.index.vsum, sel.log_left_comp
                 if vsum is None or log_comp is None:
                     raise RuntimeError(
                         "compensation is configured but the index was built without it"
                     )
-                got = self.left_out.apply(got, lse, log_comp, flat, vsum, layer, self.fused)
+                got = left_out.apply(got, lse, log_comp, flat, vsum, layer, self.fused)
             # the trust check: E / (Z_in + E) > threshold, i.e. log E - log Z_in > logit(thr.)
             fail = (sel.log_left_out - lse).gt_(cfg.logit_threshold).any(dim=-1)  # [P]
             fails = fail.tolist()
@@ -448,9 +522,11 @@ class SparseStep:
         d.record(
             self.request_ids,
             [sum(fails[i * kv_heads : (i + 1) * kv_heads]) for i in range(r)],
-            self.layout,
+            layout,
             kv_heads,
         )
+        if d.layers is not None:
+            d.layers.observe(layer, level, len(fails), sum(fails))
         if self.dense is None and self.all_rows:
             return used.view(r, heads, dim)  # every row sparse, in order: nothing to merge
         out = q.new_empty((group.token_index.numel(), heads, dim))
@@ -466,6 +542,7 @@ class SparseStep:
         v_cache: torch.Tensor,
         scale: float,
         layer: int,
+        level: int = 0,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Selection, attention over it, compensation and the trust check of every pair in one
         call (sparse_kernels.cpp's sparse_decode: the same passes as select_blocks,
@@ -475,7 +552,10 @@ class SparseStep:
         ops = sparse_native.load()
         assert ops is not None, "fused is set only when the sparse kernels loaded"
         kv_heads, _, block_size, dim = k_cache.shape
-        lay, left, vsum = self.layout, self.left_out, d.index.vsum
+        view = self.prepared.view(level)
+        assert view is not None, "a level is run only where its budget leaves blocks out"
+        lay, left = view
+        vsum = d.index.vsum
         assert (left is None) == (vsum is None), "fused runs only when the index matches the step"
         r = lay.mid_counts.shape[0]
         entries = d.index.entries[layer]
@@ -515,16 +595,14 @@ class SparseStep:
         """Full attention of some pairs over all their row's blocks (the fallback)."""
         kv_heads, num_blocks = k_cache.shape[0], k_cache.shape[1]
         row = pairs // kv_heads
-        flat = (
-            self.layout.block_tables.index_select(0, row)
-            + ((pairs % kv_heads) * num_blocks)[:, None]
-        )
+        lay = self.prepared.layout  # every level's rows have the same tables and lengths
+        flat = lay.block_tables.index_select(0, row) + ((pairs % kv_heads) * num_blocks)[:, None]
         return attend_full(
             qp.index_select(0, pairs),
             k_cache,
             v_cache,
             flat,
-            self.layout.context_lens.index_select(0, row),
+            lay.context_lens.index_select(0, row),
             scale,
             native,
             fused,
