@@ -386,8 +386,8 @@ def main() -> None:
                 else "off (--no-compensate: the mass the selection leaves out is dropped)"
             ),
             f"long-context model: {describe_model(long_model.config)}",
-            f"default model: {DEFAULT_MODEL} (SmolLM2-135M-Instruct, Q4_1 GGUF "
-            f"dequantized), context limit 8,192 tokens",
+            f"default model: {DEFAULT_MODEL} (SmolLM2-135M-Instruct, Q4_1 GGUF, weights "
+            f"kept quantized), context limit 8,192 tokens",
             "dense and sparse run in one engine as requests with the sparse flag off and "
             "on: the engine's dense path is bit-for-bit the sparse-disabled path",
         ],
