@@ -17,7 +17,7 @@ from strata.engine.engine import EngineConfig, EngineRequest, LLMEngine
 from strata.engine.sequence import SamplingParams
 from strata.engine.sparse import LayerProbe, SparseConfig, SparseDecoder
 from strata.engine.sparse.fidelity import teacher_forced
-from strata.engine.sparse.layers import HOLD, WINDOW
+from strata.engine.sparse.layers import WINDOW
 
 BS = 16
 
@@ -95,6 +95,7 @@ def test_counters_count_rows_layers_and_blocks(tiny):
         sink_blocks=1,
         window_blocks=2,
         threshold=1.0,
+        adaptive=False,  # every layer at the configured budget: the counts below are its
     )
     e = engine(tiny, cfg)
     ids = prompt(1000)
@@ -126,25 +127,34 @@ def test_a_zero_threshold_falls_back_everywhere_to_the_dense_numbers(tiny):
     assert e.finished["a"].sparse_fallbacks == 10
 
 
-def test_layers_whose_check_never_holds_run_dense_without_the_selection(tiny):
-    """The adaptive policy (layers.py) on a check that always fails: each layer tries both
-    budget levels for a window, then runs dense for HOLD steps, skipping the selection; the
-    tokens stay the dense path's bit for bit, and the counters say which layer steps did what."""
+@pytest.mark.parametrize("threshold", [0.0, 1.0])
+def test_each_layer_settles_on_the_option_that_measured_cheapest(tiny, threshold):
+    """The adaptive policy (layers.py) with a clock that reads the blocks read so far, so a
+    call's "time" is the blocks it read: each layer measures the smallest budget, the next one
+    and dense for a window each, then runs the cheapest. With a check that always fails (0)
+    that is dense (a fallback reads everything after the selection), with one that never does
+    (1) the smallest budget. The tokens stay the dense path's bit for bit either way."""
     if kernels.load() is None:
         pytest.skip("the fused CPU kernel did not build: fallbacks are not bit-exact without it")
     ids, steps = prompt(1100), 100
     dense = run(engine(tiny, None), [req("a", ids, steps=steps)])
-    cfg = SparseConfig(enabled=True, min_context=512, budget_fraction=0.25, threshold=0.0)
+    cfg = SparseConfig(enabled=True, min_context=512, budget_fraction=0.25, threshold=threshold)
     assert cfg.levels == (0.25, 0.5)
     e = engine(tiny, cfg)
-    assert run(e, [req("a", ids, steps=steps)]) == dense
-    layers, kv_heads, decode_steps = 2, 2, steps - 1  # the first token comes from the prefill
-    per_window = WINDOW // kv_heads  # steps of one row that fill a window
-    assert 2 * per_window + HOLD < decode_steps
+    e.sparse.clock = lambda: float(e.sparse.stats.blocks_read)
+    got = run(e, [req("a", ids, steps=steps)])
+    if threshold == 0.0:
+        assert got == dense
+    layers, decode_steps = 2, steps - 1  # the first token comes from the prefill
     s = e.sparse.stats
-    assert s.dense_layer_steps == HOLD * layers
-    assert s.layer_steps == s.fallbacks == (decode_steps - HOLD) * layers
-    assert e.sparse.layers.levels() == [0, 0]  # back to trying the smallest budget
+    if threshold == 0.0:
+        assert e.sparse.layers.levels() == [None, None]
+        assert s.layer_steps == s.fallbacks == 2 * WINDOW * layers  # levels 0 and 1, a window
+        assert s.dense_layer_steps == (decode_steps - 2 * WINDOW) * layers
+    else:
+        assert e.sparse.layers.levels() == [0, 0]
+        assert s.fallbacks == 0 and s.dense_layer_steps == WINDOW * layers
+        assert s.layer_steps == (decode_steps - WINDOW) * layers
 
 
 def decoder_case(estimate: str):
@@ -316,7 +326,10 @@ def test_compensation_brings_the_long_context_dummy_closer_to_dense():
 
 
 def test_shared_prefix_blocks_share_entries_and_tier_copies_are_summarized(tiny):
-    cfg = SparseConfig(enabled=True, min_context=512, budget_fraction=0.25, threshold=1.0)
+    # one budget for both requests (the adaptive policy may move a layer between them)
+    cfg = SparseConfig(
+        enabled=True, min_context=512, budget_fraction=0.25, threshold=1.0, adaptive=False
+    )
     e = engine(tiny, cfg)
     ids = prompt(700)
     first = run(e, [req("a", ids)])

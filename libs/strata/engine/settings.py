@@ -103,7 +103,7 @@ class EngineFields(StrataSettings):
     sparse_adaptive: bool = Field(
         True,
         description="per layer, the budget level (the fraction, doubled, doubled again) or "
-        "dense attention that the trust check's outcomes say costs least",
+        "dense attention that measured fastest there (CPU only)",
     )
 
     @field_validator("sparse_budget")

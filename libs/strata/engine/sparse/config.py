@@ -31,8 +31,8 @@ class SparseConfig:
 
     With `adaptive` (the default) and a budget given as a fraction, each layer runs at the
     level of the budget ladder (budget_fraction, doubled, doubled again: `at_level`) or with
-    dense attention, whichever its trust-check outcomes so far say costs least (layers.py);
-    off, or with budget_blocks, every layer reads the configured budget.
+    dense attention, whichever measured fastest in that layer (layers.py; on the CPU); off,
+    with budget_blocks, or on another device, every layer reads the configured budget.
     """
 
     enabled: bool = False  # the default for requests that do not choose
@@ -44,7 +44,7 @@ class SparseConfig:
     threshold: float = 0.1  # largest estimate of left-out attention mass still trusted
     estimate: str = "moment"  # moment: calibrated estimate; bound: never below the truth
     compensate: bool = True  # the left-out mass goes to the left-out tokens' mean value
-    adaptive: bool = True  # per layer, the budget level or dense that costs least (layers.py)
+    adaptive: bool = True  # per layer, the budget level or dense that measured fastest
 
     def __post_init__(self) -> None:
         if self.min_context < 1:

@@ -32,6 +32,7 @@ with n blocks and H KV heads would read n * H dense).
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -111,6 +112,11 @@ class SparseDecoder:
         self._requests: dict[str, RequestSparse] = {}
         self.sums = RunningSums(self.index)
         self.num_layers = num_layers
+        # The layer policy times each layer's call: on the CPU, where the call's time is the
+        # work's (a CUDA launch returns before its kernel runs), so elsewhere every layer reads
+        # the configured budget.
+        self.timed = torch.device(device).type == "cpu"
+        self.clock: Callable[[], float] = time.perf_counter
         self.cfg = cfg  # the setter lays out the budget ladder and the layer policy
         self._prepared: _Prepared | None = None
         self.layouts = 0  # cumulative step layouts built from scratch (_prepare)
@@ -125,7 +131,8 @@ class SparseDecoder:
         self._cfg = cfg
         levels = cfg.levels
         self.level_cfgs = [cfg.at_level(k) for k in range(len(levels))]
-        self.layers = LayerBudgets(self.num_layers, levels) if len(levels) > 1 else None
+        adapts = len(levels) > 1 and self.timed
+        self.layers = LayerBudgets(self.num_layers, levels) if adapts else None
 
     # -- requests ------------------------------------------------------------------------------
     def register(self, request_id: str, sparse: bool | None) -> None:
@@ -443,8 +450,28 @@ class SparseStep:
         """The decode group's output [S, H, D], its sparse rows through the sparse path at the
         budget level the layer policy chose (or the whole group dense, where it chose that)."""
         d = self.decoder
+        if d.layers is None:
+            return self._attend(q, k_cache, v_cache, group, scale, layer, dense_decode, 0)
+        level = d.layers.choose(layer)
+        started = d.clock()
+        out = self._attend(q, k_cache, v_cache, group, scale, layer, dense_decode, level)
+        d.layers.observe(layer, level, self.sparse_rows.numel(), d.clock() - started)
+        return out
+
+    def _attend(
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        group: Group,
+        scale: float,
+        layer: int,
+        dense_decode: DenseDecode,
+        level: int | None,
+    ) -> torch.Tensor:
+        """`attend` at one budget level, or the whole group dense (level None)."""
+        d = self.decoder
         kv_heads = k_cache.shape[0]
-        level = 0 if d.layers is None else d.layers.choose(layer)
         view = None if level is None else self.prepared.view(level)
         if level is None or view is None:
             d.record_dense(self.prepared.layout, kv_heads)
@@ -525,8 +552,6 @@ class SparseStep:
             layout,
             kv_heads,
         )
-        if d.layers is not None:
-            d.layers.observe(layer, level, len(fails), sum(fails))
         if self.dense is None and self.all_rows:
             return used.view(r, heads, dim)  # every row sparse, in order: nothing to merge
         out = q.new_empty((group.token_index.numel(), heads, dim))
