@@ -157,6 +157,18 @@ def test_each_layer_settles_on_the_option_that_measured_cheapest(tiny, threshold
         assert s.layer_steps == (decode_steps - WINDOW) * layers
 
 
+def test_layers_are_not_timed_while_the_probe_computes_full_attention_beside_them(tiny):
+    cfg = SparseConfig(enabled=True, min_context=512, budget_fraction=0.25, threshold=0.0)
+    e = engine(tiny, cfg)
+    e.sparse.clock = lambda: float(e.sparse.stats.blocks_read)
+    probes: list[LayerProbe] = []
+    e.sparse.probe = probes.append
+    run(e, [req("a", prompt(1100), steps=4 * WINDOW)])
+    # without the probe each layer would have moved on after WINDOW calls
+    assert e.sparse.layers.levels() == [0, 0]
+    assert len(probes) == (4 * WINDOW - 1) * 2
+
+
 def decoder_case(estimate: str):
     """One row of 20 blocks (4 tokens in the last), two KV heads whose keys are nearly alike
     (uniform attention), but for one key in head 0's window that its queries score 8.5 nats

@@ -453,6 +453,9 @@ class SparseStep:
         if d.layers is None:
             return self._attend(q, k_cache, v_cache, group, scale, layer, dense_decode, 0)
         level = d.layers.choose(layer)
+        if d.probe is not None:
+            # the probe computes full attention beside every sparse layer: not a call to time
+            return self._attend(q, k_cache, v_cache, group, scale, layer, dense_decode, level)
         started = d.clock()
         out = self._attend(q, k_cache, v_cache, group, scale, layer, dense_decode, level)
         d.layers.observe(layer, level, self.sparse_rows.numel(), d.clock() - started)
