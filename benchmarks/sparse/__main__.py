@@ -143,7 +143,7 @@ def parse_args() -> argparse.Namespace:
         "--fixed-budget",
         action="store_true",
         help="every layer at the configured budget (SparseConfig.adaptive off); by default each "
-        "layer learns its budget level or dense from the trust check, as in the engine",
+        "layer runs the budget level or dense attention that measured fastest, as in the engine",
     )
     p.add_argument(
         "--parts",

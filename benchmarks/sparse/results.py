@@ -181,7 +181,7 @@ def check_targets(
         out.append(
             p99.judge(
                 cut,
-                f"{_change(cut)} ({sparse.p99_s * 1000:.1f} vs {dense.p99_s * 1000:.1f} ms)",
+                _cut_line(cut, sparse.p99_s, dense.p99_s),
                 name=f"{p99.name} at {_k(p99_context)} context, batch {batch}",
             )
         )
@@ -252,7 +252,7 @@ def _default_model_targets(latency: list[LatencyRun], model: str) -> list[Verdic
         out.append(
             p50.judge(
                 cut,
-                f"{_change(cut)} ({sparse.p50_s * 1000:.1f} vs {dense.p50_s * 1000:.1f} ms)",
+                _cut_line(cut, sparse.p50_s, dense.p50_s),
                 name=f"{p50.name}, {where}, batch {batch}",
             )
         )
@@ -294,6 +294,11 @@ def _latency_pairs(
     dense = {r.batch: r for r in at if not r.sparse}
     sparse = {r.batch: r for r in at if r.sparse}
     return {b: (dense[b], sparse[b]) for b in dense if b in sparse}
+
+
+def _cut_line(cut: float, sparse_s: float, dense_s: float) -> str:
+    """How a latency target's measurement reads: the change, then both times in ms."""
+    return f"{_change(cut)} ({sparse_s * 1000:.1f} vs {dense_s * 1000:.1f} ms)"
 
 
 def _change(cut: float) -> str:

@@ -450,11 +450,10 @@ class SparseStep:
         """The decode group's output [S, H, D], its sparse rows through the sparse path at the
         budget level the layer policy chose (or the whole group dense, where it chose that)."""
         d = self.decoder
-        if d.layers is None:
-            return self._attend(q, k_cache, v_cache, group, scale, layer, dense_decode, 0)
-        level = d.layers.choose(layer)
-        if d.probe is not None:
-            # the probe computes full attention beside every sparse layer: not a call to time
+        level = 0 if d.layers is None else d.layers.choose(layer)
+        if d.layers is None or d.probe is not None:
+            # untimed without a policy, or while the probe computes full attention beside
+            # every sparse layer
             return self._attend(q, k_cache, v_cache, group, scale, layer, dense_decode, level)
         started = d.clock()
         out = self._attend(q, k_cache, v_cache, group, scale, layer, dense_decode, level)
