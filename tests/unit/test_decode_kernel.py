@@ -54,6 +54,38 @@ def test_kernel_matches_torch_attend(dtype, tol, gqa, dim):
     torch.testing.assert_close(got[0].float(), expect.float(), atol=tol, rtol=0)
 
 
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_a_long_context_split_over_threads_matches_the_torch_path(dtype, tol):
+    """Two threads, one sequence of three kv heads: too few items for the threads, so each
+    context is cut into chunks merged by their log sum exps (lengths not a multiple of a chunk
+    or a block, and one short context that stays whole)."""
+    gen = torch.Generator().manual_seed(5)
+    lens, kv_heads, gqa, dim = [2900, 40], 3, 3, 64
+    num_blocks = sum(-(-n // BLOCK) for n in lens) + 2
+    perm = torch.randperm(num_blocks, generator=gen).tolist()
+    slices, used = [], 0
+    for i, n in enumerate(lens):
+        nb = -(-n // BLOCK)
+        slices.append(SeqSlice(start=i, num_new=1, context_len=n, block_ids=perm[used : used + nb]))
+        used += nb
+    group = AttentionMetadata.build(slices, BLOCK, "cpu").groups[0]
+    q = torch.randn(len(lens), gqa * kv_heads, dim, generator=gen).to(dtype)
+    k = torch.randn(kv_heads, num_blocks, BLOCK, dim, generator=gen).to(dtype)
+    v = torch.randn(kv_heads, num_blocks, BLOCK, dim, generator=gen).to(dtype)
+    scale = dim**-0.5
+    want = _attend(q, k, v, group, scale, gqa).float()
+    torch.set_num_threads(2)
+    try:
+        split = OPS.decode_attention(q, k, v, group.block_tables, group.context_lens, scale)
+    finally:
+        torch.set_num_threads(1)
+    whole = OPS.decode_attention(q, k, v, group.block_tables, group.context_lens, scale)
+    torch.testing.assert_close(split.float(), want, atol=tol, rtol=tol)
+    torch.testing.assert_close(split.float(), whole.float(), atol=tol, rtol=tol)
+    if dtype == torch.float32:  # the long context was cut: the same sums in another order
+        assert not torch.equal(split[0], whole[0])
+
+
 def test_kernel_refuses_a_context_longer_than_its_block_table():
     torch.set_num_threads(1)
     q, k, v, group = _case(4, 2, 64, torch.float32)

@@ -2,7 +2,8 @@
 // blocks of the KV cache, read in place through the block table (no gather copy, no padded mask,
 // no dtype round trips). Work is split over (sequence, kv head) with at::parallel_for so it runs
 // on torch's own thread pool; spawning threads or linking a second OpenMP runtime here would make
-// the two pools spin against each other.
+// the two pools spin against each other. When those items are too few to keep every thread
+// busy (a batch-1 step), long contexts are cut into chunks merged by their log sum exps.
 //
 // Inner loops run over head_dim in float; reductions are OpenMP simd reductions so GCC vectorizes
 // them without -ffast-math. bfloat16 is widened by a 16-bit shift, which is exact.
@@ -23,82 +24,171 @@ namespace {
 
 #include "cpu_math.h"
 
+// Below this many (sequence, kv head) items per thread, a long context is cut into chunks so
+// that every thread has work: a batch-1 step of a model with 3 kv heads on 2 threads would
+// otherwise run two items on one thread while the other waits for it.
+constexpr int64_t kItemsPerThread = 4;
+constexpr int64_t kMinChunkTokens = 512;
+
 // kDim > 0 fixes head_dim at compile time (the common 64 and 128), so the per-key loops unroll
 // into straight vector code; kDim == 0 handles any other size.
+template <typename scalar_t, int64_t kDim>
+struct DecodePass {
+  const scalar_t *qp, *kp, *vp;
+  const int64_t *tables, *lens;
+  int64_t heads, dim, kv_heads, block_size, width, group, k_head, k_block, k_slot, v_head,
+      v_block, v_slot;
+  float fscale;
+
+  struct Scratch {
+    std::vector<float> qf, acc, row, scores, sums;
+  };
+  Scratch scratch() const {
+    return Scratch{std::vector<float>(group * dim), std::vector<float>(group * dim),
+                   std::vector<float>(dim), {}, std::vector<float>(group)};
+  }
+
+  // (sequence s, kv head kh) over tokens [t_begin, t_end) of its context, t_begin at a block
+  // boundary -> out [G, D] (its attention over those tokens, rounded to out_t) and, with lse,
+  // the log sum exp of their scores per query head
+  template <typename out_t>
+  void run(int64_t s, int64_t kh, int64_t t_begin, int64_t t_end, Scratch& sc, out_t* out,
+           float* lse) const {
+    const int64_t n_tok = t_end - t_begin;
+    const int64_t* table = tables + s * width;
+    float* qf = sc.qf.data();
+    float* row = sc.row.data();
+    for (int64_t g = 0; g < group; ++g)
+      widen_row(qp + (s * heads + kh * group + g) * dim, qf + g * dim, dim);
+    sc.scores.resize(group * n_tok);
+    float* scores = sc.scores.data();
+
+    // pass 1: scaled scores, one key row widened once and shared by the G query heads
+    const scalar_t* kbase = kp + kh * k_head;
+    for (int64_t t0 = t_begin; t0 < t_end; t0 += block_size) {
+      const scalar_t* kblock = kbase + table[t0 / block_size] * k_block;
+      const int64_t n = std::min(block_size, t_end - t0);
+      for (int64_t j = 0; j < n; ++j) {
+        widen_row(kblock + j * k_slot, row, dim);
+        for (int64_t g = 0; g < group; ++g)
+          scores[g * n_tok + t0 - t_begin + j] = dot(qf + g * dim, row, dim) * fscale;
+      }
+    }
+    // softmax numerators in place; the normalisation is applied once to the output rows
+    for (int64_t g = 0; g < group; ++g) {
+      float* sg = scores + g * n_tok;
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int64_t t = 0; t < n_tok; ++t) mx = sg[t] > mx ? sg[t] : mx;
+      float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t t = 0; t < n_tok; ++t) {
+        sg[t] = exp_nonpositive(sg[t] - mx);
+        sum += sg[t];
+      }
+      sc.sums[g] = sum;
+      if (lse != nullptr) lse[g] = mx + std::log(sum);
+    }
+    // pass 2: weighted sum of values
+    float* acc = sc.acc.data();
+    std::fill(sc.acc.begin(), sc.acc.end(), 0.f);
+    const scalar_t* vbase = vp + kh * v_head;
+    for (int64_t t0 = t_begin; t0 < t_end; t0 += block_size) {
+      const scalar_t* vblock = vbase + table[t0 / block_size] * v_block;
+      const int64_t n = std::min(block_size, t_end - t0);
+      for (int64_t j = 0; j < n; ++j) {
+        widen_row(vblock + j * v_slot, row, dim);
+        for (int64_t g = 0; g < group; ++g)
+          axpy(scores[g * n_tok + t0 - t_begin + j], row, acc + g * dim, dim);
+      }
+    }
+    for (int64_t g = 0; g < group; ++g) {
+      float* a = acc + g * dim;
+      const float inv = sc.sums[g] > 0.f ? 1.f / sc.sums[g] : 0.f;
+      for (int64_t i = 0; i < dim; ++i) a[i] *= inv;
+      store_row(a, out + g * dim, dim);
+    }
+  }
+};
+
 template <typename scalar_t, int64_t kDim>
 void decode_attention_impl(const at::Tensor& q, const at::Tensor& k_cache,
                            const at::Tensor& v_cache, const at::Tensor& block_tables,
                            const at::Tensor& context_lens, double scale, at::Tensor& out) {
-  const int64_t seqs = q.size(0), heads = q.size(1);
-  const int64_t dim = kDim > 0 ? kDim : q.size(2);
-  const int64_t kv_heads = k_cache.size(0), block_size = k_cache.size(2);
-  const int64_t width = block_tables.size(1);
-  const int64_t group = heads / kv_heads;
-  const float fscale = static_cast<float>(scale);
-
-  const scalar_t* qp = q.data_ptr<scalar_t>();
-  const scalar_t* kp = k_cache.data_ptr<scalar_t>();
-  const scalar_t* vp = v_cache.data_ptr<scalar_t>();
-  const int64_t* tables = block_tables.data_ptr<int64_t>();
-  const int64_t* lens = context_lens.data_ptr<int64_t>();
-  scalar_t* op = out.data_ptr<scalar_t>();
+  const int64_t seqs = q.size(0), heads = q.size(1), kv_heads = k_cache.size(0);
   // caches may be views into the pool tensor: honour their strides (the row itself is contiguous)
-  const int64_t k_head = k_cache.stride(0), k_block = k_cache.stride(1), k_slot = k_cache.stride(2);
-  const int64_t v_head = v_cache.stride(0), v_block = v_cache.stride(1), v_slot = v_cache.stride(2);
-
-  at::parallel_for(0, seqs * kv_heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> qf(group * dim), acc(group * dim), row(dim), scores;
+  const DecodePass<scalar_t, kDim> pass{
+      q.data_ptr<scalar_t>(), k_cache.data_ptr<scalar_t>(), v_cache.data_ptr<scalar_t>(),
+      block_tables.data_ptr<int64_t>(), context_lens.data_ptr<int64_t>(), heads,
+      kDim > 0 ? kDim : q.size(2), kv_heads, k_cache.size(2), block_tables.size(1),
+      heads / kv_heads, k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+      v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), static_cast<float>(scale)};
+  const int64_t* lens = context_lens.data_ptr<int64_t>();
+  const int64_t rows = pass.group * pass.dim;
+  scalar_t* op = out.data_ptr<scalar_t>();
+  const int64_t threads = at::get_num_threads();
+  const int64_t pairs = seqs * kv_heads;
+  int64_t total = 0;
+  for (int64_t s = 0; s < seqs; ++s) total += lens[s] * kv_heads;
+  // tokens a chunk covers, whole blocks: every item whole when the pairs fill the threads
+  int64_t chunk = std::numeric_limits<int64_t>::max();
+  if (threads > 1 && pairs < kItemsPerThread * threads) {
+    const int64_t want = (total + kItemsPerThread * threads - 1) / (kItemsPerThread * threads);
+    chunk = std::max(kMinChunkTokens, want);
+    chunk = (chunk + pass.block_size - 1) / pass.block_size * pass.block_size;
+  }
+  std::vector<int64_t> first(pairs + 1, 0);  // each pair's first chunk
+  for (int64_t item = 0; item < pairs; ++item) {
+    const int64_t ctx = lens[item / kv_heads];
+    first[item + 1] = first[item] + (chunk >= ctx ? 1 : (ctx + chunk - 1) / chunk);
+  }
+  if (first[pairs] == pairs) {
+    // one chunk a pair: its output straight from one pass
+    at::parallel_for(0, pairs, 1, [&](int64_t begin, int64_t end) {
+      auto sc = pass.scratch();
+      for (int64_t item = begin; item < end; ++item) {
+        const int64_t s = item / kv_heads, kh = item % kv_heads;
+        pass.run(s, kh, 0, lens[s], sc, op + (s * heads + kh * pass.group) * pass.dim,
+                 static_cast<float*>(nullptr));
+      }
+    });
+    return;
+  }
+  // chunks of long contexts: each chunk's attention and log sum exp, then per pair the chunks
+  // merged by their log sum exps, out = sum_c exp(lse_c - lse) out_c (the same sums as one
+  // pass, in another order)
+  const int64_t chunks = first[pairs];
+  std::vector<int64_t> owner(chunks);
+  for (int64_t item = 0; item < pairs; ++item)
+    for (int64_t c = first[item]; c < first[item + 1]; ++c) owner[c] = item;
+  std::vector<float> part(chunks * rows), part_lse(chunks * pass.group);
+  at::parallel_for(0, chunks, 1, [&](int64_t begin, int64_t end) {
+    auto sc = pass.scratch();
+    for (int64_t c = begin; c < end; ++c) {
+      const int64_t item = owner[c], s = item / kv_heads, kh = item % kv_heads;
+      const int64_t t0 = (c - first[item]) * (chunk >= lens[s] ? 0 : chunk);
+      const int64_t t1 = chunk >= lens[s] ? lens[s] : std::min(lens[s], t0 + chunk);
+      pass.run(s, kh, t0, t1, sc, part.data() + c * rows, part_lse.data() + c * pass.group);
+    }
+  });
+  at::parallel_for(0, pairs, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> acc(rows);
     for (int64_t item = begin; item < end; ++item) {
       const int64_t s = item / kv_heads, kh = item % kv_heads;
-      const int64_t ctx = lens[s];
-      const int64_t* table = tables + s * width;
-      for (int64_t g = 0; g < group; ++g)
-        widen_row(qp + (s * heads + kh * group + g) * dim, qf.data() + g * dim, dim);
-      scores.resize(group * ctx);
-
-      // pass 1: scaled scores, one key row widened once and shared by the G query heads
-      const scalar_t* kbase = kp + kh * k_head;
-      for (int64_t t0 = 0; t0 < ctx; t0 += block_size) {
-        const scalar_t* kblock = kbase + table[t0 / block_size] * k_block;
-        const int64_t n = std::min(block_size, ctx - t0);
-        for (int64_t j = 0; j < n; ++j) {
-          widen_row(kblock + j * k_slot, row.data(), dim);
-          for (int64_t g = 0; g < group; ++g)
-            scores[g * ctx + t0 + j] = dot(qf.data() + g * dim, row.data(), dim) * fscale;
-        }
-      }
-      // softmax numerators in place; the normalisation is applied once to the output rows
-      std::vector<float> sums(group);
-      for (int64_t g = 0; g < group; ++g) {
-        float* sc = scores.data() + g * ctx;
-        float mx = -std::numeric_limits<float>::infinity();
-        for (int64_t t = 0; t < ctx; ++t) mx = sc[t] > mx ? sc[t] : mx;
-        float sum = 0.f;
-#pragma omp simd reduction(+ : sum)
-        for (int64_t t = 0; t < ctx; ++t) {
-          sc[t] = exp_nonpositive(sc[t] - mx);
-          sum += sc[t];
-        }
-        sums[g] = sum;
-      }
-      // pass 2: weighted sum of values
       std::fill(acc.begin(), acc.end(), 0.f);
-      const scalar_t* vbase = vp + kh * v_head;
-      for (int64_t t0 = 0; t0 < ctx; t0 += block_size) {
-        const scalar_t* vblock = vbase + table[t0 / block_size] * v_block;
-        const int64_t n = std::min(block_size, ctx - t0);
-        for (int64_t j = 0; j < n; ++j) {
-          widen_row(vblock + j * v_slot, row.data(), dim);
-          for (int64_t g = 0; g < group; ++g)
-            axpy(scores[g * ctx + t0 + j], row.data(), acc.data() + g * dim, dim);
-        }
+      for (int64_t g = 0; g < pass.group; ++g) {
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int64_t c = first[item]; c < first[item + 1]; ++c)
+          mx = std::max(mx, part_lse[c * pass.group + g]);
+        float sum = 0.f;
+        for (int64_t c = first[item]; c < first[item + 1]; ++c)
+          sum += std::exp(part_lse[c * pass.group + g] - mx);
+        for (int64_t c = first[item]; c < first[item + 1]; ++c)
+          axpy(std::exp(part_lse[c * pass.group + g] - mx) / sum,
+               part.data() + c * rows + g * pass.dim, acc.data() + g * pass.dim, pass.dim);
       }
-      for (int64_t g = 0; g < group; ++g) {
-        float* a = acc.data() + g * dim;
-        const float inv = sums[g] > 0.f ? 1.f / sums[g] : 0.f;
-        for (int64_t i = 0; i < dim; ++i) a[i] *= inv;
-        store_row(a, op + (s * heads + kh * group + g) * dim, dim);
-      }
+      for (int64_t g = 0; g < pass.group; ++g)
+        store_row(acc.data() + g * pass.dim,
+                  op + (s * heads + kh * pass.group + g) * pass.dim, pass.dim);
     }
   });
 }
