@@ -69,4 +69,7 @@ def counters(engine: LLMEngine) -> SparseCounters:
         blocks_read=s.blocks_read,
         blocks_dense=s.blocks_dense,
         dense_layer_steps=s.dense_layer_steps,
+        partly_dense=s.partly_dense,
+        group_steps=s.group_steps,
+        groups_kept=s.groups_kept,
     )

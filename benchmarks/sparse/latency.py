@@ -98,7 +98,8 @@ def decode_latency(
                         f"   {nominal // 1024}k batch {batch} {'sparse' if sparse else 'dense'}:"
                         f" P50 {p50 * 1000:.2f} ms P99 {p99 * 1000:.2f} ms over {run.steps} "
                         f"steps, {used[sparse].fallbacks}/{used[sparse].layer_steps} fallbacks, "
-                        f"{used[sparse].dense_layer_steps} layer steps dense by the policy"
+                        f"{used[sparse].dense_layer_steps} layer steps dense by the policy, "
+                        f"{used[sparse].partly_dense} with a KV head group dense"
                     )
     finally:
         engine.step_observer = previous

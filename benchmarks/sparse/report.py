@@ -40,9 +40,10 @@ def _counters(c: SparseCounters) -> str:
     if not c.layer_steps and not c.dense_layer_steps:
         return "no sparse layer steps"
     policy = (
-        f" ({c.dense_layer_steps} more run dense by the layer policy; "
-        f"{_pct(c.kept_share)} of all stayed sparse)"
-        if c.dense_layer_steps
+        f" ({c.dense_layer_steps} more run dense by the layer policy, {c.partly_dense} with a "
+        f"KV head group run dense; {_pct(c.kept_share)} of all stayed sparse, "
+        f"{_pct(c.group_share)} of KV head groups)"
+        if c.dense_layer_steps or c.partly_dense
         else ""
     )
     return (

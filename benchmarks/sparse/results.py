@@ -19,7 +19,7 @@ Issue 24's, on the default model (SmolLM2) at its longest latency context, every
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from benchmarks.common.targets import Target, Verdict
 
@@ -45,40 +45,45 @@ class SparseCounters:
     blocks_read: int = 0  # KV blocks the sparse layers read
     blocks_dense: int = 0  # blocks a dense read would have taken
     dense_layer_steps: int = 0  # sparse rows' layer steps the adaptive policy ran dense
+    partly_dense: int = 0  # layer steps with a KV head group run dense outright, no fallback
+    group_steps: int = 0  # (layer step, KV head group) units, dense layers' too
+    groups_kept: int = 0  # of those, read their budget and passed the trust check
 
     @property
     def fallback_rate(self) -> float:
         return self.fallbacks / self.layer_steps if self.layer_steps else 0.0
 
     @property
+    def kept(self) -> int:
+        """Layer steps in which every KV head group read its budget and passed the check."""
+        return self.layer_steps - self.fallbacks - self.partly_dense
+
+    @property
     def kept_share(self) -> float:
-        """Of every layer step of the sparse rows, the share that stayed sparse."""
+        """Of every layer step of the sparse rows, the share that stayed sparse in every KV
+        head group."""
         total = self.layer_steps + self.dense_layer_steps
-        return (self.layer_steps - self.fallbacks) / total if total else 0.0
+        return self.kept / total if total else 0.0
+
+    @property
+    def group_share(self) -> float:
+        """Of every (layer step, KV head group) of the sparse rows, the share that stayed
+        sparse."""
+        return self.groups_kept / self.group_steps if self.group_steps else 0.0
 
     @property
     def read_share(self) -> float:
         return self.blocks_read / self.blocks_dense if self.blocks_dense else 1.0
 
     def plus(self, other: SparseCounters) -> SparseCounters:
-        return SparseCounters(
-            self.rows + other.rows,
-            self.layer_steps + other.layer_steps,
-            self.fallbacks + other.fallbacks,
-            self.blocks_read + other.blocks_read,
-            self.blocks_dense + other.blocks_dense,
-            self.dense_layer_steps + other.dense_layer_steps,
-        )
+        return SparseCounters(*(a + b for a, b in zip(_values(self), _values(other))))
 
     def minus(self, before: SparseCounters) -> SparseCounters:
-        return SparseCounters(
-            self.rows - before.rows,
-            self.layer_steps - before.layer_steps,
-            self.fallbacks - before.fallbacks,
-            self.blocks_read - before.blocks_read,
-            self.blocks_dense - before.blocks_dense,
-            self.dense_layer_steps - before.dense_layer_steps,
-        )
+        return SparseCounters(*(a - b for a, b in zip(_values(self), _values(before))))
+
+
+def _values(c: SparseCounters) -> list[int]:
+    return [getattr(c, f.name) for f in fields(c)]
 
 
 @dataclass(slots=True)
@@ -243,8 +248,8 @@ def _default_model_targets(latency: list[LatencyRun], model: str) -> list[Verdic
         out.append(
             kept.judge(
                 c.kept_share,
-                f"{c.kept_share:.1%} ({c.layer_steps - c.fallbacks} of "
-                f"{c.layer_steps + c.dense_layer_steps})",
+                f"{c.kept_share:.1%} ({c.kept} of {c.layer_steps + c.dense_layer_steps}; "
+                f"KV head groups: {c.group_share:.1%})",
                 name=f"{kept.name}, {where}, batch {batch}",
             )
         )

@@ -256,9 +256,18 @@ def test_targets_with_nothing_measured_fail_and_say_so():
 
 
 def test_default_model_targets_judge_kept_layer_steps_and_p50_at_its_longest_context():
-    # 300 layer steps through the selection, 60 of them fell back, 100 more run dense
-    kept = SparseCounters(rows=10, layer_steps=300, fallbacks=60, dense_layer_steps=100)
-    assert kept.kept_share == 240 / 400
+    # 300 layer steps through the selection, 60 of them fell back, 20 more ran a KV head group
+    # dense outright, 100 more run dense; of 3 groups a step, 600 + 20 * 2 stayed sparse
+    kept = SparseCounters(
+        rows=10,
+        layer_steps=300,
+        fallbacks=60,
+        dense_layer_steps=100,
+        partly_dense=20,
+        group_steps=1200,
+        groups_kept=1040,
+    )
+    assert kept.kept_share == 220 / 400 and kept.group_share == 1040 / 1200
     lat = [
         _lat(False, 0.100),
         _lat(True, 0.050),
@@ -275,7 +284,7 @@ def test_default_model_targets_judge_kept_layer_steps_and_p50_at_its_longest_con
         "layer steps that stay sparse, smol at 8k, batch 1",
         "decode-step P50, smol at 8k, batch 1",
     ]
-    assert mine[0].passed and mine[0].measured == "60.0% (240 of 400)"
+    assert mine[0].passed and mine[0].measured == "55.0% (220 of 400; KV head groups: 86.7%)"
     assert mine[1].passed and mine[1].measured == "20.0% lower (32.0 vs 40.0 ms)"
     lat[3] = _lat(True, 0.070, context=8192, model="smol", counters=SparseCounters(1, 10, 6))
     assert [x.passed for x in check_targets([], [], lat, default_model="smol")[-2:]] == [
@@ -369,8 +378,9 @@ def test_report_shows_command_verdicts_tables_and_differing_answers():
     ]
     assert (
         "| smol | 8k | 8192 | 1 | sparse | 48 | 30.00 | 60.00 | 30.00 | -25.0% | -25.0% | 60 "
-        "layer steps, 25.0% fell back (60 more run dense by the layer policy; 37.5% of all "
-        "stayed sparse), 50.0% of dense blocks read |" in render(report)
+        "layer steps, 25.0% fell back (60 more run dense by the layer policy, 0 with a KV head "
+        "group run dense; 37.5% of all stayed sparse, 0.0% of KV head groups), 50.0% of dense "
+        "blocks read |" in render(report)
     )
 
 

@@ -1,7 +1,9 @@
 """sparse_kernels.cpp's sparse_decode: one call per layer for selection, attention over it,
-compensation and the trust check, equal bit for bit to the three ops it fuses (select_blocks,
-sparse_attention, compensate) and the trust check decode.py computes after them; bad arguments
-get a sentence naming what is wrong."""
+compensation, the trust check and its fallback. The pairs that pass equal the three ops it fuses
+(select_blocks, sparse_attention, compensate) bit for bit, the check equals the one decode.py
+computes after them, and a pair that fails it, or that the layer policy runs dense, gets full
+attention over its context (its blocks split over the threads) within float rounding; bad
+arguments get a sentence naming what is wrong."""
 
 from __future__ import annotations
 
@@ -54,6 +56,18 @@ def case(dim: int, dtype: torch.dtype, comp: bool, estimate: str):
     return kv, dec, step, q
 
 
+def full_attention(kv, step, q, scale):
+    """Every pair's full attention over its row's context, through the torch path."""
+    dim = q.shape[-1]
+    qp = q.view(3 * KVH, G, dim)
+    pairs = torch.arange(3 * KVH)
+    return step._full(qp, kv[0, 0], kv[0, 1], pairs, scale, native=False)[0]
+
+
+def close(dtype):
+    return {"atol": 1e-2, "rtol": 1e-2} if dtype == torch.bfloat16 else {"atol": 1e-5, "rtol": 0}
+
+
 def three_ops(kv, dec, step, q, scale):
     """The layer through select_blocks, sparse_attention and compensate, and the trust check
     as decode.py computes it after them."""
@@ -83,10 +97,11 @@ def three_ops(kv, dec, step, q, scale):
         (24, torch.bfloat16, False, "bound"),
     ],
 )
-def test_one_call_equals_the_three_ops_and_the_trust_check_bit_for_bit(dim, dtype, comp, estimate):
+def test_one_call_equals_the_three_ops_and_falls_back_to_full_attention(dim, dtype, comp, estimate):
     kv, dec, step, q = case(dim, dtype, comp, estimate)
     scale = dim**-0.5
     want, want_fail, logit = three_ops(kv, dec, step, q, scale)
+    full = full_attention(kv, step, q, scale)
     # thresholds that fail none, some and all of the pairs
     cut = logit.amax(dim=-1).sort().values
     failed = []
@@ -94,10 +109,29 @@ def test_one_call_equals_the_three_ops_and_the_trust_check_bit_for_bit(dim, dtyp
         dec.cfg = dataclasses.replace(dec.cfg, threshold=1.0 / (1.0 + math.exp(-thr)))
         _, want_fail, _ = three_ops(kv, dec, step, q, scale)
         got, fail = step._fused(q.view(3 * KVH, G, dim), kv[0, 0], kv[0, 1], scale, 0)
-        assert torch.equal(got, want)
         assert torch.equal(fail, want_fail)
+        assert torch.equal(got[~fail], want[~fail])
+        torch.testing.assert_close(got[fail], full[fail], **close(dtype))
         failed.append(int(fail.sum()))
     assert failed == [0, 3, 6]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_pairs_marked_dense_skip_the_selection_and_get_full_attention(dtype):
+    kv, dec, step, q = case(64, dtype, True, "moment")
+    scale = 0.125
+    _, _, logit = three_ops(kv, dec, step, q, scale)
+    thr = float(logit.max()) + 1.0  # every pair passes the check
+    dec.cfg = dataclasses.replace(dec.cfg, threshold=1.0 / (1.0 + math.exp(-thr)))
+    want, want_fail, _ = three_ops(kv, dec, step, q, scale)
+    assert not bool(want_fail.any())
+    full = full_attention(kv, step, q, scale)
+    dense = torch.tensor([False, True] * 3)  # KV head 1 of every row
+    got, fail = step._fused(q.view(3 * KVH, G, 64), kv[0, 0], kv[0, 1], scale, 0, 0, dense)
+    assert not bool(fail.any())  # a dense pair is not a fallback
+    assert torch.equal(got[~dense], want[~dense])
+    torch.testing.assert_close(got[dense], full[dense], **close(dtype))
+    assert not torch.equal(got[dense], want[dense])
 
 
 def test_a_layer_through_attend_takes_the_one_call_and_falls_back_as_before(monkeypatch):
@@ -117,6 +151,9 @@ def test_a_layer_through_attend_takes_the_one_call_and_falls_back_as_before(monk
     kept = ~fail
     assert torch.equal(out[kept], got[kept])
     assert not torch.equal(out[fail], got[fail])  # recomputed with full attention
+    torch.testing.assert_close(
+        out[fail], full_attention(kv, step, q, scale)[fail], **close(q.dtype)
+    )
 
 
 def test_a_block_id_outside_the_index_is_refused_with_a_sentence():

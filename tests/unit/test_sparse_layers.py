@@ -1,13 +1,14 @@
 """LayerBudgets: each layer measures every option (the budget ladder's levels, then dense) for a
 window of calls, runs the one whose median seconds per row was least, and measures the others
-again every `refresh` windows."""
+again every `refresh` windows; per layer and level, a KV head group that fell back on at least
+DENSE_SHARE of a window's rows runs dense outright there, and the level is timed again."""
 
 from __future__ import annotations
 
 import pytest
 
 from strata.engine.sparse.config import SparseConfig
-from strata.engine.sparse.layers import LayerBudgets, ladder
+from strata.engine.sparse.layers import DENSE_SHARE, LayerBudgets, ladder
 
 FRACTIONS = (0.125, 0.25, 0.5)
 
@@ -79,6 +80,34 @@ def test_a_call_at_another_option_is_ignored():
     assert policy.levels() == [0]
 
 
+def test_a_group_that_falls_back_on_most_rows_goes_dense_and_the_level_is_timed_again():
+    assert DENSE_SHARE == 0.75
+    policy = LayerBudgets(1, FRACTIONS, kv_heads=3, window=2, refresh=1000)
+    # level 0, two calls of 4 rows: group 0 fell back on 6 of 8 rows, group 1 on 5, group 2 none
+    policy.observe(0, 0, 4, 4.0, [3, 3, 0])
+    policy.observe(0, 0, 4, 4.0, [3, 2, 0])
+    assert policy.dense_groups(0, 0) == (True, False, False)
+    assert policy.dense_groups(0, 1) == (False, False, False)  # other levels learn their own
+    assert policy.choose(0) == 0  # the window measured the old choice: level 0 again
+    policy.observe(0, 0, 4, 2.0, [0, 1, 0])
+    policy.observe(0, 0, 4, 2.0, [0, 3, 0])  # group 1: 4 of 8, below the share
+    assert policy.dense_groups(0, 0) == (True, False, False)
+    assert policy.choose(0) == 1  # level 0 measured (0.5 s a row): the next option
+
+
+def test_the_groups_choices_are_forgotten_at_refresh():
+    policy = LayerBudgets(1, (0.25,), kv_heads=2, window=1, refresh=2)
+    policy.observe(0, 0, 1, 1.0, [1, 0])  # group 0 goes dense; level 0 timed again
+    assert policy.dense_groups(0, 0) == (True, False)
+    policy.observe(0, 0, 1, 0.5, [0, 0])
+    policy.observe(0, None, 1, 2.0)  # dense measured: level 0 runs
+    policy.observe(0, 0, 1, 0.5, [0, 0])
+    assert policy.dense_groups(0, 0) == (True, False)
+    policy.observe(0, 0, 1, 0.5, [0, 0])  # its second window since it was chosen: refresh
+    assert policy.dense_groups(0, 0) == (False, False)
+    assert policy.choose(0) is None  # dense is measured again
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
@@ -87,6 +116,7 @@ def test_a_call_at_another_option_is_ignored():
         ({"fractions": (0.5, 0.25)}, "must rise"),
         ({"fractions": FRACTIONS, "window": 0}, "positive"),
         ({"fractions": FRACTIONS, "refresh": 0}, "positive"),
+        ({"fractions": FRACTIONS, "kv_heads": 0}, "positive"),
     ],
 )
 def test_bad_settings_say_what_is_wrong(kwargs, match):

@@ -59,6 +59,9 @@ class SparseStats:
     layer_steps: int = 0  # through the sparse selection
     fallbacks: int = 0
     dense_layer_steps: int = 0  # of sparse rows, in layers the adaptive policy ran dense
+    partly_dense: int = 0  # layer steps with a KV head group run dense outright, none recomputed
+    group_steps: int = 0  # (layer step, KV head group) units of sparse rows, dense layers too
+    groups_kept: int = 0  # of those, read their budget and passed the trust check
     blocks_read: int = 0
     blocks_dense: int = 0
 
@@ -132,7 +135,8 @@ class SparseDecoder:
         levels = cfg.levels
         self.level_cfgs = [cfg.at_level(k) for k in range(len(levels))]
         adapts = len(levels) > 1 and self.timed
-        self.layers = LayerBudgets(self.num_layers, levels) if adapts else None
+        kv_heads = self.index.entries.shape[1]
+        self.layers = LayerBudgets(self.num_layers, levels, kv_heads) if adapts else None
 
     # -- requests ------------------------------------------------------------------------------
     def register(self, request_id: str, sparse: bool | None) -> None:
@@ -164,24 +168,34 @@ class SparseDecoder:
         """Count one layer of a step's sparse rows run with dense attention by the policy."""
         st = self.stats
         st.dense_layer_steps += len(layout.nblocks)
+        st.group_steps += len(layout.nblocks) * kv_heads
         blocks = sum(layout.nblocks) * kv_heads
         st.blocks_dense += blocks
         st.blocks_read += blocks
 
     def record(
-        self, request_ids: list[str], failed_heads: list[int], layout: Layout, kv_heads: int
+        self,
+        request_ids: list[str],
+        failed_heads: list[int],
+        layout: Layout,
+        kv_heads: int,
+        dense_heads: int = 0,
     ) -> None:
         """Count one layer of a step's sparse rows; failed_heads[i]: row i's KV head groups
-        recomputed with full attention."""
+        recomputed with full attention; dense_heads: the groups every row ran dense outright."""
         st = self.stats
         st.layer_steps += len(request_ids)
+        sparse_heads = kv_heads - dense_heads
         for rid, n_fail, blocks, budget in zip(
             request_ids, failed_heads, layout.nblocks, layout.budgets
         ):
             st.blocks_dense += blocks * kv_heads
-            st.blocks_read += budget * kv_heads + blocks * n_fail
+            st.blocks_read += budget * sparse_heads + blocks * (n_fail + dense_heads)
+            st.group_steps += kv_heads
+            st.groups_kept += sparse_heads - n_fail
             fell = int(n_fail > 0)
             st.fallbacks += fell
+            st.partly_dense += int(not fell and dense_heads > 0)
             req = self._requests.get(rid)
             if req is not None:
                 req.layer_steps += 1
@@ -450,14 +464,20 @@ class SparseStep:
         """The decode group's output [S, H, D], its sparse rows through the sparse path at the
         budget level the layer policy chose (or the whole group dense, where it chose that)."""
         d = self.decoder
-        level = 0 if d.layers is None else d.layers.choose(layer)
-        if d.layers is None or d.probe is not None:
+        policy = d.layers
+        level = 0 if policy is None else policy.choose(layer)
+        dense = () if policy is None or level is None else policy.dense_groups(layer, level)
+        if policy is None or d.probe is not None:
             # untimed without a policy, or while the probe computes full attention beside
             # every sparse layer
-            return self._attend(q, k_cache, v_cache, group, scale, layer, dense_decode, level)
+            return self._attend(
+                q, k_cache, v_cache, group, scale, layer, dense_decode, level, dense
+            )[0]
         started = d.clock()
-        out = self._attend(q, k_cache, v_cache, group, scale, layer, dense_decode, level)
-        d.layers.observe(layer, level, self.sparse_rows.numel(), d.clock() - started)
+        out, fails = self._attend(
+            q, k_cache, v_cache, group, scale, layer, dense_decode, level, dense
+        )
+        policy.observe(layer, level, self.sparse_rows.numel(), d.clock() - started, fails)
         return out
 
     def _attend(
@@ -470,14 +490,19 @@ class SparseStep:
         layer: int,
         dense_decode: DenseDecode,
         level: int | None,
-    ) -> torch.Tensor:
-        """`attend` at one budget level, or the whole group dense (level None)."""
+        dense_groups: tuple[bool, ...] = (),
+    ) -> tuple[torch.Tensor, list[int]]:
+        """`attend` at one budget level, or the whole group dense (level None), with the KV
+        head groups dense_groups marks run dense outright -> the output, and per KV head group
+        the rows whose group fell back."""
         d = self.decoder
         kv_heads = k_cache.shape[0]
         view = None if level is None else self.prepared.view(level)
         if level is None or view is None:
             d.record_dense(self.prepared.layout, kv_heads)
-            return dense_decode(group)
+            return dense_decode(group), []
+        if not any(dense_groups):
+            dense_groups = ()
         layout, left_out = view
         cfg = d.level_cfgs[level]
         # the index is per physical block of this cache: its flat ids are the cache's
@@ -489,9 +514,16 @@ class SparseStep:
         qp = (
             q if self.all_rows and q.shape[0] == r else q.index_select(0, self.token_index)
         ).reshape(r * kv_heads, g, dim)
+        forced = (
+            torch.tensor(dense_groups * r, dtype=torch.bool, device=q.device)
+            if dense_groups
+            else None
+        )
         if d.probe is None and self.fused and d.index.compensation == (left_out is not None):
-            used, fail = self._fused(qp, k_cache, v_cache, scale, layer, level)
+            # the fallbacks and the forced groups come back as full attention
+            used, fail = self._fused(qp, k_cache, v_cache, scale, layer, level, forced)
             fails = fail.tolist()
+            redo: list[int] = []
         else:
             sel = select_blocks(
                 qp.view(r, kv_heads, g, dim),
@@ -514,8 +546,13 @@ class SparseStep:
                 got = left_out.apply(got, lse, log_comp, flat, vsum, layer, self.fused)
             # the trust check: E / (Z_in + E) > threshold, i.e. log E - log Z_in > logit(thr.)
             fail = (sel.log_left_out - lse).gt_(cfg.logit_threshold).any(dim=-1)  # [P]
+            if forced is not None:
+                fail &= ~forced
             fails = fail.tolist()
             used = got
+            redo = [
+                p for p, f in enumerate(fails) if f or (dense_groups and dense_groups[p % kv_heads])
+            ]
         if d.probe is not None:
             estimate = left_out_mass(sel.log_left_out, lse)  # [P, G]
             full, full_lse = self._full(
@@ -528,7 +565,8 @@ class SparseStep:
                 fused=self.fused,
             )
             assert full_lse is not None, "attention with native off returns its lse"
-            used = torch.where(fail[:, None, None], full, got)
+            redone = fail if forced is None else fail | forced
+            used = torch.where(redone[:, None, None], full, got)
             d.probe(
                 LayerProbe(
                     layer=layer,
@@ -541,10 +579,8 @@ class SparseStep:
                     left_out=(-torch.expm1(lse - full_lse)).view(r, kv_heads, g),
                 )
             )
-        elif any(fails):
-            failed = torch.tensor(
-                [p for p, f in enumerate(fails) if f], dtype=torch.int64, device=q.device
-            )
+        elif redo:
+            failed = torch.tensor(redo, dtype=torch.int64, device=q.device)
             used.index_copy_(
                 0, failed, self._full(qp, k_cache, v_cache, failed, scale, self.native)[0]
             )
@@ -553,14 +589,17 @@ class SparseStep:
             [sum(fails[i * kv_heads : (i + 1) * kv_heads]) for i in range(r)],
             layout,
             kv_heads,
+            sum(dense_groups),
         )
+        group_fails = [sum(fails[h::kv_heads]) for h in range(kv_heads)]
         if self.dense is None and self.all_rows:
-            return used.view(r, heads, dim)  # every row sparse, in order: nothing to merge
+            # every row sparse, in order: nothing to merge
+            return used.view(r, heads, dim), group_fails
         out = q.new_empty((group.token_index.numel(), heads, dim))
         if self.dense is not None:
             out.index_copy_(0, self.dense_rows, dense_decode(self.dense))
         out.index_copy_(0, self.sparse_rows, used.view(r, heads, dim))
-        return out
+        return out, group_fails
 
     def _fused(
         self,
@@ -570,11 +609,15 @@ class SparseStep:
         scale: float,
         layer: int,
         level: int = 0,
+        dense: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Selection, attention over it, compensation and the trust check of every pair in one
-        call (sparse_kernels.cpp's sparse_decode: the same passes as select_blocks,
-        attend_blocks and LeftOut.apply with fused on, so the same numbers) -> the output
-        [P, G, D] before fallbacks and which pairs fail the check [P] bool."""
+        """Selection, attention over it, compensation, the trust check and its fallback of
+        every pair in one call (sparse_kernels.cpp's sparse_decode: the same passes as
+        select_blocks, attend_blocks and LeftOut.apply with fused on, so the same numbers for
+        the pairs that pass) -> the output [P, G, D] and which pairs failed the check [P] bool.
+        A failed pair's output, and that of a pair `dense` [P] bool marks (which skips the
+        selection), is full attention over its row's context, its blocks split over the
+        threads."""
         d = self.decoder
         ops = sparse_native.load()
         assert ops is not None, "fused is set only when the sparse kernels loaded"
@@ -607,6 +650,9 @@ class SparseStep:
             none if left is None else left.weights,
             none if vsum is None else vsum[layer].view(-1, dim),
             d.cfg.logit_threshold,
+            qp.new_zeros(qp.shape[0], dtype=torch.bool) if dense is None else dense,
+            lay.block_tables,
+            lay.context_lens,
         )
 
     def _full(

@@ -352,9 +352,11 @@ struct AttendPass {
                    std::vector<float>(dim), {}, std::vector<float>(group)};
   }
 
-  // q [G, D] -> out [G, D] (rounded to scalar_t) and the log sum exp of the scores [G]
+  // q [G, D] -> out [G, D] (rounded to out_t: scalar_t, or float for a part of a split pass)
+  // and the log sum exp of the scores [G]
+  template <typename out_t>
   void run(const scalar_t* q, const int64_t* table, const int64_t* lens, int64_t width,
-           Scratch& sc, scalar_t* out, float* lse) const {
+           Scratch& sc, out_t* out, float* lse) const {
     int64_t total = 0;
     for (int64_t b = 0; b < width; ++b) total += lens[b];
     // scores head-major ([group][token]), as decode_attention lays them out, so the softmax
@@ -698,20 +700,93 @@ at::Tensor compensate(const at::Tensor& got, const at::Tensor& lse, const at::Te
   return out;
 }
 
-// sparse_decode: the three passes per pair in one call, with the trust check, so a layer's
-// sparse rows cost one dispatch instead of three and a dozen small tensor operations between
-// them. Each pair's selection, attention and compensation run back to back on one thread
-// through the same SelectPass, AttendPass and CompensatePass as the three ops, so the output
-// equals theirs bit for bit (tested). fail[p]: the trust check's estimate of the mass left out
-// passes the threshold for one of the pair's query heads, log E - log Z_in > logit_threshold
-// (decode.py recomputes those pairs with full attention).
+// Full attention of some pairs over their row's whole context (the trust check's fallback, and
+// the pairs the layer policy runs dense outright), each pair's blocks cut into chunks so that
+// every thread has work even when one pair of a batch-1 step is recomputed: per chunk the
+// attention over its blocks and its log sum exp, then per pair the chunks merged by their
+// log sum exps (out = sum_c exp(lse_c - lse) out_c). The same sums as one pass in another
+// order: equal to it within float rounding (tested against the torch path).
+template <typename scalar_t, int64_t kD>
+void full_pairs(const AttendPass<scalar_t, kD>& att, const std::vector<int64_t>& pairs,
+                const scalar_t* qp, const int64_t* tables, int64_t table_width,
+                const int64_t* context_lens, int64_t kv_heads, int64_t nb, int64_t block_size,
+                scalar_t* op) {
+  const int64_t group = att.group, dim = att.dim, rows = group * dim;
+  const int64_t np = static_cast<int64_t>(pairs.size());
+  // each pair's flat block ids and tokens per block; the chunks cut them at whole blocks
+  std::vector<std::vector<int64_t>> flat(np), lens(np);
+  int64_t total = 0;
+  for (int64_t i = 0; i < np; ++i) {
+    const int64_t p = pairs[i], s = p / kv_heads, h = p % kv_heads, n = context_lens[s];
+    const int64_t blocks = (n + block_size - 1) / block_size;
+    flat[i].resize(blocks);
+    lens[i].assign(blocks, block_size);
+    for (int64_t b = 0; b < blocks; ++b) flat[i][b] = tables[s * table_width + b] + h * nb;
+    if (blocks > 0) lens[i][blocks - 1] = n - (blocks - 1) * block_size;
+    total += blocks;
+  }
+  const int64_t threads = at::get_num_threads();
+  const int64_t chunk = std::max<int64_t>(8, (total + 8 * threads - 1) / (8 * threads));
+  std::vector<std::tuple<int64_t, int64_t, int64_t>> items;  // (pair index, first block, end)
+  std::vector<int64_t> first_item(np + 1);
+  for (int64_t i = 0; i < np; ++i) {
+    first_item[i] = static_cast<int64_t>(items.size());
+    const int64_t blocks = static_cast<int64_t>(flat[i].size());
+    for (int64_t b = 0; b < blocks; b += chunk)
+      items.emplace_back(i, b, std::min(blocks, b + chunk));
+  }
+  first_item[np] = static_cast<int64_t>(items.size());
+  const int64_t ni = first_item[np];
+  std::vector<float> part(ni * rows), part_lse(ni * group);
+  at::parallel_for(0, ni, 1, [&](int64_t begin, int64_t end) {
+    auto as = att.scratch();
+    for (int64_t it = begin; it < end; ++it) {
+      const auto [i, b0, b1] = items[it];
+      att.run(qp + pairs[i] * rows, flat[i].data() + b0, lens[i].data() + b0, b1 - b0, as,
+              part.data() + it * rows, part_lse.data() + it * group);
+    }
+  });
+  const float neg = -std::numeric_limits<float>::infinity();
+  at::parallel_for(0, np, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> acc(rows);
+    for (int64_t i = begin; i < end; ++i) {
+      std::fill(acc.begin(), acc.end(), 0.f);
+      for (int64_t g = 0; g < group; ++g) {
+        float mx = neg;
+        for (int64_t it = first_item[i]; it < first_item[i + 1]; ++it)
+          mx = std::max(mx, part_lse[it * group + g]);
+        if (mx == neg) continue;  // no token: the output stays zero, as one pass leaves it
+        float sum = 0.f;
+        for (int64_t it = first_item[i]; it < first_item[i + 1]; ++it)
+          sum += std::exp(part_lse[it * group + g] - mx);
+        for (int64_t it = first_item[i]; it < first_item[i + 1]; ++it) {
+          const float w = std::exp(part_lse[it * group + g] - mx) / sum;
+          axpy(w, part.data() + it * rows + g * dim, acc.data() + g * dim, dim);
+        }
+      }
+      for (int64_t g = 0; g < group; ++g)
+        store_row(acc.data() + g * dim, op + pairs[i] * rows + g * dim, dim);
+    }
+  });
+}
+
+// sparse_decode: the three passes per pair in one call, with the trust check and its fallback,
+// so a layer's sparse rows cost one dispatch instead of three and a dozen small tensor
+// operations between them. Each pair's selection, attention and compensation run back to back
+// on one thread through the same SelectPass, AttendPass and CompensatePass as the three ops, so
+// a pair that passes the check gets their output bit for bit (tested). fail[p]: the trust
+// check's estimate of the mass left out passes the threshold for one of the pair's query
+// heads, log E - log Z_in > logit_threshold; such a pair's output is full attention over its
+// row's context (tables [R, W] physical ids, context_lens [R]), as is that of a pair with
+// dense[p] set, which skips the selection (fail[p] false).
 template <typename scalar_t, int64_t kD>
 void decode_impl(const at::Tensor& queries, const at::Tensor& entries, const at::Tensor& mid_ids,
                  const at::Tensor& counts, const at::Tensor& takes, const at::Tensor& fixed,
                  int64_t picks, double scale, bool moment, double log_block, bool comp,
                  double range_sigmas, const at::Tensor& k_flat, const at::Tensor& v_flat,
                  const at::Tensor& block_lens, const at::Tensor& base, const at::Tensor& weights,
-                 const at::Tensor& vsum, double logit_threshold, at::Tensor& out,
+                 const at::Tensor& vsum, double logit_threshold, const at::Tensor& dense,
+                 const at::Tensor& tables, const at::Tensor& context_lens, at::Tensor& out,
                  at::Tensor& fail) {
   const SelectPass<scalar_t, kD> sel(queries, entries, mid_ids, counts, takes, fixed, picks,
                                      scale, moment, log_block, comp, range_sigmas);
@@ -724,6 +799,7 @@ void decode_impl(const at::Tensor& queries, const at::Tensor& entries, const at:
   const float* wp = comp ? weights.data_ptr<float>() : nullptr;
   scalar_t* op = out.data_ptr<scalar_t>();
   bool* fp = fail.data_ptr<bool>();
+  const bool* dp = dense.data_ptr<bool>();
   const float threshold = static_cast<float>(logit_threshold);
   at::parallel_for(0, queries.size(0), 1, [&](int64_t begin, int64_t end) {
     auto ss = sel.scratch();
@@ -733,6 +809,8 @@ void decode_impl(const at::Tensor& queries, const at::Tensor& entries, const at:
     std::vector<float> left(group), left_comp(group), lse(group);
     std::vector<scalar_t> got(comp ? rows : 0);
     for (int64_t p = begin; p < end; ++p) {
+      fp[p] = false;
+      if (dp[p]) continue;  // full attention below
       sel.run(p, ss, ids.data(), flat.data(), left.data(), left_comp.data());
       scalar_t* o = op + p * rows;
       // without compensation the selection's output is the layer's; with it, rounded to
@@ -746,6 +824,37 @@ void decode_impl(const at::Tensor& queries, const at::Tensor& entries, const at:
       fp[p] = f;
     }
   });
+  std::vector<int64_t> redo;
+  for (int64_t p = 0; p < queries.size(0); ++p)
+    if (fp[p] || dp[p]) redo.push_back(p);
+  if (!redo.empty())
+    full_pairs(att, redo, qp, tables.data_ptr<int64_t>(), tables.size(1),
+               context_lens.data_ptr<int64_t>(), sel.kv_heads, sel.nb, k_flat.size(1), op);
+}
+
+// The fallback's arguments: dense [P] bool; tables [R, W] int64, every id a row's context
+// covers inside the index; context_lens [R] int64, each within its row's table.
+void check_full(const at::Tensor& queries, const at::Tensor& entries, const at::Tensor& dense,
+                const at::Tensor& tables, const at::Tensor& context_lens, int64_t block_size) {
+  const int64_t r = queries.size(0) / entries.size(0), nb = entries.size(1);
+  TORCH_CHECK(dense.dim() == 1 && dense.size(0) == queries.size(0) &&
+              dense.scalar_type() == at::kBool, "dense must be bool [P], one per pair");
+  TORCH_CHECK(tables.dim() == 2 && tables.size(0) == r && tables.scalar_type() == at::kLong,
+              "tables must be int64 [R, W], one row per sequence");
+  TORCH_CHECK(context_lens.dim() == 1 && context_lens.size(0) == r &&
+              context_lens.scalar_type() == at::kLong, "context_lens must be int64 [R]");
+  const int64_t* tp = tables.data_ptr<int64_t>();
+  const int64_t* np = context_lens.data_ptr<int64_t>();
+  for (int64_t s = 0; s < r; ++s) {
+    const int64_t blocks = (np[s] + block_size - 1) / block_size;
+    TORCH_CHECK(np[s] > 0 && blocks <= tables.size(1), "row ", s, "'s context of ", np[s],
+                " tokens does not fit its table of ", tables.size(1), " blocks of ",
+                block_size);
+    for (int64_t b = 0; b < blocks; ++b)
+      TORCH_CHECK(tp[s * tables.size(1) + b] >= 0 && tp[s * tables.size(1) + b] < nb,
+                  "block id ", tp[s * tables.size(1) + b], " is outside the index's ", nb,
+                  " blocks");
+  }
 }
 
 std::tuple<at::Tensor, at::Tensor> sparse_decode(
@@ -754,7 +863,8 @@ std::tuple<at::Tensor, at::Tensor> sparse_decode(
     double scale, bool moment, double log_block, bool comp, double range_sigmas,
     const at::Tensor& k_flat, const at::Tensor& v_flat, const at::Tensor& block_lens,
     const at::Tensor& base, const at::Tensor& weights, const at::Tensor& vsum,
-    double logit_threshold) {
+    double logit_threshold, const at::Tensor& dense, const at::Tensor& tables,
+    const at::Tensor& context_lens) {
   auto qc = queries.contiguous();
   auto ec = entries.contiguous();
   auto mc = mid_ids.contiguous();
@@ -778,11 +888,16 @@ std::tuple<at::Tensor, at::Tensor> sparse_decode(
     TORCH_CHECK(vc.size(0) == k_flat.size(0), "vsum holds ", vc.size(0), " blocks, not the ",
                 "cache's ", k_flat.size(0));
   }
+  auto dc = dense.contiguous();
+  auto tc = tables.contiguous();
+  auto nc = context_lens.contiguous();
+  check_full(qc, ec, dc, tc, nc, k_flat.size(1));
   auto out = at::empty_like(qc);
   auto fail = at::empty({qc.size(0)}, qc.options().dtype(at::kBool));
 #define STRATA_DECODE(T, D)                                                                  \
   decode_impl<T, D>(qc, ec, mc, cc, kc, fc, picks, scale, moment, log_block, comp,            \
-                    range_sigmas, k_flat, v_flat, lc, bc, wc, vc, logit_threshold, out, fail)
+                    range_sigmas, k_flat, v_flat, lc, bc, wc, vc, logit_threshold, dc, tc, nc, \
+                    out, fail)
   switch (qc.scalar_type()) {
     case at::kFloat:
       qc.size(2) == 64 ? STRATA_DECODE(float, 64) : STRATA_DECODE(float, 0);
@@ -809,7 +924,8 @@ TORCH_LIBRARY(strata_sparse, m) {
   m.def("sparse_decode(Tensor queries, Tensor entries, Tensor mid_ids, Tensor counts, "
         "Tensor takes, Tensor fixed, int picks, float scale, bool moment, float log_block, "
         "bool comp, float range_sigmas, Tensor k_flat, Tensor v_flat, Tensor block_lens, "
-        "Tensor base, Tensor weights, Tensor vsum, float logit_threshold) -> (Tensor, Tensor)");
+        "Tensor base, Tensor weights, Tensor vsum, float logit_threshold, Tensor dense, "
+        "Tensor tables, Tensor context_lens) -> (Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(strata_sparse, CPU, m) {
