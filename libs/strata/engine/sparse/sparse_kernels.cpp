@@ -29,6 +29,7 @@
 #include <c10/util/BFloat16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -700,75 +701,100 @@ at::Tensor compensate(const at::Tensor& got, const at::Tensor& lse, const at::Te
   return out;
 }
 
+// Items of unequal cost over torch's threads, each thread taking the next item when it is done
+// with one (a static split of 3 pairs over 2 threads leaves one thread idle half the time).
+// make() builds a thread's scratch; body(scratch, item) runs one item.
+template <typename Make, typename Body>
+void run_dynamic(int64_t n, Make make, Body body) {
+  if (n <= 0) return;
+  std::atomic<int64_t> next{0};
+  const int64_t workers = std::min<int64_t>(at::get_num_threads(), n);
+  at::parallel_for(0, workers, 1, [&](int64_t begin, int64_t end) {
+    auto sc = make();
+    for (int64_t w = begin; w < end; ++w)
+      for (int64_t item = next++; item < n; item = next++) body(sc, item);
+  });
+}
+
 // Full attention of some pairs over their row's whole context (the trust check's fallback, and
 // the pairs the layer policy runs dense outright), each pair's blocks cut into chunks so that
 // every thread has work even when one pair of a batch-1 step is recomputed: per chunk the
-// attention over its blocks and its log sum exp, then per pair the chunks merged by their
-// log sum exps (out = sum_c exp(lse_c - lse) out_c). The same sums as one pass in another
-// order: equal to it within float rounding (tested against the torch path).
+// attention over its blocks and its log sum exp (run), then per pair the chunks merged by
+// their log sum exps, out = sum_c exp(lse_c - lse) out_c (merge). The same sums as one pass in
+// another order: equal to it within float rounding (tested against the torch path).
 template <typename scalar_t, int64_t kD>
-void full_pairs(const AttendPass<scalar_t, kD>& att, const std::vector<int64_t>& pairs,
-                const scalar_t* qp, const int64_t* tables, int64_t table_width,
-                const int64_t* context_lens, int64_t kv_heads, int64_t nb, int64_t block_size,
-                scalar_t* op) {
-  const int64_t group = att.group, dim = att.dim, rows = group * dim;
-  const int64_t np = static_cast<int64_t>(pairs.size());
-  // each pair's flat block ids and tokens per block; the chunks cut them at whole blocks
-  std::vector<std::vector<int64_t>> flat(np), lens(np);
-  int64_t total = 0;
-  for (int64_t i = 0; i < np; ++i) {
-    const int64_t p = pairs[i], s = p / kv_heads, h = p % kv_heads, n = context_lens[s];
-    const int64_t blocks = (n + block_size - 1) / block_size;
-    flat[i].resize(blocks);
-    lens[i].assign(blocks, block_size);
-    for (int64_t b = 0; b < blocks; ++b) flat[i][b] = tables[s * table_width + b] + h * nb;
-    if (blocks > 0) lens[i][blocks - 1] = n - (blocks - 1) * block_size;
-    total += blocks;
-  }
-  const int64_t threads = at::get_num_threads();
-  const int64_t chunk = std::max<int64_t>(8, (total + 8 * threads - 1) / (8 * threads));
-  std::vector<std::tuple<int64_t, int64_t, int64_t>> items;  // (pair index, first block, end)
-  std::vector<int64_t> first_item(np + 1);
-  for (int64_t i = 0; i < np; ++i) {
-    first_item[i] = static_cast<int64_t>(items.size());
-    const int64_t blocks = static_cast<int64_t>(flat[i].size());
-    for (int64_t b = 0; b < blocks; b += chunk)
-      items.emplace_back(i, b, std::min(blocks, b + chunk));
-  }
-  first_item[np] = static_cast<int64_t>(items.size());
-  const int64_t ni = first_item[np];
-  std::vector<float> part(ni * rows), part_lse(ni * group);
-  at::parallel_for(0, ni, 1, [&](int64_t begin, int64_t end) {
-    auto as = att.scratch();
-    for (int64_t it = begin; it < end; ++it) {
-      const auto [i, b0, b1] = items[it];
-      att.run(qp + pairs[i] * rows, flat[i].data() + b0, lens[i].data() + b0, b1 - b0, as,
-              part.data() + it * rows, part_lse.data() + it * group);
+struct FullPairs {
+  const AttendPass<scalar_t, kD>& att;
+  std::vector<int64_t> pairs;
+  std::vector<std::vector<int64_t>> flat, lens;  // per pair: flat block ids, tokens per block
+  std::vector<std::tuple<int64_t, int64_t, int64_t>> chunks;  // (pair index, first block, end)
+  std::vector<int64_t> first;  // each pair's first chunk
+  std::vector<float> part, part_lse;
+
+  FullPairs(const AttendPass<scalar_t, kD>& att_, std::vector<int64_t> pairs_,
+            const int64_t* tables, int64_t table_width, const int64_t* context_lens,
+            int64_t kv_heads, int64_t nb, int64_t block_size)
+      : att(att_), pairs(std::move(pairs_)) {
+    const int64_t np = static_cast<int64_t>(pairs.size());
+    flat.resize(np);
+    lens.resize(np);
+    int64_t total = 0;
+    for (int64_t i = 0; i < np; ++i) {
+      const int64_t p = pairs[i], s = p / kv_heads, h = p % kv_heads, n = context_lens[s];
+      const int64_t blocks = (n + block_size - 1) / block_size;
+      flat[i].resize(blocks);
+      lens[i].assign(blocks, block_size);
+      for (int64_t b = 0; b < blocks; ++b) flat[i][b] = tables[s * table_width + b] + h * nb;
+      if (blocks > 0) lens[i][blocks - 1] = n - (blocks - 1) * block_size;
+      total += blocks;
     }
-  });
-  const float neg = -std::numeric_limits<float>::infinity();
-  at::parallel_for(0, np, 1, [&](int64_t begin, int64_t end) {
+    const int64_t threads = at::get_num_threads();
+    const int64_t chunk = std::max<int64_t>(8, (total + 8 * threads - 1) / (8 * threads));
+    first.resize(np + 1);
+    for (int64_t i = 0; i < np; ++i) {
+      first[i] = static_cast<int64_t>(chunks.size());
+      const int64_t blocks = static_cast<int64_t>(flat[i].size());
+      for (int64_t b = 0; b < blocks; b += chunk)
+        chunks.emplace_back(i, b, std::min(blocks, b + chunk));
+    }
+    first[np] = static_cast<int64_t>(chunks.size());
+    part.resize(chunks.size() * att.group * att.dim);
+    part_lse.resize(chunks.size() * att.group);
+  }
+
+  int64_t size() const { return static_cast<int64_t>(chunks.size()); }
+
+  void run(int64_t c, const scalar_t* qp, typename AttendPass<scalar_t, kD>::Scratch& as) {
+    const int64_t rows = att.group * att.dim;
+    const auto [i, b0, b1] = chunks[c];
+    att.run(qp + pairs[i] * rows, flat[i].data() + b0, lens[i].data() + b0, b1 - b0, as,
+            part.data() + c * rows, part_lse.data() + c * att.group);
+  }
+
+  // every pair's chunks merged into its output rows (op: the layer's [P, G, D])
+  void merge(scalar_t* op) const {
+    const int64_t group = att.group, dim = att.dim, rows = group * dim;
+    const float neg = -std::numeric_limits<float>::infinity();
     std::vector<float> acc(rows);
-    for (int64_t i = begin; i < end; ++i) {
+    for (size_t i = 0; i < pairs.size(); ++i) {
       std::fill(acc.begin(), acc.end(), 0.f);
       for (int64_t g = 0; g < group; ++g) {
         float mx = neg;
-        for (int64_t it = first_item[i]; it < first_item[i + 1]; ++it)
-          mx = std::max(mx, part_lse[it * group + g]);
+        for (int64_t c = first[i]; c < first[i + 1]; ++c)
+          mx = std::max(mx, part_lse[c * group + g]);
         if (mx == neg) continue;  // no token: the output stays zero, as one pass leaves it
         float sum = 0.f;
-        for (int64_t it = first_item[i]; it < first_item[i + 1]; ++it)
-          sum += std::exp(part_lse[it * group + g] - mx);
-        for (int64_t it = first_item[i]; it < first_item[i + 1]; ++it) {
-          const float w = std::exp(part_lse[it * group + g] - mx) / sum;
-          axpy(w, part.data() + it * rows + g * dim, acc.data() + g * dim, dim);
-        }
+        for (int64_t c = first[i]; c < first[i + 1]; ++c)
+          sum += std::exp(part_lse[c * group + g] - mx);
+        for (int64_t c = first[i]; c < first[i + 1]; ++c)
+          axpy(std::exp(part_lse[c * group + g] - mx) / sum, part.data() + c * rows + g * dim,
+               acc.data() + g * dim, dim);
       }
       for (int64_t g = 0; g < group; ++g)
         store_row(acc.data() + g * dim, op + pairs[i] * rows + g * dim, dim);
     }
-  });
-}
+  }
+};
 
 // sparse_decode: the three passes per pair in one call, with the trust check and its fallback,
 // so a layer's sparse rows cost one dispatch instead of three and a dozen small tensor
@@ -801,35 +827,64 @@ void decode_impl(const at::Tensor& queries, const at::Tensor& entries, const at:
   bool* fp = fail.data_ptr<bool>();
   const bool* dp = dense.data_ptr<bool>();
   const float threshold = static_cast<float>(logit_threshold);
-  at::parallel_for(0, queries.size(0), 1, [&](int64_t begin, int64_t end) {
-    auto ss = sel.scratch();
-    auto as = att.scratch();
-    auto cs = cmp.scratch();
-    std::vector<int64_t> ids(w), flat(w);
-    std::vector<float> left(group), left_comp(group), lse(group);
-    std::vector<scalar_t> got(comp ? rows : 0);
-    for (int64_t p = begin; p < end; ++p) {
-      fp[p] = false;
-      if (dp[p]) continue;  // full attention below
-      sel.run(p, ss, ids.data(), flat.data(), left.data(), left_comp.data());
-      scalar_t* o = op + p * rows;
-      // without compensation the selection's output is the layer's; with it, rounded to
-      // scalar_t first as the three ops hand it on
-      att.run(qp + p * rows, flat.data(), lp + p * w, w, as, comp ? got.data() : o, lse.data());
-      if (comp)
-        cmp.run(got.data(), lse.data(), left_comp.data(), bp + p * sel.dim, wp + p * w,
-                flat.data(), w, cs, o);
-      bool f = false;
-      for (int64_t g = 0; g < group; ++g) f = f || (left[g] - lse[g]) > threshold;
-      fp[p] = f;
+  // the pairs the policy runs dense, in chunks, share the threads with the sparse pairs'
+  // selections; then the pairs that failed the check, in chunks
+  const int64_t pairs = queries.size(0);
+  std::vector<int64_t> todo, dense_pairs;
+  for (int64_t p = 0; p < pairs; ++p) {
+    fp[p] = false;
+    (dp[p] ? dense_pairs : todo).push_back(p);
+  }
+  const int64_t* tp = tables.data_ptr<int64_t>();
+  const int64_t* np = context_lens.data_ptr<int64_t>();
+  const int64_t bs = k_flat.size(1);
+  FullPairs<scalar_t, kD> dense_full(att, dense_pairs, tp, tables.size(1), np, sel.kv_heads,
+                                     sel.nb, bs);
+  const int64_t n_sparse = static_cast<int64_t>(todo.size());
+  struct Scratch {
+    typename SelectPass<scalar_t, kD>::Scratch ss;
+    typename AttendPass<scalar_t, kD>::Scratch as;
+    CompensatePass::Scratch cs;
+    std::vector<int64_t> ids, flat;
+    std::vector<float> left, left_comp, lse;
+    std::vector<scalar_t> got;
+  };
+  const auto make = [&] {
+    return Scratch{sel.scratch(), att.scratch(), cmp.scratch(), std::vector<int64_t>(w),
+                   std::vector<int64_t>(w), std::vector<float>(group),
+                   std::vector<float>(group), std::vector<float>(group),
+                   std::vector<scalar_t>(comp ? rows : 0)};
+  };
+  run_dynamic(n_sparse + dense_full.size(), make, [&](Scratch& sc, int64_t item) {
+    if (item >= n_sparse) {
+      dense_full.run(item - n_sparse, qp, sc.as);
+      return;
     }
+    const int64_t p = todo[item];
+    sel.run(p, sc.ss, sc.ids.data(), sc.flat.data(), sc.left.data(), sc.left_comp.data());
+    scalar_t* o = op + p * rows;
+    // without compensation the selection's output is the layer's; with it, rounded to
+    // scalar_t first as the three ops hand it on
+    att.run(qp + p * rows, sc.flat.data(), lp + p * w, w, sc.as, comp ? sc.got.data() : o,
+            sc.lse.data());
+    if (comp)
+      cmp.run(sc.got.data(), sc.lse.data(), sc.left_comp.data(), bp + p * sel.dim, wp + p * w,
+              sc.flat.data(), w, sc.cs, o);
+    bool f = false;
+    for (int64_t g = 0; g < group; ++g) f = f || (sc.left[g] - sc.lse[g]) > threshold;
+    fp[p] = f;
   });
-  std::vector<int64_t> redo;
-  for (int64_t p = 0; p < queries.size(0); ++p)
-    if (fp[p] || dp[p]) redo.push_back(p);
-  if (!redo.empty())
-    full_pairs(att, redo, qp, tables.data_ptr<int64_t>(), tables.size(1),
-               context_lens.data_ptr<int64_t>(), sel.kv_heads, sel.nb, k_flat.size(1), op);
+  dense_full.merge(op);
+  std::vector<int64_t> failed;
+  for (int64_t p : todo)
+    if (fp[p]) failed.push_back(p);
+  if (failed.empty()) return;
+  FullPairs<scalar_t, kD> redo(att, failed, tp, tables.size(1), np, sel.kv_heads, sel.nb, bs);
+  run_dynamic(redo.size(), [&] { return att.scratch(); },
+              [&](typename AttendPass<scalar_t, kD>::Scratch& as, int64_t c) {
+                redo.run(c, qp, as);
+              });
+  redo.merge(op);
 }
 
 // The fallback's arguments: dense [P] bool; tables [R, W] int64, every id a row's context
