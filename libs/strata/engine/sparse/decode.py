@@ -22,11 +22,14 @@ first decode step adds a block or two to the sum rather than summing the whole c
 A step's layout of its sparse rows (Layout, LeftOut) is kept for the next steps while the same
 rows decode in the same blocks (_Prepared): between two block boundaries only the context lengths
 change. Without a probe, a layer's sparse rows go through one kernel call (sparse_kernels.cpp's
-sparse_decode: selection, attention, compensation and the trust check per pair).
+sparse_decode: selection, attention, compensation and the trust check per pair, then the
+fallbacks, and the KV head groups the layer policy runs dense outright, as full attention split
+over the threads).
 
 Counters: a "layer step" is one sparse row through one layer; a fallback is a layer step in which
-at least one KV head group was recomputed; blocks are counted per KV head (a layer step of a row
-with n blocks and H KV heads would read n * H dense).
+at least one KV head group was recomputed; a partly dense one ran a group dense outright and
+recomputed none; blocks are counted per KV head (a layer step of a row with n blocks and H KV
+heads would read n * H dense).
 """
 
 from __future__ import annotations
