@@ -20,18 +20,18 @@ BLOCK = 16
 LENS = [1, 15, 16, 17, 300]
 
 
-def _case(heads, kv_heads, dim, dtype, seed=0):
+def _case(heads, kv_heads, dim, dtype, seed=0, lens=LENS):
     """Random caches and a decode group whose block tables are shuffled block ids."""
     gen = torch.Generator().manual_seed(seed)
-    num_blocks = sum(-(-n // BLOCK) for n in LENS) + 3
+    num_blocks = sum(-(-n // BLOCK) for n in lens) + 3
     perm = torch.randperm(num_blocks, generator=gen).tolist()
     slices, used = [], 0
-    for i, n in enumerate(LENS):
+    for i, n in enumerate(lens):
         nb = -(-n // BLOCK)
         slices.append(SeqSlice(start=i, num_new=1, context_len=n, block_ids=perm[used : used + nb]))
         used += nb
     meta = AttentionMetadata.build(slices, BLOCK, "cpu")
-    q = torch.randn(len(LENS), heads, dim, generator=gen).to(dtype)
+    q = torch.randn(len(lens), heads, dim, generator=gen).to(dtype)
     k = torch.randn(kv_heads, num_blocks, BLOCK, dim, generator=gen).to(dtype)
     v = torch.randn(kv_heads, num_blocks, BLOCK, dim, generator=gen).to(dtype)
     return q, k, v, meta.groups[0]
@@ -59,19 +59,8 @@ def test_a_long_context_split_over_threads_matches_the_torch_path(dtype, tol):
     """Two threads, one sequence of three kv heads: too few items for the threads, so each
     context is cut into chunks merged by their log sum exps (lengths not a multiple of a chunk
     or a block, and one short context that stays whole)."""
-    gen = torch.Generator().manual_seed(5)
-    lens, kv_heads, gqa, dim = [2900, 40], 3, 3, 64
-    num_blocks = sum(-(-n // BLOCK) for n in lens) + 2
-    perm = torch.randperm(num_blocks, generator=gen).tolist()
-    slices, used = [], 0
-    for i, n in enumerate(lens):
-        nb = -(-n // BLOCK)
-        slices.append(SeqSlice(start=i, num_new=1, context_len=n, block_ids=perm[used : used + nb]))
-        used += nb
-    group = AttentionMetadata.build(slices, BLOCK, "cpu").groups[0]
-    q = torch.randn(len(lens), gqa * kv_heads, dim, generator=gen).to(dtype)
-    k = torch.randn(kv_heads, num_blocks, BLOCK, dim, generator=gen).to(dtype)
-    v = torch.randn(kv_heads, num_blocks, BLOCK, dim, generator=gen).to(dtype)
+    kv_heads, gqa, dim = 3, 3, 64
+    q, k, v, group = _case(gqa * kv_heads, kv_heads, dim, dtype, seed=5, lens=[2900, 40])
     scale = dim**-0.5
     want = _attend(q, k, v, group, scale, gqa).float()
     torch.set_num_threads(2)

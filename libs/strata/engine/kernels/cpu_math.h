@@ -2,7 +2,8 @@
 // widening bfloat16 rows to float, storing them back, dot and axpy over head_dim, and exp of a
 // non-positive float. Inner loops run over head_dim in float; reductions are OpenMP simd
 // reductions so GCC vectorizes them without -ffast-math. bfloat16 is widened by a 16-bit shift,
-// which is exact. Included inside each kernel's anonymous namespace.
+// which is exact. Included inside each kernel's anonymous namespace, after <algorithm>, <cmath>,
+// <cstring> and <limits>.
 
 #pragma once
 
@@ -58,4 +59,25 @@ inline float exp_nonpositive(float in) {
   float scale;
   std::memcpy(&scale, &bits, sizeof(scale));
   return in < -87.f ? 0.f : p * scale;
+}
+
+// Attention over chunks of one pair's keys merged into its attention over all of them: part
+// [chunk][group * dim] (each chunk's normalised output) and part_lse [chunk][group] (the log
+// sum exp of its scores) for chunks [first, last) -> acc [group * dim] = sum_c exp(lse_c - lse)
+// part_c, lse the log sum exp over all the chunks. A query head without a token keeps acc at zero,
+// as one pass over no token leaves it.
+inline void merge_chunks(const float* part, const float* part_lse, int64_t first, int64_t last,
+                         int64_t group, int64_t dim, float* acc) {
+  const float neg = -std::numeric_limits<float>::infinity();
+  std::fill(acc, acc + group * dim, 0.f);
+  for (int64_t g = 0; g < group; ++g) {
+    float mx = neg;
+    for (int64_t c = first; c < last; ++c) mx = std::max(mx, part_lse[c * group + g]);
+    if (mx == neg) continue;
+    float sum = 0.f;
+    for (int64_t c = first; c < last; ++c) sum += std::exp(part_lse[c * group + g] - mx);
+    for (int64_t c = first; c < last; ++c)
+      axpy(std::exp(part_lse[c * group + g] - mx) / sum, part + c * group * dim + g * dim,
+           acc + g * dim, dim);
+  }
 }

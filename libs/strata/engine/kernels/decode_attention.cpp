@@ -154,8 +154,7 @@ void decode_attention_impl(const at::Tensor& q, const at::Tensor& k_cache,
     return;
   }
   // chunks of long contexts: each chunk's attention and log sum exp, then per pair the chunks
-  // merged by their log sum exps, out = sum_c exp(lse_c - lse) out_c (the same sums as one
-  // pass, in another order)
+  // merged by their log sum exps (merge_chunks: the same sums as one pass, in another order)
   const int64_t chunks = first[pairs];
   std::vector<int64_t> owner(chunks);
   for (int64_t item = 0; item < pairs; ++item)
@@ -174,18 +173,8 @@ void decode_attention_impl(const at::Tensor& q, const at::Tensor& k_cache,
     std::vector<float> acc(rows);
     for (int64_t item = begin; item < end; ++item) {
       const int64_t s = item / kv_heads, kh = item % kv_heads;
-      std::fill(acc.begin(), acc.end(), 0.f);
-      for (int64_t g = 0; g < pass.group; ++g) {
-        float mx = -std::numeric_limits<float>::infinity();
-        for (int64_t c = first[item]; c < first[item + 1]; ++c)
-          mx = std::max(mx, part_lse[c * pass.group + g]);
-        float sum = 0.f;
-        for (int64_t c = first[item]; c < first[item + 1]; ++c)
-          sum += std::exp(part_lse[c * pass.group + g] - mx);
-        for (int64_t c = first[item]; c < first[item + 1]; ++c)
-          axpy(std::exp(part_lse[c * pass.group + g] - mx) / sum,
-               part.data() + c * rows + g * pass.dim, acc.data() + g * pass.dim, pass.dim);
-      }
+      merge_chunks(part.data(), part_lse.data(), first[item], first[item + 1], pass.group,
+                   pass.dim, acc.data());
       for (int64_t g = 0; g < pass.group; ++g)
         store_row(acc.data() + g * pass.dim,
                   op + (s * heads + kh * pass.group + g) * pass.dim, pass.dim);

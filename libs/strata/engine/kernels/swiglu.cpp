@@ -9,9 +9,11 @@
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 namespace {

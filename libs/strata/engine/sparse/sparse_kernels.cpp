@@ -774,22 +774,9 @@ struct FullPairs {
   // every pair's chunks merged into its output rows (op: the layer's [P, G, D])
   void merge(scalar_t* op) const {
     const int64_t group = att.group, dim = att.dim, rows = group * dim;
-    const float neg = -std::numeric_limits<float>::infinity();
     std::vector<float> acc(rows);
     for (size_t i = 0; i < pairs.size(); ++i) {
-      std::fill(acc.begin(), acc.end(), 0.f);
-      for (int64_t g = 0; g < group; ++g) {
-        float mx = neg;
-        for (int64_t c = first[i]; c < first[i + 1]; ++c)
-          mx = std::max(mx, part_lse[c * group + g]);
-        if (mx == neg) continue;  // no token: the output stays zero, as one pass leaves it
-        float sum = 0.f;
-        for (int64_t c = first[i]; c < first[i + 1]; ++c)
-          sum += std::exp(part_lse[c * group + g] - mx);
-        for (int64_t c = first[i]; c < first[i + 1]; ++c)
-          axpy(std::exp(part_lse[c * group + g] - mx) / sum, part.data() + c * rows + g * dim,
-               acc.data() + g * dim, dim);
-      }
+      merge_chunks(part.data(), part_lse.data(), first[i], first[i + 1], group, dim, acc.data());
       for (int64_t g = 0; g < group; ++g)
         store_row(acc.data() + g * dim, op + pairs[i] * rows + g * dim, dim);
     }
