@@ -164,8 +164,9 @@ void decode_attention_impl(const at::Tensor& q, const at::Tensor& k_cache,
     auto sc = pass.scratch();
     for (int64_t c = begin; c < end; ++c) {
       const int64_t item = owner[c], s = item / kv_heads, kh = item % kv_heads;
-      const int64_t t0 = (c - first[item]) * (chunk >= lens[s] ? 0 : chunk);
-      const int64_t t1 = chunk >= lens[s] ? lens[s] : std::min(lens[s], t0 + chunk);
+      // a pair of one chunk starts at 0, so t0 + chunk cannot overflow
+      const int64_t t0 = (c - first[item]) * chunk;
+      const int64_t t1 = std::min(lens[s], t0 + chunk);
       pass.run(s, kh, t0, t1, sc, part.data() + c * rows, part_lse.data() + c * pass.group);
     }
   });
