@@ -10,14 +10,16 @@
 // Either way the weights are read at 6 (4-bit) or 9 (8-bit) bits a weight instead of 32: a
 // decode step is bound by that read. dequantize(data, bits, dtype) decodes a whole matrix.
 // Work is split over weight rows with at::parallel_for, on torch's own thread pool
-// (kernels/__init__.py), so each thread reads one contiguous span of the matrix.
+// (kernels/__init__.py), so each thread reads one contiguous span of the matrix. The few-row
+// product has an AVX-512 version, an AVX2-with-FMA version (eight weights a vector) and a
+// portable one (decode a row into a buffer, then dot); the CPU's flags choose at compile time.
 
 #include <torch/library.h>
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
 
@@ -115,6 +117,64 @@ void tile_product(int64_t bits, const uint8_t* data, int64_t row_bytes, int64_t 
     }
     for (int i = 0; i < MT; ++i)
       out[i * kTile + j] = _mm512_reduce_add_ps(_mm512_add_ps(acc_lo[i], acc_hi[i]));
+  }
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+// One block's 32 weights, decoded into four vectors of eight (weights 0-7, ..., 24-31), each
+// weight q * scale + offset with one rounding, as decode_row computes it.
+inline void decode_block(int64_t bits, const uint8_t* blk, __m256 w[4]) {
+  const __m256 s = _mm256_set1_ps(read_f32(blk));
+  if (bits == 4) {
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 8));
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    const __m128i lo = _mm_and_si128(q, mask);                      // weights 0-15
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);   // weights 16-31
+    const __m256 o = _mm256_set1_ps(read_f32(blk + 4));
+    const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+    for (int k = 0; k < 4; ++k)
+      w[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[k])), s, o);
+  } else {
+    for (int k = 0; k < 4; ++k) {
+      const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 4 + 8 * k));
+      w[k] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), s);
+    }
+  }
+}
+
+inline float reduce_add(__m256 v) {
+  __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+  r = _mm_add_ss(r, _mm_movehdup_ps(r));
+  return _mm_cvtss_f32(r);
+}
+
+// As the AVX-512 version, eight weights a vector. Each row of x keeps kAcc accumulators, the
+// block's four vectors going to them in turn, so that few rows (a decode step) are not bound by
+// the latency of one chain of FMAs; more rows have their own chains and fewer registers each.
+template <int MT>
+void tile_product(int64_t bits, const uint8_t* data, int64_t row_bytes, int64_t n0,
+                  int64_t valid, const float* x, int64_t cols, float* out) {
+  constexpr int kAcc = MT == 1 ? 4 : (MT <= 3 ? 2 : 1);
+  const int64_t blocks = cols / kBlock, bb = block_bytes(bits);
+  for (int64_t j = 0; j < valid; ++j) {
+    const uint8_t* row = data + (n0 + j) * row_bytes;
+    __m256 acc[MT][kAcc];
+    for (int i = 0; i < MT; ++i)
+      for (int a = 0; a < kAcc; ++a) acc[i][a] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < blocks; ++b) {
+      __m256 w[4];
+      decode_block(bits, row + b * bb, w);
+      for (int i = 0; i < MT; ++i) {
+        const float* xb = x + i * cols + b * kBlock;
+        for (int k = 0; k < 4; ++k)
+          acc[i][k % kAcc] = _mm256_fmadd_ps(_mm256_loadu_ps(xb + 8 * k), w[k], acc[i][k % kAcc]);
+      }
+    }
+    for (int i = 0; i < MT; ++i) {
+      __m256 sum = acc[i][0];
+      for (int a = 1; a < kAcc; ++a) sum = _mm256_add_ps(sum, acc[i][a]);
+      out[i * kTile + j] = reduce_add(sum);
+    }
   }
 }
 #else
