@@ -37,7 +37,7 @@
 #include <tuple>
 #include <vector>
 
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
@@ -118,51 +118,6 @@ inline void comp_terms64(const scalar_t* entry, const float* qb, const float* w,
     out3[3 * g + 2] = _mm512_reduce_add_ps(cm);
   }
 }
-#define STRATA_COMP_TERMS64 1
-#elif defined(__AVX2__) && defined(__FMA__)
-// As the AVX-512 version, 8 dimensions at a time (the same products and sums, another order).
-inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 load8(const c10::BFloat16* p) {
-  const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
-}
-inline float reduce8(__m256 v) {
-  __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-  r = _mm_add_ss(r, _mm_movehdup_ps(r));
-  return _mm_cvtss_f32(r);
-}
-template <typename scalar_t>
-inline void comp_terms64(const scalar_t* entry, const float* qb, const float* w,
-                         const float* w3, int64_t e, int64_t group, float* out3) {
-  __m256 hi[8], lo[8], sq[8], vr[8], mid[8];
-  for (int k = 0; k < 8; ++k) {
-    hi[k] = load8(entry + 8 * k);
-    lo[k] = load8(entry + 64 + 8 * k);
-    vr[k] = load8(entry + 128 + 8 * k);
-    mid[k] = _mm256_add_ps(hi[k], lo[k]);
-    const __m256 d = _mm256_sub_ps(hi[k], lo[k]);
-    sq[k] = _mm256_mul_ps(d, d);
-  }
-  for (int64_t g = 0; g < group; ++g) {
-    const float* b_row = qb + g * e;
-    const float* w_row = w + g * e;
-    const float* w3_row = w3 + g * 64;
-    __m256 b = _mm256_setzero_ps(), tm = _mm256_setzero_ps(), cm = _mm256_setzero_ps();
-    for (int k = 0; k < 8; ++k) {
-      b = _mm256_fmadd_ps(_mm256_loadu_ps(b_row + 8 * k), hi[k], b);
-      b = _mm256_fmadd_ps(_mm256_loadu_ps(b_row + 64 + 8 * k), lo[k], b);
-      const __m256 center = _mm256_mul_ps(_mm256_loadu_ps(w_row + 8 * k), mid[k]);
-      tm = _mm256_fmadd_ps(_mm256_loadu_ps(w3_row + 8 * k), sq[k], _mm256_add_ps(tm, center));
-      cm = _mm256_fmadd_ps(_mm256_loadu_ps(w_row + 128 + 8 * k), vr[k],
-                           _mm256_add_ps(cm, center));
-    }
-    out3[3 * g] = reduce8(b);
-    out3[3 * g + 1] = reduce8(tm);
-    out3[3 * g + 2] = reduce8(cm);
-  }
-}
-#define STRATA_COMP_TERMS64 1
 #endif
 
 // Selected blocks (and a row's index entries) lie anywhere in the cache, where the hardware
@@ -249,8 +204,8 @@ struct SelectPass {
     // (select.py's query_rows); compensation's exponent is the second row's [q/2 | q/2]
     // against [kmax | kmin] plus its q^2/2 against var. Without comp the products are the
     // dot products select.py's matrix product takes; with comp one pass over the entry gives
-    // every head's four sums (comp_terms64: 16 lanes at a time with AVX-512, 8 with AVX2), in
-    // another order (equal to within float rounding, tested)
+    // every head's four sums (16 lanes at a time with AVX-512, comp_terms64), in another
+    // order (equal to within float rounding, tested)
     if (q16 != nullptr) widen_row(q16 + item * group * dim, sc.qs.data(), group * dim);
     else widen_row(q32 + item * group * dim, sc.qs.data(), group * dim);
     for (int64_t g = 0; g < group; ++g) {
@@ -284,7 +239,7 @@ struct SelectPass {
         // one pass over the entry for every number a head needs: the bound, the center's
         // exponent (shared by both estimates), and the spread's and the var's terms
         float* t3 = sc.terms.data();
-#if defined(STRATA_COMP_TERMS64)
+#if defined(__AVX512F__)
         if (kD == 64) {
           comp_terms64(ep + (h * nb + sid[j]) * e, q, q + group * qe, sc.w3rows.data(), qe,
                        group, t3);
