@@ -86,7 +86,10 @@ async def heartbeat_loop(
                 for r in replicas.replicas.values()
                 if r.state is State.READY
             ]
-            request = scheduler_pb2.HeartbeatRequest(node=info, models=models)
+            arrived = dispatcher.arrivals.recent(dispatcher.clock.now()) if dispatcher else ()
+            request = scheduler_pb2.HeartbeatRequest(
+                node=info, models=models, arrived_routes=arrived
+            )
             replies = await asyncio.gather(
                 *(s.Heartbeat(request, timeout=max(interval, 1.0)) for s in stubs),
                 return_exceptions=True,

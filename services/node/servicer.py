@@ -14,6 +14,7 @@ from strata.node.dispatcher import Dispatcher, NoReplica
 from strata.node.failover import WorkerLost, generate_with_failover
 from strata.node.replicas import Replica, ReplicaSet, State
 from strata.policy.clock import WallClock
+from strata.policy.scheduling.arrivals import MAX_ROUTE_ID_CHARS
 from strata.policy.scheduling.fair_queue import QUEUES, QueueItem
 from strata.policy.scheduling.slo import DecodeLoad
 from strata.rpc.convert import step_line_to_pb, tenant_load_to_pb
@@ -51,6 +52,15 @@ class NodeManagerServicer(node_pb2_grpc.NodeManagerServicer):
 
     async def Submit(self, request: node_pb2.SubmitRequest, context: grpc.aio.ServicerContext):
         model = request.spec.model
+        if len(request.route_id) > MAX_ROUTE_ID_CHARS:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"route_id has {len(request.route_id)} characters, more than "
+                f"{MAX_ROUTE_ID_CHARS}: pass the RouteResponse.route_id unchanged",
+            )
+        # From here on this node's reports account for the request (queued, running, done or
+        # refused): its scheduler stops counting it once a heartbeat lists the route.
+        self.dispatcher.arrivals.received(request.route_id, self.dispatcher.clock.now())
         if self.replicas.pick(model, request.replica_id) is None:
             await context.abort(
                 grpc.StatusCode.UNAVAILABLE,

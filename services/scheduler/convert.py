@@ -88,7 +88,11 @@ def model_to_pb(m: ModelInfo) -> common_pb2.ModelInfo:
     )
 
 
-def node_from_pb(node: common_pb2.NodeInfo, models: Iterable[common_pb2.ModelInfo]) -> NodeState:
+def node_from_pb(
+    node: common_pb2.NodeInfo,
+    models: Iterable[common_pb2.ModelInfo],
+    arrived_routes: Iterable[str] = (),
+) -> NodeState:
     return NodeState(
         node_id=node.node_id,
         address=node.address,
@@ -100,6 +104,7 @@ def node_from_pb(node: common_pb2.NodeInfo, models: Iterable[common_pb2.ModelInf
         interference=node.interference or 1.0,
         safety_margin=max(0.0, node.safety_margin),
         standby_workers=node.standby_workers,
+        arrived_routes=frozenset(arrived_routes),
     )
 
 

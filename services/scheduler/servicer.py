@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import secrets
 import time
 
 import grpc
@@ -20,6 +21,7 @@ from strata.policy.lease import LeaseTable
 from strata.policy.registry import NodeRegistry
 from strata.policy.routing import MissKind, Router
 from strata.policy.scheduling.admission import Refusal
+from strata.policy.scheduling.arrivals import ARRIVALS_WINDOW_S, MAX_ARRIVALS
 from strata.policy.scheduling.global_scheduler import (
     INFEASIBLE,
     GlobalScheduler,
@@ -50,7 +52,10 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         self._router = router
         self._index = index if index is not None else PrefixIndex()
         self._leases = leases if leases is not None else LeaseTable(registry.clock)
-        self._scheduler = GlobalScheduler(registry, router, PoolLedger(), self._index, settings)
+        prefix = f"{secrets.token_hex(4)}-"  # this process's route ids
+        self._scheduler = GlobalScheduler(
+            registry, router, PoolLedger(), self._index, settings, route_prefix=prefix
+        )
         self._interval_ms = round(heartbeat_interval_s * 1000)
         self._block_sizes: dict[str, int] = {}  # model -> first KV block size reported
         self._mismatches: set[tuple[str, int]] = set()
@@ -71,7 +76,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 node.memory_bytes,
                 node.device or "device unknown",
             )
-        self._registry.heartbeat(convert.node_from_pb(node, request.models))
+        self._registry.heartbeat(convert.node_from_pb(node, request.models, request.arrived_routes))
         self._check_block_sizes(node)
         return scheduler_pb2.HeartbeatResponse(heartbeat_interval_ms=self._interval_ms)
 
@@ -169,6 +174,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                     replica_id=decision.replica_id,
                     cached_blocks=decision.cached_blocks,
                     estimated_ttft_ms=decision.estimated_ttft_ms,
+                    route_id=decision.route_id,
                 )
                 if decision.kv_source is not None:
                     reply.kv_source_address = decision.kv_source.address
@@ -292,4 +298,9 @@ def _heartbeat_problem(request: scheduler_pb2.HeartbeatRequest) -> str | None:
     for m in request.models:
         if not m.name:
             return f"node {node.node_id} advertises a model without a name"
+    if len(request.arrived_routes) > MAX_ARRIVALS:
+        return (
+            f"node {node.node_id} lists {len(request.arrived_routes)} arrived routes, more than "
+            f"{MAX_ARRIVALS}: list only those received in the last {ARRIVALS_WINDOW_S:g} s"
+        )
     return None

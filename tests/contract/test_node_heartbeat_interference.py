@@ -151,6 +151,8 @@ async def test_heartbeats_carry_tenant_loads_and_the_prefill_rate_from_the_dispa
     # one chat request running (the only slot), one bulk request waiting for it
     lease = await dispatcher.acquire(QueueItem("a", "chat", "m", 2, 100, 20))
     waiting = asyncio.ensure_future(dispatcher.acquire(QueueItem("b", "bulk", "m", 0, 50, 10)))
+    dispatcher.arrivals.received("route-a", dispatcher.clock.now())
+    dispatcher.arrivals.received("route-b", dispatcher.clock.now())
     await asyncio.sleep(0)
     try:
         await asyncio.wait_for(
@@ -167,6 +169,8 @@ async def test_heartbeats_carry_tenant_loads_and_the_prefill_rate_from_the_dispa
         ("chat", 2, 1, 0, 120),
     ]
     assert node.replicas[0].tokens_per_s == 750.0
+    # the routes of the requests the report includes, for the scheduler's ledger
+    assert list(scheduler.beats[0].arrived_routes) == ["route-a", "route-b"]
 
 
 @pytest.mark.parametrize(

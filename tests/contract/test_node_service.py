@@ -21,6 +21,7 @@ from services.scheduler.servicer import SchedulerServicer
 from strata.engine.dummy import load_dummy
 from strata.engine.engine import EngineConfig, EngineRequest, LLMEngine
 from strata.engine.sequence import SamplingParams
+from strata.node.dispatcher import Dispatcher
 from strata.node.replicas import ReplicaSet, State
 from strata.policy.clock import WallClock
 from strata.policy.registry import NodeRegistry
@@ -53,6 +54,7 @@ class Node:
     replicas: ReplicaSet
     cfg: NodeConfig
     scheduler: scheduler_pb2_grpc.SchedulerStub
+    dispatcher: Dispatcher
 
 
 @pytest.fixture
@@ -103,6 +105,7 @@ async def node():
             replicas,
             cfg,
             scheduler_pb2_grpc.SchedulerStub(scheduler_ch),
+            servicer.dispatcher,
         )
     finally:
         await replicas.stop_all()
@@ -193,8 +196,18 @@ async def test_status_and_errors_without_workers(node):
         "cpu",
         [],
     )
-    err = await rpc_error(drain(stub.Submit(submit())))
+    refused = submit()
+    refused.route_id = "sched-1"
+    err = await rpc_error(drain(stub.Submit(refused)))
     assert (err.code(), err.details()) == (grpc.StatusCode.UNAVAILABLE, NO_REPLICA)
+    # Refused, but it reached the node: its route is listed for the scheduler all the same.
+    assert node.dispatcher.arrivals.recent(node.dispatcher.clock.now()) == ("sched-1",)
+    refused.route_id = "x" * 65
+    err = await rpc_error(drain(stub.Submit(refused)))
+    assert (err.code(), err.details()) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "route_id has 65 characters, more than 64: pass the RouteResponse.route_id unchanged",
+    )
     for call in (
         stub.LoadModel(node_pb2.LoadModelRequest()),
         stub.UnloadModel(node_pb2.UnloadModelRequest(replica_id="x")),
@@ -293,5 +306,15 @@ async def test_worker_lifecycle_load_submit_unload_and_a_killed_worker(node):
     os.kill(replicas.replicas["a"].process.proc.pid, signal.SIGKILL)
     assert await wait_states(stub, {"a": FAILED}) == {"a": FAILED}
     assert replicas.replicas["a"].error == "worker process exited with code -9"
-    err = await rpc_error(drain(stub.Submit(submit())))
+    refused = submit()
+    refused.route_id = "sched-1"
+    err = await rpc_error(drain(stub.Submit(refused)))
     assert (err.code(), err.details()) == (grpc.StatusCode.UNAVAILABLE, NO_REPLICA)
+    # Refused, but it reached the node: its route is listed for the scheduler all the same.
+    assert node.dispatcher.arrivals.recent(node.dispatcher.clock.now()) == ("sched-1",)
+    refused.route_id = "x" * 65
+    err = await rpc_error(drain(stub.Submit(refused)))
+    assert (err.code(), err.details()) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "route_id has 65 characters, more than 64: pass the RouteResponse.route_id unchanged",
+    )

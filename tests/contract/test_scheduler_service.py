@@ -20,6 +20,7 @@ from strata.core.step_model import StepLine
 from strata.policy.clock import ManualClock
 from strata.policy.registry import NodeRegistry
 from strata.policy.routing import Router
+from strata.policy.scheduling.arrivals import MAX_ARRIVALS
 from strata.rpc.server import Registration, channel, start_server
 from strata.telemetry import names
 from strata.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
@@ -162,6 +163,22 @@ async def test_heartbeat_validation_messages(env):
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert err.value.details() == (
         "node.address is required for node n1: set it to the host:port its node manager listens on"
+    )
+
+
+async def test_each_route_has_its_own_id_and_a_heartbeat_lists_a_bounded_number(env):
+    stub, *_ = env
+    await stub.Heartbeat(heartbeat("n1"))
+    ids = [(await stub.Route(scheduler_pb2.RouteRequest(model=MODEL))).route_id for _ in range(3)]
+    assert all(ids) and len(set(ids)) == 3
+    bad = heartbeat("n1")
+    bad.arrived_routes.extend(f"r{i}" for i in range(MAX_ARRIVALS + 1))
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stub.Heartbeat(bad)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.value.details() == (
+        f"node n1 lists {MAX_ARRIVALS + 1} arrived routes, more than {MAX_ARRIVALS}: list only "
+        f"those received in the last 10 s"
     )
 
 

@@ -6,6 +6,11 @@ The standard class here is TTFT <= 3 s, TPOT <= 100 ms; the node's worker learns
 from a warm-up, and a burst of 160 concurrent requests of 64 tokens then meets engine slots of
 at most 16 (max_seqs) that the TPOT rule may shrink further. The scheduler prices waits with
 what the worker and the node measured there (the step line, the slot turnover).
+
+Heartbeats come every 0.1 s, so several land while the burst is being routed: each is a
+snapshot that may predate requests already routed, which the scheduler must keep counting
+until a report lists their routes (strata.policy.scheduling.arrivals). Counting them only until
+the next report admitted up to 100 of the burst here, with TTFTs near 5 s.
 """
 
 from __future__ import annotations
@@ -30,7 +35,13 @@ TTFT_MS, TPOT_MS = 3000.0, 100.0
 CLASSES = f"interactive=500/50@2,standard={TTFT_MS:.0f}/{TPOT_MS:.0f},batch=best-effort"
 OVERRIDES = {
     "placement": {"STRATA_MODELS": MODEL, "STRATA_REPLAN_INTERVAL_S": "1.0"},
-    "node": {"STRATA_TORCH_THREADS": "1", "STRATA_MAX_SEQS": "16", "STRATA_NODE_STANDBY": "0"},
+    "scheduler": {"STRATA_HEARTBEAT_INTERVAL_S": "0.1"},
+    "node": {
+        "STRATA_HEARTBEAT_INTERVAL_S": "0.1",
+        "STRATA_TORCH_THREADS": "1",
+        "STRATA_MAX_SEQS": "16",
+        "STRATA_NODE_STANDBY": "0",
+    },
     "gateway": {
         "STRATA_SLA_CLASSES": CLASSES,
         "STRATA_RATE_LIMIT_RPS": "1000",

@@ -53,13 +53,16 @@ def replica(
     )
 
 
-def node(node_id: str, *replicas: ReplicaState, tenants=(), margin: float = 0.0) -> NodeState:
+def node(
+    node_id: str, *replicas: ReplicaState, tenants=(), margin: float = 0.0, arrived=()
+) -> NodeState:
     return NodeState(
         node_id=node_id,
         address=f"{node_id}:1",
         replicas=replicas,
         tenants=tuple(tenants),
         safety_margin=margin,
+        arrived_routes=frozenset(arrived),
     )
 
 
@@ -104,15 +107,47 @@ def test_ledger_follows_heartbeats_pending_routes_and_expiry():
     )
     ledger = gs.ledger
     assert (ledger.capacity_tokens, ledger.tenant_tokens["a"]) == (1600, 300)  # READY only
-    gs.route("m", policy("a"), 100, 20)
+    decision = gs.route("m", policy("a"), 100, 20)
+    assert isinstance(decision, RouteDecision) and decision.route_id
     # reserved: 100 + 20; queued ahead on r1 until n1 reports: its 100 prompt tokens
     assert (ledger.tenant_tokens["a"], ledger.pending("n1", "r1")) == (420, 100)
+    # A report taken before the request reached n1 does not list its route: it still counts.
+    gs.registry.heartbeat(node("n1", replica("r1"), tenants=[TenantLoad("a", 1, 1, 0, 300)]))
+    assert (ledger.tenant_tokens["a"], ledger.pending("n1", "r1")) == (420, 100)
     # n1's next report includes that request: the pending entry goes, the report counts it.
-    gs.registry.heartbeat(node("n1", replica("r1"), tenants=[TenantLoad("a", 1, 2, 0, 420)]))
+    gs.registry.heartbeat(
+        node(
+            "n1",
+            replica("r1"),
+            tenants=[TenantLoad("a", 1, 2, 0, 420)],
+            arrived=[decision.route_id],
+        )
+    )
     assert (ledger.tenant_tokens["a"], ledger.pending("n1", "r1")) == (420, 0)
     gs.registry.clock.advance(gs.registry.ttl_s + 1)
     assert gs.registry.expire() == ["n1", "n2"]
     assert (ledger.capacity_tokens, ledger.tenant_tokens["a"], ledger.nodes) == (0, 0, 0)
+
+
+def test_a_burst_routed_across_a_heartbeat_is_counted_until_the_node_lists_it():
+    gs = scheduler(node("n1", replica("r1", total=1000)))
+    ledger = gs.ledger
+    routes = [gs.route("m", policy("a"), 50, 10) for _ in range(6)]
+    ids = [r.route_id for r in routes if isinstance(r, RouteDecision)]
+    assert len(set(ids)) == 6  # one id per decision
+    assert ledger.pending_load("n1", "r1").seqs == 6 and ledger.pending("n1", "r1") == 300
+    # The node's report lists the first four as received (the other two are still on their way
+    # from the gateway): only those four leave the pending count.
+    gs.registry.heartbeat(node("n1", replica("r1", total=1000), arrived=ids[:4]))
+    assert ledger.pending_load("n1", "r1").seqs == 2 and ledger.pending("n1", "r1") == 100
+    assert ledger.tenant_tokens["a"] == 2 * 60
+    # The other two never arrive (their caller went away): they stop counting after the TTL.
+    gs.registry.clock.advance(ledger.pending_ttl_s / 2)
+    gs.registry.heartbeat(node("n1", replica("r1", total=1000), arrived=ids[:4]))
+    assert ledger.pending_load("n1", "r1").seqs == 2
+    gs.registry.clock.advance(ledger.pending_ttl_s / 2 + 0.1)
+    gs.registry.heartbeat(node("n1", replica("r1", total=1000)))
+    assert ledger.pending_load("n1", "r1").seqs == 0 and ledger.tenant_tokens["a"] == 0
 
 
 def test_lower_classes_are_turned_away_first_as_the_pool_fills():

@@ -253,6 +253,7 @@ class RequestPipeline:
                         policy=policy_to_pb(entry.policy),
                         priority=entry.policy.priority,
                         prompt_tokens_estimate=prompt_tokens,
+                        route_id=route.route_id,
                     ),
                     timeout=timeout_s,
                 )

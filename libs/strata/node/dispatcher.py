@@ -29,6 +29,7 @@ from strata.core.blocks import DEFAULT_BLOCK_SIZE
 from strata.node.replicas import Replica, ReplicaSet, State
 from strata.policy.clock import Clock
 from strata.policy.registry import TenantLoad
+from strata.policy.scheduling.arrivals import RouteArrivals
 from strata.policy.scheduling.delays import FirstTokens
 from strata.policy.scheduling.fair_queue import URGENT_FRACTION, NodeQueue, QueueItem
 from strata.policy.scheduling.slo import solo_prefill_s
@@ -79,6 +80,7 @@ class Dispatcher:
         # Requests dispatched and not released yet.
         self.slots = EngineSlots()
         self.first_tokens = FirstTokens()  # waits for a first token beyond the own prefill
+        self.arrivals = RouteArrivals()  # route ids received lately, for the heartbeats
         self._rates: dict[str, _Rate] = {}  # by replica id
         self._timer: asyncio.TimerHandle | None = None
 

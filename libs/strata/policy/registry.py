@@ -94,6 +94,9 @@ class NodeState:
     interference: float = 1.0  # observed step time / solo profile (1 = none)
     safety_margin: float = 0.0  # headroom the node asks for (0.2 = plan with 20% to spare)
     standby_workers: int = 0
+    # Route ids of requests the node received lately (strata.policy.scheduling.arrivals): this
+    # report includes them, so the ledger stops counting them as routed-but-unreported.
+    arrived_routes: frozenset[str] = frozenset()
     last_seen: float = 0.0  # registry clock, set by NodeRegistry.heartbeat
 
 

@@ -90,6 +90,9 @@ class RouteDecision:
     estimated_ttft_ms: float = 0.0  # 0 when no candidate has a measured rate yet
     solo_ttft_ms: float = 0.0  # the same with nothing queued ahead (its own prefill)
     block_size: int = DEFAULT_BLOCK_SIZE  # tokens per KV block on the chosen replica
+    # The scheduler's name for this decision (GlobalScheduler.route); the caller passes it to
+    # the node with the request. Empty from the Router alone.
+    route_id: str = ""
 
 
 class MissKind(enum.Enum):

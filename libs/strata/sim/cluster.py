@@ -267,6 +267,9 @@ class Simulator:
 
     # -- events --------------------------------------------------------------------------------
     def _on_admit(self, e: Admit, now: float) -> None:
+        front = self.nodes[e.replica.node_id].front
+        if front is not None:
+            front.arrivals.received(e.route_id, now)
         self._admit(e.replica, e.request, e.first_s, now)
 
     def _on_retry(self, e: Retry, now: float) -> None:
@@ -360,12 +363,15 @@ class Simulator:
             return
         replica = self.replicas.get(decision.replica_id)
         if replica is None:  # unloaded since the node's last heartbeat: the node refuses it
+            front = self.nodes[decision.node_id].front
+            if front is not None:
+                front.arrivals.received(decision.route_id, now)
             self._fail(req, now, "UNAVAILABLE")
             return
         self.routed[req.index] = replica.replica_id
         assert spec is not None  # a replica of the model was placed from its spec
         o = spec.overheads
-        self._push(now + o.inbound_s + o.add_s, Admit(replica, req, first))
+        self._push(now + o.inbound_s + o.add_s, Admit(replica, req, first, decision.route_id))
 
     def _admit(self, replica: SimReplica, req: SimRequest, arrival: float, now: float) -> None:
         node = self.nodes[replica.node_id]

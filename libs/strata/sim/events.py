@@ -29,6 +29,7 @@ class Admit:
     replica: SimReplica
     request: SimRequest
     first_s: float  # its first attempt's arrival at the gateway
+    route_id: str = ""  # the scheduler's decision (strata.policy.scheduling.arrivals)
 
 
 @dataclass(slots=True, frozen=True)

@@ -79,11 +79,8 @@ class SimNode:
             for r in self.replicas
         )
         loads = self.front.loads() if self.front is not None else ()
-        if (
-            self.last_state is not None
-            and figures == self.last_figures[0]
-            and loads == self.last_figures[1]
-        ):
+        arrived = self.front.arrivals.recent(now) if self.front is not None else ()
+        if self.last_state is not None and (figures, loads, arrived) == self.last_figures:
             return self.last_state
         states = tuple(
             ReplicaState(
@@ -125,9 +122,16 @@ class SimNode:
             if self.phases[r.replica_id] is ReplicaPhase.READY
         )
         self.last_state = NodeState(
-            self.node_id, self.node_id, self.memory_bytes, "sim", states, served, tenants=loads
+            self.node_id,
+            self.node_id,
+            self.memory_bytes,
+            "sim",
+            states,
+            served,
+            tenants=loads,
+            arrived_routes=frozenset(arrived),
         )
-        self.last_figures = (figures, loads)
+        self.last_figures = (figures, loads, arrived)
         return self.last_state
 
     def announced(self, replica_id: str) -> ReplicaPhase | None:

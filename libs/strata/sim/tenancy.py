@@ -27,6 +27,7 @@ from strata.core.step_model import StepLine
 from strata.core.tenant_policy import TenantPolicy
 from strata.policy.clock import Clock
 from strata.policy.registry import TenantLoad
+from strata.policy.scheduling.arrivals import RouteArrivals
 from strata.policy.scheduling.delays import FirstTokens
 from strata.policy.scheduling.fair_queue import QUEUES, NodeQueue, QueueItem
 from strata.policy.scheduling.global_scheduler import SchedulerSettings
@@ -75,6 +76,7 @@ class NodeFront(Generic[P]):
         self.clock = clock
         self.slots = EngineSlots()
         self.first_tokens = FirstTokens()
+        self.arrivals = RouteArrivals()  # route ids received lately, for the heartbeats
         self.payloads: dict[str, P] = {}  # request id -> the caller's payload
         self._running: dict[str, _Running] = {}
 

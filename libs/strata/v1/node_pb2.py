@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from strata.v1 import common_pb2 as strata_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14strata/v1/node.proto\x12\tstrata.v1\x1a\x16strata/v1/common.proto\"\xe6\x01\n\rSubmitRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x10\n\x08priority\x18\x03 \x01(\x05\x12\'\n\x04spec\x18\x04 \x01(\x0b\x32\x19.strata.v1.GenerationSpec\x12\x12\n\nreplica_id\x18\x05 \x01(\t\x12\x19\n\x11kv_source_address\x18\x06 \x01(\t\x12\'\n\x06policy\x18\x07 \x01(\x0b\x32\x17.strata.v1.TenantPolicy\x12\x1e\n\x16prompt_tokens_estimate\x18\x08 \x01(\x05\"5\n\x10LoadModelRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x12\n\nreplica_id\x18\x02 \x01(\t\"<\n\x11LoadModelResponse\x12\'\n\x07replica\x18\x01 \x01(\x0b\x32\x16.strata.v1.ReplicaInfo\"Q\n\x12UnloadModelRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x12\n\nreplica_id\x18\x02 \x01(\t\x12\x18\n\x10\x64rain_timeout_ms\x18\x03 \x01(\x05\"\'\n\x13UnloadModelResponse\x12\x10\n\x08unloaded\x18\x01 \x01(\x05\"\x16\n\x14GetNodeStatusRequest2\xac\x02\n\x0bNodeManager\x12@\n\x06Submit\x12\x18.strata.v1.SubmitRequest\x1a\x1a.strata.v1.GenerationChunk0\x01\x12\x46\n\tLoadModel\x12\x1b.strata.v1.LoadModelRequest\x1a\x1c.strata.v1.LoadModelResponse\x12L\n\x0bUnloadModel\x12\x1d.strata.v1.UnloadModelRequest\x1a\x1e.strata.v1.UnloadModelResponse\x12\x45\n\rGetNodeStatus\x12\x1f.strata.v1.GetNodeStatusRequest\x1a\x13.strata.v1.NodeInfob\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14strata/v1/node.proto\x12\tstrata.v1\x1a\x16strata/v1/common.proto\"\xf8\x01\n\rSubmitRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x10\n\x08priority\x18\x03 \x01(\x05\x12\'\n\x04spec\x18\x04 \x01(\x0b\x32\x19.strata.v1.GenerationSpec\x12\x12\n\nreplica_id\x18\x05 \x01(\t\x12\x19\n\x11kv_source_address\x18\x06 \x01(\t\x12\'\n\x06policy\x18\x07 \x01(\x0b\x32\x17.strata.v1.TenantPolicy\x12\x1e\n\x16prompt_tokens_estimate\x18\x08 \x01(\x05\x12\x10\n\x08route_id\x18\t \x01(\t\"5\n\x10LoadModelRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x12\n\nreplica_id\x18\x02 \x01(\t\"<\n\x11LoadModelResponse\x12\'\n\x07replica\x18\x01 \x01(\x0b\x32\x16.strata.v1.ReplicaInfo\"Q\n\x12UnloadModelRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x12\n\nreplica_id\x18\x02 \x01(\t\x12\x18\n\x10\x64rain_timeout_ms\x18\x03 \x01(\x05\"\'\n\x13UnloadModelResponse\x12\x10\n\x08unloaded\x18\x01 \x01(\x05\"\x16\n\x14GetNodeStatusRequest2\xac\x02\n\x0bNodeManager\x12@\n\x06Submit\x12\x18.strata.v1.SubmitRequest\x1a\x1a.strata.v1.GenerationChunk0\x01\x12\x46\n\tLoadModel\x12\x1b.strata.v1.LoadModelRequest\x1a\x1c.strata.v1.LoadModelResponse\x12L\n\x0bUnloadModel\x12\x1d.strata.v1.UnloadModelRequest\x1a\x1e.strata.v1.UnloadModelResponse\x12\x45\n\rGetNodeStatus\x12\x1f.strata.v1.GetNodeStatusRequest\x1a\x13.strata.v1.NodeInfob\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,17 +33,17 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'strata.v1.node_pb2', _globa
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SUBMITREQUEST']._serialized_start=60
-  _globals['_SUBMITREQUEST']._serialized_end=290
-  _globals['_LOADMODELREQUEST']._serialized_start=292
-  _globals['_LOADMODELREQUEST']._serialized_end=345
-  _globals['_LOADMODELRESPONSE']._serialized_start=347
-  _globals['_LOADMODELRESPONSE']._serialized_end=407
-  _globals['_UNLOADMODELREQUEST']._serialized_start=409
-  _globals['_UNLOADMODELREQUEST']._serialized_end=490
-  _globals['_UNLOADMODELRESPONSE']._serialized_start=492
-  _globals['_UNLOADMODELRESPONSE']._serialized_end=531
-  _globals['_GETNODESTATUSREQUEST']._serialized_start=533
-  _globals['_GETNODESTATUSREQUEST']._serialized_end=555
-  _globals['_NODEMANAGER']._serialized_start=558
-  _globals['_NODEMANAGER']._serialized_end=858
+  _globals['_SUBMITREQUEST']._serialized_end=308
+  _globals['_LOADMODELREQUEST']._serialized_start=310
+  _globals['_LOADMODELREQUEST']._serialized_end=363
+  _globals['_LOADMODELRESPONSE']._serialized_start=365
+  _globals['_LOADMODELRESPONSE']._serialized_end=425
+  _globals['_UNLOADMODELREQUEST']._serialized_start=427
+  _globals['_UNLOADMODELREQUEST']._serialized_end=508
+  _globals['_UNLOADMODELRESPONSE']._serialized_start=510
+  _globals['_UNLOADMODELRESPONSE']._serialized_end=549
+  _globals['_GETNODESTATUSREQUEST']._serialized_start=551
+  _globals['_GETNODESTATUSREQUEST']._serialized_end=573
+  _globals['_NODEMANAGER']._serialized_start=576
+  _globals['_NODEMANAGER']._serialized_end=876
 # @@protoc_insertion_point(module_scope)

@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SubmitRequest(_message.Message):
-    __slots__ = ("request_id", "tenant", "priority", "spec", "replica_id", "kv_source_address", "policy", "prompt_tokens_estimate")
+    __slots__ = ("request_id", "tenant", "priority", "spec", "replica_id", "kv_source_address", "policy", "prompt_tokens_estimate", "route_id")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
@@ -16,6 +16,7 @@ class SubmitRequest(_message.Message):
     KV_SOURCE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_ESTIMATE_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_ID_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     tenant: str
     priority: int
@@ -24,7 +25,8 @@ class SubmitRequest(_message.Message):
     kv_source_address: str
     policy: _common_pb2.TenantPolicy
     prompt_tokens_estimate: int
-    def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., priority: _Optional[int] = ..., spec: _Optional[_Union[_common_pb2.GenerationSpec, _Mapping]] = ..., replica_id: _Optional[str] = ..., kv_source_address: _Optional[str] = ..., policy: _Optional[_Union[_common_pb2.TenantPolicy, _Mapping]] = ..., prompt_tokens_estimate: _Optional[int] = ...) -> None: ...
+    route_id: str
+    def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., priority: _Optional[int] = ..., spec: _Optional[_Union[_common_pb2.GenerationSpec, _Mapping]] = ..., replica_id: _Optional[str] = ..., kv_source_address: _Optional[str] = ..., policy: _Optional[_Union[_common_pb2.TenantPolicy, _Mapping]] = ..., prompt_tokens_estimate: _Optional[int] = ..., route_id: _Optional[str] = ...) -> None: ...
 
 class LoadModelRequest(_message.Message):
     __slots__ = ("model", "replica_id")

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from strata.v1 import common_pb2 as strata_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19strata/v1/scheduler.proto\x12\tstrata.v1\x1a\x16strata/v1/common.proto\";\n\x0cLeaseRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06holder\x18\x02 \x01(\t\x12\r\n\x05ttl_s\x18\x03 \x01(\x01\"E\n\rLeaseResponse\x12\x0f\n\x07granted\x18\x01 \x01(\x08\x12\x0e\n\x06holder\x18\x02 \x01(\t\x12\x13\n\x0bremaining_s\x18\x03 \x01(\x01\"{\n\x0fKVEventsRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x15\n\rstore_address\x18\x02 \x01(\t\x12\x10\n\x08sequence\x18\x03 \x01(\x04\x12\r\n\x05reset\x18\x04 \x01(\x08\x12\x0e\n\x06stored\x18\x05 \x03(\x06\x12\x0f\n\x07removed\x18\x06 \x03(\x06\"&\n\x10KVEventsResponse\x12\x12\n\nneed_reset\x18\x01 \x01(\x08\"[\n\x10HeartbeatRequest\x12!\n\x04node\x18\x01 \x01(\x0b\x32\x13.strata.v1.NodeInfo\x12$\n\x06models\x18\x02 \x03(\x0b\x32\x14.strata.v1.ModelInfo\"2\n\x11HeartbeatResponse\x12\x1d\n\x15heartbeat_interval_ms\x18\x01 \x01(\x05\"\xd3\x01\n\x0cRouteRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x1e\n\x16prompt_tokens_estimate\x18\x03 \x01(\x05\x12\x15\n\rprefix_hashes\x18\x04 \x03(\x06\x12\'\n\x06policy\x18\x05 \x01(\x0b\x32\x17.strata.v1.TenantPolicy\x12\x12\n\nmax_tokens\x18\x06 \x01(\x05\x12\x16\n\x0erate_limit_rps\x18\x07 \x01(\x01\x12\x18\n\x10rate_limit_burst\x18\x08 \x01(\x01\"\xb1\x01\n\rRouteResponse\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x14\n\x0cnode_address\x18\x02 \x01(\t\x12\x12\n\nreplica_id\x18\x03 \x01(\t\x12\x15\n\rcached_blocks\x18\x04 \x01(\x05\x12\x19\n\x11kv_source_address\x18\x05 \x01(\t\x12\x18\n\x10kv_source_blocks\x18\x06 \x01(\x05\x12\x19\n\x11\x65stimated_ttft_ms\x18\x07 \x01(\x01\"\x12\n\x10ListNodesRequest\"7\n\x11ListNodesResponse\x12\"\n\x05nodes\x18\x01 \x03(\x0b\x32\x13.strata.v1.NodeInfo2\xb0\x03\n\tScheduler\x12\x46\n\tHeartbeat\x12\x1b.strata.v1.HeartbeatRequest\x1a\x1c.strata.v1.HeartbeatResponse\x12:\n\x05Route\x12\x17.strata.v1.RouteRequest\x1a\x18.strata.v1.RouteResponse\x12\x46\n\tListNodes\x12\x1b.strata.v1.ListNodesRequest\x1a\x1c.strata.v1.ListNodesResponse\x12I\n\nListModels\x12\x1c.strata.v1.ListModelsRequest\x1a\x1d.strata.v1.ListModelsResponse\x12I\n\x0eReportKVEvents\x12\x1a.strata.v1.KVEventsRequest\x1a\x1b.strata.v1.KVEventsResponse\x12\x41\n\x0c\x41\x63quireLease\x12\x17.strata.v1.LeaseRequest\x1a\x18.strata.v1.LeaseResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19strata/v1/scheduler.proto\x12\tstrata.v1\x1a\x16strata/v1/common.proto\";\n\x0cLeaseRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06holder\x18\x02 \x01(\t\x12\r\n\x05ttl_s\x18\x03 \x01(\x01\"E\n\rLeaseResponse\x12\x0f\n\x07granted\x18\x01 \x01(\x08\x12\x0e\n\x06holder\x18\x02 \x01(\t\x12\x13\n\x0bremaining_s\x18\x03 \x01(\x01\"{\n\x0fKVEventsRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x15\n\rstore_address\x18\x02 \x01(\t\x12\x10\n\x08sequence\x18\x03 \x01(\x04\x12\r\n\x05reset\x18\x04 \x01(\x08\x12\x0e\n\x06stored\x18\x05 \x03(\x06\x12\x0f\n\x07removed\x18\x06 \x03(\x06\"&\n\x10KVEventsResponse\x12\x12\n\nneed_reset\x18\x01 \x01(\x08\"s\n\x10HeartbeatRequest\x12!\n\x04node\x18\x01 \x01(\x0b\x32\x13.strata.v1.NodeInfo\x12$\n\x06models\x18\x02 \x03(\x0b\x32\x14.strata.v1.ModelInfo\x12\x16\n\x0e\x61rrived_routes\x18\x03 \x03(\t\"2\n\x11HeartbeatResponse\x12\x1d\n\x15heartbeat_interval_ms\x18\x01 \x01(\x05\"\xd3\x01\n\x0cRouteRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x1e\n\x16prompt_tokens_estimate\x18\x03 \x01(\x05\x12\x15\n\rprefix_hashes\x18\x04 \x03(\x06\x12\'\n\x06policy\x18\x05 \x01(\x0b\x32\x17.strata.v1.TenantPolicy\x12\x12\n\nmax_tokens\x18\x06 \x01(\x05\x12\x16\n\x0erate_limit_rps\x18\x07 \x01(\x01\x12\x18\n\x10rate_limit_burst\x18\x08 \x01(\x01\"\xc3\x01\n\rRouteResponse\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x14\n\x0cnode_address\x18\x02 \x01(\t\x12\x12\n\nreplica_id\x18\x03 \x01(\t\x12\x15\n\rcached_blocks\x18\x04 \x01(\x05\x12\x19\n\x11kv_source_address\x18\x05 \x01(\t\x12\x18\n\x10kv_source_blocks\x18\x06 \x01(\x05\x12\x19\n\x11\x65stimated_ttft_ms\x18\x07 \x01(\x01\x12\x10\n\x08route_id\x18\x08 \x01(\t\"\x12\n\x10ListNodesRequest\"7\n\x11ListNodesResponse\x12\"\n\x05nodes\x18\x01 \x03(\x0b\x32\x13.strata.v1.NodeInfo2\xb0\x03\n\tScheduler\x12\x46\n\tHeartbeat\x12\x1b.strata.v1.HeartbeatRequest\x1a\x1c.strata.v1.HeartbeatResponse\x12:\n\x05Route\x12\x17.strata.v1.RouteRequest\x1a\x18.strata.v1.RouteResponse\x12\x46\n\tListNodes\x12\x1b.strata.v1.ListNodesRequest\x1a\x1c.strata.v1.ListNodesResponse\x12I\n\nListModels\x12\x1c.strata.v1.ListModelsRequest\x1a\x1d.strata.v1.ListModelsResponse\x12I\n\x0eReportKVEvents\x12\x1a.strata.v1.KVEventsRequest\x1a\x1b.strata.v1.KVEventsResponse\x12\x41\n\x0c\x41\x63quireLease\x12\x17.strata.v1.LeaseRequest\x1a\x18.strata.v1.LeaseResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -41,17 +41,17 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_KVEVENTSRESPONSE']._serialized_start=321
   _globals['_KVEVENTSRESPONSE']._serialized_end=359
   _globals['_HEARTBEATREQUEST']._serialized_start=361
-  _globals['_HEARTBEATREQUEST']._serialized_end=452
-  _globals['_HEARTBEATRESPONSE']._serialized_start=454
-  _globals['_HEARTBEATRESPONSE']._serialized_end=504
-  _globals['_ROUTEREQUEST']._serialized_start=507
-  _globals['_ROUTEREQUEST']._serialized_end=718
-  _globals['_ROUTERESPONSE']._serialized_start=721
-  _globals['_ROUTERESPONSE']._serialized_end=898
-  _globals['_LISTNODESREQUEST']._serialized_start=900
-  _globals['_LISTNODESREQUEST']._serialized_end=918
-  _globals['_LISTNODESRESPONSE']._serialized_start=920
-  _globals['_LISTNODESRESPONSE']._serialized_end=975
-  _globals['_SCHEDULER']._serialized_start=978
-  _globals['_SCHEDULER']._serialized_end=1410
+  _globals['_HEARTBEATREQUEST']._serialized_end=476
+  _globals['_HEARTBEATRESPONSE']._serialized_start=478
+  _globals['_HEARTBEATRESPONSE']._serialized_end=528
+  _globals['_ROUTEREQUEST']._serialized_start=531
+  _globals['_ROUTEREQUEST']._serialized_end=742
+  _globals['_ROUTERESPONSE']._serialized_start=745
+  _globals['_ROUTERESPONSE']._serialized_end=940
+  _globals['_LISTNODESREQUEST']._serialized_start=942
+  _globals['_LISTNODESREQUEST']._serialized_end=960
+  _globals['_LISTNODESRESPONSE']._serialized_start=962
+  _globals['_LISTNODESRESPONSE']._serialized_end=1017
+  _globals['_SCHEDULER']._serialized_start=1020
+  _globals['_SCHEDULER']._serialized_end=1452
 # @@protoc_insertion_point(module_scope)

@@ -50,12 +50,14 @@ class KVEventsResponse(_message.Message):
     def __init__(self, need_reset: _Optional[bool] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("node", "models")
+    __slots__ = ("node", "models", "arrived_routes")
     NODE_FIELD_NUMBER: _ClassVar[int]
     MODELS_FIELD_NUMBER: _ClassVar[int]
+    ARRIVED_ROUTES_FIELD_NUMBER: _ClassVar[int]
     node: _common_pb2.NodeInfo
     models: _containers.RepeatedCompositeFieldContainer[_common_pb2.ModelInfo]
-    def __init__(self, node: _Optional[_Union[_common_pb2.NodeInfo, _Mapping]] = ..., models: _Optional[_Iterable[_Union[_common_pb2.ModelInfo, _Mapping]]] = ...) -> None: ...
+    arrived_routes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, node: _Optional[_Union[_common_pb2.NodeInfo, _Mapping]] = ..., models: _Optional[_Iterable[_Union[_common_pb2.ModelInfo, _Mapping]]] = ..., arrived_routes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
     __slots__ = ("heartbeat_interval_ms",)
@@ -84,7 +86,7 @@ class RouteRequest(_message.Message):
     def __init__(self, model: _Optional[str] = ..., tenant: _Optional[str] = ..., prompt_tokens_estimate: _Optional[int] = ..., prefix_hashes: _Optional[_Iterable[int]] = ..., policy: _Optional[_Union[_common_pb2.TenantPolicy, _Mapping]] = ..., max_tokens: _Optional[int] = ..., rate_limit_rps: _Optional[float] = ..., rate_limit_burst: _Optional[float] = ...) -> None: ...
 
 class RouteResponse(_message.Message):
-    __slots__ = ("node_id", "node_address", "replica_id", "cached_blocks", "kv_source_address", "kv_source_blocks", "estimated_ttft_ms")
+    __slots__ = ("node_id", "node_address", "replica_id", "cached_blocks", "kv_source_address", "kv_source_blocks", "estimated_ttft_ms", "route_id")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
@@ -92,6 +94,7 @@ class RouteResponse(_message.Message):
     KV_SOURCE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     KV_SOURCE_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     ESTIMATED_TTFT_MS_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_ID_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     node_address: str
     replica_id: str
@@ -99,7 +102,8 @@ class RouteResponse(_message.Message):
     kv_source_address: str
     kv_source_blocks: int
     estimated_ttft_ms: float
-    def __init__(self, node_id: _Optional[str] = ..., node_address: _Optional[str] = ..., replica_id: _Optional[str] = ..., cached_blocks: _Optional[int] = ..., kv_source_address: _Optional[str] = ..., kv_source_blocks: _Optional[int] = ..., estimated_ttft_ms: _Optional[float] = ...) -> None: ...
+    route_id: str
+    def __init__(self, node_id: _Optional[str] = ..., node_address: _Optional[str] = ..., replica_id: _Optional[str] = ..., cached_blocks: _Optional[int] = ..., kv_source_address: _Optional[str] = ..., kv_source_blocks: _Optional[int] = ..., estimated_ttft_ms: _Optional[float] = ..., route_id: _Optional[str] = ...) -> None: ...
 
 class ListNodesRequest(_message.Message):
     __slots__ = ()

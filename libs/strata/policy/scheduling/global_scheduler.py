@@ -19,7 +19,9 @@
                    beyond their own prefill (its node's report, strata.policy.scheduling.
                    delays) plus this prompt's own prefill: feedback for when the estimate's
                    inputs lag a burst.
-            --ledger.routed: the work counts against the tenant until the node reports it
+            --ledger.routed: the work counts against the tenant, and the request in the
+                   replica's slots and queue, until a report of the node lists the decision's
+                   route id as received (strata.policy.scheduling.arrivals)
 
 Coarse and cheap on purpose: which node, not when (the node manager's fair queue and the
 engine's priorities decide that), so one scheduler keeps up with 1,000 nodes. The services and
@@ -37,7 +39,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from strata.core.tenant_policy import TenantPolicy
 from strata.policy.kv_index import PrefixIndex
@@ -50,7 +52,7 @@ from strata.policy.scheduling.admission import (
     admit,
     retry_after,
 )
-from strata.policy.scheduling.ledger import PoolLedger
+from strata.policy.scheduling.ledger import PendingRoute, PoolLedger
 from strata.policy.scheduling.slo import (
     DecodeLoad,
     engine_share,
@@ -122,7 +124,11 @@ class GlobalScheduler:
     ledger: PoolLedger
     index: PrefixIndex | None = None
     settings: SchedulerSettings = SchedulerSettings()
+    # Route ids are this prefix and a count: a prefix of its own for each scheduler process
+    # keeps ids apart where nodes report to several.
+    route_prefix: str = ""
     rates: TokenBuckets = field(init=False)
+    _routes: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
         self.ledger.horizon_s = self.settings.admission.horizon_s
@@ -185,16 +191,22 @@ class GlobalScheduler:
             refusal = self._sla_refusal(model, policy, work, compute, decision)
             if refusal is not None:
                 return refusal
+        self._routes += 1
+        route_id = f"{self.route_prefix}{self._routes:x}"
         self.ledger.routed(
             decision.node_id,
-            decision.replica_id,
-            policy.tenant,
-            work,
-            compute,
-            policy.tpot_ms,
-            policy.priority,
+            route_id,
+            PendingRoute(
+                decision.replica_id,
+                policy.tenant,
+                work,
+                compute,
+                policy.tpot_ms,
+                policy.priority,
+                self.registry.clock.now(),
+            ),
         )
-        return decision
+        return replace(decision, route_id=route_id)
 
     def _sla_refusal(
         self, model: str, policy: TenantPolicy, work: int, compute: int, decision: RouteDecision

@@ -1,9 +1,11 @@
 """The pool ledger: how much work each tenant holds in the pool, and how much the pool can hold.
 
 Kept up to date from the node registry's heartbeats (each node reports its tenants' reserved work
-tokens and its replicas' KV pools), plus what this scheduler routed since a node's last heartbeat
-(that node's next report includes it, so those entries are dropped then). Everything here is
-rebuilt from heartbeats within one interval after a restart.
+tokens and its replicas' KV pools), plus what this scheduler routed that its node has not yet
+reported: a route counts until a report of its node lists its route id among the requests the
+node received (strata.policy.scheduling.arrivals: a report taken before the request arrived
+does not include it), or until `pending_ttl_s` after it was routed (it never arrived). Everything
+here is rebuilt from heartbeats within one interval after a restart.
 
     capacity_tokens   sum over READY replicas of what each can hold and work off: the smaller of
                       its KV pool (KV blocks x block tokens, the context it can hold at once)
@@ -16,8 +18,9 @@ rebuilt from heartbeats within one interval after a restart.
     tenant_tokens[t]  work tokens (prompt + max_tokens) of t's requests on any node, or routed
                       and not yet reported
 
-Updates cost O(the node's replicas and tenants), reads O(1): admission reads the ledger on every
-request, heartbeats come every second from every node.
+Updates cost O(the node's replicas, tenants and unreported routes); reads O(1), or O(the node's
+unreported routes) for the per-replica ones: admission reads the ledger on every request,
+heartbeats come every second from every node.
 """
 
 from __future__ import annotations
@@ -29,6 +32,21 @@ from strata.core.blocks import block_tokens
 from strata.policy.registry import NodeState, ReplicaPhase
 from strata.policy.scheduling.slo import DecodeLoad
 
+PENDING_TTL_S = 10.0  # a route its node never reported stops counting this long after it
+
+
+@dataclass(slots=True, frozen=True)
+class PendingRoute:
+    """A request this scheduler routed, not yet in a report of its node."""
+
+    replica_id: str
+    tenant: str
+    tokens: int  # reserved work: prompt + max_tokens (also its context at its largest)
+    replica_work: int  # tokens it queues ahead of the replica's next request
+    tpot_ms: float | None
+    priority: int
+    at: float  # the registry's clock when it was routed
+
 
 @dataclass(slots=True)
 class PoolLedger:
@@ -38,25 +56,25 @@ class PoolLedger:
     margin_sum: float = 0.0  # of the nodes' safety margins (mean = / nodes)
     nodes: int = 0
     tenant_tokens: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    # node id -> replica id -> tokens routed there since the node's last report
-    pending_replica: dict[str, dict[str, int]] = field(default_factory=dict)
-    # node id -> tenant -> tokens routed there since the node's last report
-    pending_tenant: dict[str, dict[str, int]] = field(default_factory=dict)
-    # node id -> replica id -> the requests routed there since the node's last report
-    pending_slots: dict[str, dict[str, DecodeLoad]] = field(default_factory=dict)
-    # node id -> replica id -> the priorities of those requests
-    pending_priorities: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    pending_ttl_s: float = PENDING_TTL_S
+    # node id -> route id -> a request routed there that no report of the node has listed
+    unreported: dict[str, dict[str, PendingRoute]] = field(default_factory=dict)
     # tenant -> its guaranteed share, as its latest request said (soft state: requests bring
     # it back after a restart)
     guarantees: dict[str, float] = field(default_factory=dict)
 
     def __call__(self, old: NodeState | None, new: NodeState | None) -> None:
-        """The registry's listener: replace `old`'s contribution by `new`'s."""
+        """The registry's listener: replace `old`'s contribution by `new`'s; the routes `new`
+        lists as received, and those older than `pending_ttl_s` by its stamp, stop counting (all
+        of the node's when it is gone)."""
         if old is not None:
             self._add(old, -1)
-            self._drop_pending(old.node_id)
         if new is not None:
             self._add(new, +1)
+            self._settle(new.node_id, new.arrived_routes, new.last_seen)
+        elif old is not None:
+            for pending in self.unreported.pop(old.node_id, {}).values():
+                self.tenant_tokens[pending.tenant] -= pending.tokens
 
     def _add(self, node: NodeState, sign: int) -> None:
         self.nodes += sign
@@ -70,53 +88,47 @@ class PoolLedger:
         for t in node.tenants:
             self.tenant_tokens[t.tenant] += sign * t.tokens
 
-    def _drop_pending(self, node_id: str) -> None:
-        self.pending_replica.pop(node_id, None)
-        self.pending_slots.pop(node_id, None)
-        self.pending_priorities.pop(node_id, None)
-        for tenant, tokens in self.pending_tenant.pop(node_id, {}).items():
-            self.tenant_tokens[tenant] -= tokens
+    def _settle(self, node_id: str, arrived: frozenset[str], now: float) -> None:
+        routes = self.unreported.get(node_id)
+        if not routes:
+            return
+        done = [
+            rid for rid, p in routes.items() if rid in arrived or now - p.at > self.pending_ttl_s
+        ]
+        for rid in done:
+            pending = routes.pop(rid)
+            self.tenant_tokens[pending.tenant] -= pending.tokens
+        if not routes:
+            del self.unreported[node_id]
 
-    def routed(
-        self,
-        node_id: str,
-        replica_id: str,
-        tenant: str,
-        tokens: int,
-        replica_work: int,
-        tpot_ms: float | None = None,
-        priority: int = 0,
-    ) -> None:
-        """This scheduler sent a request to the replica: `tokens` of reserved work for the
-        tenant (prompt + max_tokens, also its context at its largest), `replica_work` tokens
-        queued ahead of the replica's next request (its prefill after the cached prefix, as
-        the replica's queued_tokens will count it), a request of TPOT target `tpot_ms` and class
-        priority `priority` in its slots; counted until the node's next report (which then
-        includes it)."""
-        slots = self.pending_slots.setdefault(node_id, {})
-        slots[replica_id] = slots.get(replica_id, DecodeLoad()).plus(tokens, tpot_ms)
-        self.pending_priorities.setdefault(node_id, {}).setdefault(replica_id, []).append(priority)
-        per_replica = self.pending_replica.setdefault(node_id, {})
-        per_replica[replica_id] = per_replica.get(replica_id, 0) + replica_work
-        per_tenant = self.pending_tenant.setdefault(node_id, {})
-        per_tenant[tenant] = per_tenant.get(tenant, 0) + tokens
-        self.tenant_tokens[tenant] += tokens
+    def routed(self, node_id: str, route_id: str, pending: PendingRoute) -> None:
+        """This scheduler sent a request to `pending.replica_id` on `node_id` as `route_id`:
+        its reserved work counts against its tenant, and it counts in the replica's slots and
+        queued work, until a report of the node lists `route_id` (module docstring)."""
+        self.unreported.setdefault(node_id, {})[route_id] = pending
+        self.tenant_tokens[pending.tenant] += pending.tokens
+
+    def _routes(self, node_id: str, replica_id: str) -> list[PendingRoute]:
+        routes = self.unreported.get(node_id)
+        if not routes:
+            return []
+        return [p for p in routes.values() if p.replica_id == replica_id]
 
     def pending_load(self, node_id: str, replica_id: str) -> DecodeLoad:
-        """The requests routed to the replica since its node's last report."""
-        per_replica = self.pending_slots.get(node_id)
-        return per_replica.get(replica_id, DecodeLoad()) if per_replica else DecodeLoad()
+        """The requests routed to the replica that its node has not reported yet."""
+        load = DecodeLoad()
+        for p in self._routes(node_id, replica_id):
+            load = load.plus(p.tokens, p.tpot_ms)
+        return load
 
     def pending_below(self, node_id: str, replica_id: str, priority: int) -> int:
-        """How many of the requests routed to the replica since its node's last report are of
-        a class below `priority`."""
-        per_replica = self.pending_priorities.get(node_id)
-        ranks = per_replica.get(replica_id, ()) if per_replica else ()
-        return sum(1 for p in ranks if p < priority)
+        """How many of the requests routed to the replica that its node has not reported yet
+        are of a class below `priority`."""
+        return sum(1 for p in self._routes(node_id, replica_id) if p.priority < priority)
 
     def pending(self, node_id: str, replica_id: str) -> int:
-        per_replica = self.pending_replica.get(node_id)
-        return per_replica.get(replica_id, 0) if per_replica else 0
+        """The tokens those requests queue ahead of the replica's next request."""
+        return sum(p.replica_work for p in self._routes(node_id, replica_id))
 
     def protected_other(self, tenant: str, admitted: float) -> bool:
         """Whether another tenant holding work is within its guarantee: someone a borrower
