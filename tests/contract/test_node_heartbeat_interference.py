@@ -18,6 +18,7 @@ from strata.node.replicas import Replica, ReplicaSet, State
 from strata.node.worker_process import WorkerProcess
 from strata.policy.clock import ManualClock, WallClock
 from strata.policy.scheduling.fair_queue import FairQueue, QueueItem
+from strata.policy.scheduling.slo import line_prefill_rate
 from strata.rpc.server import Registration, start_server
 from strata.v1 import scheduler_pb2, scheduler_pb2_grpc, worker_pb2, worker_pb2_grpc
 
@@ -206,3 +207,34 @@ async def test_heartbeats_carry_the_step_line_each_worker_learned(reported, kept
     else:
         assert replica.stats.step_line is None
         assert (list(info.step_line), info.step_line_samples) == ([], 0)
+
+
+async def test_before_its_engine_measures_a_prefill_rate_a_replica_reports_its_lines():
+    stop = asyncio.Event()
+    scheduler = FakeScheduler(1, stop)
+    values = [0.03, 2e-3, 1.5e-3, 1.7e-6, 5.8e-6, 0.019]
+
+    class FreshWorker(worker_pb2_grpc.WorkerServicer):
+        async def GetStats(self, request, context) -> worker_pb2.WorkerStats:
+            return worker_pb2.WorkerStats(
+                model="m",
+                step_line=values,
+                kv_block_size=16,
+                max_batched_tokens=256,
+            )
+
+    worker_server, scheduler_server, cfg, replicas, _ = await one_replica_node(
+        "node-f", FreshWorker(), scheduler
+    )
+    dispatcher = Dispatcher(replicas, FairQueue(WallClock()), WallClock())
+    try:
+        await asyncio.wait_for(
+            heartbeat_loop(cfg, replicas, stop, dispatcher=dispatcher), timeout=240
+        )
+    finally:
+        await worker_server.stop(0)
+        await scheduler_server.stop(0)
+    line = StepLine.from_coefficients(values)
+    want = line_prefill_rate(line, 16, 256)
+    assert want > 0
+    assert scheduler.beats[0].node.replicas[0].tokens_per_s == pytest.approx(want)

@@ -3,7 +3,10 @@
 Fifty Poisson requests (prompts 32-224 tokens, answers 6-42) go through the whole stack (compose's
 configuration, one node) and through strata.sim; the simulator's TTFT and E2E P50 and P99 are
 compared with the stack's, both as the metrics collector's layered report computes them from
-the gateway's spans.
+the gateway's spans. The stack serves them (and the calibration requests) as a tenant of the
+best-effort class, so that admission leaves them to the engine's own limits, as the simulator
+without a Tenancy does: on a host where the standard class's 2 s TTFT target binds at this rate
+(dummy-bench on an AVX2-only EPYC), admission refused a third to a half of them.
 
 The issue's target is 10%. At this size on this 2-core machine it is not reached reliably: over
 four quiet runs of this version the errors were TTFT P50 -5% to -19%, TTFT P99 -19% to +7%,
@@ -41,7 +44,9 @@ of the admitted requests must agree within OVERLOAD_BOUND (absolute).
 STRATA_SIM_FIDELITY_OUT=path writes the figures as JSON (the simulator benchmark reads them).
 """
 
+import contextlib
 import dataclasses
+import io
 import json
 import os
 import random
@@ -120,9 +125,14 @@ def bench_stack(tmp_path_factory):
         yield s
 
 
-def _replay(stack, out: Path, name: str, args: list[str]) -> tuple[int, Path]:
-    assert (
-        cli.main(
+def _replay(
+    stack, out: Path, name: str, args: list[str], api_key: str | None = None
+) -> tuple[int, Path]:
+    """A replay as the demo tenant (standard class), or as the tenant of `api_key`."""
+    with pytest.MonkeyPatch.context() as mp:
+        if api_key is not None:
+            mp.setenv("STRATA_API_KEY", api_key)
+        rc = cli.main(
             [
                 "--gateway",
                 stack.addr("gateway"),
@@ -136,8 +146,7 @@ def _replay(stack, out: Path, name: str, args: list[str]) -> tuple[int, Path]:
                 name,
             ]
         )
-        == 0
-    )
+    assert rc == 0
     run_dir = max(out.glob("run-*"), key=lambda p: int(p.name.removeprefix("run-")))
     return int(run_dir.name.removeprefix("run-")), run_dir
 
@@ -220,7 +229,33 @@ def stack_env(bench_stack):
 
 
 @pytest.fixture(scope="module")
-def calibrated(stack_env, tmp_path_factory):
+def best_effort_key(stack_env) -> str:
+    """An API key of a tenant of compose's best-effort class (`batch`): admission refuses its
+    requests only past a 30 s wait for an engine slot, and its engine slots answer to no TPOT
+    target, so the stack runs them as the simulator without a Tenancy does (the engine's own
+    limits alone). The latency comparison is of the engine and the stack's overheads; the
+    overload case compares admission."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = cli.main(
+            [
+                "--gateway",
+                stack_env.addr("gateway"),
+                "tenants",
+                "create",
+                "fidelity",
+                "--class",
+                "batch",
+                "--issue-key",
+                "--json",
+            ]
+        )
+    assert rc == 0, out.getvalue()
+    return json.loads(out.getvalue())["api_key"]
+
+
+@pytest.fixture(scope="module")
+def calibrated(stack_env, best_effort_key, tmp_path_factory):
     """(the engine profile measured here, the stack's overheads from calibration requests)."""
     bench_stack = stack_env
     tmp_path = tmp_path_factory.mktemp("calibration")
@@ -250,6 +285,7 @@ def calibrated(stack_env, tmp_path_factory):
             "--seed",
             "3",
         ],
+        best_effort_key,
     )
     records = [
         json.loads(line) for line in (singles_dir / "requests.jsonl").read_text().splitlines()
@@ -272,6 +308,7 @@ def calibrated(stack_env, tmp_path_factory):
             "--seed",
             "3",
         ],
+        best_effort_key,
     )
     context = CAL_PROMPT + CAL_OUTPUT / 2
     single = _report(bench_stack, singles_id, CAL_SINGLES).request.overall
@@ -288,7 +325,7 @@ def calibrated(stack_env, tmp_path_factory):
     return profile, overheads
 
 
-def test_simulator_latencies_match_the_stack(bench_stack, calibrated, tmp_path):
+def test_simulator_latencies_match_the_stack(bench_stack, calibrated, best_effort_key, tmp_path):
     pids = [p.proc.pid for p in bench_stack.processes.values()]
     busy0, own0, wall0 = *_cpu_seconds(pids), time.monotonic()
     profile, overheads = calibrated
@@ -309,6 +346,7 @@ def test_simulator_latencies_match_the_stack(bench_stack, calibrated, tmp_path):
             "--seed",
             str(SEED),
         ],
+        best_effort_key,
     )
     real = _report(bench_stack, run_id, REQUESTS)
 

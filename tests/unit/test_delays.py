@@ -49,12 +49,39 @@ def test_a_replica_reports_its_delay_only_while_something_waits_for_a_first_toke
     ft.dispatched("r", "b")
     # a waited 3 s at the node for a prefill priced at 1 s: 2 s of delay.
     ft.first_token("r", "a", waited_s=3.0, own_s=1.0, now=10.0)
-    assert ft.delay_s("r", 10.0, queued=False) == pytest.approx(2.0)  # b still waits
+    # b still waits: a request arriving now would be second in line, 2 s a place.
+    assert ft.delay_s("r", 10.0, queued=0) == pytest.approx(4.0)
     ft.released("r", "b")  # cancelled before its first token
-    assert ft.delay_s("r", 10.0, queued=False) == 0.0  # the queue drained: no claim
-    assert ft.delay_s("r", 10.0, queued=True) == pytest.approx(2.0)  # one queued for it
+    assert ft.delay_s("r", 10.0, queued=0) == 0.0  # the queue drained: no claim
+    assert ft.delay_s("r", 10.0, queued=1) == pytest.approx(4.0)  # one queued for it
     ft.forget(set())
-    assert ft.delay_s("r", 10.0, queued=True) == 0.0
+    assert ft.delay_s("r", 10.0, queued=1) == 0.0
+
+
+def test_a_delay_is_taken_per_place_in_the_queue_and_priced_for_the_queue_now():
+    ft = FirstTokens(RecentDelays(window=8, quantile=1.0))
+    # A burst: c arrived behind a and b (both without a first token), and waited 3.5 s beyond
+    # its own prefill, so about 3.5 / 3 s a place.
+    ft.arrived("a", 0)
+    ft.arrived("b", 1)
+    ft.arrived("c", 2)
+    for rid in ("a", "b", "c"):
+        ft.dispatched("r", rid)
+    ft.first_token("r", "a", waited_s=1.3, own_s=0.1, now=1.3)
+    ft.first_token("r", "b", waited_s=2.5, own_s=0.1, now=2.5)
+    ft.first_token("r", "c", waited_s=3.6, own_s=0.1, now=3.6)
+    # Later one request is in the engine without a token: the next is second in line, priced
+    # at two places, not at the 3.5 s the burst's last request waited.
+    ft.arrived("d", 0)
+    ft.dispatched("r", "d")
+    assert ft.delay_s("r", 5.0, queued=0) == pytest.approx(2 * 1.2)
+    # Ten queued for it besides: eleven ahead, twelve places.
+    assert ft.delay_s("r", 5.0, queued=10) == pytest.approx(12 * 1.2)
+    # A request that leaves before its first token leaves nothing behind.
+    ft.arrived("e", 3)
+    ft.left("e")
+    ft.released("r", "d")
+    assert ft._ahead == {}
 
 
 def _scheduler(delay_s: float) -> GlobalScheduler:

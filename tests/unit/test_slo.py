@@ -11,8 +11,10 @@ from strata.policy.scheduling.slo import (
     chunk_budget,
     engine_share,
     fits,
+    line_prefill_rate,
     prefill_s,
     slot_wait_s,
+    solo_prefill_s,
     step_ms,
     tpot_capacity,
 )
@@ -168,3 +170,11 @@ def test_slot_turnover_prices_with_the_slower_of_the_recent_waves():
     for _ in range(TURNOVER_WINDOW // 16):
         t = _wave(slots, t, 0.4)
     assert slots.turnover_s("a") == pytest.approx(0.025)
+
+
+def test_the_lines_prefill_rate_is_a_long_prompt_alone_in_the_steps_budget():
+    # 512 tokens in chunks of at most 256 tokens a step, nothing beside: two steps.
+    rate = line_prefill_rate(LINE, block_size=16, max_chunk=256)
+    assert rate == pytest.approx(512 / (2 * step_ms(LINE, DecodeLoad(), 256) / 1000.0))
+    assert rate == pytest.approx(512 / solo_prefill_s(LINE, 512, 16, 256))
+    assert line_prefill_rate(None, block_size=16) == 0.0  # no line: nothing to price with

@@ -32,7 +32,7 @@ from strata.policy.registry import TenantLoad
 from strata.policy.scheduling.arrivals import RouteArrivals
 from strata.policy.scheduling.delays import FirstTokens
 from strata.policy.scheduling.fair_queue import URGENT_FRACTION, NodeQueue, QueueItem
-from strata.policy.scheduling.slo import solo_prefill_s
+from strata.policy.scheduling.slo import line_prefill_rate, solo_prefill_s
 from strata.policy.scheduling.slots import EngineSlots
 
 TICK_S = 0.05  # how often a non-empty queue is looked at again (urgency, new replicas)
@@ -92,6 +92,7 @@ class Dispatcher:
         if rid in self._waiters or self.slots.holds(rid):
             raise ValueError(f"request id {rid!r} is already on this node; ids must be unique")
         fut: asyncio.Future[Lease] = asyncio.get_running_loop().create_future()
+        self.first_tokens.arrived(rid, self._ahead(item))
         self.queue.push(item)
         self._waiters[rid] = fut
         self.pump()
@@ -103,6 +104,7 @@ class Dispatcher:
             else:
                 self._waiters.pop(item.request_id, None)
                 self.queue.remove(item.request_id)
+                self.first_tokens.left(item.request_id)
             raise
 
     def release(self, lease: Lease) -> None:
@@ -194,6 +196,7 @@ class Dispatcher:
     def _dispatch(self, item: QueueItem, replica: Replica, beyond_cap: bool) -> None:
         fut = self._waiters.pop(item.request_id, None)
         if fut is None or fut.done():
+            self.first_tokens.left(item.request_id)
             return  # its caller went away in the same loop turn: nothing to send
         self.slots.enter(replica.replica_id, item, self.clock.now())
         self.first_tokens.dispatched(replica.replica_id, item.request_id)
@@ -220,15 +223,29 @@ class Dispatcher:
         )
 
     def delay_s(self, replica: Replica) -> float:
-        """The replica's recent first-token delay (strata.policy.scheduling.delays.FirstTokens;
-        0 when none came lately or nothing waits for one there)."""
-        rid = replica.replica_id
-        queued = any(
-            item.model == replica.model and item.replica_id in ("", rid) for item in self.queue
-        )
-        return self.first_tokens.delay_s(rid, self.clock.now(), queued)
+        """The first-token delay a request arriving now would see on the replica
+        (strata.policy.scheduling.delays.FirstTokens; 0 when none came lately or nothing waits
+        for one there)."""
+        queued = self._queued_for(replica.model, replica.replica_id)
+        return self.first_tokens.delay_s(replica.replica_id, self.clock.now(), queued)
+
+    def _queued_for(self, model: str, replica_id: str) -> int:
+        """Requests the node's queue holds that the replica may take."""
+        return sum(1 for i in self.queue if i.model == model and i.replica_id in ("", replica_id))
+
+    def _ahead(self, item: QueueItem) -> int:
+        """Requests without a first token ahead of `item` on its replica (on the least loaded
+        candidate when the route named none)."""
+        if item.replica_id:
+            return self._queued_for(item.model, item.replica_id) + self.first_tokens.waiting(
+                item.replica_id
+            )
+        queued = sum(1 for i in self.queue if i.model == item.model)
+        engines = [self.first_tokens.waiting(r.replica_id) for r in self._candidates(item)]
+        return queued + min(engines, default=0)
 
     def _fail(self, item: QueueItem, err: Exception) -> None:
+        self.first_tokens.left(item.request_id)
         fut = self._waiters.pop(item.request_id, None)
         if fut is not None and not fut.done():
             fut.set_exception(err)
@@ -261,7 +278,17 @@ class Dispatcher:
     def tokens_per_s(self, replica: Replica) -> float:
         """The replica's prefill throughput as its engine measured it; before it has, the
         tokens its engine computed per busy second, over the window since the last read that
-        saw at least MIN_RATE_BUSY_S more busy time (the first read: since start)."""
+        saw at least MIN_RATE_BUSY_S more busy time (the first read: since start); before its
+        engine ran a step, the rate its worker's step line prices (slo.line_prefill_rate)."""
+        measured = self._measured_rate(replica)
+        if measured > 0:
+            return measured
+        s = replica.stats
+        return line_prefill_rate(
+            s.step_line, s.block_size or DEFAULT_BLOCK_SIZE, s.max_batched_tokens
+        )
+
+    def _measured_rate(self, replica: Replica) -> float:
         if replica.stats.prefill_tokens_per_s > 0:
             return replica.stats.prefill_tokens_per_s
         s = replica.stats.counters

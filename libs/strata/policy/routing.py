@@ -12,11 +12,12 @@ Each READY replica of the model gets a score; the lowest wins:
     est_s           the time until this request's first token there:
                     (ahead + prefill_tokens) / rate * (1 + safety_margin)
     ahead           the work tokens in front of the request: queued_tokens + running_requests *
-                    request_weight_tokens + what this scheduler routed there since the node's
-                    last heartbeat, whatever their class: the engine finishes the prefill chunks
-                    it has started before it admits anything new, so lower classes' queued
-                    prompt tokens delay a higher class's first token too, and they are not
-                    discounted by class (measurements: docs/design/scheduling.md). Queued
+                    request_weight_tokens + what this scheduler routed there that no report
+                    of the node includes yet, whatever their class: the engine finishes the
+                    prefill chunks it has started before it admits anything new, so lower
+                    classes' queued prompt tokens delay a higher class's first token too, and
+                    they are not discounted by class (measurements: docs/design/scheduling.md).
+                    Queued
                     tokens are prompt tokens not yet prefilled; a running request counts as
                     `request_weight_tokens` tokens, the decode it still has to do (a typical
                     chat answer), so one long prompt and many short decodes compare.
@@ -147,7 +148,7 @@ class Router:
         `prefix_hashes` is the prompt's block hash chain (empty when the caller cannot compute
         it); with an `index` it credits each node with the blocks it already holds. `priority`
         (the tenant's class) adds the interference term; `pending(node_id, replica_id)` is
-        work routed there since the node's last heartbeat;
+        work routed there that no report of the node includes yet;
         `nodes` restricts the choice (a static partition). `tenant` does not change the score:
         it is already in the hashes. Quotas and SLA admission are the caller's (strata.policy.
         scheduling.global_scheduler).

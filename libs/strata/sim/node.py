@@ -15,7 +15,7 @@ from strata.core.counters import EngineCounters
 from strata.core.records import NodeSampleRecord
 from strata.node.energy import PowerModel
 from strata.policy.registry import ModelInfo, NodeState, ReplicaPhase, ReplicaState
-from strata.policy.scheduling.slo import DecodeLoad
+from strata.policy.scheduling.slo import DecodeLoad, line_prefill_rate
 from strata.sim.kv_tiers import NodeKV
 from strata.sim.replica import SimReplica
 from strata.sim.spec import ModelSpec
@@ -198,8 +198,9 @@ class SimNode:
 
 
 def prefill_rate(replica: SimReplica) -> float:
-    """The replica's prefill throughput as its worker reports it once it has run a step (0
-    before: not measured yet)."""
+    """The replica's prefill throughput as its node reports it: measured once it has run a
+    step, before that the rate its step line prices (the node manager's dispatcher)."""
     if not replica.counters.steps and replica.stretch is None:
-        return 0.0
+        limits = replica.limits
+        return line_prefill_rate(replica.line, limits.block_size, limits.max_batched_tokens)
     return replica.costs.prefill_tokens_per_s(replica.limits.block_size)

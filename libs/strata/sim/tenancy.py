@@ -85,6 +85,8 @@ class NodeFront(Generic[P]):
         return cls(QUEUES[kind](clock), clock)
 
     def push(self, item: QueueItem, payload: P) -> None:
+        ahead = self._queued_for(item.replica_id) + self.first_tokens.waiting(item.replica_id)
+        self.first_tokens.arrived(item.request_id, ahead)
         self.queue.push(item)
         self.payloads[item.request_id] = payload
 
@@ -144,15 +146,20 @@ class NodeFront(Generic[P]):
             self.first_tokens.first_token(replica_id, request_id, at - item.enqueued_s, own_s, at)
 
     def delay_s(self, replica_id: str) -> float:
-        """The replica's recent first-token delay, as the node manager's dispatcher reports."""
-        queued = any(item.replica_id == replica_id for item in self.queue)
+        """The first-token delay a request arriving now would see on the replica, as the node
+        manager's dispatcher reports it."""
+        queued = self._queued_for(replica_id)
         return self.first_tokens.delay_s(replica_id, self.clock.now(), queued)
+
+    def _queued_for(self, replica_id: str) -> int:
+        return sum(1 for item in self.queue if item.replica_id == replica_id)
 
     def drain(self) -> list[P]:
         """Everything still queued (the run's horizon): their payloads."""
         out = []
         for item in list(self.queue):
             self.queue.remove(item.request_id)
+            self.first_tokens.left(item.request_id)
             out.append(self.payloads.pop(item.request_id))
         return out
 

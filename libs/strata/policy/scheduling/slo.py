@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from strata.core.profile import PREFILL_RATE_CHUNK
 from strata.core.step_model import StepLine
 
 HEADROOM = 0.9  # of the tightest TPOT target a step may take (the line is an estimate)
@@ -220,3 +221,14 @@ def solo_prefill_s(
     """A prompt of `tokens` alone on an idle replica, in chunks of at most `max_chunk` tokens
     (prefill_s beside nothing; 0 without a line)."""
     return prefill_s(line, DecodeLoad(), tokens, block_size, max_chunk=max_chunk)
+
+
+def line_prefill_rate(
+    line: StepLine | None, block_size: int, max_chunk: int = 0, tokens: int = PREFILL_RATE_CHUNK
+) -> float:
+    """Tokens per second of a `tokens`-token prompt prefilled alone, as the line prices it (0
+    without a line): the prefill throughput a replica reports before its engine has measured
+    one, so that routing and admission price the queue from the first request on (with the
+    conservative prior of a model without a profile, conservatively)."""
+    seconds = solo_prefill_s(line, tokens, block_size, max_chunk)
+    return tokens / seconds if seconds > 0 else 0.0
