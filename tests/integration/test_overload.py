@@ -114,9 +114,13 @@ def test_a_burst_is_refused_early_and_what_is_admitted_meets_its_targets(stack):
             assert time.monotonic() < deadline, f"{MODEL} never became ready:\n{stack.logs()}"
             time.sleep(0.3)
     # Warm-up: the worker learns its step line from real batches, and the node its slot
-    # turnover; the burst comes once the scheduler has both and the warm-up has left.
+    # turnover; the burst comes once the scheduler has both and the warm-up has left. Before
+    # any step is measured admission prices with the worker's conservative prior line, so it
+    # may refuse part of the warm-up: refusals only, and a wave of the engine's slots served.
     warm = asyncio.run(burst(gateway, key, 48))
-    assert all(o.code is None for o in warm), [o.code for o in warm]
+    codes = [o.code for o in warm]
+    assert set(codes) <= {None, grpc.StatusCode.RESOURCE_EXHAUSTED}, codes
+    assert codes.count(None) >= 16, codes
     with sync_channel(stack.addr("scheduler"), stack.identity) as ch:
         scheduler = scheduler_pb2_grpc.SchedulerStub(ch)
         while not measured(scheduler.ListNodes(scheduler_pb2.ListNodesRequest()).nodes):
