@@ -8,6 +8,7 @@ from strata.core import defaults
 from strata.policy.lease import MAX_TTL_S
 from strata.policy.scheduling.admission import AdmissionSettings
 from strata.policy.scheduling.global_scheduler import SLA_SLACK, Mode, SchedulerSettings
+from strata.policy.scheduling.homes import HomeSettings
 from strata.security.settings import SecurityFields
 
 PROG = "python -m services.scheduler"
@@ -45,6 +46,22 @@ class SchedulerConfig(SecurityFields):
     )
     route_tie_tolerance: float = Field(
         0.1, ge=0, lt=1, description="draw among replicas within this fraction of the best estimate"
+    )
+    route_homes: bool = Field(
+        True,
+        description="two-level mode: prefer a tenant's home nodes (a soft partition by "
+        "guaranteed share) while they cost a request little; false: the best replica only",
+    )
+    route_home_slack_s: float = Field(
+        HomeSettings().slack_s,
+        ge=0,
+        description="a home may be this much slower to a first token than the best replica",
+    )
+    route_home_ttft_fraction: float = Field(
+        HomeSettings().ttft_fraction,
+        gt=0,
+        le=1,
+        description="... and at most this fraction of the class's TTFT target",
     )
     admission_oversubscription: float = Field(
         1.0, ge=1, description="the pool admits this many times what it holds"
@@ -103,6 +120,9 @@ class SchedulerConfig(SecurityFields):
             sla_slack=self.sla_slack,
             refuse_infeasible=self.sla_refuse_infeasible,
             partitions=self.partitions,
+            homes=HomeSettings(self.route_home_slack_s, self.route_home_ttft_fraction)
+            if self.route_homes
+            else None,
         )
 
 

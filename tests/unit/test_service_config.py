@@ -90,6 +90,19 @@ def test_flags_override_variables_and_help_lists_every_setting(monkeypatch, caps
     assert "STRATA_NODE_TTL_S (--node-ttl-s)" in capsys.readouterr().err
 
 
+def test_scheduler_home_settings_reach_the_scheduler_or_turn_homes_off(monkeypatch):
+    from services.scheduler.config import SchedulerConfig
+    from strata.core.settings import load
+    from strata.policy.scheduling.homes import HomeSettings
+
+    monkeypatch.setenv("STRATA_ROUTE_HOME_SLACK_S", "2.5")
+    cfg = load(SchedulerConfig, "prog", ["--route-home-ttft-fraction", "0.5"])
+    assert cfg.settings().homes == HomeSettings(slack_s=2.5, ttft_fraction=0.5)
+    monkeypatch.setenv("STRATA_ROUTE_HOMES", "false")
+    off = load(SchedulerConfig, "prog", [])
+    assert off.settings().homes is None
+
+
 def test_print_config_masks_secrets(monkeypatch, capsys):
     from services.gateway.config import GatewayConfig as Config
     from strata.core.settings import load

@@ -4,7 +4,9 @@
              sent: one limit across every gateway routing here)--> refusal "rate" | on
             --admit (quotas: burst share, pool full above the guarantee)--> refusal | on
             --Router.route (prefix overlap, load ahead, pending work, node safety margin,
-                            randomized ties, sampled candidates)--> replica
+                            randomized ties, sampled candidates)--> replica, the best of the
+                   tenant's home nodes while it costs the request little (strata.policy.
+                   scheduling.homes), else the best anywhere
             --SLA: the estimate to first token passes the class's TTFT target, and only because
                    of the work queued ahead (alone on the replica it would meet it)?--> refusal
                    (a prompt too long for the target anywhere is served as well as it can be:
@@ -52,6 +54,7 @@ from strata.policy.scheduling.admission import (
     admit,
     retry_after,
 )
+from strata.policy.scheduling.homes import Homes, HomeSettings
 from strata.policy.scheduling.ledger import PendingRoute, PoolLedger
 from strata.policy.scheduling.slo import (
     DecodeLoad,
@@ -107,6 +110,7 @@ class SchedulerSettings:
     # prefill past the TTFT target, one decode step past the TPOT target) is refused as
     # infeasible (FAILED_PRECONDITION: a looser class serves it); False admits it anyway.
     refuse_infeasible: bool = True
+    homes: HomeSettings | None = HomeSettings()  # two-level mode; None: route to the best only
 
     def __post_init__(self) -> None:
         if self.sla_slack <= 0:
@@ -128,12 +132,15 @@ class GlobalScheduler:
     # keeps ids apart where nodes report to several.
     route_prefix: str = ""
     rates: TokenBuckets = field(init=False)
+    homes: Homes | None = field(init=False, default=None)
     _routes: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
         self.ledger.horizon_s = self.settings.admission.horizon_s
         self.registry.listener = self.ledger
         self.rates = TokenBuckets(self.registry.clock)
+        if self.settings.homes is not None:
+            self.homes = Homes(self.settings.homes)
 
     def route(
         self,
@@ -173,17 +180,7 @@ class GlobalScheduler:
                     1.0,
                 )
         two_level = mode is Mode.TWO_LEVEL
-        decision = self.router.route(
-            model,
-            policy.tenant,
-            prompt_tokens,
-            self.registry,
-            prefix_hashes=prefix_hashes,
-            index=self.index,
-            priority=policy.priority if two_level else None,
-            pending=self.ledger.pending,
-            nodes=nodes,
-        )
+        decision = self._choose(model, policy, prompt_tokens, prefix_hashes, two_level, nodes)
         if decision is None:
             return None
         compute = max(0, prompt_tokens - decision.cached_blocks * decision.block_size)
@@ -207,6 +204,47 @@ class GlobalScheduler:
             ),
         )
         return replace(decision, route_id=route_id)
+
+    def _choose(
+        self,
+        model: str,
+        policy: TenantPolicy,
+        prompt_tokens: int,
+        prefix_hashes: Sequence[int],
+        two_level: bool,
+        nodes: frozenset[str] | None,
+    ) -> RouteDecision | None:
+        """The router's pick: within `nodes` (static mode); in two-level mode the best of the
+        tenant's home while Homes.prefer says so, else the best anywhere."""
+
+        def pick(within: frozenset[str] | None) -> RouteDecision | None:
+            return self.router.route(
+                model,
+                policy.tenant,
+                prompt_tokens,
+                self.registry,
+                prefix_hashes=prefix_hashes,
+                index=self.index,
+                priority=policy.priority if two_level else None,
+                pending=self.ledger.pending,
+                nodes=within,
+            )
+
+        homes = self.homes
+        if not two_level or homes is None:
+            return pick(nodes)
+        now = self.registry.clock.now()
+        homes.observe(policy.tenant, policy.guaranteed_share, now)
+        home = homes.home(policy.tenant, list(self.registry.ready_index(model)[1]), now)
+        best = pick(None)
+        if home is None or best is None or best.node_id in home:
+            return best
+        there = pick(home)
+        if there is not None and homes.prefer(
+            there.estimated_ttft_ms, best.estimated_ttft_ms, policy.ttft_ms
+        ):
+            return there
+        return best
 
     def _sla_refusal(
         self, model: str, policy: TenantPolicy, work: int, compute: int, decision: RouteDecision
