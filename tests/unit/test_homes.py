@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from strata.policy.registry import TenantLoad
+from strata.policy.registry import ReplicaPhase, TenantLoad
 from strata.policy.routing import RouteDecision
 from strata.policy.scheduling.global_scheduler import Mode
 from strata.policy.scheduling.homes import COMMON, Homes, HomeSettings, home_partition
@@ -41,15 +41,35 @@ def test_overcommitted_shares_are_scaled_to_the_pool_and_small_pools_have_no_hom
 def test_homes_follow_the_tenants_seen_lately():
     h = Homes(HomeSettings(forget_s=60.0))
     h.observe("a", 0.5, 0.0)
-    assert h.home("a", NODES, 0.0) == frozenset(NODES[:5])
+    assert h.home("a", "m", NODES, 1) == frozenset(NODES[:5])
     h.observe("bulk", 0.0, 0.0)
-    assert h.home("bulk", NODES, 0.0) == frozenset(NODES[5:])
+    assert h.home("bulk", "m", NODES, 1) == frozenset(NODES[5:])
     h.observe("a", 0.5, 100.0)
     # bulk was last routed 100 s ago: it has no home, and a's home is half the pool still
-    assert h.home("a", NODES, 100.0) == frozenset(NODES[:5])
+    assert h.home("a", "m", NODES, 1) == frozenset(NODES[:5])
     h.observe("b", 0.5, 100.0)
-    assert h.home("b", NODES, 100.0) == frozenset(NODES[5:])
-    assert h.home("a", NODES[:1], 100.0) is None  # one node: no partition to prefer
+    assert h.home("b", "m", NODES, 1) == frozenset(NODES[5:])
+    # the same membership count means the same nodes: the homes are not recomputed
+    assert h.home("b", "m", NODES[:4], 1) == frozenset(NODES[5:])
+    assert h.home("b", "m", NODES[:4], 2) == frozenset(NODES[2:4])
+    assert h.home("a", "m", NODES[:1], 3) is None  # one node: no partition to prefer
+    assert h.home("a", "other", NODES[:2], 1) == frozenset(NODES[:1])  # homes per model
+
+
+def test_the_registry_counts_changes_to_which_nodes_hold_a_ready_replica():
+    gs = scheduler(node("n0", replica("r0")), node("n1", replica("r1")))
+    reg = gs.registry
+    before = reg.ready_members("m")
+    reg.heartbeat(node("n0", replica("r0", queued=50)))  # a new report, the same nodes
+    assert reg.ready_members("m") == before
+    reg.heartbeat(node("n2", replica("r2")))
+    assert reg.ready_members("m") == before + 1
+    reg.heartbeat(node("n2", replica("r2", phase=ReplicaPhase.LOADING)))
+    assert reg.ready_members("m") == before + 2
+    reg.clock.advance(reg.ttl_s + 1.0)
+    assert reg.expire() == ["n0", "n1", "n2"]
+    assert reg.ready_members("m") == before + 4  # n0 and n1 left
+    assert reg.ready_members("unknown") == 0
 
 
 def test_a_home_is_preferred_within_the_slack_and_the_targets_fraction():

@@ -110,14 +110,16 @@ class ReplicaLocation:
 
 class _ReadySet:
     """The READY replicas of one model: a list for O(1) random picks, positions for O(1)
-    swap-removal, and each node's entries for prefix lookups by node."""
+    swap-removal, and each node's entries for prefix lookups by node. `members` counts the
+    changes to which nodes hold one (a node's report replacing its last one is not a change)."""
 
-    __slots__ = ("items", "pos", "by_node")
+    __slots__ = ("items", "pos", "by_node", "members")
 
     def __init__(self) -> None:
         self.items: list[ReplicaLocation] = []
         self.pos: dict[tuple[str, str], int] = {}
         self.by_node: dict[str, list[ReplicaLocation]] = {}
+        self.members = 0
 
     def add(self, loc: ReplicaLocation) -> None:
         self.pos[(loc.node.node_id, loc.replica.replica_id)] = len(self.items)
@@ -167,6 +169,8 @@ class NodeRegistry:
                 if ready is None:
                     ready = self._ready[r.model] = _ReadySet()
                 ready.add(ReplicaLocation(node, r))
+        for model in _ready_models(old) ^ _ready_models(node):
+            self._ready[model].members += 1
         if self.listener is not None:
             self.listener(old, node)
 
@@ -176,6 +180,8 @@ class NodeRegistry:
         for node_id in gone:
             old = self._nodes.pop(node_id)
             self._unindex(old)
+            for model in _ready_models(old):
+                self._ready[model].members += 1
             if self.listener is not None:
                 self.listener(old, None)
         return gone
@@ -183,7 +189,7 @@ class NodeRegistry:
     def _unindex(self, old: NodeState | None) -> None:
         if old is None:
             return
-        for model in {r.model for r in old.replicas if r.phase is ReplicaPhase.READY}:
+        for model in _ready_models(old):
             ready = self._ready.get(model)
             if ready is not None:
                 ready.remove_node(old.node_id)
@@ -198,6 +204,12 @@ class NodeRegistry:
         if ready is None:
             return [], {}
         return ready.items, ready.by_node
+
+    def ready_members(self, model: str) -> int:
+        """Changes so far to which nodes hold a READY replica of `model` (0: none ever): equal
+        counts mean the same nodes, whatever their reports say meanwhile."""
+        ready = self._ready.get(model)
+        return ready.members if ready is not None else 0
 
     def alive(self, node: NodeState) -> bool:
         return self._alive(node)
@@ -247,3 +259,10 @@ class NodeRegistry:
 
     def _alive(self, node: NodeState) -> bool:
         return self.clock.now() - node.last_seen <= self.ttl_s
+
+
+def _ready_models(node: NodeState | None) -> set[str]:
+    """The models `node` reports a READY replica of (none for None)."""
+    if node is None:
+        return set()
+    return {r.model for r in node.replicas if r.phase is ReplicaPhase.READY}

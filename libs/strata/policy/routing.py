@@ -68,7 +68,7 @@ from __future__ import annotations
 
 import enum
 import random
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from strata.core.blocks import DEFAULT_BLOCK_SIZE, block_tokens
@@ -141,7 +141,8 @@ class Router:
         index: PrefixIndex | None = None,
         priority: int | None = None,
         pending: Callable[[str, str], int] | None = None,
-        nodes: Container[str] | None = None,
+        nodes: Collection[str] | None = None,
+        sample_size: int | None = None,
     ) -> RouteDecision | None:
         """The best READY replica of `model`, or None when there is none (see explain_miss).
 
@@ -149,11 +150,13 @@ class Router:
         it); with an `index` it credits each node with the blocks it already holds. `priority`
         (the tenant's class) adds the interference term; `pending(node_id, replica_id)` is
         work routed there that no report of the node includes yet;
-        `nodes` restricts the choice (a static partition). `tenant` does not change the score:
+        `nodes` restricts the choice (a static partition, a home); `sample_size` overrides the
+        router's for this decision. `tenant` does not change the score:
         it is already in the hashes. Quotas and SLA admission are the caller's (strata.policy.
         scheduling.global_scheduler).
         """
-        candidates = self._candidates(model, registry, prefix_hashes, index, nodes)
+        sample = self.sample_size if sample_size is None else sample_size
+        candidates = self._candidates(model, registry, prefix_hashes, index, nodes, sample)
         if not candidates:
             return None
         depths = index.prefix_depths(prefix_hashes) if index is not None and prefix_hashes else {}
@@ -249,13 +252,18 @@ class Router:
         registry: NodeRegistry,
         prefix_hashes: Sequence[int],
         index: PrefixIndex | None,
-        nodes: Container[str] | None,
+        nodes: Collection[str] | None,
+        sample_size: int,
     ) -> list[ReplicaLocation]:
         items, by_node = registry.ready_index(model)
         if nodes is not None:
-            items = [loc for loc in items if loc.node.node_id in nodes]
-        if self.sample_size and len(items) > self.sample_size:
-            picked = {id(loc): loc for loc in self.rng.sample(items, self.sample_size)}
+            if len(nodes) < len(by_node):
+                # Sorted, so a seeded RNG samples from the same order every time.
+                items = [loc for n in sorted(nodes) for loc in by_node.get(n, ())]
+            else:
+                items = [loc for loc in items if loc.node.node_id in nodes]
+        if sample_size and len(items) > sample_size:
+            picked = {id(loc): loc for loc in self.rng.sample(items, sample_size)}
             if index is not None and prefix_hashes:
                 for node_id in index.prefix_depths(prefix_hashes[:1]):
                     for loc in by_node.get(node_id, ()):

@@ -66,6 +66,7 @@ from strata.policy.scheduling.slo import (
 )
 
 SLA_SLACK = 0.85
+HOME_SAMPLE_DIVISOR = 4  # the home pass scores the router's sample size over this
 INFEASIBLE = "infeasible"  # a Refusal's reason: the class's targets cannot hold even when idle
 RATE = "rate"  # a Refusal's reason: the tenant is over its request rate
 
@@ -217,7 +218,7 @@ class GlobalScheduler:
         """The router's pick: within `nodes` (static mode); in two-level mode the best of the
         tenant's home while Homes.prefer says so, else the best anywhere."""
 
-        def pick(within: frozenset[str] | None) -> RouteDecision | None:
+        def pick(within: frozenset[str] | None, sample: int | None = None) -> RouteDecision | None:
             return self.router.route(
                 model,
                 policy.tenant,
@@ -228,6 +229,7 @@ class GlobalScheduler:
                 priority=policy.priority if two_level else None,
                 pending=self.ledger.pending,
                 nodes=within,
+                sample_size=sample,
             )
 
         homes = self.homes
@@ -235,11 +237,14 @@ class GlobalScheduler:
             return pick(nodes)
         now = self.registry.clock.now()
         homes.observe(policy.tenant, policy.guaranteed_share, now)
-        home = homes.home(policy.tenant, list(self.registry.ready_index(model)[1]), now)
+        by_node = self.registry.ready_index(model)[1]
+        home = homes.home(policy.tenant, model, by_node, self.registry.ready_members(model))
         best = pick(None)
         if home is None or best is None or best.node_id in home:
             return best
-        there = pick(home)
+        # A home is a part of the pool: a quarter of the sample finds a good replica in it.
+        sample = self.router.sample_size
+        there = pick(home, max(1, sample // HOME_SAMPLE_DIVISOR) if sample else 0)
         if there is not None and homes.prefer(
             there.estimated_ttft_ms, best.estimated_ttft_ms, policy.ttft_ms
         ):

@@ -25,7 +25,7 @@ Homes follow the tenants the scheduler has routed for lately (a tenant not seen 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 COMMON = ""  # the home key of the tenants without a guarantee
@@ -80,30 +80,43 @@ def home_partition(shares: Mapping[str, float], nodes: Sequence[str]) -> dict[st
 
 @dataclass(slots=True)
 class Homes:
-    """The homes of the tenants routed for lately, recomputed when they or the nodes change."""
+    """The homes of the tenants routed for lately, per model, recomputed when those tenants
+    or the model's nodes change."""
 
     settings: HomeSettings = HomeSettings()
     _seen: dict[str, tuple[float, float]] = field(default_factory=dict)  # tenant -> share, at
-    _key: tuple[tuple[tuple[str, float], ...], tuple[str, ...]] | None = None
-    _homes: dict[str, frozenset[str]] = field(default_factory=dict)
+    _shares: tuple[tuple[str, float], ...] = ()
+    # model -> (shares, the nodes' membership count, homes), as last computed
+    _homes: dict[str, tuple[tuple[tuple[str, float], ...], int, dict[str, frozenset[str]]]] = field(
+        default_factory=dict
+    )
+    _node_count: dict[str, int] = field(default_factory=dict)
 
     def observe(self, tenant: str, guaranteed_share: float, now: float) -> None:
+        """`tenant` was routed for at `now`; tenants not routed for in forget_s drop out."""
+        known = self._seen.get(tenant)
         self._seen[tenant] = (guaranteed_share, now)
-
-    def home(self, tenant: str, nodes: Sequence[str], now: float) -> frozenset[str] | None:
-        """`tenant`'s home among `nodes` (node ids; observe() the tenant first), or None when
-        the pool has no partition to prefer."""
         cutoff = now - self.settings.forget_s
         stale = [t for t, (_, at) in self._seen.items() if at < cutoff]
         for t in stale:
             del self._seen[t]
-        shares = tuple(sorted((t, share) for t, (share, _) in self._seen.items()))
-        key = (shares, tuple(sorted(nodes)))
-        if key != self._key:
-            self._key, self._homes = key, home_partition(dict(shares), key[1])
-        share = self._seen.get(tenant, (0.0, now))[0]
-        found = self._homes.get(tenant if share > 0 else COMMON)
-        if found is None or len(found) >= len(key[1]):
+        if stale or known is None or known[0] != guaranteed_share:
+            self._shares = tuple(sorted((t, share) for t, (share, _) in self._seen.items()))
+
+    def home(
+        self, tenant: str, model: str, nodes: Collection[str], members: int
+    ) -> frozenset[str] | None:
+        """`tenant`'s home among `nodes` (the ids of the nodes holding a READY replica of
+        `model`; `members` changes whenever they do: NodeRegistry.ready_members), or None when
+        the pool has no partition to prefer. observe() the tenant first."""
+        cached = self._homes.get(model)
+        if cached is None or cached[0] is not self._shares or cached[1] != members:
+            computed = home_partition(dict(self._shares), list(nodes))
+            cached = self._homes[model] = (self._shares, members, computed)
+            self._node_count[model] = len(nodes)
+        share = self._seen.get(tenant, (0.0, 0.0))[0]
+        found = cached[2].get(tenant if share > 0 else COMMON)
+        if found is None or len(found) >= self._node_count[model]:
             return None  # no partition, or the home is the whole pool
         return found
 

@@ -128,7 +128,10 @@ class PoolLedger:
 
     def pending(self, node_id: str, replica_id: str) -> int:
         """The tokens those requests queue ahead of the replica's next request."""
-        return sum(p.replica_work for p in self._routes(node_id, replica_id))
+        routes = self.unreported.get(node_id)  # once per scored replica: no list built
+        if not routes:
+            return 0
+        return sum(p.replica_work for p in routes.values() if p.replica_id == replica_id)
 
     def protected_other(self, tenant: str, admitted: float) -> bool:
         """Whether another tenant holding work is within its guarantee: someone a borrower
