@@ -66,7 +66,6 @@ from strata.policy.scheduling.slo import (
 )
 
 SLA_SLACK = 0.85
-HOME_SAMPLE_DIVISOR = 4  # the home pass scores the router's sample size over this
 INFEASIBLE = "infeasible"  # a Refusal's reason: the class's targets cannot hold even when idle
 RATE = "rate"  # a Refusal's reason: the tenant is over its request rate
 
@@ -242,9 +241,11 @@ class GlobalScheduler:
         best = pick(None)
         if home is None or best is None or best.node_id in home:
             return best
-        # A home is a part of the pool: a quarter of the sample finds a good replica in it.
+        # The home pass samples the home as densely as the first pass sampled the pool.
         sample = self.router.sample_size
-        there = pick(home, max(1, sample // HOME_SAMPLE_DIVISOR) if sample else 0)
+        if sample:
+            sample = max(1, math.ceil(sample * len(home) / max(1, len(by_node))))
+        there = pick(home, sample)
         if there is not None and homes.prefer(
             there.estimated_ttft_ms, best.estimated_ttft_ms, policy.ttft_ms
         ):
