@@ -162,14 +162,15 @@ class NodeRegistry:
             return  # the same report object again (the simulator's unchanged node): only stamped
         self._ever_seen.update(m.name for m in node.models)
         self._ever_seen.update(r.model for r in node.replicas)
-        self._unindex(old)
+        was_ready = _ready_models(old)
+        self._unindex(old, was_ready)
         for r in node.replicas:
             if r.phase is ReplicaPhase.READY:
                 ready = self._ready.get(r.model)
                 if ready is None:
                     ready = self._ready[r.model] = _ReadySet()
                 ready.add(ReplicaLocation(node, r))
-        for model in _ready_models(old) ^ _ready_models(node):
+        for model in was_ready ^ _ready_models(node):
             self._ready[model].members += 1
         if self.listener is not None:
             self.listener(old, node)
@@ -179,17 +180,19 @@ class NodeRegistry:
         gone = sorted(n.node_id for n in self._nodes.values() if not self._alive(n))
         for node_id in gone:
             old = self._nodes.pop(node_id)
-            self._unindex(old)
-            for model in _ready_models(old):
+            was_ready = _ready_models(old)
+            self._unindex(old, was_ready)
+            for model in was_ready:
                 self._ready[model].members += 1
             if self.listener is not None:
                 self.listener(old, None)
         return gone
 
-    def _unindex(self, old: NodeState | None) -> None:
+    def _unindex(self, old: NodeState | None, models: set[str]) -> None:
+        """Take `old` (the node's last report; `models`: those it had READY) out of the index."""
         if old is None:
             return
-        for model in _ready_models(old):
+        for model in models:
             ready = self._ready.get(model)
             if ready is not None:
                 ready.remove_node(old.node_id)

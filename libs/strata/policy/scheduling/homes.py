@@ -86,11 +86,10 @@ class Homes:
     settings: HomeSettings = HomeSettings()
     _seen: dict[str, tuple[float, float]] = field(default_factory=dict)  # tenant -> share, at
     _shares: tuple[tuple[str, float], ...] = ()
-    # model -> (shares, the nodes' membership count, homes), as last computed
-    _homes: dict[str, tuple[tuple[tuple[str, float], ...], int, dict[str, frozenset[str]]]] = field(
-        default_factory=dict
+    # model -> (shares, the nodes' membership count, their number, homes), as last computed
+    _homes: dict[str, tuple[tuple[tuple[str, float], ...], int, int, dict[str, frozenset[str]]]] = (
+        field(default_factory=dict)
     )
-    _node_count: dict[str, int] = field(default_factory=dict)
 
     def observe(self, tenant: str, guaranteed_share: float, now: float) -> None:
         """`tenant` was routed for at `now`; tenants not routed for in forget_s drop out."""
@@ -112,11 +111,11 @@ class Homes:
         cached = self._homes.get(model)
         if cached is None or cached[0] is not self._shares or cached[1] != members:
             computed = home_partition(dict(self._shares), list(nodes))
-            cached = self._homes[model] = (self._shares, members, computed)
-            self._node_count[model] = len(nodes)
+            cached = self._homes[model] = (self._shares, members, len(nodes), computed)
+        _, _, count, homes = cached
         share = self._seen.get(tenant, (0.0, 0.0))[0]
-        found = cached[2].get(tenant if share > 0 else COMMON)
-        if found is None or len(found) >= self._node_count[model]:
+        found = homes.get(tenant if share > 0 else COMMON)
+        if found is None or len(found) >= count:
             return None  # no partition, or the home is the whole pool
         return found
 
