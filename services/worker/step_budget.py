@@ -16,6 +16,7 @@ def step_budget(
 ) -> Callable[[list[Sequence]], int]:
     def budget(running: list[Sequence]) -> int:
         decodes = ((len(s.token_ids), s.tpot_ms) for s in running if s.num_pending == 1)
-        return step_token_budget(line(), decodes, max_batched_tokens, block_size)
+        history = max((s.num_computed for s in running if s.num_pending > 1), default=0)
+        return step_token_budget(line(), decodes, max_batched_tokens, block_size, history=history)
 
     return budget

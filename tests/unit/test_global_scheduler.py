@@ -4,6 +4,7 @@ the static and fcfs baselines, and sampled decisions over 1,000 nodes."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -19,7 +20,7 @@ from strata.policy.registry import (
     TenantLoad,
 )
 from strata.policy.routing import RouteDecision, Router
-from strata.policy.scheduling.admission import AdmissionSettings, Refusal, admit
+from strata.policy.scheduling.admission import MIN_RETRY_S, AdmissionSettings, Refusal, admit
 from strata.policy.scheduling.global_scheduler import (
     INFEASIBLE,
     RATE,
@@ -29,7 +30,7 @@ from strata.policy.scheduling.global_scheduler import (
     SchedulerSettings,
 )
 from strata.policy.scheduling.ledger import PoolLedger
-from strata.policy.scheduling.slo import DecodeLoad
+from strata.policy.scheduling.slo import DecodeLoad, solo_prefill_s, step_ms
 
 
 def replica(
@@ -330,6 +331,19 @@ def test_near_its_target_even_alone_a_request_goes_when_the_replica_is_idle():
     assert isinstance(refused, Refusal) and refused.reason == "sla"
 
 
+def test_a_request_a_retry_cannot_help_goes_while_its_estimate_meets_the_target():
+    # 900 tokens alone: 900 ms; refused, it could come back no sooner than MIN_RETRY_S, and
+    # alone then it would be past the 850 ms margin: a refusal cannot help it. With 50 tokens
+    # queued ahead (950 ms) it goes; with 300 (1200 ms, past the target itself) it does not.
+    assert MIN_RETRY_S == 0.5
+    near = scheduler(node("n1", replica("r1", queued=50, rate=1000.0)))
+    assert isinstance(near.route("m", policy(ttft_ms=1000.0), 900, 10), RouteDecision)
+    # A short prompt a retry can help keeps the margin: 100 ms alone, 900 ms with the queue.
+    short = scheduler(node("n1", replica("r1", queued=800, rate=1000.0)))
+    refused = short.route("m", policy(ttft_ms=1000.0), 100, 10)
+    assert isinstance(refused, Refusal) and "over the 850 ms admission allows" in refused.message
+
+
 def test_prompts_avoid_nodes_where_they_would_stall_other_tenants_protected_decodes():
     # n1: 4 chat sequences decoding; n2: 4 bulk (best effort) sequences and a little more
     # queued. An aggressor's 500-token prompt at 1000 tokens/s stalls each chat decode on n1
@@ -423,6 +437,20 @@ def test_a_tpot_target_one_decode_step_alone_misses_is_refused_as_infeasible():
     assert isinstance(refused, Refusal) and refused.reason == INFEASIBLE
     assert "TPOT target of 10 ms" in refused.message
     assert isinstance(scheduler(busy(0)).route("m", sla(2000.0, 20.0), 900, 100), RouteDecision)
+
+
+def test_alone_is_priced_by_the_step_line_in_the_engines_chunks_not_the_measured_rate():
+    # The replica measured 100 tokens/s beside other requests' decodes: 900 tokens would be
+    # 9 s. Its line prices them alone, in chunks of its engine's 128 tokens a step, each over
+    # the chunks before it: well within 2 s. Judged by the line, the request goes.
+    r = replace(busy(0).replicas[0], tokens_per_s=100.0, max_batched_tokens=128)
+    alone_s = solo_prefill_s(LINE, 900, 16, 128)
+    assert alone_s > 900 // 128 * step_ms(LINE, DecodeLoad(), 128) / 1000.0
+    assert isinstance(scheduler(node("n", r)).route("m", sla(2000.0), 900, 100), RouteDecision)
+    # Past a target the line says it misses alone: infeasible, quoting the line's time.
+    refused = scheduler(node("n", r)).route("m", sla(1000.0 * alone_s / 2), 900, 100)
+    assert isinstance(refused, Refusal) and refused.reason == INFEASIBLE
+    assert f"about {1000.0 * alone_s:.0f} ms" in refused.message
 
 
 def test_best_effort_queues_boundedly_and_waits_behind_the_classes():

@@ -108,12 +108,16 @@ def test_the_engine_runs_only_as_many_as_their_tpot_targets_allow():
 
 def test_a_prefill_beside_decodes_takes_a_step_per_chunk():
     # Beside 10 decodes (40 ms) the chunk budget keeps steps within 90 ms: 2,000 tokens in
-    # chunks of that budget, each a step.
+    # chunks of that budget, each a step attending over the chunks before it.
     beside = DecodeLoad.of([(1000, 100.0)] * 10)
     chunk = chunk_budget(LINE, beside, 2000, 16)
     steps, rest = divmod(2000, chunk)
-    expected = steps * step_ms(LINE, beside, chunk) + (step_ms(LINE, beside, rest) if rest else 0)
+    expected = sum(step_ms(LINE, beside, chunk, i * chunk) for i in range(steps))
+    expected += step_ms(LINE, beside, rest, steps * chunk) if rest else 0
     assert prefill_s(LINE, beside, 2000, 16) == pytest.approx(expected / 1000.0)
+    # More than the same chunks priced without their history.
+    flat = steps * step_ms(LINE, beside, chunk) + (step_ms(LINE, beside, rest) if rest else 0)
+    assert expected > flat
     assert steps + (rest > 0) >= 2  # not one step: the target bounds it
     # Beside nothing with a target, one step; without a line or tokens, no claim.
     free = DecodeLoad.of([(1000, None)] * 10)
@@ -173,8 +177,23 @@ def test_slot_turnover_prices_with_the_slower_of_the_recent_waves():
 
 
 def test_the_lines_prefill_rate_is_a_long_prompt_alone_in_the_steps_budget():
-    # 512 tokens in chunks of at most 256 tokens a step, nothing beside: two steps.
+    # 512 tokens in chunks of at most 256 tokens a step, nothing beside: two steps, the
+    # second over the first's keys too.
     rate = line_prefill_rate(LINE, block_size=16, max_chunk=256)
-    assert rate == pytest.approx(512 / (2 * step_ms(LINE, DecodeLoad(), 256) / 1000.0))
+    steps_ms = step_ms(LINE, DecodeLoad(), 256) + step_ms(LINE, DecodeLoad(), 256, 256)
+    assert rate == pytest.approx(512 / (steps_ms / 1000.0))
     assert rate == pytest.approx(512 / solo_prefill_s(LINE, 512, 16, 256))
     assert line_prefill_rate(None, block_size=16) == 0.0  # no line: nothing to price with
+
+
+def test_a_chunk_with_history_attends_over_it_and_gets_a_smaller_budget():
+    # A chunk of c tokens after h computed ones reads c x (h + c) keys.
+    empty = DecodeLoad()
+    assert step_ms(LINE, empty, 256, 768) - step_ms(LINE, empty, 256) == pytest.approx(
+        1000.0 * LINE.prefill_attend_s * 256 * 768
+    )
+    beside = DecodeLoad.of([(1000, 100.0)] * 10)
+    fresh = chunk_budget(LINE, beside, 4096, 16)
+    late = chunk_budget(LINE, beside, 4096, 16, history=20_000)
+    assert late < fresh
+    assert step_ms(LINE, beside, late, 20_000) <= 90.0 < step_ms(LINE, beside, late + 16, 20_000)

@@ -27,6 +27,10 @@ def test_the_budget_leaves_each_decode_its_token_and_sizes_the_chunk_by_the_tigh
     chunk = got - 10
     load = DecodeLoad.of([(1000, 100.0)] * 10)
     assert chunk % 16 == 0 and step_ms(LINE, load, chunk) <= 90.0 < step_ms(LINE, load, chunk + 16)
+    # Part-way through its prompt, the next chunk attends over what is computed: smaller.
+    late = budget(decodes + [seq(99, 4000, 3000, None)]) - 10
+    assert late < chunk
+    assert step_ms(LINE, load, late, 3000) <= 90.0 < step_ms(LINE, load, late + 16, 3000)
     # Without a target among the decodes: the engine's maximum.
     assert budget([seq(i, 1000, 999, None) for i in range(10)] + [prefilling]) == 2048
     assert budget([]) == 2048

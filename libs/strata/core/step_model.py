@@ -79,16 +79,22 @@ class StepLine:
             + self.group_s * shape.groups
         )
 
-    def decode_step_s(self, decodes: int, context_tokens: float, prefill_tokens: int = 0) -> float:
+    def decode_step_s(
+        self,
+        decodes: int,
+        context_tokens: float,
+        prefill_tokens: int = 0,
+        prefill_history: int = 0,
+    ) -> float:
         """A step of `decodes` one-token decodes over `context_tokens` keys in all, with a
-        prefill chunk of `prefill_tokens` beside them (its attention priced as a square of its
-        own length: the chunk's keys over itself, a lower bound for a chunk with history)."""
+        prefill chunk of `prefill_tokens` beside them whose prompt has `prefill_history` tokens
+        computed before it (its attention: the chunk's queries over the history and itself)."""
         groups = (decodes > 0) + (prefill_tokens > 0)
         return self.seconds(
             StepShape(
                 tokens=decodes + prefill_tokens,
                 sampled=decodes + (prefill_tokens > 0),
-                prefill_keys=float(prefill_tokens * prefill_tokens),
+                prefill_keys=float(prefill_tokens * (prefill_history + prefill_tokens)),
                 decode_keys=float(context_tokens),
                 groups=groups,
             )

@@ -311,11 +311,15 @@ class SimReplica:
         the engine's maximum, unless some request has a TPOT target."""
         if not self._targets:
             return None
-        decodes = (
-            (len(s.token_ids), s.tpot_ms) for s in self.scheduler.running if s.num_pending == 1
-        )
+        running = self.scheduler.running
+        decodes = ((len(s.token_ids), s.tpot_ms) for s in running if s.num_pending == 1)
+        history = max((s.num_computed for s in running if s.num_pending > 1), default=0)
         return step_token_budget(
-            self.line, decodes, self.limits.max_batched_tokens, self.limits.block_size
+            self.line,
+            decodes,
+            self.limits.max_batched_tokens,
+            self.limits.block_size,
+            history=history,
         )
 
     # -- exact stepping ------------------------------------------------------------------------

@@ -9,8 +9,12 @@
                    scheduling.homes), else the best anywhere
             --SLA: the estimate to first token passes the class's TTFT target, and only because
                    of the work queued ahead (alone on the replica it would meet it)?--> refusal
-                   (a prompt too long for the target anywhere is served as well as it can be:
-                   refusing it would only add the retries to its time). The estimate includes
+                   (a prompt too long for the target anywhere is refused as infeasible, or
+                   served as well as it can be with `refuse_infeasible` off; one whose first
+                   token alone comes so near the target that a retry could not meet the margin
+                   goes whenever its estimate meets the target itself). Alone and beside the
+                   running decodes, the prompt's prefill is priced by the replica's step line
+                   in its engine's chunks, each over the chunks before it. The estimate includes
                    the wait for an engine slot: the node hands a request to its engine only
                    while the running decodes keep their TPOT targets with it
                    (strata.policy.scheduling.slo, priced with the worker's learned step line);
@@ -49,6 +53,7 @@ from strata.policy.ratelimit import TokenBuckets
 from strata.policy.registry import NodeRegistry, ReplicaState
 from strata.policy.routing import RouteDecision, RouteMiss, Router
 from strata.policy.scheduling.admission import (
+    MIN_RETRY_S,
     AdmissionSettings,
     Refusal,
     admit,
@@ -271,37 +276,64 @@ class GlobalScheduler:
             )
         if not decision.estimated_ttft_ms and not wait_s:
             return None  # nothing measured yet: no latency claim to judge
-        # Once in the engine, the prompt's prefill goes in chunks beside the decodes there:
-        # no faster than the replica's token rate, nor than the chunks their TPOT allows.
-        chunked_ms = 1000.0 * self._chunked_prefill_s(decision, compute, held)
-        estimate = 1000.0 * wait_s + max(decision.estimated_ttft_ms, chunked_ms)
-        estimate = max(estimate, 1000.0 * self._observed_s(decision, compute))
-        infeasible = self._infeasible(model, policy, work, decision)
+        # Once in the engine, the prompt's prefill goes in chunks beside the decodes there,
+        # after the prompts queued ahead (at the replica's measured token rate).
+        solo_ms, own_ms = self._own_prefill_ms(decision, compute, held)
+        ahead_ms = max(0.0, decision.estimated_ttft_ms - decision.solo_ttft_ms)
+        estimate = max(
+            1000.0 * wait_s + ahead_ms + own_ms, 1000.0 * self._observed_s(decision, compute)
+        )
+        infeasible = self._infeasible(model, policy, work, decision, solo_ms)
         if infeasible is not None:
             return infeasible if self.settings.refuse_infeasible else None
         # Within the margin, or no worse than alone (a request near its target even when the
-        # replica is idle goes when it is idle).
-        if estimate <= max(target * slack, decision.solo_ttft_ms):
+        # replica is idle goes when it is idle). A refused request comes back no sooner than
+        # MIN_RETRY_S: when even then, alone, it would miss the margin, a refusal cannot help
+        # it, and it goes whenever its estimate meets the target itself.
+        allowed = target * slack
+        if solo_ms + 1000.0 * MIN_RETRY_S > allowed:
+            allowed = target
+        if estimate <= max(allowed, solo_ms):
             return None
         return Refusal(
             "sla",
             f"no replica of {model!r} can meet the {policy.sla_class} class's TTFT "
             f"target of {target:.0f} ms now (the best is estimated at {estimate:.0f} ms, "
-            f"over the {target * slack:.0f} ms admission allows); retry shortly or use a "
+            f"over the {allowed:.0f} ms admission allows); retry shortly or use a "
             f"class with a looser target",
             retry_after(max(wait_s, (estimate - target) / 1000.0), 1.0),
         )
 
+    def _own_prefill_ms(
+        self, decision: RouteDecision, compute: int, held: DecodeLoad
+    ) -> tuple[float, float]:
+        """This prompt's own prefill of `compute` tokens on the chosen replica, in ms: (alone,
+        beside what its engine runs of `held`). With the replica's step line, in its engine's
+        chunks (beside decodes, as large as their TPOT targets allow), slowed by the node's
+        safety margin; without one, both are the router's estimate at the replica's measured
+        token rate (measured beside other requests' decodes, slower than a prefill alone)."""
+        state = self._replica(decision)
+        node = self.registry.get(decision.node_id)
+        if state is None or node is None or state.step_line is None:
+            return decision.solo_ttft_ms, decision.solo_ttft_ms
+        line, chunk, block = state.step_line, state.max_batched_tokens, decision.block_size
+        beside = engine_share(line, held, state.max_seqs or None)
+        slowdown = 1000.0 * (1.0 + max(0.0, node.safety_margin))
+        return (
+            slowdown * solo_prefill_s(line, compute, block, chunk),
+            slowdown * prefill_s(line, beside, compute, block, max_chunk=chunk),
+        )
+
     def _infeasible(
-        self, model: str, policy: TenantPolicy, work: int, decision: RouteDecision
+        self, model: str, policy: TenantPolicy, work: int, decision: RouteDecision, solo_ms: float
     ) -> Refusal | None:
         """A refusal when the class's targets cannot hold for this request even alone on the
-        chosen (best) replica, else None."""
+        chosen (best) replica (its first token there in `solo_ms`), else None."""
         target = policy.ttft_ms
-        if target and decision.solo_ttft_ms > target:
+        if target and solo_ms > target:
             return Refusal(
                 INFEASIBLE,
-                f"this request's own prefill takes about {decision.solo_ttft_ms:.0f} ms to its "
+                f"this request's own prefill takes about {solo_ms:.0f} ms to its "
                 f"first token on the fastest replica of {model!r}, past the {policy.sla_class} "
                 f"class's TTFT target of {target:.0f} ms even when idle; shorten the prompt or "
                 f"use a class with a looser target",
@@ -376,15 +408,6 @@ class GlobalScheduler:
             state.step_line, compute, decision.block_size, state.max_batched_tokens
         )
         return state.recent_delay_s + own_s
-
-    def _chunked_prefill_s(self, decision: RouteDecision, tokens: int, held: DecodeLoad) -> float:
-        """The prefill of `tokens` on the chosen replica beside what its engine runs of
-        `held`."""
-        state = self._replica(decision)
-        if state is None or state.step_line is None:
-            return 0.0
-        beside = engine_share(state.step_line, held, state.max_seqs or None)
-        return prefill_s(state.step_line, beside, tokens, decision.block_size)
 
     def explain_miss(self, model: str) -> RouteMiss:
         return self.router.explain_miss(model, self.registry)

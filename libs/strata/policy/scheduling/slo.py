@@ -69,8 +69,10 @@ class DecodeLoad:
         )
 
 
-def step_ms(line: StepLine, load: DecodeLoad, prefill_tokens: int = 0) -> float:
-    return 1000.0 * line.decode_step_s(load.seqs, load.context_tokens, prefill_tokens)
+def step_ms(line: StepLine, load: DecodeLoad, prefill_tokens: int = 0, history: int = 0) -> float:
+    """A step of `load`'s decodes beside a prefill chunk of `prefill_tokens` with `history`
+    tokens of its prompt computed before it, in ms."""
+    return 1000.0 * line.decode_step_s(load.seqs, load.context_tokens, prefill_tokens, history)
 
 
 def fits(
@@ -96,19 +98,20 @@ def chunk_budget(
     max_tokens: int,
     block_size: int,
     headroom: float = HEADROOM,
+    history: int = 0,
 ) -> int:
-    """Prefill tokens one step may carry beside `load`'s decodes: at most `max_tokens`, at
-    least one block, else the largest multiple of `block_size` keeping the step within the
-    tightest TPOT target."""
+    """Prefill tokens one step may carry beside `load`'s decodes, for a prompt with `history`
+    tokens computed before the chunk: at most `max_tokens`, at least one block, else the
+    largest multiple of `block_size` keeping the step within the tightest TPOT target."""
     if line is None or load.tightest_tpot_ms is None or load.seqs == 0:
         return max_tokens
     limit_ms = load.tightest_tpot_ms * headroom
-    if step_ms(line, load, max_tokens) <= limit_ms:
+    if step_ms(line, load, max_tokens, history) <= limit_ms:
         return max_tokens
     lo, hi = 0, max_tokens // block_size  # in blocks: lo fits (or is the floor), hi does not
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if step_ms(line, load, mid * block_size) <= limit_ms:
+        if step_ms(line, load, mid * block_size, history) <= limit_ms:
             lo = mid
         else:
             hi = mid
@@ -121,14 +124,18 @@ def step_token_budget(
     max_tokens: int,
     block_size: int,
     headroom: float = HEADROOM,
+    history: int = 0,
 ) -> int:
     """An engine step's token budget: one token for each decoding sequence (given as its
-    context and TPOT target), and the chunk_budget of prefill beside them; `max_tokens` when
-    none of them has a target."""
+    context and TPOT target), and the chunk_budget of prefill beside them, for a prompt with
+    `history` tokens computed (the most of any prompt part-way through its prefill);
+    `max_tokens` when none of them has a target."""
     load = DecodeLoad.of(decodes)
     if line is None or load.tightest_tpot_ms is None:
         return max_tokens
-    return load.seqs + chunk_budget(line, load, max_tokens - load.seqs, block_size, headroom)
+    return load.seqs + chunk_budget(
+        line, load, max_tokens - load.seqs, block_size, headroom, history
+    )
 
 
 def tpot_capacity(line: StepLine | None, load: DecodeLoad, headroom: float = HEADROOM) -> int:
@@ -172,14 +179,19 @@ def prefill_s(
 ) -> float:
     """Seconds a prefill of `tokens` takes in chunks of chunk_budget beside the decodes of
     `beside`, each chunk one step and none larger than the engine's `max_chunk` tokens a step
-    (0: no cap), 0 without a line or tokens: a prompt admitted beside decodes with a TPOT
-    target reaches its first token no sooner than this."""
+    (0: no cap), each attending over the chunks before it; 0 without a line or tokens: a
+    prompt admitted beside decodes with a TPOT target reaches its first token no sooner than
+    this."""
     if line is None or tokens <= 0:
         return 0.0
     most = min(tokens, max_chunk) if max_chunk > 0 else tokens
     chunk = chunk_budget(line, beside, most, max(1, block_size), headroom)
     full, rest = divmod(tokens, chunk)
+    # Chunk i (from 0) attends over i x chunk keys of history: chunk^2 x full(full-1)/2 keys
+    # over the full chunks, rest x full x chunk for the last.
+    history_keys = chunk * chunk * full * (full - 1) // 2 + rest * full * chunk
     seconds = full * step_ms(line, beside, chunk) / 1000.0
+    seconds += line.prefill_attend_s * history_keys
     if rest:
         seconds += step_ms(line, beside, rest) / 1000.0
     return seconds
