@@ -63,6 +63,12 @@ class SchedulerConfig(SecurityFields):
         le=1,
         description="... and at most this fraction of the class's TTFT target",
     )
+    route_home_guests: bool = Field(
+        HomeSettings().guests,
+        description="let other tenants' requests into a home with a guarantee (its owner's "
+        "decodes then share steps with them); false: a tenant goes only to its home and the "
+        "nodes no guarantee holds",
+    )
     admission_oversubscription: float = Field(
         1.0, ge=1, description="the pool admits this many times what it holds"
     )
@@ -120,7 +126,11 @@ class SchedulerConfig(SecurityFields):
             sla_slack=self.sla_slack,
             refuse_infeasible=self.sla_refuse_infeasible,
             partitions=self.partitions,
-            homes=HomeSettings(self.route_home_slack_s, self.route_home_ttft_fraction)
+            homes=HomeSettings(
+                self.route_home_slack_s,
+                self.route_home_ttft_fraction,
+                guests=self.route_home_guests,
+            )
             if self.route_homes
             else None,
         )

@@ -1,22 +1,24 @@
-"""The worker's step budget: each engine step's tokens sized so that the running requests'
-steps stay within the tightest of their TPOT targets (strata.policy.scheduling.slo
-.step_token_budget, priced with the line the worker learns online)."""
+"""The worker's step budget: each engine step's tokens sized so that the running requests keep
+their TPOT targets (strata.policy.scheduling.slo.running_budget, priced with the line the worker
+learns online, on the engine's monotonic clock)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from strata.core.step_model import StepLine
 from strata.engine.sequence import Sequence
-from strata.policy.scheduling.slo import step_token_budget
+from strata.policy.scheduling.slo import running_budget
 
 
 def step_budget(
-    line: Callable[[], StepLine], max_batched_tokens: int, block_size: int
+    line: Callable[[], StepLine],
+    max_batched_tokens: int,
+    block_size: int,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Callable[[list[Sequence]], int]:
     def budget(running: list[Sequence]) -> int:
-        decodes = ((len(s.token_ids), s.tpot_ms) for s in running if s.num_pending == 1)
-        history = max((s.num_computed for s in running if s.num_pending > 1), default=0)
-        return step_token_budget(line(), decodes, max_batched_tokens, block_size, history=history)
+        return running_budget(line(), running, clock(), max_batched_tokens, block_size)
 
     return budget

@@ -98,6 +98,9 @@ def test_scheduler_home_settings_reach_the_scheduler_or_turn_homes_off(monkeypat
     monkeypatch.setenv("STRATA_ROUTE_HOME_SLACK_S", "2.5")
     cfg = load(SchedulerConfig, "prog", ["--route-home-ttft-fraction", "0.5"])
     assert cfg.settings().homes == HomeSettings(slack_s=2.5, ttft_fraction=0.5)
+    assert not cfg.settings().homes.guests  # a home with a guarantee serves its owner only
+    monkeypatch.setenv("STRATA_ROUTE_HOME_GUESTS", "true")
+    assert load(SchedulerConfig, "prog", []).settings().homes.guests
     monkeypatch.setenv("STRATA_ROUTE_HOMES", "false")
     off = load(SchedulerConfig, "prog", [])
     assert off.settings().homes is None

@@ -2,6 +2,8 @@
 would push running decodes past their target and admits it once they finish; the prefill
 chunk budget keeps a step within the tightest target."""
 
+from dataclasses import dataclass
+
 import pytest
 
 from strata.core.step_model import StepLine
@@ -13,8 +15,10 @@ from strata.policy.scheduling.slo import (
     fits,
     line_prefill_rate,
     prefill_s,
+    running_budget,
     slot_wait_s,
     solo_prefill_s,
+    step_allowance_ms,
     step_ms,
     tpot_capacity,
 )
@@ -197,3 +201,56 @@ def test_a_chunk_with_history_attends_over_it_and_gets_a_smaller_budget():
     late = chunk_budget(LINE, beside, 4096, 16, history=20_000)
     assert late < fresh
     assert step_ms(LINE, beside, late, 20_000) <= 90.0 < step_ms(LINE, beside, late + 16, 20_000)
+
+
+def test_a_decode_may_absorb_the_step_time_its_earlier_steps_left_unspent():
+    # 100 ms target, headroom 0.9: 90 ms a gap. Ten tokens, the first 0.3 s ago: after the
+    # next step its 10 gaps may span 900 ms, so the step may take 600 ms.
+    assert step_allowance_ms(100.0, 10, 0.3) == pytest.approx(600.0)
+    # No slack (slow so far), no token yet, or one just now: one gap's share.
+    assert step_allowance_ms(100.0, 10, 2.0) == pytest.approx(90.0)
+    assert step_allowance_ms(100.0, 0, None) == pytest.approx(90.0)
+    assert step_allowance_ms(100.0, 1, 0.0) == pytest.approx(90.0)
+
+
+@dataclass
+class _Seq:
+    token_ids: list[int]
+    num_computed: int
+    tpot_ms: float | None
+    first_token_at: float | None
+    num_prompt: int = 0
+
+    @property
+    def num_pending(self) -> int:
+        return len(self.token_ids) - self.num_computed
+
+    @property
+    def num_output(self) -> int:
+        return len(self.token_ids) - self.num_prompt
+
+
+def test_the_running_budget_gives_the_chunk_the_slack_of_the_tightest_decode():
+    def decode(outputs: int, first_at: float | None, tpot: float | None = 100.0) -> _Seq:
+        return _Seq(list(range(1000 + outputs)), 1000 + outputs - 1, tpot, first_at, 1000)
+
+    prompt = _Seq(list(range(4000)), 0, None, None, 4000)
+    young = [decode(1, 10.0)] + [decode(50, 7.0)] * 9  # one decode has no slack yet
+    # 49 gaps in 4.39 s: 50 x 90 - 4,390 = 110 ms for the next step.
+    seasoned = [decode(50, 5.61)] * 10
+    load = DecodeLoad.of([(1050, 100.0)] * 9 + [(1001, 100.0)])
+    tight = running_budget(LINE, young + [prompt], 10.0, 2048, 16) - 10
+    assert tight == chunk_budget(LINE, load, 2038, 16)  # the per-step bound: 90 ms
+    loose = running_budget(LINE, seasoned + [prompt], 10.0, 2048, 16) - 10
+    assert loose > tight
+    load = DecodeLoad.of([(1050, 100.0)] * 10)
+    assert step_ms(LINE, load, loose) <= 110.0 < step_ms(LINE, load, loose + 16)
+    # Slack enough for the engine's largest step: its maximum.
+    rich = [decode(50, 7.0)] * 10
+    assert running_budget(LINE, rich + [prompt], 10.0, 2048, 16) == 2048
+    # Part-way through its prompt, the chunk is priced over what is computed.
+    later = _Seq(list(range(4000)), 3000, None, None, 4000)
+    assert running_budget(LINE, seasoned + [later], 10.0, 2048, 16) - 10 < loose
+    # No target among the decodes: the engine's maximum.
+    free = [decode(50, 7.0, None)] * 10
+    assert running_budget(LINE, free + [prompt], 10.0, 2048, 16) == 2048

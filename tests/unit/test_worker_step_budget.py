@@ -31,6 +31,15 @@ def test_the_budget_leaves_each_decode_its_token_and_sizes_the_chunk_by_the_tigh
     late = budget(decodes + [seq(99, 4000, 3000, None)]) - 10
     assert late < chunk
     assert step_ms(LINE, load, late, 3000) <= 90.0 < step_ms(LINE, load, late + 16, 3000)
+    # Decodes that have spent little of their targets so far lend the chunk their slack.
+    now = [100.0]
+    clocked = step_budget(lambda: LINE, 2048, 16, clock=lambda: now[0])
+    for d in decodes:
+        d.first_token_at = 100.0  # the first token just now: no slack yet
+    assert clocked(decodes + [prefilling]) - 10 == chunk
+    for d in decodes:
+        d.num_prompt, d.first_token_at = 500, 75.0  # 500 tokens in 25 s: 50 ms a gap
+    assert clocked(decodes + [prefilling]) == 2048
     # Without a target among the decodes: the engine's maximum.
     assert budget([seq(i, 1000, 999, None) for i in range(10)] + [prefilling]) == 2048
     assert budget([]) == 2048
@@ -40,8 +49,11 @@ def test_the_engine_asks_for_its_budget_before_each_step_and_keeps_to_it():
     engine = tiny_engine(max_batched_tokens=64)
     asked = []
 
+    stamps = []
+
     def budget(running: list[Sequence]) -> int:
         asked.append(len(running))
+        stamps.extend(s.first_token_at for s in running)
         return 12
 
     engine.step_budget = budget
@@ -54,3 +66,5 @@ def test_the_engine_asks_for_its_budget_before_each_step_and_keeps_to_it():
         engine.step()
     assert asked and computed and max(computed) <= 12
     assert sum(computed) == 39 + 3  # the prompt, then a token a step after the first
+    # The engine stamps a sequence's first token (what its TPOT slack is counted from).
+    assert stamps[0] is None and stamps[-1] is not None

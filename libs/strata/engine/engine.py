@@ -494,6 +494,8 @@ class LLMEngine:
         rid = seq.request_id
         token = pick.token_id
         seq.token_ids.append(token)
+        if seq.first_token_at is None:
+            seq.first_token_at = time.monotonic()
         p = seq.params
         detok = self._detok[rid]
         reason = None

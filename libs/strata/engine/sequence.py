@@ -62,6 +62,7 @@ class Sequence:
     priority: int = 0
     arrival: float = 0.0
     first_scheduled: float | None = None  # when a step first computed any of its tokens
+    first_token_at: float | None = None  # when its first output token was sampled, here
     block_ids: list[int] = field(default_factory=list)
     block_hashes: list[int] = field(default_factory=list)  # of the leading full, computed blocks
     num_computed: int = 0  # tokens whose K/V are in the cache

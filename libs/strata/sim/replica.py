@@ -44,7 +44,7 @@ from strata.engine.block_pool import BlockPool
 from strata.engine.scheduler import ScheduledSeq, Scheduler, StepPlan
 from strata.engine.sequence import FinishReason, SamplingParams, Sequence
 from strata.kvtier.hashing import ROOT_HASH, HashKeys, block_hash, chain_hashes
-from strata.policy.scheduling.slo import step_token_budget
+from strata.policy.scheduling.slo import running_budget
 from strata.sim.kv_tiers import NodeKV
 from strata.sim.tier_link import SimTierLink
 from strata.sim.workload import OUTPUT_TOKEN, SimRequest
@@ -306,20 +306,17 @@ class SimReplica:
     def has_work(self) -> bool:
         return self.scheduler.has_work()
 
-    def _budget(self) -> int | None:
-        """The worker's step budget (strata.policy.scheduling.slo.step_token_budget): None,
-        the engine's maximum, unless some request has a TPOT target."""
+    def _budget(self, now: float) -> int | None:
+        """The worker's step budget at `now` (strata.policy.scheduling.slo.running_budget):
+        None, the engine's maximum, unless some request has a TPOT target."""
         if not self._targets:
             return None
-        running = self.scheduler.running
-        decodes = ((len(s.token_ids), s.tpot_ms) for s in running if s.num_pending == 1)
-        history = max((s.num_computed for s in running if s.num_pending > 1), default=0)
-        return step_token_budget(
+        return running_budget(
             self.line,
-            decodes,
+            self.scheduler.running,
+            now,
             self.limits.max_batched_tokens,
             self.limits.block_size,
-            history=history,
         )
 
     # -- exact stepping ------------------------------------------------------------------------
@@ -330,7 +327,7 @@ class SimReplica:
         if link is not None:
             link.now = now
         self.take_adds(now)
-        plan = self.scheduler.schedule(self._budget())
+        plan = self.scheduler.schedule(self._budget(now))
         if not plan.scheduled:
             return None
         for item in plan.scheduled:
@@ -381,7 +378,7 @@ class SimReplica:
         seq.token_ids.append(OUTPUT_TOKEN)
         active = self.active[id(seq)]
         if active.first_token_s is None:
-            active.first_token_s = now
+            active.first_token_s = seq.first_token_at = now
             if self.on_first_token is not None:
                 self.on_first_token(active, now)
         if seq.num_output >= seq.params.max_tokens:

@@ -242,15 +242,21 @@ class GlobalScheduler:
         now = self.registry.clock.now()
         homes.observe(policy.tenant, policy.guaranteed_share, now)
         by_node = self.registry.ready_index(model)[1]
-        home = homes.home(policy.tenant, model, by_node, self.registry.ready_members(model))
-        best = pick(None)
+        members = self.registry.ready_members(model)
+        home = homes.home(policy.tenant, model, by_node, members)
+        reach = homes.reach(policy.tenant, model, by_node, members)
+
+        def density(within: frozenset[str]) -> int | None:
+            """A pass over `within` samples it as densely as the router samples the pool."""
+            sample = self.router.sample_size
+            return (
+                max(1, math.ceil(sample * len(within) / max(1, len(by_node)))) if sample else None
+            )
+
+        best = pick(reach) if reach is None else pick(reach, density(reach))
         if home is None or best is None or best.node_id in home:
             return best
-        # The home pass samples the home as densely as the first pass sampled the pool.
-        sample = self.router.sample_size
-        if sample:
-            sample = max(1, math.ceil(sample * len(home) / max(1, len(by_node))))
-        there = pick(home, sample)
+        there = pick(home, density(home))
         if there is not None and homes.prefer(
             there.estimated_ttft_ms, best.estimated_ttft_ms, policy.ttft_ms
         ):

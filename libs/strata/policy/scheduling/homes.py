@@ -1,5 +1,5 @@
-"""Home nodes: a soft partition of the pool by guaranteed share, which routing prefers while
-it costs a request little.
+"""Home nodes: a partition of the pool by guaranteed share, which routing prefers while it
+costs a request little, and which by default takes no other tenant's requests.
 
 Each tenant with a guaranteed share g has a home of round(g x N) of the N nodes holding a READY
 replica of the model (largest remainder, at least one; shares summing past 1 are scaled down
@@ -9,14 +9,21 @@ same homes from the same heartbeats.
 
 A request goes home when its home's best replica is estimated to give its first token within
 `slack_s` of the best replica anywhere and, for a class with a TTFT target, within
-`ttft_fraction` of that target; otherwise it goes to the best replica anywhere (the pool's
-idle capacity). So in calm periods each tenant's work stays on its own nodes, as on a static
+`ttft_fraction` of that target; otherwise it goes to the best replica it may reach (below).
+So in calm periods each tenant's work stays on its own nodes, as on a static
 partition, and a tenant whose demand outgrows its home spills over instead of queueing there.
 
 Why (docs/design/scheduling.md, "Home nodes"): on a pool whose steps cost mostly a fixed
 time, spreading one tenant's backlog over every node put its prefill chunks into every other
 tenant's decode steps; the tenants within their shares then decoded slower than on a static
 partition of their shares.
+
+With `guests` off (the default), a home with a guarantee serves its owner only: every tenant
+reaches its own home and the common one (the nodes no guarantee holds, the pool's capacity to
+borrow), as on a static partition of the guarantees with the rest pooled. With guests on, it
+reaches every node. A guest's decodes share every step of the node it lands on: a burst that
+spills into the homes of tenants within their shares slows their decodes, which no queue
+priority undoes (docs/design/scheduling.md measures both).
 
 Homes follow the tenants the scheduler has routed for lately (a tenant not seen for
 `forget_s` drops out, and the others' homes widen). Pure: a clock is passed in.
@@ -36,6 +43,7 @@ class HomeSettings:
     slack_s: float = 0.5  # a home may be this much slower to a first token than the best
     ttft_fraction: float = 0.25  # ... and at most this fraction of the class's TTFT target
     forget_s: float = 600.0  # a tenant not routed for this long has no home
+    guests: bool = False  # whether others' requests may go to a home with a guarantee
 
     def __post_init__(self) -> None:
         if not (self.slack_s >= 0 and 0 < self.ttft_fraction <= 1 and self.forget_s > 0):
@@ -90,6 +98,10 @@ class Homes:
     _homes: dict[str, tuple[tuple[tuple[str, float], ...], int, int, dict[str, frozenset[str]]]] = (
         field(default_factory=dict)
     )
+    # (model, tenant) -> (its home, the home and the common one), as last computed
+    _reach: dict[tuple[str, str], tuple[frozenset[str], frozenset[str]]] = field(
+        default_factory=dict
+    )
 
     def observe(self, tenant: str, guaranteed_share: float, now: float) -> None:
         """`tenant` was routed for at `now`; tenants not routed for in forget_s drop out."""
@@ -118,6 +130,23 @@ class Homes:
         if found is None or len(found) >= count:
             return None  # no partition, or the home is the whole pool
         return found
+
+    def reach(
+        self, tenant: str, model: str, nodes: Collection[str], members: int
+    ) -> frozenset[str] | None:
+        """Where `tenant`'s requests may go among `nodes` (as for home()): None (anywhere)
+        with guests allowed or no partition, else its home and the common one."""
+        if self.settings.guests:
+            return None
+        home = self.home(tenant, model, nodes, members)
+        if home is None:
+            return None
+        key = (model, tenant)
+        cached = self._reach.get(key)
+        if cached is None or cached[0] is not home:
+            common = self._homes[model][3].get(COMMON, frozenset())
+            cached = self._reach[key] = (home, home | common)
+        return cached[1]
 
     def prefer(self, home_est_ms: float, best_est_ms: float, ttft_target_ms: float | None) -> bool:
         """Whether a request goes to its home's best replica, estimated at `home_est_ms` to its

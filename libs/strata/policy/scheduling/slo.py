@@ -29,7 +29,9 @@ node manager's dispatcher, the global scheduler and the simulator call the same 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from collections.abc import Sequence as SizedSeq
 from dataclasses import dataclass
+from typing import Protocol
 
 from strata.core.profile import PREFILL_RATE_CHUNK
 from strata.core.step_model import StepLine
@@ -99,13 +101,16 @@ def chunk_budget(
     block_size: int,
     headroom: float = HEADROOM,
     history: int = 0,
+    limit_ms: float | None = None,
 ) -> int:
     """Prefill tokens one step may carry beside `load`'s decodes, for a prompt with `history`
     tokens computed before the chunk: at most `max_tokens`, at least one block, else the
-    largest multiple of `block_size` keeping the step within the tightest TPOT target."""
+    largest multiple of `block_size` keeping the step within `limit_ms` (None: the tightest
+    TPOT target x headroom)."""
     if line is None or load.tightest_tpot_ms is None or load.seqs == 0:
         return max_tokens
-    limit_ms = load.tightest_tpot_ms * headroom
+    if limit_ms is None:
+        limit_ms = load.tightest_tpot_ms * headroom
     if step_ms(line, load, max_tokens, history) <= limit_ms:
         return max_tokens
     lo, hi = 0, max_tokens // block_size  # in blocks: lo fits (or is the floor), hi does not
@@ -125,16 +130,80 @@ def step_token_budget(
     block_size: int,
     headroom: float = HEADROOM,
     history: int = 0,
+    limit_ms: float | None = None,
 ) -> int:
     """An engine step's token budget: one token for each decoding sequence (given as its
     context and TPOT target), and the chunk_budget of prefill beside them, for a prompt with
-    `history` tokens computed (the most of any prompt part-way through its prefill);
-    `max_tokens` when none of them has a target."""
+    `history` tokens computed (the most of any prompt part-way through its prefill), within
+    `limit_ms` (None: the tightest target x headroom); `max_tokens` when none of them has a
+    target."""
     load = DecodeLoad.of(decodes)
     if line is None or load.tightest_tpot_ms is None:
         return max_tokens
     return load.seqs + chunk_budget(
-        line, load, max_tokens - load.seqs, block_size, headroom, history
+        line, load, max_tokens - load.seqs, block_size, headroom, history, limit_ms
+    )
+
+
+def step_allowance_ms(
+    tpot_ms: float, outputs: int, decoding_s: float | None, headroom: float = HEADROOM
+) -> float:
+    """The longest next step a decode takes while its TPOT, the mean gap between its tokens
+    as its class judges it, stays within tpot_ms x headroom: it has sampled `outputs` tokens,
+    the first `decoding_s` seconds ago (None: none yet). After the step its `outputs` gaps
+    span decoding_s + the step, so the step may take what its earlier steps left unspent;
+    never less than one gap's share (tpot_ms x headroom, the bound when it has no slack)."""
+    per = tpot_ms * headroom
+    if decoding_s is None or outputs < 1:
+        return per
+    return max(per, per * outputs - 1000.0 * decoding_s)
+
+
+class RunningSeq(Protocol):
+    """What running_budget reads of an engine's running sequence (strata.engine.sequence)."""
+
+    @property
+    def token_ids(self) -> SizedSeq[int]: ...
+    @property
+    def num_computed(self) -> int: ...
+    @property
+    def num_pending(self) -> int: ...
+    @property
+    def num_output(self) -> int: ...
+    @property
+    def tpot_ms(self) -> float | None: ...
+    @property
+    def first_token_at(self) -> float | None: ...
+
+
+def running_budget(
+    line: StepLine | None,
+    running: Iterable[RunningSeq],
+    now: float,
+    max_tokens: int,
+    block_size: int,
+    headroom: float = HEADROOM,
+) -> int:
+    """The next step's token budget for an engine's `running` sequences at `now` (the clock
+    of their first_token_at): a token for each decode, and a prefill chunk as large as every
+    decode with a TPOT target allows (step_allowance_ms: its mean gap kept within the target,
+    not each step), priced over the history of the prompt furthest through its prefill."""
+    decodes: list[tuple[int, float | None]] = []
+    limit: float | None = None
+    history = 0
+    for s in running:
+        if s.num_pending > 1:
+            history = max(history, s.num_computed)
+            continue
+        decodes.append((len(s.token_ids), s.tpot_ms))
+        if s.tpot_ms:
+            at = s.first_token_at
+            allowed = step_allowance_ms(
+                s.tpot_ms, s.num_output, None if at is None else now - at, headroom
+            )
+            limit = allowed if limit is None else min(limit, allowed)
+    return step_token_budget(
+        line, decodes, max_tokens, block_size, headroom, history=history, limit_ms=limit
     )
 
 
