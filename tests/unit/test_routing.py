@@ -123,3 +123,22 @@ def test_model_whose_nodes_all_expired_is_known_but_unavailable():
     miss = Router.explain_miss("m", reg)
     assert miss.kind is MissKind.NO_READY_REPLICA
     assert "no replica on any live node" in miss.message
+
+
+def test_a_sample_within_a_node_set_draws_nodes_of_that_set_in_id_order():
+    # 40 nodes, two replicas each; the set holds 20 of them. A sample of 4 draws 4 of its
+    # nodes and scores both replicas of each; the same seed draws the same nodes whatever
+    # order the set is given in, and a set no larger than the sample is scored whole.
+    reg = registry(**{f"n{i:02d}": (ready(f"a{i}"), ready(f"b{i}")) for i in range(40)})
+    within = frozenset(f"n{i:02d}" for i in range(0, 40, 2))
+    seen: list[set[str]] = []
+    for given in (within, frozenset(sorted(within, reverse=True)), set(within)):
+        r = Router(rng=random.Random(3), sample_size=4)
+        got = r._candidates("m", reg, (), None, given, 4)
+        assert len(got) == 8 and {loc.node.node_id for loc in got} <= within
+        assert all(sum(loc.node is g.node for g in got) == 2 for loc in got)
+        seen.append({loc.node.node_id for loc in got})
+    assert seen[0] == seen[1] == seen[2]
+    small = frozenset(["n01", "n03"])
+    got = router()._candidates("m", reg, (), None, small, 4)
+    assert sorted(loc.replica.replica_id for loc in got) == ["a1", "a3", "b1", "b3"]

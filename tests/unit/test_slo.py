@@ -9,6 +9,7 @@ import pytest
 from strata.core.step_model import StepLine
 from strata.policy.scheduling.fair_queue import QueueItem
 from strata.policy.scheduling.slo import (
+    SLACK_SPENT,
     DecodeLoad,
     chunk_budget,
     engine_share,
@@ -204,9 +205,10 @@ def test_a_chunk_with_history_attends_over_it_and_gets_a_smaller_budget():
 
 
 def test_a_decode_may_absorb_the_step_time_its_earlier_steps_left_unspent():
-    # 100 ms target, headroom 0.9: 90 ms a gap. Ten tokens, the first 0.3 s ago: after the
-    # next step its 10 gaps may span 900 ms, so the step may take 600 ms.
-    assert step_allowance_ms(100.0, 10, 0.3) == pytest.approx(600.0)
+    # 100 ms target, headroom 0.9: 90 ms a gap. Ten tokens, the first 0.3 s ago: its 9 gaps
+    # left 810 - 300 = 510 ms unspent; the step may take 90 ms and half of that.
+    assert SLACK_SPENT == 0.5
+    assert step_allowance_ms(100.0, 10, 0.3) == pytest.approx(90.0 + 255.0)
     # No slack (slow so far), no token yet, or one just now: one gap's share.
     assert step_allowance_ms(100.0, 10, 2.0) == pytest.approx(90.0)
     assert step_allowance_ms(100.0, 0, None) == pytest.approx(90.0)
@@ -236,8 +238,8 @@ def test_the_running_budget_gives_the_chunk_the_slack_of_the_tightest_decode():
 
     prompt = _Seq(list(range(4000)), 0, None, None, 4000)
     young = [decode(1, 10.0)] + [decode(50, 7.0)] * 9  # one decode has no slack yet
-    # 49 gaps in 4.39 s: 50 x 90 - 4,390 = 110 ms for the next step.
-    seasoned = [decode(50, 5.61)] * 10
+    # 49 gaps in 4.37 s: 49 x 90 - 4,370 = 40 ms unspent, 90 + 20 = 110 ms for the next step.
+    seasoned = [decode(50, 5.63)] * 10
     load = DecodeLoad.of([(1050, 100.0)] * 9 + [(1001, 100.0)])
     tight = running_budget(LINE, young + [prompt], 10.0, 2048, 16) - 10
     assert tight == chunk_budget(LINE, load, 2038, 16)  # the per-step bound: 90 ms

@@ -57,7 +57,8 @@ replicas routing from the same heartbeats would otherwise all send the next burs
 With `sample_size` > 0 and more READY replicas than that, the router scores the replicas of the
 nodes holding the prompt's prefix plus `sample_size` others drawn at random (the power of d
 choices): a decision over 1,000 nodes then costs what one over a hundred does, and two routers
-rarely draw the same sample.
+rarely draw the same sample. Restricted to a set of nodes (a partition, a home), it draws
+`sample_size` of those nodes and scores their replicas.
 
 When another live node holds at least `min_source_gain_blocks` more leading blocks than the
 chosen one, the decision names that node's KV tier store as a source: the chosen node pulls the
@@ -69,7 +70,7 @@ from __future__ import annotations
 import enum
 import random
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from strata.core.blocks import DEFAULT_BLOCK_SIZE, block_tokens
 from strata.policy.kv_index import KVSource, PrefixIndex
@@ -79,6 +80,7 @@ REQUEST_WEIGHT_TOKENS = 128  # decode tokens a running request still costs, on a
 # One block is a few tokens of prefill, less than a pull's fixed cost (a round trip to the peer's
 # store before the first byte, then the copy into this node's tiers); two or more are worth it.
 MIN_SOURCE_GAIN_BLOCKS = 2
+ORDERS_KEPT = 64  # node sets whose id order a Router keeps
 
 
 @dataclass(slots=True, frozen=True)
@@ -115,6 +117,9 @@ class Router:
     sample_size: int = 0  # 0: score every READY replica
     tie_tolerance: float = 0.0  # draw among replicas within this fraction of the best est_s
     interference_weight: float = 1.0
+    _orders: dict[frozenset[str], tuple[str, ...]] = field(
+        default_factory=dict, init=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         if self.sample_size < 0 or not 0.0 <= self.tie_tolerance < 1.0:
@@ -256,22 +261,43 @@ class Router:
         sample_size: int,
     ) -> list[ReplicaLocation]:
         items, by_node = registry.ready_index(model)
+        sampled = False
         if nodes is not None:
             if len(nodes) < len(by_node):
-                # Sorted, so a seeded RNG samples from the same order every time.
-                items = [loc for n in sorted(nodes) for loc in by_node.get(n, ())]
+                # In node-id order, so a seeded RNG samples from the same order every time;
+                # sampled by node (a node's replicas of the model come together), so a
+                # decision costs the sample, not the size of `nodes`.
+                ids = self._ordered(nodes)
+                if sample_size and len(ids) > sample_size:
+                    ids = self.rng.sample(ids, sample_size)
+                    sampled = True
+                items = [loc for n in ids for loc in by_node.get(n, ())]
             else:
                 items = [loc for loc in items if loc.node.node_id in nodes]
-        if sample_size and len(items) > sample_size:
-            picked = {id(loc): loc for loc in self.rng.sample(items, sample_size)}
-            if index is not None and prefix_hashes:
-                for node_id in index.prefix_depths(prefix_hashes[:1]):
-                    for loc in by_node.get(node_id, ()):
-                        if nodes is None or node_id in nodes:
-                            picked[id(loc)] = loc
+        if not sampled and sample_size and len(items) > sample_size:
+            items = self.rng.sample(items, sample_size)
+            sampled = True
+        if sampled and index is not None and prefix_hashes:
+            picked = {id(loc): loc for loc in items}
+            for node_id in index.prefix_depths(prefix_hashes[:1]):
+                for loc in by_node.get(node_id, ()):
+                    if nodes is None or node_id in nodes:
+                        picked[id(loc)] = loc
             items = list(picked.values())
         oldest = registry.clock.now() - registry.ttl_s
         return [loc for loc in items if loc.node.last_seen >= oldest]
+
+    def _ordered(self, nodes: Collection[str]) -> Sequence[str]:
+        """`nodes` in node-id order; kept per frozenset (the partitions and homes the
+        scheduler passes again and again), a few dozen at most."""
+        if not isinstance(nodes, frozenset):
+            return sorted(nodes)
+        found = self._orders.get(nodes)
+        if found is None:
+            if len(self._orders) >= ORDERS_KEPT:
+                self._orders.clear()
+            found = self._orders[nodes] = tuple(sorted(nodes))
+        return found
 
     @staticmethod
     def explain_miss(model: str, registry: NodeRegistry) -> RouteMiss:

@@ -37,6 +37,7 @@ from strata.core.profile import PREFILL_RATE_CHUNK
 from strata.core.step_model import StepLine
 
 HEADROOM = 0.9  # of the tightest TPOT target a step may take (the line is an estimate)
+SLACK_SPENT = 0.5  # of a decode's unspent TPOT slack one step may take (the rest: a buffer)
 
 
 @dataclass(slots=True, frozen=True)
@@ -148,15 +149,17 @@ def step_token_budget(
 def step_allowance_ms(
     tpot_ms: float, outputs: int, decoding_s: float | None, headroom: float = HEADROOM
 ) -> float:
-    """The longest next step a decode takes while its TPOT, the mean gap between its tokens
-    as its class judges it, stays within tpot_ms x headroom: it has sampled `outputs` tokens,
-    the first `decoding_s` seconds ago (None: none yet). After the step its `outputs` gaps
-    span decoding_s + the step, so the step may take what its earlier steps left unspent;
-    never less than one gap's share (tpot_ms x headroom, the bound when it has no slack)."""
+    """The longest next step a decode lends the prefill beside it: it has sampled `outputs`
+    tokens, the first `decoding_s` seconds ago (None: none yet), and its TPOT, the mean gap
+    between its tokens as its class judges it, is to stay within tpot_ms x headroom. Its
+    earlier outputs - 1 gaps left `unspent` = per x (outputs - 1) - decoding_s of that
+    (per = tpot_ms x headroom); the step may take per plus SLACK_SPENT of it (the rest stays
+    a buffer for steps the line under-prices), and never less than per (no slack: the bound
+    of one gap)."""
     per = tpot_ms * headroom
     if decoding_s is None or outputs < 1:
         return per
-    return max(per, per * outputs - 1000.0 * decoding_s)
+    return max(per, per + SLACK_SPENT * (per * (outputs - 1) - 1000.0 * decoding_s))
 
 
 class RunningSeq(Protocol):
