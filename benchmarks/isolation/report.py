@@ -159,7 +159,7 @@ def render(
         "shares, the pool's limit per class, guarantees), routing by load, prefix, margin and "
         "the interference a prompt would inflict on other tenants' protected decodes, "
         "preferring the tenant's home nodes (strata.policy.scheduling.homes) while they cost "
-        "little, the SLA "
+        "little and never routing into another tenant's home (guests off), the SLA "
         "TTFT check; on each node the fair queue (strict class priority, token-weighted fair "
         "queueing) in front of the engine's slots and the engine's priority preemption. A "
         "refused client retries after the retry-after hint (until 120 s after its first "

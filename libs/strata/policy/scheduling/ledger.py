@@ -18,8 +18,9 @@ here is rebuilt from heartbeats within one interval after a restart.
     tenant_tokens[t]  work tokens (prompt + max_tokens) of t's requests on any node, or routed
                       and not yet reported
 
-Updates cost O(the node's replicas, tenants and unreported routes); reads O(1), or O(the node's
-unreported routes) for the per-replica ones: admission reads the ledger on every request,
+Updates cost O(the node's replicas, tenants and unreported routes); reads O(1), or O(the
+classes among a replica's unreported routes) for the per-replica ones, kept as running sums:
+admission and routing read the ledger on every request (the router once per scored replica),
 heartbeats come every second from every node.
 """
 
@@ -49,6 +50,33 @@ class PendingRoute:
 
 
 @dataclass(slots=True)
+class _Unreported:
+    """The running sums of one replica's unreported routes."""
+
+    seqs: int = 0
+    tokens: int = 0
+    work: int = 0
+    tpots: dict[float, int] = field(default_factory=dict)  # TPOT target -> routes with it
+    priorities: dict[int, int] = field(default_factory=dict)  # class priority -> routes
+
+    def add(self, p: PendingRoute, sign: int) -> None:
+        self.seqs += sign
+        self.tokens += sign * p.tokens
+        self.work += sign * p.replica_work
+        if p.tpot_ms is not None and p.tpot_ms > 0:
+            _count(self.tpots, p.tpot_ms, sign)
+        _count(self.priorities, p.priority, sign)
+
+
+def _count(counts: dict, key: object, sign: int) -> None:
+    n = counts.get(key, 0) + sign
+    if n:
+        counts[key] = n
+    else:
+        del counts[key]
+
+
+@dataclass(slots=True)
 class PoolLedger:
     horizon_s: float = 5.0
     capacity_tokens: float = 0.0
@@ -59,6 +87,8 @@ class PoolLedger:
     pending_ttl_s: float = PENDING_TTL_S
     # node id -> route id -> a request routed there that no report of the node has listed
     unreported: dict[str, dict[str, PendingRoute]] = field(default_factory=dict)
+    # (node id, replica id) -> the running sums of those routes
+    _sums: dict[tuple[str, str], _Unreported] = field(default_factory=dict)
     # tenant -> its guaranteed share, as its latest request said (soft state: requests bring
     # it back after a restart)
     guarantees: dict[str, float] = field(default_factory=dict)
@@ -75,6 +105,7 @@ class PoolLedger:
         elif old is not None:
             for pending in self.unreported.pop(old.node_id, {}).values():
                 self.tenant_tokens[pending.tenant] -= pending.tokens
+                self._sum(old.node_id, pending, -1)
 
     def _add(self, node: NodeState, sign: int) -> None:
         self.nodes += sign
@@ -98,6 +129,7 @@ class PoolLedger:
         for rid in done:
             pending = routes.pop(rid)
             self.tenant_tokens[pending.tenant] -= pending.tokens
+            self._sum(node_id, pending, -1)
         if not routes:
             del self.unreported[node_id]
 
@@ -107,31 +139,36 @@ class PoolLedger:
         queued work, until a report of the node lists `route_id` (module docstring)."""
         self.unreported.setdefault(node_id, {})[route_id] = pending
         self.tenant_tokens[pending.tenant] += pending.tokens
+        self._sum(node_id, pending, +1)
 
-    def _routes(self, node_id: str, replica_id: str) -> list[PendingRoute]:
-        routes = self.unreported.get(node_id)
-        if not routes:
-            return []
-        return [p for p in routes.values() if p.replica_id == replica_id]
+    def _sum(self, node_id: str, pending: PendingRoute, sign: int) -> None:
+        key = (node_id, pending.replica_id)
+        sums = self._sums.get(key)
+        if sums is None:
+            sums = self._sums[key] = _Unreported()
+        sums.add(pending, sign)
+        if sums.seqs == 0:
+            del self._sums[key]
 
     def pending_load(self, node_id: str, replica_id: str) -> DecodeLoad:
         """The requests routed to the replica that its node has not reported yet."""
-        load = DecodeLoad()
-        for p in self._routes(node_id, replica_id):
-            load = load.plus(p.tokens, p.tpot_ms)
-        return load
+        sums = self._sums.get((node_id, replica_id))
+        if sums is None:
+            return DecodeLoad()
+        return DecodeLoad(sums.seqs, sums.tokens, min(sums.tpots) if sums.tpots else None)
 
     def pending_below(self, node_id: str, replica_id: str, priority: int) -> int:
         """How many of the requests routed to the replica that its node has not reported yet
         are of a class below `priority`."""
-        return sum(1 for p in self._routes(node_id, replica_id) if p.priority < priority)
+        sums = self._sums.get((node_id, replica_id))
+        if sums is None:
+            return 0
+        return sum(n for p, n in sums.priorities.items() if p < priority)
 
     def pending(self, node_id: str, replica_id: str) -> int:
         """The tokens those requests queue ahead of the replica's next request."""
-        routes = self.unreported.get(node_id)  # once per scored replica: no list built
-        if not routes:
-            return 0
-        return sum(p.replica_work for p in routes.values() if p.replica_id == replica_id)
+        sums = self._sums.get((node_id, replica_id))  # once per scored replica
+        return sums.work if sums is not None else 0
 
     def protected_other(self, tenant: str, admitted: float) -> bool:
         """Whether another tenant holding work is within its guarantee: someone a borrower
