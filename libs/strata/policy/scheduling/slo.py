@@ -18,9 +18,13 @@ Requests without a TPOT target (best effort) join only where this holds for the 
 they never slow an SLA class past its target; a replica running nothing always takes one
 request (alone it is served as well as it can be: refusing would not make it faster).
 
-The prefill chunk budget is the largest chunk c with step_s(B, K, c) within the tightest TPOT
-target of what runs: chunked prefill then never stretches a step past the running decodes'
-target (at least one block, so prefill always progresses).
+The prefill chunk budget is the largest chunk c with step_s(B, K, c, history) within what the
+running decodes allow (at least one block, so prefill always progresses). Priced for the
+scheduler's estimates, that is the tightest TPOT target x headroom; in the engine
+(running_budget) each decode allows its step_allowance_ms: a TPOT target is judged on the mean
+gap between tokens, so a decode that has been faster than its target lends the step part of
+the time it left unspent. A chunk attends over the prompt's tokens computed before it
+(`history`), as the worker's step meter counts its keys.
 
 Without a step line (a worker that reported none yet) the batch cap alone rules. Pure: the
 node manager's dispatcher, the global scheduler and the simulator call the same functions.
