@@ -253,7 +253,7 @@ class GlobalScheduler:
                 max(1, math.ceil(sample * len(within) / max(1, len(by_node)))) if sample else None
             )
 
-        best = pick(reach) if reach is None else pick(reach, density(reach))
+        best = pick(reach, None if reach is None else density(reach))
         if home is None or best is None or best.node_id in home:
             return best
         there = pick(home, density(home))
