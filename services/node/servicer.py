@@ -15,9 +15,10 @@ from strata.node.failover import WorkerLost, generate_with_failover
 from strata.node.replicas import Replica, ReplicaSet, State
 from strata.policy.clock import WallClock
 from strata.policy.scheduling.arrivals import MAX_ROUTE_ID_CHARS
+from strata.policy.scheduling.delays import ClassDelays
 from strata.policy.scheduling.fair_queue import QUEUES, QueueItem
 from strata.policy.scheduling.slo import DecodeLoad
-from strata.rpc.convert import step_line_to_pb, tenant_load_to_pb
+from strata.rpc.convert import class_delays_to_pb, step_line_to_pb, tenant_load_to_pb
 from strata.telemetry import names
 from strata.v1 import common_pb2, node_pb2, node_pb2_grpc, worker_pb2
 
@@ -183,7 +184,7 @@ def replica_to_pb(
     tokens_per_s: float = 0.0,
     slots: DecodeLoad = DecodeLoad(),
     turnover_s: float = 0.0,
-    delay_s: float = 0.0,
+    delays: ClassDelays = (),
 ) -> common_pb2.ReplicaInfo:
     s = r.stats
     return common_pb2.ReplicaInfo(
@@ -206,7 +207,7 @@ def replica_to_pb(
         slot_tightest_tpot_ms=slots.tightest_tpot_ms or 0.0,
         slot_turnover_s=turnover_s,
         max_batched_tokens=s.max_batched_tokens,
-        recent_delay_s=delay_s,
+        **class_delays_to_pb(delays),
     )
 
 
@@ -225,7 +226,7 @@ def node_info(
                 dispatcher.tokens_per_s(r),
                 dispatcher.slots.load(r.replica_id),
                 dispatcher.slots.turnover_s(r.replica_id),
-                dispatcher.delay_s(r),
+                dispatcher.class_delays(r),
             )
             for r in replicas.replicas.values()
         ]

@@ -12,6 +12,8 @@ from strata.policy.registry import (
 )
 from strata.policy.scheduling.slo import DecodeLoad
 from strata.rpc.convert import (
+    class_delays_from_pb,
+    class_delays_to_pb,
     phase_from_pb,
     phase_to_pb,
     step_line_from_pb,
@@ -47,9 +49,7 @@ def replica_from_pb(r: common_pb2.ReplicaInfo) -> ReplicaState:
             r.slot_turnover_s if math.isfinite(r.slot_turnover_s) and r.slot_turnover_s > 0 else 0.0
         ),
         max_batched_tokens=max(0, r.max_batched_tokens),
-        recent_delay_s=(
-            r.recent_delay_s if math.isfinite(r.recent_delay_s) and r.recent_delay_s > 0 else 0.0
-        ),
+        class_delays=class_delays_from_pb(r),
     )
 
 
@@ -74,7 +74,7 @@ def replica_to_pb(r: ReplicaState) -> common_pb2.ReplicaInfo:
         slot_tightest_tpot_ms=r.slots.tightest_tpot_ms or 0.0,
         slot_turnover_s=r.slot_turnover_s,
         max_batched_tokens=r.max_batched_tokens,
-        recent_delay_s=r.recent_delay_s,
+        **class_delays_to_pb(r.class_delays),
     )
 
 

@@ -15,6 +15,7 @@ from opentelemetry.trace import Status, StatusCode
 
 from services.scheduler import convert
 from services.scheduler.prom import RouteMetrics
+from services.scheduler.refusal_span import estimate_attributes
 from strata.core.tenant_policy_pb import policy_from_pb
 from strata.policy.kv_index import PrefixIndex
 from strata.policy.lease import LeaseTable
@@ -154,6 +155,8 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 )
                 span.set_attribute(names.ERROR_CODE, code.name)
                 span.set_attribute(names.ROUTE_REFUSED, decision.reason)
+                if decision.estimate is not None:
+                    span.set_attributes(estimate_attributes(decision.estimate))
                 span.set_status(Status(StatusCode.ERROR, decision.message))
                 trailers = [(names.REFUSAL_REASON_METADATA, decision.reason)]
                 if code == grpc.StatusCode.RESOURCE_EXHAUSTED:

@@ -184,7 +184,7 @@ async def serve_in_turn(env: Env, count: int) -> list[str]:
 
 
 @pytest.mark.parametrize("queue", ["wfq", "fcfs"])
-async def test_a_batch_backlog_delays_an_interactive_request_by_one_slot_at_most(queue):
+async def test_a_batch_backlog_does_not_delay_an_interactive_request_under_wfq(queue):
     async with node_env(max_seqs=1, queue=queue) as env:
         env.submit("b0", "bulk", "batch", 0, ttft_ms=0)
         await env.started(1)
@@ -192,9 +192,15 @@ async def test_a_batch_backlog_delays_an_interactive_request_by_one_slot_at_most
             env.submit(f"b{k}", "bulk", "batch", 0, ttft_ms=0)
             await env.queued(k)
         chat = env.submit("i0", "chat", "interactive", 2)
-        await env.queued(5)
-        order = await serve_in_turn(env, 6)
         if queue == "wfq":
+            # It displaces the running best-effort b0 at once, before the queued batch.
+            assert await env.started(2) == ["b0", "i0"]
+            assert len(env.servicer.dispatcher.queue) == 4
+            env.worker.finish("i0")
+            env.worker.finish("b0")
+            for n in range(3, 7):
+                order = await env.started(n)
+                env.worker.finish(order[-1])
             assert order == ["b0", "i0", "b1", "b2", "b3", "b4"]
             assert dict(env.worker.started) == {
                 "b0": 0,
@@ -205,12 +211,14 @@ async def test_a_batch_backlog_delays_an_interactive_request_by_one_slot_at_most
                 "b4": 0,
             }
         else:  # the pooled baseline: in arrival order, one priority for the engine
+            await env.queued(5)
+            order = await serve_in_turn(env, 6)
             assert order == ["b0", "b1", "b2", "b3", "b4", "i0"]
             assert set(dict(env.worker.started).values()) == {0}
         chunks = await chat.task
         assert [list(c.token_ids) for c in chunks] == [[7]]
-        # the wait for a slot is added to the worker's queueing time
-        assert chunks[-1].usage.queue_ms > 1.0
+        if queue == "fcfs":  # the wait for a slot is added to the worker's queueing time
+            assert chunks[-1].usage.queue_ms > 1.0
 
 
 async def test_two_tenants_are_served_one_to_three_by_weight():
@@ -244,6 +252,27 @@ async def test_an_urgent_request_goes_past_the_cap_only_to_displace_a_lower_clas
         assert len(env.worker.started) == 2 and len(env.servicer.dispatcher.queue) == 1
         env.worker.finish("i0")
         assert await env.started(3) == ["b0", "i0", "i1"]
+
+
+async def test_a_class_with_a_target_displaces_best_effort_at_once_and_a_class_only_when_urgent():
+    async with node_env(max_seqs=1) as env:
+        env.submit("b0", "bulk", "batch", 0, ttft_ms=0)
+        await env.started(1)
+        # i0's target is far off, so it never turns urgent; b0 is best effort: displaced now.
+        env.submit("i0", "chat", "interactive", 2, ttft_ms=FAR)
+        assert await env.started(2) == ["b0", "i0"]
+        assert env.worker.started[1] == ("i0", 2)
+        # A standard request is displaced only by an urgent one: i1 waits for a slot.
+        env.worker.finish("i0")
+        env.worker.finish("b0")
+        env.submit("s0", "api", "standard", 1, ttft_ms=FAR)
+        await env.started(3)
+        env.submit("i1", "chat", "interactive", 2, ttft_ms=FAR)
+        await env.queued(1)
+        await asyncio.sleep(0.3)  # the check that nothing moves, not a synchronisation
+        assert len(env.worker.started) == 3 and len(env.servicer.dispatcher.queue) == 1
+        env.worker.finish("s0")
+        assert await env.started(4) == ["b0", "i0", "s0", "i1"]
 
 
 async def test_a_cancelled_waiting_request_leaves_the_queue_at_once():
@@ -339,7 +368,13 @@ async def test_the_status_reports_what_requests_waited_for_a_first_token_while_o
         env.worker.finish("a")
         await a.task
         await env.started(2)
-        assert (await env.status()).replicas[0].recent_delay_s >= 0.3
+        replica = (await env.status()).replicas[0]
+        assert replica.recent_delay_s >= 0.3
+        # By class: a's class (priority 1) has the delay; no other class has samples.
+        assert [c.priority for c in replica.class_delays] == [1]
+        assert replica.class_delays[0].delay_s == replica.recent_delay_s
         env.worker.finish("b")
         await env.calls[1].task
-        assert (await env.status()).replicas[0].recent_delay_s == 0.0
+        replica = (await env.status()).replicas[0]
+        assert replica.recent_delay_s == 0.0
+        assert [(c.priority, c.delay_s) for c in replica.class_delays] == [(1, 0.0)]

@@ -15,7 +15,7 @@ from strata.policy.kv_index import PrefixIndex
 from strata.policy.registry import NodeRegistry, NodeState, ReplicaPhase, ReplicaState
 from strata.policy.routing import RouteDecision, Router
 from strata.policy.scheduling.admission import AdmissionSettings, Refusal
-from strata.policy.scheduling.delays import FirstTokens, RecentDelays
+from strata.policy.scheduling.delays import FirstTokens, RecentDelays, class_delay_s
 from strata.policy.scheduling.global_scheduler import GlobalScheduler, SchedulerSettings
 from strata.policy.scheduling.ledger import PoolLedger
 from strata.policy.scheduling.slo import solo_prefill_s
@@ -84,7 +84,7 @@ def test_a_delay_is_taken_per_place_in_the_queue_and_priced_for_the_queue_now():
     assert ft._ahead == {}
 
 
-def _scheduler(delay_s: float) -> GlobalScheduler:
+def _scheduler(delay_s: float, priority: int = 1) -> GlobalScheduler:
     reg = NodeRegistry(clock=ManualClock())
     gs = GlobalScheduler(
         reg,
@@ -104,7 +104,8 @@ def _scheduler(delay_s: float) -> GlobalScheduler:
         step_line=LINE,
         max_batched_tokens=256,
     )
-    reg.heartbeat(NodeState("n1", "n1:1", replicas=(replace(r, recent_delay_s=delay_s),)))
+    delays = ((priority, delay_s),) if delay_s > 0 else ()
+    reg.heartbeat(NodeState("n1", "n1:1", replicas=(replace(r, class_delays=delays),)))
     return gs
 
 
@@ -121,3 +122,45 @@ def test_the_ttft_check_takes_the_replicas_recent_delay_over_a_shorter_estimate(
     assert f"{(1.5 + own) * 1000:.0f} ms" in refused.message
     # A short prompt still fits beside the same delay: 1.5 s + 0.06 s.
     assert isinstance(_scheduler(1.5).route("m", policy, 50, 10), RouteDecision)
+
+
+def test_delays_are_kept_and_priced_per_class():
+    ft = FirstTokens(RecentDelays(window=8, quantile=1.0))
+    # A standard request (1) waited behind three others 4 s beyond its prefill: 1 s a place.
+    # An interactive one (2) went before the queued standard ones: one ahead, 0.1 s a place.
+    ft.arrived("s", 3, priority=1)
+    ft.arrived("i", 1, priority=2)
+    ft.arrived("x", 0, priority=1)
+    for rid in ("s", "i", "x"):
+        ft.dispatched("r", rid)
+    ft.first_token("r", "s", waited_s=4.5, own_s=0.5, now=5.0)
+    ft.first_token("r", "i", waited_s=0.7, own_s=0.5, now=5.0)
+    # The standard "x" still waits in the engine, which serves the interactive class first;
+    # the node's queue holds 4 standard requests and 1 interactive.
+    assert (ft.waiting("r", 1), ft.waiting("r", 2)) == (1, 0)
+    queued = {1: 5, 2: 1}
+    delays = ft.class_delays("r", 5.0, lambda p: queued[p])
+    assert delays == (
+        (1, pytest.approx(1.0 * (5 + 1 + 1))),  # behind all five queued and x
+        (2, pytest.approx(0.1 * (1 + 1))),  # behind the interactive one only
+    )
+    # Nothing either class cannot pass waits: both are reported at 0 (not left out, which
+    # would have the scheduler read a lower class's delay), until their samples age out.
+    ft.released("r", "x")
+    assert ft.class_delays("r", 5.0, lambda p: 0) == ((1, 0.0), (2, 0.0))
+    assert ft.class_delays("r", 30.0, lambda p: 0) == ()
+
+
+def test_the_scheduler_reads_its_class_delay_or_the_nearest_class_below():
+    delays = ((0, 9.0), (1, 2.0), (3, 0.5))
+    assert class_delay_s(delays, 1) == 2.0
+    assert class_delay_s(delays, 2) == 2.0  # none of class 2: standard's bounds it
+    assert class_delay_s(delays, 5) == 0.5
+    assert class_delay_s(((1, 2.0),), 0) == 0.0  # nothing at or below: no claim
+    assert class_delay_s(((1, 2.0), (2, 0.0)), 2) == 0.0  # its own class waits nothing
+    assert class_delay_s((), 1) == 0.0
+    # The TTFT check: an interactive request is not judged by the standard class's delay.
+    interactive = TenantPolicy("t", "interactive", 2, 2000.0, None, 1.0, 0.0, 1.0)
+    refused = _scheduler(1.5, priority=1).route("m", interactive, 500, 10)
+    assert isinstance(refused, Refusal)  # standard's 1.5 s bounds a class with no samples
+    assert isinstance(_scheduler(1.5, priority=3).route("m", interactive, 500, 10), RouteDecision)

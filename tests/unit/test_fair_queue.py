@@ -8,6 +8,7 @@ from strata.policy.scheduling.fair_queue import (
     FcfsQueue,
     QueueItem,
     TenantQueued,
+    displacers,
 )
 
 
@@ -154,6 +155,20 @@ def test_urgent_names_requests_whose_wait_plus_service_reaches_the_fraction_of_t
     assert [i.request_id for i in q.urgent(service)] == ["i0", "i1", "s0"]
     assert [i.request_id for i in q.urgent(service, fraction=1.0)] == ["i0", "i1"]
     assert len(q) == 4  # urgent() takes nothing out
+
+
+def test_displacers_are_the_urgent_then_every_other_request_with_a_target():
+    clock = ManualClock()
+    q = FairQueue(clock)
+    q.push(_item("s0", tenant="s", priority=1, ttft=2000.0))
+    q.push(_item("b0", tenant="b", priority=0))  # best effort: displaces nobody
+    q.push(_item("i0", tenant="i", priority=2, ttft=500.0))
+    assert [(i.request_id, u) for i, u in displacers(q)] == [("i0", False), ("s0", False)]
+    clock.advance(0.3)  # i0 is past half its target
+    assert [(i.request_id, u) for i, u in displacers(q)] == [("i0", True), ("s0", False)]
+    fcfs = FcfsQueue(clock)
+    fcfs.push(_item("i1", tenant="i", priority=2, ttft=500.0))
+    assert displacers(fcfs) == []  # a queue without classes displaces nothing
 
 
 def test_fcfs_is_one_line_in_arrival_order_and_never_urgent():

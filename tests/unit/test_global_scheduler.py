@@ -28,6 +28,7 @@ from strata.policy.scheduling.global_scheduler import (
     Mode,
     RateLimit,
     SchedulerSettings,
+    queued_ahead,
 )
 from strata.policy.scheduling.ledger import PoolLedger
 from strata.policy.scheduling.slo import DecodeLoad, solo_prefill_s, step_ms
@@ -420,6 +421,45 @@ def test_a_higher_class_is_not_priced_behind_lower_ones_waiting_for_a_slot():
     assert isinstance(gs.route("m", sla(600.0), 16, 984), Refusal)
 
 
+def test_a_class_that_would_displace_a_lower_one_waits_no_longer_than_the_node_lets_it():
+    # Eight slots, all running; a slot frees every 2 s. An interactive request (500 ms) would
+    # wait 2 s by turnover, but the node displaces a lower class for it once it has waited
+    # URGENT_FRACTION of its target (strata.node.dispatcher): it waits 250 ms at most.
+    def full(running: list[TenantLoad]) -> NodeState:
+        n = busy(8)
+        r = replace(n.replicas[0], max_seqs=8, slot_turnover_s=2.0)
+        return node("n", r, tenants=running)
+
+    chat = TenantPolicy("u", "interactive", 2, 500.0, 100.0)
+    bulk = [TenantLoad("bulk", 0, 8, 0, 8000)]
+    assert isinstance(scheduler(full(bulk)).route("m", chat, 16, 100), RouteDecision)
+    # The engine runs only its own class or above: nobody to displace, 2 s to wait.
+    peers = [TenantLoad("peer", 2, 8, 0, 8000)]
+    refused = scheduler(full(peers)).route("m", chat, 16, 100)
+    assert isinstance(refused, Refusal) and refused.reason == "sla"
+    # Seven of its class run and one more queues ahead: they take the one lower slot first.
+    mixed = [TenantLoad("peer", 2, 7, 1, 8000), TenantLoad("bulk", 0, 1, 0, 1000)]
+    assert isinstance(scheduler(full(mixed)).route("m", chat, 16, 100), Refusal)
+    mixed = [TenantLoad("peer", 2, 6, 1, 8000), TenantLoad("bulk", 0, 2, 0, 1000)]
+    assert isinstance(scheduler(full(mixed)).route("m", chat, 16, 100), RouteDecision)
+
+
+def test_a_class_displaces_best_effort_at_once_and_is_priced_so():
+    # As above, with 300 ms of prompts queued ahead at the replica's rate: 250 ms of waiting
+    # to displace a standard request on top is past 500 ms; a best-effort one is displaced
+    # at once (strata.policy.scheduling.slots), no wait.
+    def full(running_best_effort: int) -> NodeState:
+        r = replace(busy(8).replicas[0], max_seqs=8, slot_turnover_s=2.0, queued_tokens=3000)
+        return node("n", r, tenants=[TenantLoad("low", 0, 8, 0, 8000, running_best_effort)])
+
+    chat = TenantPolicy("u", "interactive", 2, 500.0, 100.0)
+    refused = scheduler(full(0)).route("m", chat, 16, 100)
+    assert isinstance(refused, Refusal) and refused.estimate is not None
+    assert refused.estimate.slot_wait_ms == pytest.approx(250.0)
+    assert refused.estimate.ahead_ms == pytest.approx(300.0, rel=0.1)
+    assert isinstance(scheduler(full(1)).route("m", chat, 16, 100), RouteDecision)
+
+
 def test_a_long_prompt_beside_a_full_decode_batch_is_priced_by_its_chunks():
     # Beside 26 decodes of a 100 ms TPOT target a step may carry one block of prefill (the
     # decodes alone take 88 ms of the 90 ms allowed): 900 tokens take 57 steps of ~88 ms,
@@ -454,16 +494,15 @@ def test_alone_is_priced_by_the_step_line_in_the_engines_chunks_not_the_measured
 
 
 def test_best_effort_queues_boundedly_and_waits_behind_the_classes():
+    best_effort = TenantPolicy("t", "batch", 0, None, None)
     # Nothing judged on TPOT runs: best effort goes in.
-    assert isinstance(
-        scheduler(busy(26, None)).route("m", sla(None, None), 900, 100), RouteDecision
-    )
+    assert isinstance(scheduler(busy(26, None)).route("m", best_effort, 900, 100), RouteDecision)
     # 40 requests queued at the node ahead of it: about 40 x 0.34 s, past the 5 s bound.
     crowded = busy(26, queued_tenants=[TenantLoad("x", 1, 26, 40, 40_000)])
-    refused = scheduler(crowded, best_effort_wait_s=5.0).route("m", sla(None, None), 900, 100)
+    refused = scheduler(crowded, best_effort_wait_s=5.0).route("m", best_effort, 900, 100)
     assert isinstance(refused, Refusal) and "best-effort" in refused.message
     assert isinstance(
-        scheduler(crowded, best_effort_wait_s=30.0).route("m", sla(None, None), 900, 100),
+        scheduler(crowded, best_effort_wait_s=30.0).route("m", best_effort, 900, 100),
         RouteDecision,
     )
 
@@ -490,3 +529,17 @@ def test_a_tenants_request_rate_holds_across_the_gateways_routing_here():
     assert isinstance(gs.route("m", sla(2000.0), 16, 16, rate=limit), RouteDecision)
     # Without a limit nothing is counted.
     assert all(isinstance(gs.route("m", sla(2000.0), 16, 16), RouteDecision) for _ in range(5))
+
+
+def test_a_request_waits_behind_higher_classes_and_its_fair_share_of_its_own():
+    api = TenantPolicy("api", "standard", 1, 2000.0, 200.0)
+    tenants = [
+        TenantLoad("chat", 2, 0, 2),  # a higher class: both ahead
+        TenantLoad("agg", 1, 8, 6),  # a burst of its class: one of them per one of api's
+        TenantLoad("batch", 0, 0, 9),  # a lower class: none
+    ]
+    assert queued_ahead(tenants, api) == 2 + 1
+    assert queued_ahead([*tenants, TenantLoad("api", 1, 0, 3)], api) == 2 + 4 + 3
+    # The bursting tenant itself waits behind its own backlog and api's few.
+    agg = TenantPolicy("agg", "standard", 1, 2000.0, 200.0)
+    assert queued_ahead([*tenants, TenantLoad("api", 1, 0, 3)], agg) == 2 + 6 + 3

@@ -6,12 +6,14 @@ import pytest
 
 from strata.core.profile import StepCosts
 from strata.core.tenant_policy import TenantPolicy
+from strata.policy.clock import ManualClock
 from strata.policy.placement import ModelDemand
 from strata.policy.scheduling.admission import MIN_RETRY_S, AdmissionSettings
+from strata.policy.scheduling.fair_queue import QueueItem
 from strata.policy.scheduling.global_scheduler import Mode, SchedulerSettings
 from strata.sim.cluster import ModelSpec, SimConfig, Simulator
 from strata.sim.replica import EngineLimits
-from strata.sim.tenancy import Tenancy
+from strata.sim.tenancy import NodeFront, Tenancy
 from strata.sim.workload import SimRequest
 
 # 1 ms per step + 0.1 ms per token: a prefill of 20 tokens takes 3 ms, a decode 1.1 ms.
@@ -45,7 +47,7 @@ def by_id(result):
     return {int(r.request_id): r for r in result.rows}
 
 
-def test_the_fair_queue_lets_a_higher_class_take_the_next_slot():
+def test_the_fair_queue_lets_a_higher_class_take_a_best_effort_slot_at_once():
     # One slot; bulk 0 runs (3 + 9 x 1.1 = 12.9 ms), bulk 1 and 2 wait, chat arrives at 1 ms.
     work = [
         req(0, 0.0, "bulk"),
@@ -57,8 +59,9 @@ def test_the_fair_queue_lets_a_higher_class_take_the_next_slot():
     fcfs = by_id(
         simulator(Tenancy(SchedulerSettings(mode=Mode.FCFS), POLICIES, queue="fcfs")).run(work)
     )
-    # wfq: chat right after bulk 0 (ends at 12.9 ms): its TTFT = 12.9 + 3 - 1 ms
-    assert wfq[3].ttft_ms == pytest.approx(14.9)
+    # wfq: chat displaces the best-effort bulk 0 at once, in the engine's next step
+    assert wfq[3].ttft_ms < 12.9
+    assert wfq[0].ttft_ms == pytest.approx(3.0)  # bulk 0's first token came before
     # fcfs: behind all three bulk requests
     assert fcfs[3].ttft_ms == pytest.approx(3 * 12.9 + 3.0 - 1.0)
     assert wfq[2].ttft_ms > fcfs[2].ttft_ms
@@ -109,3 +112,15 @@ def test_static_partitions_keep_each_tenant_on_its_nodes():
     }
     assert {nodes[i] for i in (0, 2, 4)} == {"node-0"}
     assert {nodes[i] for i in (1, 3, 5)} == {"node-1"}
+
+
+@pytest.mark.parametrize("kind", ["wfq", "fcfs"])
+def test_the_node_front_counts_ahead_only_what_a_request_cannot_pass(kind):
+    clock = ManualClock()
+    front: NodeFront[int] = NodeFront.build(kind, clock)
+    for i in range(3):  # three batch requests queue for r
+        front.push(QueueItem(f"b{i}", "bulk", "a", 0, 20, 10, replica_id="r"), i)
+    front.push(QueueItem("c", "chat", "a", 2, 20, 10, ttft_ms=500.0, replica_id="r"), 3)
+    ahead, priority = front.first_tokens._ahead["c"]
+    # wfq serves chat's class first: nothing ahead of it; fcfs passes nobody, classless.
+    assert (ahead, priority) == ((0, 2) if kind == "wfq" else (3, 0))

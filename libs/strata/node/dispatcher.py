@@ -10,7 +10,8 @@ named none (or the named one stopped taking requests), until any ready replica o
 one. A waiting request whose class would miss its TTFT target if it waited longer (the queue's
 urgent()) goes to the worker beyond the cap, with its priority, when that worker runs a request
 of a lower class: the engine then preempts the lower one (its blocks stay in the prefix cache)
-to admit it.
+to admit it. A request of a class with a TTFT target does so at once where the lower request
+is best effort: best effort may queue, and never slows a class.
 
     Submit -> acquire(item) --slot free--> Lease (replica, priority) -> Generate ... -> release
                     |                                                                   |
@@ -30,8 +31,13 @@ from strata.node.replicas import Replica, ReplicaSet, State
 from strata.policy.clock import Clock
 from strata.policy.registry import TenantLoad
 from strata.policy.scheduling.arrivals import RouteArrivals
-from strata.policy.scheduling.delays import FirstTokens
-from strata.policy.scheduling.fair_queue import URGENT_FRACTION, NodeQueue, QueueItem
+from strata.policy.scheduling.delays import ClassDelays, FirstTokens
+from strata.policy.scheduling.fair_queue import (
+    URGENT_FRACTION,
+    NodeQueue,
+    QueueItem,
+    displacers,
+)
 from strata.policy.scheduling.slo import line_prefill_rate, solo_prefill_s
 from strata.policy.scheduling.slots import EngineSlots
 
@@ -92,7 +98,7 @@ class Dispatcher:
         if rid in self._waiters or self.slots.holds(rid):
             raise ValueError(f"request id {rid!r} is already on this node; ids must be unique")
         fut: asyncio.Future[Lease] = asyncio.get_running_loop().create_future()
-        self.first_tokens.arrived(rid, self._ahead(item))
+        self.first_tokens.arrived(rid, self._ahead(item), self._class(item))
         self.queue.push(item)
         self._waiters[rid] = fut
         self.pump()
@@ -129,12 +135,11 @@ class Dispatcher:
                 )
             else:
                 self._dispatch(item, replica, beyond_cap=False)
-        if self.queue.classes and len(self.queue):
-            for item in self.queue.urgent(self._service_s, self.urgent_fraction):
-                replica = self._displaceable(item)
-                if replica is not None:
-                    self.queue.remove(item.request_id)
-                    self._dispatch(item, replica, beyond_cap=True)
+        for item, urgent in displacers(self.queue, self._service_s, self.urgent_fraction):
+            replica = self._displaceable(item, best_effort_only=not urgent)
+            if replica is not None:
+                self.queue.remove(item.request_id)
+                self._dispatch(item, replica, beyond_cap=True)
         self._arm_timer()
 
     def _acceptable(self, item: QueueItem) -> bool:
@@ -171,20 +176,20 @@ class Dispatcher:
         free = [r for r in self._candidates(item) if self._has_room(r, item)]
         return min(free, key=lambda r: (self._count(r), r.stats.queued_tokens), default=None)
 
-    def _displaceable(self, item: QueueItem) -> Replica | None:
-        """A candidate whose engine would admit `item` by preempting a lower class: fewer
-        requests of its class or above than slots there, and at least one below it."""
+    def _displaceable(self, item: QueueItem, best_effort_only: bool) -> Replica | None:
+        """A candidate whose engine would admit `item` by preempting a lower class
+        (EngineSlots.displaceable): the one with the fewest of its class or above running."""
         best, best_key = None, None
         for r in self._candidates(item):
             cap = self.cap(r)
-            if cap is None:
+            if cap is None or not self.slots.displaceable(
+                r.replica_id, item, cap, best_effort_only
+            ):
                 continue
             running = self.running_on(r)
-            at_or_above = sum(1 for x in running if x.priority >= item.priority)
-            if at_or_above < cap and at_or_above < len(running):
-                key = (at_or_above, len(running))
-                if best_key is None or key < best_key:
-                    best, best_key = r, key
+            key = (sum(1 for x in running if x.priority >= item.priority), len(running))
+            if best_key is None or key < best_key:
+                best, best_key = r, key
         return best
 
     def _service_s(self, item: QueueItem) -> float:
@@ -222,26 +227,42 @@ class Dispatcher:
             lease.replica.replica_id, item.request_id, now - item.enqueued_s, own_s, now
         )
 
-    def delay_s(self, replica: Replica) -> float:
-        """The first-token delay a request arriving now would see on the replica
-        (strata.policy.scheduling.delays.FirstTokens; 0 when none came lately or nothing waits
-        for one there)."""
-        queued = self._queued_for(replica.model, replica.replica_id)
-        return self.first_tokens.delay_s(replica.replica_id, self.clock.now(), queued)
+    def class_delays(self, replica: Replica) -> ClassDelays:
+        """The first-token delay a request of each class arriving now would see on the
+        replica (strata.policy.scheduling.delays.FirstTokens; a class is left out when none of
+        it came lately or nothing it cannot pass waits for one there)."""
+        return self.first_tokens.class_delays(
+            replica.replica_id,
+            self.clock.now(),
+            lambda p: self._queued_for(replica.model, replica.replica_id, p),
+        )
 
-    def _queued_for(self, model: str, replica_id: str) -> int:
-        """Requests the node's queue holds that the replica may take."""
-        return sum(1 for i in self.queue if i.model == model and i.replica_id in ("", replica_id))
+    def _class(self, item: QueueItem) -> int:
+        """The class `item` is served as here: its priority, or 0 for all under a queue
+        without classes."""
+        return item.priority if self.queue.classes else 0
+
+    def _queued_for(self, model: str, replica_id: str, priority: int = 0) -> int:
+        """Requests the node's queue holds that the replica may take and that a request of
+        class `priority` does not go before."""
+        return sum(
+            1
+            for i in self.queue
+            if i.model == model and i.replica_id in ("", replica_id) and self._class(i) >= priority
+        )
 
     def _ahead(self, item: QueueItem) -> int:
         """Requests without a first token ahead of `item` on its replica (on the least loaded
-        candidate when the route named none)."""
+        candidate when the route named none) that it does not go before."""
+        priority = self._class(item)
         if item.replica_id:
-            return self._queued_for(item.model, item.replica_id) + self.first_tokens.waiting(
-                item.replica_id
-            )
-        queued = sum(1 for i in self.queue if i.model == item.model)
-        engines = [self.first_tokens.waiting(r.replica_id) for r in self._candidates(item)]
+            return self._queued_for(
+                item.model, item.replica_id, priority
+            ) + self.first_tokens.waiting(item.replica_id, priority)
+        queued = sum(1 for i in self.queue if i.model == item.model and self._class(i) >= priority)
+        engines = [
+            self.first_tokens.waiting(r.replica_id, priority) for r in self._candidates(item)
+        ]
         return queued + min(engines, default=0)
 
     def _fail(self, item: QueueItem, err: Exception) -> None:
@@ -262,14 +283,16 @@ class Dispatcher:
     # -- figures -------------------------------------------------------------------------------
     def tenant_loads(self) -> list[TenantLoad]:
         """Per tenant, running and queued requests and their reserved tokens, by tenant name."""
-        out: dict[str, list[int]] = {}  # tenant -> [priority, running, queued, tokens]
+        # tenant -> [priority, running, queued, tokens, running best effort]
+        out: dict[str, list[int]] = {}
         for item in self.slots.all_running():
-            f = out.setdefault(item.tenant, [item.priority, 0, 0, 0])
+            f = out.setdefault(item.tenant, [item.priority, 0, 0, 0, 0])
             f[0] = max(f[0], item.priority)
             f[1] += 1
             f[3] += item.cost_tokens
+            f[4] += item.ttft_ms is None
         for tenant, q in self.queue.loads().items():
-            f = out.setdefault(tenant, [q.priority, 0, 0, 0])
+            f = out.setdefault(tenant, [q.priority, 0, 0, 0, 0])
             f[0] = max(f[0], q.priority)
             f[2] += q.queued
             f[3] += q.tokens

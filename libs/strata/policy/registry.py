@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from strata.core.defaults import NODE_TTL_S
 from strata.core.step_model import StepLine
 from strata.policy.clock import Clock
+from strata.policy.scheduling.delays import ClassDelays
 from strata.policy.scheduling.slo import DecodeLoad
 
 
@@ -65,8 +66,9 @@ class ReplicaState:
     slots: DecodeLoad = DecodeLoad()
     slot_turnover_s: float = 0.0  # seconds between slot releases while full (0: not measured)
     max_batched_tokens: int = 0  # tokens one engine step computes at most (0 = not reported)
-    # What requests lately waited for a first token beyond their own prefill (0: none lately).
-    recent_delay_s: float = 0.0
+    # What requests lately waited for a first token beyond their own prefill, by class
+    # (strata.policy.scheduling.delays; empty: none lately).
+    class_delays: ClassDelays = ()
 
 
 @dataclass(slots=True, frozen=True)
@@ -78,6 +80,7 @@ class TenantLoad:
     running: int = 0
     queued: int = 0
     tokens: int = 0  # work tokens reserved by its requests there (prompt + max_tokens)
+    running_best_effort: int = 0  # of `running`, those with no TTFT target
 
 
 @dataclass(slots=True)

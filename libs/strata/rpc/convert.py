@@ -3,10 +3,12 @@ scheduler reads): one pair of converters per type."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from strata.core.step_model import StepLine
 from strata.policy.registry import ReplicaPhase, TenantLoad
+from strata.policy.scheduling.delays import ClassDelays
 from strata.v1 import common_pb2
 
 _PHASE_FROM_PB = {
@@ -31,7 +33,12 @@ def phase_to_pb(phase: ReplicaPhase) -> common_pb2.ReplicaState:
 
 def tenant_load_to_pb(t: TenantLoad) -> common_pb2.TenantLoad:
     return common_pb2.TenantLoad(
-        tenant=t.tenant, priority=t.priority, running=t.running, queued=t.queued, tokens=t.tokens
+        tenant=t.tenant,
+        priority=t.priority,
+        running=t.running,
+        queued=t.queued,
+        tokens=t.tokens,
+        running_best_effort=t.running_best_effort,
     )
 
 
@@ -42,6 +49,7 @@ def tenant_load_from_pb(t: common_pb2.TenantLoad) -> TenantLoad:
         running=t.running,
         queued=t.queued,
         tokens=max(0, t.tokens),
+        running_best_effort=max(0, min(t.running, t.running_best_effort)),
     )
 
 
@@ -62,3 +70,23 @@ def step_line_to_pb(line: StepLine | None) -> dict[str, list[float] | int]:
     if line is None:
         return {}
     return {"step_line": list(line.coefficients()), "step_line_samples": line.samples}
+
+
+def class_delays_from_pb(r: common_pb2.ReplicaInfo) -> ClassDelays:
+    """The report's delays by class, ascending, the malformed ones dropped (a class at 0 is
+    kept: it has samples and waits nothing); a report with only the class-blind
+    recent_delay_s (an older node) gives it for every class."""
+    by_class = {
+        c.priority: c.delay_s for c in r.class_delays if math.isfinite(c.delay_s) and c.delay_s >= 0
+    }
+    if not by_class and math.isfinite(r.recent_delay_s) and r.recent_delay_s > 0:
+        by_class[0] = r.recent_delay_s
+    return tuple(sorted(by_class.items()))
+
+
+def class_delays_to_pb(delays: ClassDelays) -> dict[str, float | list[common_pb2.ClassDelay]]:
+    """ReplicaInfo's recent_delay_s and class_delays fields for `delays`."""
+    return {
+        "recent_delay_s": max((d for _, d in delays), default=0.0),
+        "class_delays": [common_pb2.ClassDelay(priority=p, delay_s=d) for p, d in delays],
+    }

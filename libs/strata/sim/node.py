@@ -74,7 +74,7 @@ class SimNode:
                 prefill_rate(r) if tenancy else 0.0,
                 self.front.slots.load(r.replica_id) if self.front is not None else DecodeLoad(),
                 self.front.slots.turnover_s(r.replica_id) if self.front is not None else 0.0,
-                self.front.delay_s(r.replica_id) if self.front is not None else 0.0,
+                self.front.class_delays(r.replica_id) if self.front is not None else (),
             )
             for r in self.replicas
         )
@@ -100,7 +100,7 @@ class SimNode:
                 slots=slots,
                 slot_turnover_s=turnover_s,
                 max_batched_tokens=r.limits.max_batched_tokens,
-                recent_delay_s=delay_s,
+                class_delays=delays,
             )
             for r, (
                 rid,
@@ -113,7 +113,7 @@ class SimNode:
                 rate,
                 slots,
                 turnover_s,
-                delay_s,
+                delays,
             ) in zip(self.replicas, figures)
         )
         served = tuple(

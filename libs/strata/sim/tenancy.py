@@ -8,7 +8,8 @@
             baseline) in front of each replica's slots; a request enters its replica's engine
             when the replica holds fewer than max_seqs of the node's requests and it fits the
             running requests' TPOT targets (strata.policy.scheduling.slots), or past the cap
-            when it became urgent (its class's TTFT target at risk) and its replica runs a
+            when it became urgent (its class's TTFT target at risk), or at once when its class
+            has a TTFT target and the lower request is best effort, and its replica runs a
             lower class with fewer of its own class or above than slots (the dispatcher's rule,
             strata.node.dispatcher), with its class priority: the engine's scheduler then
             preempts a lower class for it
@@ -28,8 +29,8 @@ from strata.core.tenant_policy import TenantPolicy
 from strata.policy.clock import Clock
 from strata.policy.registry import TenantLoad
 from strata.policy.scheduling.arrivals import RouteArrivals
-from strata.policy.scheduling.delays import FirstTokens
-from strata.policy.scheduling.fair_queue import QUEUES, NodeQueue, QueueItem
+from strata.policy.scheduling.delays import ClassDelays, FirstTokens
+from strata.policy.scheduling.fair_queue import QUEUES, NodeQueue, QueueItem, displacers
 from strata.policy.scheduling.global_scheduler import SchedulerSettings
 from strata.policy.scheduling.slots import EngineSlots
 
@@ -65,6 +66,7 @@ class _Running:
     priority: int
     running: int = 0
     tokens: int = 0
+    best_effort: int = 0  # of running, requests with no TTFT target
 
 
 class NodeFront(Generic[P]):
@@ -85,8 +87,11 @@ class NodeFront(Generic[P]):
         return cls(QUEUES[kind](clock), clock)
 
     def push(self, item: QueueItem, payload: P) -> None:
-        ahead = self._queued_for(item.replica_id) + self.first_tokens.waiting(item.replica_id)
-        self.first_tokens.arrived(item.request_id, ahead)
+        priority = self._class(item)
+        ahead = self._queued_for(item.replica_id, priority) + self.first_tokens.waiting(
+            item.replica_id, priority
+        )
+        self.first_tokens.arrived(item.request_id, ahead, priority)
         self.queue.push(item)
         self.payloads[item.request_id] = payload
 
@@ -104,10 +109,12 @@ class NodeFront(Generic[P]):
         while (item := self.queue.pop_next(accept)) is not None:
             self._enter(item)
             out.append((item, self.payloads.pop(item.request_id)))
-        for item in self.queue.urgent():
+        for item, urgent in displacers(self.queue):
             known = limits(item.replica_id)
             cap = known[0] if known is not None else None
-            if cap is not None and not self.slots.displaceable(item.replica_id, item, cap):
+            if cap is not None and not self.slots.displaceable(
+                item.replica_id, item, cap, best_effort_only=not urgent
+            ):
                 continue
             self.queue.remove(item.request_id)
             self._enter(item)
@@ -123,6 +130,7 @@ class NodeFront(Generic[P]):
         run.priority = max(run.priority, item.priority)
         run.running += 1
         run.tokens += item.cost_tokens
+        run.best_effort += item.ttft_ms is None
 
     def left_engine(self, replica_id: str, request_id: str) -> None:
         """A request the front handed over finished (or failed) in its engine."""
@@ -133,6 +141,7 @@ class NodeFront(Generic[P]):
         run = self._running[item.tenant]
         run.running -= 1
         run.tokens -= item.cost_tokens
+        run.best_effort -= item.ttft_ms is None
         if run.running == 0:
             del self._running[item.tenant]
 
@@ -145,14 +154,24 @@ class NodeFront(Generic[P]):
         if item is not None:
             self.first_tokens.first_token(replica_id, request_id, at - item.enqueued_s, own_s, at)
 
-    def delay_s(self, replica_id: str) -> float:
-        """The first-token delay a request arriving now would see on the replica, as the node
-        manager's dispatcher reports it."""
-        queued = self._queued_for(replica_id)
-        return self.first_tokens.delay_s(replica_id, self.clock.now(), queued)
+    def class_delays(self, replica_id: str) -> ClassDelays:
+        """The first-token delay a request of each class arriving now would see on the
+        replica, as the node manager's dispatcher reports it."""
+        return self.first_tokens.class_delays(
+            replica_id, self.clock.now(), lambda p: self._queued_for(replica_id, p)
+        )
 
-    def _queued_for(self, replica_id: str) -> int:
-        return sum(1 for item in self.queue if item.replica_id == replica_id)
+    def _class(self, item: QueueItem) -> int:
+        return item.priority if self.queue.classes else 0
+
+    def _queued_for(self, replica_id: str, priority: int = 0) -> int:
+        """Queued for the replica, of class `priority` or above (what such a request waits
+        behind)."""
+        return sum(
+            1
+            for item in self.queue
+            if item.replica_id == replica_id and self._class(item) >= priority
+        )
 
     def drain(self) -> list[P]:
         """Everything still queued (the run's horizon): their payloads."""
@@ -175,6 +194,7 @@ class NodeFront(Generic[P]):
                     r.running if r else 0,
                     q.queued if q else 0,
                     (q.tokens if q else 0) + (r.tokens if r else 0),
+                    r.best_effort if r else 0,
                 )
             )
         return tuple(out)

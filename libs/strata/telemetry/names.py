@@ -56,6 +56,16 @@ REFUSAL_REASON_METADATA = "x-strata-refusal-reason"
 # A request's metadata (gRPC) or header (HTTP): a lower SLA class than its key's, for this call.
 SLA_CLASS_METADATA = "x-strata-sla-class"
 ROUTE_REFUSED = "strata.route.refused"  # burst | pool_full | sla | partition
+# An SLA refusal's terms (strata.policy.scheduling.admission.TtftEstimate), on its route span,
+# beside ROUTE_ESTIMATED_TTFT_MS (the estimate judged) and NODE_ID (the replica's node).
+ROUTE_SLOT_WAIT_MS = "strata.route.slot_wait_ms"
+ROUTE_AHEAD_MS = "strata.route.ahead_ms"
+ROUTE_OWN_PREFILL_MS = "strata.route.own_prefill_ms"
+ROUTE_OBSERVED_MS = "strata.route.observed_ms"
+ROUTE_SOLO_MS = "strata.route.solo_ms"
+ROUTE_ALLOWED_TTFT_MS = "strata.route.allowed_ttft_ms"
+ROUTE_HELD_SEQS = "strata.route.held_seqs"
+ROUTE_QUEUED_AHEAD = "strata.route.queued_ahead"
 SLA_CLASS = "strata.sla_class"
 PRIORITY = "strata.priority"
 ERROR_CODE = "strata.error.code"

@@ -47,10 +47,32 @@ UNKNOWN_RATE_RETRY_S = 1.0
 
 
 @dataclass(slots=True, frozen=True)
+class TtftEstimate:
+    """Why an SLA refusal judged as it did, in ms, on the replica the router chose:
+    estimate = max(slot_wait + ahead + own_prefill, observed), refused when over
+    max(allowed, solo)."""
+
+    node_id: str
+    slot_wait_ms: float  # until the engine takes it (strata.policy.scheduling.slo.slot_wait_s)
+    ahead_ms: float  # the prompts queued ahead, at the replica's measured token rate
+    own_prefill_ms: float  # its own prefill beside the decodes its engine runs
+    observed_ms: float  # the replica's latest requests' delay plus its own prefill (0: none)
+    solo_ms: float  # its own prefill alone on the replica
+    allowed_ms: float  # what admission allows: the class's target times the slack
+    held_seqs: int  # requests the replica holds, its slots and those routed there since
+    queued_ahead: int  # requests its node queues of this class or above
+
+    @property
+    def estimate_ms(self) -> float:
+        return max(self.slot_wait_ms + self.ahead_ms + self.own_prefill_ms, self.observed_ms)
+
+
+@dataclass(slots=True, frozen=True)
 class Refusal:
     reason: str  # burst | pool_full | sla
     message: str  # a sentence the caller can act on
     retry_after_s: float
+    estimate: TtftEstimate | None = None  # an SLA refusal's terms (None: other reasons)
 
 
 @dataclass(slots=True, frozen=True)

@@ -112,6 +112,24 @@ class NodeQueue(Protocol):
     def __iter__(self) -> Iterator[QueueItem]: ...  # queued requests, in no particular order
 
 
+def displacers(
+    queue: NodeQueue,
+    service_s: Callable[[QueueItem], float] | None = None,
+    fraction: float = URGENT_FRACTION,
+) -> list[tuple[QueueItem, bool]]:
+    """The queued requests that may displace a lower class from an engine now, each with
+    whether it is urgent (queue.urgent: it may displace any lower class) or not (it may
+    displace best effort only: strata.policy.scheduling.slots): the urgent ones in service
+    order, then the other requests of a class with a TTFT target in service order. Empty for a
+    queue without classes."""
+    if not queue.classes or not len(queue):
+        return []
+    urgent = queue.urgent(service_s, fraction)
+    seen = {i.request_id for i in urgent}
+    rest = [i for i in queue.urgent(None, 0.0) if i.request_id not in seen]
+    return [(i, True) for i in urgent] + [(i, False) for i in rest]
+
+
 class _Level:
     __slots__ = ("heap", "v", "finish", "size", "dead")
 

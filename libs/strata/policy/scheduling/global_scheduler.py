@@ -50,15 +50,18 @@ from dataclasses import dataclass, field, replace
 from strata.core.tenant_policy import TenantPolicy
 from strata.policy.kv_index import PrefixIndex
 from strata.policy.ratelimit import TokenBuckets
-from strata.policy.registry import NodeRegistry, ReplicaState
+from strata.policy.registry import NodeRegistry, ReplicaState, TenantLoad
 from strata.policy.routing import RouteDecision, RouteMiss, Router
 from strata.policy.scheduling.admission import (
     MIN_RETRY_S,
     AdmissionSettings,
     Refusal,
+    TtftEstimate,
     admit,
     retry_after,
 )
+from strata.policy.scheduling.delays import class_delay_s
+from strata.policy.scheduling.fair_queue import URGENT_FRACTION
 from strata.policy.scheduling.homes import Homes, HomeSettings
 from strata.policy.scheduling.ledger import PendingRoute, PoolLedger
 from strata.policy.scheduling.slo import (
@@ -73,6 +76,22 @@ from strata.policy.scheduling.slo import (
 SLA_SLACK = 0.85
 INFEASIBLE = "infeasible"  # a Refusal's reason: the class's targets cannot hold even when idle
 RATE = "rate"  # a Refusal's reason: the tenant is over its request rate
+
+
+def queued_ahead(tenants: Sequence[TenantLoad], policy: TenantPolicy) -> int:
+    """The requests a node queues that one of `policy`'s arriving now waits behind: every one
+    of a higher class (strict priority), and of its own class its tenant's own and, of each
+    other tenant's, as many as the fair queue serves of them before it (start-time fair
+    queueing interleaves the tenants of a class: with equal weights, one of each other
+    tenant's per one of its own; the other tenants' weights are not known here)."""
+    own = sum(t.queued for t in tenants if t.tenant == policy.tenant)
+    ahead = 0
+    for t in tenants:
+        if t.priority > policy.priority or t.tenant == policy.tenant:
+            ahead += t.queued
+        elif t.priority == policy.priority:
+            ahead += min(t.queued, own + 1)
+    return ahead
 
 
 @dataclass(slots=True, frozen=True)
@@ -285,10 +304,6 @@ class GlobalScheduler:
         # Once in the engine, the prompt's prefill goes in chunks beside the decodes there,
         # after the prompts queued ahead (at the replica's measured token rate).
         solo_ms, own_ms = self._own_prefill_ms(decision, compute, held)
-        ahead_ms = max(0.0, decision.estimated_ttft_ms - decision.solo_ttft_ms)
-        estimate = max(
-            1000.0 * wait_s + ahead_ms + own_ms, 1000.0 * self._observed_s(decision, compute)
-        )
         infeasible = self._infeasible(model, policy, work, decision, solo_ms)
         if infeasible is not None:
             return infeasible if self.settings.refuse_infeasible else None
@@ -299,6 +314,19 @@ class GlobalScheduler:
         allowed = target * slack
         if solo_ms + 1000.0 * MIN_RETRY_S > allowed:
             allowed = target
+        node = self.registry.get(decision.node_id)
+        terms = TtftEstimate(
+            node_id=decision.node_id,
+            slot_wait_ms=1000.0 * wait_s,
+            ahead_ms=max(0.0, decision.estimated_ttft_ms - decision.solo_ttft_ms),
+            own_prefill_ms=own_ms,
+            observed_ms=1000.0 * self._observed_s(decision, compute, policy.priority),
+            solo_ms=solo_ms,
+            allowed_ms=allowed,
+            held_seqs=held.seqs,
+            queued_ahead=0 if node is None else queued_ahead(node.tenants, policy),
+        )
+        estimate = terms.estimate_ms
         if estimate <= max(allowed, solo_ms):
             return None
         return Refusal(
@@ -308,6 +336,7 @@ class GlobalScheduler:
             f"over the {allowed:.0f} ms admission allows); retry shortly or use a "
             f"class with a looser target",
             retry_after(max(wait_s, (estimate - target) / 1000.0), 1.0),
+            terms,
         )
 
     def _own_prefill_ms(
@@ -376,12 +405,35 @@ class GlobalScheduler:
     ) -> float:
         """The wait for an engine slot on the chosen replica, which holds `load` (module
         docstring): behind the requests its node queues of the policy's class or above (its
-        queue serves classes in strict priority)."""
+        queue serves classes in strict priority). Where the node would displace a lower class
+        for it (its engine runs one, and fewer of the class or above, running and queued ahead,
+        than its slots: strata.policy.scheduling.slots; running as the node counts them over
+        its replicas), no wait when what it displaces is best effort and no longer than
+        URGENT_FRACTION of the class's TTFT target otherwise (strata.node.dispatcher)."""
         node = self.registry.get(decision.node_id)
         state = self._replica(decision)
         if node is None or state is None:
             return 0.0
-        ahead = sum(t.queued for t in node.tenants if t.priority >= policy.priority)
+        ahead = queued_ahead(node.tenants, policy)
+        wait_s = self._turnover_wait_s(decision, work, policy, load, state, ahead)
+        if policy.ttft_ms and state.max_seqs:
+            above = sum(t.running for t in node.tenants if t.priority >= policy.priority)
+            lower = [t for t in node.tenants if t.priority < policy.priority]
+            if any(t.running for t in lower) and above + ahead < state.max_seqs:
+                at_once = any(t.running_best_effort for t in lower)
+                wait_s = 0.0 if at_once else min(wait_s, URGENT_FRACTION * policy.ttft_ms / 1e3)
+        return wait_s
+
+    def _turnover_wait_s(
+        self,
+        decision: RouteDecision,
+        work: int,
+        policy: TenantPolicy,
+        load: DecodeLoad,
+        state: ReplicaState,
+        ahead: int,
+    ) -> float:
+        """_slot_wait_s by the replica's slot turnover alone: `ahead` queued before it."""
         turnover_s = state.slot_turnover_s
         if turnover_s <= 0 and state.step_line is not None and load.seqs:
             # No request has left a slot there yet: a typical request's decode at the step
@@ -403,17 +455,19 @@ class GlobalScheduler:
             ),
         )
 
-    def _observed_s(self, decision: RouteDecision, compute: int) -> float:
-        """The first token as the chosen replica's latest requests say it comes: what they
-        waited beyond their own prefill (its node's recent delay, strata.policy.scheduling.
-        delays) plus this prompt's own prefill of `compute` tokens; 0 with no delay lately."""
+    def _observed_s(self, decision: RouteDecision, compute: int, priority: int) -> float:
+        """The first token as the chosen replica's latest requests of the class `priority`
+        (or the nearest below it) say it comes: what they waited beyond their own prefill (its
+        node's recent delay, strata.policy.scheduling.delays) plus this prompt's own prefill of
+        `compute` tokens; 0 with no delay lately."""
         state = self._replica(decision)
-        if state is None or state.recent_delay_s <= 0:
+        delay_s = 0.0 if state is None else class_delay_s(state.class_delays, priority)
+        if state is None or delay_s <= 0:
             return 0.0
         own_s = solo_prefill_s(
             state.step_line, compute, decision.block_size, state.max_batched_tokens
         )
-        return state.recent_delay_s + own_s
+        return delay_s + own_s
 
     def explain_miss(self, model: str) -> RouteMiss:
         return self.router.explain_miss(model, self.registry)

@@ -5,7 +5,9 @@ one each.
 A replica takes a request when it runs fewer than its worker's max_seqs of the node's requests
 (None: not reported yet, no cap) and the request fits its decode load's TPOT targets
 (strata.policy.scheduling.slo, priced with the worker's step line). A request past the cap may
-still go when its engine would admit it by preempting a lower class (`displaceable`).
+still go when its engine would admit it by preempting a lower class (`displaceable`): a request
+of a class with a TTFT target at once when the one it displaces is best effort (best effort
+never slows a class), otherwise only once it is urgent (the node's queue says when).
 
 It also measures each replica's slot turnover, by Little's law: a request's hold (dispatch to
 release) over the mean number of requests its engine held meanwhile (the time-integral of that
@@ -126,9 +128,16 @@ class EngineSlots:
             return True
         return fits(line, self.load(replica_id), item.cost_tokens, item.tpot_ms, self.headroom)
 
-    def displaceable(self, replica_id: str, item: QueueItem, cap: int) -> bool:
+    def displaceable(
+        self, replica_id: str, item: QueueItem, cap: int, best_effort_only: bool = False
+    ) -> bool:
         """Whether the replica's engine would admit `item` by preempting a lower class: fewer
-        requests of its class or above than slots there, and at least one below it."""
+        requests of its class or above than slots there, and at least one below it (with
+        `best_effort_only`, one below it of a class with no TTFT target)."""
         running = self._running.get(replica_id, {})
         at_or_above = sum(1 for x in running.values() if x.priority >= item.priority)
-        return at_or_above < cap and at_or_above < len(running)
+        if at_or_above >= cap or at_or_above >= len(running):
+            return False
+        return not best_effort_only or any(
+            x.priority < item.priority and x.ttft_ms is None for x in running.values()
+        )
