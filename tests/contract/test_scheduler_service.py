@@ -451,3 +451,45 @@ async def test_the_registry_holds_each_replicas_step_line_and_drops_a_malformed_
     assert listed == {"n1": (list(line.coefficients()), 1500)} | {n: ([], 0) for n in bad}
     r = convert.replica_from_pb(nodes[0].replicas[0])
     assert convert.replica_from_pb(convert.replica_to_pb(r)) == r and r.step_line == line
+
+
+async def test_an_sla_refusal_keeps_its_estimate_and_terms_on_the_route_span(env):
+    stub, _, exporter, _ = env
+    hb = heartbeat("n1", queued=5000)  # 5 s of prompts ahead at 1,000 tokens/s
+    replica = hb.node.replicas[0]
+    replica.tokens_per_s = 1000.0
+    # The node's interactive requests lately waited 3 s beyond their prefill; standard 9 s.
+    replica.class_delays.extend(
+        [
+            common_pb2.ClassDelay(priority=1, delay_s=9.0),
+            common_pb2.ClassDelay(priority=2, delay_s=3.0),
+        ]
+    )
+    await stub.Heartbeat(hb)
+    policy = common_pb2.TenantPolicy(
+        tenant="chat", sla_class="interactive", priority=2, ttft_ms=500.0
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stub.Route(
+            scheduler_pb2.RouteRequest(
+                model=MODEL, tenant="chat", policy=policy, prompt_tokens_estimate=100, max_tokens=10
+            )
+        )
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    attrs = exporter.get_finished_spans()[-1].attributes
+    assert attrs[names.ROUTE_REFUSED] == "sla" and attrs[names.NODE_ID] == "n1"
+    assert attrs[names.ROUTE_AHEAD_MS] == pytest.approx(5000.0)
+    assert attrs[names.ROUTE_OBSERVED_MS] == pytest.approx(3000.0)  # its class's, not 9 s
+    # Alone it takes 100 ms: a retry 0.5 s on could not meet 0.85 x 500 ms, so it may have 500.
+    assert attrs[names.ROUTE_SOLO_MS] == pytest.approx(100.0)
+    assert attrs[names.ROUTE_ALLOWED_TTFT_MS] == pytest.approx(500.0)
+    assert attrs[names.ROUTE_ESTIMATED_TTFT_MS] == pytest.approx(
+        max(
+            attrs[names.ROUTE_SLOT_WAIT_MS]
+            + attrs[names.ROUTE_AHEAD_MS]
+            + attrs[names.ROUTE_OWN_PREFILL_MS],
+            attrs[names.ROUTE_OBSERVED_MS],
+        ),
+        abs=0.2,
+    )
+    assert f"estimated at {attrs[names.ROUTE_ESTIMATED_TTFT_MS]:.0f} ms" in err.value.details()
