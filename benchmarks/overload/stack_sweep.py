@@ -12,6 +12,10 @@ running decodes keep their TPOT targets (strata.policy.scheduling.slots; the nod
 for it), and the worker sizes prefill chunks by them; fcfs differs in that nothing is refused
 and the node's queue is one line in arrival order.
 
+After the points, the requests each point refused as infeasible are sent again alone on the
+idle stack (benchmarks.overload.alone): those that miss their targets even then are not
+attainable at any load, and the goodput target leaves them out of the offer.
+
 Every point is one evaluation run (strata.client.replay), open loop, refusals final (no retry),
 each request with a client deadline (`request_timeout_s`): a request still unanswered then is
 cancelled (DEADLINE_EXCEEDED), so an overloaded baseline's backlog ends with its point instead
@@ -33,13 +37,15 @@ from pathlib import Path
 from benchmarks.common.cpu import CpuMeter
 from benchmarks.common.supervised import SupervisedStack
 from benchmarks.isolation.stack_run import create_tenants
+from benchmarks.overload.alone import measure_alone
 from benchmarks.overload.capacity import measure_capacity
-from benchmarks.overload.points import point_stats
-from benchmarks.overload.workload import TENANTS, point_window_s, point_workload
+from benchmarks.overload.points import INFEASIBLE, point_stats
+from benchmarks.overload.workload import ALONE_TENANT, TENANTS, point_window_s, point_workload
 from strata.client.replay import ReplayConfig, replay
 from strata.core import defaults
 from strata.core.sla import SlaTable
 from strata.eval.traces import TraceRequest
+from strata.eval.workload import WorkloadRequest
 
 MODES = ("fcfs", "two-level")
 MODE_ENV = {
@@ -85,6 +91,7 @@ def run_mode(
     data_dir.mkdir(parents=True)
     stack = SupervisedStack(data_dir, env=MODE_ENV[mode], model=model)
     points = []
+    infeasible: list[list[WorkloadRequest]] = []  # each point's requests refused as infeasible
     try:
         stack.start()
         stack.wait_whole()
@@ -136,6 +143,8 @@ def run_mode(
             wall = time.perf_counter() - t0
             cpu = meter.stop()
             stats = point_stats(result.records, window, table)
+            refused = {r.index for r in result.records if r.status == INFEASIBLE}
+            infeasible.append([w for w in workload if w.index in refused])
             a = stats.all
             say(
                 f"{model} {mode} {rate:.2f} req/s ({window:.0f} s): sent {a.sent}, admitted "
@@ -156,6 +165,18 @@ def run_mode(
                     "stats": asdict(stats),
                 }
             )
+        if any(infeasible):
+            probe = asyncio.run(create_tenants(stack.gateway, admin_key, (ALONE_TENANT,)))
+            say(f"{model} {mode}: sending {sum(map(len, infeasible))} infeasible refusals alone")
+            alone = measure_alone(stack.gateway, probe[ALONE_TENANT.name], model, infeasible, table)
+            for point, a in zip(points, alone, strict=True):
+                point["alone"] = {
+                    "refused": a.refused,
+                    "probed": len(a.results),
+                    "missed": a.missed,
+                    "unattainable": a.unattainable,
+                    "results": [asdict(r) for r in a.results],
+                }
     except BaseException:
         say(stack.log())
         raise

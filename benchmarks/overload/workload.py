@@ -41,6 +41,9 @@ TENANTS = (
     TenantSpec("api", "standard", 0.75, weight=1.0, guaranteed_share=0.7, burst_share=1.0),
     TenantSpec("chat", "interactive", 0.25, weight=1.0, guaranteed_share=0.3, burst_share=1.0),
 )
+# Sends the infeasible refusals again alone after the sweep (benchmarks.overload.alone): best
+# effort, so no TTFT check refuses them; it sends nothing during the points.
+ALONE_TENANT = TenantSpec("alone", "batch", 0.0, weight=1.0, guaranteed_share=0.0, burst_share=1.0)
 
 
 def load_trace(path: Path = TRACE) -> list[TraceRequest]:

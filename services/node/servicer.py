@@ -18,7 +18,12 @@ from strata.policy.scheduling.arrivals import MAX_ROUTE_ID_CHARS
 from strata.policy.scheduling.delays import ClassDelays
 from strata.policy.scheduling.fair_queue import QUEUES, QueueItem
 from strata.policy.scheduling.slo import DecodeLoad
-from strata.rpc.convert import class_delays_to_pb, step_line_to_pb, tenant_load_to_pb
+from strata.rpc.convert import (
+    class_delays_to_pb,
+    class_tokens_to_pb,
+    step_line_to_pb,
+    tenant_load_to_pb,
+)
 from strata.telemetry import names
 from strata.v1 import common_pb2, node_pb2, node_pb2_grpc, worker_pb2
 
@@ -108,6 +113,7 @@ class NodeManagerServicer(node_pb2_grpc.NodeManagerServicer):
                         spec=request.spec,
                         kv_source_address=request.kv_source_address,
                         tpot_ms=lease.item.tpot_ms or 0.0,
+                        ttft_ms=lease.item.ttft_ms or 0.0,
                     ),
                     context.time_remaining(),
                     node_id=self.cfg.node_id,
@@ -195,6 +201,7 @@ def replica_to_pb(
         running_requests=s.running,
         waiting_requests=s.waiting,
         queued_tokens=s.queued_tokens,
+        queued_by_class=class_tokens_to_pb(s.queued_by_class),
         kv_blocks_total=s.blocks_total,
         kv_blocks_free=s.blocks_free,
         waiting_for_memory=s.waiting_for_memory,

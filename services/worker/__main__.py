@@ -17,6 +17,7 @@ from strata.engine.registry import load_model
 from strata.engine.step_meter import learn_steps, meter_from_profile
 from strata.engine.tier_link import TierLink
 from strata.kvtier.client import TierClient
+from strata.policy.scheduling.step_cap import StepCap
 from strata.rpc.channels import install
 from strata.rpc.server import Registration, run, serve_until_signal, start_server
 from strata.telemetry.setup import init_tracing
@@ -49,8 +50,9 @@ async def main(cfg: WorkerConfig) -> None:
     warm = llm.warm_up()
     # After warm-up: its first-shape costs are neither interference nor this worker's step costs.
     learner = learn_steps(llm, meter)
+    cap = StepCap()
     llm.step_budget = step_budget(
-        learner.model.line, engine_config.max_batched_tokens, engine_config.block_size
+        learner.model.line, engine_config.max_batched_tokens, engine_config.block_size, cap
     )
     engine = AsyncEngine(llm)
     e = engine.engine
@@ -67,7 +69,7 @@ async def main(cfg: WorkerConfig) -> None:
         engine_config.block_size,
         cfg.torch_threads,
     )
-    servicer = WorkerServicer(engine, memory, meter, learner)
+    servicer = WorkerServicer(engine, memory, meter, learner, cap)
     running = await start_server(
         [
             Registration(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from contextlib import aclosing
 
@@ -15,7 +16,9 @@ from strata.engine.prompt import prompt_ids
 from strata.engine.resume import resume
 from strata.engine.sequence import FinishReason, SamplingParams
 from strata.engine.step_meter import StepLearner, StepMeter
-from strata.rpc.convert import step_line_to_pb
+from strata.policy.scheduling.prefill_ahead import class_tokens
+from strata.policy.scheduling.step_cap import StepCap
+from strata.rpc.convert import class_tokens_to_pb, step_line_to_pb
 from strata.telemetry import names
 from strata.v1 import common_pb2, worker_pb2, worker_pb2_grpc
 
@@ -41,11 +44,13 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
         memory_bytes: int,
         meter: StepMeter | None = None,
         learner: StepLearner | None = None,
+        step_cap: StepCap | None = None,
     ):
         self.engine = engine
         self.memory_bytes = memory_bytes
         self.meter = meter  # fed by the engine's step observer; None without a solo profile
         self.learner = learner  # the engine's step observer, learning its step-time line
+        self.step_cap = step_cap  # the engine's step budget reads it; each request notes its TTFT
 
     async def Generate(
         self, request: worker_pb2.WorkerGenerateRequest, context: grpc.aio.ServicerContext
@@ -69,6 +74,8 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
                 sparse=sparse_from_pb(spec),
                 tpot_ms=request.tpot_ms if request.tpot_ms > 0 else None,
             )
+            if self.step_cap is not None:
+                self.step_cap.note(request.ttft_ms, time.monotonic())
             if request.resume_output_ids:  # failover: continue another worker's stream
                 req = resume(
                     req, request.resume_output_ids, self.engine.engine.loaded.config.vocab_size, tok
@@ -126,6 +133,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
             kv_blocks_cached=snap["blocks_cached"],
             blocks_offloaded=tier.offloaded if tier else 0,
             queued_tokens=snap["queued_tokens"],
+            queued_by_class=class_tokens_to_pb(class_tokens(snap["queued_by_class"])),
             context_length=e.max_context,
             memory_bytes=self.memory_bytes,
             max_batched_tokens=e.config.max_batched_tokens,

@@ -32,7 +32,8 @@ MODEL = "dummy-tiny"
 
 
 class FakeWorker(worker_pb2_grpc.WorkerServicer):
-    """Answers one token and reports two requests waiting for memory. Test-only."""
+    """Answers one token and reports two requests waiting for memory, and its queued tokens
+    split by class. Test-only."""
 
     def __init__(self) -> None:
         self.requests: list[worker_pb2.WorkerGenerateRequest] = []
@@ -52,6 +53,10 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
             kv_blocks_total=64,
             kv_blocks_free=3,
             queued_tokens=40,
+            queued_by_class=[
+                common_pb2.ClassTokens(priority=0, tokens=30),
+                common_pb2.ClassTokens(priority=2, tokens=10),
+            ],
             waiting_for_memory=2,
         )
 
@@ -153,6 +158,7 @@ async def test_submit_passes_the_kv_source_on_to_the_worker(env):
             spec=spec,
             kv_source_address="node-b.local:50057",
             tpot_ms=200.0,  # the class's TPOT target travels to the worker's step budget
+            ttft_ms=2000.0,  # and its TTFT target, to the worker's step cap
         )
     ]
 
@@ -176,3 +182,7 @@ async def test_memory_wait_reaches_the_node_status_and_the_scheduler(env):
         stop.set()
         await beats
     assert [(r.replica_id, r.waiting_for_memory) for n in listed for r in n.replicas] == [("w0", 2)]
+    # The queued tokens' split by class travels with them, for the scheduler's TTFT check.
+    assert [
+        [(c.priority, c.tokens) for c in r.queued_by_class] for n in listed for r in n.replicas
+    ] == [[(0, 30), (2, 10)]]

@@ -453,6 +453,24 @@ async def test_the_registry_holds_each_replicas_step_line_and_drops_a_malformed_
     assert convert.replica_from_pb(convert.replica_to_pb(r)) == r and r.step_line == line
 
 
+async def test_the_registry_holds_each_replicas_queued_tokens_by_class(env):
+    stub, _, _, servicer = env
+    beat = heartbeat("n1", queued=100)
+    beat.node.replicas[0].queued_by_class.extend(
+        [
+            common_pb2.ClassTokens(priority=2, tokens=30),
+            common_pb2.ClassTokens(priority=0, tokens=70),
+            common_pb2.ClassTokens(priority=1, tokens=-5),  # malformed: dropped
+        ]
+    )
+    await stub.Heartbeat(beat)
+    held = next(iter(servicer._registry.nodes())).replicas[0]
+    assert held.queued_by_class == ((0, 70), (2, 30))
+    nodes = (await stub.ListNodes(scheduler_pb2.ListNodesRequest())).nodes
+    r = convert.replica_from_pb(nodes[0].replicas[0])
+    assert r == held and convert.replica_from_pb(convert.replica_to_pb(r)) == r
+
+
 async def test_an_sla_refusal_keeps_its_estimate_and_terms_on_the_route_span(env):
     stub, _, exporter, _ = env
     hb = heartbeat("n1", queued=5000)  # 5 s of prompts ahead at 1,000 tokens/s

@@ -168,9 +168,13 @@ async def test_cancelling_mid_stream_frees_the_blocks(worker):
     busy = await stats(stub)
     assert busy.running_requests == 1
     assert busy.kv_blocks_free < BLOCKS
+    # Its one token a step to compute, queued under its class (the default priority, 0).
+    assert [(c.priority, c.tokens) for c in busy.queued_by_class] == [(0, busy.queued_tokens)]
+    assert busy.queued_tokens >= 1
     call.cancel()
     after = await wait_stats(stub, lambda s: s.running_requests == 0)
     assert (after.running_requests, after.waiting_requests, after.queued_tokens) == (0, 0, 0)
+    assert not after.queued_by_class
     assert after.kv_blocks_free == BLOCKS
     # it stopped early: running to the end would have left (100 + 900 - 1) // 16 = 62 cached
     assert after.kv_blocks_cached < 62

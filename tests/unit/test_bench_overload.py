@@ -7,12 +7,14 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.isolation.workload import TenantSpec
+from benchmarks.overload.alone import Alone, AloneResult, sample_evenly
 from benchmarks.overload.points import REFUSED, point_stats, refusal_reason
 from benchmarks.overload.report import goodput_chart, stack_verdicts
 from benchmarks.overload.sim_part import guaranteed_partition
 from benchmarks.overload.workload import point_window_s, requests_in, time_scale_for
 from strata.core.sla import SlaTable
 from strata.eval.client_metrics import ClientRecord
+from strata.eval.workload import WorkloadRequest
 
 
 def test_a_point_sends_its_rate_over_its_window_from_the_traces_start():
@@ -78,16 +80,19 @@ def test_the_static_partition_gives_each_guarantee_its_gpus_and_the_rest_to_best
         )
 
 
-def _point(rate: float, goodput: float, std_attain: float) -> dict:
-    """A point offered `rate` req/s (rates here are offered loads as measured)."""
+def _point(rate: float, goodput: float, std_attain: float, unattainable: float = 0.0) -> dict:
+    """A point offered `rate` req/s over 100 s (rates here are offered loads as measured), of
+    which `unattainable` requests missed their targets even alone."""
 
     def cls(attainment: float) -> dict:
         return {"admitted": 10, "attainment": attainment, "goodput_rps": goodput}
 
     return {
         "rate": rate,
+        "window_s": 100.0,
+        "alone": {"unattainable": unattainable},
         "stats": {
-            "all": {"goodput_rps": goodput, "offered_rps": rate},
+            "all": {"goodput_rps": goodput, "offered_rps": rate, "sent": round(100 * rate)},
             "by_class": {"standard": cls(std_attain), "interactive": cls(1.0)},
         },
     }
@@ -100,17 +105,43 @@ def test_the_targets_judge_every_two_level_point_up_to_3x_and_goodput_against_th
         "modes": {
             "fcfs": {"points": [_point(1.0, 0.9, 0.5), _point(6.0, 0.1, 0.1)]},
             "two-level": {
-                "points": [_point(1.0, 1.0, 0.95), _point(6.0, 1.8, 0.85), _point(8.0, 0.1, 0.0)]
+                "points": [
+                    _point(1.0, 1.0, 0.95),
+                    _point(2.0, 1.5, 0.95, unattainable=40.0),
+                    _point(6.0, 1.8, 0.85),
+                    _point(8.0, 0.1, 0.0),
+                ]
             },
         },
     }
     verdicts = {v.name: v for v in stack_verdicts(run)}
-    assert len(verdicts) == 6  # 2 points within 3x, 2 classes and goodput each; fcfs not judged
+    assert len(verdicts) == 9  # 3 points within 3x, 2 classes and goodput each; fcfs not judged
     assert verdicts["m 0.5x: standard attainment of admitted"].passed
     assert not verdicts["m 3.0x: standard attainment of admitted"].passed
     # 0.5x offered 1.0 req/s and met all of it; at 3x, 1.8 is the curve's best.
-    assert verdicts["m 0.5x: goodput vs min(best, offered)"].passed
-    assert verdicts["m 3.0x: goodput vs min(best, offered)"].passed
+    assert verdicts["m 0.5x: goodput vs min(best, attainable offer)"].passed
+    assert verdicts["m 3.0x: goodput vs min(best, attainable offer)"].passed
+    # 1x met 1.5 of its 2.0 req/s; 40 of its 200 requests missed even alone: 1.5 of 1.6.
+    at_1x = verdicts["m 1.0x: goodput vs min(best, attainable offer)"]
+    assert at_1x.passed and at_1x.measured == "1.50 of 1.60 req/s"
     chart = goodput_chart(run)
     assert chart[0] == "```mermaid" and chart[-1] == "```"
     assert sum(1 for line in chart if line.strip().startswith("line [")) == 2
+
+
+def _w(index: int) -> WorkloadRequest:
+    return WorkloadRequest(index, 0.0, "p", 10, 8, "api", "k", "standard")
+
+
+def test_the_infeasible_refusals_are_sampled_evenly_and_their_misses_extrapolated():
+    items = [_w(i) for i in range(10)]
+    assert [w.index for w in sample_evenly(items, 4)] == [0, 2, 5, 7]
+    assert sample_evenly(items, 20) == items and sample_evenly(items, 0) == []
+
+    def result(met: bool) -> AloneResult:
+        return AloneResult(0, "interactive", 300, 700.0, 40.0, met)
+
+    # 3 of a sample of 4 missed even alone: 30 of the point's 40 refusals are unattainable.
+    alone = Alone(40, (result(False), result(False), result(True), result(False)))
+    assert (alone.missed, alone.unattainable) == (3, 30.0)
+    assert Alone(5, ()).unattainable == 0.0

@@ -31,7 +31,7 @@ from strata.policy.scheduling.global_scheduler import (
     queued_ahead,
 )
 from strata.policy.scheduling.ledger import PoolLedger
-from strata.policy.scheduling.slo import DecodeLoad, solo_prefill_s, step_ms
+from strata.policy.scheduling.slo import DecodeLoad, chunk_budget, solo_prefill_s, step_ms
 
 
 def replica(
@@ -543,3 +543,48 @@ def test_a_request_waits_behind_higher_classes_and_its_fair_share_of_its_own():
     # The bursting tenant itself waits behind its own backlog and api's few.
     agg = TenantPolicy("agg", "standard", 1, 2000.0, 200.0)
     assert queued_ahead([*tenants, TenantLoad("api", 1, 0, 3)], agg) == 2 + 6 + 3
+
+
+def test_the_sla_check_counts_the_queue_as_the_engine_serves_it_by_class():
+    # 900 tokens queued at 1000 tokens/s, 800 of them best effort's: the engine serves an
+    # interactive prompt after its own class's 100 and at most one step (64) of the rest.
+    def split(by_class) -> GlobalScheduler:
+        r = replace(replica("r1", queued=900, rate=1000.0), max_batched_tokens=64)
+        return scheduler(node("n1", replace(r, queued_by_class=by_class)))
+
+    gs = split(((0, 800), (2, 100)))
+    refusal = gs.route("m", policy("chat", priority=2, ttft_ms=100.0), 100, 10)
+    assert isinstance(refusal, Refusal) and refusal.estimate is not None
+    assert refusal.estimate.ahead_ms == pytest.approx(164.0)
+    assert refusal.estimate.estimate_ms == pytest.approx(264.0)
+    assert isinstance(
+        gs.route("m", policy("chat", priority=2, ttft_ms=500.0), 100, 10), RouteDecision
+    )
+    # The admitted prompt's 100 tokens now count ahead of the next of its class (and above).
+    again = gs.route("m", policy("chat", priority=2, ttft_ms=100.0), 100, 10)
+    assert again.estimate.ahead_ms == pytest.approx(264.0)
+    # The lowest class waits for everything; so does every class on a report not split by class.
+    low = gs.route("m", policy("bulk", priority=0, ttft_ms=100.0), 100, 10)
+    assert low.estimate.ahead_ms == pytest.approx(1000.0)
+    unsplit = split(()).route("m", policy("chat", priority=2, ttft_ms=100.0), 100, 10)
+    assert unsplit.estimate.ahead_ms == pytest.approx(900.0)
+
+
+def test_the_lower_classes_step_under_way_is_what_a_step_beside_the_decodes_carries():
+    # Two decodes with a 50 ms TPOT target run there: a step beside them carries a chunk far
+    # smaller than the engine's 2048-token cap, and that bounds the lower classes' step.
+    line = StepLine(0.01, 2e-4, 0.0, 0.0, 0.0, 0.0)
+    held = DecodeLoad(2, 200, 50.0)
+    r = replace(
+        replica("r1", queued=900, rate=1000.0),
+        max_batched_tokens=2048,
+        queued_by_class=((0, 800), (2, 100)),
+        step_line=line,
+        slots=held,
+        block_size=16,
+    )
+    chunk = chunk_budget(line, held, 2048, 16)
+    assert 16 <= chunk < 800
+    gs = scheduler(node("n1", r))
+    refusal = gs.route("m", policy("chat", priority=2, ttft_ms=100.0), 100, 10)
+    assert refusal.estimate.ahead_ms == pytest.approx(100.0 + chunk)

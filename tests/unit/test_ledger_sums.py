@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from strata.policy.registry import NodeState
 from strata.policy.scheduling.ledger import PendingRoute, PoolLedger
+from strata.policy.scheduling.prefill_ahead import class_tokens
 from strata.policy.scheduling.slo import DecodeLoad
 
 NODES = ("n1", "n2")
@@ -30,7 +31,7 @@ step = st.one_of(
 def expected(ledger: PoolLedger, node_id: str, replica_id: str) -> tuple[DecodeLoad, int, list]:
     routes = [p for p in ledger.unreported.get(node_id, {}).values() if p.replica_id == replica_id]
     load = DecodeLoad.of((p.tokens, p.tpot_ms) for p in routes)
-    return load, sum(p.replica_work for p in routes), [p.priority for p in routes]
+    return load, sum(p.replica_work for p in routes), routes
 
 
 @settings(max_examples=200, deadline=None)
@@ -52,9 +53,12 @@ def test_the_sums_follow_the_routes_they_stand_for(steps):
             ledger(NodeState(node_id=s[1], address="a"), None)
         for node_id in NODES:
             for replica_id in REPLICAS:
-                load, work, priorities = expected(ledger, node_id, replica_id)
+                load, work, routes = expected(ledger, node_id, replica_id)
+                priorities = [p.priority for p in routes]
                 assert ledger.pending_load(node_id, replica_id) == load
                 assert ledger.pending(node_id, replica_id) == work
+                by_class = class_tokens((p.priority, p.replica_work) for p in routes)
+                assert ledger.pending_by_class(node_id, replica_id) == by_class
                 for p in range(4):
                     below = sum(1 for q in priorities if q < p)
                     assert ledger.pending_below(node_id, replica_id, p) == below

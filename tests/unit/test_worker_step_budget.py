@@ -7,6 +7,7 @@ from strata.engine.engine import EngineRequest
 from strata.engine.sequence import SamplingParams, Sequence
 from strata.kvtier.hashing import HashKeys
 from strata.policy.scheduling.slo import DecodeLoad, step_ms
+from strata.policy.scheduling.step_cap import StepCap
 from tests.engine_helpers import tiny_engine
 
 LINE = StepLine(0.010, 2e-5, 0.002 - 2e-5, 1e-8, 1e-6, 0.0)
@@ -43,6 +44,25 @@ def test_the_budget_leaves_each_decode_its_token_and_sizes_the_chunk_by_the_tigh
     # Without a target among the decodes: the engine's maximum.
     assert budget([seq(i, 1000, 999, None) for i in range(10)] + [prefilling]) == 2048
     assert budget([]) == 2048
+
+
+def test_a_class_with_a_ttft_target_caps_every_step_while_its_requests_come():
+    now = [0.0]
+    cap = StepCap(share=0.5, window_s=60.0)
+    budget = step_budget(lambda: LINE, 2048, 16, cap, clock=lambda: now[0])
+    prefilling = seq(99, 4000, 0, None)
+    assert budget([prefilling]) == 2048  # no TTFT target seen: as large as the engine takes
+    cap.note(60.0, now[0])  # an interactive request: steps of at most 30 ms
+    capped = budget([prefilling])
+    assert capped % 16 == 0 and step_ms(LINE, DecodeLoad(), capped) <= 30.0
+    assert step_ms(LINE, DecodeLoad(), capped + 16) > 30.0
+    # Beside decodes with a looser TPOT target the cap binds too, and the decodes keep a token.
+    decodes = [seq(i, 1000, 999, 300.0) for i in range(4)]
+    beside = budget(decodes + [prefilling]) - 4
+    load = DecodeLoad.of([(1000, 300.0)] * 4)
+    assert step_ms(LINE, load, beside) <= 30.0 < step_ms(LINE, load, beside + 16)
+    now[0] = 61.0  # no such request for a minute: the cap lapses
+    assert budget([prefilling]) == 2048
 
 
 def test_the_engine_asks_for_its_budget_before_each_step_and_keeps_to_it():

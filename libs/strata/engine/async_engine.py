@@ -80,6 +80,7 @@ class AsyncEngine:
             "blocks_free": e.pool.num_free,
             "blocks_cached": e.pool.num_cached,
             "queued_tokens": e.queued_tokens(),
+            "queued_by_class": e.queued_by_class(),
         }
 
     # -- engine thread -------------------------------------------------------------------------

@@ -340,6 +340,9 @@ class LLMEngine:
     def num_waiting(self) -> int:
         return len(self.scheduler.waiting)
 
+    def queued_by_class(self) -> dict[int, int]:
+        return self.scheduler.queued_by_class()
+
     def queued_tokens(self) -> int:
         return sum(s.num_pending for s in self.scheduler.waiting) + sum(
             s.num_pending for s in self.scheduler.running

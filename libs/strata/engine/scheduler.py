@@ -1,7 +1,9 @@
 """The batch scheduler: continuous batching with chunked prefill under a per-step token budget.
 
 Each step: running sequences first (decodes cost one token, unfinished prefills a chunk), in
-priority order, then waiting sequences while budget, sequence slots and blocks last. A waiting
+priority order, then waiting sequences while budget, sequence slots and blocks last; except that
+a started prefill of a class below the best waiting sequence's goes after that admission, with
+the budget left (prefill is served by class, a step at a time). A waiting
 sequence first takes whatever prefix the device cache or the KV tier store already holds. When a
 running sequence needs a block and none is free, the lowest-priority, latest-arrived running
 sequence is preempted: its blocks are freed but its full blocks keep their hashes, so they stay in
@@ -84,6 +86,16 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
+    def queued_by_class(self) -> dict[int, int]:
+        """Tokens not yet computed (prompts still to prefill, one per decoding sequence), by
+        the priority of their sequences; the values sum to the engine's queued tokens."""
+        out: dict[int, int] = {}
+        for seq in self.waiting:
+            out[seq.priority] = out.get(seq.priority, 0) + seq.num_pending
+        for seq in self.running:
+            out[seq.priority] = out.get(seq.priority, 0) + seq.num_pending
+        return out
+
     def find(self, request_id: str) -> Sequence | None:
         for seq in self.running:
             if seq.request_id == request_id:
@@ -107,23 +119,45 @@ class Scheduler:
     # -- one step ------------------------------------------------------------------------------
     def schedule(self, budget: int | None = None) -> StepPlan:
         """The next step: decodes first, then prefill chunks, within `budget` tokens (at most
-        max_batched_tokens; None: max_batched_tokens)."""
+        max_batched_tokens; None: max_batched_tokens). Prefill goes by class: a started prefill
+        of a class below the best waiting sequence's yields the budget to that sequence's
+        admission and takes what is left after it, so a higher class's first token waits for
+        no lower class's prompt but the step under way."""
         budget = self.max_batched_tokens if budget is None else min(budget, self.max_batched_tokens)
         scheduled: list[ScheduledSeq] = []
         preempted: list[Sequence] = []
         # Decodes first: a long prompt's chunks must never take the budget from decoding tokens.
         self.running.sort(key=lambda s: (s.num_pending > 1, s.sort_key()))
-        i = 0
-        while i < len(self.running) and budget > 0:
-            seq = self.running[i]
+        top = max((s.priority for s in self.waiting), default=None)
+        now: list[Sequence] = []
+        later: list[Sequence] = []
+        for seq in self.running:
+            yields = top is not None and seq.num_pending > 1 and seq.priority < top
+            (later if yields else now).append(seq)
+        budget = self._serve(now, budget, scheduled, preempted)
+        if not preempted:
+            budget = self._admit(budget, scheduled, preempted)
+        self._serve(later, budget, scheduled, preempted)
+        return StepPlan(scheduled, preempted)
+
+    def _serve(
+        self,
+        seqs: list[Sequence],
+        budget: int,
+        scheduled: list[ScheduledSeq],
+        preempted: list[Sequence],
+    ) -> int:
+        """Schedule the running `seqs` in order while budget lasts; a sequence short of a block
+        preempts the lowest running one (itself, when that is it). Returns the budget left."""
+        for seq in seqs:
+            if budget <= 0:
+                break
+            if seq.status is not Status.RUNNING:
+                continue  # preempted earlier in this step
             n = min(seq.num_pending, budget)
             while not self._grow(seq, n):
                 victim = max(self.running, key=Sequence.sort_key)
-                if self.running.index(victim) < i:  # already scheduled this step: take it back
-                    i -= 1
-                    item = next(x for x in scheduled if x.seq is victim)
-                    scheduled.remove(item)
-                    budget += item.num_new
+                budget += self._take_back(victim, scheduled)  # already scheduled: take it back
                 self._preempt(victim)
                 preempted.append(victim)
                 if victim is seq:
@@ -131,19 +165,18 @@ class Scheduler:
             else:
                 scheduled.append(ScheduledSeq(seq, n, n == seq.num_pending))
                 budget -= n
-                i += 1
-        if not preempted:
-            self._admit(budget, scheduled, preempted)
-        return StepPlan(scheduled, preempted)
+        return budget
 
-    def _admit(self, budget: int, scheduled: list[ScheduledSeq], preempted: list[Sequence]) -> None:
+    def _admit(self, budget: int, scheduled: list[ScheduledSeq], preempted: list[Sequence]) -> int:
+        """Admit waiting sequences in class order while budget, slots and blocks last; returns
+        the budget left."""
         displaced: int | None = None  # the highest priority preempted by this admission
         for seq in sorted(self.waiting, key=Sequence.sort_key):
             if budget <= 0 or (displaced is not None and seq.priority <= displaced):
-                return
+                return budget
             lower = [s for s in self.running if s.priority < seq.priority]
             if len(self.running) >= self.max_seqs and not lower:
-                return
+                return budget
             if seq.num_computed == 0 and not seq.block_ids:
                 self._take_cached_prefix(seq)
             n = min(seq.num_pending, budget)
@@ -153,12 +186,12 @@ class Scheduler:
             if need > self.pool.num_free + sum(len(s.block_ids) for s in lower):
                 self._release_prefix(seq)
                 self.waiting_for_memory = len(self.waiting)
-                return  # no memory: keep FIFO order within a priority, admit nothing more
+                return budget  # no memory: keep FIFO order within a priority, admit nothing more
             while len(self.running) >= self.max_seqs or not self._grow(seq, n):
                 if not lower:
                     self._release_prefix(seq)
                     self.waiting_for_memory = len(self.waiting)
-                    return
+                    return budget
                 victim = max(lower, key=Sequence.sort_key)
                 lower.remove(victim)
                 budget += self._take_back(victim, scheduled)
@@ -174,6 +207,7 @@ class Scheduler:
             self.running.append(seq)
             scheduled.append(ScheduledSeq(seq, n, n == seq.num_pending))
             budget -= n
+        return budget
 
     @staticmethod
     def _take_back(seq: Sequence, scheduled: list[ScheduledSeq]) -> int:

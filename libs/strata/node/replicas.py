@@ -34,7 +34,8 @@ from strata.core.step_model import StepLine
 from strata.node.worker_pids import WorkerPids
 from strata.node.worker_process import WorkerProcess, WorkerStartError
 from strata.policy.placement.migration import DrainRule
-from strata.rpc.convert import step_line_from_pb
+from strata.policy.scheduling.prefill_ahead import ClassTokens
+from strata.rpc.convert import class_tokens_from_pb, step_line_from_pb
 from strata.rpc.server import channel
 from strata.v1 import worker_pb2, worker_pb2_grpc
 
@@ -56,6 +57,7 @@ class ReplicaStats:
     running: int = 0
     waiting: int = 0
     queued_tokens: int = 0
+    queued_by_class: ClassTokens = ()  # queued_tokens by priority (strata.engine.scheduler)
     blocks_total: int = 0
     blocks_free: int = 0
     context_length: int = 0
@@ -323,6 +325,7 @@ class ReplicaSet:
             running=s.running_requests,
             waiting=s.waiting_requests,
             queued_tokens=s.queued_tokens,
+            queued_by_class=class_tokens_from_pb(s.queued_by_class),
             blocks_total=s.kv_blocks_total,
             blocks_free=s.kv_blocks_free,
             context_length=s.context_length,

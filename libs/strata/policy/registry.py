@@ -21,6 +21,7 @@ from strata.core.defaults import NODE_TTL_S
 from strata.core.step_model import StepLine
 from strata.policy.clock import Clock
 from strata.policy.scheduling.delays import ClassDelays
+from strata.policy.scheduling.prefill_ahead import ClassTokens
 from strata.policy.scheduling.slo import DecodeLoad
 
 
@@ -53,6 +54,9 @@ class ReplicaState:
     running_requests: int = 0
     waiting_requests: int = 0
     queued_tokens: int = 0
+    # queued_tokens by the priority of their requests (empty: not split; every token then counts
+    # ahead of every class: strata.policy.scheduling.prefill_ahead)
+    queued_by_class: ClassTokens = ()
     kv_blocks_total: int = 0
     kv_blocks_free: int = 0
     waiting_for_memory: int = 0  # admitted requests held back: every KV tier is full

@@ -13,11 +13,11 @@ Each READY replica of the model gets a score; the lowest wins:
                     (ahead + prefill_tokens) / rate * (1 + safety_margin)
     ahead           the work tokens in front of the request: queued_tokens + running_requests *
                     request_weight_tokens + what this scheduler routed there that no report
-                    of the node includes yet, whatever their class: the engine finishes the
-                    prefill chunks it has started before it admits anything new, so lower
-                    classes' queued prompt tokens delay a higher class's first token too, and
-                    they are not discounted by class (measurements: docs/design/scheduling.md).
-                    Queued
+                    of the node includes yet, whatever their class: routing places load, and
+                    every class's prompts slow the steps of everything on the replica
+                    (measurements: docs/design/scheduling.md). The TTFT estimate the SLA check
+                    judges counts them as the engine serves prefill, by class (strata.policy.
+                    scheduling.prefill_ahead, in the global scheduler). Queued
                     tokens are prompt tokens not yet prefilled; a running request counts as
                     `request_weight_tokens` tokens, the decode it still has to do (a typical
                     chat answer), so one long prompt and many short decodes compare.

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from strata.core.step_model import StepLine
 from strata.policy.registry import ReplicaPhase, TenantLoad
 from strata.policy.scheduling.delays import ClassDelays
+from strata.policy.scheduling.prefill_ahead import ClassTokens, class_tokens
 from strata.v1 import common_pb2
 
 _PHASE_FROM_PB = {
@@ -90,3 +91,13 @@ def class_delays_to_pb(delays: ClassDelays) -> dict[str, float | list[common_pb2
         "recent_delay_s": max((d for _, d in delays), default=0.0),
         "class_delays": [common_pb2.ClassDelay(priority=p, delay_s=d) for p, d in delays],
     }
+
+
+def class_tokens_from_pb(values: Sequence[common_pb2.ClassTokens]) -> ClassTokens:
+    """Queued tokens by class as reported (WorkerStats or ReplicaInfo queued_by_class), in
+    canonical form (strata.policy.scheduling.prefill_ahead.class_tokens)."""
+    return class_tokens((c.priority, c.tokens) for c in values)
+
+
+def class_tokens_to_pb(by_class: ClassTokens) -> list[common_pb2.ClassTokens]:
+    return [common_pb2.ClassTokens(priority=p, tokens=n) for p, n in by_class]

@@ -419,7 +419,9 @@ class Simulator:
                 front.left_engine(item.replica_id, item.request_id)
                 self._fail(req, arrival, "UNAVAILABLE", e2e_ms=(now - arrival) * 1000)
                 continue
-            replica.add(req, arrival, now, priority=item.priority, tpot_ms=item.tpot_ms)
+            replica.add(
+                req, arrival, now, item.priority, tpot_ms=item.tpot_ms, ttft_ms=item.ttft_ms
+            )
             handed = True
         if handed and wake:
             self._wake(node, now)

@@ -15,6 +15,7 @@ from strata.core.counters import EngineCounters
 from strata.core.records import NodeSampleRecord
 from strata.node.energy import PowerModel
 from strata.policy.registry import ModelInfo, NodeState, ReplicaPhase, ReplicaState
+from strata.policy.scheduling.prefill_ahead import class_tokens
 from strata.policy.scheduling.slo import DecodeLoad, line_prefill_rate
 from strata.sim.kv_tiers import NodeKV
 from strata.sim.replica import SimReplica
@@ -69,6 +70,7 @@ class SimNode:
                 len(r.scheduler.running),
                 len(r.scheduler.waiting),
                 r.queued_tokens(),
+                class_tokens(r.scheduler.queued_by_class()) if tenancy else (),
                 r.free_blocks(now),
                 r.scheduler.waiting_for_memory,
                 prefill_rate(r) if tenancy else 0.0,
@@ -90,6 +92,7 @@ class SimNode:
                 running_requests=running,
                 waiting_requests=waiting,
                 queued_tokens=queued,
+                queued_by_class=by_class,
                 kv_blocks_total=r.limits.num_blocks,
                 kv_blocks_free=free,
                 waiting_for_memory=memory,
@@ -108,6 +111,7 @@ class SimNode:
                 running,
                 waiting,
                 queued,
+                by_class,
                 free,
                 memory,
                 rate,

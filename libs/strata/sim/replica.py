@@ -45,6 +45,7 @@ from strata.engine.scheduler import ScheduledSeq, Scheduler, StepPlan
 from strata.engine.sequence import FinishReason, SamplingParams, Sequence
 from strata.kvtier.hashing import ROOT_HASH, HashKeys, block_hash, chain_hashes
 from strata.policy.scheduling.slo import running_budget
+from strata.policy.scheduling.step_cap import StepCap
 from strata.sim.kv_tiers import NodeKV
 from strata.sim.tier_link import SimTierLink
 from strata.sim.workload import OUTPUT_TOKEN, SimRequest
@@ -222,6 +223,7 @@ class SimReplica:
         # The step line its worker would report once it has learned it: the profile's own.
         self.line = prior_from_costs(costs)
         self._targets = 0  # requests with a TPOT target added, ever (0: no budget to compute)
+        self.cap = StepCap()  # as its worker's: the TTFT targets of the requests it took
         self.share = share  # co-location shares (shared_factor)
         self.prefill_share = prefill_share
         self.ready_at = 0.0  # when its last step ends (its next may start)
@@ -262,6 +264,7 @@ class SimReplica:
         now: float,
         priority: int = 0,
         tpot_ms: float | None = None,
+        ttft_ms: float | None = None,
     ) -> None:
         """A request reaches the worker at `now`. The engine takes adds in between steps and
         stamps them then (Sequence.arrival, hence queue_ms and the scheduling order), so the
@@ -279,6 +282,7 @@ class SimReplica:
         self.active[id(seq)] = Active(request, seq, arrival_s)
         if tpot_ms is not None:
             self._targets += 1
+        self.cap.note(ttft_ms, now)
         self.scheduler.add(seq)
         self._unstamped.append(seq)
 
@@ -307,9 +311,11 @@ class SimReplica:
         return self.scheduler.has_work()
 
     def _budget(self, now: float) -> int | None:
-        """The worker's step budget at `now` (strata.policy.scheduling.slo.running_budget):
-        None, the engine's maximum, unless some request has a TPOT target."""
-        if not self._targets:
+        """The worker's step budget at `now` (strata.policy.scheduling.slo.running_budget, with
+        its step cap): None, the engine's maximum, unless some request has a TPOT target or a
+        step cap holds."""
+        cap_ms = self.cap.cap_ms(now)
+        if not self._targets and cap_ms is None:
             return None
         return running_budget(
             self.line,
@@ -317,6 +323,7 @@ class SimReplica:
             now,
             self.limits.max_batched_tokens,
             self.limits.block_size,
+            cap_ms=cap_ms,
         )
 
     # -- exact stepping ------------------------------------------------------------------------

@@ -159,7 +159,7 @@ class ModelInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., context_length: _Optional[int] = ..., memory_bytes: _Optional[int] = ...) -> None: ...
 
 class ReplicaInfo(_message.Message):
-    __slots__ = ("model", "replica_id", "state", "worker_address", "running_requests", "waiting_requests", "queued_tokens", "kv_blocks_total", "kv_blocks_free", "waiting_for_memory", "tokens_per_s", "max_seqs", "kv_block_size", "step_line", "step_line_samples", "slot_requests", "slot_context_tokens", "slot_tightest_tpot_ms", "slot_turnover_s", "max_batched_tokens", "recent_delay_s", "class_delays")
+    __slots__ = ("model", "replica_id", "state", "worker_address", "running_requests", "waiting_requests", "queued_tokens", "kv_blocks_total", "kv_blocks_free", "waiting_for_memory", "tokens_per_s", "max_seqs", "kv_block_size", "step_line", "step_line_samples", "slot_requests", "slot_context_tokens", "slot_tightest_tpot_ms", "slot_turnover_s", "max_batched_tokens", "recent_delay_s", "class_delays", "queued_by_class")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -182,6 +182,7 @@ class ReplicaInfo(_message.Message):
     MAX_BATCHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     RECENT_DELAY_S_FIELD_NUMBER: _ClassVar[int]
     CLASS_DELAYS_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_BY_CLASS_FIELD_NUMBER: _ClassVar[int]
     model: str
     replica_id: str
     state: ReplicaState
@@ -204,7 +205,8 @@ class ReplicaInfo(_message.Message):
     max_batched_tokens: int
     recent_delay_s: float
     class_delays: _containers.RepeatedCompositeFieldContainer[ClassDelay]
-    def __init__(self, model: _Optional[str] = ..., replica_id: _Optional[str] = ..., state: _Optional[_Union[ReplicaState, str]] = ..., worker_address: _Optional[str] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., queued_tokens: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., kv_blocks_free: _Optional[int] = ..., waiting_for_memory: _Optional[int] = ..., tokens_per_s: _Optional[float] = ..., max_seqs: _Optional[int] = ..., kv_block_size: _Optional[int] = ..., step_line: _Optional[_Iterable[float]] = ..., step_line_samples: _Optional[int] = ..., slot_requests: _Optional[int] = ..., slot_context_tokens: _Optional[int] = ..., slot_tightest_tpot_ms: _Optional[float] = ..., slot_turnover_s: _Optional[float] = ..., max_batched_tokens: _Optional[int] = ..., recent_delay_s: _Optional[float] = ..., class_delays: _Optional[_Iterable[_Union[ClassDelay, _Mapping]]] = ...) -> None: ...
+    queued_by_class: _containers.RepeatedCompositeFieldContainer[ClassTokens]
+    def __init__(self, model: _Optional[str] = ..., replica_id: _Optional[str] = ..., state: _Optional[_Union[ReplicaState, str]] = ..., worker_address: _Optional[str] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., queued_tokens: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., kv_blocks_free: _Optional[int] = ..., waiting_for_memory: _Optional[int] = ..., tokens_per_s: _Optional[float] = ..., max_seqs: _Optional[int] = ..., kv_block_size: _Optional[int] = ..., step_line: _Optional[_Iterable[float]] = ..., step_line_samples: _Optional[int] = ..., slot_requests: _Optional[int] = ..., slot_context_tokens: _Optional[int] = ..., slot_tightest_tpot_ms: _Optional[float] = ..., slot_turnover_s: _Optional[float] = ..., max_batched_tokens: _Optional[int] = ..., recent_delay_s: _Optional[float] = ..., class_delays: _Optional[_Iterable[_Union[ClassDelay, _Mapping]]] = ..., queued_by_class: _Optional[_Iterable[_Union[ClassTokens, _Mapping]]] = ...) -> None: ...
 
 class ClassDelay(_message.Message):
     __slots__ = ("priority", "delay_s")
@@ -213,6 +215,14 @@ class ClassDelay(_message.Message):
     priority: int
     delay_s: float
     def __init__(self, priority: _Optional[int] = ..., delay_s: _Optional[float] = ...) -> None: ...
+
+class ClassTokens(_message.Message):
+    __slots__ = ("priority", "tokens")
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    priority: int
+    tokens: int
+    def __init__(self, priority: _Optional[int] = ..., tokens: _Optional[int] = ...) -> None: ...
 
 class TenantLoad(_message.Message):
     __slots__ = ("tenant", "priority", "running", "queued", "tokens", "running_best_effort")

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class WorkerGenerateRequest(_message.Message):
-    __slots__ = ("request_id", "tenant", "priority", "spec", "kv_source_address", "resume_output_ids", "tpot_ms")
+    __slots__ = ("request_id", "tenant", "priority", "spec", "kv_source_address", "resume_output_ids", "tpot_ms", "ttft_ms")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
@@ -16,6 +16,7 @@ class WorkerGenerateRequest(_message.Message):
     KV_SOURCE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     RESUME_OUTPUT_IDS_FIELD_NUMBER: _ClassVar[int]
     TPOT_MS_FIELD_NUMBER: _ClassVar[int]
+    TTFT_MS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     tenant: str
     priority: int
@@ -23,14 +24,15 @@ class WorkerGenerateRequest(_message.Message):
     kv_source_address: str
     resume_output_ids: _containers.RepeatedScalarFieldContainer[int]
     tpot_ms: float
-    def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., priority: _Optional[int] = ..., spec: _Optional[_Union[_common_pb2.GenerationSpec, _Mapping]] = ..., kv_source_address: _Optional[str] = ..., resume_output_ids: _Optional[_Iterable[int]] = ..., tpot_ms: _Optional[float] = ...) -> None: ...
+    ttft_ms: float
+    def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., priority: _Optional[int] = ..., spec: _Optional[_Union[_common_pb2.GenerationSpec, _Mapping]] = ..., kv_source_address: _Optional[str] = ..., resume_output_ids: _Optional[_Iterable[int]] = ..., tpot_ms: _Optional[float] = ..., ttft_ms: _Optional[float] = ...) -> None: ...
 
 class GetStatsRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class WorkerStats(_message.Message):
-    __slots__ = ("model", "running_requests", "waiting_requests", "kv_blocks_total", "kv_blocks_free", "kv_blocks_cached", "prefix_hit_tokens", "tier_hit_tokens", "blocks_offloaded", "queued_tokens", "context_length", "memory_bytes", "steps", "step_tokens", "step_token_budget", "preemptions", "busy_seconds", "prompt_tokens", "max_batched_tokens", "kv_blocks_evicted", "block_lifetime_sum_s", "block_lifetime_p50_s", "block_lifetime_p99_s", "waiting_for_memory", "tier_blocks_dropped", "prefetched_blocks", "kv_blocks_used", "step_seconds_observed", "step_seconds_solo", "max_seqs", "priority_preemptions", "prefill_tokens_per_s", "sparse_decode_rows", "sparse_layer_steps", "sparse_fallbacks", "sparse_blocks_read", "sparse_blocks_dense", "kv_block_size", "step_line", "step_line_samples")
+    __slots__ = ("model", "running_requests", "waiting_requests", "kv_blocks_total", "kv_blocks_free", "kv_blocks_cached", "prefix_hit_tokens", "tier_hit_tokens", "blocks_offloaded", "queued_tokens", "context_length", "memory_bytes", "steps", "step_tokens", "step_token_budget", "preemptions", "busy_seconds", "prompt_tokens", "max_batched_tokens", "kv_blocks_evicted", "block_lifetime_sum_s", "block_lifetime_p50_s", "block_lifetime_p99_s", "waiting_for_memory", "tier_blocks_dropped", "prefetched_blocks", "kv_blocks_used", "step_seconds_observed", "step_seconds_solo", "max_seqs", "priority_preemptions", "prefill_tokens_per_s", "sparse_decode_rows", "sparse_layer_steps", "sparse_fallbacks", "sparse_blocks_read", "sparse_blocks_dense", "kv_block_size", "step_line", "step_line_samples", "queued_by_class")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     RUNNING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     WAITING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
@@ -71,6 +73,7 @@ class WorkerStats(_message.Message):
     KV_BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
     STEP_LINE_FIELD_NUMBER: _ClassVar[int]
     STEP_LINE_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_BY_CLASS_FIELD_NUMBER: _ClassVar[int]
     model: str
     running_requests: int
     waiting_requests: int
@@ -111,4 +114,5 @@ class WorkerStats(_message.Message):
     kv_block_size: int
     step_line: _containers.RepeatedScalarFieldContainer[float]
     step_line_samples: int
-    def __init__(self, model: _Optional[str] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., kv_blocks_free: _Optional[int] = ..., kv_blocks_cached: _Optional[int] = ..., prefix_hit_tokens: _Optional[int] = ..., tier_hit_tokens: _Optional[int] = ..., blocks_offloaded: _Optional[int] = ..., queued_tokens: _Optional[int] = ..., context_length: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., steps: _Optional[int] = ..., step_tokens: _Optional[int] = ..., step_token_budget: _Optional[int] = ..., preemptions: _Optional[int] = ..., busy_seconds: _Optional[float] = ..., prompt_tokens: _Optional[int] = ..., max_batched_tokens: _Optional[int] = ..., kv_blocks_evicted: _Optional[int] = ..., block_lifetime_sum_s: _Optional[float] = ..., block_lifetime_p50_s: _Optional[float] = ..., block_lifetime_p99_s: _Optional[float] = ..., waiting_for_memory: _Optional[int] = ..., tier_blocks_dropped: _Optional[int] = ..., prefetched_blocks: _Optional[int] = ..., kv_blocks_used: _Optional[int] = ..., step_seconds_observed: _Optional[float] = ..., step_seconds_solo: _Optional[float] = ..., max_seqs: _Optional[int] = ..., priority_preemptions: _Optional[int] = ..., prefill_tokens_per_s: _Optional[float] = ..., sparse_decode_rows: _Optional[int] = ..., sparse_layer_steps: _Optional[int] = ..., sparse_fallbacks: _Optional[int] = ..., sparse_blocks_read: _Optional[int] = ..., sparse_blocks_dense: _Optional[int] = ..., kv_block_size: _Optional[int] = ..., step_line: _Optional[_Iterable[float]] = ..., step_line_samples: _Optional[int] = ...) -> None: ...
+    queued_by_class: _containers.RepeatedCompositeFieldContainer[_common_pb2.ClassTokens]
+    def __init__(self, model: _Optional[str] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., kv_blocks_free: _Optional[int] = ..., kv_blocks_cached: _Optional[int] = ..., prefix_hit_tokens: _Optional[int] = ..., tier_hit_tokens: _Optional[int] = ..., blocks_offloaded: _Optional[int] = ..., queued_tokens: _Optional[int] = ..., context_length: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., steps: _Optional[int] = ..., step_tokens: _Optional[int] = ..., step_token_budget: _Optional[int] = ..., preemptions: _Optional[int] = ..., busy_seconds: _Optional[float] = ..., prompt_tokens: _Optional[int] = ..., max_batched_tokens: _Optional[int] = ..., kv_blocks_evicted: _Optional[int] = ..., block_lifetime_sum_s: _Optional[float] = ..., block_lifetime_p50_s: _Optional[float] = ..., block_lifetime_p99_s: _Optional[float] = ..., waiting_for_memory: _Optional[int] = ..., tier_blocks_dropped: _Optional[int] = ..., prefetched_blocks: _Optional[int] = ..., kv_blocks_used: _Optional[int] = ..., step_seconds_observed: _Optional[float] = ..., step_seconds_solo: _Optional[float] = ..., max_seqs: _Optional[int] = ..., priority_preemptions: _Optional[int] = ..., prefill_tokens_per_s: _Optional[float] = ..., sparse_decode_rows: _Optional[int] = ..., sparse_layer_steps: _Optional[int] = ..., sparse_fallbacks: _Optional[int] = ..., sparse_blocks_read: _Optional[int] = ..., sparse_blocks_dense: _Optional[int] = ..., kv_block_size: _Optional[int] = ..., step_line: _Optional[_Iterable[float]] = ..., step_line_samples: _Optional[int] = ..., queued_by_class: _Optional[_Iterable[_Union[_common_pb2.ClassTokens, _Mapping]]] = ...) -> None: ...

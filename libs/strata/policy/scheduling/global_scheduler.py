@@ -12,7 +12,10 @@
                    (a prompt too long for the target anywhere is refused as infeasible, or
                    served as well as it can be with `refuse_infeasible` off; one whose first
                    token alone comes so near the target that a retry could not meet the margin
-                   goes whenever its estimate meets the target itself). Alone and beside the
+                   goes whenever its estimate meets the target itself). The work queued
+                   ahead counts as the engine serves prefill, by class (strata.policy.
+                   scheduling.prefill_ahead): the request's own class and above, and one step of
+                   the lower classes. Alone and beside the
                    running decodes, the prompt's prefill is priced by the replica's step line
                    in its engine's chunks, each over the chunks before it. The estimate includes
                    the wait for an engine slot: the node hands a request to its engine only
@@ -64,14 +67,18 @@ from strata.policy.scheduling.delays import class_delay_s
 from strata.policy.scheduling.fair_queue import URGENT_FRACTION
 from strata.policy.scheduling.homes import Homes, HomeSettings
 from strata.policy.scheduling.ledger import PendingRoute, PoolLedger
+from strata.policy.scheduling.prefill_ahead import class_tokens, tokens_ahead
 from strata.policy.scheduling.slo import (
     DecodeLoad,
+    chunk_budget,
     engine_share,
     prefill_s,
     slot_wait_s,
     solo_prefill_s,
+    step_limit_ms,
     step_ms,
 )
+from strata.policy.scheduling.step_cap import STEP_TTFT_SHARE
 
 SLA_SLACK = 0.85
 INFEASIBLE = "infeasible"  # a Refusal's reason: the class's targets cannot hold even when idle
@@ -303,7 +310,9 @@ class GlobalScheduler:
             return None  # nothing measured yet: no latency claim to judge
         # Once in the engine, the prompt's prefill goes in chunks beside the decodes there,
         # after the prompts queued ahead (at the replica's measured token rate).
-        solo_ms, own_ms = self._own_prefill_ms(decision, compute, held)
+        # While this class is about, its replica's steps are capped at a share of its target.
+        cap_ms = STEP_TTFT_SHARE * target
+        solo_ms, own_ms = self._own_prefill_ms(decision, compute, held, cap_ms)
         infeasible = self._infeasible(model, policy, work, decision, solo_ms)
         if infeasible is not None:
             return infeasible if self.settings.refuse_infeasible else None
@@ -318,7 +327,7 @@ class GlobalScheduler:
         terms = TtftEstimate(
             node_id=decision.node_id,
             slot_wait_ms=1000.0 * wait_s,
-            ahead_ms=max(0.0, decision.estimated_ttft_ms - decision.solo_ttft_ms),
+            ahead_ms=self._ahead_ms(decision, policy.priority, held, cap_ms),
             own_prefill_ms=own_ms,
             observed_ms=1000.0 * self._observed_s(decision, compute, policy.priority),
             solo_ms=solo_ms,
@@ -339,8 +348,33 @@ class GlobalScheduler:
             terms,
         )
 
+    def _ahead_ms(
+        self, decision: RouteDecision, priority: int, held: DecodeLoad, cap_ms: float
+    ) -> float:
+        """The prompts queued ahead on the chosen replica, in ms: the router's estimate (every
+        queued token, reported and routed since, at the replica's rate) scaled to the tokens a
+        request of `priority` waits behind, as the engine serves prefill by class
+        (strata.policy.scheduling.prefill_ahead), the lower classes' step under way as large
+        as a step beside the decodes of `held` carries within the step cap `cap_ms`. A report
+        that does not split its queued tokens by class keeps the router's estimate."""
+        every_ms = max(0.0, decision.estimated_ttft_ms - decision.solo_ttft_ms)
+        state = self._replica(decision)
+        if not every_ms or state is None or (state.queued_tokens and not state.queued_by_class):
+            return every_ms
+        pending = self.ledger.pending_by_class(decision.node_id, decision.replica_id)
+        by_class = class_tokens(state.queued_by_class + pending)
+        total = sum(n for _, n in by_class)
+        if total <= 0:
+            return every_ms
+        step = state.max_batched_tokens
+        if step > 0 and state.step_line is not None:
+            beside = engine_share(state.step_line, held, state.max_seqs or None)
+            limit = step_limit_ms(beside, cap_ms)
+            step = chunk_budget(state.step_line, beside, step, decision.block_size, limit_ms=limit)
+        return every_ms * tokens_ahead(by_class, priority, step) / total
+
     def _own_prefill_ms(
-        self, decision: RouteDecision, compute: int, held: DecodeLoad
+        self, decision: RouteDecision, compute: int, held: DecodeLoad, cap_ms: float | None = None
     ) -> tuple[float, float]:
         """This prompt's own prefill of `compute` tokens on the chosen replica, in ms: (alone,
         beside what its engine runs of `held`). With the replica's step line, in its engine's
@@ -355,8 +389,8 @@ class GlobalScheduler:
         beside = engine_share(line, held, state.max_seqs or None)
         slowdown = 1000.0 * (1.0 + max(0.0, node.safety_margin))
         return (
-            slowdown * solo_prefill_s(line, compute, block, chunk),
-            slowdown * prefill_s(line, beside, compute, block, max_chunk=chunk),
+            slowdown * solo_prefill_s(line, compute, block, chunk, cap_ms=cap_ms),
+            slowdown * prefill_s(line, beside, compute, block, max_chunk=chunk, cap_ms=cap_ms),
         )
 
     def _infeasible(

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from strata.core.blocks import block_tokens
 from strata.policy.registry import NodeState, ReplicaPhase
+from strata.policy.scheduling.prefill_ahead import ClassTokens, class_tokens
 from strata.policy.scheduling.slo import DecodeLoad
 
 PENDING_TTL_S = 10.0  # a route its node never reported stops counting this long after it
@@ -58,17 +59,21 @@ class _Unreported:
     work: int = 0
     tpots: dict[float, int] = field(default_factory=dict)  # TPOT target -> routes with it
     priorities: dict[int, int] = field(default_factory=dict)  # class priority -> routes
+    work_by_priority: dict[int, int] = field(default_factory=dict)  # class priority -> work
 
     def add(self, p: PendingRoute, sign: int) -> None:
         self.seqs += sign
         self.tokens += sign * p.tokens
         self.work += sign * p.replica_work
+        if p.replica_work:
+            _count(self.work_by_priority, p.priority, sign * p.replica_work)
         if p.tpot_ms is not None and p.tpot_ms > 0:
             _count(self.tpots, p.tpot_ms, sign)
         _count(self.priorities, p.priority, sign)
 
 
 def _count(counts: dict, key: object, sign: int) -> None:
+    """Add `sign` to counts[key]; a key whose count reaches 0 is removed."""
     n = counts.get(key, 0) + sign
     if n:
         counts[key] = n
@@ -164,6 +169,11 @@ class PoolLedger:
         if sums is None:
             return 0
         return sum(n for p, n in sums.priorities.items() if p < priority)
+
+    def pending_by_class(self, node_id: str, replica_id: str) -> ClassTokens:
+        """pending()'s tokens by the priority of the requests they belong to."""
+        sums = self._sums.get((node_id, replica_id))
+        return class_tokens(sums.work_by_priority) if sums is not None else ()
 
     def pending(self, node_id: str, replica_id: str) -> int:
         """The tokens those requests queue ahead of the replica's next request."""

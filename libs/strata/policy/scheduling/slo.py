@@ -99,6 +99,16 @@ def fits(
     return step_ms(line, after) <= after.tightest_tpot_ms * headroom
 
 
+def step_limit_ms(
+    load: DecodeLoad, cap_ms: float | None, headroom: float = HEADROOM
+) -> float | None:
+    """The longest step beside `load`'s decodes: their tightest TPOT target x headroom, and at
+    most the step cap `cap_ms` (None: none); None when neither bounds it."""
+    tpot = None if load.tightest_tpot_ms is None or load.seqs == 0 else load.tightest_tpot_ms
+    limits = [x for x in (None if tpot is None else tpot * headroom, cap_ms) if x is not None]
+    return min(limits) if limits else None
+
+
 def chunk_budget(
     line: StepLine | None,
     load: DecodeLoad,
@@ -111,10 +121,12 @@ def chunk_budget(
     """Prefill tokens one step may carry beside `load`'s decodes, for a prompt with `history`
     tokens computed before the chunk: at most `max_tokens`, at least one block, else the
     largest multiple of `block_size` keeping the step within `limit_ms` (None: the tightest
-    TPOT target x headroom)."""
-    if line is None or load.tightest_tpot_ms is None or load.seqs == 0:
+    TPOT target x headroom; `max_tokens` when no decode has one)."""
+    if line is None:
         return max_tokens
     if limit_ms is None:
+        if load.tightest_tpot_ms is None or load.seqs == 0:
+            return max_tokens
         limit_ms = load.tightest_tpot_ms * headroom
     if step_ms(line, load, max_tokens, history) <= limit_ms:
         return max_tokens
@@ -141,9 +153,9 @@ def step_token_budget(
     context and TPOT target), and the chunk_budget of prefill beside them, for a prompt with
     `history` tokens computed (the most of any prompt part-way through its prefill), within
     `limit_ms` (None: the tightest target x headroom); `max_tokens` when none of them has a
-    target."""
+    target and no limit is given."""
     load = DecodeLoad.of(decodes)
-    if line is None or load.tightest_tpot_ms is None:
+    if line is None or (load.tightest_tpot_ms is None and limit_ms is None):
         return max_tokens
     return load.seqs + chunk_budget(
         line, load, max_tokens - load.seqs, block_size, headroom, history, limit_ms
@@ -190,11 +202,13 @@ def running_budget(
     max_tokens: int,
     block_size: int,
     headroom: float = HEADROOM,
+    cap_ms: float | None = None,
 ) -> int:
     """The next step's token budget for an engine's `running` sequences at `now` (the clock
     of their first_token_at): a token for each decode, and a prefill chunk as large as every
     decode with a TPOT target allows (step_allowance_ms: its mean gap kept within the target,
-    not each step), priced over the history of the prompt furthest through its prefill."""
+    not each step) and the step cap `cap_ms` (strata.policy.scheduling.step_cap; None: none),
+    priced over the history of the prompt furthest through its prefill."""
     decodes: list[tuple[int, float | None]] = []
     limit: float | None = None
     history = 0
@@ -209,6 +223,8 @@ def running_budget(
                 s.tpot_ms, s.num_output, None if at is None else now - at, headroom
             )
             limit = allowed if limit is None else min(limit, allowed)
+    if cap_ms is not None:
+        limit = cap_ms if limit is None else min(limit, cap_ms)
     return step_token_budget(
         line, decodes, max_tokens, block_size, headroom, history=history, limit_ms=limit
     )
@@ -252,16 +268,18 @@ def prefill_s(
     block_size: int,
     headroom: float = HEADROOM,
     max_chunk: int = 0,
+    cap_ms: float | None = None,
 ) -> float:
     """Seconds a prefill of `tokens` takes in chunks of chunk_budget beside the decodes of
     `beside`, each chunk one step and none larger than the engine's `max_chunk` tokens a step
-    (0: no cap), each attending over the chunks before it; 0 without a line or tokens: a
-    prompt admitted beside decodes with a TPOT target reaches its first token no sooner than
-    this."""
+    (0: no cap) nor longer than the step cap `cap_ms` (None: none), each attending over the
+    chunks before it; 0 without a line or tokens: a prompt admitted beside decodes with a TPOT
+    target reaches its first token no sooner than this."""
     if line is None or tokens <= 0:
         return 0.0
     most = min(tokens, max_chunk) if max_chunk > 0 else tokens
-    chunk = chunk_budget(line, beside, most, max(1, block_size), headroom)
+    limit = step_limit_ms(beside, cap_ms, headroom)
+    chunk = chunk_budget(line, beside, most, max(1, block_size), headroom, limit_ms=limit)
     full, rest = divmod(tokens, chunk)
     # Chunk i (from 0) attends over i x chunk keys of history: chunk^2 x full(full-1)/2 keys
     # over the full chunks, rest x full x chunk for the last.
@@ -304,11 +322,15 @@ def slot_wait_s(
 
 
 def solo_prefill_s(
-    line: StepLine | None, tokens: int, block_size: int, max_chunk: int = 0
+    line: StepLine | None,
+    tokens: int,
+    block_size: int,
+    max_chunk: int = 0,
+    cap_ms: float | None = None,
 ) -> float:
     """A prompt of `tokens` alone on an idle replica, in chunks of at most `max_chunk` tokens
-    (prefill_s beside nothing; 0 without a line)."""
-    return prefill_s(line, DecodeLoad(), tokens, block_size, max_chunk=max_chunk)
+    and `cap_ms` ms (prefill_s beside nothing; 0 without a line)."""
+    return prefill_s(line, DecodeLoad(), tokens, block_size, max_chunk=max_chunk, cap_ms=cap_ms)
 
 
 def line_prefill_rate(
