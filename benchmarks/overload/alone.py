@@ -5,10 +5,12 @@ own class's targets (strata.core.sla).
 The scheduler refuses a request as infeasible (FAILED_PRECONDITION) when its own estimate says
 the class's targets cannot hold for it even on an idle replica; judging goodput against an offer
 that includes such requests asks for the impossible, and excusing them on the scheduler's own
-word would be circular. So they are measured: sent through a best-effort tenant (no TTFT check
-refuses it; a tenant of its own, so no prefix the sweep left in the cache is its tenant's), with
-at most PROBE_TOKENS answer tokens (enough for TTFT and TPOT), each after the previous one
-ended. A request that misses its class's targets alone is unattainable at any load.
+word would be circular. So they are measured: sent through a tenant of a best-effort class of
+the top priority (PROBE_CLASS: no TTFT check refuses it, and no step cap holds its prompt back,
+as none would on an idle stack; a tenant of its own, so no prefix the sweep left in the cache is
+its tenant's), with at most PROBE_TOKENS answer tokens (enough for TTFT and TPOT), each after
+the previous one ended (a probe refused while the sweep's work still counts is sent again a
+second later). A request that misses its class's targets alone is unattainable at any load.
 
 A point with more infeasible refusals than `per_point` is sampled evenly, and its unattainable
 count extrapolated from the sample (`Alone.unattainable`).
@@ -19,16 +21,23 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import grpc
 
+from benchmarks.isolation.stack_run import create_tenants
+from benchmarks.overload.workload import ALONE_TENANT
 from strata.client.sdk import AsyncClient
 from strata.core.sla import SlaTable
 from strata.eval.workload import WorkloadRequest
+from strata.rpc.channels import public_channel
+from strata.v1 import admin_pb2, admin_pb2_grpc
 
+PROBE_CLASS = "alone"  # best effort, at the top priority (probe_tenant)
 PROBE_TOKENS = 8
 REQUEST_TIMEOUT_S = 60.0
+REFUSED_TRIES = 30  # a refused probe (the sweep's work still counted) is sent again ...
+REFUSED_WAIT_S = 1.0  # ... this long after
 
 
 @dataclass(slots=True, frozen=True)
@@ -72,29 +81,48 @@ def sample_evenly(items: Sequence[WorkloadRequest], n: int) -> list[WorkloadRequ
 
 
 async def _one(client: AsyncClient, model: str, w: WorkloadRequest, table: SlaTable) -> AloneResult:
-    sent = time.perf_counter()
-    first: float | None = None
-    tokens = 0
-    error = ""
-    try:
-        async for chunk in client.generate(
-            model,
-            prompt=w.prompt,
-            max_tokens=min(w.max_tokens, PROBE_TOKENS),
-            ignore_eos=True,
-            timeout=REQUEST_TIMEOUT_S,
-        ):
-            if chunk.token_ids and first is None:
-                first = time.perf_counter()
-            tokens += len(chunk.token_ids)
-    except grpc.aio.AioRpcError as err:
-        error = f"{err.code().name}: {err.details()}"
+    for _ in range(REFUSED_TRIES):
+        sent = time.perf_counter()
+        first: float | None = None
+        tokens = 0
+        error = ""
+        try:
+            async for chunk in client.generate(
+                model,
+                prompt=w.prompt,
+                max_tokens=min(w.max_tokens, PROBE_TOKENS),
+                ignore_eos=True,
+                timeout=REQUEST_TIMEOUT_S,
+            ):
+                if chunk.token_ids and first is None:
+                    first = time.perf_counter()
+                tokens += len(chunk.token_ids)
+        except grpc.aio.AioRpcError as err:
+            error = f"{err.code().name}: {err.details()}"
+            if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                await asyncio.sleep(REFUSED_WAIT_S)  # the sweep's work still counted
+                continue
+        break
     end = time.perf_counter()
     ttft = None if first is None or error else 1000.0 * (first - sent)
-    tpot = 1000.0 * (end - first) / (tokens - 1) if ttft is not None and tokens > 1 else None
+    tpot = 1000.0 * (end - first) / (tokens - 1) if first is not None and tokens > 1 else None
     sla = table.lookup(w.sla_class or table.default)
     met = ttft is not None and sla.attained(False, ttft, tpot)
     return AloneResult(w.index, w.sla_class, w.prompt_tokens, ttft, tpot, met, error)
+
+
+async def probe_tenant(gateway: str, admin_key: str, priority: int) -> str:
+    """Create PROBE_CLASS (best effort, `priority`) and a tenant of it, ALONE_TENANT's name,
+    through the Admin API; its API key."""
+    metadata = (("authorization", f"Bearer {admin_key}"),)
+    async with public_channel(gateway) as ch:
+        await admin_pb2_grpc.AdminStub(ch).PutSlaClass(
+            admin_pb2.SlaClassRecord(name=PROBE_CLASS, priority=priority),
+            metadata=metadata,
+            timeout=10,
+        )
+    spec = replace(ALONE_TENANT, sla_class=PROBE_CLASS)
+    return (await create_tenants(gateway, admin_key, (spec,)))[spec.name]
 
 
 async def _measure(

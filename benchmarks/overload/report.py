@@ -263,7 +263,9 @@ def render(
             + ". Latencies in ms, P50 / P95 / P99 of the admitted requests that completed. "
             "*Infeasible: missed alone*: of the requests refused as infeasible (a sample of at "
             "most 40 a point), how many missed their class's targets when sent again alone, "
-            "one at a time, on the idle stack after the sweep (at most 8 answer tokens each); "
+            "one at a time, on the idle stack after the sweep (at most 8 answer tokens each, "
+            "through a best-effort tenant of the top priority: no check refuses it, no step cap "
+            "holds it back); "
             "*attainable*: the offer without those (extrapolated from the sample), which the "
             "goodput target is judged against."
         )

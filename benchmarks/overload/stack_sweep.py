@@ -37,10 +37,10 @@ from pathlib import Path
 from benchmarks.common.cpu import CpuMeter
 from benchmarks.common.supervised import SupervisedStack
 from benchmarks.isolation.stack_run import create_tenants
-from benchmarks.overload.alone import measure_alone
+from benchmarks.overload.alone import measure_alone, probe_tenant
 from benchmarks.overload.capacity import measure_capacity
 from benchmarks.overload.points import INFEASIBLE, point_stats
-from benchmarks.overload.workload import ALONE_TENANT, TENANTS, point_window_s, point_workload
+from benchmarks.overload.workload import TENANTS, point_window_s, point_workload
 from strata.client.replay import ReplayConfig, replay
 from strata.core import defaults
 from strata.core.sla import SlaTable
@@ -166,9 +166,11 @@ def run_mode(
                 }
             )
         if any(infeasible):
-            probe = asyncio.run(create_tenants(stack.gateway, admin_key, (ALONE_TENANT,)))
+            time.sleep(settings.pause_s)  # idle: the nodes' reports catch up
+            top = max(table.lookup(t.sla_class).priority for t in TENANTS)
+            probe = asyncio.run(probe_tenant(stack.gateway, admin_key, top))
             say(f"{model} {mode}: sending {sum(map(len, infeasible))} infeasible refusals alone")
-            alone = measure_alone(stack.gateway, probe[ALONE_TENANT.name], model, infeasible, table)
+            alone = measure_alone(stack.gateway, probe, model, infeasible, table)
             for point, a in zip(points, alone, strict=True):
                 point["alone"] = {
                     "refused": a.refused,

@@ -75,7 +75,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
                 tpot_ms=request.tpot_ms if request.tpot_ms > 0 else None,
             )
             if self.step_cap is not None:
-                self.step_cap.note(request.ttft_ms, time.monotonic())
+                self.step_cap.note(request.ttft_ms, request.priority, time.monotonic())
             if request.resume_output_ids:  # failover: continue another worker's stream
                 req = resume(
                     req, request.resume_output_ids, self.engine.engine.loaded.config.vocab_size, tok

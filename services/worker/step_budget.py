@@ -23,7 +23,7 @@ def step_budget(
 ) -> Callable[[list[Sequence]], int]:
     def budget(running: list[Sequence]) -> int:
         now = clock()
-        cap_ms = cap.cap_ms(now) if cap is not None else None
+        cap_ms = cap.cap_ms(now, running) if cap is not None else None
         return running_budget(line(), running, now, max_batched_tokens, block_size, cap_ms=cap_ms)
 
     return budget

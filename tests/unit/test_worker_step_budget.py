@@ -52,7 +52,7 @@ def test_a_class_with_a_ttft_target_caps_every_step_while_its_requests_come():
     budget = step_budget(lambda: LINE, 2048, 16, cap, clock=lambda: now[0])
     prefilling = seq(99, 4000, 0, None)
     assert budget([prefilling]) == 2048  # no TTFT target seen: as large as the engine takes
-    cap.note(60.0, now[0])  # an interactive request: steps of at most 30 ms
+    cap.note(60.0, 2, now[0])  # an interactive request: steps of at most 30 ms
     capped = budget([prefilling])
     assert capped % 16 == 0 and step_ms(LINE, DecodeLoad(), capped) <= 30.0
     assert step_ms(LINE, DecodeLoad(), capped + 16) > 30.0
@@ -61,6 +61,10 @@ def test_a_class_with_a_ttft_target_caps_every_step_while_its_requests_come():
     beside = budget(decodes + [prefilling]) - 4
     load = DecodeLoad.of([(1000, 300.0)] * 4)
     assert step_ms(LINE, load, beside) <= 30.0 < step_ms(LINE, load, beside + 16)
+    # The class the cap protects prefills its own prompt in steps as large as the decodes allow.
+    own = seq(98, 4000, 0, None)
+    own.priority = 2
+    assert budget([prefilling, own]) == 2048
     now[0] = 61.0  # no such request for a minute: the cap lapses
     assert budget([prefilling]) == 2048
 

@@ -282,7 +282,7 @@ class SimReplica:
         self.active[id(seq)] = Active(request, seq, arrival_s)
         if tpot_ms is not None:
             self._targets += 1
-        self.cap.note(ttft_ms, now)
+        self.cap.note(ttft_ms, priority, now)
         self.scheduler.add(seq)
         self._unstamped.append(seq)
 
@@ -314,7 +314,7 @@ class SimReplica:
         """The worker's step budget at `now` (strata.policy.scheduling.slo.running_budget, with
         its step cap): None, the engine's maximum, unless some request has a TPOT target or a
         step cap holds."""
-        cap_ms = self.cap.cap_ms(now)
+        cap_ms = self.cap.cap_ms(now, self.scheduler.running)
         if not self._targets and cap_ms is None:
             return None
         return running_budget(

@@ -310,9 +310,10 @@ class GlobalScheduler:
             return None  # nothing measured yet: no latency claim to judge
         # Once in the engine, the prompt's prefill goes in chunks beside the decodes there,
         # after the prompts queued ahead (at the replica's measured token rate).
-        # While this class is about, its replica's steps are capped at a share of its target.
+        # While this class is about, a lower class's step on its replica is capped at a share of
+        # its target (strata.policy.scheduling.step_cap); its own prompt's steps are not.
         cap_ms = STEP_TTFT_SHARE * target
-        solo_ms, own_ms = self._own_prefill_ms(decision, compute, held, cap_ms)
+        solo_ms, own_ms = self._own_prefill_ms(decision, compute, held)
         infeasible = self._infeasible(model, policy, work, decision, solo_ms)
         if infeasible is not None:
             return infeasible if self.settings.refuse_infeasible else None
@@ -374,7 +375,7 @@ class GlobalScheduler:
         return every_ms * tokens_ahead(by_class, priority, step) / total
 
     def _own_prefill_ms(
-        self, decision: RouteDecision, compute: int, held: DecodeLoad, cap_ms: float | None = None
+        self, decision: RouteDecision, compute: int, held: DecodeLoad
     ) -> tuple[float, float]:
         """This prompt's own prefill of `compute` tokens on the chosen replica, in ms: (alone,
         beside what its engine runs of `held`). With the replica's step line, in its engine's
@@ -389,8 +390,8 @@ class GlobalScheduler:
         beside = engine_share(line, held, state.max_seqs or None)
         slowdown = 1000.0 * (1.0 + max(0.0, node.safety_margin))
         return (
-            slowdown * solo_prefill_s(line, compute, block, chunk, cap_ms=cap_ms),
-            slowdown * prefill_s(line, beside, compute, block, max_chunk=chunk, cap_ms=cap_ms),
+            slowdown * solo_prefill_s(line, compute, block, chunk),
+            slowdown * prefill_s(line, beside, compute, block, max_chunk=chunk),
         )
 
     def _infeasible(

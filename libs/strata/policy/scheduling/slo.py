@@ -268,18 +268,16 @@ def prefill_s(
     block_size: int,
     headroom: float = HEADROOM,
     max_chunk: int = 0,
-    cap_ms: float | None = None,
 ) -> float:
     """Seconds a prefill of `tokens` takes in chunks of chunk_budget beside the decodes of
     `beside`, each chunk one step and none larger than the engine's `max_chunk` tokens a step
-    (0: no cap) nor longer than the step cap `cap_ms` (None: none), each attending over the
-    chunks before it; 0 without a line or tokens: a prompt admitted beside decodes with a TPOT
-    target reaches its first token no sooner than this."""
+    (0: no cap), each attending over the chunks before it; 0 without a line or tokens: a
+    prompt admitted beside decodes with a TPOT target reaches its first token no sooner than
+    this."""
     if line is None or tokens <= 0:
         return 0.0
     most = min(tokens, max_chunk) if max_chunk > 0 else tokens
-    limit = step_limit_ms(beside, cap_ms, headroom)
-    chunk = chunk_budget(line, beside, most, max(1, block_size), headroom, limit_ms=limit)
+    chunk = chunk_budget(line, beside, most, max(1, block_size), headroom)
     full, rest = divmod(tokens, chunk)
     # Chunk i (from 0) attends over i x chunk keys of history: chunk^2 x full(full-1)/2 keys
     # over the full chunks, rest x full x chunk for the last.
@@ -322,15 +320,11 @@ def slot_wait_s(
 
 
 def solo_prefill_s(
-    line: StepLine | None,
-    tokens: int,
-    block_size: int,
-    max_chunk: int = 0,
-    cap_ms: float | None = None,
+    line: StepLine | None, tokens: int, block_size: int, max_chunk: int = 0
 ) -> float:
     """A prompt of `tokens` alone on an idle replica, in chunks of at most `max_chunk` tokens
-    and `cap_ms` ms (prefill_s beside nothing; 0 without a line)."""
-    return prefill_s(line, DecodeLoad(), tokens, block_size, max_chunk=max_chunk, cap_ms=cap_ms)
+    (prefill_s beside nothing; 0 without a line)."""
+    return prefill_s(line, DecodeLoad(), tokens, block_size, max_chunk=max_chunk)
 
 
 def line_prefill_rate(
