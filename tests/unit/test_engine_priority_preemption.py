@@ -5,12 +5,13 @@ fast-forward over such a preemption."""
 from strata.core.profile import StepCosts
 from strata.engine.block_pool import BlockPool
 from strata.engine.engine import EngineRequest
-from strata.engine.scheduler import Scheduler, StepPlan
-from strata.engine.sequence import FinishReason, SamplingParams, Sequence, Status
+from strata.engine.scheduler import Scheduler
+from strata.engine.sequence import SamplingParams, Sequence, Status
 from strata.kvtier.hashing import HashKeys, chain_hashes
 from strata.sim.replica import EngineLimits, SimReplica
 from strata.sim.workload import SimRequest
 from tests.engine_helpers import run_to_end, tiny_engine
+from tests.scheduler_helpers import step_without_model
 
 BS = 4
 KEYS = HashKeys.for_request("m", "t", prefix_public=False)
@@ -29,20 +30,6 @@ def _seq(rid: str, prompt: int, priority: int, arrival: float, max_tokens: int =
     )
 
 
-def _step(s: Scheduler) -> StepPlan:
-    """One engine step without a model: compute what was planned, sample token 1, retire the
-    sequences that reached max_tokens."""
-    plan = s.schedule()
-    for item in plan.scheduled:
-        s.advance(item)
-    for item in plan.scheduled:
-        if item.sample:
-            item.seq.token_ids.append(1)
-            if item.seq.num_output >= item.seq.params.max_tokens:
-                s.finish(item.seq, FinishReason.LENGTH)
-    return plan
-
-
 def _ids(seqs) -> list[str]:
     return [getattr(x, "seq", x).request_id for x in seqs]
 
@@ -51,11 +38,11 @@ def test_a_full_batch_gives_the_slot_of_the_lowest_latest_sequence():
     s = Scheduler(BlockPool(64, BS), max_batched_tokens=64, max_seqs=3)
     for seq in (_seq("a", 6, 0, 0.0), _seq("b", 6, 1, 1.0), _seq("c", 6, 0, 2.0)):
         s.add(seq)
-    _step(s)
+    step_without_model(s)
     victims = []
     for k, rid in enumerate(("h", "i", "j", "k")):
         s.add(_seq(rid, 6, 2, 10.0 + k))
-        plan = _step(s)
+        plan = step_without_model(s)
         victims.append(_ids(plan.preempted))
     # lowest priority first, latest arrival among equals; then the priority-1 one; then none:
     # every running sequence is of the same class as "k"
@@ -71,17 +58,17 @@ def test_the_victim_leaves_this_steps_plan_and_resumes_from_its_cached_prefix():
     lo_a, lo_b = _seq("a", 9, 0, 0.0, max_tokens=3), _seq("b", 9, 0, 1.0, max_tokens=3)
     s.add(lo_a)
     s.add(lo_b)
-    _step(s)
+    step_without_model(s)
     hashes = list(lo_b.block_hashes)
     assert len(hashes) == 2  # 9 computed tokens: two full blocks
     s.add(_seq("h", 5, 2, 5.0, max_tokens=1))
-    plan = _step(s)
+    plan = step_without_model(s)
     assert _ids(plan.preempted) == ["b"]
     assert _ids(plan.scheduled) == ["a", "h"]  # b's decode was taken back
     assert lo_b.status is Status.WAITING and lo_b.block_ids == [] and lo_b.num_computed == 0
     assert [pool.lookup(h) is not None for h in hashes] == [True, True]  # still cached
     # h finished (one token); b comes back and finds its two full blocks in the device cache
-    plan = _step(s)
+    plan = step_without_model(s)
     assert _ids(plan.scheduled) == ["a", "b"]
     assert plan.scheduled[1].num_new == 2  # 8 of its 10 tokens came from the cache
     assert lo_b.num_computed == 10 and lo_b.block_hashes[:2] == hashes
@@ -94,10 +81,10 @@ def test_no_free_block_preempts_lower_sequences_until_the_prompt_fits():
     lo_a, lo_b = _seq("a", 12, 0, 0.0), _seq("b", 12, 0, 1.0)
     s.add(lo_a)
     s.add(lo_b)
-    _step(s)  # 3 blocks each: a [0,1,2], b [3,4,5]
+    step_without_model(s)  # 3 blocks each: a [0,1,2], b [3,4,5]
     assert (lo_a.block_ids, lo_b.block_ids) == ([0, 1, 2], [3, 4, 5])
     s.add(_seq("h", 28, 1, 5.0))  # needs 7 blocks
-    plan = _step(s)
+    plan = step_without_model(s)
     # the decodes take one block each (a 6, b 7), leaving 8 and 9; b's four freed make 6 of 7,
     # so a goes too. Freed blocks join the free queue's tail in reverse (tail blocks first), and
     # b's hashed blocks 5, 4, 3 are evicted before a's.
@@ -116,9 +103,9 @@ def test_preemption_that_could_not_free_enough_does_not_happen():
     s = Scheduler(pool, max_batched_tokens=64, max_seqs=8)
     s.add(_seq("a", 20, 2, 0.0))  # 5 blocks at priority 2
     s.add(_seq("b", 8, 0, 1.0))  # 2 blocks at priority 0
-    _step(s)
+    step_without_model(s)
     s.add(_seq("h", 28, 1, 5.0))  # 7 blocks: free 1 + b's 3 < 7
-    plan = _step(s)
+    plan = step_without_model(s)
     assert plan.preempted == [] and s.priority_preemptions == 0
     assert _ids(s.running) == ["a", "b"] and _ids(s.waiting) == ["h"]
     assert s.waiting_for_memory == 1
@@ -127,12 +114,12 @@ def test_preemption_that_could_not_free_enough_does_not_happen():
 def test_equal_priorities_never_preempt_each_other_at_admission():
     s = Scheduler(BlockPool(64, BS), max_batched_tokens=64, max_seqs=1)
     s.add(_seq("a", 6, 1, 0.0, max_tokens=3))
-    _step(s)
+    step_without_model(s)
     s.add(_seq("b", 6, 1, 1.0, max_tokens=1))
     s.add(_seq("c", 6, 0, 2.0, max_tokens=1))
     order = []
     while s.has_work():
-        plan = _step(s)
+        plan = step_without_model(s)
         assert plan.preempted == []
         order.extend(
             x.seq.request_id for x in plan.scheduled if x.seq.num_computed == x.seq.num_prompt
@@ -145,10 +132,10 @@ def test_a_class_that_lost_a_sequence_admits_nothing_more_in_that_step():
     s = Scheduler(pool, max_batched_tokens=64, max_seqs=8)
     s.add(_seq("a", 16, 0, 0.0))  # 4 blocks
     s.add(_seq("b", 16, 0, 1.0))  # 4 blocks
-    _step(s)
+    step_without_model(s)
     s.add(_seq("h", 16, 2, 5.0))  # needs 4 of the 2 free: b goes
     s.add(_seq("c", 4, 0, 6.0))  # 1 block would fit next to h
-    plan = _step(s)
+    plan = step_without_model(s)
     assert _ids(plan.preempted) == ["b"]
     assert sorted(_ids(s.running)) == ["a", "h"]
     assert _ids(s.waiting) == ["b", "c"]  # c did not overtake b
