@@ -73,14 +73,15 @@ class AsyncEngine:
     def snapshot(self) -> dict:
         """Counters read from another thread; each value is read atomically."""
         e = self.engine
+        by_class = e.queued_by_class()  # one pass over the queues; its values sum to the total
         return {
             "running": e.num_running,
             "waiting": e.num_waiting + len(self._adds),
             "blocks_total": e.pool.num_blocks,
             "blocks_free": e.pool.num_free,
             "blocks_cached": e.pool.num_cached,
-            "queued_tokens": e.queued_tokens(),
-            "queued_by_class": e.queued_by_class(),
+            "queued_tokens": sum(by_class.values()),
+            "queued_by_class": by_class,
         }
 
     # -- engine thread -------------------------------------------------------------------------
