@@ -343,11 +343,6 @@ class LLMEngine:
     def queued_by_class(self) -> dict[int, int]:
         return self.scheduler.queued_by_class()
 
-    def queued_tokens(self) -> int:
-        return sum(s.num_pending for s in self.scheduler.waiting) + sum(
-            s.num_pending for s in self.scheduler.running
-        )
-
     # -- one step ------------------------------------------------------------------------------
     def idle(self) -> None:
         """The engine's driver is about to wait for work: the next step's period starts with
