@@ -6,7 +6,7 @@ same pool, same trace, in one run; plus the level-1 decision latency at 1,000 no
 
 Simulated part (strata.sim with the services' policy objects): `gpus` GPUs, each one replica of
 SmolLM2-135M priced by the committed CPU profile of the real engine
-(libs/strata/core/profiles/smollm2-135m-instruct-cpu.json); the multi-tenant trace of
+(benchmarks/profiles/smollm2-135m-instruct-cpu-2026-11-29.json); the multi-tenant trace of
 benchmarks/isolation/workload.py (real Azure conversation sizes, steady tenants plus an
 aggressor bursting to 5x). Real-stack part (benchmarks/isolation/stack_run.py): the same three
 ways on two node managers of this machine, when --no-stack is not given.

@@ -137,9 +137,10 @@ def render(
         f"{args.gpus} simulated GPUs, {args.duration:.0f} s of traffic ({len(trace)} requests: "
         + ", ".join(f"{t} {n}" for t, n in sorted(by_tenant.items()))
         + "). Each GPU runs one "
-        f"replica of SmolLM2-135M priced by the committed CPU profile of the real engine "
-        f"(libs/strata/core/profiles/smollm2-135m-instruct-cpu.json: a GPU here is that engine "
-        f"on one core, prefilling ~290 tokens/s), engine settings max_batched_tokens "
+        f"replica of SmolLM2-135M priced by a committed CPU profile of the real engine "
+        f"(benchmarks/profiles/smollm2-135m-instruct-cpu-2026-11-29.json, float32 as it "
+        f"computed then: a GPU here is that engine on one core, prefilling ~290 tokens/s; the "
+        f"simulated pool keeps it as its fixed reference), engine settings max_batched_tokens "
         f"{engine['max_batched_tokens']}, max_seqs {engine['max_seqs']} in all three ways. "
         f"Sizes: (prompt, output) pairs of the Azure LLM inference "
         f"conversation trace (2023) divided by 4, capped at 1,024 / 256 tokens. Arrivals: "

@@ -24,7 +24,7 @@ from strata.sim.workload import sim_requests
 
 WAYS = ("static", "fcfs", "two-level")
 ROOT = Path(__file__).resolve().parents[2]
-PROFILE = ROOT / "libs/strata/core/profiles/smollm2-135m-instruct-cpu.json"
+PROFILE = ROOT / "benchmarks/profiles/smollm2-135m-instruct-cpu-2026-11-29.json"
 # Targets scaled to this engine: a 1,024-token prompt alone takes ~3.5 s to prefill on it.
 CLASSES = "interactive=3000/300@2,standard=8000/500@1,batch=best-effort"
 SIZES = Scaling(length_scale=4.0, max_prompt=1024, max_output=256)

@@ -74,7 +74,7 @@ from strata.sim.workload import sim_requests
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = {
     "h200": ROOT / "libs/strata/core/profiles/dummy-1b-h200.json",
-    "cpu": ROOT / "libs/strata/core/profiles/smollm2-135m-instruct-cpu.json",
+    "cpu": ROOT / "benchmarks/profiles/smollm2-135m-instruct-cpu-2026-11-29.json",
 }
 OUT = ROOT / "docs/benchmarks/placement.md"
 GPU_BYTES = 80 << 30

@@ -39,7 +39,9 @@ ROOT = Path(__file__).resolve().parents[2]
 TRACE = ROOT.parent / "shared" / "data" / "traces" / "AzureLLMInferenceTrace_conv_2023.csv"
 PROFILES = ROOT / "libs" / "strata" / "core" / "profiles"
 PROFILE = PROFILES / "dummy-1b-cpu.json"
-DEFAULT_MODEL_PROFILE = PROFILES / "smollm2-135m-instruct-cpu.json"
+DEFAULT_MODEL_PROFILE = (
+    ROOT / "benchmarks" / "profiles" / "smollm2-135m-instruct-cpu-2026-11-29.json"
+)
 EXIT_ERROR = 2
 
 

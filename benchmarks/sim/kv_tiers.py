@@ -39,7 +39,7 @@ from strata.sim.workload import SimRequest, sim_requests
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE = ROOT.parent / "shared" / "data" / "traces" / "mooncake_synthetic_trace.jsonl"
-PROFILE = ROOT / "libs" / "strata" / "core" / "profiles" / "smollm2-135m-instruct-cpu.json"
+PROFILE = ROOT / "benchmarks" / "profiles" / "smollm2-135m-instruct-cpu-2026-11-29.json"
 BLOCK_TOKENS = 16  # a trace hash id becomes one engine block
 MAX_PROMPT = 512  # 32 hash blocks, as bench-kv
 MAX_OUTPUT = 16

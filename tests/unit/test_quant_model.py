@@ -85,7 +85,8 @@ def _step_logits(
     total = len(prompt) + steps
     blocks = list(range(-(-total // block)))
     kv = torch.zeros(
-        kv_cache_shape(cfg.num_layers, cfg.num_kv_heads, len(blocks), block, cfg.head_dim)
+        kv_cache_shape(cfg.num_layers, cfg.num_kv_heads, len(blocks), block, cfg.head_dim),
+        dtype=model.norm.dtype,
     )
     meta = AttentionMetadata.build([SeqSlice(0, len(prompt), len(prompt), blocks)], block, "cpu")
     n = len(prompt)
@@ -103,15 +104,19 @@ def _step_logits(
 
 
 @pytest.mark.slow
-def test_the_default_q4_1_model_agrees_with_its_widened_self_on_256_decode_steps():
+@pytest.mark.parametrize(("dtype", "least"), [("float32", 0.99), ("auto", 0.975)])
+def test_the_default_q4_1_model_agrees_with_its_widened_self_on_256_decode_steps(dtype, least):
     """SmolLM2's Q4_1 layers and Q8_0 embedding, kept quantized, against the same file widened
     to float32: greedy tokens from the widened model, forced through both; the top-1 of the
-    quantized one agrees on at least 99% of the steps. The widened model's greedy run and its
-    logits come from one pass of its decode path."""
+    quantized one agrees on at least 99% of the steps when it computes in float32, and on at
+    least 97.5% in the dtype a worker computes it in by default (bfloat16 on a CPU with a native
+    bfloat16 path: docs/design/engine.md). The widened model's greedy run and its logits come
+    from one pass of its decode path."""
     torch.set_num_threads(2)
     path = default_model_path()
-    kept = LLMEngine(load_gguf(path), EngineConfig(num_blocks=64))
+    kept = LLMEngine(load_gguf(path), EngineConfig(num_blocks=64, dtype=dtype))
     wide = LLMEngine(load_gguf(path, keep_quantized=False), EngineConfig(num_blocks=64))
+    assert wide.dtype == torch.float32
     assert kept.weights_size()[1] <= 2 * path.stat().st_size
     prompt = kept.tokenizer.encode(
         "<|im_start|>user\nWrite a long story about a lighthouse keeper.<|im_end|>\n"
@@ -120,7 +125,7 @@ def test_the_default_q4_1_model_agrees_with_its_widened_self_on_256_decode_steps
     forced, ref = _step_logits(wide.model, prompt, steps=256)
     _, ours = _step_logits(kept.model, prompt, forced)
     agree = float((ours.argmax(-1) == ref.argmax(-1)).float().mean())
-    assert agree >= 0.99, agree
+    assert agree >= least, agree
 
 
 def _as_q8_0(weights) -> tuple[dict, dict]:
@@ -143,7 +148,9 @@ def test_the_default_model_in_q8_0_greedy_decodes_exactly_as_widened():
     kept_w, wide_w = _as_q8_0(loaded.weights)
     outs = []
     for weights in (kept_w, wide_w):
-        engine = LLMEngine(replace(loaded, weights=weights), EngineConfig(num_blocks=64))
+        engine = LLMEngine(
+            replace(loaded, weights=weights), EngineConfig(num_blocks=64, dtype="float32")
+        )
         for i, prompt in enumerate(PARITY_PROMPTS):
             ids = engine.tokenizer.encode(prompt)
             engine.add_request(

@@ -13,7 +13,12 @@ import pytest
 import torch
 
 from strata.core.profile import StepCosts, StepShape, step_shape
-from strata.core.step_model import SLOW_KEY_S, OnlineStepModel, prior_from_costs
+from strata.core.step_model import (
+    SLOW_KEY_S,
+    SLOW_KV_BYTES_PER_S,
+    OnlineStepModel,
+    prior_from_costs,
+)
 from strata.engine.dummy import load_dummy
 from strata.engine.engine import EngineConfig, EngineRequest, LLMEngine
 from strata.engine.scheduler import ScheduledSeq
@@ -197,13 +202,29 @@ def test_learn_steps_installs_the_learner_with_the_profile_or_a_conservative_pri
     # dummy-tiny in float32: 139,584 parameters of 4 bytes, 512 KV bytes a token
     assert engine.weights_size() == (139_584, 4 * 139_584) and engine.kv_bytes_per_token == 512
     assert prior.token_s == 2 * 139_584 / 2e10
-    assert prior.decode_attend_s == max(512 / 5e9, SLOW_KEY_S)  # a tiny model: the floor
+    assert prior.decode_attend_s == max(
+        512 / SLOW_KV_BYTES_PER_S, SLOW_KEY_S
+    )  # a tiny model: the floor
     engine.add_request(
         EngineRequest("a", list(range(1, 41)), SamplingParams(max_tokens=3, ignore_eos=True))
     )
     while engine.has_work():
         engine.step()
     assert learner.model.samples == engine.stats.steps == 3
+
+
+def test_a_profile_of_another_dtype_is_no_prior():
+    torch.set_num_threads(1)
+    engine = LLMEngine(load_dummy("dummy-tiny"), EngineConfig(block_size=BLOCK, num_blocks=32))
+    assert engine.dtype == torch.float32
+    conservative = learn_steps(engine).model.line()
+    same = learn_steps(engine, StepMeter(COSTS, BLOCK, "float32"))
+    assert same.model.line() == prior_from_costs(COSTS)
+    other = learn_steps(engine, StepMeter(COSTS, BLOCK, "bfloat16"))
+    # the meter still prices steps (interference is learned relative to a baseline) ...
+    assert other.meter is not None and other.meter.dtype == "bfloat16"
+    # ... but its costs are not the online fit's prior
+    assert other.model.line() == conservative != prior_from_costs(COSTS)
 
 
 def test_shipped_profiles_are_found_by_model_and_device_type():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import random
+from pathlib import Path
 
 import pytest
 
@@ -19,11 +20,14 @@ from strata.core.step_model import (
 )
 from strata.engine.config import ModelConfig
 from strata.engine.dummy_configs import DUMMY_CONFIGS
-from strata.engine.step_meter import PROFILES_DIR, find_profile
+from strata.engine.step_meter import PROFILES_DIR
 
 BLOCK = 16
-# SmolLM2-135M on a CPU, as its shipped profile measured it: the "truth" of the synthetic steps.
-SMOLLM = load_profile(find_profile("smollm2-135m-instruct", "cpu"))
+# SmolLM2-135M on a CPU, as a profile measured it (float32, 2026-11-29; the simulator benchmarks'
+# fixed reference): the "truth" of the synthetic steps.
+SMOLLM = load_profile(
+    Path(__file__).parents[2] / "benchmarks/profiles/smollm2-135m-instruct-cpu-2026-11-29.json"
+)
 TRUTH = prior_from_costs(SMOLLM.costs)
 # SmolLM2-135M's shape (the GGUF's metadata), for its parameter count without loading it.
 SMOLLM_CONFIG = ModelConfig(

@@ -40,7 +40,12 @@ def add_profile_parser(sub: argparse._SubParsersAction) -> None:
         default=1,
         help="torch threads for the engine (default 1, as in the stack's tests)",
     )
-    p.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"))
+    p.add_argument(
+        "--dtype",
+        default="auto",
+        choices=("auto", "float32", "float16", "bfloat16"),
+        help="the engine's dtype (default auto: what a worker computes in, STRATA_DTYPE's default)",
+    )
     p.add_argument("--device", default="cpu", help="cpu or cuda (a GPU profile simulates it)")
     p.add_argument("--max-batched-tokens", type=int, default=2048)
     p.add_argument("--max-seqs", type=int, default=32)
@@ -138,7 +143,7 @@ async def run_profile(args: argparse.Namespace) -> int:
         f"{e.mean_abs_rel * 100:.1f}%, max {e.max_abs_rel * 100:.1f}% over {e.points} shapes"
     )
     print(
-        f"profile of {profile.model} ({args.dtype}, {args.threads} threads) written to "
+        f"profile of {profile.model} ({profile.dtype}, {args.threads} threads) written to "
         f"{args.out} in {time.perf_counter() - started:.0f} s"
     )
     return 0

@@ -117,19 +117,23 @@ def prior_from_costs(costs: StepCosts) -> StepLine:
 # sustains (a real machine is faster, so the prior over-prices steps and admits less).
 SLOW_FLOPS = 2e10  # multiply-adds x 2 per second
 SLOW_BYTES_PER_S = 5e9  # memory read bandwidth
+# KV bytes an attention kernel gets through: each element is converted and reduced, not only
+# read, so a narrow cache is not priced cheaper per element than the kernel runs it
+SLOW_KV_BYTES_PER_S = 2.5e9
 SLOW_STEP_S = 0.005  # fixed cost of a step (scheduling, launches, sampling setup)
 SLOW_KEY_S = 5e-7  # a key read costs at least this (small heads: the loop, not the bytes)
 
 
 def conservative_prior(params: int, weight_bytes: int, kv_bytes_per_token: int) -> StepLine:
     """A prior for a model known only by its size: every step reads the weights once, every
-    token costs 2 x params flops, every key read costs its KV bytes."""
+    token costs 2 x params flops, every key read costs its KV bytes (at the attention kernel's
+    slower pace)."""
     if params <= 0 or weight_bytes <= 0 or kv_bytes_per_token <= 0:
         raise ValueError(
             f"a conservative prior needs positive params, weight bytes and KV bytes per token, "
             f"got {params}, {weight_bytes}, {kv_bytes_per_token}"
         )
-    key_s = max(kv_bytes_per_token / SLOW_BYTES_PER_S, SLOW_KEY_S)
+    key_s = max(kv_bytes_per_token / SLOW_KV_BYTES_PER_S, SLOW_KEY_S)
     return StepLine(
         step_s=SLOW_STEP_S + weight_bytes / SLOW_BYTES_PER_S,
         token_s=2.0 * params / SLOW_FLOPS,

@@ -26,6 +26,7 @@ from strata.engine import kernels
 from strata.engine.attention import AttentionMetadata, SeqSlice, kv_cache_shape
 from strata.engine.block_pool import BlockPool
 from strata.engine.block_tables import BlockTables
+from strata.engine.compute_dtype import auto_dtype
 from strata.engine.costs import CostModel
 from strata.engine.detokenizer import Detokenizer
 from strata.engine.loaded import LoadedModel
@@ -50,8 +51,8 @@ class EngineConfig:
     max_batched_tokens: int = 2048
     max_seqs: int = 32
     device: str = "cpu"
-    # the activations', float weights' and KV cache's dtype; "auto": the checkpoint's own
-    # (LoadedModel.dtype: bf16/f16 stay so, GGUF and float32 checkpoints compute in float32)
+    # the activations', float weights' and KV cache's dtype; "auto": the checkpoint's own, and
+    # for quantized weights bfloat16 where the device computes it natively (compute_dtype)
     dtype: str = "auto"
     attention_kernel: str = "cpp"  # cpp: fused CPU decode kernel when it builds; torch: never
     # Quantized checkpoint weights (GGUF Q4_0/Q4_1/Q4_K/Q8_0) stay quantized on the CPU and are
@@ -122,7 +123,11 @@ class LLMEngine:
         self.tokenizer = loaded.tokenizer
         self.device = torch.device(config.device)
         self._tables = BlockTables(self.device)  # block tables kept across steps
-        self.dtype = loaded.dtype if config.dtype == "auto" else getattr(torch, config.dtype)
+        self.dtype = (
+            auto_dtype(loaded, self.device)
+            if config.dtype == "auto"
+            else getattr(torch, config.dtype)
+        )
         cfg = loaded.config
         self.model = build_model(
             cfg,

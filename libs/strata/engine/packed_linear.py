@@ -31,7 +31,7 @@ from strata.engine import kernels
 # whether this torch build has oneDNN and its packed linear ops, and this CPU runs oneDNN's
 # bfloat16 path (AVX-512 BW/VL/DQ or AVX-NE-CONVERT; on an AVX2-only CPU the reorder raises), asked
 # once: every linear call of a step asks `available`
-_ONEDNN = (
+ONEDNN_BF16 = (
     torch.backends.mkldnn.is_available()
     and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
     and torch.ops.mkldnn._is_mkldnn_bf16_supported()
@@ -44,7 +44,7 @@ _ROW_SOURCE = Path(kernels.__file__).with_name("bf16_linear.cpp")
 def available(weight: torch.Tensor) -> bool:
     """Whether a weight of this kind is packed: bfloat16 on the CPU, with oneDNN's ops present and
     its bfloat16 path supported by this CPU."""
-    return _ONEDNN and weight.device.type == "cpu" and weight.dtype == torch.bfloat16
+    return ONEDNN_BF16 and weight.device.type == "cpu" and weight.dtype == torch.bfloat16
 
 
 class Packs:

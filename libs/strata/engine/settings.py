@@ -42,7 +42,7 @@ class EngineFields(StrataSettings):
     dtype: DType = Field(
         DType.AUTO,
         description="activations', float weights' and KV cache's dtype (auto: the checkpoint's; "
-        "float32 for GGUF)",
+        "for quantized GGUF weights bfloat16 where the device computes it natively, else float32)",
     )
     torch_threads: int = Field(
         default_factory=_default_threads,

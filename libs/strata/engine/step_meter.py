@@ -59,7 +59,7 @@ def meter_from_profile(path: str, model: str, block_size: int) -> StepMeter:
             f"but this worker serves {model!r}; point STRATA_PROFILE_PATH at "
             f"a profile of {model!r} or leave it unset"
         )
-    return StepMeter(profile.costs, block_size)
+    return StepMeter(profile.costs, block_size, profile.dtype)
 
 
 class StepMeter:
@@ -71,11 +71,12 @@ class StepMeter:
     read repairs).
     """
 
-    __slots__ = ("costs", "block_size", "observed_s", "solo_s", "steps")
+    __slots__ = ("costs", "block_size", "dtype", "observed_s", "solo_s", "steps")
 
-    def __init__(self, costs: StepCosts, block_size: int) -> None:
+    def __init__(self, costs: StepCosts, block_size: int, dtype: str = "") -> None:
         self.costs = costs
         self.block_size = block_size
+        self.dtype = dtype  # the profile's engine dtype ("": not stated)
         self.observed_s = 0.0
         self.solo_s = 0.0
         self.steps = 0
@@ -131,11 +132,13 @@ class StepLearner:
 
 def learn_steps(llm: LLMEngine, meter: StepMeter | None = None) -> StepLearner:
     """Install on `llm` the observer that learns its step-time line (and feeds `meter`), and
-    return it. The prior is the meter's solo profile, or without one a conservative line from
-    the model's size (its weights as loaded, and the KV bytes per token the engine sized its
-    pool with). Install it after warm-up: the warm-up's first-shape costs (kernel selection,
-    first allocations) are not what serving steps cost."""
-    if meter is not None:
+    return it. The prior is the meter's solo profile when it was measured in the dtype `llm`
+    computes in (or does not say), else a conservative line from the model's size (its weights
+    as loaded, and the KV bytes per token the engine sized its pool with): a profile of another
+    dtype prices every step wrong by up to 2x, and an optimistic prior would admit more than the
+    engine serves before the fit has data. Install it after warm-up: the warm-up's first-shape
+    costs (kernel selection, first allocations) are not what serving steps cost."""
+    if meter is not None and meter.dtype in ("", str(llm.dtype).removeprefix("torch.")):
         prior = prior_from_costs(meter.costs)
     else:
         params, weight_bytes = llm.weights_size()

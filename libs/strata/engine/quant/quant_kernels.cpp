@@ -38,9 +38,10 @@ constexpr int64_t kTile = 4;    // weight rows a task of the thread pool takes t
 constexpr int64_t kRows = 8;    // rows of x multiplied with each decoded block
 // From this many rows of x on, the matrix is decoded once and multiplied by ATen's matmul: for
 // bfloat16 x that is oneDNN's bfloat16 dot-product path, twice the float32 FMA rate, so it pays
-// from fewer rows (measured: docs/design/engine.md).
+// from fewer rows, though not from as few as a lone matrix suggests (measured in the whole model:
+// docs/design/engine.md).
 constexpr int64_t kGemmRowsFloat = 48;
-constexpr int64_t kGemmRowsBFloat16 = 16;
+constexpr int64_t kGemmRowsBFloat16 = 32;
 
 inline int64_t block_bytes(int64_t bits) { return bits == 4 ? 24 : 36; }
 
