@@ -47,6 +47,13 @@ class SeqSlice:
     block_ids: list[int]
 
 
+# A tile of a prefill group's queries keeps its float32 scores within this many bytes (a few
+# MiB: they stay in the caches; measured: docs/design/engine.md), and holds at least this many
+# queries.
+TILE_SCORE_BYTES = 4 << 20
+TILE_MIN_QUERIES = 16
+
+
 @dataclass(slots=True)
 class Group:
     """Sequences attended together: padded gather indices and the additive mask."""
@@ -59,6 +66,7 @@ class Group:
     positions: torch.Tensor  # [S, Q] int64: each query's position (padding repeats the last)
     block_size: int
     _mask: torch.Tensor | None = None
+    _tiles: list[tuple[int, int, int]] | None = None
 
     @property
     def mask(self) -> torch.Tensor:
@@ -75,6 +83,25 @@ class Group:
             mask = torch.zeros(allowed.shape, dtype=torch.float32, device=allowed.device)
             self._mask = mask.masked_fill_(~allowed, float("-inf"))[None, :, None]
         return self._mask
+
+    def tiles(self, heads: int) -> list[tuple[int, int, int]]:
+        """The queries in tiles (first, end, keys): queries [first, end) of every sequence, whose
+        float32 scores over `heads` query heads take at most TILE_SCORE_BYTES, and the keys any
+        of them sees (every later key is masked for all of them: causal). One tile when the
+        whole group fits. Worked out on first use, for all of a step's layers."""
+        if self._tiles is None:
+            s, q = self.positions.shape
+            keys = self.block_tables.shape[1] * self.block_size
+            rows = max(TILE_MIN_QUERIES, TILE_SCORE_BYTES // (4 * heads * s * keys))
+            if rows >= q:
+                self._tiles = [(0, q, keys)]
+            else:
+                last = self.positions.max(dim=0).values.tolist()  # per query index
+                self._tiles = [
+                    (a, min(q, a + rows), min(keys, int(last[min(q, a + rows) - 1]) + 1))
+                    for a in range(0, q, rows)
+                ]
+        return self._tiles
 
 
 @dataclass(slots=True)
@@ -299,6 +326,10 @@ def _attend(
     scale: float,
     groups: int,
 ) -> torch.Tensor:
+    """The group's queries over their gathered keys, a tile of queries at a time (Group.tiles):
+    a long prefill chunk's scores, one float32 value per query, head and key, would otherwise
+    outgrow the caches, and a tile reads only the keys its queries see. Each query's row is
+    computed as it would be in one piece (the keys a tile leaves out are masked for it)."""
     s, width = g.block_tables.shape
     kv_heads, _, block_size, head_dim = k_cache.shape
     nq = g.queries
@@ -306,10 +337,20 @@ def _attend(
     keys = _gather(k_cache, flat).view(kv_heads, s, width * block_size, head_dim)
     vals = _gather(v_cache, flat).view(kv_heads, s, width * block_size, head_dim)
     qs = q.index_select(0, g.token_index).view(s, nq, kv_heads, groups, head_dim)
-    qs = qs.permute(2, 0, 3, 1, 4).reshape(kv_heads, s, groups * nq, head_dim)
-    scores = torch.matmul(qs, keys.transpose(-1, -2)).float().mul_(scale)  # [KVH, S, G*Q, L]
-    scores = scores.view(kv_heads, s, groups, nq, -1).add_(g.mask)
-    probs = torch.softmax(scores, dim=-1).to(q.dtype).view(kv_heads, s, groups * nq, -1)
-    out = torch.matmul(probs, vals)  # [KVH, S, G*Q, D]
-    out = out.view(kv_heads, s, groups, nq, head_dim).permute(1, 3, 0, 2, 4)
+    qs = qs.permute(2, 0, 3, 1, 4)  # [KVH, S, G, Q, D]
+    tiles = g.tiles(kv_heads * groups)
+    out = qs.new_empty((kv_heads, s, groups, nq, head_dim)) if len(tiles) > 1 else None
+    for first, end, seen in tiles:
+        n = end - first
+        qt = qs[:, :, :, first:end].reshape(kv_heads, s, groups * n, head_dim)
+        scores = torch.matmul(qt, keys[:, :, :seen].transpose(-1, -2)).float().mul_(scale)
+        scores = scores.view(kv_heads, s, groups, n, seen).add_(g.mask[..., first:end, :seen])
+        probs = torch.softmax(scores, dim=-1).to(q.dtype).view(kv_heads, s, groups * n, seen)
+        part = torch.matmul(probs, vals[:, :, :seen]).view(kv_heads, s, groups, n, head_dim)
+        if out is None:
+            out = part
+        else:
+            out[:, :, :, first:end] = part
+    assert out is not None
+    out = out.permute(1, 3, 0, 2, 4)
     return out.reshape(s * nq, kv_heads * groups, head_dim)
