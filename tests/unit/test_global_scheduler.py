@@ -493,6 +493,28 @@ def test_alone_is_priced_by_the_step_line_in_the_engines_chunks_not_the_measured
     assert f"about {1000.0 * alone_s:.0f} ms" in refused.message
 
 
+def test_interference_now_is_no_reason_to_call_a_request_infeasible():
+    # A prompt that alone on an idle machine meets its target, on a node whose safety margin
+    # says it runs 2x slower lately: not infeasible (a retry may be served once the
+    # interference passes), but refused over the SLA beside the node's decodes, with a hint.
+    alone_s = solo_prefill_s(LINE, 900, 16, busy(20).replicas[0].max_batched_tokens)
+    target = 1000.0 * alone_s / 0.7
+    slowed = replace(busy(20), safety_margin=1.0)
+    refused = scheduler(slowed).route("m", sla(target), 900, 100)
+    assert isinstance(refused, Refusal) and refused.reason == "sla"
+    assert refused.retry_after_s > 0
+    # Past the target even on an idle machine: infeasible, quoting the idle time.
+    refused = scheduler(slowed).route("m", sla(1000.0 * alone_s / 1.2), 900, 100)
+    assert isinstance(refused, Refusal) and refused.reason == INFEASIBLE
+    assert f"about {1000.0 * alone_s:.0f} ms" in refused.message
+    # On an idle replica too, with the interference it waits: alone now (1.4x the target)
+    # would miss, so "no worse than alone" does not let it in; without it, it goes.
+    idle = replace(busy(0), safety_margin=1.0)
+    refused = scheduler(idle).route("m", sla(target), 900, 100)
+    assert isinstance(refused, Refusal) and refused.reason == "sla"
+    assert isinstance(scheduler(busy(0)).route("m", sla(target), 900, 100), RouteDecision)
+
+
 def test_best_effort_queues_boundedly_and_waits_behind_the_classes():
     best_effort = TenantPolicy("t", "batch", 0, None, None)
     # Nothing judged on TPOT runs: best effort goes in.

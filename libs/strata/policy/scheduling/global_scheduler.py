@@ -9,8 +9,9 @@
                    scheduling.homes), else the best anywhere
             --SLA: the estimate to first token passes the class's TTFT target, and only because
                    of the work queued ahead (alone on the replica it would meet it)?--> refusal
-                   (a prompt too long for the target anywhere is refused as infeasible, or
-                   served as well as it can be with `refuse_infeasible` off; one whose first
+                   (a prompt too long for the target anywhere, even on an idle machine, is
+                   refused as infeasible, or served as well as it can be with
+                   `refuse_infeasible` off; interference now is the SLA check's; one whose first
                    token alone comes so near the target that a retry could not meet the margin
                    goes whenever its estimate meets the target itself). The work queued
                    ahead counts as the engine serves prefill, by class (strata.policy.
@@ -313,14 +314,16 @@ class GlobalScheduler:
         # While this class is about, a lower class's step on its replica is capped at a share of
         # its target (strata.policy.scheduling.step_cap); its own prompt's steps are not.
         cap_ms = STEP_TTFT_SHARE * target
-        solo_ms, own_ms = self._own_prefill_ms(decision, compute, held)
-        infeasible = self._infeasible(model, policy, work, decision, solo_ms)
+        idle_ms, solo_ms, own_ms = self._own_prefill_ms(decision, compute, held)
+        infeasible = self._infeasible(model, policy, work, decision, idle_ms)
         if infeasible is not None:
             return infeasible if self.settings.refuse_infeasible else None
         # Within the margin, or no worse than alone (a request near its target even when the
-        # replica is idle goes when it is idle). A refused request comes back no sooner than
-        # MIN_RETRY_S: when even then, alone, it would miss the margin, a refusal cannot help
-        # it, and it goes whenever its estimate meets the target itself.
+        # replica is idle goes when it is idle), as long as alone now meets the target: while
+        # the node's interference says it would miss, it waits for a retry. A refused request
+        # comes back no sooner than MIN_RETRY_S: when even then, alone, it would miss the
+        # margin, a refusal cannot help it, and it goes whenever its estimate meets the target
+        # itself.
         allowed = target * slack
         if solo_ms + 1000.0 * MIN_RETRY_S > allowed:
             allowed = target
@@ -337,7 +340,7 @@ class GlobalScheduler:
             queued_ahead=0 if node is None else queued_ahead(node.tenants, policy),
         )
         estimate = terms.estimate_ms
-        if estimate <= max(allowed, solo_ms):
+        if estimate <= max(allowed, min(solo_ms, target)):
             return None
         return Refusal(
             "sla",
@@ -376,34 +379,40 @@ class GlobalScheduler:
 
     def _own_prefill_ms(
         self, decision: RouteDecision, compute: int, held: DecodeLoad
-    ) -> tuple[float, float]:
-        """This prompt's own prefill of `compute` tokens on the chosen replica, in ms: (alone,
-        beside what its engine runs of `held`). With the replica's step line, in its engine's
-        chunks (beside decodes, as large as their TPOT targets allow), slowed by the node's
-        safety margin; without one, both are the router's estimate at the replica's measured
-        token rate (measured beside other requests' decodes, slower than a prefill alone)."""
+    ) -> tuple[float, float, float]:
+        """This prompt's own prefill of `compute` tokens on the chosen replica, in ms: (alone on
+        an idle machine, alone now, beside what its engine runs of `held` now). With the
+        replica's step line, in its engine's chunks (beside decodes, as large as their TPOT
+        targets allow); now is slowed by the node's safety margin (the interference it measures
+        lately), idle is not. Without a line, all three are the router's estimate at the
+        replica's measured token rate (measured beside other requests' decodes, slower than a
+        prefill alone)."""
         state = self._replica(decision)
         node = self.registry.get(decision.node_id)
         if state is None or node is None or state.step_line is None:
-            return decision.solo_ttft_ms, decision.solo_ttft_ms
+            return decision.solo_ttft_ms, decision.solo_ttft_ms, decision.solo_ttft_ms
         line, chunk, block = state.step_line, state.max_batched_tokens, decision.block_size
         beside = engine_share(line, held, state.max_seqs or None)
-        slowdown = 1000.0 * (1.0 + max(0.0, node.safety_margin))
+        slowdown = 1.0 + max(0.0, node.safety_margin)
+        idle_ms = 1000.0 * solo_prefill_s(line, compute, block, chunk)
         return (
-            slowdown * solo_prefill_s(line, compute, block, chunk),
-            slowdown * prefill_s(line, beside, compute, block, max_chunk=chunk),
+            idle_ms,
+            slowdown * idle_ms,
+            1000.0 * slowdown * prefill_s(line, beside, compute, block, max_chunk=chunk),
         )
 
     def _infeasible(
-        self, model: str, policy: TenantPolicy, work: int, decision: RouteDecision, solo_ms: float
+        self, model: str, policy: TenantPolicy, work: int, decision: RouteDecision, idle_ms: float
     ) -> Refusal | None:
         """A refusal when the class's targets cannot hold for this request even alone on the
-        chosen (best) replica (its first token there in `solo_ms`), else None."""
+        chosen (best) replica of an idle machine (its first token there in `idle_ms`), else
+        None. Interference that slows it now is the SLA check's to judge: it passes, and a
+        retry may then be served."""
         target = policy.ttft_ms
-        if target and solo_ms > target:
+        if target and idle_ms > target:
             return Refusal(
                 INFEASIBLE,
-                f"this request's own prefill takes about {solo_ms:.0f} ms to its "
+                f"this request's own prefill takes about {idle_ms:.0f} ms to its "
                 f"first token on the fastest replica of {model!r}, past the {policy.sla_class} "
                 f"class's TTFT target of {target:.0f} ms even when idle; shorten the prompt or "
                 f"use a class with a looser target",
