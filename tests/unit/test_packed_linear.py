@@ -54,7 +54,7 @@ def test_float32_goes_through_f_linear():
 
 def test_bfloat16_goes_through_f_linear_where_the_cpu_has_no_onednn_bfloat16_path(monkeypatch):
     # an AVX2-only CPU: _reorder_linear_weight raises there, so nothing may be packed
-    monkeypatch.setattr(packed_linear, "_ONEDNN", False)
+    monkeypatch.setattr(packed_linear, "ONEDNN_BF16", False)
     w, x = torch.randn(8, 4).bfloat16(), torch.randn(2, 4).bfloat16()
     packs = Packs()
     assert torch.equal(packs.linear("w", x, w), F.linear(x, w))
