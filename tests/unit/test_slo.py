@@ -12,6 +12,7 @@ from strata.policy.scheduling.slo import (
     SLACK_SPENT,
     DecodeLoad,
     chunk_budget,
+    defers_block,
     engine_share,
     fits,
     line_prefill_rate,
@@ -21,6 +22,7 @@ from strata.policy.scheduling.slo import (
     solo_prefill_s,
     step_allowance_ms,
     step_ms,
+    step_token_budget,
     tpot_capacity,
 )
 from strata.policy.scheduling.slots import TURNOVER_WINDOW, EngineSlots
@@ -222,6 +224,7 @@ class _Seq:
     tpot_ms: float | None
     first_token_at: float | None
     num_prompt: int = 0
+    priority: int = 0
 
     @property
     def num_pending(self) -> int:
@@ -256,3 +259,55 @@ def test_the_running_budget_gives_the_chunk_the_slack_of_the_tightest_decode():
     # No target among the decodes: the engine's maximum.
     free = [decode(50, 7.0, None)] * 10
     assert running_budget(LINE, free + [prompt], 10.0, 2048, 16) == 2048
+
+
+# As LINE, but a prefill token costs 1 ms: one block of 16 is a 17 ms chunk.
+HEAVY = StepLine(0.010, 1e-3, 1e-3, 1e-8, 1e-6, 0.0)
+
+
+def test_a_block_that_would_break_the_decodes_target_is_deferred_not_forced():
+    # 26 decodes of 1,000 keys at 100 ms: alone 88 ms of the 90 allowed, with a block 105 ms.
+    load = DecodeLoad.of([(1000, 100.0)] * 26)
+    assert step_ms(HEAVY, load) <= 90.0 and step_ms(HEAVY, load, 16) > 100.0
+    assert defers_block(HEAVY, load, 16, 90.0)
+    assert step_token_budget(HEAVY, [(1000, 100.0)] * 26, 2048, 16, defer=True) == 26
+    assert step_token_budget(HEAVY, [(1000, 100.0)] * 26, 2048, 16) == 26 + 16  # same class
+    # Slack that pays for the block lets it through.
+    assert not defers_block(HEAVY, load, 16, 106.0)
+    assert step_token_budget(HEAVY, [(1000, 100.0)] * 26, 2048, 16, 0.9, 0, 106.0, True) == 42
+    # A block past the headroom but within the target itself goes through, as before.
+    assert step_ms(LINE, load) <= 90.0 < step_ms(LINE, load, 16) <= 100.0
+    assert not defers_block(LINE, load, 16, 90.0)
+    assert step_token_budget(LINE, [(1000, 100.0)] * 26, 2048, 16, defer=True) == 26 + 16
+    # Decodes that miss their limit alone: deferring saves nothing, the block goes through.
+    heavy = DecodeLoad.of([(1000, 100.0)] * 30)  # 100 ms
+    assert not defers_block(HEAVY, heavy, 16, 90.0)
+    assert step_token_budget(HEAVY, [(1000, 100.0)] * 30, 2048, 16, defer=True) == 30 + 16
+    # Nothing to protect: no decodes, no line, no limit.
+    assert not defers_block(HEAVY, DecodeLoad(), 16, 90.0)
+    assert not defers_block(None, load, 16, 90.0)
+    assert not defers_block(HEAVY, load, 16, None)
+
+
+def test_a_lower_class_prompt_alternates_its_blocks_with_the_steps_that_pay_for_them():
+    # The engine's own rule, step by step: 26 fresh decodes of 1,000 keys of class 2 and a
+    # 48-token prompt of class 1.
+    load = DecodeLoad.of([(1000, 100.0)] * 26)
+    now, outputs, computed, decode_only = 0.0, 1, 0, 0
+    while computed < 48:
+        decodes = [_Seq(list(range(999 + outputs)), 998 + outputs, 100.0, 0.0, 999, 2)] * 26
+        prompt = _Seq(list(range(48)), computed, None, None, 48, 1)
+        chunk = min(48 - computed, running_budget(HEAVY, decodes + [prompt], now, 2048, 16) - 26)
+        now += step_ms(HEAVY, load, chunk, computed) / 1000.0
+        computed += chunk
+        decode_only += chunk == 0
+        outputs += 1
+        # The decodes' mean gap stays within their target throughout (a forced block would
+        # make the first gap 105 ms).
+        assert now / (outputs - 1) <= 0.100
+    # Each block waited for decode-only steps (15 ms over the limit, 2 ms of slack a step).
+    assert decode_only >= 3 * 7
+    # A prompt of the decodes' own class gets its block at once, as before.
+    decodes = [_Seq(list(range(1000)), 999, 100.0, 0.0, 999, 2)] * 26
+    same = _Seq(list(range(48)), 0, None, None, 48, 2)
+    assert running_budget(HEAVY, decodes + [same], 0.0, 2048, 16) == 26 + 16

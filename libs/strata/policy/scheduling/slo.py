@@ -19,7 +19,14 @@ they never slow an SLA class past its target; a replica running nothing always t
 request (alone it is served as well as it can be: refusing would not make it faster).
 
 The prefill chunk budget is the largest chunk c with step_s(B, K, c, history) within what the
-running decodes allow (at least one block, so prefill always progresses). Priced for the
+running decodes allow (at least one block, so prefill always progresses). Except across
+classes: where the prompts prefilling are all of a class below a running decode with a TPOT
+target, and even one block would take the step past that decode's target itself while the
+decodes alone keep their limit, the engine's step defers the block (`defers_block`): it runs
+the decodes alone, their unspent slack grows, and the block goes in a later step that the
+slack pays for. A block forced into every step would hold a higher class's gaps above its
+target for as long as a lower class's prompt prefills. Within a class the block goes through
+(the estimates here price prefill so). Priced for the
 scheduler's estimates, that is the tightest TPOT target x headroom; in the engine
 (running_budget) each decode allows its step_allowance_ms: a TPOT target is judged on the mean
 gap between tokens, so a decode that has been faster than its target lends the step part of
@@ -140,6 +147,29 @@ def chunk_budget(
     return max(block_size, lo * block_size)
 
 
+def defers_block(
+    line: StepLine | None,
+    load: DecodeLoad,
+    block_size: int,
+    limit_ms: float | None,
+    history: int = 0,
+) -> bool:
+    """Whether a step beside `load`'s decodes should carry no prefill: one block (of a prompt
+    with `history` tokens computed) would take it past both `limit_ms` and the decodes'
+    tightest TPOT target itself, while the decodes alone stay within the limit. A block
+    within the target goes through (a step past the headroom but within the target keeps
+    every gap within it). False without a line, a limit or decodes (nothing to protect), and
+    where the decodes alone exceed the limit (deferring would not save their target, only
+    stall the prompt)."""
+    if line is None or limit_ms is None or load.seqs == 0:
+        return False
+    ceiling = max(limit_ms, load.tightest_tpot_ms or 0.0)
+    return (
+        step_ms(line, load, block_size, history) > ceiling
+        and step_ms(line, load, 0, history) <= limit_ms
+    )
+
+
 def step_token_budget(
     line: StepLine | None,
     decodes: Iterable[tuple[int, float | None]],
@@ -148,15 +178,21 @@ def step_token_budget(
     headroom: float = HEADROOM,
     history: int = 0,
     limit_ms: float | None = None,
+    defer: bool = False,
 ) -> int:
     """An engine step's token budget: one token for each decoding sequence (given as its
     context and TPOT target), and the chunk_budget of prefill beside them, for a prompt with
     `history` tokens computed (the most of any prompt part-way through its prefill), within
-    `limit_ms` (None: the tightest target x headroom); `max_tokens` when none of them has a
-    target and no limit is given."""
+    `limit_ms` (None: the tightest target x headroom); with `defer` (the prompts are of a
+    class below the decodes'), the decodes' tokens alone where the step defers the block
+    (defers_block); `max_tokens` when none of them has a target and no limit is given."""
     load = DecodeLoad.of(decodes)
     if line is None or (load.tightest_tpot_ms is None and limit_ms is None):
         return max_tokens
+    if limit_ms is None and load.tightest_tpot_ms is not None:
+        limit_ms = load.tightest_tpot_ms * headroom
+    if defer and defers_block(line, load, block_size, limit_ms, history):
+        return load.seqs
     return load.seqs + chunk_budget(
         line, load, max_tokens - load.seqs, block_size, headroom, history, limit_ms
     )
@@ -193,6 +229,8 @@ class RunningSeq(Protocol):
     def tpot_ms(self) -> float | None: ...
     @property
     def first_token_at(self) -> float | None: ...
+    @property
+    def priority(self) -> int: ...
 
 
 def running_budget(
@@ -208,16 +246,22 @@ def running_budget(
     of their first_token_at): a token for each decode, and a prefill chunk as large as every
     decode with a TPOT target allows (step_allowance_ms: its mean gap kept within the target,
     not each step) and the step cap `cap_ms` (strata.policy.scheduling.step_cap; None: none),
-    priced over the history of the prompt furthest through its prefill."""
+    priced over the history of the prompt furthest through its prefill; none where every
+    prompt prefilling is of a class below a decode with a target and one block would break
+    that target (defers_block)."""
     decodes: list[tuple[int, float | None]] = []
     limit: float | None = None
     history = 0
+    prefill_class: int | None = None  # the best class prefilling
+    decode_class: int | None = None  # the best class decoding with a TPOT target
     for s in running:
         if s.num_pending > 1:
             history = max(history, s.num_computed)
+            prefill_class = s.priority if prefill_class is None else max(prefill_class, s.priority)
             continue
         decodes.append((len(s.token_ids), s.tpot_ms))
         if s.tpot_ms:
+            decode_class = s.priority if decode_class is None else max(decode_class, s.priority)
             at = s.first_token_at
             allowed = step_allowance_ms(
                 s.tpot_ms, s.num_output, None if at is None else now - at, headroom
@@ -225,8 +269,16 @@ def running_budget(
             limit = allowed if limit is None else min(limit, allowed)
     if cap_ms is not None:
         limit = cap_ms if limit is None else min(limit, cap_ms)
+    defer = prefill_class is not None and decode_class is not None and prefill_class < decode_class
     return step_token_budget(
-        line, decodes, max_tokens, block_size, headroom, history=history, limit_ms=limit
+        line,
+        decodes,
+        max_tokens,
+        block_size,
+        headroom,
+        history=history,
+        limit_ms=limit,
+        defer=defer,
     )
 
 
