@@ -166,7 +166,7 @@ def defers_block(
     ceiling = max(limit_ms, load.tightest_tpot_ms or 0.0)
     return (
         step_ms(line, load, block_size, history) > ceiling
-        and step_ms(line, load, 0, history) <= limit_ms
+        and step_ms(line, load) <= limit_ms
     )
 
 
