@@ -164,10 +164,7 @@ def defers_block(
     if line is None or limit_ms is None or load.seqs == 0:
         return False
     ceiling = max(limit_ms, load.tightest_tpot_ms or 0.0)
-    return (
-        step_ms(line, load, block_size, history) > ceiling
-        and step_ms(line, load) <= limit_ms
-    )
+    return step_ms(line, load, block_size, history) > ceiling and step_ms(line, load) <= limit_ms
 
 
 def step_token_budget(
