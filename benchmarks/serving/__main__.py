@@ -31,7 +31,8 @@ from benchmarks.common.stack import ComposeStack
 from benchmarks.common.tables import table
 from benchmarks.common.targets import Target, Verdict, target_table
 from benchmarks.serving.breakdown import span_breakdown
-from benchmarks.serving.path import measure_path
+from benchmarks.serving.hop import measure_hop
+from benchmarks.serving.path import PathFigures, measure_path, worker_address, worker_spec
 from benchmarks.serving.sweep import run_sweep
 from benchmarks.serving.sweep_report import sweep_section, sweep_verdicts
 from strata.client.sdk import Client
@@ -74,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
                         raise RuntimeError(f"{MODEL} never became ready:\n{stack.logs()}")
                     time.sleep(0.3)
             path = measure_path(stack, key, MODEL, args.requests)
+            hop = measure_hop(
+                worker_address(stack, MODEL), stack.identity, worker_spec(MODEL), args.requests
+            )
             spans, span_ttft = span_breakdown(stack, key, MODEL)
         finally:
             stack.stop()
@@ -106,27 +110,22 @@ def main(argv: list[str] | None = None) -> int:
         "",
         "## Path",
         "",
-        *table(
-            ("way", "TTFT P50 ms", "TTFT P90 ms", "E2E P50 ms", "requests"),
-            (
-                (
-                    f.way,
-                    f"{f.ttft_p50_ms:.2f}",
-                    f"{f.ttft_p90_ms:.2f}",
-                    f"{f.e2e_p50_ms:.2f}",
-                    f.samples,
-                )
-                for f in path
-            ),  # fmt: skip
-            "lrrrr",
-        ),
+        *_figures_table("way", path),
+        "",
+        "## One hop, two ways",
+        "",
+        "The same worker's Generate from one asyncio client with the cluster's credential, "
+        "alternating: a new gRPC call per request, and the calls multiplexed on one stream "
+        "(strata.rpc.mux_client), as the gateway and the node make the hops of every request.",
+        "",
+        *_figures_table("call", hop),
         "",
         "## Where the time goes",
         "",
         f"Spans of 30 sequential requests through gRPC (client TTFT P50 {span_ttft:.2f} ms in "
         "this part): each span's median start after the gateway's span began, and its median "
         "duration: Strata's own spans, one per service on the path (the caller's context "
-        "crosses each hop in metadata; no span per gRPC call).",
+        "crosses each hop in the call's metadata; no span per gRPC call).",
         "",
         *table(
             ("span", "starts at ms", "lasts ms", "spans"),
@@ -142,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             {
                 "command": command,
                 "path": [asdict(f) for f in path],
+                "hop": [asdict(f) for f in hop],
                 "spans": [asdict(s) for s in spans],
                 "span_ttft_ms": span_ttft,
                 "sweep": sweep,
@@ -154,6 +154,18 @@ def main(argv: list[str] | None = None) -> int:
         print(v.line())
     print(f"wrote {args.out}")
     return 0
+
+
+def _figures_table(first: str, figures: list[PathFigures]) -> list[str]:
+    return table(
+        (first, "TTFT P50 ms", "TTFT P90 ms", "E2E P50 ms", "requests"),
+        (
+            (f.way, f"{f.ttft_p50_ms:.2f}", f"{f.ttft_p90_ms:.2f}", f"{f.e2e_p50_ms:.2f}",
+             f.samples)
+            for f in figures
+        ),
+        "lrrrr",
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

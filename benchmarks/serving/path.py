@@ -38,18 +38,31 @@ class PathFigures:
     samples: int
 
 
-def _quantile(values: list[float], q: float) -> float:
+def quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+PROMPT = "the path of a request through the stack"
+
+
+def worker_address(stack: ComposeStack, model: str) -> str:
+    """The address of the stack's worker serving `model`, as its node reports it."""
+    with sync_channel(stack.addr("node"), stack.identity) as ch:
+        info = node_pb2_grpc.NodeManagerStub(ch).GetNodeStatus(node_pb2.GetNodeStatusRequest())
+    return next(r.worker_address for r in info.replicas if r.model == model)
+
+
+def worker_spec(model: str, max_tokens: int = 4) -> common_pb2.GenerationSpec:
+    """What the gateway hands on for the path's request."""
+    return _spec(build_request(model, PROMPT, max_tokens=max_tokens, ignore_eos=True))
 
 
 def measure_path(
     stack: ComposeStack, key: str, model: str, requests: int = 100, max_tokens: int = 4
 ) -> list[PathFigures]:
-    with sync_channel(stack.addr("node"), stack.identity) as ch:
-        info = node_pb2_grpc.NodeManagerStub(ch).GetNodeStatus(node_pb2.GetNodeStatusRequest())
-    worker = next(r.worker_address for r in info.replicas if r.model == model)
-    prompt = "the path of a request through the stack"
+    worker = worker_address(stack, model)
+    prompt = PROMPT
     ttft: dict[str, list[float]] = {w: [] for w in WAYS}
     e2e: dict[str, list[float]] = {w: [] for w in WAYS}
     http = httpx2.Client(timeout=60)
@@ -58,13 +71,11 @@ def measure_path(
     headers = {"authorization": f"Bearer {key}"}
     with Client(stack.addr("gateway"), key) as client, sync_channel(worker, stack.identity) as wch:
         worker_stub = worker_pb2_grpc.WorkerStub(wch)
-        spec = build_request(model, prompt, max_tokens=max_tokens, ignore_eos=True)
+        spec = worker_spec(model, max_tokens)
 
         def via_worker() -> float | None:
             first = None
-            call = worker_stub.Generate(
-                worker_pb2.WorkerGenerateRequest(spec=_spec(spec)), timeout=60
-            )
+            call = worker_stub.Generate(worker_pb2.WorkerGenerateRequest(spec=spec), timeout=60)
             for chunk in call:
                 if chunk.token_ids and first is None:
                     first = time.perf_counter()
@@ -104,7 +115,7 @@ def measure_path(
         PathFigures(
             way,
             statistics.median(ttft[way]),
-            _quantile(ttft[way], 0.9),
+            quantile(ttft[way], 0.9),
             statistics.median(e2e[way]),
             len(ttft[way]),
         )

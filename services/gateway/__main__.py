@@ -110,6 +110,7 @@ async def main(cfg: GatewayConfig) -> None:
         max_receive_bytes=max_request_bytes(),
         tls=cfg.public_tls(),
         health_bind=cfg.health_bind,
+        multiplex=False,  # tenants' port: one call per request, as every public client makes
     )
     stop = asyncio.Event()
     views = asyncio.create_task(schedulers.refresh_forever(stop))

@@ -22,7 +22,7 @@ import grpc
 
 from strata.gateway.errors import is_transport_error
 from strata.policy.scheduling.stale_routing import StaleRouter, ViewReplica
-from strata.rpc.channels import channel
+from strata.rpc.channels import mux_channel
 from strata.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ class SchedulerClient:
     ):
         if not addresses:
             raise ValueError("at least one scheduler address is needed")
-        self._channels = [channel(a) for a in addresses]
+        self._channels = [mux_channel(a) for a in addresses]
         self._stubs = [scheduler_pb2_grpc.SchedulerStub(ch) for ch in self._channels]
         self._preferred = 0
         self.stale = stale

@@ -35,8 +35,8 @@ from strata.node.worker_pids import WorkerPids
 from strata.node.worker_process import WorkerProcess, WorkerStartError
 from strata.policy.placement.migration import DrainRule
 from strata.policy.scheduling.prefill_ahead import ClassTokens
+from strata.rpc.channels import mux_channel
 from strata.rpc.convert import class_tokens_from_pb, step_line_from_pb
-from strata.rpc.server import channel
 from strata.v1 import worker_pb2, worker_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ class Replica:
     _channel: object = None
 
     def connect(self) -> None:
-        ch = channel(self.address)
+        ch = mux_channel(self.address)
         self._channel = ch
         self.stub = worker_pb2_grpc.WorkerStub(ch)
 

@@ -1,10 +1,10 @@
 """Channels to the cluster's services, built with the process's cluster identity.
 
-A service installs its identity once at start (`install`); `channel` and `sync_channel` then
-build every outgoing channel to an internal service with it: mutual TLS when internal TLS is on,
-and the internal token on every call, beside the caller's span context (strata.rpc.
-trace_context). A process with no identity installed (unit and contract tests of one servicer)
-gets plaintext channels without the token. `public_channel` reaches the
+A service installs its identity once at start (`install`); `channel`, `mux_channel` and
+`sync_channel` then build every outgoing channel to an internal service with it: mutual TLS
+when internal TLS is on, and the internal token on every call, beside the caller's span
+context (strata.rpc.trace_context). A process with no identity installed (unit and contract
+tests of one servicer) gets plaintext channels without the token. `public_channel` reaches the
 gateway's public port: plaintext or server-verified TLS, never the cluster's credential.
 """
 
@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import grpc
 
+from strata.rpc.mux_client import MuxChannel
 from strata.rpc.trace_context import outgoing
 from strata.security.identity import TOKEN_METADATA, ClusterIdentity
 
@@ -116,6 +117,21 @@ def channel(
         return grpc.aio.insecure_channel(address, options=list(options), interceptors=interceptors)
     opts = [*options, *ident.channel_options()]
     return grpc.aio.secure_channel(address, creds, options=opts, interceptors=interceptors)
+
+
+def mux_channel(
+    address: str,
+    identity: ClusterIdentity | None = None,
+    options: Sequence[tuple[str, object]] = CHANNEL_OPTIONS,
+) -> MuxChannel:
+    """`channel(address, identity)` whose unary and response-streaming calls share one stream
+    (strata.rpc.mux_client), each still carrying the cluster's token and the caller's span
+    context: for the hops every request crosses."""
+    ident = identity or _installed
+    token = ident.token if ident is not None else None
+    return MuxChannel(
+        channel(address, identity, options), [(TOKEN_METADATA, token)] if token is not None else []
+    )
 
 
 def sync_channel(

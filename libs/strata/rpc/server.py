@@ -26,8 +26,11 @@ from strata.rpc.channels import (
 )
 from strata.rpc.guard import GuardInterceptor
 from strata.rpc.internal_auth import InternalAuthInterceptor
+from strata.rpc.mux_server import SERVICE_NAME as MUX_SERVICE
+from strata.rpc.mux_server import HandlerTable, MultiplexServicer
 from strata.rpc.trace_context import TraceContextInterceptor
 from strata.security.identity import ClusterIdentity
+from strata.v1 import mux_pb2_grpc
 
 __all__ = [
     "CHANNEL_OPTIONS",
@@ -90,6 +93,7 @@ async def start_server(
     identity: ClusterIdentity | None = None,
     tls: grpc.ServerCredentials | None = None,
     health_bind: str = "",
+    multiplex: bool = True,
 ) -> RunningServer:
     """Serve `registrations` with health and reflection. Every server attaches its callers'
     span context (strata.rpc.trace_context) and runs the guard (strata.rpc.guard) after the
@@ -100,25 +104,30 @@ async def start_server(
     token, and with internal TLS the port is mutual TLS. `tls`: a public server's own
     certificate (the gateway's optional TLS). Neither: plaintext, open (in-process tests).
     `health_bind`: also serve the same health service, and nothing else, in plaintext there
-    (for probes without the cluster's certificate; it tells only SERVING or not)."""
+    (for probes without the cluster's certificate; it tells only SERVING or not).
+    `multiplex`: also serve strata.v1.Multiplex, which carries many calls of one caller on
+    one stream and runs each through the same interceptors and handlers (strata.rpc.
+    mux_server); a public server turns it off."""
     options = [
         (k, max_receive_bytes if k == "grpc.max_receive_message_length" else v)
         for k, v in SERVER_OPTIONS
     ]
     auth = [InternalAuthInterceptor(identity)] if identity is not None else []
-    server = grpc.aio.server(
-        options=options,
-        interceptors=[TraceContextInterceptor(), *auth, *interceptors, GuardInterceptor()],
-    )
+    chain = [TraceContextInterceptor(), *auth, *interceptors, GuardInterceptor()]
+    server = grpc.aio.server(options=options, interceptors=chain)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    table = HandlerTable()
     names = []
     for reg in registrations:
-        reg.add(server)
+        reg.add(table.recorder(server))
         names.append(reg.service_name)
+    if multiplex:
+        mux_pb2_grpc.add_MultiplexServicer_to_server(MultiplexServicer(table, chain), server)
     reflection.enable_server_reflection(
         [
             *names,
+            *([MUX_SERVICE] if multiplex else []),
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
             reflection.SERVICE_NAME,
         ],
