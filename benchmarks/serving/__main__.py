@@ -7,7 +7,9 @@
 - Path: sequential 4-token requests alternating between the OpenAI HTTP front, gRPC Generate
   through the gateway, and the worker's own Generate (the baseline: the engine behind one gRPC
   hop); targets: the HTTP front adds at most 1 ms TTFT P50 over gRPC, the whole path at most
-  2 ms over the worker.
+  2 ms over the worker. Measured twice: first on a stack whose gateway and node open a new
+  gRPC call per hop (the baseline), then with the hops multiplexed (the default).
+- One hop, two ways: the worker's Generate as new calls and as muxed calls, alternating.
 - Breakdown: the spans of sequential requests, where the added time goes.
 - Load sweep (benchmarks.serving.sweep): the Azure conversation trace at multiples of Strata's
   capacity through its OpenAI endpoint, and with `--peers vllm` through vLLM's OpenAI server
@@ -18,11 +20,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
@@ -42,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "docs/benchmarks/serving.md"
 MODEL = "dummy-tiny"
 OVERRIDES = {
-    "placement": {"STRATA_MODELS": MODEL, "STRATA_REPLAN_INTERVAL_S": "1.0"},
+    "placement": {"STRATA_MODELS": MODEL},
     "node": {"STRATA_TORCH_THREADS": "1", "STRATA_NODE_STANDBY": "0"},
 }
 TARGETS = {
@@ -62,29 +66,21 @@ def main(argv: list[str] | None = None) -> int:
     peers = [x for x in args.peers.split(",") if x]
     with tempfile.TemporaryDirectory(prefix="strata-serving-") as tmp:
         data = Path(tmp)
-        stack = ComposeStack(
-            data_dir=data, db_url=f"sqlite+aiosqlite:///{data}/strata.db", overrides=OVERRIDES
-        )
-        stack.start()
-        try:
-            key = (data / defaults.DEMO_KEY_FILE).read_text().strip()
-            with Client(stack.addr("gateway"), key) as c:
-                deadline = time.monotonic() + 240
-                while MODEL not in {m.name for m in c.list_models()}:
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"{MODEL} never became ready:\n{stack.logs()}")
-                    time.sleep(0.3)
+        # The baseline first: the same stack with a new gRPC call per hop.
+        with _ready_stack(data / "direct", {"STRATA_RPC_MULTIPLEX": "false"}) as (stack, key):
+            direct_path = measure_path(stack, key, MODEL, args.requests)
+        with _ready_stack(data / "mux", {}) as (stack, key):
             path = measure_path(stack, key, MODEL, args.requests)
             hop = measure_hop(
                 worker_address(stack, MODEL), stack.identity, worker_spec(MODEL), args.requests
             )
             spans, span_ttft = span_breakdown(stack, key, MODEL)
-        finally:
-            stack.stop()
         sweep = None if args.no_sweep else run_sweep(data / "sweep", peers)
     by = {f.way: f for f in path}
     http_over = by["http"].ttft_p50_ms - by["grpc"].ttft_p50_ms
     path_over = by["grpc"].ttft_p50_ms - by["worker"].ttft_p50_ms
+    direct_by = {f.way: f for f in direct_path}
+    direct_over = direct_by["grpc"].ttft_p50_ms - direct_by["worker"].ttft_p50_ms
     verdicts: list[Verdict] = [
         TARGETS["http"].judge(http_over),
         TARGETS["path"].judge(path_over),
@@ -110,7 +106,15 @@ def main(argv: list[str] | None = None) -> int:
         "",
         "## Path",
         "",
+        f"Multiplexed hops (the default): the gateway path adds {path_over:.2f} ms TTFT P50 over "
+        "the worker alone.",
+        "",
         *_figures_table("way", path),
+        "",
+        "The same stack with a new gRPC call per hop (`STRATA_RPC_MULTIPLEX=false` for the "
+        f"gateway and the node), measured first in this run: the path adds {direct_over:.2f} ms.",
+        "",
+        *_figures_table("way", direct_path),
         "",
         "## One hop, two ways",
         "",
@@ -141,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             {
                 "command": command,
                 "path": [asdict(f) for f in path],
+                "path_direct_hops": [asdict(f) for f in direct_path],
                 "hop": [asdict(f) for f in hop],
                 "spans": [asdict(s) for s in spans],
                 "span_ttft_ms": span_ttft,
@@ -154,6 +159,29 @@ def main(argv: list[str] | None = None) -> int:
         print(v.line())
     print(f"wrote {args.out}")
     return 0
+
+
+@contextlib.contextmanager
+def _ready_stack(data: Path, env: dict[str, str]) -> Iterator[tuple[ComposeStack, str]]:
+    """The stack (OVERRIDES, plus `env` for every service), once the model is ready, and the
+    demo tenant's key; stopped after."""
+    data.mkdir(parents=True)
+    overrides = {svc: {**OVERRIDES.get(svc, {}), **env} for svc in (*OVERRIDES, "gateway")}
+    stack = ComposeStack(
+        data_dir=data, db_url=f"sqlite+aiosqlite:///{data}/strata.db", overrides=overrides
+    )
+    stack.start()
+    try:
+        key = (data / defaults.DEMO_KEY_FILE).read_text().strip()
+        with Client(stack.addr("gateway"), key) as c:
+            deadline = time.monotonic() + 240
+            while MODEL not in {m.name for m in c.list_models()}:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{MODEL} never became ready:\n{stack.logs()}")
+                time.sleep(0.3)
+        yield stack, key
+    finally:
+        stack.stop()
 
 
 def _figures_table(first: str, figures: list[PathFigures]) -> list[str]:

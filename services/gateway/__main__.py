@@ -58,7 +58,7 @@ def _registration(pb2, name: str, add, servicer) -> Registration:
 
 async def main(cfg: GatewayConfig) -> None:
     identity = cfg.security().identity("gateway")
-    install(identity)
+    install(identity, multiplex=cfg.rpc_multiplex)
     init_tracing("gateway", cfg.otlp_endpoint, identity=identity)
     db = make_engine(cfg.database_url(cfg.resolved_data_dir()))
     await create_all(db)

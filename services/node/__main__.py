@@ -33,7 +33,7 @@ log = logging.getLogger("services.node")
 
 async def main(cfg: NodeConfig) -> None:
     identity = cfg.security().identity("node")
-    install(identity)
+    install(identity, multiplex=cfg.rpc_multiplex)
     init_tracing("node", cfg.otlp_endpoint, identity=identity)
     pids = WorkerPids(cfg.state_dir)
     reaped = pids.reap_leftovers()

@@ -216,3 +216,16 @@ async def test_a_server_without_the_service_gets_direct_calls():
     finally:
         await mux.close()
         await running.stop(0)
+
+
+async def test_direct_mode_makes_plain_calls():
+    worker = FakeWorker()
+    running = await _serve(worker, multiplex=False)
+    mux = MuxChannel(grpc.aio.insecure_channel(running.address), direct=True)
+    try:
+        stub = worker_pb2_grpc.WorkerStub(mux)
+        assert await _tokens(stub.Generate(_request("plain", 3))) == [0, 1, 2]
+        assert (await stub.GetStats(worker_pb2.GetStatsRequest())).model == "fake"
+    finally:
+        await mux.close()
+        await running.stop(0)

@@ -1,6 +1,9 @@
 """Percentiles: linear interpolation between closest ranks, numpy's default rule."""
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from strata.core.stats import Summary, percentile, percentiles, summarize
 
@@ -42,3 +45,17 @@ def test_rejects_percentile_out_of_range_and_non_finite_samples():
         percentile([1.0], 101)
     with pytest.raises(ValueError, match="finite"):
         percentile([1.0, float("nan")], 50)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    values=st.lists(
+        st.floats(min_value=-1e9, max_value=1e9, allow_nan=False), min_size=1, max_size=300
+    ),
+    qs=st.lists(st.floats(min_value=0.0, max_value=100.0), min_size=1, max_size=4),
+)
+def test_equals_numpy_to_the_bit(values, qs):
+    """The small-sample Python path and numpy's linear method give the same floats."""
+    assert percentiles(values, qs) == [
+        float(v) for v in np.percentile(np.asarray(values, dtype=np.float64), qs, method="linear")
+    ]

@@ -26,13 +26,15 @@ CHANNEL_OPTIONS = [
 
 
 _installed: ClusterIdentity | None = None
+_multiplex = True
 
 
-def install(identity: ClusterIdentity | None) -> None:
+def install(identity: ClusterIdentity | None, multiplex: bool = True) -> None:
     """Make `identity` the one every channel of this process is built with (None: plaintext,
-    no token)."""
-    global _installed
+    no token); `multiplex` False makes `mux_channel`'s calls direct ones."""
+    global _installed, _multiplex
     _installed = identity
+    _multiplex = multiplex
 
 
 def current() -> ClusterIdentity | None:
@@ -126,11 +128,14 @@ def mux_channel(
 ) -> MuxChannel:
     """`channel(address, identity)` whose unary and response-streaming calls share one stream
     (strata.rpc.mux_client), each still carrying the cluster's token and the caller's span
-    context: for the hops every request crosses."""
+    context: for the hops every request crosses. Direct calls when this process was installed
+    with multiplex off."""
     ident = identity or _installed
     token = ident.token if ident is not None else None
     return MuxChannel(
-        channel(address, identity, options), [(TOKEN_METADATA, token)] if token is not None else []
+        channel(address, identity, options),
+        [(TOKEN_METADATA, token)] if token is not None else [],
+        direct=not _multiplex,
     )
 
 

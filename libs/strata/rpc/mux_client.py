@@ -52,11 +52,14 @@ class MuxChannel:
     """Unary and response-streaming calls over one stream to `channel`'s server; everything
     else (other call kinds, channel_ready, close) is `channel`'s own."""
 
-    def __init__(self, channel: grpc.aio.Channel, metadata: Metadata = ()) -> None:
+    def __init__(
+        self, channel: grpc.aio.Channel, metadata: Metadata = (), direct: bool = False
+    ) -> None:
+        """`direct`: every call a direct one from the start (multiplexing turned off)."""
         self._channel = channel
         self._metadata = tuple(metadata)
         self._stream: _Stream | None = None
-        self._direct = False  # the server has no Multiplex service
+        self._direct = direct  # or: the server has no Multiplex service
         self._ids = itertools.count(1)
 
     # -- what generated stubs call --------------------------------------------------------------
