@@ -105,6 +105,24 @@ async def test_streams_and_unary_calls_match_direct_calls():
         await running.stop(0)
 
 
+async def test_large_requests_at_once_travel_in_several_batches():
+    worker = FakeWorker()
+    running = await _serve(worker)
+    mux = MuxChannel(grpc.aio.insecure_channel(running.address))
+    stub = worker_pb2_grpc.WorkerStub(mux)
+    try:
+        # 24 of them make 72 MB at once: over the 64 MiB message limit unless cut into batches
+        prompt = "p" * 3_000_000
+        requests = [_request(f"big{i}", 2) for i in range(24)]
+        for r in requests:
+            r.spec.prompt = prompt
+        got = await asyncio.gather(*(_tokens(stub.Generate(r)) for r in requests))
+        assert got == [[0, 1]] * 24
+    finally:
+        await mux.close()
+        await running.stop(0)
+
+
 async def test_errors_carry_code_details_and_trailers():
     worker = FakeWorker()
     running = await _serve(worker)

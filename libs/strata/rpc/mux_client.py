@@ -29,6 +29,7 @@ from typing import Any
 
 import grpc
 
+from strata.rpc.mux_wire import batches, metadata_pb
 from strata.rpc.trace_context import outgoing
 from strata.v1 import mux_pb2
 
@@ -157,7 +158,7 @@ class _MultiCallable:
         opened = mux_pb2.MuxOpen(
             method=self._method,
             request=data,
-            metadata=[mux_pb2.MuxMetadatum(key=k, value=_text(v)) for k, v in pairs],
+            metadata=metadata_pb(pairs),
             timeout_s=timeout if timeout is not None and timeout > 0 else 0.0,
         )
         if timeout is not None and timeout <= 0:
@@ -348,7 +349,8 @@ class _Stream:
                     await self._ready.wait()
                 if self._out:
                     frames, self._out = self._out, []
-                    await self._rpc.write(mux_pb2.MuxBatch(frames=frames))
+                    for batch in batches(frames):
+                        await self._rpc.write(batch)
                 elif self._ending:
                     await self._rpc.done_writing()
                     return
@@ -395,7 +397,3 @@ class _Stream:
         for call in list(self._calls.values()):
             call.finish(code, f"the stream carrying this call broke: {details}")
         self._calls.clear()
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value

@@ -11,7 +11,7 @@ calls of one caller over one long-lived stream, each run exactly as a direct cal
   DEADLINE_EXCEEDED.
 - When the stream ends (the caller half-closed, went away, or the connection broke) every call
   still running on it is cancelled: nothing runs on for a caller that can no longer hear it.
-- Frames ready at once leave as one MuxBatch message.
+- Frames ready at once leave as one MuxBatch message (strata.rpc.mux_wire cuts them at 4 MiB).
 
 Request-streaming methods are not carried (none of the muxed hops has one): such a call closes
 with UNIMPLEMENTED.
@@ -27,6 +27,7 @@ from typing import Any
 
 import grpc
 
+from strata.rpc.mux_wire import batches, metadata_pb
 from strata.v1 import mux_pb2, mux_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -169,7 +170,8 @@ class MultiplexServicer(mux_pb2_grpc.MultiplexServicer):
                 frames = await stream.next_frames()
                 if frames is None:
                     break
-                yield mux_pb2.MuxBatch(frames=frames)
+                for batch in batches(frames):
+                    yield batch
         finally:
             reader.cancel()
             stream.cancel_all()
@@ -299,9 +301,7 @@ class _Stream:
                 close=mux_pb2.MuxClose(
                     code=code.value[0],
                     details=details,
-                    trailing_metadata=[
-                        mux_pb2.MuxMetadatum(key=k, value=_text(v)) for k, v in trailing
-                    ],
+                    trailing_metadata=metadata_pb(trailing),
                 ),
             )
         )
@@ -309,7 +309,3 @@ class _Stream:
     def cancel_all(self) -> None:
         for task in list(self._tasks.values()):
             task.cancel()
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
