@@ -7,10 +7,9 @@ credential (mutual TLS and the token, as the services call each other)."""
 from __future__ import annotations
 
 import asyncio
-import statistics
 import time
 
-from benchmarks.serving.path import PathFigures, quantile
+from benchmarks.serving.path import PathFigures, figures
 from strata.rpc.channels import channel, mux_channel
 from strata.security.identity import ClusterIdentity
 from strata.v1 import common_pb2, worker_pb2, worker_pb2_grpc
@@ -58,13 +57,4 @@ async def _measure(
     finally:
         await direct.close()
         await muxed.close()
-    return [
-        PathFigures(
-            way,
-            statistics.median(ttft[way]),
-            quantile(ttft[way], 0.9),
-            statistics.median(e2e[way]),
-            len(ttft[way]),
-        )
-        for way in WAYS
-    ]
+    return figures(WAYS, ttft, e2e)

@@ -6,6 +6,7 @@ UNAVAILABLE and the next call opens a new one; a server without the service gets
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 import grpc
 import pytest
@@ -78,95 +79,88 @@ async def _tokens(call) -> list[int]:
     return [t async for c in call for t in c.token_ids]
 
 
-async def test_streams_and_unary_calls_match_direct_calls():
-    worker = FakeWorker()
-    running = await _serve(worker)
-    try:
-        async with grpc.aio.insecure_channel(running.address) as direct_ch:
-            mux = MuxChannel(grpc.aio.insecure_channel(running.address))
-            muxed, direct = worker_pb2_grpc.WorkerStub(mux), worker_pb2_grpc.WorkerStub(direct_ch)
-            # Many calls at once share the stream; each sees its own responses in order.
-            got = await asyncio.gather(
-                *(_tokens(muxed.Generate(_request(f"r{i}", i))) for i in range(8))
-            )
-            assert got == [list(range(i)) for i in range(8)]
-            assert await _tokens(muxed.Generate(_request("x", 5))) == await _tokens(
-                direct.Generate(_request("x", 5))
-            )
-            stats = await muxed.GetStats(worker_pb2.GetStatsRequest(), timeout=WAIT_S)
-            assert (stats.model, stats.running_requests) == ("fake", 3)
-            call = muxed.Generate(_request("read", 2))
-            assert [(await call.read()).token_ids[0], (await call.read()).token_ids[0]] == [0, 1]
-            assert await call.read() is grpc.aio.EOF
-            assert await call.code() is grpc.StatusCode.OK
-            assert not mux.direct
-            await mux.close()
-    finally:
-        await running.stop(0)
+@dataclass
+class Muxed:
+    worker: FakeWorker
+    running: object
+    mux: MuxChannel
+    stub: worker_pb2_grpc.WorkerStub
 
 
-async def test_large_requests_at_once_travel_in_several_batches():
+@pytest.fixture
+async def muxed():
+    """A fake worker served with Multiplex, and a stub over a MuxChannel to it."""
     worker = FakeWorker()
     running = await _serve(worker)
     mux = MuxChannel(grpc.aio.insecure_channel(running.address))
-    stub = worker_pb2_grpc.WorkerStub(mux)
     try:
-        # 24 of them make 72 MB at once: over the 64 MiB message limit unless cut into batches
-        prompt = "p" * 3_000_000
-        requests = [_request(f"big{i}", 2) for i in range(24)]
-        for r in requests:
-            r.spec.prompt = prompt
-        got = await asyncio.gather(*(_tokens(stub.Generate(r)) for r in requests))
-        assert got == [[0, 1]] * 24
+        yield Muxed(worker, running, mux, worker_pb2_grpc.WorkerStub(mux))
     finally:
         await mux.close()
         await running.stop(0)
 
 
-async def test_errors_carry_code_details_and_trailers():
-    worker = FakeWorker()
-    running = await _serve(worker)
-    mux = MuxChannel(grpc.aio.insecure_channel(running.address))
-    stub = worker_pb2_grpc.WorkerStub(mux)
-    try:
-        with pytest.raises(grpc.aio.AioRpcError) as bad:
-            await _tokens(stub.Generate(_request("bad")))
-        assert bad.value.code() is grpc.StatusCode.INVALID_ARGUMENT
-        assert bad.value.details() == "max_tokens must be positive"
-        assert ("retry-after-ms", "250") in list(bad.value.trailing_metadata())
-        # A servicer exception becomes INTERNAL with a reference, as the guard answers directly.
-        with pytest.raises(grpc.aio.AioRpcError) as boom:
-            await _tokens(stub.Generate(_request("boom")))
-        assert boom.value.code() is grpc.StatusCode.INTERNAL
-        assert "reference" in boom.value.details()
-        # The stream outlives failed calls.
-        assert await _tokens(stub.Generate(_request("after", 2))) == [0, 1]
-    finally:
-        await mux.close()
-        await running.stop(0)
+async def test_streams_and_unary_calls_match_direct_calls(muxed):
+    muxed_stub = muxed.stub
+    async with grpc.aio.insecure_channel(muxed.running.address) as direct_ch:
+        direct = worker_pb2_grpc.WorkerStub(direct_ch)
+        # Many calls at once share the stream; each sees its own responses in order.
+        calls = [muxed_stub.Generate(_request(f"r{i}", i)) for i in range(8)]
+        got = await asyncio.gather(*(_tokens(c) for c in calls))
+        assert got == [list(range(i)) for i in range(8)]
+        assert await _tokens(muxed_stub.Generate(_request("x", 5))) == await _tokens(
+            direct.Generate(_request("x", 5))
+        )
+    stats = await muxed_stub.GetStats(worker_pb2.GetStatsRequest(), timeout=WAIT_S)
+    assert (stats.model, stats.running_requests) == ("fake", 3)
+    call = muxed_stub.Generate(_request("read", 2))
+    assert [(await call.read()).token_ids[0], (await call.read()).token_ids[0]] == [0, 1]
+    assert await call.read() is grpc.aio.EOF
+    assert await call.code() is grpc.StatusCode.OK
+    assert not muxed.mux.direct
 
 
-async def test_cancel_and_deadline_reach_the_handler():
-    worker = FakeWorker()
-    running = await _serve(worker)
-    mux = MuxChannel(grpc.aio.insecure_channel(running.address))
-    stub = worker_pb2_grpc.WorkerStub(mux)
-    try:
-        call = stub.Generate(_request("hang-cancel"))
-        first = await asyncio.wait_for(call.read(), WAIT_S)
-        assert list(first.token_ids) == [1]
-        assert call.cancel()
-        assert call.done() and await call.code() is grpc.StatusCode.CANCELLED
-        await asyncio.wait_for(worker.cancelled["hang-cancel"].wait(), WAIT_S)
+async def test_large_requests_at_once_travel_in_several_batches(muxed):
+    # 24 of them make 72 MB at once: over the 64 MiB message limit unless cut into batches
+    prompt = "p" * 3_000_000
+    requests = [_request(f"big{i}", 2) for i in range(24)]
+    for r in requests:
+        r.spec.prompt = prompt
+    got = await asyncio.gather(*(_tokens(muxed.stub.Generate(r)) for r in requests))
+    assert got == [[0, 1]] * 24
 
-        late = stub.Generate(_request("hang-deadline"), timeout=0.5)
-        with pytest.raises(grpc.aio.AioRpcError) as expired:
-            await asyncio.wait_for(_tokens(late), WAIT_S)
-        assert expired.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+
+async def test_errors_carry_code_details_and_trailers(muxed):
+    stub = muxed.stub
+    with pytest.raises(grpc.aio.AioRpcError) as bad:
+        await _tokens(stub.Generate(_request("bad")))
+    assert bad.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert bad.value.details() == "max_tokens must be positive"
+    assert ("retry-after-ms", "250") in list(bad.value.trailing_metadata())
+    # A servicer exception becomes INTERNAL with a reference, as the guard answers directly.
+    with pytest.raises(grpc.aio.AioRpcError) as boom:
+        await _tokens(stub.Generate(_request("boom")))
+    assert boom.value.code() is grpc.StatusCode.INTERNAL
+    assert "reference" in boom.value.details()
+    # The stream outlives failed calls.
+    assert await _tokens(stub.Generate(_request("after", 2))) == [0, 1]
+
+
+async def test_cancel_and_deadline_reach_the_handler(muxed):
+    stub, worker = muxed.stub, muxed.worker
+    call = stub.Generate(_request("hang-cancel"))
+    first = await asyncio.wait_for(call.read(), WAIT_S)
+    assert list(first.token_ids) == [1]
+    assert call.cancel()
+    assert call.done() and await call.code() is grpc.StatusCode.CANCELLED
+    await asyncio.wait_for(worker.cancelled["hang-cancel"].wait(), WAIT_S)
+
+    late = stub.Generate(_request("hang-deadline"), timeout=2.0)
+    with pytest.raises(grpc.aio.AioRpcError) as expired:
+        await asyncio.wait_for(_tokens(late), WAIT_S)
+    assert expired.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+    if "hang-deadline" in worker.started:  # else the deadline passed before the handler ran
         await asyncio.wait_for(worker.cancelled["hang-deadline"].wait(), WAIT_S)
-    finally:
-        await mux.close()
-        await running.stop(0)
 
 
 async def test_the_token_is_checked_per_call_and_metadata_reaches_the_handler():

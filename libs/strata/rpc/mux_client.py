@@ -72,9 +72,7 @@ class MuxChannel:
         _registered_method: bool = False,
     ) -> Callable[..., Any]:
         direct = self._channel.unary_unary(method, request_serializer, response_deserializer)
-        return _MultiCallable(
-            self, direct, method, request_serializer, response_deserializer, False
-        )
+        return _MultiCallable(self, direct, method, request_serializer, response_deserializer)
 
     def unary_stream(
         self,
@@ -84,9 +82,7 @@ class MuxChannel:
         _registered_method: bool = False,
     ) -> Callable[..., Any]:
         direct = self._channel.unary_stream(method, request_serializer, response_deserializer)
-        return _MultiCallable(
-            self, direct, method, request_serializer, response_deserializer, streaming=True
-        )
+        return _MultiCallable(self, direct, method, request_serializer, response_deserializer)
 
     def stream_unary(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return self._channel.stream_unary(method, *args, **kwargs)
@@ -134,14 +130,13 @@ class _MultiCallable:
         method: str,
         serializer: Callable[[Any], bytes] | None,
         deserializer: Callable[[bytes], Any] | None,
-        streaming: bool,
     ) -> None:
         self._mux = mux
         self._direct = direct
         self._method = method
         self._serializer = serializer
         self._deserializer = deserializer
-        self._streaming = streaming
+        self._streaming = isinstance(direct, grpc.aio.UnaryStreamMultiCallable)
 
     def __call__(
         self,
