@@ -174,8 +174,8 @@ class MultiplexServicer(mux_pb2_grpc.MultiplexServicer):
                     yield batch
         finally:
             reader.cancel()
+            reader.add_done_callback(_retrieve)
             stream.cancel_all()
-        await asyncio.gather(reader, return_exceptions=True)
 
 
 class _Stream:
@@ -309,3 +309,10 @@ class _Stream:
     def cancel_all(self) -> None:
         for task in list(self._tasks.values()):
             task.cancel()
+
+
+def _retrieve(task: asyncio.Task[None]) -> None:
+    """Collect the reader's outcome: the stream's own error ends the stream, and was the
+    caller's to see."""
+    if not task.cancelled():
+        task.exception()
