@@ -10,13 +10,14 @@ from pydantic import Field, field_validator, model_validator
 from strata.core import defaults
 from strata.core.settings import CommaList
 from strata.core.sla import SlaTable, parse_classes
+from strata.rpc.mux_settings import MultiplexFields
 from strata.security.settings import SecurityFields
 from strata.store.settings import StoreFields
 
 PROG = "python -m services.gateway"
 
 
-class GatewayConfig(SecurityFields, StoreFields):
+class GatewayConfig(SecurityFields, StoreFields, MultiplexFields):
     """The gateway: the public per-tenant API (Generate, ListModels), the Admin API, and the
     Metrics API scoped to the caller's key. --print-config prints the resolved settings and
     exits."""

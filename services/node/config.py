@@ -18,6 +18,7 @@ from strata.engine.settings import EngineFields
 from strata.node.energy import EnergySource
 from strata.policy.scheduling.fair_queue import QueueName
 from strata.policy.scheduling.interference import EstimatorSettings, MarginSettings
+from strata.rpc.mux_settings import MultiplexFields
 from strata.security.settings import SecurityFields
 
 PROG = "python -m services.node"
@@ -25,7 +26,7 @@ MARGIN = MarginSettings()
 ESTIMATOR = EstimatorSettings()
 
 
-class NodeConfig(SecurityFields, EngineFields):
+class NodeConfig(SecurityFields, EngineFields, MultiplexFields):
     """A node manager: the decode workers of one node, its fair queue and time slots,
     failover to hot standbys, the interference estimate and safety margin, heartbeats and node
     samples. --print-config prints the resolved settings and exits."""

@@ -24,4 +24,5 @@ def test_every_service_contract_has_a_stub():
         "placement",
         "metrics",
         "admin",
+        "mux",
     }

@@ -99,12 +99,6 @@ class SecurityFields(StrataSettings):
         "RPCs; false only for a single process under "
         "test",
     )
-    rpc_multiplex: bool = Field(
-        True,
-        description="carry this service's calls on the hops every request crosses (gateway "
-        "-> scheduler and node, node -> worker) multiplexed on one stream per peer "
-        "(strata.rpc.mux_client); false: a new gRPC call each",
-    )
     health_bind: str = Field(
         "",
         description="host:port of a plaintext port that serves gRPC health only, for "
