@@ -241,3 +241,24 @@ async def test_direct_mode_makes_plain_calls():
     finally:
         await mux.close()
         await running.stop(0)
+
+
+async def test_a_stopping_server_finishes_running_calls_then_ends_idle_streams():
+    worker = FakeWorker()
+    running = await _serve(worker)
+    mux = MuxChannel(grpc.aio.insecure_channel(running.address))
+    stub = worker_pb2_grpc.WorkerStub(mux)
+    try:
+        assert await _tokens(stub.Generate(_request("warm", 1))) == [0]  # the stream is open
+        call = stub.Generate(_request("hang-drain"))
+        await asyncio.wait_for(call.read(), WAIT_S)
+        # The stream stays open in the caller's hands; the running call is the only thing the
+        # stop waits for, so it returns long before the grace period once that call ends.
+        stop = asyncio.create_task(running.stop(grace=WAIT_S * 2))
+        await asyncio.sleep(0)
+        assert not stop.done()
+        call.cancel()
+        await asyncio.wait_for(stop, WAIT_S)
+    finally:
+        await mux.close()
+        await running.stop(0)

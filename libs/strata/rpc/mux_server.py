@@ -11,6 +11,9 @@ calls of one caller over one long-lived stream, each run exactly as a direct cal
   DEADLINE_EXCEEDED.
 - When the stream ends (the caller half-closed, went away, or the connection broke) every call
   still running on it is cancelled: nothing runs on for a caller that can no longer hear it.
+- When the server stops (`drain`, before its grace period), each stream takes no new call
+  (UNAVAILABLE, not started: retry elsewhere), lets the calls running on it finish, then ends:
+  a stream held open by its caller never keeps a stopping server for the whole grace period.
 - Frames ready at once leave as one MuxBatch message (strata.rpc.mux_wire cuts them at 4 MiB).
 
 Request-streaming methods are not carried (none of the muxed hops has one): such a call closes
@@ -148,6 +151,15 @@ class MultiplexServicer(mux_pb2_grpc.MultiplexServicer):
     ) -> None:
         self._table = table
         self._interceptors = list(interceptors)
+        self._streams: set[_Stream] = set()
+        self.draining = False
+
+    def drain(self) -> None:
+        """The server is stopping: every stream, open or opened from now on, ends once the
+        calls running on it are done, and starts no new one."""
+        self.draining = True
+        for stream in self._streams:
+            stream.drain()
 
     async def resolve(self, details: _Details) -> grpc.RpcMethodHandler | None:
         """The handler a direct call with these details would run: the interceptors in order,
@@ -164,6 +176,9 @@ class MultiplexServicer(mux_pb2_grpc.MultiplexServicer):
         self, request_iterator: AsyncIterator[mux_pb2.MuxBatch], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[mux_pb2.MuxBatch]:
         stream = _Stream(self, context.peer())
+        self._streams.add(stream)
+        if self.draining:
+            stream.drain()
         reader = asyncio.create_task(stream.read(request_iterator))
         try:
             while True:
@@ -173,6 +188,7 @@ class MultiplexServicer(mux_pb2_grpc.MultiplexServicer):
                 for batch in batches(frames):
                     yield batch
         finally:
+            self._streams.discard(stream)
             reader.cancel()
             reader.add_done_callback(_retrieve)
             stream.cancel_all()
@@ -189,11 +205,17 @@ class _Stream:
         self._out: list[mux_pb2.MuxFrame] = []
         self._ready = asyncio.Event()
         self._ended = False
+        self._draining = False
+
+    def drain(self) -> None:
+        self._draining = True
+        self._ready.set()
 
     async def next_frames(self) -> list[mux_pb2.MuxFrame] | None:
-        """Everything ready to go out; None once the caller's side ended and every call closed."""
+        """Everything ready to go out; None once the caller's side ended (or the server
+        drains) and every call closed."""
         while not self._out:
-            if self._ended and not self._tasks:
+            if (self._ended or self._draining) and not self._tasks:
                 return None
             self._ready.clear()
             await self._ready.wait()
@@ -216,6 +238,13 @@ class _Stream:
     def _on_frame(self, frame: mux_pb2.MuxFrame) -> None:
         kind = frame.WhichOneof("kind")
         if kind == "open":
+            if self._draining:
+                self._close(
+                    frame.call_id,
+                    grpc.StatusCode.UNAVAILABLE,
+                    "the server is shutting down and did not start this call; retry",
+                )
+                return
             if frame.call_id in self._tasks:
                 self._close(
                     frame.call_id,
@@ -281,7 +310,7 @@ class _Stream:
         finally:
             self._tasks.pop(call_id, None)
             self._contexts.pop(call_id, None)
-            if self._ended and not self._tasks:
+            if (self._ended or self._draining) and not self._tasks:
                 self._ready.set()
 
     def _message(self, call_id: int, reply: Any, serialize: Any) -> None:

@@ -73,6 +73,7 @@ class RunningServer:
     # The plaintext health-only server (start_server's health_bind) and its port, if any.
     health_server: grpc.aio.Server | None = None
     health_port: int = 0
+    mux: MultiplexServicer | None = None  # ended with the server (MultiplexServicer.drain)
 
     @property
     def address(self) -> str:
@@ -80,6 +81,8 @@ class RunningServer:
 
     async def stop(self, grace: float = 5.0) -> None:
         await self.health.enter_graceful_shutdown()
+        if self.mux is not None:
+            self.mux.drain()
         await self.server.stop(grace)
         if self.health_server is not None:
             await self.health_server.stop(0)
@@ -122,8 +125,9 @@ async def start_server(
     for reg in registrations:
         reg.add(table.recorder(server))
         names.append(reg.service_name)
-    if multiplex:
-        mux_pb2_grpc.add_MultiplexServicer_to_server(MultiplexServicer(table, chain), server)
+    mux = MultiplexServicer(table, chain) if multiplex else None
+    if mux is not None:
+        mux_pb2_grpc.add_MultiplexServicer_to_server(mux, server)
     reflection.enable_server_reflection(
         [
             *names,
@@ -142,7 +146,9 @@ async def start_server(
     await server.start()
     for name in ["", *names]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    running = RunningServer(server=server, port=port, health=health_servicer, services=names)
+    running = RunningServer(
+        server=server, port=port, health=health_servicer, services=names, mux=mux
+    )
     if health_bind:
         running.health_server = grpc.aio.server()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, running.health_server)
