@@ -29,7 +29,7 @@ from typing import Any
 
 import grpc
 
-from strata.rpc.mux_wire import batches, metadata_pb
+from strata.rpc.mux_wire import DEADLINE_DETAILS, batches, metadata_pb
 from strata.rpc.trace_context import outgoing
 from strata.v1 import mux_pb2
 
@@ -37,7 +37,6 @@ log = logging.getLogger(__name__)
 
 CALLS_METHOD = "/strata.v1.Multiplex/Calls"
 CANCELLED_DETAILS = "Locally cancelled by application!"
-DEADLINE_DETAILS = "Deadline Exceeded"
 _CODES = {c.value[0]: c for c in grpc.StatusCode}
 
 Metadata = Sequence[tuple[str, str]]
@@ -154,10 +153,9 @@ class _MultiCallable:
             method=self._method,
             request=data,
             metadata=metadata_pb(pairs),
-            timeout_s=timeout if timeout is not None and timeout > 0 else 0.0,
+            # 0: none; a deadline already past is the least positive one (DEADLINE_EXCEEDED)
+            timeout_s=0.0 if timeout is None else max(timeout, 1e-9),
         )
-        if timeout is not None and timeout <= 0:
-            opened.timeout_s = 1e-9  # already past: the server answers DEADLINE_EXCEEDED
         call = (_MuxStreamCall if self._streaming else _MuxUnaryCall)(
             self._mux._next_id(), self._deserializer, timeout
         )

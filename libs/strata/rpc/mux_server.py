@@ -30,13 +30,12 @@ from typing import Any
 
 import grpc
 
-from strata.rpc.mux_wire import batches, metadata_pb
+from strata.rpc.mux_wire import DEADLINE_DETAILS, batches, metadata_pb
 from strata.v1 import mux_pb2, mux_pb2_grpc
 
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = mux_pb2.DESCRIPTOR.services_by_name["Multiplex"].full_name
-DEADLINE = "Deadline Exceeded"
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,7 +301,7 @@ class _Stream:
             self._close(call_id, ctx.status_code, ctx.status_details, ctx.trailing)
         except asyncio.CancelledError:
             if ctx.expired:
-                self._close(call_id, grpc.StatusCode.DEADLINE_EXCEEDED, DEADLINE)
+                self._close(call_id, grpc.StatusCode.DEADLINE_EXCEEDED, DEADLINE_DETAILS)
             # else: the caller cancelled (it has closed the call itself) or the stream ended
         except Exception as err:  # noqa: BLE001 - the guard turns servicer errors into INTERNAL first
             log.error("muxed call %s failed outside its handler", opened.method, exc_info=err)

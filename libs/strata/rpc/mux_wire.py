@@ -11,6 +11,8 @@ from strata.v1 import mux_pb2
 # into batches of at most this many bytes (a larger frame goes alone: the largest valid
 # request is 4.1 MB).
 MAX_BATCH_BYTES = 4 * 1024 * 1024
+# The details of a call past its deadline, on either side (grpc's own words for it).
+DEADLINE_DETAILS = "Deadline Exceeded"
 
 
 def batches(
