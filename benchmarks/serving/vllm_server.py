@@ -22,8 +22,11 @@ START_TIMEOUT_S = 900.0  # its first start compiles for the CPU (about 2 minutes
 
 
 class VllmServer:
-    def __init__(self, checkpoint: Path, name: str, log_path: Path, max_model_len: int) -> None:
+    def __init__(
+        self, checkpoint: Path, name: str, log_path: Path, max_model_len: int, dtype: str
+    ) -> None:
         self.checkpoint = checkpoint
+        self.dtype = dtype
         self.name = name
         self.log_path = log_path
         self.max_model_len = max_model_len
@@ -51,7 +54,7 @@ class VllmServer:
                 "--served-model-name",
                 self.name,
                 "--dtype",
-                "bfloat16",
+                self.dtype,
                 "--max-model-len",
                 str(self.max_model_len),
                 "--seed",

@@ -103,6 +103,11 @@ def test_pipeline_failures_map_to_openais_statuses(code, reason, status, retry):
     assert (err.status, err.retry_after_s, err.message) == (status, retry, "what happened")
 
 
+def test_an_infeasible_request_is_a_400_with_a_code_the_caller_can_tell_apart():
+    err = api_error(PipelineError(grpc.StatusCode.FAILED_PRECONDITION, "prefill too long"))
+    assert (err.status, err.code) == (400, "sla_infeasible")
+
+
 def test_usage_counts_each_prompt_once_across_its_choices():
     def choice(i: int, prompt: int, done: int, cached: int) -> Choice:
         return Choice(i, [], prompt_tokens=prompt, completion_tokens=done, cached_tokens=cached)

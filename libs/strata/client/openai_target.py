@@ -8,8 +8,10 @@ server's. TTFT is the first chunk of a choice; ITL the gaps between them (a fini
 without text is not a token).
 A 429 before any token, or a 503 with a `Retry-After` hint (the server shed it: Strata's answer
 when no replica can meet the class's target), is a refusal with that hint (retried when the
-replay's policy says so); any other status is recorded as `HTTP_<status>` with the server's
-message.
+replay's policy says so). A 400 whose error code is `sla_infeasible` (Strata: the request's own
+prefill misses its class's TTFT target even on an idle replica) is recorded as
+FAILED_PRECONDITION, as the gRPC target records that refusal; any other status is recorded as
+`HTTP_<status>` with the server's message.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from strata.eval.workload import WorkloadRequest
 from strata.telemetry.names import RUN_ID_METADATA
 
 REFUSED = "RESOURCE_EXHAUSTED"  # the status a 429 is recorded as, as the gRPC target's
+INFEASIBLE = "FAILED_PRECONDITION"  # the status an `sla_infeasible` 400 is recorded as
+INFEASIBLE_CODE = "sla_infeasible"  # strata.gateway.openai_api's error code for that refusal
 
 
 class OpenAITarget:
@@ -124,10 +128,15 @@ def shed(status: int, retry_after: str | None) -> bool:
 def _failure(status: int, text: str, refused: bool) -> tuple[str, str]:
     """(the record's status, the server's message) for an HTTP error answer."""
     try:
-        message = str(json.loads(text)["error"]["message"])
-    except (ValueError, KeyError, TypeError):
-        message = text[:500]
-    return (REFUSED if refused else f"HTTP_{status}"), message
+        error = json.loads(text)["error"]
+        message, code = str(error["message"]), error.get("code")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        message, code = text[:500], None
+    if refused:
+        return REFUSED, message
+    if status == 400 and code == INFEASIBLE_CODE:
+        return INFEASIBLE, message
+    return f"HTTP_{status}", message
 
 
 def _retry_after_s(value: str | None) -> float | None:

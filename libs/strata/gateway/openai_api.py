@@ -256,10 +256,13 @@ def choice_seed(seed: int | None, index: int) -> int | None:
     return None if seed is None else seed + index
 
 
+INFEASIBLE_CODE = "sla_infeasible"
 _STATUS = {
     grpc.StatusCode.INVALID_ARGUMENT: (400, "invalid_request_error", None),
     grpc.StatusCode.OUT_OF_RANGE: (400, "invalid_request_error", None),
-    grpc.StatusCode.FAILED_PRECONDITION: (400, "invalid_request_error", None),
+    # The scheduler's only FAILED_PRECONDITION: the request's own prefill misses its class's
+    # TTFT target even on an idle replica (shorten the prompt or ask for a lower class).
+    grpc.StatusCode.FAILED_PRECONDITION: (400, "invalid_request_error", INFEASIBLE_CODE),
     grpc.StatusCode.UNAUTHENTICATED: (401, "authentication_error", "invalid_api_key"),
     grpc.StatusCode.PERMISSION_DENIED: (403, "permission_error", None),
     grpc.StatusCode.NOT_FOUND: (404, "invalid_request_error", "model_not_found"),
