@@ -60,11 +60,14 @@ def render(results: dict[str, dict | str], bandwidth: float | None, command: str
         "token embedding tied to the LM head). `quantized`: the weights kept as they are in the "
         "file and multiplied by Strata's kernel (`engine/quant/`), float32 activations (the "
         "default); `float32` and `bfloat16`: the same file widened at load "
-        "(`STRATA_QUANTIZED_WEIGHTS=false`; float32 was the engine's only way before). "
+        "(`STRATA_QUANTIZED_WEIGHTS=false`; float32 was the engine's only way before); "
+        "`float32-sgemm`: the float32 weights through F.linear (MKL's sgemm), the baseline of "
+        "`float32`, whose weights are laid out for oneDNN on a CPU without its bfloat16 path "
+        "(`engine/packed_linear.py`; elsewhere both rows take the same path). "
         "Decode: prompts of 64 random tokens, 128 greedy tokens each, EOS ignored; tokens/s over "
-        "the decode steps only, after a warm-up run. `quantized` and llama.cpp run three "
-        "times, alternating; the table shows the median run, every run's single-stream speed "
-        "in parentheses.",
+        "the decode steps only, after a warm-up run. `quantized`, both float32 rows and "
+        "llama.cpp run three times, alternating; the table shows the median run, every run's "
+        "single-stream speed in parentheses.",
         "",
     ]
     rows = []
@@ -170,7 +173,7 @@ def main() -> None:
     def strata(mode: str) -> list[str]:
         return [py, "-m", "benchmarks.weights.phase_strata", "--mode", mode]
 
-    phases = {mode: strata(mode) for mode in ("quantized", "float32", "bfloat16")}
+    phases = {mode: strata(mode) for mode in ("quantized", "float32", "float32-sgemm", "bfloat16")}
     if os.path.exists(LLAMACPP_PYTHON):
         from strata.engine.gguf_loader import default_model_path
 
@@ -181,12 +184,12 @@ def main() -> None:
             "--model",
             str(default_model_path()),
         ]
-    # The two close contenders run ROUNDS times, alternating, so that a noisy minute of this
-    # shared machine does not land on one of them only.
+    # The close contenders (and each float32 row with its baseline) run ROUNDS times,
+    # alternating, so that a noisy minute of this shared machine does not land on one only.
     runs: dict[str, list[dict | str]] = {name: [] for name in phases}
     for round_ in range(ROUNDS):
         for name, argv in phases.items():
-            if round_ == 0 or name in ("quantized", "llama.cpp"):
+            if round_ == 0 or name in ("quantized", "float32", "float32-sgemm", "llama.cpp"):
                 runs[name].append(run(name, [*argv, "--threads", str(THREADS)]))
     results = {name: merged(r) for name, r in runs.items()}
     if "llama.cpp" not in results:

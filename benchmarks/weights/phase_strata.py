@@ -1,7 +1,8 @@
 """One configuration of our engine on the default model, in a fresh process: load time, resident
 memory, weight bytes, and decode speed (one stream, and a batch of 8), greedy, EOS ignored.
 
-    python -m benchmarks.weights.phase_strata --mode quantized|float32|bfloat16 --threads 2
+    python -m benchmarks.weights.phase_strata --mode quantized|float32|float32-sgemm|bfloat16 \
+        --threads 2
 
 Prints one JSON object on its last line.
 """
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from strata.engine import packed_linear
 from strata.engine.engine import EngineConfig, EngineRequest, LLMEngine
 from strata.engine.gguf_loader import default_model_path, load_gguf
 from strata.engine.sequence import SamplingParams
@@ -22,6 +24,7 @@ from strata.engine.sequence import SamplingParams
 MODES = {  # name -> (keep GGUF weights quantized, the engine's dtype)
     "quantized": (True, "float32"),
     "float32": (False, "float32"),
+    "float32-sgemm": (False, "float32"),  # float32 never packed: F.linear (MKL's sgemm)
     "bfloat16": (False, "bfloat16"),
 }
 PROMPT_LEN, DECODE_TOKENS, BATCH = 64, 128, 8
@@ -59,6 +62,8 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     keep, dtype = MODES[args.mode]
+    if args.mode == "float32-sgemm":
+        packed_linear.PACK_FLOAT32 = False
     path = default_model_path()
     before = rss_bytes()
     started = time.perf_counter()
@@ -75,6 +80,7 @@ def main() -> None:
     batch, batch_step = decode_rate(engine, BATCH, 2)
     result = {
         "mode": args.mode,
+        "packed_float32": packed_linear.PACK_FLOAT32,
         "dtype": dtype,
         "file_bytes": path.stat().st_size,
         "parameters": params,

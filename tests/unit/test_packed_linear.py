@@ -45,11 +45,32 @@ def test_one_row_goes_through_the_row_kernel_within_one_bfloat16_rounding(cols):
     assert torch.equal(with_bias, F.linear(x, w, torch.ones(96).bfloat16()))
 
 
-def test_float32_goes_through_f_linear():
+def test_float32_goes_through_f_linear_unless_packing_it_pays(monkeypatch):
+    # an AVX-512 CPU: MKL's sgemm is as fast as the packed product there
+    monkeypatch.setattr(packed_linear, "PACK_FLOAT32", False)
     w, x = torch.randn(8, 4), torch.randn(2, 4)
     packs = Packs()
     assert torch.equal(packs.linear("w", x, w), F.linear(x, w))
     assert not packs._slots
+
+
+@pytest.mark.skipif(not packed_linear.ONEDNN, reason="no oneDNN packed linear ops in this torch")
+@pytest.mark.parametrize("rows", [1, 2, 33])
+@pytest.mark.parametrize("bias", [False, True])
+def test_packed_float32_linear_agrees_with_f_linear_to_float32_rounding(monkeypatch, rows, bias):
+    # an AVX2-only CPU packs float32 (PACK_FLOAT32); forced here so every host runs the path
+    monkeypatch.setattr(packed_linear, "PACK_FLOAT32", True)
+    gen = torch.Generator().manual_seed(rows)
+    w = torch.randn(96, 576, generator=gen)
+    b = torch.randn(96, generator=gen) if bias else None
+    x = torch.randn(rows, 576, generator=gen)
+    packs = Packs()
+    got = packs.linear("w", x, w, b)
+    exact = F.linear(x.double(), w.double(), None if b is None else b.double())
+    assert got.dtype == torch.float32 and "w" in packs._slots
+    assert torch.allclose(got.double(), exact, rtol=1e-5, atol=1e-4)
+    w.mul_(2)  # changed in place: packed again
+    assert torch.allclose(packs.linear("w", x, w, b), F.linear(x, w, b), rtol=1e-5, atol=1e-4)
 
 
 def test_bfloat16_goes_through_f_linear_where_the_cpu_has_no_onednn_bfloat16_path(monkeypatch):

@@ -12,9 +12,13 @@ layout at about 1.5x the pace of oneDNN's packed product (measured: docs/design/
 accumulates in float32 in another order, so its result can differ from F.linear's in the last
 bit of bfloat16 (tested). Rows with a bias keep to oneDNN.
 
-Only bfloat16 on the CPU is packed: float32 goes through MKL's sgemm, which the packed path
-neither matches nor beats. On a CPU without oneDNN's bfloat16 path (AVX2 only, where the reorder
-raises) bfloat16 goes through F.linear too. A packed copy remembers the weight's version counter,
+float32 is packed only on a CPU without oneDNN's bfloat16 path (AVX2 only; `PACK_FLOAT32`):
+there oneDNN's packed float32 product beats MKL's sgemm behind F.linear, most of all for wide
+weights at a few rows (the LM head: 2-3x), while on an AVX-512 CPU the packed path neither
+matches nor beats sgemm (measurements: docs/design/engine.md). Packed float32 sums in another
+order than sgemm: results agree to float32 rounding, not bit for bit (tested). On a CPU
+without oneDNN's bfloat16 path (where the bfloat16 reorder raises) bfloat16 goes through
+F.linear. A packed copy remembers the weight's version counter,
 so a weight changed in place (a test, a reload) is packed again at its next use. The copy
 doubles the memory of the linear weights it covers.
 """
@@ -31,20 +35,25 @@ from strata.engine import kernels
 # whether this torch build has oneDNN and its packed linear ops, and this CPU runs oneDNN's
 # bfloat16 path (AVX-512 BW/VL/DQ or AVX-NE-CONVERT; on an AVX2-only CPU the reorder raises), asked
 # once: every linear call of a step asks `available`
-ONEDNN_BF16 = (
-    torch.backends.mkldnn.is_available()
-    and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
-    and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+ONEDNN = torch.backends.mkldnn.is_available() and hasattr(
+    torch.ops.mkldnn, "_reorder_linear_weight"
 )
+ONEDNN_BF16 = ONEDNN and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+# whether float32 weights are packed too: where oneDNN has no bfloat16 path (an AVX2-only CPU)
+PACK_FLOAT32 = ONEDNN and not ONEDNN_BF16
 
 
 _ROW_SOURCE = Path(kernels.__file__).with_name("bf16_linear.cpp")
 
 
 def available(weight: torch.Tensor) -> bool:
-    """Whether a weight of this kind is packed: bfloat16 on the CPU, with oneDNN's ops present and
-    its bfloat16 path supported by this CPU."""
-    return ONEDNN_BF16 and weight.device.type == "cpu" and weight.dtype == torch.bfloat16
+    """Whether a weight of this kind is packed: on the CPU, bfloat16 where oneDNN's bfloat16
+    path runs on this CPU (ONEDNN_BF16), float32 where PACK_FLOAT32 says so."""
+    if weight.device.type != "cpu":
+        return False
+    if weight.dtype == torch.bfloat16:
+        return ONEDNN_BF16
+    return weight.dtype == torch.float32 and PACK_FLOAT32
 
 
 class Packs:
@@ -63,7 +72,12 @@ class Packs:
         """F.linear(x, weight, bias), through the packed weight where `available`."""
         if x.dtype != weight.dtype or not available(weight):
             return F.linear(x, weight, bias)
-        if x.shape[0] == 1 and bias is None and weight.is_contiguous():
+        if (
+            weight.dtype == torch.bfloat16
+            and x.shape[0] == 1
+            and bias is None
+            and weight.is_contiguous()
+        ):
             ops = kernels.load_extra(
                 _ROW_SOURCE, "bf16_linear", "strata_bf16", "strata bf16 row kernel"
             )
