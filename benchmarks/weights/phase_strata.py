@@ -1,8 +1,8 @@
 """One configuration of our engine on the default model, in a fresh process: load time, resident
 memory, weight bytes, and decode speed (one stream, and a batch of 8), greedy, EOS ignored.
 
-    python -m benchmarks.weights.phase_strata --mode quantized|float32|float32-sgemm|bfloat16 \
-        --threads 2
+    python -m benchmarks.weights.phase_strata --threads 2 \
+        --mode quantized|float32|float32-one-row|float32-sgemm|bfloat16
 
 Prints one JSON object on its last line.
 """
@@ -24,6 +24,7 @@ from strata.engine.sequence import SamplingParams
 MODES = {  # name -> (keep GGUF weights quantized, the engine's dtype)
     "quantized": (True, "float32"),
     "float32": (False, "float32"),
+    "float32-one-row": (False, "float32"),  # packed, laid out for one row (PACK_ROWS = 1)
     "float32-sgemm": (False, "float32"),  # float32 never packed: F.linear (MKL's sgemm)
     "bfloat16": (False, "bfloat16"),
 }
@@ -64,6 +65,8 @@ def main() -> None:
     keep, dtype = MODES[args.mode]
     if args.mode == "float32-sgemm":
         packed_linear.PACK_FLOAT32 = False
+    if args.mode == "float32-one-row":
+        packed_linear.PACK_ROWS[torch.float32] = 1
     path = default_model_path()
     before = rss_bytes()
     started = time.perf_counter()
@@ -81,6 +84,7 @@ def main() -> None:
     result = {
         "mode": args.mode,
         "packed_float32": packed_linear.PACK_FLOAT32,
+        "pack_rows": packed_linear.PACK_ROWS[torch.float32],
         "dtype": dtype,
         "file_bytes": path.stat().st_size,
         "parameters": params,

@@ -28,7 +28,17 @@ def _records(n_ok: int, ttft_s: float, refused: int = 0) -> list[ClientRecord]:
         for i in range(n_ok)
     ]
     out += [
-        ClientRecord(n_ok + i, "api", 0.0, 0.0, 16, 8, "standard", status="RESOURCE_EXHAUSTED")
+        ClientRecord(
+            n_ok + i,
+            "api",
+            0.0,
+            0.0,
+            16,
+            8,
+            "standard",
+            status="RESOURCE_EXHAUSTED",
+            error="no replica of 'm' can meet the standard class's TTFT target of 2000 ms now",
+        )
         for i in range(refused)
     ]
     return out
@@ -80,6 +90,7 @@ def test_goodput_is_judged_at_every_load_and_p99_ttft_only_below_capacity():
     lines = sweep_section(sweep)
     rows = [x for x in lines if x.startswith("| strata") or x.startswith("| vllm")]
     assert len(rows) == 4
-    # The 2x row of Strata: offered 40 / 20 s, 20 refused, ITL 50 ms, 1 req/s done and in time.
-    assert rows[1].split(" | ")[1:6] == ["2x", "2.00", "40", "20", "0"]
+    # The 2x row of Strata: offered 40 / 20 s, 20 refused (by the TTFT estimate), ITL 50 ms,
+    # 1 req/s done and in time.
+    assert rows[1].split(" | ")[1:6] == ["2x", "2.00", "40", "20 (sla 20)", "0"]
     assert "50 / 50 / 50" in rows[1] and rows[1].endswith("| 1.00 |")

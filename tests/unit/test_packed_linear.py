@@ -55,7 +55,8 @@ def test_float32_goes_through_f_linear_unless_packing_it_pays(monkeypatch):
 
 
 @pytest.mark.skipif(not packed_linear.ONEDNN, reason="no oneDNN packed linear ops in this torch")
-@pytest.mark.parametrize("rows", [1, 2, 33])
+# fewer rows than the layout's PACK_ROWS, as many, and more
+@pytest.mark.parametrize("rows", [1, 2, 16, 33])
 @pytest.mark.parametrize("bias", [False, True])
 def test_packed_float32_linear_agrees_with_f_linear_to_float32_rounding(monkeypatch, rows, bias):
     # an AVX2-only CPU packs float32 (PACK_FLOAT32); forced here so every host runs the path

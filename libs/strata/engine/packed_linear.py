@@ -41,6 +41,11 @@ ONEDNN = torch.backends.mkldnn.is_available() and hasattr(
 ONEDNN_BF16 = ONEDNN and torch.ops.mkldnn._is_mkldnn_bf16_supported()
 # whether float32 weights are packed too: where oneDNN has no bfloat16 path (an AVX2-only CPU)
 PACK_FLOAT32 = ONEDNN and not ONEDNN_BF16
+# the rows oneDNN lays a packed weight out for, by dtype: any number of rows multiplies through
+# it, but a float32 weight laid out for one row multiplies 2-16 rows (a decode batch) up to 2x
+# slower than one laid out for 16, which is as fast at one row and at a prefill's hundreds
+# (measurements: docs/design/engine.md); bfloat16 keeps the one-row layout it was measured with
+PACK_ROWS = {torch.float32: 16, torch.bfloat16: 1}
 
 
 _ROW_SOURCE = Path(kernels.__file__).with_name("bf16_linear.cpp")
@@ -86,7 +91,9 @@ class Packs:
         slot = self._slots.get(name)
         if slot is None or slot[0] is not weight or slot[1] != weight._version:
             with torch.no_grad():
-                packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 1)
+                packed = torch.ops.mkldnn._reorder_linear_weight(
+                    weight.detach(), PACK_ROWS[weight.dtype]
+                )
             slot = (weight, weight._version, packed)
             self._slots[name] = slot
         return torch.ops.mkldnn._linear_pointwise(x, slot[2], bias, "none", [], "")
