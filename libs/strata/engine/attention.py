@@ -202,6 +202,12 @@ def kv_cache_shape(
 _ROPE_SOURCE = Path(kernels.__file__).with_name("rotary_kv.cpp")
 
 
+def load_rotary_kernel():
+    """torch.ops.strata_rope (kernels/rotary_kv.cpp), built or loaded from the cache, or None
+    where it cannot be (a failure is logged once)."""
+    return kernels.load_extra(_ROPE_SOURCE, "rotary_kv", "strata_rope", "strata rotary kernel")
+
+
 def store_kv(
     k: torch.Tensor,
     v: torch.Tensor,
@@ -235,7 +241,7 @@ def rotate_and_store(
     t = qkv.shape[0]
     kv_heads, _, _, head_dim = k_cache.shape
     if meta.native and qkv.device.type == "cpu" and qkv.dtype in (torch.float32, torch.bfloat16):
-        ops = kernels.load_extra(_ROPE_SOURCE, "rotary_kv", "strata_rope", "strata rotary kernel")
+        ops = load_rotary_kernel()
         if ops is not None:
             return ops.rotary_kv(
                 qkv, cos.contiguous(), sin.contiguous(), k_cache, v_cache, meta.slot_mapping, heads

@@ -22,8 +22,13 @@ import torch
 
 from strata.core.blocks import DEFAULT_BLOCK_SIZE
 from strata.core.counters import EngineCounters
-from strata.engine import kernels
-from strata.engine.attention import AttentionMetadata, SeqSlice, kv_cache_shape
+from strata.engine import kernels, packed_linear
+from strata.engine.attention import (
+    AttentionMetadata,
+    SeqSlice,
+    kv_cache_shape,
+    load_rotary_kernel,
+)
 from strata.engine.block_pool import BlockPool
 from strata.engine.block_tables import BlockTables
 from strata.engine.compute_dtype import auto_dtype
@@ -31,10 +36,13 @@ from strata.engine.costs import CostModel
 from strata.engine.detokenizer import Detokenizer
 from strata.engine.loaded import LoadedModel
 from strata.engine.model import build_model
+from strata.engine.model import load_kernels as load_model_kernels
 from strata.engine.quant import QuantLayer
+from strata.engine.quant import native as quant_native
 from strata.engine.sampler import Sampled, SamplingError, SeqSampler, sample_batch
 from strata.engine.scheduler import ScheduledSeq, Scheduler
 from strata.engine.sequence import FinishReason, SamplingParams, Sequence
+from strata.engine.sparse import native as sparse_native
 from strata.engine.sparse.config import SparseConfig
 from strata.engine.sparse.decode import SparseDecoder, SparseStats
 from strata.engine.tier_link import TierLink
@@ -184,6 +192,8 @@ class LLMEngine:
             and self.device.type == "cpu"
             and kernels.load() is not None
         )
+        if self.native_attention:
+            self._build_kernels()
         self.stats = EngineCounters()  # what the engine itself counts; counters() adds the rest
         self.last_step_tokens = 0
         # Called after every step with its scheduled items (already advanced), the whole
@@ -199,6 +209,20 @@ class LLMEngine:
         self._samplers: dict[str, SeqSampler] = {}
         self._detok: dict[str, Detokenizer] = {}
         self._seqs: dict[str, Sequence] = {}
+
+    def _build_kernels(self) -> None:
+        """Build (or load from the cache) every other CPU kernel this engine's steps may call:
+        the norms, SwiGLU and rotary ones; the one-row bfloat16 product where bfloat16 weights
+        are packed; the quantized and sparse ones where the model and config use them. A first
+        compile takes seconds, and would otherwise land on the first step that needs it."""
+        load_model_kernels()
+        load_rotary_kernel()
+        if self.dtype == torch.bfloat16 and packed_linear.ONEDNN_BF16:
+            packed_linear.load_row_kernel()
+        if any(isinstance(layer, QuantLayer) for layer in self.model.modules()):
+            quant_native.load()
+        if self.sparse is not None:
+            sparse_native.load()
 
     def weights_size(self) -> tuple[int, int]:
         """(parameters, bytes) of the model's weights as held (tied weights once; a quantized

@@ -44,6 +44,13 @@ def _native(x: torch.Tensor, source: Path, stem: str, namespace: str):
     return kernels.load_extra(source, stem, namespace, f"strata {stem} kernel")
 
 
+def load_kernels() -> None:
+    """Build (or load from the cache) the RMSNorm and SwiGLU kernels now, so that no first
+    compile lands on a step; a failure is logged once and leaves the torch expressions."""
+    kernels.load_extra(_NORM_SOURCE, "rms_norm", "strata_norm", "strata rms_norm kernel")
+    kernels.load_extra(_SWIGLU_SOURCE, "swiglu", "strata_swiglu", "strata swiglu kernel")
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """weight * (x * rsqrt(mean(x^2) + eps)) over the last dimension, computed in float32 and
     rounded to x's dtype before the weight multiplies it; one fused C++ pass on the CPU where the

@@ -51,6 +51,12 @@ PACK_ROWS = {torch.float32: 16, torch.bfloat16: 1}
 _ROW_SOURCE = Path(kernels.__file__).with_name("bf16_linear.cpp")
 
 
+def load_row_kernel():
+    """torch.ops.strata_bf16 (kernels/bf16_linear.cpp, the one-row bfloat16 product), built or
+    loaded from the cache, or None where it cannot be (a failure is logged once)."""
+    return kernels.load_extra(_ROW_SOURCE, "bf16_linear", "strata_bf16", "strata bf16 row kernel")
+
+
 def available(weight: torch.Tensor) -> bool:
     """Whether a weight of this kind is packed: on the CPU, bfloat16 where oneDNN's bfloat16
     path runs on this CPU (ONEDNN_BF16), float32 where PACK_FLOAT32 says so."""
@@ -83,9 +89,7 @@ class Packs:
             and bias is None
             and weight.is_contiguous()
         ):
-            ops = kernels.load_extra(
-                _ROW_SOURCE, "bf16_linear", "strata_bf16", "strata bf16 row kernel"
-            )
+            ops = load_row_kernel()
             if ops is not None:
                 return ops.linear(x, weight)
         slot = self._slots.get(name)
