@@ -39,7 +39,13 @@ from strata.engine.model import build_model
 from strata.engine.model import load_kernels as load_model_kernels
 from strata.engine.quant import QuantLayer
 from strata.engine.quant import native as quant_native
-from strata.engine.sampler import Sampled, SamplingError, SeqSampler, sample_batch
+from strata.engine.sampler import (
+    Sampled,
+    SamplingError,
+    SeqSampler,
+    load_row_max_kernel,
+    sample_batch,
+)
 from strata.engine.scheduler import ScheduledSeq, Scheduler
 from strata.engine.sequence import FinishReason, SamplingParams, Sequence
 from strata.engine.sparse import native as sparse_native
@@ -212,11 +218,12 @@ class LLMEngine:
 
     def _build_kernels(self) -> None:
         """Build (or load from the cache) every other CPU kernel this engine's steps may call:
-        the norms, SwiGLU and rotary ones; the one-row bfloat16 product where bfloat16 weights
-        are packed; the quantized and sparse ones where the model and config use them. A first
-        compile takes seconds, and would otherwise land on the first step that needs it."""
+        the norms, SwiGLU, rotary and greedy ones; the one-row bfloat16 product where bfloat16
+        weights are packed; the quantized and sparse ones where the model and config use them.
+        A first compile takes seconds, and would otherwise land on the first step that needs it."""
         load_model_kernels()
         load_rotary_kernel()
+        load_row_max_kernel()
         if self.dtype == torch.bfloat16 and packed_linear.ONEDNN_BF16:
             packed_linear.load_row_kernel()
         if any(isinstance(layer, QuantLayer) for layer in self.model.modules()):

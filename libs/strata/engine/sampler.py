@@ -17,10 +17,14 @@ engine turns into that request's failure alone.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
+from strata.engine import kernels
 from strata.engine.sequence import GREEDY_EPS, SamplingParams
+
+_ROW_MAX_SOURCE = Path(kernels.__file__).with_name("row_max.cpp")
 
 NO_FINITE_LOGIT = "the model produced no finite logit for this request's next token"
 
@@ -107,8 +111,7 @@ def sample_batch(
     """One token per row of logits [B, vocab], or the row's SamplingError: a row that cannot be
     sampled fails alone, the others are sampled as if it were not there."""
     if all(s.params.is_plain_greedy for s in samplers):
-        # fp32 argmax: faster on CPU than on bf16, and identical
-        best, tokens = torch.max(logits.float(), dim=-1)
+        best, tokens = row_max(logits)
         # A nan maximum (torch.max propagates nan) or an all -inf row has nothing to pick.
         usable = (best > float("-inf")).tolist()
         return [
@@ -117,6 +120,23 @@ def sample_batch(
         ]
     cpu = logits.float().cpu()
     return [_sample_row(s, cpu[i], h) for i, (s, h) in enumerate(zip(samplers, histories))]
+
+
+def load_row_max_kernel():
+    """torch.ops.strata_greedy (kernels/row_max.cpp), built or loaded from the cache, or None
+    where it cannot be (a failure is logged once)."""
+    return kernels.load_extra(_ROW_MAX_SOURCE, "row_max", "strata_greedy", "strata greedy kernel")
+
+
+def row_max(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """torch.max(logits.float(), dim=-1) of logits [B, vocab]: each row's maximum as float32 and
+    the index of its first occurrence (nan and its index where the row holds one). One C++ pass
+    over float32 or bfloat16 rows on the CPU where the kernel builds, with no float32 copy."""
+    if logits.device.type == "cpu" and logits.dtype in (torch.float32, torch.bfloat16):
+        ops = load_row_max_kernel()
+        if ops is not None:
+            return ops.row_max(logits)
+    return torch.max(logits.float(), dim=-1)
 
 
 def _sample_row(

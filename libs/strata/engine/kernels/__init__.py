@@ -49,6 +49,12 @@ def cache_dir() -> Path:
     return Path(override) if override else Path.home() / ".cache" / "strata" / "kernels"
 
 
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags as /proc/cpuinfo lists them (empty where there is none)."""
+    line = _cpu_signature()
+    return frozenset(line.split(":", 1)[1].split()) if line.startswith("flags") else frozenset()
+
+
 def _cpu_signature() -> str:
     # -march=native ties the binary to this CPU's instruction set
     try:

@@ -18,11 +18,66 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
+
+#if defined(__AVX512BF16__)
+#include <immintrin.h>
+#endif
 
 namespace {
 
 #include "cpu_math.h"
+
+#if defined(__AVX512BF16__)
+// The AVX-512 BF16 path for bfloat16 caches (head_dim a multiple of 32, blocks a multiple of 16
+// keys): scores are bf16 pair dot products (vdpbf16ps: the products are exact in float32, sums
+// rounded to nearest even with denormals flushed) of 16 keys at a time, reduced together; the
+// weighted sum of values keeps up to 4 query heads x 64 dims of accumulators in registers.
+
+// lane j of the result = the sum of v[j]'s 16 lanes: a transposing tree of 15 adds instead of 16
+// separate horizontal reductions
+inline __m512 reduce16(__m512* v) {
+  __m512 s1[8], s2[4], s3[2];
+  for (int i = 0; i < 8; ++i)  // per 128-bit lane: [x0+x2, y0+y2, x1+x3, y1+y3]
+    s1[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
+                          _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+  for (int i = 0; i < 4; ++i) {  // per 128-bit lane: one partial of each of 4 keys, in order
+    const __m512d a = _mm512_castps_pd(s1[2 * i]), b = _mm512_castps_pd(s1[2 * i + 1]);
+    s2[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+                          _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+  }
+  for (int i = 0; i < 2; ++i)
+    s3[i] = _mm512_add_ps(_mm512_shuffle_f32x4(s2[2 * i], s2[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                          _mm512_shuffle_f32x4(s2[2 * i], s2[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(s3[0], s3[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_f32x4(s3[0], s3[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// scores[t] = scale * q . k_t for n (<= 16) keys at k_slot apart; q and keys kDim bf16 each
+template <int64_t kDim>
+inline void scores16(const c10::BFloat16* q, const c10::BFloat16* keys, int64_t k_slot, int64_t n,
+                     float scale, float* scores) {
+  constexpr int kPairs = kDim / 32;  // 32 bf16 (16 pairs) a vector
+  __m512bh qv[kPairs];
+  for (int c = 0; c < kPairs; ++c) qv[c] = (__m512bh)_mm512_loadu_si512(q + 32 * c);
+  __m512 acc[16];
+  for (int64_t j = 0; j < 16; ++j) {
+    acc[j] = _mm512_setzero_ps();
+    if (j < n)
+      for (int c = 0; c < kPairs; ++c)
+        acc[j] = _mm512_dpbf16_ps(
+            acc[j], qv[c], (__m512bh)_mm512_loadu_si512(keys + j * k_slot + 32 * c));
+  }
+  const __m512 out = _mm512_mul_ps(reduce16(acc), _mm512_set1_ps(scale));
+  _mm512_mask_storeu_ps(scores, static_cast<__mmask16>((1u << n) - 1u), out);
+}
+
+inline __m512 widen16(const c10::BFloat16* x) {
+  const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+}
+#endif
 
 // Below this many (sequence, kv head) items per thread, a long context is cut into chunks so
 // that every thread has work: a batch-1 step of a model with 3 kv heads on 2 threads would
@@ -51,9 +106,22 @@ struct DecodePass {
   // (sequence s, kv head kh) over tokens [t_begin, t_end) of its context, t_begin at a block
   // boundary -> out [G, D] (its attention over those tokens, rounded to out_t) and, with lse,
   // the log sum exp of their scores per query head
+#if defined(__AVX512BF16__)
+  static constexpr bool kVector =
+      std::is_same<scalar_t, c10::BFloat16>::value && kDim > 0 && kDim % 64 == 0;
+#else
+  static constexpr bool kVector = false;
+#endif
+
   template <typename out_t>
   void run(int64_t s, int64_t kh, int64_t t_begin, int64_t t_end, Scratch& sc, out_t* out,
            float* lse) const {
+    if constexpr (kVector) {
+      if (block_size % 16 == 0) {
+        run_vector(s, kh, t_begin, t_end, sc, out, lse);
+        return;
+      }
+    }
     const int64_t n_tok = t_end - t_begin;
     const int64_t* table = tables + s * width;
     float* qf = sc.qf.data();
@@ -108,6 +176,79 @@ struct DecodePass {
       store_row(a, out + g * dim, dim);
     }
   }
+
+#if defined(__AVX512BF16__)
+  // run() on the AVX-512 BF16 path (kVector; blocks a multiple of 16 keys): the same softmax
+  // and the same output rounding, the dot products and sums in another order
+  template <typename out_t>
+  void run_vector(int64_t s, int64_t kh, int64_t t_begin, int64_t t_end, Scratch& sc,
+                  out_t* out, float* lse) const {
+    const int64_t n_tok = t_end - t_begin;
+    const int64_t* table = tables + s * width;
+    sc.scores.resize(group * n_tok);
+    float* scores = sc.scores.data();
+    const scalar_t* kbase = kp + kh * k_head;
+    for (int64_t g = 0; g < group; ++g) {
+      const scalar_t* qg = qp + (s * heads + kh * group + g) * kDim;
+      for (int64_t t0 = t_begin; t0 < t_end; t0 += block_size) {
+        const scalar_t* kblock = kbase + table[t0 / block_size] * k_block;
+        const int64_t n = std::min(block_size, t_end - t0);
+        for (int64_t j = 0; j < n; j += 16)
+          scores16<kDim>(qg, kblock + j * k_slot, k_slot, std::min<int64_t>(16, n - j), fscale,
+                         scores + g * n_tok + t0 - t_begin + j);
+      }
+    }
+    for (int64_t g = 0; g < group; ++g) {
+      float* sg = scores + g * n_tok;
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int64_t t = 0; t < n_tok; ++t) mx = sg[t] > mx ? sg[t] : mx;
+      float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t t = 0; t < n_tok; ++t) {
+        sg[t] = exp_nonpositive(sg[t] - mx);
+        sum += sg[t];
+      }
+      sc.sums[g] = sum;
+      if (lse != nullptr) lse[g] = mx + std::log(sum);
+    }
+    // values: 4 query heads x 64 dims of accumulators held in registers over every token
+    float* acc = sc.acc.data();
+    const scalar_t* vbase = vp + kh * v_head;
+    for (int64_t g0 = 0; g0 < group; g0 += 4) {
+      const int64_t gn = std::min<int64_t>(4, group - g0);
+      for (int64_t d0 = 0; d0 < kDim; d0 += 64) {
+        __m512 a[4][4];
+        for (int g = 0; g < 4; ++g)
+          for (int c = 0; c < 4; ++c) a[g][c] = _mm512_setzero_ps();
+        for (int64_t t0 = t_begin; t0 < t_end; t0 += block_size) {
+          const scalar_t* vblock = vbase + table[t0 / block_size] * v_block + d0;
+          const int64_t n = std::min(block_size, t_end - t0);
+          const float* p = scores + g0 * n_tok + t0 - t_begin;
+          for (int64_t j = 0; j < n; ++j) {
+            const scalar_t* row = vblock + j * v_slot;
+            const __m512 v0 = widen16(row), v1 = widen16(row + 16), v2 = widen16(row + 32),
+                         v3 = widen16(row + 48);
+            for (int g = 0; g < 4; ++g) {
+              if (g >= gn) break;
+              const __m512 w = _mm512_set1_ps(p[g * n_tok + j]);
+              a[g][0] = _mm512_fmadd_ps(w, v0, a[g][0]);
+              a[g][1] = _mm512_fmadd_ps(w, v1, a[g][1]);
+              a[g][2] = _mm512_fmadd_ps(w, v2, a[g][2]);
+              a[g][3] = _mm512_fmadd_ps(w, v3, a[g][3]);
+            }
+          }
+        }
+        for (int64_t g = 0; g < gn; ++g) {
+          const float inv = sc.sums[g0 + g] > 0.f ? 1.f / sc.sums[g0 + g] : 0.f;
+          const __m512 iv = _mm512_set1_ps(inv);
+          for (int c = 0; c < 4; ++c)
+            _mm512_storeu_ps(acc + (g0 + g) * kDim + d0 + 16 * c, _mm512_mul_ps(a[g][c], iv));
+        }
+      }
+    }
+    for (int64_t g = 0; g < group; ++g) store_row(acc + g * kDim, out + g * kDim, kDim);
+  }
+#endif
 };
 
 template <typename scalar_t, int64_t kDim>
