@@ -1,6 +1,6 @@
 // Shared helpers of strata's CPU kernels (decode_attention.cpp, sparse/sparse_kernels.cpp):
-// widening bfloat16 rows to float, rounding floats to bfloat16 and storing them back, dot and
-// axpy over head_dim, and exp of a non-positive float. Inner loops run over head_dim in float; reductions are OpenMP simd
+// widening bfloat16 rows to float, storing them back, dot and axpy over head_dim, and exp of a
+// non-positive float. Inner loops run over head_dim in float; reductions are OpenMP simd
 // reductions so GCC vectorizes them without -ffast-math. bfloat16 is widened by a 16-bit shift,
 // which is exact. Included inside each kernel's anonymous namespace, after <algorithm>, <cmath>,
 // <cstring> and <limits>.
@@ -22,27 +22,8 @@ inline void store_row(const float* src, float* dst, int64_t n) {
   std::memcpy(dst, src, sizeof(float) * n);
 }
 
-// x's bits rounded to the nearest bfloat16, ties to even, as c10::BFloat16 rounds (a nan gives
-// 0x7FC0 as there); branch-free, so the loops calling it vectorize
-inline uint16_t bf16_bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof(u));
-  const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-  return x != x ? static_cast<uint16_t>(0x7FC0) : static_cast<uint16_t>(rounded);
-}
-
-// x rounded to bfloat16 and widened back: static_cast<float>(c10::BFloat16(x))
-inline float round_bf16(float x) {
-  const uint32_t u = static_cast<uint32_t>(bf16_bits(x)) << 16;
-  float out;
-  std::memcpy(&out, &u, sizeof(out));
-  return out;
-}
-
 inline void store_row(const float* src, c10::BFloat16* dst, int64_t n) {
-  uint16_t* out = reinterpret_cast<uint16_t*>(dst);
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) out[i] = bf16_bits(src[i]);
+  for (int64_t i = 0; i < n; ++i) dst[i] = c10::BFloat16(src[i]);  // round to nearest even
 }
 
 inline float dot(const float* __restrict a, const float* __restrict b, int64_t n) {

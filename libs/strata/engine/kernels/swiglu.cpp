@@ -14,7 +14,6 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <type_traits>
 #include <vector>
 
 namespace {
@@ -35,9 +34,8 @@ void silu_mul_impl(const at::Tensor& gate_up, at::Tensor& out) {
       for (int64_t i = 0; i < inter; ++i) {
         const float x = g[i];
         const float e = exp_nonpositive(-std::fabs(x));
-        const float sig = (x >= 0.f ? 1.f : e) / (1.f + e);
-        const float act = std::is_same<scalar_t, c10::BFloat16>::value ? round_bf16(x * sig)
-                                                                         : x * sig;
+        const float sig = x >= 0.f ? 1.f / (1.f + e) : e / (1.f + e);
+        const float act = static_cast<float>(static_cast<scalar_t>(x * sig));
         g[i] = act * u[i];
       }
       store_row(g.data(), op + r * inter, inter);
