@@ -6,18 +6,34 @@ from __future__ import annotations
 import time
 
 
-def open_model(path: str, threads: int):
-    """A llama_cpp.Llama on the GGUF at `path` with `threads` threads, quiet."""
+def open_model(path: str, threads: int, extra_buffer_types: bool = True):
+    """A llama_cpp.Llama on the GGUF at `path` with `threads` threads, quiet. With
+    extra_buffer_types False, llama.cpp keeps every weight in its plain CPU buffer: no repacked
+    (CPU_REPACK) or AMX copy. llama-cpp-python's Llama has no argument for that, so the model
+    defaults it reads while loading are patched for that one call."""
+    import llama_cpp.llama_cpp as lib
     from llama_cpp import Llama
 
-    return Llama(
-        model_path=path,
-        n_threads=threads,
-        n_threads_batch=threads,
-        n_ctx=1024,
-        n_batch=512,
-        verbose=False,
-    )
+    defaults = lib.llama_model_default_params
+    if not extra_buffer_types:
+
+        def plain_buffers():
+            params = defaults()
+            params.use_extra_bufts = False
+            return params
+
+        lib.llama_model_default_params = plain_buffers
+    try:
+        return Llama(
+            model_path=path,
+            n_threads=threads,
+            n_threads_batch=threads,
+            n_ctx=1024,
+            n_batch=512,
+            verbose=False,
+        )
+    finally:
+        lib.llama_model_default_params = defaults
 
 
 def greedy(llm, prompt: list[int], tokens: int) -> tuple[list[int], list[float]]:

@@ -27,8 +27,13 @@ def cpu_model() -> str:
     return _cpuinfo("model name") or platform.processor() or "unknown CPU"
 
 
+def cpu_flags() -> set[str]:
+    """Every feature flag /proc/cpuinfo lists (empty where it lists none)."""
+    return set((_cpuinfo("flags") or "").split())
+
+
 def cpu_flags_of_interest() -> list[str]:
-    have = set((_cpuinfo("flags") or "").split())
+    have = cpu_flags()
     return [w for w in FLAGS_OF_INTEREST if w in have]
 
 

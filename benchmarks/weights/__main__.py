@@ -16,11 +16,12 @@ import subprocess
 import sys
 from datetime import UTC, datetime
 
-from benchmarks.common.machine import host_line, machine_facts
+from benchmarks.common.machine import cpu_flags, host_line, machine_facts
 from benchmarks.common.tables import table
 
 DOCS = "docs/benchmarks"
 LLAMACPP_PYTHON = ".venv-llamacpp/bin/python"
+AMX_INT8 = "amx_int8" in cpu_flags()
 THREADS = 2
 ROUNDS = 3
 TIMEOUT_S = 900
@@ -145,7 +146,15 @@ def render(results: dict[str, dict | str], bandwidth: float | None, command: str
             else "."
         ),
         "- llama.cpp: llama-cpp-python's `Llama.generate` on the same file, single stream only; "
-        "its weights and load figures are its own and not comparable, so they are left out.",
+        "its weights and load figures are its own and not comparable, so they are left out."
+        + (
+            " This CPU has AMX, where llama.cpp's AMX copy of these weights crashed (a "
+            "segmentation fault on any prompt of 8 tokens or more), so llama.cpp keeps them in "
+            "its plain CPU buffers (`use_extra_bufts` off: no AMX or repacked copy)."
+            if isinstance(results.get("llama.cpp"), dict)
+            and results["llama.cpp"].get("extra_buffer_types") is False
+            else ""
+        ),
     ]
     return "\n".join(lines) + "\n"
 
@@ -186,6 +195,9 @@ def main() -> None:
             "benchmarks.weights.phase_llamacpp",
             "--model",
             str(default_model_path()),
+            # llama.cpp's AMX copy of Q4_1 weights segfaults on a prompt of 8+ tokens on the AMX
+            # host (ggml-org/llama.cpp#20824's symptom): its plain CPU buffers there
+            *(["--no-extra-buffer-types"] if AMX_INT8 else []),
         ]
     # The close contenders (and each float32 row with its baseline) run ROUNDS times,
     # alternating, so that a noisy minute of this shared machine does not land on one only.
