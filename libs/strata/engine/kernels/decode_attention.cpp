@@ -113,6 +113,25 @@ struct DecodePass {
   static constexpr bool kVector = false;
 #endif
 
+  // each query head's scores [G][n_tok] -> their softmax numerators in place, each head's sum
+  // in sc.sums (the normalisation is applied once to the output rows) and, with lse, its log
+  // sum exp
+  void softmax_numerators(float* scores, int64_t n_tok, Scratch& sc, float* lse) const {
+    for (int64_t g = 0; g < group; ++g) {
+      float* sg = scores + g * n_tok;
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int64_t t = 0; t < n_tok; ++t) mx = sg[t] > mx ? sg[t] : mx;
+      float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t t = 0; t < n_tok; ++t) {
+        sg[t] = exp_nonpositive(sg[t] - mx);
+        sum += sg[t];
+      }
+      sc.sums[g] = sum;
+      if (lse != nullptr) lse[g] = mx + std::log(sum);
+    }
+  }
+
   template <typename out_t>
   void run(int64_t s, int64_t kh, int64_t t_begin, int64_t t_end, Scratch& sc, out_t* out,
            float* lse) const {
@@ -142,20 +161,7 @@ struct DecodePass {
           scores[g * n_tok + t0 - t_begin + j] = dot(qf + g * dim, row, dim) * fscale;
       }
     }
-    // softmax numerators in place; the normalisation is applied once to the output rows
-    for (int64_t g = 0; g < group; ++g) {
-      float* sg = scores + g * n_tok;
-      float mx = -std::numeric_limits<float>::infinity();
-      for (int64_t t = 0; t < n_tok; ++t) mx = sg[t] > mx ? sg[t] : mx;
-      float sum = 0.f;
-#pragma omp simd reduction(+ : sum)
-      for (int64_t t = 0; t < n_tok; ++t) {
-        sg[t] = exp_nonpositive(sg[t] - mx);
-        sum += sg[t];
-      }
-      sc.sums[g] = sum;
-      if (lse != nullptr) lse[g] = mx + std::log(sum);
-    }
+    softmax_numerators(scores, n_tok, sc, lse);
     // pass 2: weighted sum of values
     float* acc = sc.acc.data();
     std::fill(sc.acc.begin(), sc.acc.end(), 0.f);
@@ -198,19 +204,7 @@ struct DecodePass {
                          scores + g * n_tok + t0 - t_begin + j);
       }
     }
-    for (int64_t g = 0; g < group; ++g) {
-      float* sg = scores + g * n_tok;
-      float mx = -std::numeric_limits<float>::infinity();
-      for (int64_t t = 0; t < n_tok; ++t) mx = sg[t] > mx ? sg[t] : mx;
-      float sum = 0.f;
-#pragma omp simd reduction(+ : sum)
-      for (int64_t t = 0; t < n_tok; ++t) {
-        sg[t] = exp_nonpositive(sg[t] - mx);
-        sum += sg[t];
-      }
-      sc.sums[g] = sum;
-      if (lse != nullptr) lse[g] = mx + std::log(sum);
-    }
+    softmax_numerators(scores, n_tok, sc, lse);
     // values: 4 query heads x 64 dims of accumulators held in registers over every token
     float* acc = sc.acc.data();
     const scalar_t* vbase = vp + kh * v_head;
