@@ -24,6 +24,7 @@ from strata.client.sdk import Client
 from strata.core import defaults
 from strata.core.lifeline import child_env
 from strata.rpc.channels import sync_channel
+from strata.telemetry import names
 from strata.v1 import (
     common_pb2,
     node_pb2,
@@ -115,6 +116,20 @@ def _wait(predicate, timeout_s: float, what: str, stack) -> None:
         time.sleep(0.2)
 
 
+def _rate_limited(err: grpc.RpcError) -> bool:
+    return err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "request rate" in (
+        err.details() or ""
+    )
+
+
+def _retry_after_s(err: grpc.RpcError) -> float:
+    """The refusal's retry-after-ms trailer in seconds (0.05 s where it has none)."""
+    for key, value in err.trailing_metadata() or ():
+        if key == names.RETRY_AFTER_METADATA:
+            return max(0.001, int(value) / 1000)
+    return 0.05
+
+
 class Traffic:
     """Clients sending short generations back to back; every outcome is recorded."""
 
@@ -124,6 +139,7 @@ class Traffic:
         self._stop = threading.Event()
         self.ok: list[float] = []  # finish times
         self.failed: list[str] = []
+        self.rate_limited = 0  # refusals for the tenant's request rate, retried after a wait
         self._threads = [threading.Thread(target=self._loop, args=(i,)) for i in range(clients)]
 
     def __enter__(self) -> Traffic:
@@ -155,6 +171,12 @@ class Traffic:
                     else:
                         self.failed.append(f"finish reason {chunks[-1].finish_reason}")
                 except grpc.RpcError as err:
+                    if _rate_limited(err):
+                        # the gateway's per-tenant rate, not the replan: back off as a client
+                        # should, for as long as the refusal says
+                        self.rate_limited += 1
+                        self._stop.wait(_retry_after_s(err))
+                        continue
                     self.failed.append(f"{err.code().name}: {err.details()}")
 
 
