@@ -119,3 +119,23 @@ def test_batched_mixed_step_matches_separate_runs():
         ref_b = hf(b[None]).logits[0, -1]
     assert torch.allclose(logits[0], ref_a, atol=1e-4)
     assert torch.allclose(logits[1], ref_b, atol=1e-4)
+
+
+def test_a_bfloat16_model_keeps_its_residual_stream_in_float32():
+    """Each layer of a bfloat16 model reads and updates a float32 hidden state (the norms round
+    their outputs to bfloat16 for the projections), so its logits are closer to the float32
+    model's than a bfloat16 stream leaves them."""
+    torch.set_num_threads(1)
+    hf, ours, cfg = _pair(CONFIGS["gqa3-tied"])
+    weights = {k: v.to(torch.bfloat16) for k, v in hf.state_dict().items()}
+    narrow = build_model(cfg, weights, torch.device("cpu"), torch.bfloat16)
+    seen: list[torch.dtype] = []
+    narrow.layers[1].register_forward_hook(
+        lambda _m, args, out: seen.extend([args[0].dtype, out.dtype])
+    )
+    ids = torch.randint(0, 97, (7,), generator=torch.Generator().manual_seed(4))
+    meta = AttentionMetadata.build([SeqSlice(0, 7, 7, [0, 1])], 4, "cpu")
+    logits = narrow(ids, torch.arange(7), _kv(cfg, 4, 4).bfloat16(), meta, torch.tensor([6]))
+    assert seen == [torch.float32, torch.float32]
+    want = ours(ids, torch.arange(7), _kv(cfg, 4, 4), meta, torch.tensor([6]))
+    assert float((logits.float() - want).abs().max()) < 0.05

@@ -41,6 +41,9 @@ def test_one_row_goes_through_the_row_kernel_within_one_bfloat16_rounding(cols):
     exact = F.linear(x.float(), w.float())
     assert got.dtype == torch.bfloat16 and not packs._slots  # nothing packed for one row
     assert bool(((got.float() - exact).abs() <= exact.abs() * 2**-8 + 1e-4).all())
+    sums = packs.linear("w", x, w, float_sums=True)  # the same sums before their rounding
+    assert sums.dtype == torch.float32 and torch.equal(sums.to(torch.bfloat16), got)
+    assert bool(((sums - exact).abs() <= exact.abs() * 1e-5 + 1e-5).all())
     with_bias = packs.linear("w", x, w, torch.ones(96).bfloat16())  # a bias: oneDNN's way
     assert torch.equal(with_bias, F.linear(x, w, torch.ones(96).bfloat16()))
 

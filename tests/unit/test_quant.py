@@ -116,6 +116,9 @@ def test_native_linear_in_bfloat16_rounds_only_its_float32_result():
         assert got.dtype == torch.bfloat16
         # one bfloat16 rounding of a float32 result: within 2**-8 relative (plus float32 noise)
         assert bool(((got.float() - exact).abs() <= exact.abs() * 2**-8 + 1e-5).all())
+        sums = ops.linear(x, w.data, w.bits, True)  # float_sums: that result, unrounded
+        assert sums.dtype == torch.float32 and torch.equal(sums.to(torch.bfloat16), got)
+        assert bool(((sums - exact).abs() <= exact.abs() * 1e-5 + 1e-5).all())
 
 
 def test_native_linear_of_many_bfloat16_rows_is_the_widened_bfloat16_matmul():
@@ -124,6 +127,7 @@ def test_native_linear_of_many_bfloat16_rows_is_the_widened_bfloat16_matmul():
     x = torch.randn(32, COLS, generator=torch.Generator().manual_seed(32)).to(torch.bfloat16)
     got = ops.linear(x, w.data, w.bits)
     assert torch.equal(got, F.linear(x, dequantize(w, torch.bfloat16)))
+    assert torch.equal(ops.linear(x, w.data, w.bits, True), got)  # no float32 sums to keep
 
 
 def test_native_linear_refuses_mismatched_shapes_with_a_reason():

@@ -66,12 +66,22 @@ def test_quantized_weights_can_be_widened_by_the_engine_config(tmp_path):
 
 
 def test_bfloat16_activations_over_quantized_weights_stay_close(tmp_path):
+    """bfloat16 activations over Q8_0 weights against the float32 model widened from the same
+    file, teacher-forced on its greedy tokens (so one near-tie cannot derail the rest): every
+    logit within 5e-3, and the same top-1 wherever the reference's top-2 margin is wider than
+    the error could close."""
     write_tiny_gguf(tmp_path / "m.gguf", qtype=Q.Q8_0)
     kept, wide = _engine(tmp_path / "m.gguf", True, "bfloat16"), _engine(tmp_path / "m.gguf", False)
     assert kept.model.embed_tokens(torch.tensor([3, 9])).dtype == torch.bfloat16
-    ours, ref = _greedy(kept, PROMPTS, 6), _greedy(wide, PROMPTS, 6)
-    same = sum(a == b for rid in PROMPTS for a, b in zip(ours[rid], ref[rid]))
-    assert same >= 0.8 * 6 * len(PROMPTS)
+    for prompt in PROMPTS.values():
+        forced, ref = _step_logits(wide.model, prompt, steps=6)
+        _, ours = _step_logits(kept.model, prompt, forced)
+        error = float((ours.float() - ref).abs().max())
+        assert error < 5e-3
+        top2 = ref.topk(2, dim=-1).values
+        clear = top2[:, 0] - top2[:, 1] > 2 * error
+        assert clear.sum() >= 4
+        assert torch.equal(ours.argmax(-1)[clear], ref.argmax(-1)[clear])
 
 
 def _step_logits(

@@ -10,7 +10,7 @@ from tests.engine_helpers import extra_kernel_ops
 def _torch_rms_norm(x, weight, eps):
     x32 = x.float()
     x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * x32.to(x.dtype)
+    return weight * x32.to(weight.dtype)
 
 
 def _ops():
@@ -42,10 +42,31 @@ def test_bfloat16_rounds_as_the_torch_expression():
     assert float((got == want).float().mean()) > 0.97
 
 
+def test_a_float32_stream_under_a_bfloat16_weight_rounds_as_the_torch_expression():
+    """The residual stream of a bfloat16 model stays float32: the kernel adds the bfloat16
+    residual into it in float32 and returns the normalized row in the weight's dtype."""
+    ops = _ops()
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(5, 576, generator=gen) * 3
+    res = torch.randn(5, 576, generator=gen).bfloat16()
+    w = torch.randn(576, generator=gen).bfloat16()
+    got, want = ops.rms_norm(x, w, 1e-5), _torch_rms_norm(x, w, 1e-5)
+    assert got.dtype == torch.bfloat16
+    assert (
+        float(((got.float() - want.float()).abs() / want.float().abs().clamp_min(1e-3)).max())
+        <= 2**-7
+    )
+    assert torch.equal(rms_norm(x, w, 1e-5), got)  # the model's rms_norm takes the kernel
+    summed = x + res
+    normed = add_rms_norm(x, res, w, 1e-5)
+    assert x.dtype == torch.float32 and torch.equal(x, summed)
+    assert normed.dtype == torch.bfloat16
+
+
 def test_refuses_a_weight_of_another_dtype_or_size():
     ops = _ops()
     with pytest.raises(RuntimeError, match="share a dtype"):
-        ops.rms_norm(torch.zeros(2, 8), torch.zeros(8, dtype=torch.bfloat16), 1e-6)
+        ops.rms_norm(torch.zeros(2, 8, dtype=torch.bfloat16), torch.zeros(8), 1e-6)
     with pytest.raises(RuntimeError, match="weight must be contiguous \\[hidden\\]"):
         ops.rms_norm(torch.zeros(2, 8), torch.zeros(4), 1e-6)
 

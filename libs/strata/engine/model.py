@@ -51,25 +51,35 @@ def load_kernels() -> None:
     kernels.load_extra(_SWIGLU_SOURCE, "swiglu", "strata_swiglu", "strata swiglu kernel")
 
 
+def _native_norm(x: torch.Tensor, weight: torch.Tensor):
+    """The RMSNorm ops for x and weight where the kernel takes them (same dtype, or a float32
+    x with a bfloat16 weight), else None."""
+    mixed = x.dtype == torch.float32 and weight.dtype == torch.bfloat16
+    if weight.dtype != x.dtype and not mixed:
+        return None
+    return _native(x, _NORM_SOURCE, "rms_norm", "strata_norm")
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """weight * (x * rsqrt(mean(x^2) + eps)) over the last dimension, computed in float32 and
-    rounded to x's dtype before the weight multiplies it; one fused C++ pass on the CPU where the
-    kernel builds (kernels/rms_norm.cpp: the same expression, summed in another order)."""
-    ops = _native(x, _NORM_SOURCE, "rms_norm", "strata_norm")
-    if ops is not None and weight.dtype == x.dtype:
+    rounded to the weight's dtype before the weight multiplies it; the result has the weight's
+    dtype. One fused C++ pass on the CPU where the kernel builds (kernels/rms_norm.cpp: the same
+    expression, summed in another order)."""
+    ops = _native_norm(x, weight)
+    if ops is not None:
         return ops.rms_norm(x.contiguous(), weight, eps)
-    dtype = x.dtype
     x32 = x.float()
     x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * x32.to(dtype)
+    return weight * x32.to(weight.dtype)
 
 
 def add_rms_norm(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
 ) -> torch.Tensor:
-    """x += residual (in place), then rms_norm(x): one C++ pass where the kernel builds."""
-    ops = _native(x, _NORM_SOURCE, "rms_norm", "strata_norm")
-    if ops is not None and weight.dtype == x.dtype and x.is_contiguous():
+    """x += residual (in place, rounded to x's dtype), then rms_norm(x): one C++ pass where the
+    kernel builds. The residual has the weight's dtype."""
+    ops = _native_norm(x, weight)
+    if ops is not None and x.is_contiguous():
         return ops.add_rms_norm(x, residual.contiguous(), weight, eps)
     x.add_(residual)
     return rms_norm(x, weight, eps)
@@ -85,12 +95,15 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     return F.silu(gate).mul_(up)
 
 
-def _project(packs: Packs, name: str, x: torch.Tensor, layer: nn.Module) -> torch.Tensor:
-    """x through a linear layer: a QuantLinear computes itself, a float one goes through `packs`."""
+def _project(
+    packs: Packs, name: str, x: torch.Tensor, layer: nn.Module, float_sums: bool = False
+) -> torch.Tensor:
+    """x through a linear layer: a QuantLinear computes itself, a float one goes through `packs`
+    (float_sums: as QuantLayer.matmul and Packs.linear take it)."""
     if isinstance(layer, QuantLinear):
-        return layer.matmul(x)  # not through nn.Module.__call__: it costs more than a row
+        return layer.matmul(x, float_sums)  # not through nn.Module.__call__: it costs more
     linear = cast(nn.Linear, layer)
-    return packs.linear(name, x, linear.weight, linear.bias)
+    return packs.linear(name, x, linear.weight, linear.bias, float_sums)
 
 
 class DecoderLayer(nn.Module):
@@ -137,6 +150,12 @@ class DecoderLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
+    """The decoder stack. Whatever dtype the weights compute in, the residual stream (the hidden
+    state the layers add into) is float32, as llama.cpp keeps it: each norm rounds its output to
+    the weights' dtype for the projections, and each projection's output is added into the
+    float32 stream. A bfloat16 stream loses about 2-3 bits of each layer's sum, enough to flip
+    the greedy token of a small model where its float32 margin is a tenth of a logit."""
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
@@ -168,16 +187,17 @@ class LlamaModel(nn.Module):
         if self.rotary is None:
             self.rotary = RotaryCache(self.cfg, input_ids.device, self.norm.dtype)
         cos, sin = self.rotary.get(positions)
-        x = self.embed_tokens(input_ids)
+        x = self.embed_tokens(input_ids).float()
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, kv_cache[i], meta, i)
         x = rms_norm(x.index_select(0, logits_index), self.norm, self.cfg.rms_norm_eps)
-        # in the model's dtype: the sampler converts rows it must
+        # float32 where the head's kernel keeps float32 sums (a few rows), else in the model's
+        # dtype: the sampler converts rows it must
         if self.lm_head is not None:
-            return _project(self.packs, "head", x, self.lm_head)
+            return _project(self.packs, "head", x, self.lm_head, float_sums=True)
         if isinstance(self.embed_tokens, QuantEmbedding):
-            return self.embed_tokens.matmul(x)
-        return self.packs.linear("head", x, self.embed_tokens.weight)
+            return self.embed_tokens.matmul(x, float_sums=True)
+        return self.packs.linear("head", x, self.embed_tokens.weight, float_sums=True)
 
     def _linear_sources(self) -> list[tuple[nn.Module, str, list[str]]]:
         """(owner, attribute, the HF tensors stacked into it) of every linear layer."""

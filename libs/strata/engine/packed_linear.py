@@ -83,9 +83,15 @@ class Packs:
         self._slots: dict[str, tuple[torch.Tensor, int, torch.Tensor]] = {}
 
     def linear(
-        self, name: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+        self,
+        name: str,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        float_sums: bool = False,
     ) -> torch.Tensor:
-        """F.linear(x, weight, bias), through the packed weight where `available`."""
+        """F.linear(x, weight, bias), through the packed weight where `available`, in x's dtype;
+        with float_sums, the one-row bfloat16 kernel returns its float32 sums instead."""
         if x.dtype != weight.dtype or not available(weight):
             return F.linear(x, weight, bias)
         if (
@@ -96,7 +102,7 @@ class Packs:
         ):
             ops = load_row_kernel()
             if ops is not None:
-                return ops.linear(x, weight)
+                return ops.linear(x, weight, float_sums)
         slot = self._slots.get(name)
         if slot is None or slot[0] is not weight or slot[1] != weight._version:
             with torch.no_grad():

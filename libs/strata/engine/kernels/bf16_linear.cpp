@@ -1,7 +1,8 @@
 // x @ W^T for a few rows of x (a decode step) and a bfloat16 weight W [N, K] in its own
 // row-major layout, for the CPU: each weight row is read once, widened to float32 in registers
 // (a 16-bit shift, exact) and multiplied with up to kRows rows of x, accumulating in float32;
-// the result is rounded to x's dtype. A one-row product is a read of the whole matrix, so what
+// the result is rounded to x's dtype, or kept as the float32 sums with float_sums (the model's
+// logits). A one-row product is a read of the whole matrix, so what
 // matters is reading it at the memory's pace: oneDNN's packed bfloat16 product reached about
 // 14 GB/s at one row here (docs/design/engine.md). Rows are split over torch's thread pool.
 
@@ -55,7 +56,7 @@ inline void row_product(const c10::BFloat16* w, const float* x, int64_t cols, fl
   }
 }
 
-at::Tensor linear(const at::Tensor& x, const at::Tensor& weight) {
+at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, bool float_sums) {
   TORCH_CHECK(x.dim() == 2, "x must be 2-D (rows, columns)");
   TORCH_CHECK(weight.dim() == 2 && weight.is_contiguous() &&
                   weight.scalar_type() == at::kBFloat16,
@@ -91,13 +92,13 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight) {
       }
     }
   });
-  return x.scalar_type() == at::kFloat ? out : out.to(x.scalar_type());
+  return x.scalar_type() == at::kFloat || float_sums ? out : out.to(x.scalar_type());
 }
 
 }  // namespace
 
 TORCH_LIBRARY(strata_bf16, m) {
-  m.def("linear(Tensor x, Tensor weight) -> Tensor");
+  m.def("linear(Tensor x, Tensor weight, bool float_sums=False) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(strata_bf16, CPU, m) {

@@ -39,10 +39,11 @@ class QuantLayer(nn.Module):
     def weight_q(self) -> QuantizedWeight:
         return QuantizedWeight(self.bits, self.data, self.cols)
 
-    def matmul(self, x: torch.Tensor) -> torch.Tensor:
-        """x @ W^T for a 2-D x in self.dtype."""
+    def matmul(self, x: torch.Tensor, float_sums: bool = False) -> torch.Tensor:
+        """x @ W^T for a 2-D x in self.dtype, in x's dtype; with float_sums, the native few-row
+        product returns its float32 sums instead (other paths still return x's dtype)."""
         if self._native is not None and x.device.type == "cpu":
-            return self._native.linear(x, self.data, self.bits)
+            return self._native.linear(x, self.data, self.bits, float_sums)
         return F.linear(x, dequantize(self.weight_q, x.dtype))
 
 

@@ -4,9 +4,11 @@
 // linear(x, data, bits) = x @ W^T with W decoded on the fly:
 // - few-row products (a decode step; M under kGemmRowsFloat or kGemmRowsBFloat16): each
 //   weight row is walked once, block by block, decoded in registers and multiplied with up to
-//   kRows rows of x, accumulating in float32;
+//   kRows rows of x, accumulating in float32 (with float_sums the float32 sums are returned
+//   unrounded: the model's logits);
 // - many rows (a prefill chunk): the matrix is decoded once into x's dtype and multiplied by
-//   ATen's matmul, which is what the engine did with the weights widened at load, bit for bit.
+//   ATen's matmul, which is what the engine did with the weights widened at load, bit for bit
+//   (its result is in x's dtype, float_sums or not).
 // Either way the weights are read at 6 (4-bit) or 9 (8-bit) bits a weight instead of 32: a
 // decode step is bound by that read. dequantize(data, bits, dtype) decodes a whole matrix.
 // Work is split over weight rows with at::parallel_for, on torch's own thread pool
@@ -221,7 +223,7 @@ at::Tensor dequantize(const at::Tensor& data, int64_t bits, at::ScalarType dtype
   return out;
 }
 
-at::Tensor linear(const at::Tensor& x, const at::Tensor& data, int64_t bits) {
+at::Tensor linear(const at::Tensor& x, const at::Tensor& data, int64_t bits, bool float_sums) {
   TORCH_CHECK(x.dim() == 2, "x must be 2-D (rows, columns)");
   TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16,
               "x must be float32 or bfloat16");
@@ -261,13 +263,13 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& data, int64_t bits) {
       }
     }
   });
-  return x.scalar_type() == at::kFloat ? out : out.to(x.scalar_type());
+  return x.scalar_type() == at::kFloat || float_sums ? out : out.to(x.scalar_type());
 }
 
 }  // namespace
 
 TORCH_LIBRARY(strata_quant, m) {
-  m.def("linear(Tensor x, Tensor data, int bits) -> Tensor");
+  m.def("linear(Tensor x, Tensor data, int bits, bool float_sums=False) -> Tensor");
   m.def("dequantize(Tensor data, int bits, ScalarType dtype) -> Tensor");
 }
 
