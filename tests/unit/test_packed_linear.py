@@ -48,6 +48,29 @@ def test_one_row_goes_through_the_row_kernel_within_one_bfloat16_rounding(cols):
     assert torch.equal(with_bias, F.linear(x, w, torch.ones(96).bfloat16()))
 
 
+@pytest.mark.parametrize("x_dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("rows", [1, 3, 9])
+def test_the_row_kernel_sums_to_float32_rounding_for_any_shape(x_dtype, rows):
+    """Both of the kernel's paths (bfloat16 x in pairs where the CPU has AVX512_BF16, x widened
+    to float32 otherwise), weight rows not a multiple of its groups, columns not a multiple of
+    its vectors: float32 sums within float32 rounding of the exact product, the rounded result
+    their rounding."""
+    ops = packed_linear.load_row_kernel()
+    if ops is None:
+        pytest.skip("the native kernels did not build here (no C++ compiler)")
+    gen = torch.Generator().manual_seed(rows)
+    for n, cols in ((7, 33), (98, 512), (5, 1536)):
+        w = torch.randn(n, cols, generator=gen).bfloat16()
+        x = torch.randn(rows, cols, generator=gen).bfloat16().to(x_dtype)
+        exact = x.double() @ w.double().t()
+        bound = x.double().abs() @ w.double().abs().t()  # what float32 rounding scales with
+        sums = ops.linear(x, w, True)
+        assert sums.dtype == torch.float32 and sums.shape == (rows, n)
+        assert bool(((sums.double() - exact).abs() <= bound * 2e-6).all())
+        rounded = ops.linear(x, w, False)
+        assert rounded.dtype == x_dtype and torch.equal(rounded, sums.to(x_dtype))
+
+
 def test_float32_goes_through_f_linear_unless_packing_it_pays(monkeypatch):
     # an AVX-512 CPU: MKL's sgemm is as fast as the packed product there
     monkeypatch.setattr(packed_linear, "PACK_FLOAT32", False)

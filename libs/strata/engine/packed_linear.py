@@ -8,9 +8,9 @@ gives the same numbers bit for bit, for any number of rows (tested), since the m
 
 One row of x (a single sequence's decode step) does not go through oneDNN at all: a product of
 one row reads the whole weight once, and kernels/bf16_linear.cpp reads it in its own row-major
-layout at about 1.5x the pace of oneDNN's packed product (measured: docs/design/engine.md); it
-accumulates in float32 in another order, so its result can differ from F.linear's in the last
-bit of bfloat16 (tested). Rows with a bias keep to oneDNN.
+layout, prefetched, at 1.5-3x the pace of oneDNN's packed product (measured:
+docs/design/engine.md); it accumulates in float32 in another order, so its result can differ
+from F.linear's in the last bit of bfloat16 (tested). Rows with a bias keep to oneDNN.
 
 float32 is packed only on a CPU without oneDNN's bfloat16 path (AVX2 only; `PACK_FLOAT32`):
 there oneDNN's packed float32 product beats MKL's sgemm behind F.linear, most of all for wide
@@ -57,7 +57,7 @@ _ROW_SOURCE = Path(kernels.__file__).with_name("bf16_linear.cpp")
 
 
 def load_row_kernel():
-    """torch.ops.strata_bf16 (kernels/bf16_linear.cpp, the one-row bfloat16 product), built or
+    """torch.ops.strata_bf16 (kernels/bf16_linear.cpp, the few-row bfloat16 product), built or
     loaded from the cache, or None where it cannot be (a failure is logged once)."""
     return kernels.load_extra(_ROW_SOURCE, "bf16_linear", "strata_bf16", "strata bf16 row kernel")
 

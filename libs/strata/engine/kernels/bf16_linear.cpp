@@ -1,10 +1,16 @@
 // x @ W^T for a few rows of x (a decode step) and a bfloat16 weight W [N, K] in its own
-// row-major layout, for the CPU: each weight row is read once, widened to float32 in registers
-// (a 16-bit shift, exact) and multiplied with up to kRows rows of x, accumulating in float32;
-// the result is rounded to x's dtype, or kept as the float32 sums with float_sums (the model's
-// logits). A one-row product is a read of the whole matrix, so what
-// matters is reading it at the memory's pace: oneDNN's packed bfloat16 product reached about
-// 14 GB/s at one row here (docs/design/engine.md). Rows are split over torch's thread pool.
+// row-major layout, for the CPU. A one-row product is a read of the whole matrix, so what
+// matters is reading it at the pace of the cache or memory it sits in; rows are split over
+// torch's thread pool.
+//
+// bfloat16 x on a CPU with AVX512_BF16: four weight rows at once against each x row with
+// vdpbf16ps (exact bfloat16 products summed in float32, subnormal inputs read as zero), the rows
+// two groups ahead prefetched into L1; the result is written in bfloat16 (rounded to nearest
+// even) or kept as the float32 sums with float_sums (the model's logits). Otherwise (float32 x,
+// or no AVX512_BF16): each weight row is widened to float32 in registers (a 16-bit shift, exact)
+// and multiplied with up to kRows rows of x widened to float32; the result is rounded to x's
+// dtype, or kept as float32 with float_sums. Both sum in float32 in their own order, so they
+// agree with each other and with F.linear to float32 rounding, not bit for bit.
 
 #include <torch/library.h>
 #include <ATen/ATen.h>
@@ -26,7 +32,71 @@ namespace {
 
 #include "cpu_math.h"
 
-constexpr int64_t kRows = 8;  // rows of x multiplied with each weight row at once
+constexpr int64_t kRows = 8;  // rows of x multiplied with each weight row at once (widening)
+
+#if defined(__AVX512BF16__)
+constexpr int64_t kGroup = 4;  // weight rows multiplied with each x row at once (vdpbf16ps)
+constexpr int64_t kAhead = 2 * kGroup;  // rows ahead of the group being read that are prefetched
+
+// out[j] = W row j . x for the R rows from w (row stride `cols`), x one bfloat16 row; the rows
+// from `ahead` are prefetched
+template <int R>
+inline void group_product(const c10::BFloat16* w, const c10::BFloat16* x, int64_t cols,
+                          const c10::BFloat16* ahead, float* out) {
+  __m512 acc[R];
+  for (int j = 0; j < R; ++j) acc[j] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 32 <= cols; k += 32) {
+    const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + k);
+    for (int j = 0; j < R; ++j) {
+      _mm_prefetch(reinterpret_cast<const char*>(ahead + j * cols + k), _MM_HINT_T0);
+      acc[j] = _mm512_dpbf16_ps(acc[j], (__m512bh)_mm512_loadu_si512(w + j * cols + k), xv);
+    }
+  }
+  if (k < cols) {  // the last columns, zeros past the end (a zero pair adds nothing)
+    const __mmask32 mask = (__mmask32)((1ull << (cols - k)) - 1);
+    const __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi16(mask, x + k);
+    for (int j = 0; j < R; ++j)
+      acc[j] = _mm512_dpbf16_ps(acc[j], (__m512bh)_mm512_maskz_loadu_epi16(mask, w + j * cols + k),
+                                xv);
+  }
+  for (int j = 0; j < R; ++j) out[j] = _mm512_reduce_add_ps(acc[j]);
+}
+
+// x (bfloat16 [m, cols], contiguous) @ W^T into out ([m, n], float32 or bfloat16)
+at::Tensor linear_bf16_pairs(const at::Tensor& x, const at::Tensor& weight, bool float_sums) {
+  const int64_t m = x.size(0), n = weight.size(0), cols = x.size(1);
+  at::Tensor out = at::empty({m, n}, x.options().dtype(float_sums ? at::kFloat : at::kBFloat16));
+  const c10::BFloat16* xp = x.data_ptr<c10::BFloat16>();
+  const c10::BFloat16* wp = weight.data_ptr<c10::BFloat16>();
+  float* fp = float_sums ? out.data_ptr<float>() : nullptr;
+  c10::BFloat16* bp = float_sums ? nullptr : out.data_ptr<c10::BFloat16>();
+  const int64_t groups = (n + kGroup - 1) / kGroup;
+  at::parallel_for(0, groups, 4, [&](int64_t begin, int64_t end) {
+    float res[kGroup];
+    for (int64_t g = begin; g < end; ++g) {
+      const int64_t r = g * kGroup, rows = std::min(kGroup, n - r);
+      const c10::BFloat16* w = wp + r * cols;
+      const c10::BFloat16* ahead = wp + std::min(r + kAhead, n - rows) * cols;
+      for (int64_t i = 0; i < m; ++i) {
+        const c10::BFloat16* xi = xp + i * cols;
+        switch (rows) {
+          case 4: group_product<4>(w, xi, cols, ahead, res); break;
+          case 3: group_product<3>(w, xi, cols, ahead, res); break;
+          case 2: group_product<2>(w, xi, cols, ahead, res); break;
+          default: group_product<1>(w, xi, cols, ahead, res); break;
+        }
+        if (fp != nullptr) {
+          std::memcpy(fp + i * n + r, res, sizeof(float) * rows);
+        } else {
+          for (int64_t j = 0; j < rows; ++j) bp[i * n + r + j] = c10::BFloat16(res[j]);
+        }
+      }
+    }
+  });
+  return out;
+}
+#endif
 
 // out[i] = x row i . w over `cols`, for i < MT
 template <int MT>
@@ -65,6 +135,9 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, bool float_sums
               weight.size(1));
   TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16,
               "x must be float32 or bfloat16");
+#if defined(__AVX512BF16__)
+  if (x.scalar_type() == at::kBFloat16) return linear_bf16_pairs(x.contiguous(), weight, float_sums);
+#endif
   const int64_t m = x.size(0), n = weight.size(0), cols = x.size(1);
   const at::Tensor xf = x.to(at::kFloat).contiguous();
   at::Tensor out = at::empty({m, n}, x.options().dtype(at::kFloat));
