@@ -13,8 +13,9 @@
 // decode step is bound by that read. dequantize(data, bits, dtype) decodes a whole matrix.
 // Work is split over weight rows with at::parallel_for, on torch's own thread pool
 // (kernels/__init__.py), so each thread reads one contiguous span of the matrix. The few-row
-// product has an AVX-512 version, an AVX2-with-FMA version (eight weights a vector) and a
-// portable one (decode a row into a buffer, then dot); the CPU's flags choose at compile time.
+// product has an AVX-512 version (which prefetches the rows ahead: the matrix streams from L3 or
+// memory), an AVX2-with-FMA version (eight weights a vector) and a portable one (decode a row
+// into a buffer, then dot); the CPU's flags choose at compile time.
 
 #include <torch/library.h>
 #include <ATen/ATen.h>
@@ -38,6 +39,7 @@ namespace {
 constexpr int64_t kBlock = 32;  // weights per block
 constexpr int64_t kTile = 4;    // weight rows a task of the thread pool takes together
 constexpr int64_t kRows = 8;    // rows of x multiplied with each decoded block
+constexpr int64_t kAhead = 8;     // weight rows ahead of the one being read that are prefetched
 // From this many rows of x on, the matrix is decoded once and multiplied by ATen's matmul: for
 // bfloat16 x that is oneDNN's bfloat16 dot-product path, twice the float32 FMA rate, so it pays
 // from fewer rows, though not from as few as a lone matrix suggests (measured in the whole model:
@@ -100,16 +102,19 @@ inline void decode_block(int64_t bits, const uint8_t* blk, __m512& lo, __m512& h
 
 // out[i * kTile + j] = x row i . W row (n0 + j) for i < MT, j < valid: each weight row is
 // walked once, block by block, each block decoded in registers and multiplied with the MT rows
-// of x, which stay in L1.
+// of x, which stay in L1; the row kAhead rows on (at most last_row) is prefetched into L1
+// beside it.
 template <int MT>
 void tile_product(int64_t bits, const uint8_t* data, int64_t row_bytes, int64_t n0,
-                  int64_t valid, const float* x, int64_t cols, float* out) {
+                  int64_t valid, int64_t last_row, const float* x, int64_t cols, float* out) {
   const int64_t blocks = cols / kBlock, bb = block_bytes(bits);
   for (int64_t j = 0; j < valid; ++j) {
     const uint8_t* row = data + (n0 + j) * row_bytes;
+    const uint8_t* ahead = data + std::min(n0 + j + kAhead, last_row) * row_bytes;
     __m512 acc_lo[MT], acc_hi[MT];
     for (int i = 0; i < MT; ++i) acc_lo[i] = acc_hi[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < blocks; ++b) {
+      _mm_prefetch(reinterpret_cast<const char*>(ahead + b * bb), _MM_HINT_T0);
       __m512 lo, hi;
       decode_block(bits, row + b * bb, lo, hi);
       for (int i = 0; i < MT; ++i) {
@@ -156,7 +161,7 @@ inline float reduce_add(__m256 v) {
 // the latency of one chain of FMAs; more rows have their own chains and fewer registers each.
 template <int MT>
 void tile_product(int64_t bits, const uint8_t* data, int64_t row_bytes, int64_t n0,
-                  int64_t valid, const float* x, int64_t cols, float* out) {
+                  int64_t valid, int64_t last_row, const float* x, int64_t cols, float* out) {
   constexpr int kAcc = MT == 1 ? 4 : (MT <= 3 ? 2 : 1);
   const int64_t blocks = cols / kBlock, bb = block_bytes(bits);
   for (int64_t j = 0; j < valid; ++j) {
@@ -184,7 +189,7 @@ void tile_product(int64_t bits, const uint8_t* data, int64_t row_bytes, int64_t 
 // Portable version: decode each weight row into a buffer, then dot.
 template <int MT>
 void tile_product(int64_t bits, const uint8_t* data, int64_t row_bytes, int64_t n0,
-                  int64_t valid, const float* x, int64_t cols, float* out) {
+                  int64_t valid, int64_t last_row, const float* x, int64_t cols, float* out) {
   thread_local std::vector<float> w;
   w.resize(cols);
   for (int64_t j = 0; j < valid; ++j) {
@@ -249,14 +254,14 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& data, int64_t bits, boo
         const int64_t mt = std::min(kRows, m - i0);
         const float* xi = xp + i0 * cols;
         switch (mt) {
-          case 8: tile_product<8>(bits, dp, row_bytes, n0, valid, xi, cols, res); break;
-          case 7: tile_product<7>(bits, dp, row_bytes, n0, valid, xi, cols, res); break;
-          case 6: tile_product<6>(bits, dp, row_bytes, n0, valid, xi, cols, res); break;
-          case 5: tile_product<5>(bits, dp, row_bytes, n0, valid, xi, cols, res); break;
-          case 4: tile_product<4>(bits, dp, row_bytes, n0, valid, xi, cols, res); break;
-          case 3: tile_product<3>(bits, dp, row_bytes, n0, valid, xi, cols, res); break;
-          case 2: tile_product<2>(bits, dp, row_bytes, n0, valid, xi, cols, res); break;
-          default: tile_product<1>(bits, dp, row_bytes, n0, valid, xi, cols, res); break;
+          case 8: tile_product<8>(bits, dp, row_bytes, n0, valid, n - 1, xi, cols, res); break;
+          case 7: tile_product<7>(bits, dp, row_bytes, n0, valid, n - 1, xi, cols, res); break;
+          case 6: tile_product<6>(bits, dp, row_bytes, n0, valid, n - 1, xi, cols, res); break;
+          case 5: tile_product<5>(bits, dp, row_bytes, n0, valid, n - 1, xi, cols, res); break;
+          case 4: tile_product<4>(bits, dp, row_bytes, n0, valid, n - 1, xi, cols, res); break;
+          case 3: tile_product<3>(bits, dp, row_bytes, n0, valid, n - 1, xi, cols, res); break;
+          case 2: tile_product<2>(bits, dp, row_bytes, n0, valid, n - 1, xi, cols, res); break;
+          default: tile_product<1>(bits, dp, row_bytes, n0, valid, n - 1, xi, cols, res); break;
         }
         for (int64_t i = 0; i < mt; ++i)
           for (int64_t j = 0; j < valid; ++j) yp[(i0 + i) * n + n0 + j] = res[i * kTile + j];
