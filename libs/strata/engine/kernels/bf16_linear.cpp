@@ -86,11 +86,10 @@ at::Tensor linear_bf16_pairs(const at::Tensor& x, const at::Tensor& weight, bool
           case 2: group_product<2>(w, xi, cols, ahead, res); break;
           default: group_product<1>(w, xi, cols, ahead, res); break;
         }
-        if (fp != nullptr) {
-          std::memcpy(fp + i * n + r, res, sizeof(float) * rows);
-        } else {
-          for (int64_t j = 0; j < rows; ++j) bp[i * n + r + j] = c10::BFloat16(res[j]);
-        }
+        if (fp != nullptr)
+          store_row(res, fp + i * n + r, rows);
+        else
+          store_row(res, bp + i * n + r, rows);
       }
     }
   });
