@@ -1,4 +1,5 @@
-"""An SLA refusal's terms as route-span attributes, so a trace shows why it was refused."""
+"""The SLA check's terms as route-span attributes (a refusal's, and an admitted request's), so a
+trace shows why it was judged as it was."""
 
 from __future__ import annotations
 

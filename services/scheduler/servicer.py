@@ -171,6 +171,8 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 span.set_attribute(names.ROUTE_PROMPT_BLOCKS, len(request.prefix_hashes))
                 span.set_attribute(names.ROUTE_CACHED_BLOCKS, decision.cached_blocks)
                 span.set_attribute(names.ROUTE_ESTIMATED_TTFT_MS, decision.estimated_ttft_ms)
+                if decision.admitted_by is not None:
+                    span.set_attributes(estimate_attributes(decision.admitted_by))
                 reply = scheduler_pb2.RouteResponse(
                     node_id=decision.node_id,
                     node_address=decision.address,

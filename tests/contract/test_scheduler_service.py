@@ -511,3 +511,24 @@ async def test_an_sla_refusal_keeps_its_estimate_and_terms_on_the_route_span(env
         abs=0.2,
     )
     assert f"estimated at {attrs[names.ROUTE_ESTIMATED_TTFT_MS]:.0f} ms" in err.value.details()
+
+
+async def test_an_admitted_request_keeps_the_terms_it_was_admitted_on_on_the_route_span(env):
+    stub, _, exporter, _ = env
+    hb = heartbeat("n1", queued=200)  # 0.2 s of prompts ahead at 1,000 tokens/s
+    hb.node.replicas[0].tokens_per_s = 1000.0
+    await stub.Heartbeat(hb)
+    policy = common_pb2.TenantPolicy(
+        tenant="chat", sla_class="interactive", priority=2, ttft_ms=500.0
+    )
+    reply = await stub.Route(
+        scheduler_pb2.RouteRequest(
+            model=MODEL, tenant="chat", policy=policy, prompt_tokens_estimate=100, max_tokens=10
+        )
+    )
+    assert reply.node_id == "n1"
+    attrs = exporter.get_finished_spans()[-1].attributes
+    assert names.ROUTE_REFUSED not in attrs
+    assert attrs[names.ROUTE_AHEAD_MS] == pytest.approx(200.0)
+    assert attrs[names.ROUTE_SOLO_MS] == pytest.approx(100.0)
+    assert attrs[names.ROUTE_ESTIMATED_TTFT_MS] <= attrs[names.ROUTE_ALLOWED_TTFT_MS]

@@ -75,6 +75,7 @@ from dataclasses import dataclass, field
 from strata.core.blocks import DEFAULT_BLOCK_SIZE, block_tokens
 from strata.policy.kv_index import KVSource, PrefixIndex
 from strata.policy.registry import NodeRegistry, ReplicaLocation, ReplicaPhase
+from strata.policy.scheduling.admission import TtftEstimate
 
 REQUEST_WEIGHT_TOKENS = 128  # decode tokens a running request still costs, on average
 # One block is a few tokens of prefill, less than a pull's fixed cost (a round trip to the peer's
@@ -96,6 +97,9 @@ class RouteDecision:
     # The scheduler's name for this decision (GlobalScheduler.route); the caller passes it to
     # the node with the request. Empty from the Router alone.
     route_id: str = ""
+    # The SLA check's terms when it admitted the request (GlobalScheduler.route; None: not
+    # judged), so a trace of an admitted request can be read against its actual first token.
+    admitted_by: TtftEstimate | None = None
 
 
 class MissKind(enum.Enum):

@@ -216,10 +216,12 @@ class GlobalScheduler:
         if decision is None:
             return None
         compute = max(0, prompt_tokens - decision.cached_blocks * decision.block_size)
+        terms: TtftEstimate | None = None
         if two_level and self.settings.sla_check:
-            refusal = self._sla_refusal(model, policy, work, compute, decision)
-            if refusal is not None:
-                return refusal
+            judged = self._sla_judgement(model, policy, work, compute, decision)
+            if isinstance(judged, Refusal):
+                return judged
+            terms = judged
         self._routes += 1
         route_id = f"{self.route_prefix}{self._routes:x}"
         self.ledger.routed(
@@ -235,7 +237,7 @@ class GlobalScheduler:
                 self.registry.clock.now(),
             ),
         )
-        return replace(decision, route_id=route_id)
+        return replace(decision, route_id=route_id, admitted_by=terms)
 
     def _choose(
         self,
@@ -290,9 +292,12 @@ class GlobalScheduler:
             return there
         return best
 
-    def _sla_refusal(
+    def _sla_judgement(
         self, model: str, policy: TenantPolicy, work: int, compute: int, decision: RouteDecision
-    ) -> Refusal | None:
+    ) -> Refusal | TtftEstimate | None:
+        """The SLA check on the chosen replica: a Refusal, or the terms it admitted on (None
+        when nothing was judged: no TTFT target within the best-effort wait, or nothing
+        measured yet)."""
         slack = self.settings.sla_slack
         held = self._held(decision)
         wait_s = self._slot_wait_s(decision, work, policy, held)
@@ -341,7 +346,7 @@ class GlobalScheduler:
         )
         estimate = terms.estimate_ms
         if estimate <= max(allowed, min(solo_ms, target)):
-            return None
+            return terms
         return Refusal(
             "sla",
             f"no replica of {model!r} can meet the {policy.sla_class} class's TTFT "
