@@ -151,14 +151,14 @@ def test_profile_round_trips_through_json(tmp_path):
     )
     path = tmp_path / "p.json"
     profile.save(path)
-    assert json.loads(path.read_text())["format"] == "strata-engine-profile/1"
+    assert json.loads(path.read_text())["format"] == "strata-engine-profile/2"
     assert load_profile(path) == profile
 
 
 def test_load_profile_names_what_is_wrong(tmp_path):
     path = tmp_path / "p.json"
     path.write_text('{"format": "other"}')
-    with pytest.raises(ValueError, match="not an engine profile of format strata-engine-profile/1"):
+    with pytest.raises(ValueError, match="not an engine profile of format strata-engine-profile/2"):
         load_profile(path)
     path.write_text("{")
     with pytest.raises(ValueError, match="not JSON"):
@@ -166,3 +166,30 @@ def test_load_profile_names_what_is_wrong(tmp_path):
     path.write_text('{"format": "strata-engine-profile/1"}')
     with pytest.raises(ValueError, match="malformed engine profile"):
         load_profile(path)
+
+
+def test_a_format_1_profile_is_refitted_from_its_measurements(tmp_path):
+    """Format 1 counted the decodes' group in the group feature: its line means another thing,
+    so loading refits it from the raw measurements."""
+    costs, error = fit(_grid())
+    profile = EngineProfile(
+        model="m",
+        dtype="float32",
+        device="cpu",
+        threads=1,
+        machine={},
+        engine={"block_size": 16},
+        kv_bytes_per_token=1024,
+        max_context=2048,
+        costs=costs,
+        fit_error=error,
+        measurements=_grid(),
+    )
+    path = tmp_path / "p.json"
+    profile.save(path)
+    doc = json.loads(path.read_text())
+    doc["format"] = "strata-engine-profile/1"
+    doc["costs"]["group_s"] = 1.0  # what format 1's fit might say; not this format's meaning
+    path.write_text(json.dumps(doc))
+    loaded = load_profile(path)
+    assert loaded.costs == costs and loaded.fit_error == error

@@ -71,7 +71,7 @@ def test_a_mixed_step_is_priced_exactly():
         + 3 * COSTS.sample_s
         + 1152 * COSTS.prefill_attend_s
         + 43 * COSTS.decode_attend_s
-        + 2 * COSTS.group_s
+        + COSTS.group_s  # the prefill group; the decodes add none
     )
     assert meter.solo_s == expected
     assert meter.observed_s == 0.0125
@@ -103,7 +103,7 @@ def test_decode_steps_add_the_residual_of_their_batch_and_the_sums_accumulate():
 def test_a_chunk_that_does_not_sample_prices_no_sampling():
     meter = StepMeter(COSTS, BLOCK)
     meter([item(64, 64, sample=False)], 0.5)
-    # 64 tokens from nothing: 1 x 64 x 64 keys; no token sampled, one attention group.
+    # 64 tokens from nothing: 1 x 64 x 64 keys; no token sampled, one prefill group.
     assert meter.solo_s == (
         COSTS.step_s + 64 * COSTS.token_s + 4096 * COSTS.prefill_attend_s + COSTS.group_s
     )
@@ -116,7 +116,7 @@ def test_step_shape_takes_contexts_after_the_step():
         sampled=2,
         prefill_keys=1152.0,
         decode_keys=43.0,
-        groups=2,
+        groups=1,
         prefill_longest=24,
         prefill_context=16,
     )

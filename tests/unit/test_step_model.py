@@ -192,3 +192,36 @@ def test_coefficients_round_trip_in_order():
     assert StepLine.from_coefficients(line.coefficients(), samples=7) == line
     shape = StepShape(tokens=10, sampled=2, prefill_keys=100.0, decode_keys=1000.0, groups=2)
     assert line.seconds(shape) == 1.0 + 20.0 + 6.0 + 400.0 + 5000.0 + 12.0
+
+
+def prefill_heavy_seconds(shape: StepShape) -> float:
+    """An engine whose steps cost more for carrying a prefill chunk than its tokens say, as
+    SmolLM2's quantized CPU engine runs them (2026-12-06, the overload benchmark's steps): 14 ms
+    a step, 3 ms a decode row, and 40 ms more in a step that carries a chunk (its products leave
+    the few-row kernel)."""
+    chunk = shape.tokens - shape.sampled
+    return 0.014 + 0.003 * shape.sampled + 0.0004 * max(0, chunk) + 0.04 * shape.groups
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_prefill_group_keeps_decode_steps_priced_at_their_time(seed):
+    """The group feature counts the prefill group alone, so a step's fixed cost and a chunk's
+    are told apart: the fit has no negative coefficient for the floor to drop (which priced
+    decode steps at twice their time when both groups were counted), and decode and mixed
+    steps are priced within 10%."""
+    rng = random.Random(seed)
+    model = OnlineStepModel(TRUTH)
+    shapes = []
+    for _ in range(2000):
+        items = [(1, True, rng.randint(16, 1024)) for _ in range(rng.randint(1, 16))]
+        if rng.random() < 0.2:
+            chunk = rng.randint(16, 256)
+            items = items[: rng.randint(0, 8)] + [(chunk, True, chunk + rng.randint(0, 1024))]
+        shape = step_shape(items, BLOCK)
+        shapes.append(shape)
+        model.observe(shape, prefill_heavy_seconds(shape) * rng.uniform(0.95, 1.05))
+    fit = model.fit()
+    assert fit.step_s == pytest.approx(0.014, rel=0.15)
+    assert fit.group_s == pytest.approx(0.04, rel=0.15)
+    for shape in shapes[-200:]:
+        assert fit.seconds(shape) / prefill_heavy_seconds(shape) == pytest.approx(1.0, abs=0.1)

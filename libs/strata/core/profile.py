@@ -9,8 +9,16 @@ as a straight line in five features of the step, fitted by non-negative least sq
             + prefill_attend_s x prefill keys          multi-token chunks: sum over their tokens
                                                        of the positions they attend to
             + decode_attend_s  x decode keys           one-token items: their context lengths
-            + group_s          x attention groups      a step with decodes AND prefill chunks
-                                                       builds and runs two groups (1 or 2)
+            + group_s          x prefill groups        a step that carries prefill chunks
+                                                       runs them as one group (0 or 1)
+
+The group cost is what carrying a prefill chunk adds to a step beyond its tokens: the chunk's
+attention group, and on a CPU the products leaving the few-row kernels (a step's cost is concave
+in its rows). It counts the prefill group alone: with a cost for the decodes' group too, every
+step would have one or two groups and the intercept and the group cost would be nearly
+collinear; fitted so, SmolLM2's quantized engine got an intercept of -24 ms, which a
+non-negative line can only drop (docs/design/scheduling.md). Format 1 counted both groups; a
+profile of format 1 is refitted from its measurements on load.
 
 Prefill keys follow the engine's attention (strata.engine.attention): the prefill chunks of a
 step are attended together as one padded rectangle, chunks x longest chunk x widest context in
@@ -38,7 +46,8 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-FORMAT = "strata-engine-profile/1"
+FORMAT = "strata-engine-profile/2"
+FORMAT_1 = "strata-engine-profile/1"  # groups counted the decodes' group too: refitted on load
 PREFILL_RATE_CHUNK = 512  # tokens: the chunk prefill throughput is quoted for
 FEATURES = ("step_s", "token_s", "sample_s", "prefill_attend_s", "decode_attend_s", "group_s")
 
@@ -51,7 +60,7 @@ class StepShape:
     sampled: int = 0
     prefill_keys: float = 0.0
     decode_keys: float = 0.0
-    groups: int = 1
+    groups: int = 0  # prefill groups: 1 when the step carries prefill chunks
     prefill_longest: int = 0  # tokens of the step's longest prefill chunk (0: none)
     prefill_context: int = 0  # tokens computed before the widest chunk
 
@@ -88,15 +97,14 @@ def step_shape(items: Iterable[tuple[int, bool, int]], block_size: int) -> StepS
             chunks += 1
             longest = max(longest, new)
             widest = max(widest, context)
-    groups = (decode_keys > 0) + (chunks > 0)
     if not chunks:
-        return StepShape(tokens, sampled, 0.0, float(decode_keys), groups)
+        return StepShape(tokens, sampled, 0.0, float(decode_keys), 0)
     return StepShape(
         tokens,
         sampled,
         prefill_keys(chunks, longest, widest, block_size),
         float(decode_keys),
-        groups,
+        1,
         longest,
         max(0, widest - longest),
     )
@@ -118,7 +126,7 @@ class Measurement:
 
     @property
     def shape(self) -> StepShape:
-        groups = 2 if self.kind == "mixed" else 1
+        groups = 0 if self.kind == "decode" else 1
         chunk = self.tokens - self.batch if self.prefill_keys else 0
         return StepShape(
             self.tokens,
@@ -198,7 +206,9 @@ class StepCosts:
             )
         elif not shape.prefill_keys and shape.tokens == shape.sampled:
             t += self.decode_residual(shape.tokens)
-        return max(t, self.step_s)
+        # At a measured shape t is what was measured (its residual); between and past them the
+        # residuals interpolate and clamp, so the floor only guards against a negative time.
+        return max(t, 0.0)
 
     def decode_seconds(self, batch: float, context_sum: float) -> float:
         """A step of `batch` one-token decodes whose contexts (keys attended) sum to
@@ -206,12 +216,11 @@ class StepCosts:
         step. A fractional batch (the placement model's mean batch) interpolates the residual."""
         t = (
             self.step_s
-            + self.group_s
             + (self.token_s + self.sample_s) * batch
             + self.decode_attend_s * context_sum
             + self.decode_residual(batch)
         )
-        return max(t, self.step_s)
+        return max(t, 0.0)
 
 
 @dataclass(slots=True, frozen=True)
@@ -306,12 +315,14 @@ class EngineProfile:
 
     @classmethod
     def from_json(cls, doc: dict) -> EngineProfile:
-        if doc.get("format") != FORMAT:
+        """A profile of format 2, or of format 1 with its line refitted from its measurements
+        (format 1's group cost meant another feature)."""
+        if doc.get("format") not in (FORMAT, FORMAT_1):
             raise ValueError(
                 f"not an engine profile of format {FORMAT} (format is "
                 f"{doc.get('format')!r}); write one with `strata profile`"
             )
-        return cls(
+        profile = cls(
             model=doc["model"],
             dtype=doc["dtype"],
             device=doc["device"],
@@ -328,6 +339,9 @@ class EngineProfile:
             notes=list(doc.get("notes", [])),
             colocation=[ColocationPoint(**p) for p in doc.get("colocation", [])],
         )
+        if doc["format"] == FORMAT_1:
+            profile.costs, profile.fit_error = fit(profile.measurements)
+        return profile
 
     def save(self, path: str | os.PathLike[str]) -> None:
         directory = os.path.dirname(os.path.abspath(path))

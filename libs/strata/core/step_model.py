@@ -2,7 +2,7 @@
 worker, starting from a prior and corrected by every step the engine runs.
 
 The model is the profile's line (strata.core.profile): seconds = theta . features(shape), with
-features (1, tokens, sampled, prefill_keys, decode_keys, groups). It is fitted by recursive
+features (1, tokens, sampled, prefill_keys, decode_keys, prefill groups). It is fitted by recursive
 least squares with forgetting, started at the prior's coefficients with a prior weight worth
 `prior_steps` steps, so that:
 
@@ -30,7 +30,7 @@ import numpy as np
 
 from strata.core.profile import StepCosts, StepShape
 
-FEATURES = 6  # (1, tokens, sampled, prefill_keys, decode_keys, groups)
+FEATURES = 6  # (1, tokens, sampled, prefill_keys, decode_keys, prefill groups)
 # Feature scales: keys run to millions, tokens to thousands; the fit runs on scaled features so
 # that its covariance stays well conditioned.
 _SCALE = np.array([1.0, 1e3, 1e2, 1e6, 1e6, 1.0])
@@ -39,7 +39,7 @@ _SCALE = np.array([1.0, 1e3, 1e2, 1e6, 1e6, 1.0])
 @dataclass(slots=True, frozen=True)
 class StepLine:
     """Seconds of a step = step_s + token_s x tokens + sample_s x sampled + prefill_attend_s x
-    prefill keys + decode_attend_s x decode keys + group_s x groups."""
+    prefill keys + decode_attend_s x decode keys + group_s x prefill groups (0 or 1)."""
 
     step_s: float
     token_s: float
@@ -89,7 +89,7 @@ class StepLine:
         """A step of `decodes` one-token decodes over `context_tokens` keys in all, with a
         prefill chunk of `prefill_tokens` beside them whose prompt has `prefill_history` tokens
         computed before it (its attention: the chunk's queries over the history and itself)."""
-        groups = (decodes > 0) + (prefill_tokens > 0)
+        groups = int(prefill_tokens > 0)
         return self.seconds(
             StepShape(
                 tokens=decodes + prefill_tokens,
