@@ -6,7 +6,7 @@ engine's monotonic clock)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from strata.core.step_model import StepLine
 from strata.engine.sequence import Sequence
@@ -20,10 +20,12 @@ def step_budget(
     block_size: int,
     cap: StepCap | None = None,
     clock: Callable[[], float] = time.monotonic,
-) -> Callable[[list[Sequence]], int]:
-    def budget(running: list[Sequence]) -> int:
+) -> Callable[[list[Sequence], Iterable[Sequence]], int]:
+    def budget(running: list[Sequence], waiting: Iterable[Sequence] = ()) -> int:
         now = clock()
         cap_ms = cap.cap_ms(now, running) if cap is not None else None
-        return running_budget(line(), running, now, max_batched_tokens, block_size, cap_ms=cap_ms)
+        return running_budget(
+            line(), running, now, max_batched_tokens, block_size, cap_ms=cap_ms, waiting=waiting
+        )
 
     return budget

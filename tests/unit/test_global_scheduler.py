@@ -462,11 +462,13 @@ def test_a_class_displaces_best_effort_at_once_and_is_priced_so():
 
 def test_a_long_prompt_beside_a_full_decode_batch_is_priced_by_its_chunks():
     # Beside 26 decodes of a 100 ms TPOT target a step may carry one block of prefill (the
-    # decodes alone take 88 ms of the 90 ms allowed): 900 tokens take 57 steps of ~88 ms,
-    # about 5 s to the first token, though the replica's token rate says 0.1 s.
+    # decodes alone take 88 ms of the 90 ms allowed): 900 tokens would take 57 steps of
+    # ~90 ms. Sooner, the engine runs the decodes alone, 2 ms of slack a step, until their
+    # slack pays for the prompt's whole step: still 2.8 s to the first token, though the
+    # replica's token rate says 0.1 s.
     refused = scheduler(busy(26)).route("m", sla(2000.0), 900, 100)
     assert isinstance(refused, Refusal) and refused.reason == "sla"
-    assert "estimated at 5" in refused.message
+    assert "estimated at 2831 ms" in refused.message
     # Beside four decodes the chunk is large: the same prompt goes in a few steps.
     assert isinstance(scheduler(busy(4)).route("m", sla(2000.0), 900, 100), RouteDecision)
 

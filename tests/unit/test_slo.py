@@ -12,6 +12,7 @@ from strata.policy.scheduling.slo import (
     SLACK_SPENT,
     DecodeLoad,
     chunk_budget,
+    defer_pays,
     defers_block,
     engine_share,
     fits,
@@ -246,16 +247,22 @@ def test_the_running_budget_gives_the_chunk_the_slack_of_the_tightest_decode():
     load = DecodeLoad.of([(1050, 100.0)] * 9 + [(1001, 100.0)])
     tight = running_budget(LINE, young + [prompt], 10.0, 2048, 16) - 10
     assert tight == chunk_budget(LINE, load, 2038, 16)  # the per-step bound: 90 ms
-    loose = running_budget(LINE, seasoned + [prompt], 10.0, 2048, 16) - 10
-    assert loose > tight
+    # With 110 ms, the slack nearly pays for a step of the whole room (125 ms): one
+    # decode-only step more does, sooner than two chunks within 110 ms, so the step waits.
     load = DecodeLoad.of([(1050, 100.0)] * 10)
-    assert step_ms(LINE, load, loose) <= 110.0 < step_ms(LINE, load, loose + 16)
+    assert running_budget(LINE, seasoned + [prompt], 10.0, 2048, 16) == 10
+    assert defer_pays(LINE, load, 2038, 0, 110.0, 90.0, 16)
+    assert step_ms(LINE, load, 2038) > 110.0
+    loose = chunk_budget(LINE, load, 2038, 16, limit_ms=110.0)
+    assert loose > tight
     # Slack enough for the engine's largest step: its maximum.
     rich = [decode(50, 7.0)] * 10
     assert running_budget(LINE, rich + [prompt], 10.0, 2048, 16) == 2048
-    # Part-way through its prompt, the chunk is priced over what is computed.
+    # Part-way through its prompt, the chunk is priced over what is computed: its last 1,000
+    # tokens fit the 110 ms at once.
     later = _Seq(list(range(4000)), 3000, None, None, 4000)
-    assert running_budget(LINE, seasoned + [later], 10.0, 2048, 16) - 10 < loose
+    assert running_budget(LINE, seasoned + [later], 10.0, 2048, 16) - 10 >= 1000
+    assert chunk_budget(LINE, load, 2038, 16, history=3000, limit_ms=110.0) < loose
     # No target among the decodes: the engine's maximum.
     free = [decode(50, 7.0, None)] * 10
     assert running_budget(LINE, free + [prompt], 10.0, 2048, 16) == 2048
@@ -274,11 +281,12 @@ def test_a_block_that_would_break_the_decodes_target_is_deferred_not_forced():
     assert step_token_budget(HEAVY, [(1000, 100.0)] * 26, 2048, 16) == 26 + 16  # same class
     # Slack that pays for the block lets it through.
     assert not defers_block(HEAVY, load, 16, 106.0)
-    assert step_token_budget(HEAVY, [(1000, 100.0)] * 26, 2048, 16, 0.9, 0, 106.0, True) == 42
+    paid = step_token_budget(HEAVY, [(1000, 100.0)] * 26, 2048, 16, limit_ms=106.0, defer=True)
+    assert paid == 42
     # A block past the headroom but within the target itself goes through, as before.
     assert step_ms(LINE, load) <= 90.0 < step_ms(LINE, load, 16) <= 100.0
     assert not defers_block(LINE, load, 16, 90.0)
-    assert step_token_budget(LINE, [(1000, 100.0)] * 26, 2048, 16, defer=True) == 26 + 16
+    assert step_token_budget(LINE, [(1000, 100.0)] * 26, 2048, 16, pending=16, defer=True) == 42
     # Decodes that miss their limit alone: deferring saves nothing, the block goes through.
     heavy = DecodeLoad.of([(1000, 100.0)] * 30)  # 100 ms
     assert not defers_block(HEAVY, heavy, 16, 90.0)
@@ -311,3 +319,69 @@ def test_a_lower_class_prompt_alternates_its_blocks_with_the_steps_that_pay_for_
     decodes = [_Seq(list(range(1000)), 999, 100.0, 0.0, 999, 2)] * 26
     same = _Seq(list(range(48)), 0, None, None, 48, 2)
     assert running_budget(HEAVY, decodes + [same], 0.0, 2048, 16) == 26 + 16
+
+
+# A step costs 40 ms more for carrying a prompt's chunk (as SmolLM2's quantized CPU engine does:
+# its products leave the few-row kernel), 0.5 ms a prefill token: a step's cost is concave in its
+# tokens.
+CONCAVE = StepLine(0.010, 5e-4, 2e-3, 1e-8, 1e-6, 0.040)
+
+
+def _run_prompt(line: StepLine, n_decodes: int, prompt: int, budget_of) -> tuple[float, float]:
+    """Step an engine by `budget_of(decodes, prompt_seq, now)` from fresh decodes (100 ms
+    target) until the prompt is prefilled: (the prompt's prefill in s, the decodes' largest
+    mean gap in s)."""
+    now, outputs, computed, worst = 0.0, 1, 0, 0.0
+    load = DecodeLoad.of([(1000, 100.0)] * n_decodes)
+    while computed < prompt:
+        decodes = [_Seq(list(range(999 + outputs)), 998 + outputs, 100.0, 0.0, 999)] * n_decodes
+        seq = _Seq(list(range(prompt)), computed, None, None, prompt)
+        chunk = min(prompt - computed, budget_of(decodes, seq, now) - n_decodes)
+        now += step_ms(line, load, chunk, computed) / 1000.0
+        computed += chunk
+        outputs += 1
+        worst = max(worst, now / (outputs - 1))
+    return now, worst
+
+
+def test_a_chunk_whose_step_passes_the_limit_waits_for_the_slack_that_pays_for_it():
+    """Beside 2 fresh decodes (17 ms a step alone) a 150-token prompt's step takes 134 ms,
+    past their 90 ms: the decodes run alone until their slack pays for it, and the prompt
+    reaches its end in under two thirds of the time chunks within the limit take (48 tokens,
+    each step paying the 40 ms of carrying one), while the decodes' mean gap stays within
+    their target."""
+    decodes = [_Seq(list(range(1000)), 999, 100.0, 0.0, 999)] * 2
+    prompt = _Seq(list(range(150)), 0, None, None, 150)
+    load = DecodeLoad.of([(1000, 100.0)] * 2)
+    assert step_ms(CONCAVE, load, 150) > 90.0 > step_ms(CONCAVE, load, 16)
+    assert running_budget(CONCAVE, decodes + [prompt], 0.0, 512, 16) == 2  # wait
+    assert defer_pays(CONCAVE, load, 150, 0, 90.0, 90.0, 16)
+    # With slack enough (the decodes' 19 gaps took 0.5 s of 1.71), the whole prompt goes.
+    seasoned = [_Seq(list(range(1019)), 1018, 100.0, 0.0, 999)] * 2
+    assert running_budget(CONCAVE, seasoned + [prompt], 0.5, 512, 16) >= 152
+    # A prompt still waiting for its first step counts too.
+    assert running_budget(CONCAVE, decodes, 0.0, 512, 16, waiting=[prompt]) == 2
+
+    def slack_fed(decodes, seq, now):
+        return running_budget(CONCAVE, decodes + [seq], now, 512, 16)
+
+    def within(decodes, seq, now):
+        return len(decodes) + chunk_budget(CONCAVE, load, 512, 16)
+
+    fed, fed_gap = _run_prompt(CONCAVE, 2, 150, slack_fed)
+    chunked, _ = _run_prompt(CONCAVE, 2, 150, within)
+    assert fed < chunked / 1.5
+    assert fed_gap <= 0.100
+    # The estimate walks the same rule from fresh decodes.
+    assert prefill_s(CONCAVE, load, 150, 16, max_chunk=512) == pytest.approx(fed, rel=0.05)
+
+
+def test_a_chunk_is_fed_within_the_limit_where_waiting_would_not_pay():
+    """Decodes that leave almost no slack a step (88 of 90 ms) would wait a long time for a
+    large chunk; one block a step goes instead, as before."""
+    load = DecodeLoad.of([(1000, 100.0)] * 20)
+    line = StepLine(0.010, 5e-4, 2.4e-3, 1e-8, 1e-6, 0.0)
+    assert step_ms(line, load) == pytest.approx(88.0, abs=0.5)
+    assert not defer_pays(line, load, 150, 0, 90.0, 90.0, 16)
+    budget = step_token_budget(line, [(1000, 100.0)] * 20, 512, 16, pending=150)
+    assert budget == 20 + chunk_budget(line, load, 492, 16)

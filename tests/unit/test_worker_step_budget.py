@@ -29,7 +29,7 @@ def test_the_budget_leaves_each_decode_its_token_and_sizes_the_chunk_by_the_tigh
     load = DecodeLoad.of([(1000, 100.0)] * 10)
     assert chunk % 16 == 0 and step_ms(LINE, load, chunk) <= 90.0 < step_ms(LINE, load, chunk + 16)
     # Part-way through its prompt, the next chunk attends over what is computed: smaller.
-    late = budget(decodes + [seq(99, 4000, 3000, None)]) - 10
+    late = budget(decodes + [seq(99, 6000, 3000, None)]) - 10
     assert late < chunk
     assert step_ms(LINE, load, late, 3000) <= 90.0 < step_ms(LINE, load, late + 16, 3000)
     # Decodes that have spent little of their targets so far lend the chunk their slack.
@@ -75,7 +75,7 @@ def test_the_engine_asks_for_its_budget_before_each_step_and_keeps_to_it():
 
     stamps = []
 
-    def budget(running: list[Sequence]) -> int:
+    def budget(running: list[Sequence], waiting=()) -> int:
         asked.append(len(running))
         stamps.extend(s.first_token_at for s in running)
         return 12

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
@@ -210,7 +210,7 @@ class LLMEngine:
         self.step_observer: Callable[[list[ScheduledSeq], float, float], None] | None = None
         # Called before every step with the running sequences: the step's token budget (at most
         # max_batched_tokens; None: that). The worker sizes prefill chunks by TPOT targets.
-        self.step_budget: Callable[[list[Sequence]], int] | None = None
+        self.step_budget: Callable[[list[Sequence], Iterable[Sequence]], int] | None = None
         self._last_step_end: float | None = None  # None: idle since (no period to measure)
         self._samplers: dict[str, SeqSampler] = {}
         self._detok: dict[str, Detokenizer] = {}
@@ -387,7 +387,11 @@ class LLMEngine:
 
     def step(self) -> list[RequestOutput]:
         begun = time.perf_counter()
-        budget = None if self.step_budget is None else self.step_budget(self.scheduler.running)
+        budget = (
+            None
+            if self.step_budget is None
+            else self.step_budget(self.scheduler.running, self.scheduler.waiting)
+        )
         plan = self.scheduler.schedule(budget)
         if not plan.scheduled:
             self._last_step_end = None

@@ -324,6 +324,7 @@ class SimReplica:
             self.limits.max_batched_tokens,
             self.limits.block_size,
             cap_ms=cap_ms,
+            waiting=self.scheduler.waiting,
         )
 
     # -- exact stepping ------------------------------------------------------------------------

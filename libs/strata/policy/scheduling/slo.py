@@ -18,20 +18,23 @@ Requests without a TPOT target (best effort) join only where this holds for the 
 they never slow an SLA class past its target; a replica running nothing always takes one
 request (alone it is served as well as it can be: refusing would not make it faster).
 
-The prefill chunk budget is the largest chunk c with step_s(B, K, c, history) within what the
-running decodes allow (at least one block, so prefill always progresses). Except across
-classes: where the prompts prefilling are all of a class below a running decode with a TPOT
-target, and even one block would take the step past that decode's target itself while the
-decodes alone keep their limit, the engine's step defers the block (`defers_block`): it runs
-the decodes alone, their unspent slack grows, and the block goes in a later step that the
-slack pays for. A block forced into every step would hold a higher class's gaps above its
-target for as long as a lower class's prompt prefills. Within a class the block goes through
-(the estimates here price prefill so). Priced for the
-scheduler's estimates, that is the tightest TPOT target x headroom; in the engine
-(running_budget) each decode allows its step_allowance_ms: a TPOT target is judged on the mean
-gap between tokens, so a decode that has been faster than its target lends the step part of
-the time it left unspent. A chunk attends over the prompt's tokens computed before it
-(`history`), as the worker's step meter counts its keys.
+A step's prefill chunk aims at every prompt token pending (at most the step's room and the
+step cap). Where that step fits what the running decodes allow, the largest chunk within it
+goes. Where it does not, the step runs the decodes alone and the chunk waits for a later step
+that their unspent slack pays for, when that is sooner than feeding it in chunks within the
+limit (`defer_pays`). A step's cost is concave in its tokens (the line's fixed cost for carrying
+a chunk), so a prompt fed one block a step beside decodes pays that cost for every block.
+Otherwise the largest chunk within the limit goes, at least one block, so prefill always
+progresses, except where the prompts prefilling are all of a class below a running decode with
+a TPOT target and even one block would take the step past that decode's target itself
+(`defers_block`): there the decodes run alone until their slack pays for the block, since a
+block forced into every step would hold a higher class's gaps above its target for as long as
+a lower class's prompt prefills. What the decodes allow is the tightest TPOT target x headroom
+for the scheduler's estimates (`prefill_s`, which walks the same rule from decodes with no
+slack). In the engine (running_budget) each decode allows its step_allowance_ms: a TPOT target
+is judged on the mean gap between tokens, so a decode that has been faster than its target lends
+the step part of the time it left unspent. A chunk attends over the prompt's tokens computed
+before it (`history`), as the worker's step meter counts its keys.
 
 Without a step line (a worker that reported none yet) the batch cap alone rules. Pure: the
 node manager's dispatcher, the global scheduler and the simulator call the same functions.
@@ -39,6 +42,7 @@ node manager's dispatcher, the global scheduler and the simulator call the same 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from collections.abc import Sequence as SizedSeq
 from dataclasses import dataclass
@@ -175,24 +179,79 @@ def step_token_budget(
     headroom: float = HEADROOM,
     history: int = 0,
     limit_ms: float | None = None,
+    pending: int = 0,
+    cap_ms: float | None = None,
     defer: bool = False,
 ) -> int:
     """An engine step's token budget: one token for each decoding sequence (given as its
-    context and TPOT target), and the chunk_budget of prefill beside them, for a prompt with
-    `history` tokens computed (the most of any prompt part-way through its prefill), within
-    `limit_ms` (None: the tightest target x headroom); with `defer` (the prompts are of a
-    class below the decodes'), the decodes' tokens alone where the step defers the block
-    (defers_block); `max_tokens` when none of them has a target and no limit is given."""
+    context and TPOT target), and beside them a prefill chunk for prompts with `pending` tokens
+    left (0: as many as the step takes) and `history` tokens computed (the most of any prompt
+    part-way through its prefill). The chunk it aims for is all of them, at most the step's
+    room and the largest within the step cap `cap_ms` (None: none):
+
+    - where that chunk's step fits `limit_ms` (None: the decodes' tightest target x headroom),
+      the largest chunk within the limit goes;
+    - else, where the decodes alone fit the limit, none: the decodes run alone, their unspent
+      slack grows (step_allowance_ms), and the whole chunk goes in a later step that the slack
+      pays for. A step's cost is concave in its tokens (a fixed cost for carrying a chunk, the
+      line's group cost), so a prompt fed one block a step beside decodes pays that cost for
+      every block: fewer, larger chunks reach its first token sooner, at the same mean gap;
+    - else, with `defer` (the prompts are of a class below the decodes'), none where one block
+      would break the decodes' target itself (defers_block): a block forced into every step
+      would hold a higher class's gaps above its target while a lower class's prompt prefills;
+    - else (the decodes alone miss the limit: waiting would not save their target, only stall
+      the prompt) the largest chunk within the limit, at least one block.
+
+    `max_tokens` when no decode has a target and no limit is given."""
     load = DecodeLoad.of(decodes)
     if line is None or (load.tightest_tpot_ms is None and limit_ms is None):
         return max_tokens
     if limit_ms is None and load.tightest_tpot_ms is not None:
         limit_ms = load.tightest_tpot_ms * headroom
+    room = max_tokens - load.seqs
+    within = load.seqs + chunk_budget(line, load, room, block_size, headroom, history, limit_ms)
+    if load.seqs == 0 or limit_ms is None:
+        return within
+    want = min(pending, room) if pending > 0 else room
+    if cap_ms is not None:
+        want = min(want, chunk_budget(line, load, want, block_size, headroom, history, cap_ms))
+    if want <= 0 or step_ms(line, load, want, history) <= limit_ms:
+        return within
+    per = None if load.tightest_tpot_ms is None else load.tightest_tpot_ms * headroom
+    if per is not None and defer_pays(
+        line, load, want, history, limit_ms, per, block_size, headroom
+    ):
+        return load.seqs
     if defer and defers_block(line, load, block_size, limit_ms, history):
         return load.seqs
-    return load.seqs + chunk_budget(
-        line, load, max_tokens - load.seqs, block_size, headroom, history, limit_ms
-    )
+    return within
+
+
+def defer_pays(
+    line: StepLine,
+    load: DecodeLoad,
+    want: int,
+    history: int,
+    limit_ms: float,
+    per_ms: float,
+    block_size: int,
+    headroom: float = HEADROOM,
+) -> bool:
+    """Whether a chunk of `want` tokens (over `history`) whose step passes `limit_ms` reaches
+    its end sooner by waiting for it than in chunks within the limit: each decode-only step
+    beside `load` leaves per_ms (the tightest target x headroom) less its time unspent, and
+    the limit grows by SLACK_SPENT of that (step_allowance_ms), so the chunk waits
+    ceil((its step - limit) / (SLACK_SPENT x (per_ms - decode step))) decode-only steps;
+    chunks within the limit take a step each. False where the decodes alone pass the limit
+    or leave no slack (waiting would stall the prompt and save no target)."""
+    decode_ms = step_ms(line, load)
+    if decode_ms > limit_ms or decode_ms >= per_ms:
+        return False
+    took = step_ms(line, load, want, history)
+    waits = math.ceil((took - limit_ms) / (SLACK_SPENT * (per_ms - decode_ms)))
+    chunk = chunk_budget(line, load, want, block_size, headroom, history, limit_ms)
+    forced = math.ceil(want / chunk) * step_ms(line, load, chunk, history)
+    return waits * decode_ms + took < forced
 
 
 def step_allowance_ms(
@@ -238,22 +297,24 @@ def running_budget(
     block_size: int,
     headroom: float = HEADROOM,
     cap_ms: float | None = None,
+    waiting: Iterable[RunningSeq] = (),
 ) -> int:
     """The next step's token budget for an engine's `running` sequences at `now` (the clock
-    of their first_token_at): a token for each decode, and a prefill chunk as large as every
-    decode with a TPOT target allows (step_allowance_ms: its mean gap kept within the target,
-    not each step) and the step cap `cap_ms` (strata.policy.scheduling.step_cap; None: none),
-    priced over the history of the prompt furthest through its prefill; none where every
-    prompt prefilling is of a class below a decode with a target and one block would break
-    that target (defers_block)."""
+    of their first_token_at), its `waiting` ones queued for a first step: a token for each
+    decode, and beside them a prefill chunk sized by step_token_budget for every prompt token
+    pending (running and waiting), within what every decode with a TPOT target allows
+    (step_allowance_ms: its mean gap kept within the target, not each step) and the step cap
+    `cap_ms` (strata.policy.scheduling.step_cap; None: none), priced over the history of the
+    prompt furthest through its prefill."""
     decodes: list[tuple[int, float | None]] = []
     limit: float | None = None
-    history = 0
+    history = pending = 0
     prefill_class: int | None = None  # the best class prefilling
     decode_class: int | None = None  # the best class decoding with a TPOT target
     for s in running:
         if s.num_pending > 1:
             history = max(history, s.num_computed)
+            pending += s.num_pending
             prefill_class = s.priority if prefill_class is None else max(prefill_class, s.priority)
             continue
         decodes.append((len(s.token_ids), s.tpot_ms))
@@ -264,6 +325,7 @@ def running_budget(
                 s.tpot_ms, s.num_output, None if at is None else now - at, headroom
             )
             limit = allowed if limit is None else min(limit, allowed)
+    pending += sum(s.num_pending for s in waiting)
     if cap_ms is not None:
         limit = cap_ms if limit is None else min(limit, cap_ms)
     defer = prefill_class is not None and decode_class is not None and prefill_class < decode_class
@@ -275,6 +337,8 @@ def running_budget(
         headroom,
         history=history,
         limit_ms=limit,
+        pending=pending,
+        cap_ms=cap_ms,
         defer=defer,
     )
 
@@ -318,20 +382,45 @@ def prefill_s(
     headroom: float = HEADROOM,
     max_chunk: int = 0,
 ) -> float:
-    """Seconds a prefill of `tokens` takes in chunks of chunk_budget beside the decodes of
-    `beside`, each chunk one step and none larger than the engine's `max_chunk` tokens a step
-    (0: no cap), each attending over the chunks before it; 0 without a line or tokens: a
-    prompt admitted beside decodes with a TPOT target reaches its first token no sooner than
-    this."""
+    """Seconds a prefill of `tokens` takes beside the decodes of `beside`, as the engine's
+    step_token_budget feeds it (each step's chunk at most the engine's `max_chunk` tokens a
+    step, 0: no cap, less the decodes' tokens; each attending over the chunks before it), the
+    decodes starting with no unspent slack (fresh: conservative); 0 without a line or tokens:
+    a prompt admitted beside decodes with a TPOT target reaches its first token no sooner than
+    this. Step by step: a chunk whose step fits the decodes' allowance goes; one that does not
+    waits the decode-only steps whose slack pays for it, where that is sooner
+    (defer_pays); else the rest goes in chunks within the target (chunk_budget), each its
+    own step."""
     if line is None or tokens <= 0:
         return 0.0
-    most = min(tokens, max_chunk) if max_chunk > 0 else tokens
-    chunk = chunk_budget(line, beside, most, max(1, block_size), headroom)
-    full, rest = divmod(tokens, chunk)
-    # Chunk i (from 0) attends over i x chunk keys of history: chunk^2 x full(full-1)/2 keys
-    # over the full chunks, rest x full x chunk for the last.
-    history_keys = chunk * chunk * full * (full - 1) // 2 + rest * full * chunk
-    seconds = full * step_ms(line, beside, chunk) / 1000.0
+    block = max(1, block_size)
+    most = tokens if max_chunk <= 0 else max(block, min(tokens, max_chunk - beside.seqs))
+    per = None if beside.tightest_tpot_ms is None or not beside.seqs else beside.tightest_tpot_ms
+    per = None if per is None else per * headroom
+    seconds, done, unspent = 0.0, 0, 0.0
+    decode_ms = step_ms(line, beside)
+    while per is not None and done < tokens:
+        want = min(tokens - done, most)
+        limit = per + SLACK_SPENT * max(0.0, unspent)
+        took = step_ms(line, beside, want, done)
+        if took > limit:
+            if not defer_pays(line, beside, want, done, limit, per, block, headroom):
+                break
+            waits = math.ceil((took - limit) / (SLACK_SPENT * (per - decode_ms)))
+            seconds += waits * decode_ms / 1000.0
+            unspent += waits * (per - decode_ms)
+        seconds += took / 1000.0
+        unspent += per - took
+        done += want
+    if done >= tokens:
+        return seconds
+    # The rest in chunks within the target, each a step over the chunks before it: chunk i
+    # (from 0) attends over done + i x chunk keys of history.
+    left = tokens - done
+    chunk = chunk_budget(line, beside, min(left, most), block, headroom)
+    full, rest = divmod(left, chunk)
+    history_keys = chunk * chunk * full * (full - 1) // 2 + rest * full * chunk + done * left
+    seconds += full * step_ms(line, beside, chunk) / 1000.0
     seconds += line.prefill_attend_s * history_keys
     if rest:
         seconds += step_ms(line, beside, rest) / 1000.0
