@@ -55,6 +55,23 @@ def _grid(extra=lambda n, c: 0.0):
     return points
 
 
+def _profile(costs, error, **more) -> EngineProfile:
+    """A profile of model m on one CPU thread with the grid's measurements."""
+    fields = dict(machine={}, engine={"block_size": 16}, kv_bytes_per_token=1024)
+    fields.update(more)
+    return EngineProfile(
+        model="m",
+        dtype="float32",
+        device="cpu",
+        threads=1,
+        max_context=2048,
+        costs=costs,
+        fit_error=error,
+        measurements=_grid(),
+        **fields,
+    )
+
+
 def test_prefill_keys_are_the_padded_rectangle():
     # 3 chunks, the longest 10 tokens, the widest context 33 tokens = 3 blocks of 16
     assert prefill_keys(3, 10, 33, 16) == 3 * 10 * 48
@@ -133,18 +150,10 @@ def test_fit_needs_enough_points_and_positive_times():
 
 def test_profile_round_trips_through_json(tmp_path):
     costs, error = fit(_grid(lambda n, c: 1e-3 if n == 64 else 0.0))
-    profile = EngineProfile(
-        model="m",
-        dtype="float32",
-        device="cpu",
-        threads=1,
+    profile = _profile(
+        costs,
+        error,
         machine={"cpu": "x"},
-        engine={"block_size": 16},
-        kv_bytes_per_token=1024,
-        max_context=2048,
-        costs=costs,
-        fit_error=error,
-        measurements=_grid(),
         overheads=RequestOverheads(1e-4, 2e-3, 3e-3),
         created_unix_s=5.0,
         notes=["n"],
@@ -172,19 +181,7 @@ def test_a_format_1_profile_is_refitted_from_its_measurements(tmp_path):
     """Format 1 counted the decodes' group in the group feature: its line means another thing,
     so loading refits it from the raw measurements."""
     costs, error = fit(_grid())
-    profile = EngineProfile(
-        model="m",
-        dtype="float32",
-        device="cpu",
-        threads=1,
-        machine={},
-        engine={"block_size": 16},
-        kv_bytes_per_token=1024,
-        max_context=2048,
-        costs=costs,
-        fit_error=error,
-        measurements=_grid(),
-    )
+    profile = _profile(costs, error)
     path = tmp_path / "p.json"
     profile.save(path)
     doc = json.loads(path.read_text())
