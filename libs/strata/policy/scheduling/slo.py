@@ -217,14 +217,20 @@ def step_token_budget(
         want = min(want, chunk_budget(line, load, want, block_size, headroom, history, cap_ms))
     if want <= 0 or step_ms(line, load, want, history) <= limit_ms:
         return within
-    per = None if load.tightest_tpot_ms is None else load.tightest_tpot_ms * headroom
-    if per is not None and defer_pays(
-        line, load, want, history, limit_ms, per, block_size, headroom
+    if load.tightest_tpot_ms is not None and defer_pays(
+        line, load, want, history, limit_ms, load.tightest_tpot_ms * headroom, block_size, headroom
     ):
         return load.seqs
     if defer and defers_block(line, load, block_size, limit_ms, history):
         return load.seqs
     return within
+
+
+def _slack_waits(took_ms: float, limit_ms: float, per_ms: float, decode_ms: float) -> int:
+    """Decode-only steps of `decode_ms` until a step of `took_ms` fits the limit: each leaves
+    per_ms less its time unspent, and the limit grows by SLACK_SPENT of that
+    (step_allowance_ms)."""
+    return math.ceil((took_ms - limit_ms) / (SLACK_SPENT * (per_ms - decode_ms)))
 
 
 def defer_pays(
@@ -238,17 +244,15 @@ def defer_pays(
     headroom: float = HEADROOM,
 ) -> bool:
     """Whether a chunk of `want` tokens (over `history`) whose step passes `limit_ms` reaches
-    its end sooner by waiting for it than in chunks within the limit: each decode-only step
-    beside `load` leaves per_ms (the tightest target x headroom) less its time unspent, and
-    the limit grows by SLACK_SPENT of that (step_allowance_ms), so the chunk waits
-    ceil((its step - limit) / (SLACK_SPENT x (per_ms - decode step))) decode-only steps;
-    chunks within the limit take a step each. False where the decodes alone pass the limit
-    or leave no slack (waiting would stall the prompt and save no target)."""
+    its end sooner by waiting for it (_slack_waits decode-only steps beside `load`, per_ms
+    being the tightest target x headroom) than in chunks within the limit, a step each.
+    False where the decodes alone pass the limit or leave no slack (waiting would stall the
+    prompt and save no target)."""
     decode_ms = step_ms(line, load)
     if decode_ms > limit_ms or decode_ms >= per_ms:
         return False
     took = step_ms(line, load, want, history)
-    waits = math.ceil((took - limit_ms) / (SLACK_SPENT * (per_ms - decode_ms)))
+    waits = _slack_waits(took, limit_ms, per_ms, decode_ms)
     chunk = chunk_budget(line, load, want, block_size, headroom, history, limit_ms)
     forced = math.ceil(want / chunk) * step_ms(line, load, chunk, history)
     return waits * decode_ms + took < forced
@@ -395,8 +399,8 @@ def prefill_s(
         return 0.0
     block = max(1, block_size)
     most = tokens if max_chunk <= 0 else max(block, min(tokens, max_chunk - beside.seqs))
-    per = None if beside.tightest_tpot_ms is None or not beside.seqs else beside.tightest_tpot_ms
-    per = None if per is None else per * headroom
+    target = beside.tightest_tpot_ms if beside.seqs else None
+    per = None if target is None else target * headroom
     seconds, done, unspent = 0.0, 0, 0.0
     decode_ms = step_ms(line, beside)
     while per is not None and done < tokens:
@@ -406,7 +410,7 @@ def prefill_s(
         if took > limit:
             if not defer_pays(line, beside, want, done, limit, per, block, headroom):
                 break
-            waits = math.ceil((took - limit) / (SLACK_SPENT * (per - decode_ms)))
+            waits = _slack_waits(took, limit, per, decode_ms)
             seconds += waits * decode_ms / 1000.0
             unspent += waits * (per - decode_ms)
         seconds += took / 1000.0
