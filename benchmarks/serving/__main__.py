@@ -11,6 +11,8 @@ writes docs/benchmarks/serving.md, or with --no-sweep docs/benchmarks/serving-pa
   2 ms over the worker. Measured twice: first on a stack whose gateway and node open a new
   gRPC call per hop (the baseline), then with the hops multiplexed (the default).
 - One hop, two ways: the worker's Generate as new calls and as muxed calls, alternating.
+- The transport's floor (benchmarks.serving.floor): the path's hops as bare grpc.aio relays,
+  what they cost before any of Strata's work.
 - Breakdown: the spans of sequential requests, where the added time goes.
 - Load sweep (benchmarks.serving.sweep): the Azure conversation trace at multiples of Strata's
   capacity through its OpenAI endpoint, and with `--peers vllm` through vLLM's OpenAI server
@@ -37,6 +39,8 @@ from benchmarks.common.tables import table
 from benchmarks.common.targets import Target, Verdict, target_table
 from benchmarks.serving.breakdown import span_breakdown
 from benchmarks.serving.cpu_cost import CpuCost, cpu_per_request
+from benchmarks.serving.floor import WAYS as FLOOR_WAYS
+from benchmarks.serving.floor import measure_floor
 from benchmarks.serving.hop import measure_hop
 from benchmarks.serving.path import PathFigures, measure_path, worker_address, worker_spec
 from benchmarks.serving.sweep import run_sweep
@@ -51,6 +55,8 @@ MODEL = "dummy-tiny"
 OVERRIDES = {
     "placement": {"STRATA_MODELS": MODEL},
     "node": {"STRATA_TORCH_THREADS": "1", "STRATA_NODE_STANDBY": "0"},
+    # Sequential short requests come faster than the default tenant rate (50/s) on a fast host.
+    "gateway": {"STRATA_RATE_LIMIT_RPS": "1000"},
 }
 TARGETS = {
     "http": Target("OpenAI HTTP front over gRPC Generate, TTFT P50", "<=", 1.0, "{:.2f} ms"),
@@ -81,10 +87,13 @@ def main(argv: list[str] | None = None) -> int:
                 worker_address(stack, MODEL), stack.identity, worker_spec(MODEL), args.requests
             )
             spans, span_ttft = span_breakdown(stack, key, MODEL)
+        floor = measure_floor(str(data / "mux" / "secrets"), args.requests * 3)
         sweep = None if args.no_sweep else run_sweep(data / "sweep", peers)
     by = {f.way: f for f in path}
     http_over = by["http"].ttft_p50_ms - by["grpc"].ttft_p50_ms
     path_over = by["grpc"].ttft_p50_ms - by["worker"].ttft_p50_ms
+    floor_by = {f.way: f for f in floor}
+    floor_over = floor_by[FLOOR_WAYS[1]].ttft_p50_ms - floor_by[FLOOR_WAYS[0]].ttft_p50_ms
     direct_by = {f.way: f for f in direct_path}
     direct_over = direct_by["grpc"].ttft_p50_ms - direct_by["worker"].ttft_p50_ms
     verdicts: list[Verdict] = [
@@ -130,6 +139,20 @@ def main(argv: list[str] | None = None) -> int:
         "",
         *_figures_table("call", hop),
         "",
+        "## The transport's floor",
+        "",
+        "The path's hops with nothing of Strata in them (benchmarks.serving.floor): bare "
+        "grpc.aio processes on uvloop with the cluster's credential, passing bytes of the path's "
+        "message sizes. One hop is a client calling the source; the path's hops are the client "
+        "calling a front that makes a unary round trip to the source (the route) and then "
+        "streams through a relay (the node) from the source (the worker). "
+        f"{args.requests * 3} requests each way, alternating, after the stacks stopped: the "
+        f"hops alone add {floor_over:.2f} ms TTFT P50, so Strata's own work on the path "
+        f"(authentication, policy, routing, queueing, spans, the multiplexed streams) adds "
+        f"{path_over - floor_over:.2f} ms above them.",
+        "",
+        *_figures_table("way", floor),
+        "",
         "## CPU time per request",
         "",
         f"{args.requests} sequential 4-token requests through gRPC on each stack, after the "
@@ -162,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
                 "path": [asdict(f) for f in path],
                 "path_direct_hops": [asdict(f) for f in direct_path],
                 "hop": [asdict(f) for f in hop],
+                "floor": [asdict(f) for f in floor],
                 "cpu_ms_per_request": {"direct_hops": asdict(direct_cpu), "muxed": asdict(cpu)},
                 "spans": [asdict(s) for s in spans],
                 "span_ttft_ms": span_ttft,
