@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from strata.engine.sampler import SeqSampler, sample_batch
+from strata.engine.sampler import SeqSampler, draw, sample_batch
 from strata.engine.sequence import SamplingParams
 
 
@@ -63,3 +63,27 @@ def test_seed_reproducible_and_logprobs_of_raw_distribution():
     assert math.isclose(pick.logprob, 2.0 - z, rel_tol=1e-6)
     assert [t for t, _ in pick.top] == [1, 0]
     assert math.isclose(pick.top[1][1], 1.0 - z, rel_tol=1e-6)
+
+
+def test_draw_follows_the_distribution_and_never_picks_a_zero():
+    """Each index's share of 20,000 draws within 4 standard deviations of its probability
+    (weights need not sum to 1); an index of weight 0 is never drawn, first and last included."""
+    weights = torch.tensor([0.0, 2.0, 0.0, 5.0, 1.0, 0.0, 2.0, 0.0])
+    g = torch.Generator().manual_seed(7)
+    n = 20_000
+    counts = torch.zeros(len(weights))
+    for _ in range(n):
+        counts[draw(weights, g)] += 1
+    p = weights / weights.sum()
+    assert torch.all(counts[weights == 0] == 0)
+    sd = torch.sqrt(n * p * (1 - p))
+    assert torch.all((counts - n * p).abs() <= 4 * sd + 1e-9), counts.tolist()
+
+
+def test_draw_is_reproducible_from_a_seed_and_takes_a_lone_token():
+    weights = torch.softmax(torch.randn(1000, generator=torch.Generator().manual_seed(1)), 0)
+    a = [draw(weights, torch.Generator().manual_seed(3)) for _ in range(5)]
+    assert len(set(a)) == 1
+    one = torch.zeros(50)
+    one[49] = 0.25
+    assert {draw(one, torch.Generator().manual_seed(i)) for i in range(20)} == {49}

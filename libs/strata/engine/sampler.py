@@ -2,9 +2,10 @@
 
 Per row, in order: repetition penalty (prompt and output tokens), frequency and presence
 penalties (output tokens), then greedy argmax, or temperature, top-k, top-p, min-p and a draw
-from the request's own generator (seeded requests are reproducible whatever else is batched with
-them). Logprobs are those of the model's raw distribution, before any adjustment. A batch whose
-rows are all plain greedy takes one argmax for the whole batch.
+from the request's own generator (one uniform number a token, `draw`; seeded requests are
+reproducible whatever else is batched with them). Logprobs are those of the model's raw
+distribution, before any adjustment. A batch whose rows are all plain greedy takes one argmax
+for the whole batch.
 
 Numerical safety: every value the gateway admits samples without inf or nan. Adjusted logits
 are made finite (nan out, +inf to the dtype's largest value) and shifted so that their maximum
@@ -102,7 +103,20 @@ class SeqSampler:
             probs = probs.masked_fill(probs < p.min_p * probs.max(), 0.0)
         # The maximum was shifted to 0, so its probability is at least 1/vocab and the sum is
         # positive whatever top-k, top-p and min-p removed.
-        return int(torch.multinomial(probs / probs.sum(), 1, generator=self.generator))
+        return draw(probs, self.generator)
+
+
+def draw(probs: torch.Tensor, generator: torch.Generator | None) -> int:
+    """An index of the 1-D `probs` (non-negative, positive sum, not necessarily normalized)
+    drawn with probability proportional to its entry, from one uniform number of `generator`:
+    the first index whose running sum passes that fraction of the total (inverse CDF, summed
+    in float64). Never an index of probability 0."""
+    cdf = torch.cumsum(probs, 0, dtype=torch.float64)
+    u = torch.rand(1, generator=generator, dtype=torch.float64)
+    index = int(torch.searchsorted(cdf, u * cdf[-1], right=True))
+    if index >= probs.numel():  # u x total rounded up to the total itself
+        index = int(torch.nonzero(probs).max())
+    return index
 
 
 def sample_batch(
