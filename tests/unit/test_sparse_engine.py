@@ -49,6 +49,14 @@ def run(engine: LLMEngine, reqs: list[EngineRequest]) -> dict[str, list[tuple[in
     return out
 
 
+def same_steps(a: list[tuple[int, float]], b: list[tuple[int, float]], tol: float = 1e-5) -> bool:
+    """The same tokens with logprobs within `tol`: a prompt prefilled from the prefix cache runs
+    its attention over other chunk shapes, whose float32 sums may round differently."""
+    return [t for t, _ in a] == [t for t, _ in b] and all(
+        abs(x - y) <= tol for (_, x), (_, y) in zip(a, b)
+    )
+
+
 def req(rid: str, ids: list[int], steps: int = 6, sparse: bool | None = None) -> EngineRequest:
     return EngineRequest(
         rid, ids, SamplingParams(max_tokens=steps, ignore_eos=True, logprobs=1), sparse=sparse
@@ -357,7 +365,7 @@ def test_shared_prefix_blocks_share_entries_and_tier_copies_are_summarized(tiny)
     # the second request finds the prompt's 43 full blocks in the prefix cache: nothing of them
     # is summarized again, and its sparse decode reads the same entries
     second = run(e, [req("b", ids)])
-    assert second["b"] == first["a"]
+    assert same_steps(second["b"], first["a"])
     assert e.finished["b"].sparse_layer_steps == 5 * 2
     assert e.sparse.index.summarized - summarized == 1  # its own block filled while decoding
     # a block copied in from the KV tier store is summarized through the pool's commit hook

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
+import torch.nn.functional as F
 
 from strata.engine import kernels
 from strata.engine.rope import apply_rotary
@@ -66,6 +67,7 @@ class Group:
     positions: torch.Tensor  # [S, Q] int64: each query's position (padding repeats the last)
     block_size: int
     _mask: torch.Tensor | None = None
+    _allowed: torch.Tensor | None = None
     _tiles: list[tuple[int, int, int]] | None = None
 
     @property
@@ -74,15 +76,23 @@ class Group:
         at position p when k <= p (causal) and k < the context length (padding). Built on first
         use: it is as long as the context, and the fused CPU decode kernel never reads it."""
         if self._mask is None:
+            allowed = self.allowed[:, 0]
+            mask = torch.zeros(allowed.shape, dtype=torch.float32, device=allowed.device)
+            self._mask = mask.masked_fill_(~allowed, float("-inf"))[None, :, None]
+        return self._mask
+
+    @property
+    def allowed(self) -> torch.Tensor:
+        """[S, 1, Q, W*block_size] bool: the keys `mask` leaves visible (where it is 0)."""
+        if self._allowed is None:
             key_pos = torch.arange(
                 self.block_tables.shape[1] * self.block_size, device=self.positions.device
             )
             allowed = (key_pos[None, None, :] <= self.positions[:, :, None]) & (
                 key_pos[None, None, :] < self.context_lens[:, None, None]
             )
-            mask = torch.zeros(allowed.shape, dtype=torch.float32, device=allowed.device)
-            self._mask = mask.masked_fill_(~allowed, float("-inf"))[None, :, None]
-        return self._mask
+            self._allowed = allowed[:, None]
+        return self._allowed
 
     def tiles(self, heads: int) -> list[tuple[int, int, int]]:
         """The queries in tiles (first, end, keys): queries [first, end) of every sequence, whose
@@ -297,7 +307,7 @@ def paged_attention(
         if g.queries == 1:
             o = decode_sparse(g)
         else:
-            o = _attend(q, k_cache, v_cache, g, scale, groups)  # [S*Q, H, D]
+            o = _attend_chunks(q, k_cache, v_cache, g, scale)  # [S*Q, H, D]
         rows = g.token_index[g.valid]
         out.index_copy_(0, rows, o[g.valid])
     return out
@@ -322,6 +332,32 @@ def _gather(cache: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
     for h in range(cache.shape[0]):
         torch.index_select(cache[h], 0, blocks, out=out[h])
     return out
+
+
+def _attend_chunks(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, g: Group, scale: float
+) -> torch.Tensor:
+    """A group of prefill chunks (several queries a sequence) over their gathered keys through
+    torch's scaled_dot_product_attention, grouped-query heads mapped as the cache holds them
+    (query head h reads KV head h // groups) and the group's mask as a boolean one (Group.allowed).
+    Its fused kernel tiles the keys itself and keeps the scores in float32, so no score matrix is
+    materialized (as `_attend` does, a tile at a time). Returns [S*Q, H, D]."""
+    s, width = g.block_tables.shape
+    kv_heads, _, block_size, head_dim = k_cache.shape
+    nq, heads = g.queries, q.shape[1]
+    flat = g.block_tables.reshape(-1)
+    keys = _gather(k_cache, flat).view(kv_heads, s, width * block_size, head_dim)
+    vals = _gather(v_cache, flat).view(kv_heads, s, width * block_size, head_dim)
+    qs = q.index_select(0, g.token_index).view(s, nq, heads, head_dim).transpose(1, 2)
+    out = F.scaled_dot_product_attention(
+        qs,
+        keys.transpose(0, 1),
+        vals.transpose(0, 1),
+        attn_mask=g.allowed,
+        scale=scale,
+        enable_gqa=heads != kv_heads,
+    )
+    return out.transpose(1, 2).reshape(s * nq, heads, head_dim)
 
 
 def _attend(
