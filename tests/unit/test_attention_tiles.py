@@ -1,4 +1,5 @@
-"""Prefill attention a tile of queries at a time gives every query's row as in one piece."""
+"""Prefill attention, a tile of queries at a time or through the fused kernel, gives every query's
+row as the dense reference does."""
 
 import pytest
 import torch
@@ -95,3 +96,30 @@ def test_bfloat16_tiles_agree_with_one_piece(monkeypatch):
     # the same bfloat16 rounding of the scores and weights either way
     assert torch.allclose(tiled.double(), want, atol=3e-2)
     assert torch.allclose(tiled.float(), whole.float(), atol=2e-2)
+
+
+def test_fused_prefill_rows_equal_the_dense_reference():
+    """_attend_chunks: grouped-query heads, chunks after cached tokens, sequences of different
+    lengths padded into one group; float32 within 1e-5 of the float64 reference."""
+    torch.set_num_threads(1)
+    slices, q, k, v = _step([(0, 37), (21, 16), (5, 29)], seed=4)
+    (group,) = AttentionMetadata.build(slices, BLOCK, "cpu").groups
+    got = attention._attend_chunks(q, k, v, group, 0.3)[group.valid]
+    rows = group.token_index[group.valid]
+    want = _reference(slices, q, k, v, 0.3)[rows]
+    assert torch.allclose(got.double(), want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_bfloat16_prefill_takes_the_fused_kernel_where_bfloat16_is_native(monkeypatch, native):
+    monkeypatch.setattr(attention, "ONEDNN_BF16", native)
+    called = []
+    fused = attention._attend_chunks
+    monkeypatch.setattr(attention, "_attend_chunks", lambda *a: called.append(1) or fused(*a))
+    slices, q, k, v = _step([(0, 19), (8, 11)], dtype=torch.bfloat16, seed=5)
+    meta = AttentionMetadata.build(slices, BLOCK, "cpu")
+    got = paged_attention(q, None, None, k, v, meta, 0.3)
+    assert bool(called) == native
+    assert not attention.fused_prefill(q.float())  # float32 keeps the tiles
+    want = _reference(slices, q.float(), k.float(), v.float(), 0.3)
+    assert torch.allclose(got.double(), want, atol=3e-2, rtol=3e-2)
