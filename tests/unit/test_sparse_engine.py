@@ -373,7 +373,7 @@ def test_shared_prefix_blocks_share_entries_and_tier_copies_are_summarized(tiny)
     keys = torch.randn(2, 2, BS, 16)
     e.kv[:, 0, :, block] = keys
     e.pool.commit(block, 0x5EED)
-    e.sparse.plan(e.kv, [], [], None, False)
+    e.sparse.index.refresh(e.kv)
     assert torch.equal(e.sparse.index.kmax[:, :, block], keys.amax(2))
     assert torch.equal(e.sparse.index.kmin[:, :, block], keys.amin(2))
 
@@ -383,3 +383,22 @@ def test_a_request_for_the_path_on_an_engine_without_it_is_refused(tiny):
     with pytest.raises(ValueError, match="this worker runs without the sparse decode path"):
         e.add_request(req("a", prompt(10), sparse=True))
     e.add_request(req("b", prompt(10), sparse=False))
+
+
+def test_blocks_are_summarized_only_once_a_request_on_the_path_runs(tiny):
+    """Dense requests leave their full blocks marked, not summarized; a request on the path
+    that then shares their prefix has them summarized before its first sparse step, and decodes
+    as it does on an engine where it ran first."""
+    cfg = SparseConfig(
+        enabled=False, min_context=512, budget_fraction=0.25, threshold=1.0, adaptive=False
+    )
+    ids = prompt(700)
+    e = engine(tiny, cfg)
+    run(e, [req("dense", ids)])
+    assert e.sparse.index.summarized == 0
+    got = run(e, [req("b", ids, sparse=True)])
+    assert e.sparse.index.summarized >= 700 // BS
+    assert e.finished["b"].sparse_layer_steps == 5 * 2
+    fresh = engine(tiny, cfg)
+    want = run(fresh, [req("b", ids, sparse=True)])
+    assert same_steps(got["b"], want["b"])

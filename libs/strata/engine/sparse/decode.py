@@ -1,9 +1,9 @@
 """The sparse decode path in the engine: which rows of a step take it, and one layer's run of it.
 
 Per step (`SparseDecoder.plan`, before the model runs): the index summarizes the blocks that
-became full since the last step, and every decode row whose request has the path on and whose
-context passes SparseConfig.applies becomes a sparse row. Per layer (`SparseStep.attend`, called
-by paged_attention for the decode group):
+became full since it last did (at steps with a request on the path only), and every decode row
+whose request has the path on and whose context passes SparseConfig.applies becomes a sparse
+row. Per layer (`SparseStep.attend`, called by paged_attention for the decode group):
 
     dense rows            -> the usual decode attention (the same kernel, the same numbers)
     sparse rows  -> select blocks per KV head (select.py) -> exact attention over them, with Z_in
@@ -216,8 +216,12 @@ class SparseDecoder:
         """Bring the index up to date and pick this step's sparse rows (None: there are none).
 
         request_ids[i] and slices[i] describe the same sequence; the decode group holds the
-        slices with one new token, in order."""
-        self.index.refresh(kv)
+        slices with one new token, in order. The marked blocks are summarized only at a step
+        with a request on the path: until then nothing reads an entry, and the marks wait (a
+        prefix block a dense request filled is summarized when a request on the path first
+        runs with it)."""
+        if any(self._modes.get(rid, False) for rid in request_ids):
+            self.index.refresh(kv)
         bs = self.block_size
         for rid, s in zip(request_ids, slices):
             first = s.context_len - s.num_new
