@@ -122,7 +122,7 @@ def measure_floor(secrets_dir: str, requests: int) -> list[PathFigures]:
     try:
         import uvloop
 
-        return uvloop.run(_measure(secrets_dir, source, front, requests))
+        return uvloop.run(_measure(secrets_dir, (source, relay, front), requests))
     finally:
         for p in procs:
             p.terminate()
@@ -130,11 +130,18 @@ def measure_floor(secrets_dir: str, requests: int) -> list[PathFigures]:
             p.wait(10)
 
 
-async def _measure(secrets_dir: str, source: int, front: int, requests: int) -> list[PathFigures]:
+async def _measure(
+    secrets_dir: str, ports: tuple[int, int, int], requests: int
+) -> list[PathFigures]:
+    """Measures once every process listens: the front's onward hops are not retried, so a
+    relay still starting would fail the first call through the front."""
     ident = _identity(secrets_dir, "operator")
+    source, relay, front = ports
     chans = {w: channel(f"127.0.0.1:{p}", ident) for w, p in zip(WAYS, (source, front))}
-    for ch in chans.values():
+    relay_ch = channel(f"127.0.0.1:{relay}", ident)
+    for ch in (*chans.values(), relay_ch):
         await asyncio.wait_for(ch.channel_ready(), START_TIMEOUT_S)
+    await relay_ch.close()
     calls = {w: ch.unary_stream(f"/{SERVICE}/Stream", _same, _same) for w, ch in chans.items()}
     ttft: dict[str, list[float]] = {w: [] for w in WAYS}
     e2e: dict[str, list[float]] = {w: [] for w in WAYS}
