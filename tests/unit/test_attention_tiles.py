@@ -123,3 +123,23 @@ def test_bfloat16_prefill_takes_the_fused_kernel_where_bfloat16_is_native(monkey
     assert not attention.fused_prefill(q.float())  # float32 keeps the tiles
     want = _reference(slices, q.float(), k.float(), v.float(), 0.3)
     assert torch.allclose(got.double(), want, atol=3e-2, rtol=3e-2)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_chunks_of_different_sizes_go_in_groups_and_equal_the_reference(monkeypatch, fused):
+    """A long chunk beside short ones: the step runs several prefill groups (strata.core.
+    prefill_groups), the fresh long one causal over exactly its keys, and every row is the
+    float64 reference's, through the fused kernel and through the tiles."""
+    torch.set_num_threads(1)
+    monkeypatch.setattr(attention, "fused_prefill", lambda q: fused)
+    calls = []
+    real = attention._attend_chunks
+    monkeypatch.setattr(attention, "_attend_chunks", lambda *a: calls.append(a[3]) or real(*a))
+    slices, q, k, v = _step([(0, 160), (0, 9), (30, 12), (2, 7)], seed=6)
+    meta = AttentionMetadata.build(slices, BLOCK, "cpu")
+    assert len(meta.groups) > 1
+    assert [g.fresh for g in meta.groups][0]  # the 160-token prompt from its start, alone
+    got = paged_attention(q, None, None, k, v, meta, 0.3)
+    want = _reference(slices, q, k, v, 0.3)
+    assert torch.allclose(got.double(), want, atol=1e-5, rtol=1e-5)
+    assert len(calls) == (len(meta.groups) if fused else 0)

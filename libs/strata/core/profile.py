@@ -9,24 +9,25 @@ as a straight line in five features of the step, fitted by non-negative least sq
             + prefill_attend_s x prefill keys          multi-token chunks: sum over their tokens
                                                        of the positions they attend to
             + decode_attend_s  x decode keys           one-token items: their context lengths
-            + group_s          x prefill groups        a step that carries prefill chunks
-                                                       runs them as one group (0 or 1)
+            + group_s          x prefill groups        the attention groups a step runs its
+                                                       prefill chunks in (0 without any)
 
-The group cost is what carrying a prefill chunk adds to a step beyond its tokens: the chunk's
-attention group, and on a CPU the products leaving the few-row kernels (a step's cost is concave
-in its rows). It counts the prefill group alone: with a cost for the decodes' group too, every
-step would have one or two groups and the intercept and the group cost would be nearly
-collinear; fitted so, SmolLM2's quantized engine got an intercept of -24 ms, which a
+The group cost is what carrying prefill chunks adds to a step beyond their tokens: each
+attention group's calls, and on a CPU the products leaving the few-row kernels (a step's cost is
+concave in its rows). It counts the prefill groups alone: with a cost for the decodes' group
+too, every step would have one or two groups and the intercept and the group cost would be
+nearly collinear; fitted so, SmolLM2's quantized engine got an intercept of -24 ms, which a
 non-negative line can only drop (docs/design/scheduling.md). Format 1 counted both groups; a
 profile of format 1 is refitted from its measurements on load.
 
 Prefill keys follow the engine's attention (strata.engine.attention): the prefill chunks of a
-step are attended together as one padded rectangle, chunks x longest chunk x widest context in
-whole blocks, so a chunk of N tokens after C computed ones alone costs N x ceil((C+N)/bs) x bs
-keys. Decodes go through the fused decode kernel, which reads each sequence's own context: C + 1
-keys for a decode at context C. Prefill and decode attention get separate slopes because they
-are different kernels. The profile keeps the raw measurements and the fit's error, so a reader
-can judge the line; a profile from a GPU machine simulates that GPU.
+step are attended in groups of similar size (strata.core.prefill_groups), each one padded
+rectangle, chunks x longest chunk x widest context in whole blocks, and the keys are the sum of
+the groups' rectangles; a chunk of N tokens after C computed ones alone costs
+N x ceil((C+N)/bs) x bs keys. Decodes go through the fused decode kernel, which reads each
+sequence's own context: C + 1 keys for a decode at context C. Prefill and decode attention get
+separate slopes because they are different kernels. The profile keeps the raw measurements and
+the fit's error, so a reader can judge the line; a profile from a GPU machine simulates that GPU.
 
 The profile also carries the per-request costs outside steps that the real stack adds: the
 engine's own `add_request` time, and (when measured through a running stack) the time the gRPC
@@ -46,6 +47,8 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
+from strata.core.prefill_groups import padded_keys
+
 FORMAT = "strata-engine-profile/2"
 FORMAT_1 = "strata-engine-profile/1"  # groups counted the decodes' group too: refitted on load
 PREFILL_RATE_CHUNK = 512  # tokens: the chunk prefill throughput is quoted for
@@ -60,7 +63,7 @@ class StepShape:
     sampled: int = 0
     prefill_keys: float = 0.0
     decode_keys: float = 0.0
-    groups: int = 0  # prefill groups: 1 when the step carries prefill chunks
+    groups: int = 0  # prefill groups (strata.core.prefill_groups): 0 without prefill chunks
     prefill_longest: int = 0  # tokens of the step's longest prefill chunk (0: none)
     prefill_context: int = 0  # tokens computed before the widest chunk
 
@@ -86,25 +89,27 @@ def step_shape(items: Iterable[tuple[int, bool, int]], block_size: int) -> StepS
     in the step, whether it samples, the sequence's context once the step's tokens are
     computed). One definition for the simulator, which prices a step before running it, and
     the worker's step meter, which prices it after."""
-    tokens = sampled = chunks = longest = widest = 0
+    tokens = sampled = longest = widest = 0
     decode_keys = 0
+    chunks: list[tuple[int, int]] = []
     for new, sample, context in items:
         tokens += new
         sampled += sample
         if new == 1:
             decode_keys += context
         else:
-            chunks += 1
+            chunks.append((new, context))
             longest = max(longest, new)
             widest = max(widest, context)
     if not chunks:
         return StepShape(tokens, sampled, 0.0, float(decode_keys), 0)
+    keys, groups = padded_keys(chunks, block_size)
     return StepShape(
         tokens,
         sampled,
-        prefill_keys(chunks, longest, widest, block_size),
+        keys,
         float(decode_keys),
-        1,
+        groups,
         longest,
         max(0, widest - longest),
     )

@@ -9,12 +9,13 @@ batched matmuls read: [kv_head, sequence, key, head_dim], keys transposed by str
 
 A step's tokens arrive flattened; `slot_mapping[t] = block_id * block_size + slot` says where
 token t's key and value are written. Each sequence then attends over its own blocks (its block
-table) up to its context length. Sequences are attended in two padded batches: decodes (one new
-token each) and prefill chunks (several new tokens, a causal mask offset by what the cache
-already holds). Grouped-query attention is computed by grouping query heads per KV head, so keys
-and values are never repeated; the softmax runs in fp32. On the CPU the decode batch instead goes
-through the fused C++ kernel of strata.engine.kernels when it is built and enabled: it reads each
-sequence's blocks in place, with no gather copy and no padding.
+table) up to its context length. Sequences are attended in padded batches: the decodes (one new
+token each), and the prefill chunks (several new tokens, a causal mask offset by what the cache
+already holds) in groups of similar size (strata.core.prefill_groups), so a short chunk is not
+padded to a long one's square. Grouped-query attention is computed by grouping query heads per
+KV head, so keys and values are never repeated; the softmax runs in fp32. On the CPU the decode
+batch instead goes through the fused C++ kernel of strata.engine.kernels when it is built and
+enabled: it reads each sequence's blocks in place, with no gather copy and no padding.
 
     queries  [S, Q, H, D]  ->  [KVH, S, G*Q, D]      (G = H / KVH query heads per KV head)
     keys     [KVH, S, L, D]     (gathered blocks; L = blocks * block_size)
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
+from strata.core.prefill_groups import prefill_groups
 from strata.engine import kernels
 from strata.engine.packed_linear import ONEDNN_BF16
 from strata.engine.rope import apply_rotary
@@ -67,6 +69,7 @@ class Group:
     context_lens: torch.Tensor  # [S] int64: keys each sequence attends over (its last query's)
     positions: torch.Tensor  # [S, Q] int64: each query's position (padding repeats the last)
     block_size: int
+    fresh: bool = False  # one prefill chunk from its prompt's start: keys = its Q queries
     _mask: torch.Tensor | None = None
     _allowed: torch.Tensor | None = None
     _tiles: list[tuple[int, int, int]] | None = None
@@ -150,7 +153,13 @@ class AttentionMetadata:
         )
         decodes = [s for s in slices if s.num_new == 1]
         prefills = [s for s in slices if s.num_new > 1]
-        groups = [_group(g, block_size, device, rows) for g in (decodes, prefills) if g]
+        groups = [_group(decodes, block_size, device, rows)] if decodes else []
+        groups += [
+            _group([prefills[i] for i in members], block_size, device, rows)
+            for members in prefill_groups(
+                [(s.num_new, s.context_len) for s in prefills], block_size
+            )
+        ]
         return AttentionMetadata(
             slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
             groups=groups,
@@ -183,6 +192,7 @@ def _group(
         ),
         positions=torch.tensor(positions, dtype=torch.int64, device=device),
         block_size=block_size,
+        fresh=len(slices) == 1 and slices[0].num_new == slices[0].context_len,
     )
 
 
@@ -355,7 +365,9 @@ def _attend_chunks(
     torch's scaled_dot_product_attention, grouped-query heads mapped as the cache holds them
     (query head h reads KV head h // groups) and the group's mask as a boolean one (Group.allowed).
     Its fused kernel tiles the keys itself and keeps the scores in float32, so no score matrix is
-    materialized (as `_attend` does, a tile at a time). Returns [S*Q, H, D]."""
+    materialized (as `_attend` does, a tile at a time). A fresh group (one chunk from its
+    prompt's start) goes as plainly causal over exactly its keys, with no mask: the kernel then
+    skips the tiles above the diagonal. Returns [S*Q, H, D]."""
     s, width = g.block_tables.shape
     kv_heads, _, block_size, head_dim = k_cache.shape
     nq, heads = g.queries, q.shape[1]
@@ -363,6 +375,16 @@ def _attend_chunks(
     keys = _gather(k_cache, flat).view(kv_heads, s, width * block_size, head_dim)
     vals = _gather(v_cache, flat).view(kv_heads, s, width * block_size, head_dim)
     qs = q.index_select(0, g.token_index).view(s, nq, heads, head_dim).transpose(1, 2)
+    if g.fresh:
+        out = F.scaled_dot_product_attention(
+            qs,
+            keys.transpose(0, 1)[:, :, :nq],
+            vals.transpose(0, 1)[:, :, :nq],
+            is_causal=True,
+            scale=scale,
+            enable_gqa=heads != kv_heads,
+        )
+        return out.transpose(1, 2).reshape(nq, heads, head_dim)
     out = F.scaled_dot_product_attention(
         qs,
         keys.transpose(0, 1),
