@@ -89,12 +89,17 @@ PEERS ?=
 VLLM_VENV := .venv-vllm
 LLAMACPP_VENV := .venv-llamacpp
 .PHONY: bench-engine bench-kv bench-placement bench-sim bench-isolation bench-sparse bench-overload \
-	bench-serving bench-serving-path bench-weights
+	bench-serving bench-serving-path bench-weights bench-prefill
 
 bench-engine: $(STAMP) $(if $(findstring vllm,$(PEERS)),$(VLLM_VENV)/.installed) \
 		$(if $(findstring llamacpp,$(PEERS)),$(LLAMACPP_VENV)/.installed)
 	$(BIN)/python -m benchmarks.engine --peers "$(PEERS)" \
 		--command "make bench-engine$(if $(PEERS), PEERS=$(PEERS))"
+
+# A burst of Azure-sized prompts through one engine: prefill chunks attended in groups of similar
+# size vs all padded into one group, same process (docs/benchmarks/prefill-groups.md; ~4 min).
+bench-prefill: $(STAMP)
+	$(BIN)/python -m benchmarks.engine.mixed_prefill --command "make bench-prefill"
 
 # The default model's weights kept quantized vs widened to float32 and bfloat16, in one run
 # (docs/benchmarks/weights.md). PEERS=llamacpp adds llama.cpp on the same GGUF file, from its own
