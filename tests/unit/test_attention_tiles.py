@@ -110,16 +110,19 @@ def test_fused_prefill_rows_equal_the_dense_reference():
     assert torch.allclose(got.double(), want, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("native", [True, False])
-def test_bfloat16_prefill_takes_the_fused_kernel_where_bfloat16_is_native(monkeypatch, native):
+@pytest.mark.parametrize(
+    ("native", "amx"), [(True, True), (True, False), (False, True), (False, False)]
+)
+def test_bfloat16_prefill_takes_the_fused_kernel_where_amx_multiplies_it(monkeypatch, native, amx):
     monkeypatch.setattr(attention, "ONEDNN_BF16", native)
+    monkeypatch.setattr(attention, "AMX_BF16", amx)
     called = []
     fused = attention._attend_chunks
     monkeypatch.setattr(attention, "_attend_chunks", lambda *a: called.append(1) or fused(*a))
     slices, q, k, v = _step([(0, 19), (8, 11)], dtype=torch.bfloat16, seed=5)
     meta = AttentionMetadata.build(slices, BLOCK, "cpu")
     got = paged_attention(q, None, None, k, v, meta, 0.3)
-    assert bool(called) == native
+    assert bool(called) == (native and amx)
     assert not attention.fused_prefill(q.float())  # float32 keeps the tiles
     want = _reference(slices, q.float(), k.float(), v.float(), 0.3)
     assert torch.allclose(got.double(), want, atol=3e-2, rtol=3e-2)

@@ -348,14 +348,19 @@ def _gather(cache: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
     return out
 
 
+# bfloat16 tile multiplies in hardware: where the fused attention kernel beats the tiles
+AMX_BF16 = "amx_bf16" in kernels.cpu_flags()
+
+
 def fused_prefill(q: torch.Tensor) -> bool:
     """Whether prefill chunks of `q` go through the fused kernel (_attend_chunks): on a GPU, and
-    in bfloat16 on a CPU that multiplies it natively, where it ran 2-7x faster than the tiles on
-    one thread; elsewhere (float32, or an AVX2-only CPU, where it was slower for chunks up to
-    256 x 1,024 keys) the tiles (_attend)."""
+    in bfloat16 on a CPU with AMX, where it ran 2-7x faster than the tiles on one thread;
+    elsewhere the tiles (_attend), which measured faster: in float32, on an AVX2-only CPU (for
+    chunks up to 256 x 1,024 keys), and in bfloat16 on an AVX-512 BF16 CPU without AMX (about
+    2x, from 16 x 216 to 1,024 x 1,024; docs/design/engine.md)."""
     if q.device.type != "cpu":
         return True
-    return q.dtype == torch.bfloat16 and ONEDNN_BF16
+    return q.dtype == torch.bfloat16 and ONEDNN_BF16 and AMX_BF16
 
 
 def _attend_chunks(
