@@ -19,7 +19,6 @@ Torch runs on --threads threads (1 by default: the worker's count beside the ser
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import random
 import tempfile
@@ -31,18 +30,20 @@ from pathlib import Path
 import torch
 
 from benchmarks.common.machine import host_line, machine_facts
+from benchmarks.engine.workload import LengthMapping
 from benchmarks.serving.sweep import sweep_dtype, write_checkpoint
 from strata.core import prefill_groups as grouping
 from strata.engine import attention
 from strata.engine.engine import EngineConfig, EngineRequest, LLMEngine
 from strata.engine.registry import load_model
 from strata.engine.sequence import SamplingParams
+from strata.eval.trace_lengths import read_azure_lengths
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE = ROOT.parent / "shared/data/traces/AzureLLMInferenceTrace_conv_2023.csv"
 OUT = ROOT / "docs/benchmarks/prefill-groups.md"
 WAYS = ("one padded group", "groups")
-MAX_PROMPT, MAX_OUTPUT, DIVISOR = 1024, 64, 4
+MAPPING = LengthMapping(divisor=4, max_prompt=1024, max_output=64)
 
 
 @dataclass(slots=True, frozen=True)
@@ -63,14 +64,9 @@ def one_group(chunks, block_size: int) -> list[list[int]]:
 
 
 def trace_sizes(path: Path) -> list[tuple[int, int]]:
-    with path.open() as f:
-        rows = list(csv.DictReader(f))
+    """(prompt, output) tokens of every trace row, scaled and clipped by MAPPING."""
     return [
-        (
-            min(MAX_PROMPT, max(1, -(-int(r["ContextTokens"]) // DIVISOR))),
-            min(MAX_OUTPUT, max(1, -(-int(r["GeneratedTokens"]) // DIVISOR))),
-        )
-        for r in rows
+        (s.prompt_tokens, s.output_tokens) for s in map(MAPPING.apply, read_azure_lengths(path))
     ]
 
 
@@ -156,9 +152,8 @@ def render(data: dict) -> str:
         f"{data['group_overhead_keys']} query-key pairs) against the baseline of every chunk "
         "of a step padded into one group, in one process, rounds alternating which goes first; "
         "both ways run each round's same requests. Sizes from the Azure conversation trace: "
-        f"prompt = clip(ceil(ContextTokens / {DIVISOR}), 1, {MAX_PROMPT}), output = "
-        f"clip(ceil(GeneratedTokens / {DIVISOR}), 1, {MAX_OUTPUT}); random token ids, greedy, "
-        "EOS ignored. TTFT: from the burst's submission to each request's first token.",
+        f"{MAPPING.describe()}; random token ids, greedy, EOS ignored. TTFT: from the "
+        "burst's submission to each request's first token.",
         "",
         "| round | way | requests | prompt tokens | output tokens | seconds | TTFT mean s "
         "| TTFT P90 s |",

@@ -25,33 +25,41 @@ from collections.abc import Sequence
 GROUP_OVERHEAD_KEYS = 4096  # query-key pairs one more group's fixed cost is worth
 
 
+def padded(count: int, longest: int, widest: int, block_size: int) -> int:
+    """Query-key pairs of `count` chunks padded into one group: count x the longest chunk's
+    tokens x the widest context (computed + new tokens) in whole blocks."""
+    return count * longest * (-(-widest // block_size) * block_size)
+
+
 def rectangle(chunks: Sequence[tuple[int, int]], block_size: int) -> int:
     """Query-key pairs of `chunks` ((new tokens, context after the step) each) attended as one
-    padded group: chunks x the longest chunk x the widest context in whole blocks."""
+    padded group."""
     if not chunks:
         return 0
     longest = max(new for new, _ in chunks)
     widest = max(context for _, context in chunks)
-    return len(chunks) * longest * (-(-widest // block_size) * block_size)
+    return padded(len(chunks), longest, widest, block_size)
 
 
 def prefill_groups(chunks: Sequence[tuple[int, int]], block_size: int) -> list[list[int]]:
     """The step's prefill chunks, (new tokens, context after the step) each, as groups of their
-    indices (module docstring)."""
+    indices (module docstring). One pass after the sort: the group being built is kept as its
+    count, longest chunk and widest context."""
     order = sorted(range(len(chunks)), key=lambda i: (-chunks[i][1], -chunks[i][0], i))
     groups: list[list[int]] = []
-    members: list[tuple[int, int]] = []
+    count = longest = widest = 0
     for i in order:
-        c = chunks[i]
-        if members:
-            joined = rectangle([*members, c], block_size)
-            apart = rectangle(members, block_size) + rectangle([c], block_size)
+        new, context = chunks[i]
+        if count:
+            cost = padded(count, longest, widest, block_size)
+            joined = padded(count + 1, max(longest, new), max(widest, context), block_size)
+            apart = cost + padded(1, new, context, block_size)
             if joined <= apart + GROUP_OVERHEAD_KEYS:
                 groups[-1].append(i)
-                members.append(c)
+                count, longest, widest = count + 1, max(longest, new), max(widest, context)
                 continue
         groups.append([i])
-        members = [c]
+        count, longest, widest = 1, new, context
     return groups
 
 

@@ -47,7 +47,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from strata.core.prefill_groups import padded_keys
+from strata.core.prefill_groups import padded, padded_keys
 
 FORMAT = "strata-engine-profile/2"
 FORMAT_1 = "strata-engine-profile/1"  # groups counted the decodes' group too: refitted on load
@@ -81,7 +81,7 @@ class StepShape:
 def prefill_keys(chunks: int, longest: int, widest_context: int, block_size: int) -> float:
     """Keys of the padded prefill rectangle: `chunks` chunks, the longest of `longest` tokens,
     the widest context (computed + new tokens) `widest_context` tokens, in whole blocks."""
-    return float(chunks * longest * -(-widest_context // block_size) * block_size)
+    return float(padded(chunks, longest, widest_context, block_size))
 
 
 def step_shape(items: Iterable[tuple[int, bool, int]], block_size: int) -> StepShape:

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 
 from strata.core.prefill_groups import prefill_groups
 from strata.engine import kernels
-from strata.engine.packed_linear import ONEDNN_BF16
+from strata.engine.packed_linear import AMX_BF16, ONEDNN_BF16
 from strata.engine.rope import apply_rotary
 
 if TYPE_CHECKING:
@@ -346,10 +346,6 @@ def _gather(cache: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
     for h in range(cache.shape[0]):
         torch.index_select(cache[h], 0, blocks, out=out[h])
     return out
-
-
-# bfloat16 tile multiplies in hardware: where the fused attention kernel beats the tiles
-AMX_BF16 = "amx_bf16" in kernels.cpu_flags()
 
 
 def fused_prefill(q: torch.Tensor) -> bool:

@@ -41,6 +41,8 @@ ONEDNN = torch.backends.mkldnn.is_available() and hasattr(
 ONEDNN_BF16 = ONEDNN and torch.ops.mkldnn._is_mkldnn_bf16_supported()
 # whether float32 weights are packed too: where oneDNN has no bfloat16 path (an AVX2-only CPU)
 PACK_FLOAT32 = ONEDNN and not ONEDNN_BF16
+# whether this CPU multiplies bfloat16 tiles in hardware (AMX)
+AMX_BF16 = "amx_bf16" in kernels.cpu_flags()
 # the rows oneDNN lays a packed weight out for, by dtype: any number of rows multiplies through
 # it, but a float32 weight laid out for one row multiplies 2-16 rows (a decode batch) up to 2x
 # slower than one laid out for 16, which is as fast at one row and at a prefill's hundreds; on a
@@ -49,7 +51,7 @@ PACK_FLOAT32 = ONEDNN and not ONEDNN_BF16
 # measured with (measurements: docs/design/engine.md)
 PACK_ROWS = {
     torch.float32: 16,
-    torch.bfloat16: 16 if "amx_bf16" in kernels.cpu_flags() else 1,
+    torch.bfloat16: 16 if AMX_BF16 else 1,
 }
 
 
