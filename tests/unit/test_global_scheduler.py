@@ -612,3 +612,20 @@ def test_the_lower_classes_step_under_way_is_what_a_step_beside_the_decodes_carr
     gs = scheduler(node("n1", r))
     refusal = gs.route("m", policy("chat", priority=2, ttft_ms=100.0), 100, 10)
     assert refusal.estimate.ahead_ms == pytest.approx(100.0 + chunk)
+
+
+def test_the_queue_ahead_drains_between_reports():
+    # 900 tokens reported queued at 1000 tokens/s: refused at once for a 500 ms target; the
+    # engine keeps prefilling after its report, so 0.7 s later only 200 of them are left ahead.
+    gs = scheduler(node("n1", replica("r1", queued=900, rate=1000.0)))
+    refusal = gs.route("m", policy(ttft_ms=500.0), 100, 10)
+    assert isinstance(refusal, Refusal) and refusal.estimate.ahead_ms == pytest.approx(900.0)
+    gs.registry.clock.advance(0.7)
+    decision = gs.route("m", policy(ttft_ms=500.0), 100, 10)
+    assert isinstance(decision, RouteDecision)
+    assert decision.admitted_by.ahead_ms == pytest.approx(200.0)
+    # Its own 100 tokens join the queue at 0.7 s: 0.05 s later the next request waits behind
+    # 200 + 100 - 50 of them.
+    gs.registry.clock.advance(0.05)
+    follow = gs.route("m", policy(ttft_ms=500.0), 100, 10)
+    assert follow.admitted_by.ahead_ms == pytest.approx(250.0)

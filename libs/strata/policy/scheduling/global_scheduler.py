@@ -16,7 +16,8 @@
                    goes whenever its estimate meets the target itself). The work queued
                    ahead counts as the engine serves prefill, by class (strata.policy.
                    scheduling.prefill_ahead): the request's own class and above, and one step of
-                   the lower classes. Alone and beside the
+                   the lower classes, less what the engine has prefilled since its node's
+                   report (strata.policy.scheduling.backlog). Alone and beside the
                    running decodes, the prompt's prefill is priced by the replica's step line
                    in its engine's chunks, each over the chunks before it. The estimate includes
                    the wait for an engine slot: the node hands a request to its engine only
@@ -64,6 +65,7 @@ from strata.policy.scheduling.admission import (
     admit,
     retry_after,
 )
+from strata.policy.scheduling.backlog import backlog_tokens
 from strata.policy.scheduling.delays import class_delay_s
 from strata.policy.scheduling.fair_queue import URGENT_FRACTION
 from strata.policy.scheduling.homes import Homes, HomeSettings
@@ -368,6 +370,8 @@ class GlobalScheduler:
         that does not split its queued tokens by class keeps the router's estimate."""
         every_ms = max(0.0, decision.estimated_ttft_ms - decision.solo_ttft_ms)
         state = self._replica(decision)
+        if every_ms and state is not None:
+            every_ms *= self._still_queued(decision, state)
         if not every_ms or state is None or (state.queued_tokens and not state.queued_by_class):
             return every_ms
         pending = self.ledger.pending_by_class(decision.node_id, decision.replica_id)
@@ -381,6 +385,20 @@ class GlobalScheduler:
             limit = step_limit_ms(beside, cap_ms)
             step = chunk_budget(state.step_line, beside, step, decision.block_size, limit_ms=limit)
         return every_ms * tokens_ahead(by_class, priority, step) / total
+
+    def _still_queued(self, decision: RouteDecision, state: ReplicaState) -> float:
+        """The share of the chosen replica's queued prompt tokens, as reported and routed since,
+        that its engine has not prefilled by now (strata.policy.scheduling.backlog: worked off
+        from the report on at its measured rate, slowed by its node's safety margin); 1 where
+        no rate is measured."""
+        node = self.registry.get(decision.node_id)
+        routed = self.ledger.routed_since(decision.node_id, decision.replica_id)
+        raw = state.queued_tokens + sum(tokens for _, tokens in routed)
+        if node is None or raw <= 0 or state.tokens_per_s <= 0:
+            return 1.0
+        rate = state.tokens_per_s / (1.0 + max(0.0, node.safety_margin))
+        now = self.registry.clock.now()
+        return backlog_tokens(state.queued_tokens, node.last_seen, routed, rate, now) / raw
 
     def _own_prefill_ms(
         self, decision: RouteDecision, compute: int, held: DecodeLoad

@@ -180,6 +180,14 @@ class PoolLedger:
         sums = self._sums.get((node_id, replica_id))  # once per scored replica
         return sums.work if sums is not None else 0
 
+    def routed_since(self, node_id: str, replica_id: str) -> list[tuple[float, int]]:
+        """(when, prompt tokens to compute) of each request routed to the replica that its node
+        has not reported yet (strata.policy.scheduling.backlog)."""
+        routes = self.unreported.get(node_id)
+        if not routes:
+            return []
+        return [(p.at, p.replica_work) for p in routes.values() if p.replica_id == replica_id]
+
     def protected_other(self, tenant: str, admitted: float) -> bool:
         """Whether another tenant holding work is within its guarantee: someone a borrower
         would take room from."""
