@@ -3,11 +3,13 @@ and tier policies, shared-memory segment."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from strata.kvtier.heat import HeatTable
 from strata.kvtier.presence import NodePresence
-from strata.kvtier.shm_segment import ShmSegment, segment_path
+from strata.kvtier.shm_segment import ShmSegment, _page_runs, segment_path
 from strata.kvtier.slab_allocator import SlabAllocator
 from strata.policy.kv_tiering import BlockHeat, HeatPolicy, LRUPolicy, make_policy
 
@@ -74,6 +76,46 @@ def test_policies_rank_live_refs_then_their_own_measure():
     assert make_policy("lru").name == "lru"
     with pytest.raises(ValueError, match="unknown KV tier policy 'mru'; known: heat, lru"):
         make_policy("mru")
+
+
+def test_page_runs_align_merge_and_stay_inside_the_segment():
+    page = 4096
+    assert _page_runs([(100, 10)], page, 1 << 20) == [(0, 4096)]
+    # slots of 6,000 bytes back to back: touching pages merge into one run
+    assert _page_runs([(6000, 6000), (0, 6000)], page, 1 << 20) == [(0, 12288)]
+    assert _page_runs([(0, 4096), (3 * page, 10)], page, 1 << 20) == [(0, 4096), (12288, 16384)]
+    assert _page_runs([(8000, 9000), (0, 0)], page, 10_000) == [(4096, 10_000)]  # clipped
+    assert _page_runs([], page, 1 << 20) == []
+
+
+def _rss_bytes(path) -> int:
+    """This process's resident bytes of its mappings of `path` (/proc/self/smaps)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            head = line.split()
+            if head and "-" in head[0] and len(head) >= 5:
+                inside = line.rstrip().endswith(str(path))
+            elif inside and head[0] == "Rss:":
+                total += int(head[1]) * 1024
+    return total
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="madvise populate is Linux's")
+def test_prefault_maps_reserved_pages_without_writing_them(tmp_path):
+    path = tmp_path / "seg"
+    owner = ShmSegment(path, 1 << 20, create=True)
+    client = ShmSegment(path, 1 << 20, create=False)
+    owner.write(8192, b"kept")
+    before = _rss_bytes(path)
+    done = client.prefault([(8192, 100_000), (512 * 1024, 4096)])
+    if done == 0:
+        pytest.skip("this kernel has no MADV_POPULATE_WRITE (Linux 5.14+)")
+    assert done == (110_592 - 8192) + 4096  # page-aligned runs
+    assert _rss_bytes(path) - before >= done  # now mapped here
+    assert bytes(client.read(8192, 4)) == b"kept"  # and not written
+    client.close()
+    owner.close()
 
 
 def test_segment_is_shared_between_owner_and_client(tmp_path):

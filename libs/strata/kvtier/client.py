@@ -8,9 +8,11 @@ in another container without a shared IPC namespace): blocks travel inside PutBl
 
 Everything that does not have to be synchronous — commits, releases, prefetches, device-block
 notes, slot top-ups — goes through one bounded queue drained by one background thread, so an
-eviction never waits on the network. When no slot is reserved (the store is under pressure) or
-the queue is full, the evicted block is dropped and counted: it was a cache entry, so losing it
-costs a recompute, never a wrong answer.
+eviction never waits on the network. A top-up also maps the new slots' pages into this process
+(ShmSegment.prefault), so an eviction's copy does not fault them in on the engine thread.
+When no slot is reserved (the store is under pressure) or the queue is full, the evicted block
+is dropped and counted: it was a cache entry, so losing it costs a recompute, never a wrong
+answer.
 
 A store that restarts (a crash, kill -9, an upgrade) makes a new segment at the same path. The
 background thread notices the file is no longer the one it mapped, maps the new one, and drops
@@ -443,6 +445,8 @@ class TierClient:
                     kvstore_pb2.ReserveRequest(block_bytes=nbytes, count=want),
                     timeout=self.timeout_s,
                 )
+                if self.segment is not None:
+                    self.segment.prefault((o, nbytes) for o in resp.offsets)
                 now = time.monotonic()
                 slots.extend((Slot(o, t), now) for o, t in zip(resp.offsets, resp.tickets))
         stale = []

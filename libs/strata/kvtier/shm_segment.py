@@ -5,15 +5,30 @@ block bytes at offsets the store hands out, so a block moves between a worker's 
 host memory with one memcpy and never travels through gRPC. Where /dev/shm does not exist (or is
 not shared with the worker, e.g. separate containers without a shared IPC namespace), workers
 fall back to the byte path of the KVStore service.
+
+A process's first write to a page of the segment faults it into its own mapping (on this
+machine's VM about 2 us a page, 200 us for a 360 KiB block, seven times the copy itself).
+`prefault` does that ahead of time for pages a worker is about to write (the host slots it
+reserves, from its client's background thread), so the engine thread's eviction copies find
+them mapped; on Linux it is one madvise(MADV_POPULATE_WRITE) call per contiguous run of pages,
+made through ctypes so that other threads run meanwhile. Where that is not available (another
+OS, a kernel before 5.14) it does nothing and the first copy faults as before.
 """
 
 from __future__ import annotations
 
+import ctypes
+import logging
 import mmap
 import os
+import sys
+from collections.abc import Iterable
 from pathlib import Path
 
+log = logging.getLogger(__name__)
+
 DEFAULT_DIR = "/dev/shm"
+MADV_POPULATE_WRITE = 23  # Linux 5.14+
 
 
 class ShmSegment:
@@ -43,6 +58,11 @@ class ShmSegment:
                 os.close(fd)
         self._owner = create
         self.view = memoryview(self._map)
+        self._madvise = _populate_call()
+        if self._madvise is not None:
+            probe = ctypes.c_char.from_buffer(self._map)  # a buffer export: released at once
+            self._base = ctypes.addressof(probe)
+            del probe
 
     def write(self, offset: int, data: bytes | memoryview) -> None:
         self.view[offset : offset + len(data)] = data
@@ -50,6 +70,25 @@ class ShmSegment:
     def read(self, offset: int, nbytes: int) -> memoryview:
         """A view into the segment (no copy): valid while the slot stays pinned."""
         return self.view[offset : offset + nbytes]
+
+    def prefault(self, ranges: Iterable[tuple[int, int]]) -> int:
+        """Map the pages under each (offset, nbytes) of `ranges` into this process, writable,
+        without writing them (module docstring); returns the bytes asked for in the calls that
+        succeeded (0 where prefaulting is unavailable: a failed call disables it)."""
+        if self._madvise is None:
+            return 0
+        done = 0
+        for start, end in _page_runs(ranges, mmap.PAGESIZE, self.size):
+            if self._madvise(self._base + start, end - start, MADV_POPULATE_WRITE) != 0:
+                log.info(
+                    "prefaulting %s is unavailable (madvise errno %d): first copies fault",
+                    self.path,
+                    ctypes.get_errno(),
+                )
+                self._madvise = None
+                return done
+            done += end - start
+        return done
 
     def close(self) -> None:
         self.view.release()
@@ -65,3 +104,33 @@ def segment_path(directory: str, node_id: str, port: int) -> Path:
 
 def usable_dir(directory: str) -> bool:
     return os.path.isdir(directory) and os.access(directory, os.W_OK)
+
+
+def _populate_call():
+    """libc's madvise as a ctypes function (the GIL released during the call), or None off
+    Linux."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def _page_runs(ranges: Iterable[tuple[int, int]], page: int, size: int) -> list[tuple[int, int]]:
+    """The (start, end) byte runs, page-aligned and within [0, size), covering `ranges`
+    ((offset, nbytes) each), sorted, with touching or overlapping runs merged."""
+    runs: list[tuple[int, int]] = []
+    for offset, nbytes in sorted(r for r in ranges if r[1] > 0):
+        start = max(0, offset - offset % page)
+        end = min(size, -(-(offset + nbytes) // page) * page)
+        if start >= end:
+            continue
+        if runs and start <= runs[-1][1]:
+            runs[-1] = (runs[-1][0], max(runs[-1][1], end))
+        else:
+            runs.append((start, end))
+    return runs
