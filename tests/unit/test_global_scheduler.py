@@ -345,6 +345,21 @@ def test_a_request_a_retry_cannot_help_goes_while_its_estimate_meets_the_target(
     assert isinstance(refused, Refusal) and "over the 850 ms admission allows" in refused.message
 
 
+def test_a_class_whose_target_a_retry_would_use_up_keeps_its_margin():
+    # A 500 ms target: its 425 ms margin is shorter than the MIN_RETRY_S wait, so a retry never
+    # meets the margin for any request of the class; the margin still holds for those that
+    # meet it alone. 100 tokens at 1000 tokens/s: 100 ms alone.
+    assert MIN_RETRY_S == 0.5
+    fits = scheduler(node("n1", replica("r1", queued=300, rate=1000.0)))
+    assert isinstance(fits.route("m", policy(ttft_ms=500.0), 100, 10), RouteDecision)
+    past = scheduler(node("n1", replica("r1", queued=350, rate=1000.0)))
+    refused = past.route("m", policy(ttft_ms=500.0), 100, 10)
+    assert isinstance(refused, Refusal) and "over the 425 ms admission allows" in refused.message
+    # Past the margin even alone (450 ms), it goes while the replica is idle.
+    idle = scheduler(node("n1", replica("r1", rate=1000.0)))
+    assert isinstance(idle.route("m", policy(ttft_ms=500.0), 450, 10), RouteDecision)
+
+
 def test_prompts_avoid_nodes_where_they_would_stall_other_tenants_protected_decodes():
     # n1: 4 chat sequences decoding; n2: 4 bulk (best effort) sequences and a little more
     # queued. An aggressor's 500-token prompt at 1000 tokens/s stalls each chat decode on n1

@@ -330,9 +330,11 @@ class GlobalScheduler:
         # the node's interference says it would miss, it waits for a retry. A refused request
         # comes back no sooner than MIN_RETRY_S: when even then, alone, it would miss the
         # margin, a refusal cannot help it, and it goes whenever its estimate meets the target
-        # itself.
+        # itself. Not where the retry's wait alone is past the margin (a class whose target is
+        # within MIN_RETRY_S of it): every request of that class would then go with no margin.
         allowed = target * slack
-        if solo_ms + 1000.0 * MIN_RETRY_S > allowed:
+        retry_ms = 1000.0 * MIN_RETRY_S
+        if solo_ms + retry_ms > allowed and (retry_ms < allowed or solo_ms > allowed):
             allowed = target
         node = self.registry.get(decision.node_id)
         terms = TtftEstimate(
