@@ -394,10 +394,10 @@ class GlobalScheduler:
         from the report on at its measured rate, slowed by its node's safety margin); 1 where
         no rate is measured."""
         node = self.registry.get(decision.node_id)
-        routed = self.ledger.routed_since(decision.node_id, decision.replica_id)
-        raw = state.queued_tokens + sum(tokens for _, tokens in routed)
+        raw = state.queued_tokens + self.ledger.pending(decision.node_id, decision.replica_id)
         if node is None or raw <= 0 or state.tokens_per_s <= 0:
             return 1.0
+        routed = self.ledger.routed_since(decision.node_id, decision.replica_id)
         rate = state.tokens_per_s / (1.0 + max(0.0, node.safety_margin))
         now = self.registry.clock.now()
         return backlog_tokens(state.queued_tokens, node.last_seen, routed, rate, now) / raw
