@@ -88,7 +88,8 @@ def node_families(report: LastReport, replicas: ReplicaSet) -> Iterable[Metric]:
     if info is not None:
         yield gauge(
             "strata_node_interference_ratio",
-            "Observed step time over the solo profile's, last window (1: none)",
+            "Observed step time over the workers' references (profile or step line), last window "
+            "(1: none)",
             (),
             [((), info.interference)],
         )

@@ -69,7 +69,7 @@ async def main(cfg: WorkerConfig) -> None:
         engine_config.block_size,
         cfg.torch_threads,
     )
-    servicer = WorkerServicer(engine, memory, meter, learner, cap)
+    servicer = WorkerServicer(engine, memory, learner.meter, learner, cap)
     running = await start_server(
         [
             Registration(

@@ -48,7 +48,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
     ):
         self.engine = engine
         self.memory_bytes = memory_bytes
-        self.meter = meter  # fed by the engine's step observer; None without a solo profile
+        self.meter = meter  # fed by the engine's step observer (None: the steps are not metered)
         self.learner = learner  # the engine's step observer, learning its step-time line
         self.step_cap = step_cap  # the engine's step budget reads it; each request notes its TTFT
 

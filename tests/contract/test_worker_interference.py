@@ -1,6 +1,7 @@
 """Decode worker in-process on port 0 with its solo profile (dummy-tiny): GetStats reports the
-measured and profile-predicted seconds of the steps it ran, and zero without a profile; the
-worker's config finds the shipped profile or one in a folder, and refuses a missing path."""
+measured and profile-predicted seconds of the steps it ran; without a profile, those priced by
+its online step line; zero when nothing meters its steps; the worker's config finds the shipped
+profile or one in a folder, and refuses a missing path."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from strata.engine.async_engine import AsyncEngine
 from strata.engine.dummy import load_dummy
 from strata.engine.engine import EngineConfig, LLMEngine
 from strata.engine.loaded import LoadedModel
-from strata.engine.step_meter import StepMeter, find_profile, meter_from_profile
+from strata.engine.step_meter import StepMeter, find_profile, learn_steps, meter_from_profile
 from strata.rpc.server import channel
 from strata.v1 import common_pb2, worker_pb2, worker_pb2_grpc
 from tests.contract.helpers import serve_worker
@@ -30,16 +31,25 @@ def loaded() -> LoadedModel:
     return load_dummy(MODEL)
 
 
-async def serve(loaded: LoadedModel, meter: StepMeter | None):
+async def serve(loaded: LoadedModel, meter: StepMeter | None, learn: bool):
+    """The worker over an engine whose steps `meter` observes, or (`learn`) the learner that
+    learn_steps installs without a profile, with its meter."""
     llm = LLMEngine(loaded, CONFIG)
-    llm.step_observer = meter
+    learner = None
+    if learn:
+        learner = learn_steps(llm)
+        meter = learner.meter
+    else:
+        llm.step_observer = meter
     engine = AsyncEngine(llm)
-    running = await serve_worker(engine, 1, meter)
+    running = await serve_worker(engine, 1, meter, learner)
     return running, engine
 
 
-async def generate_and_read_stats(loaded: LoadedModel, meter: StepMeter | None):
-    running, engine = await serve(loaded, meter)
+async def generate_and_read_stats(
+    loaded: LoadedModel, meter: StepMeter | None, learn: bool = False
+):
+    running, engine = await serve(loaded, meter, learn)
     try:
         async with channel(running.address) as ch:
             stub = worker_pb2_grpc.WorkerStub(ch)
@@ -79,7 +89,15 @@ async def test_get_stats_reports_observed_and_solo_seconds_of_the_steps_it_ran(l
     assert math.isfinite(ratio) and 0.05 < ratio < 50
 
 
-async def test_without_a_profile_the_counters_stay_at_zero(loaded):
+async def test_without_a_profile_the_online_line_prices_the_steps(loaded):
+    stats, engine_stats = await generate_and_read_stats(loaded, None, learn=True)
+    assert stats.steps == engine_stats.steps == 24
+    assert stats.step_seconds_observed > 0 and stats.step_seconds_solo > 0
+    # The line is learned on step periods: the meter's measured sum is at least the engine's.
+    assert stats.step_seconds_observed >= stats.busy_seconds
+
+
+async def test_unmetered_steps_report_zero_counters(loaded):
     stats, _ = await generate_and_read_stats(loaded, None)
     assert stats.steps == 24
     assert (stats.step_seconds_observed, stats.step_seconds_solo) == (0.0, 0.0)

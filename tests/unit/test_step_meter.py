@@ -25,6 +25,7 @@ from strata.engine.scheduler import ScheduledSeq
 from strata.engine.sequence import SamplingParams, Sequence
 from strata.engine.step_meter import (
     PROFILES_DIR,
+    LivePrice,
     StepLearner,
     StepMeter,
     find_profile,
@@ -197,7 +198,10 @@ def test_learn_steps_installs_the_learner_with_the_profile_or_a_conservative_pri
     assert engine.step_observer is learner and learner.meter is meter
     assert learner.model.line() == prior_from_costs(COSTS)
     learner = learn_steps(engine)
-    assert engine.step_observer is learner and learner.meter is None
+    # Without a profile the meter prices with the online line itself, against step periods.
+    assert engine.step_observer is learner and learner.meter is not None
+    assert isinstance(learner.meter.costs, LivePrice) and learner.meter.costs.model is learner.model
+    assert learner.meter.periods
     prior = learner.model.line()
     # dummy-tiny in float32: 139,584 parameters of 4 bytes, 512 KV bytes a token
     assert engine.weights_size() == (139_584, 4 * 139_584) and engine.kv_bytes_per_token == 512
@@ -210,21 +214,47 @@ def test_learn_steps_installs_the_learner_with_the_profile_or_a_conservative_pri
     )
     while engine.has_work():
         engine.step()
-    assert learner.model.samples == engine.stats.steps == 3
+    assert learner.model.samples == engine.stats.steps == learner.meter.steps == 3
+    assert learner.meter.observed_s > 0 and learner.meter.solo_s > 0
 
 
-def test_a_profile_of_another_dtype_is_no_prior():
+def test_a_line_priced_meter_prices_each_step_before_the_line_learns_it():
+    model, twin = OnlineStepModel(prior_from_costs(COSTS)), OnlineStepModel(prior_from_costs(COSTS))
+    meter = StepMeter(LivePrice(model), BLOCK, periods=True)
+    learner = StepLearner(model, BLOCK, meter)
+    steps = [  # (items, seconds, period): the line is measured against the period it learns
+        ([item(40, 24), item(10, 1), item(33, 1)], 0.0125, 0.0125),
+        ([item(11, 1), item(34, 1)], 0.004, 0.009),
+        ([item(64, 64, sample=False)], 0.5, 0.51),
+        ([item(12, 1), item(35, 1)], 0.006, 0.005),
+    ]
+    priced = observed = 0.0
+    for items, seconds, period in steps:
+        shape = step_shape(((i.num_new, i.sample, i.seq.num_computed) for i in items), BLOCK)
+        priced += twin.line().seconds(shape)  # the line as it stood before this step
+        observed += max(seconds, period)
+        learner(items, seconds, period)
+        twin.observe(shape, max(seconds, period))
+    assert meter.steps == 4 and model.line() == twin.line()
+    assert meter.solo_s == pytest.approx(priced, rel=1e-12)
+    assert meter.observed_s == pytest.approx(observed, rel=1e-12)
+    # The line moved as it learned: pricing with the final line would give another sum.
+    assert model.line() != prior_from_costs(COSTS)
+
+
+def test_a_profile_of_another_dtype_is_neither_prior_nor_reference():
     torch.set_num_threads(1)
     engine = LLMEngine(load_dummy("dummy-tiny"), EngineConfig(block_size=BLOCK, num_blocks=32))
     assert engine.dtype == torch.float32
     conservative = learn_steps(engine).model.line()
     same = learn_steps(engine, StepMeter(COSTS, BLOCK, "float32"))
     assert same.model.line() == prior_from_costs(COSTS)
+    assert same.meter is not None and same.meter.costs is COSTS and not same.meter.periods
     other = learn_steps(engine, StepMeter(COSTS, BLOCK, "bfloat16"))
-    # the meter still prices steps (interference is learned relative to a baseline) ...
-    assert other.meter is not None and other.meter.dtype == "bfloat16"
-    # ... but its costs are not the online fit's prior
+    # A bfloat16 profile is off from a float32 engine by a factor that moves with the shapes
+    # run: its costs are not the online fit's prior, and the meter prices with the line.
     assert other.model.line() == conservative != prior_from_costs(COSTS)
+    assert other.meter is not None and isinstance(other.meter.costs, LivePrice)
 
 
 def test_shipped_profiles_are_found_by_model_and_device_type():

@@ -1,11 +1,12 @@
 """The node manager's interference monitor: the workers' step counters in, the node's
 interference estimate and safety margin out, once per heartbeat.
 
-Each worker prices its steps with its own model's solo profile, and each profile is off from
-this machine by its own factor, so every worker gets its own estimator (its own baseline). The
-node's interference is the estimators' ratios weighted by the priced work each saw in the
-window: a worker that ran two steps says less than one that ran two hundred. One safety margin
-follows that node-wide ratio.
+Each worker prices its steps with its own reference (its model's solo profile, or its online
+step line: strata.engine.step_meter), and each reference is off from this machine by its own
+factor, so every worker gets its own estimator (its own baseline). The node's interference is
+the estimators' ratios weighted by the priced work each saw in the window: a worker that ran
+two steps says less than one that ran two hundred. One safety margin follows that node-wide
+ratio.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ class InterferenceMonitor:
                 continue
             grown_solo = now.solo_s - before.solo_s
             if grown_solo <= 0:
-                continue  # idle, or a worker without a profile (its counters stay 0)
+                continue  # idle, or a worker that does not meter its steps (its counters stay 0)
             estimator = self._estimators.get(rid)
             if estimator is None:
                 estimator = self._estimators[rid] = InterferenceEstimator(self.clock, self.settings)

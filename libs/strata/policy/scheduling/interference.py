@@ -1,6 +1,7 @@
 """Interference estimate and safety margin of a node: pure, clock injected.
 
-The worker prices every engine step with its solo profile (strata.engine.step_meter); the node
+The worker prices every engine step with its reference (its solo profile in the engine's dtype,
+else its online step line before the line learns the step: strata.engine.step_meter); the node
 feeds the growth of the measured and the predicted seconds, once per sampling interval, to an
 InterferenceEstimator, and the estimate to a SafetyMargin that the global scheduler reads from
 heartbeats to keep headroom on a node that other work slows down.
