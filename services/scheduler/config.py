@@ -7,7 +7,12 @@ from pydantic import Field, model_validator
 from strata.core import defaults
 from strata.policy.lease import MAX_TTL_S
 from strata.policy.scheduling.admission import AdmissionSettings
-from strata.policy.scheduling.global_scheduler import SLA_SLACK, Mode, SchedulerSettings
+from strata.policy.scheduling.global_scheduler import (
+    MIN_TTFT_MARGIN_MS,
+    SLA_SLACK,
+    Mode,
+    SchedulerSettings,
+)
 from strata.policy.scheduling.homes import HomeSettings
 from strata.security.settings import SecurityFields
 
@@ -83,6 +88,12 @@ class SchedulerConfig(SecurityFields):
         gt=0,
         description="TTFT estimates are judged against the target times this (below 1: a margin)",
     )
+    sla_min_margin_ms: float = Field(
+        MIN_TTFT_MARGIN_MS,
+        ge=0,
+        description="TTFT estimates are judged at least this far below the target (a short "
+        "target's margin: the estimate's error is absolute), never below half target x slack",
+    )
     sla_refuse_infeasible: bool = Field(
         True,
         description="refuse a request its class's targets cannot hold for even on an idle "
@@ -124,6 +135,7 @@ class SchedulerConfig(SecurityFields):
             admission=AdmissionSettings(self.admission_oversubscription, self.admission_horizon_s),
             sla_check=self.sla_admission,
             sla_slack=self.sla_slack,
+            min_margin_ms=self.sla_min_margin_ms,
             refuse_infeasible=self.sla_refuse_infeasible,
             partitions=self.partitions,
             homes=HomeSettings(

@@ -23,11 +23,13 @@ from strata.policy.routing import RouteDecision, Router
 from strata.policy.scheduling.admission import MIN_RETRY_S, AdmissionSettings, Refusal, admit
 from strata.policy.scheduling.global_scheduler import (
     INFEASIBLE,
+    MIN_TTFT_MARGIN_MS,
     RATE,
     GlobalScheduler,
     Mode,
     RateLimit,
     SchedulerSettings,
+    admission_allowance_ms,
     queued_ahead,
 )
 from strata.policy.scheduling.ledger import PoolLedger
@@ -346,18 +348,33 @@ def test_a_request_a_retry_cannot_help_goes_while_its_estimate_meets_the_target(
 
 
 def test_a_class_whose_target_a_retry_would_use_up_keeps_its_margin():
-    # A 500 ms target: its 425 ms margin is shorter than the MIN_RETRY_S wait, so a retry never
-    # meets the margin for any request of the class; the margin still holds for those that
-    # meet it alone. 100 tokens at 1000 tokens/s: 100 ms alone.
-    assert MIN_RETRY_S == 0.5
-    fits = scheduler(node("n1", replica("r1", queued=300, rate=1000.0)))
+    # A 500 ms target: its 350 ms allowance (at least MIN_TTFT_MARGIN_MS below the target) is
+    # shorter than the MIN_RETRY_S wait, so a retry never meets it for any request of the
+    # class; the margin still holds for those that meet it alone. 100 tokens at 1000 tokens/s:
+    # 100 ms alone.
+    assert MIN_RETRY_S == 0.5 and MIN_TTFT_MARGIN_MS == 150.0
+    fits = scheduler(node("n1", replica("r1", queued=250, rate=1000.0)))
     assert isinstance(fits.route("m", policy(ttft_ms=500.0), 100, 10), RouteDecision)
-    past = scheduler(node("n1", replica("r1", queued=350, rate=1000.0)))
+    past = scheduler(node("n1", replica("r1", queued=300, rate=1000.0)))
     refused = past.route("m", policy(ttft_ms=500.0), 100, 10)
-    assert isinstance(refused, Refusal) and "over the 425 ms admission allows" in refused.message
+    assert isinstance(refused, Refusal) and "over the 350 ms admission allows" in refused.message
     # Past the margin even alone (450 ms), it goes while the replica is idle.
     idle = scheduler(node("n1", replica("r1", rate=1000.0)))
     assert isinstance(idle.route("m", policy(ttft_ms=500.0), 450, 10), RouteDecision)
+
+
+def test_a_short_target_keeps_an_absolute_margin_never_below_half_its_slack():
+    # target x 0.85, at least 150 ms below the target, never below half of target x 0.85.
+    assert admission_allowance_ms(2000.0, 0.85, 150.0) == pytest.approx(1700.0)
+    assert admission_allowance_ms(1000.0, 0.85, 150.0) == pytest.approx(850.0)
+    assert admission_allowance_ms(500.0, 0.85, 150.0) == pytest.approx(350.0)
+    assert admission_allowance_ms(200.0, 0.85, 150.0) == pytest.approx(85.0)
+    assert admission_allowance_ms(500.0, 0.85, 0.0) == pytest.approx(425.0)
+    # The scheduler judges with its settings' margin: with none, 425 ms again.
+    lax = scheduler(node("n1", replica("r1", queued=300, rate=1000.0)), min_margin_ms=0.0)
+    assert isinstance(lax.route("m", policy(ttft_ms=500.0), 100, 10), RouteDecision)
+    with pytest.raises(ValueError, match="min_margin_ms"):
+        SchedulerSettings(min_margin_ms=-1.0)
 
 
 def test_prompts_avoid_nodes_where_they_would_stall_other_tenants_protected_decodes():

@@ -84,6 +84,9 @@ from strata.policy.scheduling.slo import (
 from strata.policy.scheduling.step_cap import STEP_TTFT_SHARE
 
 SLA_SLACK = 0.85
+# The estimate's error is mostly queueing it cannot see, an absolute spread of a few hundred ms
+# whatever the target (docs/design/scheduling.md): a short target keeps at least this margin.
+MIN_TTFT_MARGIN_MS = 150.0
 INFEASIBLE = "infeasible"  # a Refusal's reason: the class's targets cannot hold even when idle
 RATE = "rate"  # a Refusal's reason: the tenant is over its request rate
 
@@ -124,6 +127,13 @@ class RateLimit:
         return cls(rps, burst)
 
 
+def admission_allowance_ms(target_ms: float, slack: float, min_margin_ms: float) -> float:
+    """The TTFT estimate admission allows under a target of `target_ms`: target x slack, and at
+    least `min_margin_ms` below the target, but never below half of target x slack (a target
+    near the margin itself keeps a margin of its own size)."""
+    return max(0.5 * target_ms * slack, min(target_ms * slack, target_ms - min_margin_ms))
+
+
 class Mode(enum.StrEnum):
     TWO_LEVEL = "two-level"
     FCFS = "fcfs"
@@ -138,6 +148,8 @@ class SchedulerSettings:
     # An estimate above target x this is refused: below 1 it keeps a margin for what an
     # estimate of the queue cannot see (the tail, a burst's own load on the machine, noise).
     sla_slack: float = SLA_SLACK
+    # ... and at least this far below the target, never below half the target x slack.
+    min_margin_ms: float = MIN_TTFT_MARGIN_MS
     partitions: Mapping[str, frozenset[str]] = field(default_factory=dict)  # static mode
     best_effort_wait_s: float = 30.0  # the longest engine-slot wait a best-effort request takes
     # A request its class's targets cannot hold for even alone on the best replica (its own
@@ -149,6 +161,8 @@ class SchedulerSettings:
     def __post_init__(self) -> None:
         if self.sla_slack <= 0:
             raise ValueError(f"sla_slack must be positive, got {self.sla_slack}")
+        if not self.min_margin_ms >= 0:
+            raise ValueError(f"min_margin_ms must be at least 0, got {self.min_margin_ms}")
         if not self.best_effort_wait_s > 0:
             raise ValueError(f"best_effort_wait_s must be positive, got {self.best_effort_wait_s}")
         if self.mode is Mode.STATIC and not self.partitions:
@@ -332,7 +346,7 @@ class GlobalScheduler:
         # margin, a refusal cannot help it, and it goes whenever its estimate meets the target
         # itself. Not where the retry's wait alone is past the margin (a class whose target is
         # within MIN_RETRY_S of it): every request of that class would then go with no margin.
-        allowed = target * slack
+        allowed = admission_allowance_ms(target, slack, self.settings.min_margin_ms)
         retry_ms = 1000.0 * MIN_RETRY_S
         if solo_ms + retry_ms > allowed and (retry_ms < allowed or solo_ms > allowed):
             allowed = target
