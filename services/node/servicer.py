@@ -214,6 +214,7 @@ def replica_to_pb(
         slot_tightest_tpot_ms=slots.tightest_tpot_ms or 0.0,
         slot_turnover_s=turnover_s,
         max_batched_tokens=s.max_batched_tokens,
+        step_allowance_ms=s.step_allowance_ms,
         **class_delays_to_pb(delays),
     )
 

@@ -18,6 +18,7 @@ from strata.rpc.convert import (
     class_tokens_to_pb,
     phase_from_pb,
     phase_to_pb,
+    positive_or_zero,
     step_line_from_pb,
     step_line_to_pb,
     tenant_load_from_pb,
@@ -53,6 +54,7 @@ def replica_from_pb(r: common_pb2.ReplicaInfo) -> ReplicaState:
         ),
         max_batched_tokens=max(0, r.max_batched_tokens),
         class_delays=class_delays_from_pb(r),
+        step_allowance_ms=positive_or_zero(r.step_allowance_ms),
     )
 
 
@@ -79,6 +81,7 @@ def replica_to_pb(r: ReplicaState) -> common_pb2.ReplicaInfo:
         slot_turnover_s=r.slot_turnover_s,
         max_batched_tokens=r.max_batched_tokens,
         **class_delays_to_pb(r.class_delays),
+        step_allowance_ms=r.step_allowance_ms,
     )
 
 

@@ -9,7 +9,7 @@ import torch
 
 from services.worker.config import WorkerConfig, load_worker
 from services.worker.servicer import WorkerServicer
-from services.worker.step_budget import step_budget
+from services.worker.step_budget import StepBudget
 from strata.core.settings import SettingsError
 from strata.engine.async_engine import AsyncEngine
 from strata.engine.engine import LLMEngine
@@ -51,7 +51,7 @@ async def main(cfg: WorkerConfig) -> None:
     # After warm-up: its first-shape costs are neither interference nor this worker's step costs.
     learner = learn_steps(llm, meter)
     cap = StepCap()
-    llm.step_budget = step_budget(
+    llm.step_budget = StepBudget(
         learner.model.line, engine_config.max_batched_tokens, engine_config.block_size, cap
     )
     engine = AsyncEngine(llm)

@@ -9,6 +9,7 @@ from contextlib import aclosing
 import grpc
 from opentelemetry import trace
 
+from services.worker.step_budget import StepBudget
 from strata.core.stats import percentiles
 from strata.engine.async_engine import AsyncEngine, EngineFailed, RequestFailed
 from strata.engine.engine import EngineRequest, LLMEngine, RequestOutput
@@ -149,6 +150,9 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
                 1.0 / e.costs.prefill_s_per_token if e.costs.prefill_s_per_token else 0.0
             ),
             **sparse_stats(e),
+            step_allowance_ms=(
+                e.step_budget.allowance_ms() if isinstance(e.step_budget, StepBudget) else 0.0
+            ),
             **step_line_to_pb(self.learner.model.line() if self.learner is not None else None),
             **counters.to_pb_fields(),
         )

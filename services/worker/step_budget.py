@@ -1,7 +1,9 @@
 """The worker's step budget: each engine step's tokens sized so that the running requests keep
 their TPOT targets and no step outlasts the step cap (strata.policy.scheduling.slo.running_budget,
 strata.policy.scheduling.step_cap; priced with the line the worker learns online, on the
-engine's monotonic clock)."""
+engine's monotonic clock). It keeps what the running decodes allowed at the latest step
+(decode_allowance_ms), for the worker's stats: the scheduler prices a prompt's prefill from the
+slack they lend."""
 
 from __future__ import annotations
 
@@ -10,22 +12,51 @@ from collections.abc import Callable, Iterable
 
 from strata.core.step_model import StepLine
 from strata.engine.sequence import Sequence
-from strata.policy.scheduling.slo import running_budget
+from strata.policy.scheduling.slo import decode_allowance_ms, running_budget
 from strata.policy.scheduling.step_cap import StepCap
 
+ALLOWANCE_MAX_AGE_S = 1.0  # an allowance from an older step is not reported: the engine idles
 
-def step_budget(
-    line: Callable[[], StepLine],
-    max_batched_tokens: int,
-    block_size: int,
-    cap: StepCap | None = None,
-    clock: Callable[[], float] = time.monotonic,
-) -> Callable[[list[Sequence], Iterable[Sequence]], int]:
-    def budget(running: list[Sequence], waiting: Iterable[Sequence] = ()) -> int:
-        now = clock()
-        cap_ms = cap.cap_ms(now, running) if cap is not None else None
+
+class StepBudget:
+    """Called by the engine (its step_budget) before each step, on the engine's thread;
+    `allowance_ms` is read from another (a float is replaced, never changed in place)."""
+
+    def __init__(
+        self,
+        line: Callable[[], StepLine],
+        max_batched_tokens: int,
+        block_size: int,
+        cap: StepCap | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        max_age_s: float = ALLOWANCE_MAX_AGE_S,
+    ) -> None:
+        self.line = line
+        self.max_batched_tokens = max_batched_tokens
+        self.block_size = block_size
+        self.cap = cap
+        self.clock = clock
+        self.max_age_s = max_age_s
+        self._allowed: tuple[float, float | None] = (-float("inf"), None)  # (at, ms)
+
+    def __call__(self, running: list[Sequence], waiting: Iterable[Sequence] = ()) -> int:
+        now = self.clock()
+        self._allowed = (now, decode_allowance_ms(running, now))
+        cap_ms = self.cap.cap_ms(now, running) if self.cap is not None else None
         return running_budget(
-            line(), running, now, max_batched_tokens, block_size, cap_ms=cap_ms, waiting=waiting
+            self.line(),
+            running,
+            now,
+            self.max_batched_tokens,
+            self.block_size,
+            cap_ms=cap_ms,
+            waiting=waiting,
         )
 
-    return budget
+    def allowance_ms(self) -> float:
+        """The longest step the running decodes with a TPOT target allowed at the latest step
+        (decode_allowance_ms), where that step was within `max_age_s`; 0: none."""
+        at, ms = self._allowed
+        if ms is None or self.clock() - at > self.max_age_s:
+            return 0.0
+        return ms

@@ -58,6 +58,7 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
                 common_pb2.ClassTokens(priority=2, tokens=10),
             ],
             waiting_for_memory=2,
+            step_allowance_ms=240.0,
         )
 
 
@@ -186,3 +187,5 @@ async def test_memory_wait_reaches_the_node_status_and_the_scheduler(env):
     assert [
         [(c.priority, c.tokens) for c in r.queued_by_class] for n in listed for r in n.replicas
     ] == [[(0, 30), (2, 10)]]
+    # So does what its running decodes lend a prefill beside them.
+    assert [r.step_allowance_ms for n in listed for r in n.replicas] == [240.0]

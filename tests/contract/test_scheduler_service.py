@@ -471,6 +471,19 @@ async def test_the_registry_holds_each_replicas_queued_tokens_by_class(env):
     assert r == held and convert.replica_from_pb(convert.replica_to_pb(r)) == r
 
 
+async def test_the_registry_holds_what_each_replicas_decodes_lend_a_prefill(env):
+    stub, _, _, servicer = env
+    for reported, held in ((240.0, 240.0), (float("nan"), 0.0), (-3.0, 0.0), (0.0, 0.0)):
+        beat = heartbeat("n1")
+        beat.node.replicas[0].step_allowance_ms = reported
+        await stub.Heartbeat(beat)
+        state = next(iter(servicer._registry.nodes())).replicas[0]
+        assert state.step_allowance_ms == held
+        nodes = (await stub.ListNodes(scheduler_pb2.ListNodesRequest())).nodes
+        assert nodes[0].replicas[0].step_allowance_ms == held
+        assert convert.replica_from_pb(convert.replica_to_pb(state)) == state
+
+
 async def test_an_sla_refusal_keeps_its_estimate_and_terms_on_the_route_span(env):
     stub, _, exporter, _ = env
     hb = heartbeat("n1", queued=5000)  # 5 s of prompts ahead at 1,000 tokens/s

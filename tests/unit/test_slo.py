@@ -12,6 +12,7 @@ from strata.policy.scheduling.slo import (
     SLACK_SPENT,
     DecodeLoad,
     chunk_budget,
+    decode_allowance_ms,
     defer_pays,
     defers_block,
     engine_share,
@@ -266,6 +267,42 @@ def test_the_running_budget_gives_the_chunk_the_slack_of_the_tightest_decode():
     # No target among the decodes: the engine's maximum.
     free = [decode(50, 7.0, None)] * 10
     assert running_budget(LINE, free + [prompt], 10.0, 2048, 16) == 2048
+
+
+def test_the_decode_allowance_is_the_tightest_decodes_and_lends_a_prefill_its_slack():
+    def decode(outputs: int, first_at: float | None, tpot: float | None = 100.0) -> _Seq:
+        return _Seq(list(range(1000 + outputs)), 1000 + outputs - 1, tpot, first_at, 1000)
+
+    prompt = _Seq(list(range(4000)), 0, None, None, 4000)
+    seasoned = decode(50, 5.63)  # 49 gaps in 4.37 s: 40 ms unspent, 110 ms allowed
+    fresh = decode(1, 10.0)  # its first token just now: one gap's share, 90 ms
+    assert decode_allowance_ms([seasoned, prompt], 10.0) == pytest.approx(110.0)
+    assert decode_allowance_ms([seasoned, fresh, prompt], 10.0) == pytest.approx(90.0)
+    # A prompt prefilling and a decode without a target allow nothing: no limit from them.
+    assert decode_allowance_ms([prompt, decode(50, 5.63, None)], 10.0) is None
+    assert decode_allowance_ms([], 10.0) is None
+    # The engine's budget is priced with the same limit.
+    load = DecodeLoad.of([(1001, 100.0)] * 10)
+    assert running_budget(LINE, [fresh] * 10 + [prompt], 10.0, 2048, 16) - 10 == chunk_budget(
+        LINE, load, 2038, 16, limit_ms=decode_allowance_ms([fresh], 10.0)
+    )
+
+    # The estimate of a prompt's prefill beside them: 2,000 tokens beside 10 decodes (40 ms
+    # alone), with no slack in two chunks within 90 ms (156 ms). Slack lent spends first:
+    # where it pays for a step of the whole prompt (122 ms), one step.
+    beside = DecodeLoad.of([(1000, 100.0)] * 10)
+    fresh_s = prefill_s(LINE, beside, 2000, 16)
+    assert fresh_s == pytest.approx(0.1556, abs=1e-4)
+    assert prefill_s(LINE, beside, 2000, 16, lent_ms=0.0) == fresh_s
+    assert prefill_s(LINE, beside, 2000, 16, lent_ms=-5.0) == fresh_s  # nothing lent
+    whole = step_ms(LINE, beside, 2000)
+    assert whole == pytest.approx(122.0, abs=0.1)
+    lent = whole - 90.0
+    assert prefill_s(LINE, beside, 2000, 16, lent_ms=lent) == pytest.approx(whole / 1000.0)
+    assert prefill_s(LINE, beside, 2000, 16, lent_ms=500.0) == pytest.approx(whole / 1000.0)
+    # Slack is in the decodes' gift: beside none with a target nothing changes.
+    free = DecodeLoad.of([(1000, None)] * 10)
+    assert prefill_s(LINE, free, 2000, 16, lent_ms=500.0) == prefill_s(LINE, free, 2000, 16)
 
 
 # As LINE, but a prefill token costs 1 ms: one block of 16 is a 17 ms chunk.

@@ -1,7 +1,9 @@
 """The worker's step budget: prefill chunks sized by the running requests' tightest TPOT target,
 and the engine's scheduler keeping to the budget it is given."""
 
-from services.worker.step_budget import step_budget
+import pytest
+
+from services.worker.step_budget import StepBudget
 from strata.core.step_model import StepLine
 from strata.engine.engine import EngineRequest
 from strata.engine.sequence import SamplingParams, Sequence
@@ -21,7 +23,7 @@ def seq(i: int, tokens: int, computed: int, tpot_ms: float | None) -> Sequence:
 
 
 def test_the_budget_leaves_each_decode_its_token_and_sizes_the_chunk_by_the_tightest_target():
-    budget = step_budget(lambda: LINE, 2048, 16)
+    budget = StepBudget(lambda: LINE, 2048, 16)
     decodes = [seq(i, 1000, 999, 100.0) for i in range(10)]  # one pending token each
     prefilling = seq(99, 4000, 0, None)
     got = budget(decodes + [prefilling])
@@ -34,7 +36,7 @@ def test_the_budget_leaves_each_decode_its_token_and_sizes_the_chunk_by_the_tigh
     assert step_ms(LINE, load, late, 3000) <= 90.0 < step_ms(LINE, load, late + 16, 3000)
     # Decodes that have spent little of their targets so far lend the chunk their slack.
     now = [100.0]
-    clocked = step_budget(lambda: LINE, 2048, 16, clock=lambda: now[0])
+    clocked = StepBudget(lambda: LINE, 2048, 16, clock=lambda: now[0])
     for d in decodes:
         d.first_token_at = 100.0  # the first token just now: no slack yet
     assert clocked(decodes + [prefilling]) - 10 == chunk
@@ -46,10 +48,29 @@ def test_the_budget_leaves_each_decode_its_token_and_sizes_the_chunk_by_the_tigh
     assert budget([]) == 2048
 
 
+def test_the_budget_keeps_what_the_decodes_allowed_at_the_latest_step_for_a_second():
+    now = [100.0]
+    budget = StepBudget(lambda: LINE, 2048, 16, clock=lambda: now[0])
+    assert budget.allowance_ms() == 0.0  # no step yet
+    decodes = [seq(i, 1000, 999, 100.0) for i in range(4)]
+    for d in decodes:
+        d.num_prompt, d.first_token_at = 500, 75.0  # 500 tokens in 25 s: 50 ms a gap
+    budget(decodes + [seq(99, 4000, 0, None)])
+    # 499 gaps of 90 ms allowed, 25 s taken: 19.91 s unspent, half of it lent.
+    assert budget.allowance_ms() == pytest.approx(90.0 + 0.5 * (499 * 90.0 - 25_000.0))
+    now[0] = 100.9
+    assert budget.allowance_ms() > 90.0
+    now[0] = 101.5  # no step for over a second: the engine idles, nothing is lent
+    assert budget.allowance_ms() == 0.0
+    # A step whose decodes have no target lends nothing.
+    budget([seq(i, 1000, 999, None) for i in range(4)])
+    assert budget.allowance_ms() == 0.0
+
+
 def test_a_class_with_a_ttft_target_caps_every_step_while_its_requests_come():
     now = [0.0]
     cap = StepCap(share=0.5, window_s=60.0)
-    budget = step_budget(lambda: LINE, 2048, 16, cap, clock=lambda: now[0])
+    budget = StepBudget(lambda: LINE, 2048, 16, cap, clock=lambda: now[0])
     prefilling = seq(99, 4000, 0, None)
     assert budget([prefilling]) == 2048  # no TTFT target seen: as large as the engine takes
     cap.note(60.0, 2, now[0])  # an interactive request: steps of at most 30 ms

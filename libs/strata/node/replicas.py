@@ -36,7 +36,7 @@ from strata.node.worker_process import WorkerProcess, WorkerStartError
 from strata.policy.placement.migration import DrainRule
 from strata.policy.scheduling.prefill_ahead import ClassTokens
 from strata.rpc.channels import mux_channel
-from strata.rpc.convert import class_tokens_from_pb, step_line_from_pb
+from strata.rpc.convert import class_tokens_from_pb, positive_or_zero, step_line_from_pb
 from strata.v1 import worker_pb2, worker_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -71,6 +71,9 @@ class ReplicaStats:
     # The step-time line the worker learned online (strata.core.step_model); None when it
     # reported none or a malformed one.
     step_line: StepLine | None = None
+    # The longest step the worker's running decodes allowed lately, ms (0: nothing lent;
+    # strata.policy.scheduling.slo.decode_allowance_ms).
+    step_allowance_ms: float = 0.0
 
 
 @dataclass(slots=True)
@@ -337,6 +340,7 @@ class ReplicaSet:
             prefill_tokens_per_s=s.prefill_tokens_per_s,
             counters=EngineCounters.from_pb(s),
             step_line=step_line_from_pb(s.step_line, s.step_line_samples),
+            step_allowance_ms=positive_or_zero(s.step_allowance_ms),
         )
 
     async def refresh_ready(self) -> None:

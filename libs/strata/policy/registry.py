@@ -73,6 +73,10 @@ class ReplicaState:
     # What requests lately waited for a first token beyond their own prefill, by class
     # (strata.policy.scheduling.delays; empty: none lately).
     class_delays: ClassDelays = ()
+    # The longest step the replica's running decodes allowed at its report, ms: their
+    # tightest TPOT target x headroom plus the slack they lend (0: nothing lent;
+    # strata.policy.scheduling.slo.decode_allowance_ms).
+    step_allowance_ms: float = 0.0
 
 
 @dataclass(slots=True, frozen=True)

@@ -93,6 +93,12 @@ def class_delays_to_pb(delays: ClassDelays) -> dict[str, float | list[common_pb2
     }
 
 
+def positive_or_zero(value: float) -> float:
+    """A reported quantity that is either positive or absent: NaN, infinities and values at
+    or below 0 read as 0 (absent)."""
+    return value if math.isfinite(value) and value > 0 else 0.0
+
+
 def class_tokens_from_pb(values: Sequence[common_pb2.ClassTokens]) -> ClassTokens:
     """Queued tokens by class as reported (WorkerStats or ReplicaInfo queued_by_class), in
     canonical form (strata.policy.scheduling.prefill_ahead.class_tokens)."""

@@ -16,7 +16,7 @@ from strata.core.records import NodeSampleRecord
 from strata.node.energy import PowerModel
 from strata.policy.registry import ModelInfo, NodeState, ReplicaPhase, ReplicaState
 from strata.policy.scheduling.prefill_ahead import class_tokens
-from strata.policy.scheduling.slo import DecodeLoad, line_prefill_rate
+from strata.policy.scheduling.slo import DecodeLoad, decode_allowance_ms, line_prefill_rate
 from strata.sim.kv_tiers import NodeKV
 from strata.sim.replica import SimReplica
 from strata.sim.spec import ModelSpec
@@ -77,6 +77,7 @@ class SimNode:
                 self.front.slots.load(r.replica_id) if self.front is not None else DecodeLoad(),
                 self.front.slots.turnover_s(r.replica_id) if self.front is not None else 0.0,
                 self.front.class_delays(r.replica_id) if self.front is not None else (),
+                (decode_allowance_ms(r.scheduler.running, now) or 0.0) if tenancy else 0.0,
             )
             for r in self.replicas
         )
@@ -104,6 +105,7 @@ class SimNode:
                 slot_turnover_s=turnover_s,
                 max_batched_tokens=r.limits.max_batched_tokens,
                 class_delays=delays,
+                step_allowance_ms=allowance,
             )
             for r, (
                 rid,
@@ -118,6 +120,7 @@ class SimNode:
                 slots,
                 turnover_s,
                 delays,
+                allowance,
             ) in zip(self.replicas, figures)
         )
         served = tuple(

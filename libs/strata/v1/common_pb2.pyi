@@ -159,7 +159,7 @@ class ModelInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., context_length: _Optional[int] = ..., memory_bytes: _Optional[int] = ...) -> None: ...
 
 class ReplicaInfo(_message.Message):
-    __slots__ = ("model", "replica_id", "state", "worker_address", "running_requests", "waiting_requests", "queued_tokens", "kv_blocks_total", "kv_blocks_free", "waiting_for_memory", "tokens_per_s", "max_seqs", "kv_block_size", "step_line", "step_line_samples", "slot_requests", "slot_context_tokens", "slot_tightest_tpot_ms", "slot_turnover_s", "max_batched_tokens", "recent_delay_s", "class_delays", "queued_by_class")
+    __slots__ = ("model", "replica_id", "state", "worker_address", "running_requests", "waiting_requests", "queued_tokens", "kv_blocks_total", "kv_blocks_free", "waiting_for_memory", "tokens_per_s", "max_seqs", "kv_block_size", "step_line", "step_line_samples", "slot_requests", "slot_context_tokens", "slot_tightest_tpot_ms", "slot_turnover_s", "max_batched_tokens", "recent_delay_s", "class_delays", "queued_by_class", "step_allowance_ms")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -183,6 +183,7 @@ class ReplicaInfo(_message.Message):
     RECENT_DELAY_S_FIELD_NUMBER: _ClassVar[int]
     CLASS_DELAYS_FIELD_NUMBER: _ClassVar[int]
     QUEUED_BY_CLASS_FIELD_NUMBER: _ClassVar[int]
+    STEP_ALLOWANCE_MS_FIELD_NUMBER: _ClassVar[int]
     model: str
     replica_id: str
     state: ReplicaState
@@ -206,7 +207,8 @@ class ReplicaInfo(_message.Message):
     recent_delay_s: float
     class_delays: _containers.RepeatedCompositeFieldContainer[ClassDelay]
     queued_by_class: _containers.RepeatedCompositeFieldContainer[ClassTokens]
-    def __init__(self, model: _Optional[str] = ..., replica_id: _Optional[str] = ..., state: _Optional[_Union[ReplicaState, str]] = ..., worker_address: _Optional[str] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., queued_tokens: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., kv_blocks_free: _Optional[int] = ..., waiting_for_memory: _Optional[int] = ..., tokens_per_s: _Optional[float] = ..., max_seqs: _Optional[int] = ..., kv_block_size: _Optional[int] = ..., step_line: _Optional[_Iterable[float]] = ..., step_line_samples: _Optional[int] = ..., slot_requests: _Optional[int] = ..., slot_context_tokens: _Optional[int] = ..., slot_tightest_tpot_ms: _Optional[float] = ..., slot_turnover_s: _Optional[float] = ..., max_batched_tokens: _Optional[int] = ..., recent_delay_s: _Optional[float] = ..., class_delays: _Optional[_Iterable[_Union[ClassDelay, _Mapping]]] = ..., queued_by_class: _Optional[_Iterable[_Union[ClassTokens, _Mapping]]] = ...) -> None: ...
+    step_allowance_ms: float
+    def __init__(self, model: _Optional[str] = ..., replica_id: _Optional[str] = ..., state: _Optional[_Union[ReplicaState, str]] = ..., worker_address: _Optional[str] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., queued_tokens: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., kv_blocks_free: _Optional[int] = ..., waiting_for_memory: _Optional[int] = ..., tokens_per_s: _Optional[float] = ..., max_seqs: _Optional[int] = ..., kv_block_size: _Optional[int] = ..., step_line: _Optional[_Iterable[float]] = ..., step_line_samples: _Optional[int] = ..., slot_requests: _Optional[int] = ..., slot_context_tokens: _Optional[int] = ..., slot_tightest_tpot_ms: _Optional[float] = ..., slot_turnover_s: _Optional[float] = ..., max_batched_tokens: _Optional[int] = ..., recent_delay_s: _Optional[float] = ..., class_delays: _Optional[_Iterable[_Union[ClassDelay, _Mapping]]] = ..., queued_by_class: _Optional[_Iterable[_Union[ClassTokens, _Mapping]]] = ..., step_allowance_ms: _Optional[float] = ...) -> None: ...
 
 class ClassDelay(_message.Message):
     __slots__ = ("priority", "delay_s")

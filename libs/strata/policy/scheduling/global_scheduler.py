@@ -72,6 +72,7 @@ from strata.policy.scheduling.homes import Homes, HomeSettings
 from strata.policy.scheduling.ledger import PendingRoute, PoolLedger
 from strata.policy.scheduling.prefill_ahead import class_tokens, tokens_ahead
 from strata.policy.scheduling.slo import (
+    HEADROOM,
     DecodeLoad,
     chunk_budget,
     engine_share,
@@ -422,10 +423,10 @@ class GlobalScheduler:
         """This prompt's own prefill of `compute` tokens on the chosen replica, in ms: (alone on
         an idle machine, alone now, beside what its engine runs of `held` now). With the
         replica's step line, in its engine's chunks (beside decodes, as large as their TPOT
-        targets allow); now is slowed by the node's safety margin (the interference it measures
-        lately), idle is not. Without a line, all three are the router's estimate at the
-        replica's measured token rate (measured beside other requests' decodes, slower than a
-        prefill alone)."""
+        targets allow, from the slack they lend now: _lent_ms); now is slowed by the node's
+        safety margin (the interference it measures lately), idle is not. Without a line, all
+        three are the router's estimate at the replica's measured token rate (measured beside
+        other requests' decodes, slower than a prefill alone)."""
         state = self._replica(decision)
         node = self.registry.get(decision.node_id)
         if state is None or node is None or state.step_line is None:
@@ -434,11 +435,37 @@ class GlobalScheduler:
         beside = engine_share(line, held, state.max_seqs or None)
         slowdown = 1.0 + max(0.0, node.safety_margin)
         idle_ms = 1000.0 * solo_prefill_s(line, compute, block, chunk)
+        lent = self._lent_ms(decision, state, held, beside)
         return (
             idle_ms,
             slowdown * idle_ms,
-            1000.0 * slowdown * prefill_s(line, beside, compute, block, max_chunk=chunk),
+            1000.0
+            * slowdown
+            * prefill_s(line, beside, compute, block, max_chunk=chunk, lent_ms=lent),
         )
+
+    def _lent_ms(
+        self, decision: RouteDecision, state: ReplicaState, held: DecodeLoad, beside: DecodeLoad
+    ) -> float:
+        """What the chosen replica's running decodes lend this prompt's first chunk, in ms
+        beyond their tightest TPOT target x headroom, as its node last reported
+        (ReplicaState.step_allowance_ms). None where anything comes before the prompt: tokens
+        queued in its engine, requests routed there since (their prompts spend the slack
+        first, and they decode with none), or requests its node queues for a slot or holds
+        beyond what its engine runs (`held` past `beside`)."""
+        tightest = beside.tightest_tpot_ms
+        node = self.registry.get(decision.node_id)
+        if (
+            state.step_allowance_ms <= 0
+            or tightest is None
+            or state.queued_tokens > 0
+            or held.seqs > beside.seqs
+            or node is None
+            or any(t.queued for t in node.tenants)
+            or self.ledger.pending_load(decision.node_id, decision.replica_id).seqs > 0
+        ):
+            return 0.0
+        return max(0.0, state.step_allowance_ms - tightest * HEADROOM)
 
     def _infeasible(
         self, model: str, policy: TenantPolicy, work: int, decision: RouteDecision, idle_ms: float

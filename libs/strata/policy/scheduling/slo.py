@@ -29,12 +29,13 @@ progresses, except where the prompts prefilling are all of a class below a runni
 a TPOT target and even one block would take the step past that decode's target itself
 (`defers_block`): there the decodes run alone until their slack pays for the block, since a
 block forced into every step would hold a higher class's gaps above its target for as long as
-a lower class's prompt prefills. What the decodes allow is the tightest TPOT target x headroom
-for the scheduler's estimates (`prefill_s`, which walks the same rule from decodes with no
-slack). In the engine (running_budget) each decode allows its step_allowance_ms: a TPOT target
-is judged on the mean gap between tokens, so a decode that has been faster than its target lends
-the step part of the time it left unspent. A chunk attends over the prompt's tokens computed
-before it (`history`), as the worker's step meter counts its keys.
+a lower class's prompt prefills. In the engine (running_budget) each decode allows its
+step_allowance_ms: a TPOT target is judged on the mean gap between tokens, so a decode that has
+been faster than its target lends the step part of the time it left unspent. The scheduler's
+estimates (`prefill_s`) walk the same rule from the slack the decodes lent when their worker
+last reported (decode_allowance_ms), or from none where prompts are queued ahead (they spend
+it first) or decodes joined since (they start with none). A chunk attends over the prompt's
+tokens computed before it (`history`), as the worker's step meter counts its keys.
 
 Without a step line (a worker that reported none yet) the batch cap alone rules. Pure: the
 node manager's dispatcher, the global scheduler and the simulator call the same functions.
@@ -293,6 +294,25 @@ class RunningSeq(Protocol):
     def priority(self) -> int: ...
 
 
+def decode_allowance_ms(
+    running: Iterable[RunningSeq], now: float, headroom: float = HEADROOM
+) -> float | None:
+    """The longest step the decodes among `running` allow now (the clock of their
+    first_token_at): the least step_allowance_ms of those with a TPOT target; None where none
+    has one. At least the tightest target x headroom; above it by what their unspent slack
+    lends the prefill beside them."""
+    limit: float | None = None
+    for s in running:
+        if s.num_pending > 1 or not s.tpot_ms:
+            continue
+        at = s.first_token_at
+        allowed = step_allowance_ms(
+            s.tpot_ms, s.num_output, None if at is None else now - at, headroom
+        )
+        limit = allowed if limit is None else min(limit, allowed)
+    return limit
+
+
 def running_budget(
     line: StepLine | None,
     running: Iterable[RunningSeq],
@@ -310,8 +330,8 @@ def running_budget(
     (step_allowance_ms: its mean gap kept within the target, not each step) and the step cap
     `cap_ms` (strata.policy.scheduling.step_cap; None: none), priced over the history of the
     prompt furthest through its prefill."""
+    running = list(running)
     decodes: list[tuple[int, float | None]] = []
-    limit: float | None = None
     history = pending = 0
     prefill_class: int | None = None  # the best class prefilling
     decode_class: int | None = None  # the best class decoding with a TPOT target
@@ -324,11 +344,7 @@ def running_budget(
         decodes.append((len(s.token_ids), s.tpot_ms))
         if s.tpot_ms:
             decode_class = s.priority if decode_class is None else max(decode_class, s.priority)
-            at = s.first_token_at
-            allowed = step_allowance_ms(
-                s.tpot_ms, s.num_output, None if at is None else now - at, headroom
-            )
-            limit = allowed if limit is None else min(limit, allowed)
+    limit = decode_allowance_ms(running, now, headroom)
     pending += sum(s.num_pending for s in waiting)
     if cap_ms is not None:
         limit = cap_ms if limit is None else min(limit, cap_ms)
@@ -385,11 +401,14 @@ def prefill_s(
     block_size: int,
     headroom: float = HEADROOM,
     max_chunk: int = 0,
+    lent_ms: float = 0.0,
 ) -> float:
     """Seconds a prefill of `tokens` takes beside the decodes of `beside`, as the engine's
     step_token_budget feeds it (each step's chunk at most the engine's `max_chunk` tokens a
     step, 0: no cap, less the decodes' tokens; each attending over the chunks before it), the
-    decodes starting with no unspent slack (fresh: conservative); 0 without a line or tokens:
+    decodes starting with the slack that lets their first step take `lent_ms` beyond their
+    tightest target x headroom (decode_allowance_ms less that; 0: no unspent slack, fresh,
+    conservative), which the prompt's chunks spend first; 0 without a line or tokens:
     a prompt admitted beside decodes with a TPOT target reaches its first token no sooner than
     this. Step by step: a chunk whose step fits the decodes' allowance goes; one that does not
     waits the decode-only steps whose slack pays for it, where that is sooner
@@ -401,7 +420,7 @@ def prefill_s(
     most = tokens if max_chunk <= 0 else max(block, min(tokens, max_chunk - beside.seqs))
     target = beside.tightest_tpot_ms if beside.seqs else None
     per = None if target is None else target * headroom
-    seconds, done, unspent = 0.0, 0, 0.0
+    seconds, done, unspent = 0.0, 0, max(0.0, lent_ms) / SLACK_SPENT
     decode_ms = step_ms(line, beside)
     while per is not None and done < tokens:
         want = min(tokens - done, most)
