@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from services.worker.servicer import WorkerServicer
 from strata.rpc.server import Registration, start_server
-from strata.v1 import worker_pb2, worker_pb2_grpc
+from strata.v1 import common_pb2, worker_pb2, worker_pb2_grpc
 
 _EXPORTER = InMemorySpanExporter()
 _installed = False
@@ -57,6 +57,30 @@ async def serve_worker(engine, memory_bytes: int = 1, meter=None, learner=None):
             )
         ]
     )
+
+
+async def generate_ignoring_eos(
+    stub: worker_pb2_grpc.WorkerStub,
+    model: str,
+    request_id: str,
+    prompt: str,
+    max_tokens: int,
+    tpot_ms: float = 0.0,
+) -> list[common_pb2.GenerationChunk]:
+    """The chunks of one Worker.Generate of `max_tokens` tokens (EOS ignored) for tenant acme,
+    with TPOT target `tpot_ms` (0: none)."""
+    request = worker_pb2.WorkerGenerateRequest(
+        request_id=request_id,
+        tenant="acme",
+        tpot_ms=tpot_ms,
+        spec=common_pb2.GenerationSpec(
+            model=model,
+            prompt=prompt,
+            max_tokens=max_tokens,
+            sampling=common_pb2.SamplingParams(ignore_eos=True),
+        ),
+    )
+    return [c async for c in stub.Generate(request)]
 
 
 def gateway_servicer(

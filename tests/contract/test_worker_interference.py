@@ -18,8 +18,8 @@ from strata.engine.engine import EngineConfig, LLMEngine
 from strata.engine.loaded import LoadedModel
 from strata.engine.step_meter import StepMeter, find_profile, learn_steps, meter_from_profile
 from strata.rpc.server import channel
-from strata.v1 import common_pb2, worker_pb2, worker_pb2_grpc
-from tests.contract.helpers import serve_worker
+from strata.v1 import worker_pb2, worker_pb2_grpc
+from tests.contract.helpers import generate_ignoring_eos, serve_worker
 
 MODEL = "dummy-tiny"
 CONFIG = EngineConfig(block_size=16, num_blocks=64, max_batched_tokens=256, max_seqs=8)
@@ -54,21 +54,7 @@ async def generate_and_read_stats(
         async with channel(running.address) as ch:
             stub = worker_pb2_grpc.WorkerStub(ch)
             for i in range(2):
-                chunks = [
-                    c
-                    async for c in stub.Generate(
-                        worker_pb2.WorkerGenerateRequest(
-                            request_id=f"r{i}",
-                            tenant="acme",
-                            spec=common_pb2.GenerationSpec(
-                                model=MODEL,
-                                prompt="interference " * 6,
-                                max_tokens=12,
-                                sampling=common_pb2.SamplingParams(ignore_eos=True),
-                            ),
-                        )
-                    )
-                ]
+                chunks = await generate_ignoring_eos(stub, MODEL, f"r{i}", "interference " * 6, 12)
                 assert len(chunks) == 12
             return await stub.GetStats(worker_pb2.GetStatsRequest()), engine.engine.stats
     finally:

@@ -14,8 +14,8 @@ from strata.engine.dummy import load_dummy
 from strata.engine.engine import EngineConfig, LLMEngine
 from strata.engine.loaded import LoadedModel
 from strata.rpc.server import channel
-from strata.v1 import common_pb2, worker_pb2, worker_pb2_grpc
-from tests.contract.helpers import serve_worker
+from strata.v1 import worker_pb2, worker_pb2_grpc
+from tests.contract.helpers import generate_ignoring_eos, serve_worker
 
 MODEL = "dummy-tiny"
 CONFIG = EngineConfig(block_size=16, num_blocks=64, max_batched_tokens=256, max_seqs=8)
@@ -40,22 +40,7 @@ async def allowance_after(loaded: LoadedModel, tpot_ms: float) -> tuple[float, f
     try:
         async with channel(running.address) as ch:
             stub = worker_pb2_grpc.WorkerStub(ch)
-            chunks = [
-                c
-                async for c in stub.Generate(
-                    worker_pb2.WorkerGenerateRequest(
-                        request_id="r",
-                        tenant="acme",
-                        tpot_ms=tpot_ms,
-                        spec=common_pb2.GenerationSpec(
-                            model=MODEL,
-                            prompt="slack " * 6,
-                            max_tokens=12,
-                            sampling=common_pb2.SamplingParams(ignore_eos=True),
-                        ),
-                    )
-                )
-            ]
+            chunks = await generate_ignoring_eos(stub, MODEL, "r", "slack " * 6, 12, tpot_ms)
             assert len(chunks) == 12
             stats = await stub.GetStats(worker_pb2.GetStatsRequest())
             return stats.step_allowance_ms, budget.allowance_ms()

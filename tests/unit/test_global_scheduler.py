@@ -515,19 +515,25 @@ def test_the_slack_the_decodes_lend_now_prices_the_prompt_when_nothing_comes_bef
     # As above: 900 tokens beside 26 decodes priced with no slack, 2.8 s. Decodes that have
     # kept well within their target lend their next step 150 ms beyond the 90 ms (the worker's
     # report): the prompt's whole step goes at once.
-    r = replace(busy(26).replicas[0], step_allowance_ms=90.0 + 150.0)
+    # The engine's queued tokens are the one each decode has pending: no prompt among them.
+    r = replace(
+        busy(26).replicas[0],
+        step_allowance_ms=90.0 + 150.0,
+        running_requests=26,
+        queued_tokens=26,
+    )
     whole_ms = step_ms(LINE, DecodeLoad.of([(1000, 100.0)] * 26), 900)
     assert 90.0 < whole_ms <= 240.0
     admitted = scheduler(node("n", r)).route("m", sla(2000.0), 900, 100)
     assert isinstance(admitted, RouteDecision) and admitted.admitted_by is not None
     assert admitted.admitted_by.own_prefill_ms == pytest.approx(whole_ms, rel=1e-6)
     # Prompts queued in its engine spend the slack first: the fresh price again.
-    queued = replace(r, queued_tokens=16)
-    refused = scheduler(node("n", queued)).route("m", sla(2000.0), 900, 100)
     fresh_ms = 1000.0 * prefill_s(LINE, DecodeLoad.of([(1000, 100.0)] * 26), 900, 16)
     assert fresh_ms > 1000.0
-    assert isinstance(refused, Refusal) and refused.estimate is not None
-    assert refused.estimate.own_prefill_ms == pytest.approx(fresh_ms, rel=1e-6)
+    for queued in (replace(r, queued_tokens=26 + 16), replace(r, waiting_requests=1)):
+        refused = scheduler(node("n", queued)).route("m", sla(2000.0), 900, 100)
+        assert isinstance(refused, Refusal) and refused.estimate is not None
+        assert refused.estimate.own_prefill_ms == pytest.approx(fresh_ms, rel=1e-6)
     # So does a request its node queues for a slot.
     waiting = node("n", r, tenants=[TenantLoad("other", 1, 26, 1, 26_000)])
     refused = scheduler(waiting).route("m", sla(2000.0), 900, 100)

@@ -449,8 +449,9 @@ class GlobalScheduler:
     ) -> float:
         """What the chosen replica's running decodes lend this prompt's first chunk, in ms
         beyond their tightest TPOT target x headroom, as its node last reported
-        (ReplicaState.step_allowance_ms). None where anything comes before the prompt: tokens
-        queued in its engine, requests routed there since (their prompts spend the slack
+        (ReplicaState.step_allowance_ms). None where anything comes before the prompt: prompt
+        tokens queued in its engine (beyond the one token each running request's decode has
+        pending), requests routed there since (their prompts spend the slack
         first, and they decode with none), or requests its node queues for a slot or holds
         beyond what its engine runs (`held` past `beside`)."""
         tightest = beside.tightest_tpot_ms
@@ -458,7 +459,8 @@ class GlobalScheduler:
         if (
             state.step_allowance_ms <= 0
             or tightest is None
-            or state.queued_tokens > 0
+            or state.waiting_requests > 0
+            or state.queued_tokens > state.running_requests
             or held.seqs > beside.seqs
             or node is None
             or any(t.queued for t in node.tenants)
