@@ -20,4 +20,5 @@ def estimate_attributes(terms: TtftEstimate) -> dict[str, str | float | int]:
         names.ROUTE_ALLOWED_TTFT_MS: round(terms.allowed_ms, 1),
         names.ROUTE_HELD_SEQS: terms.held_seqs,
         names.ROUTE_QUEUED_AHEAD: terms.queued_ahead,
+        names.ROUTE_LENT_MS: round(terms.lent_ms, 1),
     }

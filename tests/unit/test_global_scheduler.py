@@ -527,6 +527,7 @@ def test_the_slack_the_decodes_lend_now_prices_the_prompt_when_nothing_comes_bef
     admitted = scheduler(node("n", r)).route("m", sla(2000.0), 900, 100)
     assert isinstance(admitted, RouteDecision) and admitted.admitted_by is not None
     assert admitted.admitted_by.own_prefill_ms == pytest.approx(whole_ms, rel=1e-6)
+    assert admitted.admitted_by.lent_ms == pytest.approx(150.0)
     # Prompts queued in its engine spend the slack first: the fresh price again.
     fresh_ms = 1000.0 * prefill_s(LINE, DecodeLoad.of([(1000, 100.0)] * 26), 900, 16)
     assert fresh_ms > 1000.0
@@ -534,6 +535,7 @@ def test_the_slack_the_decodes_lend_now_prices_the_prompt_when_nothing_comes_bef
         refused = scheduler(node("n", queued)).route("m", sla(2000.0), 900, 100)
         assert isinstance(refused, Refusal) and refused.estimate is not None
         assert refused.estimate.own_prefill_ms == pytest.approx(fresh_ms, rel=1e-6)
+        assert refused.estimate.lent_ms == 0.0
     # So does a request its node queues for a slot.
     waiting = node("n", r, tenants=[TenantLoad("other", 1, 26, 1, 26_000)])
     refused = scheduler(waiting).route("m", sla(2000.0), 900, 100)

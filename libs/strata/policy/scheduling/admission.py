@@ -61,6 +61,8 @@ class TtftEstimate:
     allowed_ms: float  # what admission allows: the class's target times the slack
     held_seqs: int  # requests the replica holds, its slots and those routed there since
     queued_ahead: int  # requests its node queues of this class or above
+    # what the replica's decodes lend own_prefill's first chunk beyond one gap (0: none)
+    lent_ms: float = 0.0
 
     @property
     def estimate_ms(self) -> float:

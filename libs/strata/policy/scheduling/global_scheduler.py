@@ -336,7 +336,7 @@ class GlobalScheduler:
         # While this class is about, a lower class's step on its replica is capped at a share of
         # its target (strata.policy.scheduling.step_cap); its own prompt's steps are not.
         cap_ms = STEP_TTFT_SHARE * target
-        idle_ms, solo_ms, own_ms = self._own_prefill_ms(decision, compute, held)
+        idle_ms, solo_ms, own_ms, lent_ms = self._own_prefill_ms(decision, compute, held)
         infeasible = self._infeasible(model, policy, work, decision, idle_ms)
         if infeasible is not None:
             return infeasible if self.settings.refuse_infeasible else None
@@ -357,6 +357,7 @@ class GlobalScheduler:
             slot_wait_ms=1000.0 * wait_s,
             ahead_ms=self._ahead_ms(decision, policy.priority, held, cap_ms),
             own_prefill_ms=own_ms,
+            lent_ms=lent_ms,
             observed_ms=1000.0 * self._observed_s(decision, compute, policy.priority),
             solo_ms=solo_ms,
             allowed_ms=allowed,
@@ -419,9 +420,10 @@ class GlobalScheduler:
 
     def _own_prefill_ms(
         self, decision: RouteDecision, compute: int, held: DecodeLoad
-    ) -> tuple[float, float, float]:
+    ) -> tuple[float, float, float, float]:
         """This prompt's own prefill of `compute` tokens on the chosen replica, in ms: (alone on
-        an idle machine, alone now, beside what its engine runs of `held` now). With the
+        an idle machine, alone now, beside what its engine runs of `held` now, the slack its
+        decodes lend it, _lent_ms). With the
         replica's step line, in its engine's chunks (beside decodes, as large as their TPOT
         targets allow, from the slack they lend now: _lent_ms); now is slowed by the node's
         safety margin (the interference it measures lately), idle is not. Without a line, all
@@ -430,7 +432,7 @@ class GlobalScheduler:
         state = self._replica(decision)
         node = self.registry.get(decision.node_id)
         if state is None or node is None or state.step_line is None:
-            return decision.solo_ttft_ms, decision.solo_ttft_ms, decision.solo_ttft_ms
+            return decision.solo_ttft_ms, decision.solo_ttft_ms, decision.solo_ttft_ms, 0.0
         line, chunk, block = state.step_line, state.max_batched_tokens, decision.block_size
         beside = engine_share(line, held, state.max_seqs or None)
         slowdown = 1.0 + max(0.0, node.safety_margin)
@@ -442,6 +444,7 @@ class GlobalScheduler:
             1000.0
             * slowdown
             * prefill_s(line, beside, compute, block, max_chunk=chunk, lent_ms=lent),
+            lent,
         )
 
     def _lent_ms(
