@@ -99,6 +99,15 @@ class NodeConfig(SecurityFields, EngineFields, MultiplexFields):
         gt=0,
         description=("how long the interference baseline remembers"),
     )
+    interference_baseline_quantile: float = Field(
+        ESTIMATOR.baseline_quantile,
+        ge=0,
+        le=1,
+        description=(
+            "the quantile of the step-time ratios over the baseline's memory that reads as no "
+            "interference"
+        ),
+    )
     node_standby: int = Field(
         0,
         ge=0,

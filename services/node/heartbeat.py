@@ -33,7 +33,11 @@ def interference_monitor(cfg: NodeConfig, clock: Clock = WallClock()) -> Interfe
     # The window pools two heartbeats, so one late beat does not leave it empty.
     window = min(cfg.interference_baseline_s, max(2.0, 2 * cfg.heartbeat_interval_s))
     return InterferenceMonitor(
-        EstimatorSettings(window_s=window, baseline_window_s=cfg.interference_baseline_s),
+        EstimatorSettings(
+            window_s=window,
+            baseline_window_s=cfg.interference_baseline_s,
+            baseline_quantile=cfg.interference_baseline_quantile,
+        ),
         MarginSettings(
             floor=cfg.margin_floor, cap=cfg.margin_cap, half_life_s=cfg.margin_half_life_s
         ),

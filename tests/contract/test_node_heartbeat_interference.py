@@ -14,6 +14,7 @@ from services.node.config import NodeConfig
 from services.node.heartbeat import heartbeat_loop, interference_monitor
 from strata.core.step_model import StepLine
 from strata.node.dispatcher import Dispatcher
+from strata.node.interference_monitor import StepCounters
 from strata.node.replicas import Replica, ReplicaSet, State
 from strata.node.worker_process import WorkerProcess
 from strata.policy.clock import ManualClock, WallClock
@@ -134,6 +135,22 @@ async def test_heartbeats_carry_the_nodes_interference_and_safety_margin():
     assert got[QUIET] == pytest.approx((1.25, floor + 0.25))
     assert got[QUIET + 1 :] == [pytest.approx((1.5, floor + 0.5))] * (LOADED - 1)
     assert {b.node.node_id for b in scheduler.beats} == {"node-i"}
+
+
+@pytest.mark.parametrize(("quantile", "interference"), [(0.25, 1.15), (0.5, 1.0)])
+def test_no_interference_reads_as_the_configured_quantile_of_the_ratios(quantile, interference):
+    # Steps alternate 1.0 and 1.3 of their price, one interval a second: the last two pool to
+    # 1.15. Against the lower quartile (1.0) that is interference; against the median, none.
+    clock = ManualClock()
+    cfg = NodeConfig(interference_baseline_quantile=quantile, heartbeat_interval_s=1.0)
+    monitor = interference_monitor(cfg, clock)
+    observed = solo = 0.0
+    monitor.update({"m-0": StepCounters(observed, solo)})
+    for i in range(20):
+        clock.advance(1.0)
+        observed, solo = observed + (1.0, 1.3)[i % 2], solo + 1.0
+        got = monitor.update({"m-0": StepCounters(observed, solo)})
+    assert got.interference == pytest.approx(interference)
 
 
 async def test_heartbeats_carry_tenant_loads_and_the_prefill_rate_from_the_dispatcher():
