@@ -423,12 +423,12 @@ class GlobalScheduler:
     ) -> tuple[float, float, float, float]:
         """This prompt's own prefill of `compute` tokens on the chosen replica, in ms: (alone on
         an idle machine, alone now, beside what its engine runs of `held` now, the slack its
-        decodes lend it, _lent_ms). With the
-        replica's step line, in its engine's chunks (beside decodes, as large as their TPOT
-        targets allow, from the slack they lend now: _lent_ms); now is slowed by the node's
-        safety margin (the interference it measures lately), idle is not. Without a line, all
-        three are the router's estimate at the replica's measured token rate (measured beside
-        other requests' decodes, slower than a prefill alone)."""
+        decodes lend it: _lent_ms). With the replica's step line, in its engine's chunks
+        (beside decodes, as large as their TPOT targets and the slack they lend now allow);
+        now is slowed by the node's safety margin (the interference it measures lately), idle
+        is not. Without a line, the first three are the router's estimate at the replica's
+        measured token rate (measured beside other requests' decodes, slower than a prefill
+        alone), and nothing is lent."""
         state = self._replica(decision)
         node = self.registry.get(decision.node_id)
         if state is None or node is None or state.step_line is None:
@@ -453,10 +453,10 @@ class GlobalScheduler:
         """What the chosen replica's running decodes lend this prompt's first chunk, in ms
         beyond their tightest TPOT target x headroom, as its node last reported
         (ReplicaState.step_allowance_ms). None where anything comes before the prompt: prompt
-        tokens queued in its engine (beyond the one token each running request's decode has
-        pending), requests routed there since (their prompts spend the slack
-        first, and they decode with none), or requests its node queues for a slot or holds
-        beyond what its engine runs (`held` past `beside`)."""
+        tokens queued or waiting in its engine (beyond the one token each running request's
+        decode has pending), requests routed there since (their prompts spend the slack first,
+        and they decode with none), or requests its node queues for a slot or holds beyond
+        what its engine runs (`held` past `beside`)."""
         tightest = beside.tightest_tpot_ms
         node = self.registry.get(decision.node_id)
         if (
