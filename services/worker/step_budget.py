@@ -7,8 +7,10 @@ slack they lend."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
 from strata.core.step_model import StepLine
 from strata.engine.sequence import Sequence
@@ -18,26 +20,18 @@ from strata.policy.scheduling.step_cap import StepCap
 ALLOWANCE_MAX_AGE_S = 1.0  # an allowance from an older step is not reported: the engine idles
 
 
+@dataclass(slots=True)
 class StepBudget:
     """Called by the engine (its step_budget) before each step, on the engine's thread;
-    `allowance_ms` is read from another (a float is replaced, never changed in place)."""
+    `allowance_ms` is read from another (a tuple is replaced, never changed in place)."""
 
-    def __init__(
-        self,
-        line: Callable[[], StepLine],
-        max_batched_tokens: int,
-        block_size: int,
-        cap: StepCap | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        max_age_s: float = ALLOWANCE_MAX_AGE_S,
-    ) -> None:
-        self.line = line
-        self.max_batched_tokens = max_batched_tokens
-        self.block_size = block_size
-        self.cap = cap
-        self.clock = clock
-        self.max_age_s = max_age_s
-        self._allowed: tuple[float, float | None] = (-float("inf"), None)  # (at, ms)
+    line: Callable[[], StepLine]
+    max_batched_tokens: int
+    block_size: int
+    cap: StepCap | None = None
+    clock: Callable[[], float] = time.monotonic
+    max_age_s: float = ALLOWANCE_MAX_AGE_S
+    _allowed: tuple[float, float | None] = field(default=(-math.inf, None), init=False)
 
     def __call__(self, running: list[Sequence], waiting: Iterable[Sequence] = ()) -> int:
         now = self.clock()
