@@ -14,8 +14,10 @@
 // Work is split over weight rows with at::parallel_for, on torch's own thread pool
 // (kernels/__init__.py), so each thread reads one contiguous span of the matrix. The few-row
 // product has an AVX-512 version (which prefetches the rows ahead: the matrix streams from L3 or
-// memory), an AVX2-with-FMA version (eight weights a vector) and a portable one (decode a row
-// into a buffer, then dot); the CPU's flags choose at compile time.
+// memory), an AVX2-with-FMA version (eight weights a vector; for one or two rows of x, x
+// rounded to 16-bit integers per block of 32, each value within half a step of 1/32767 of its
+// block's largest |x|, and the block's products summed exactly in integers) and a portable one
+// (decode a row into a buffer, then dot); the CPU's flags choose at compile time.
 
 #include <torch/library.h>
 #include <ATen/ATen.h>
@@ -45,6 +47,15 @@ constexpr int64_t kAhead = 8;     // weight rows ahead of the one being read tha
 // from fewer rows, though not from as few as a lone matrix suggests (measured in the whole model:
 // docs/design/engine.md).
 constexpr int64_t kGemmRowsFloat = 48;
+// Up to this many rows of x, the AVX2 build multiplies x rounded to 16-bit integers
+// (tile_product_int16); from three rows on, the float path's decoded block serves every row and
+// is the faster (measured: docs/design/engine.md).
+constexpr int64_t kInt16Rows = 2;
+#if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
+#define STRATA_INT16_ROWS 1
+#else
+#define STRATA_INT16_ROWS 0
+#endif
 constexpr int64_t kGemmRowsBFloat16 = 32;
 
 inline int64_t block_bytes(int64_t bits) { return bits == 4 ? 24 : 36; }
@@ -185,6 +196,133 @@ void tile_product(int64_t bits, const uint8_t* data, int64_t row_bytes, int64_t 
     }
   }
 }
+
+// The one- and two-row product (a decode step of one or two sequences): x is rounded to
+// 16-bit integers per block of 32 values (q = round(x / scale), scale = the block's largest
+// |x| / 32767, so each value is off by at most scale / 2) and a block's 32 products are summed
+// exactly in int32 (vpmaddwd), then scaled once in float by the weight's and x's scales; a
+// 4-bit block's offset adds offset * the block's exact float32 sum of x. Against the float
+// path it does a third of the work a block, which is what bounds a step on this CPU.
+struct XInt16 {
+  std::vector<int16_t> q;
+  std::vector<float> scale, sum;  // per (row, block)
+};
+
+// XInt16's arrays as the product reads them (unaliased, so they stay in registers).
+struct XView {
+  const int16_t* __restrict q;
+  const float* __restrict scale;
+  const float* __restrict sum;
+};
+
+void round_x(const float* x, int64_t m, int64_t cols, XInt16& out) {
+  const int64_t blocks = m * cols / kBlock;
+  out.q.resize(m * cols);
+  out.scale.resize(blocks);
+  out.sum.resize(blocks);
+  for (int64_t i = 0; i < blocks; ++i) {
+    const float* xb = x + i * kBlock;
+    float amax = 0.f, sum = 0.f;
+    for (int k = 0; k < kBlock; ++k) {
+      amax = std::max(amax, std::fabs(xb[k]));
+      sum += xb[k];
+    }
+    const float inv = amax > 0.f ? 32767.f / amax : 0.f;
+    for (int k = 0; k < kBlock; ++k)
+      out.q[i * kBlock + k] = static_cast<int16_t>(std::nearbyint(xb[k] * inv));
+    out.scale[i] = amax / 32767.f;
+    out.sum[i] = sum;
+  }
+}
+
+// One block's 32 weights as 16-bit integers (without scale or offset): w0 weights 0-15, w1 16-31.
+inline void block_int16(int64_t bits, const uint8_t* blk, __m256i& w0, __m256i& w1) {
+  if (bits == 4) {
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 8));
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    w0 = _mm256_cvtepu8_epi16(_mm_and_si128(q, mask));
+    w1 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(q, 4), mask));
+  } else {
+    w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 4)));
+    w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 20)));
+  }
+}
+
+// x row i's block b against a weight block (w0, w1; scale s, offset o), added to acc and off.
+inline void block_product(const XView& x, int64_t i, int64_t cols, int64_t blocks, int64_t b,
+                          __m256i w0, __m256i w1, float s, float o, bool offset, __m256& acc,
+                          float& off) {
+  const int16_t* xb = x.q + i * cols + b * kBlock;
+  const __m256i p = _mm256_add_epi32(
+      _mm256_madd_epi16(w0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb))),
+      _mm256_madd_epi16(w1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 16))));
+  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(s * x.scale[i * blocks + b]), acc);
+  if (offset) off += o * x.sum[i * blocks + b];
+}
+
+// out[i * kTile + j] = x row i . W row (n0 + j) for i < MT: blocks go in pairs to two
+// accumulators a row, so that one chain of FMAs does not bound the walk (accumulators picked by
+// a runtime index would live on the stack).
+template <int MT>
+void tile_product_int16(int64_t bits, const uint8_t* data, int64_t row_bytes, int64_t n0,
+                        int64_t valid, const XInt16& xq, int64_t cols, float* out) {
+  const XView x{xq.q.data(), xq.scale.data(), xq.sum.data()};
+  const int64_t blocks = cols / kBlock, bb = block_bytes(bits);
+  const bool offset = bits == 4;
+  for (int64_t j = 0; j < valid; ++j) {
+    const uint8_t* row = data + (n0 + j) * row_bytes;
+    __m256 acc0[MT], acc1[MT];
+    float off0[MT], off1[MT];
+    for (int i = 0; i < MT; ++i) {
+      acc0[i] = acc1[i] = _mm256_setzero_ps();
+      off0[i] = off1[i] = 0.f;
+    }
+    int64_t b = 0;
+    for (; b + 1 < blocks; b += 2) {
+      const uint8_t* blk0 = row + b * bb;
+      const uint8_t* blk1 = blk0 + bb;
+      __m256i u0, u1, v0, v1;
+      block_int16(bits, blk0, u0, u1);
+      block_int16(bits, blk1, v0, v1);
+      const float s0 = read_f32(blk0), s1 = read_f32(blk1);
+      const float o0 = offset ? read_f32(blk0 + 4) : 0.f, o1 = offset ? read_f32(blk1 + 4) : 0.f;
+      for (int i = 0; i < MT; ++i) {
+        block_product(x, i, cols, blocks, b, u0, u1, s0, o0, offset, acc0[i], off0[i]);
+        block_product(x, i, cols, blocks, b + 1, v0, v1, s1, o1, offset, acc1[i], off1[i]);
+      }
+    }
+    if (b < blocks) {
+      const uint8_t* blk = row + b * bb;
+      __m256i u0, u1;
+      block_int16(bits, blk, u0, u1);
+      const float s = read_f32(blk), o = offset ? read_f32(blk + 4) : 0.f;
+      for (int i = 0; i < MT; ++i)
+        block_product(x, i, cols, blocks, b, u0, u1, s, o, offset, acc0[i], off0[i]);
+    }
+    for (int i = 0; i < MT; ++i)
+      out[i * kTile + j] = reduce_add(_mm256_add_ps(acc0[i], acc1[i])) + (off0[i] + off1[i]);
+  }
+}
+
+// y (m x n, m <= kInt16Rows) = x @ W^T through tile_product_int16.
+void few_rows_int16(const float* xp, int64_t m, int64_t cols, int64_t bits, const uint8_t* dp,
+                    int64_t row_bytes, int64_t n, float* yp) {
+  XInt16 xq;
+  round_x(xp, m, cols, xq);
+  const int64_t tiles = (n + kTile - 1) / kTile;
+  at::parallel_for(0, tiles, 4, [&](int64_t begin, int64_t end) {
+    float res[kInt16Rows * kTile];
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t n0 = t * kTile, valid = std::min(kTile, n - n0);
+      if (m == 2)
+        tile_product_int16<2>(bits, dp, row_bytes, n0, valid, xq, cols, res);
+      else
+        tile_product_int16<1>(bits, dp, row_bytes, n0, valid, xq, cols, res);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < valid; ++j) yp[i * n + n0 + j] = res[i * kTile + j];
+    }
+  });
+}
 #else
 // Portable version: decode each weight row into a buffer, then dot.
 template <int MT>
@@ -245,6 +383,12 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& data, int64_t bits, boo
   const uint8_t* dp = data.data_ptr<uint8_t>();
   const int64_t row_bytes = data.size(1);
   const int64_t tiles = (n + kTile - 1) / kTile;
+#if STRATA_INT16_ROWS
+  if (m <= kInt16Rows) {
+    few_rows_int16(xp, m, cols, bits, dp, row_bytes, n, yp);
+    return x.scalar_type() == at::kFloat || float_sums ? out : out.to(x.scalar_type());
+  }
+#endif
 
   at::parallel_for(0, tiles, 4, [&](int64_t begin, int64_t end) {
     float res[kRows * kTile];
