@@ -384,7 +384,7 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& data, int64_t bits, boo
   const int64_t row_bytes = data.size(1);
   const int64_t tiles = (n + kTile - 1) / kTile;
 #if STRATA_INT16_ROWS
-  if (m <= kInt16Rows) {
+  if (m > 0 && m <= kInt16Rows) {  // no rows (a chunk without logits): nothing to round
     few_rows_int16(xp, m, cols, bits, dp, row_bytes, n, yp);
     return x.scalar_type() == at::kFloat || float_sums ? out : out.to(x.scalar_type());
   }
