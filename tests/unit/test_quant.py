@@ -116,6 +116,21 @@ def test_native_linear_matches_the_widened_matrix(qtype, rows):
         assert float(((got - want).abs() / scale).max()) < 1e-5
 
 
+@pytest.mark.parametrize("qtype", [T.Q4_1, T.Q8_0])
+@pytest.mark.parametrize("bad", [float("inf"), float("nan")])
+@pytest.mark.parametrize("rows", [1, 2, 3])
+def test_native_linear_keeps_a_non_finite_x_non_finite(qtype, bad, rows):
+    """An inf or a NaN in x makes its row's products non-finite, as the float product does; the
+    16-bit rounding of one or two rows must not turn it into a finite number."""
+    ops = _ops()
+    w = from_gguf(_gguf(qtype), qtype, (ROWS, COLS))
+    x = torch.randn(rows, COLS, generator=torch.Generator().manual_seed(rows))
+    x[0, 40] = bad
+    got = ops.linear(x, w.data, w.bits)
+    assert not bool(torch.isfinite(got[0]).any())
+    assert bool(torch.isfinite(got[1:]).all())
+
+
 def _int16_rows() -> bool:
     """Whether the kernel rounds one or two rows of x to 16-bit integers (its AVX2 build)."""
     flags = kernels.cpu_flags()

@@ -32,6 +32,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 namespace {
@@ -227,10 +228,13 @@ void round_x(const float* x, int64_t m, int64_t cols, XInt16& out) {
       amax = std::max(amax, std::fabs(xb[k]));
       sum += xb[k];
     }
-    const float inv = amax > 0.f ? 32767.f / amax : 0.f;
+    // a block holding an inf (amax) or a NaN (the sum; std::max passes over it) gets q = 0 and
+    // a NaN scale, so its products are NaN where the float path's are non-finite
+    const bool finite = std::isfinite(amax) && !std::isnan(sum);
+    const float inv = finite && amax > 0.f ? 32767.f / amax : 0.f;
     for (int k = 0; k < kBlock; ++k)
-      out.q[i * kBlock + k] = static_cast<int16_t>(std::nearbyint(xb[k] * inv));
-    out.scale[i] = amax / 32767.f;
+      out.q[i * kBlock + k] = finite ? static_cast<int16_t>(std::nearbyint(xb[k] * inv)) : 0;
+    out.scale[i] = finite ? amax / 32767.f : std::numeric_limits<float>::quiet_NaN();
     out.sum[i] = sum;
   }
 }
