@@ -48,6 +48,7 @@ constexpr int64_t kAhead = 8;     // weight rows ahead of the one being read tha
 // from fewer rows, though not from as few as a lone matrix suggests (measured in the whole model:
 // docs/design/engine.md).
 constexpr int64_t kGemmRowsFloat = 48;
+constexpr int64_t kGemmRowsBFloat16 = 32;
 // Up to this many rows of x, the AVX2 build multiplies x rounded to 16-bit integers
 // (tile_product_int16); from three rows on, the float path's decoded block serves every row and
 // is the faster (measured: docs/design/engine.md).
@@ -57,7 +58,6 @@ constexpr int64_t kInt16Rows = 2;
 #else
 #define STRATA_INT16_ROWS 0
 #endif
-constexpr int64_t kGemmRowsBFloat16 = 32;
 
 inline int64_t block_bytes(int64_t bits) { return bits == 4 ? 24 : 36; }
 
@@ -307,26 +307,6 @@ void tile_product_int16(int64_t bits, const uint8_t* data, int64_t row_bytes, in
       out[i * kTile + j] = reduce_add(_mm256_add_ps(acc0[i], acc1[i])) + (off0[i] + off1[i]);
   }
 }
-
-// y (m x n, m <= kInt16Rows) = x @ W^T through tile_product_int16.
-void few_rows_int16(const float* xp, int64_t m, int64_t cols, int64_t bits, const uint8_t* dp,
-                    int64_t row_bytes, int64_t n, float* yp) {
-  XInt16 xq;
-  round_x(xp, m, cols, xq);
-  const int64_t tiles = (n + kTile - 1) / kTile;
-  at::parallel_for(0, tiles, 4, [&](int64_t begin, int64_t end) {
-    float res[kInt16Rows * kTile];
-    for (int64_t t = begin; t < end; ++t) {
-      const int64_t n0 = t * kTile, valid = std::min(kTile, n - n0);
-      if (m == 2)
-        tile_product_int16<2>(bits, dp, row_bytes, n0, valid, xq, cols, res);
-      else
-        tile_product_int16<1>(bits, dp, row_bytes, n0, valid, xq, cols, res);
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < valid; ++j) yp[i * n + n0 + j] = res[i * kTile + j];
-    }
-  });
-}
 #else
 // Portable version: decode each weight row into a buffer, then dot.
 template <int MT>
@@ -388,10 +368,9 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& data, int64_t bits, boo
   const int64_t row_bytes = data.size(1);
   const int64_t tiles = (n + kTile - 1) / kTile;
 #if STRATA_INT16_ROWS
-  if (m > 0 && m <= kInt16Rows) {  // no rows (a chunk without logits): nothing to round
-    few_rows_int16(xp, m, cols, bits, dp, row_bytes, n, yp);
-    return x.scalar_type() == at::kFloat || float_sums ? out : out.to(x.scalar_type());
-  }
+  const bool int16 = m <= kInt16Rows;  // then x is rounded once, for every tile
+  XInt16 xq;
+  if (int16) round_x(xp, m, cols, xq);
 #endif
 
   at::parallel_for(0, tiles, 4, [&](int64_t begin, int64_t end) {
@@ -401,6 +380,13 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& data, int64_t bits, boo
       for (int64_t i0 = 0; i0 < m; i0 += kRows) {
         const int64_t mt = std::min(kRows, m - i0);
         const float* xi = xp + i0 * cols;
+#if STRATA_INT16_ROWS
+        if (int16 && mt == 2)
+          tile_product_int16<2>(bits, dp, row_bytes, n0, valid, xq, cols, res);
+        else if (int16)
+          tile_product_int16<1>(bits, dp, row_bytes, n0, valid, xq, cols, res);
+        else
+#endif
         switch (mt) {
           case 8: tile_product<8>(bits, dp, row_bytes, n0, valid, n - 1, xi, cols, res); break;
           case 7: tile_product<7>(bits, dp, row_bytes, n0, valid, n - 1, xi, cols, res); break;
