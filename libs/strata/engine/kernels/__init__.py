@@ -28,13 +28,17 @@ _SOURCE = Path(__file__).with_name("decode_attention.cpp")
 # it the op runs on one thread). It must bind to torch's own libgomp, not a second runtime (two
 # pools spin against each other, many times slower; docs/design/engine.md): the rpath puts
 # torch's lib directory first and both share the soname libgomp.so.1, and load() checks that
-# only one is mapped.
+# only one is mapped. -fno-trapping-math lets GCC compute both sides of a float select and blend
+# them (if-conversion): without it a loop with a conditional float operation (exp_nonpositive's
+# clamp, SwiGLU's sigmoid) stays scalar with a branch per element. It changes no result, only
+# whether floating-point exceptions may be raised by work whose result is then discarded.
 _FLAGS = (
     "-O3",
     "-march=native",
     "-mprefer-vector-width=512",
     "-ffp-contract=fast",
     "-fno-math-errno",
+    "-fno-trapping-math",
     "-fopenmp",
     "-shared",
     "-fPIC",

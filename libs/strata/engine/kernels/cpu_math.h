@@ -43,7 +43,8 @@ inline void axpy(float alpha, const float* __restrict x, float* __restrict y, in
 // Cody-Waite range reduction x = n ln2 + r, |r| <= ln2/2, then a degree-6 Taylor polynomial of
 // e^r (truncation below 2.5e-7 relative) and 2^n built in the exponent bits. Measured maximum
 // relative error against double-precision exp over [-87, 0] in steps of 1e-5: 2.3e-7. Below -87
-// it returns 0.
+// it returns 0. The loop vectorizes only with -fno-trapping-math (kernels/__init__.py): without it
+// GCC keeps the clamp and the final select as branches.
 inline float exp_nonpositive(float in) {
   const float x = in < -87.f ? -87.f : in;
   const float n = std::nearbyint(x * 1.44269504088896341f);
