@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
@@ -16,7 +17,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from strata.engine import kernels
-from strata.engine.attention import AttentionMetadata, paged_attention, rotate_and_store
+from strata.engine.attention import (
+    AttentionMetadata,
+    load_rotary_kernel,
+    paged_attention,
+    rotate_and_store,
+)
 from strata.engine.config import ModelConfig
 from strata.engine.packed_linear import Packs
 from strata.engine.quant import (
@@ -33,6 +39,7 @@ Weights = Mapping[str, "torch.Tensor | QuantizedWeight"]
 
 _NORM_SOURCE = Path(kernels.__file__).with_name("rms_norm.cpp")
 _SWIGLU_SOURCE = Path(kernels.__file__).with_name("swiglu.cpp")
+_LAYERS_SOURCE = Path(kernels.__file__).with_name("decode_layers.cpp")
 _NATIVE_DTYPES = (torch.float32, torch.bfloat16)
 
 
@@ -45,10 +52,20 @@ def _native(x: torch.Tensor, source: Path, stem: str, namespace: str):
 
 
 def load_kernels() -> None:
-    """Build (or load from the cache) the RMSNorm and SwiGLU kernels now, so that no first
-    compile lands on a step; a failure is logged once and leaves the torch expressions."""
+    """Build (or load from the cache) the RMSNorm, SwiGLU and decode-layers kernels now, so that
+    no first compile lands on a step; a failure is logged once and leaves the torch expressions
+    (the Python loop over the layers)."""
     kernels.load_extra(_NORM_SOURCE, "rms_norm", "strata_norm", "strata rms_norm kernel")
     kernels.load_extra(_SWIGLU_SOURCE, "swiglu", "strata_swiglu", "strata swiglu kernel")
+    load_layers_kernel()
+
+
+def load_layers_kernel():
+    """torch.ops.strata_layers (kernels/decode_layers.cpp: a decode step's layers in one call),
+    built or loaded from the cache, or None where it cannot be (a failure is logged once)."""
+    return kernels.load_extra(
+        _LAYERS_SOURCE, "decode_layers", "strata_layers", "strata decode layers kernel"
+    )
 
 
 def _native_norm(x: torch.Tensor, weight: torch.Tensor):
@@ -93,6 +110,23 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
         return ops.silu_mul(gate_up.contiguous())
     gate, up = gate_up.chunk(2, dim=-1)
     return F.silu(gate).mul_(up)
+
+
+# How kernels/decode_layers.cpp multiplies by one projection: (kind, the tensor it multiplies
+# with, the bias); the kinds are packed_linear's codes, or a QuantLinear's bits.
+Route = tuple[int, torch.Tensor, "torch.Tensor | None"]
+
+
+def _route(
+    packs: Packs, name: str, layer: nn.Module, dtype: torch.dtype, rows: int
+) -> Route | None:
+    """How _project multiplies `rows` rows in `dtype` by `layer`, or None where no native op
+    does it (a QuantLinear without its kernel)."""
+    if isinstance(layer, QuantLinear):
+        return (layer.bits, layer.data, None) if layer.native else None
+    linear = cast(nn.Linear, layer)
+    kind, weight = packs.route(name, dtype, rows, linear.weight, linear.bias)
+    return kind, weight, linear.bias
 
 
 def _project(
@@ -148,6 +182,37 @@ class DecoderLayer(nn.Module):
         gate_up = _project(p, "gate_up", h, self.gate_up_proj)
         return x.add_(_project(p, "down", silu_mul(gate_up), self.down_proj))
 
+    def routes(self, dtype: torch.dtype, rows: int) -> list[Route] | None:
+        """The four projections (q|k|v, o, gate|up, down) as forward multiplies `rows` rows in
+        `dtype` by them, or None where one has no native route."""
+        out = [
+            _route(self.packs, name, layer, dtype, rows)
+            for name, layer in (
+                ("qkv", self.qkv_proj),
+                ("o", self.o_proj),
+                ("gate_up", self.gate_up_proj),
+                ("down", self.down_proj),
+            )
+        ]
+        return None if any(r is None for r in out) else cast(list[Route], out)
+
+
+@dataclass(slots=True)
+class DecodePlan:
+    """A decode step's arguments to kernels/decode_layers.cpp for one model and row class (one
+    row, or several): what every layer multiplies with, and the float tensors whose version
+    counters, unchanged since, keep it valid (a packed copy is of a weight as it was)."""
+
+    norms: list[torch.Tensor]
+    weights: list[torch.Tensor]
+    biases: list[torch.Tensor | None]
+    kinds: list[int]
+    watched: list[torch.Tensor]
+    versions: list[int]
+
+    def valid(self) -> bool:
+        return [t._version for t in self.watched] == self.versions
+
 
 class LlamaModel(nn.Module):
     """The decoder stack. Whatever dtype the weights compute in, the residual stream (the hidden
@@ -169,6 +234,10 @@ class LlamaModel(nn.Module):
         )
         self.rotary: RotaryCache | None = None
         self.packs = Packs()
+        # a decode step's layers in one native call where it applies (_decode_layers); the
+        # Python loop computes the same, bit for bit
+        self.layer_kernel = True
+        self._plans: dict[bool, DecodePlan | None] = {}
 
     @torch.inference_mode()
     def forward(
@@ -188,8 +257,9 @@ class LlamaModel(nn.Module):
             self.rotary = RotaryCache(self.cfg, input_ids.device, self.norm.dtype)
         cos, sin = self.rotary.get(positions)
         x = self.embed_tokens(input_ids).float()
-        for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, kv_cache[i], meta, i)
+        if not self._decode_layers(x, cos, sin, kv_cache, meta):
+            for i, layer in enumerate(self.layers):
+                x = layer(x, cos, sin, kv_cache[i], meta, i)
         x = rms_norm(x.index_select(0, logits_index), self.norm, self.cfg.rms_norm_eps)
         # float32 where the head's kernel keeps float32 sums (a few rows), else in the model's
         # dtype: the sampler converts rows it must
@@ -198,6 +268,86 @@ class LlamaModel(nn.Module):
         if isinstance(self.embed_tokens, QuantEmbedding):
             return self.embed_tokens.matmul(x, float_sums=True)
         return self.packs.linear("head", x, self.embed_tokens.weight, float_sums=True)
+
+    def _decode_layers(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        kv_cache: torch.Tensor,
+        meta: AttentionMetadata,
+    ) -> bool:
+        """Every layer of a step in one native call (kernels/decode_layers.cpp), x updated in
+        place, where the step is all decodes over the fused CPU attention kernel without the
+        sparse path and every op has its native kernel; False, having done nothing, otherwise."""
+        if not (
+            self.layer_kernel
+            and meta.native
+            and meta.sparse is None
+            and len(meta.groups) == 1
+            and meta.groups[0].queries == 1
+            and x.device.type == "cpu"
+        ):
+            return False
+        ops = load_layers_kernel()
+        plan = self._plans.get(x.shape[0] == 1)
+        if plan is None or not plan.valid():
+            plan = self._plans[x.shape[0] == 1] = self._plan(x.shape[0])
+        if ops is None or plan is None:
+            return False
+        g = meta.groups[0]
+        cfg = self.cfg
+        ops.decode_layers(
+            x,
+            plan.norms,
+            plan.weights,
+            plan.biases,
+            plan.kinds,
+            cos,
+            sin,
+            kv_cache,
+            meta.slot_mapping,
+            g.token_index,
+            g.block_tables,
+            g.context_lens,
+            cfg.num_heads,
+            cfg.head_dim**-0.5,
+            cfg.rms_norm_eps,
+        )
+        return True
+
+    def _plan(self, rows: int) -> DecodePlan | None:
+        """The DecodePlan for `rows` rows, or None where some op of the layers has no native
+        kernel here (the Python loop then runs, through the torch expressions)."""
+        dtype = self.norm.dtype
+        x = torch.empty((rows, self.cfg.hidden_size), dtype=torch.float32)
+        if (
+            dtype not in _NATIVE_DTYPES
+            or _native_norm(x, self.norm) is None
+            or _native(x.to(dtype), _SWIGLU_SOURCE, "swiglu", "strata_swiglu") is None
+            or load_rotary_kernel() is None
+        ):
+            return None
+        plan = DecodePlan([], [], [], [], [], [])
+        for layer in cast(Iterable[DecoderLayer], self.layers):
+            routes = layer.routes(dtype, rows)
+            if routes is None:
+                return None
+            plan.norms += [layer.input_layernorm, layer.post_attention_layernorm]
+            for kind, weight, bias in routes:
+                plan.kinds.append(kind)
+                plan.weights.append(weight)
+                plan.biases.append(bias)
+            plan.watched += [layer.input_layernorm, layer.post_attention_layernorm]
+            for proj in (layer.qkv_proj, layer.o_proj, layer.gate_up_proj, layer.down_proj):
+                if isinstance(proj, nn.Linear):
+                    plan.watched += [t for t in (proj.weight, proj.bias) if t is not None]
+        plan.versions = [t._version for t in plan.watched]
+        return plan
+
+    def forget_plans(self) -> None:
+        """Drop the decode plans: call it after replacing (not changing in place) a weight."""
+        self._plans.clear()
 
     def _linear_sources(self) -> list[tuple[nn.Module, str, list[str]]]:
         """(owner, attribute, the HF tensors stacked into it) of every linear layer."""
@@ -237,6 +387,7 @@ class LlamaModel(nn.Module):
         """Copy the float layers' weights, named as in HF LlamaForCausalLM, except those in
         `skip` (already the parameters themselves); every tensor they need must be present (a
         quantized one is widened here)."""
+        self.forget_plans()
         targets = self._hf_targets()
         missing = sorted(set(targets) - set(weights))
         if missing:

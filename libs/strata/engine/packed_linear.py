@@ -57,6 +57,9 @@ PACK_ROWS = {
 
 _ROW_SOURCE = Path(kernels.__file__).with_name("bf16_linear.cpp")
 
+# How Packs.linear multiplies (Packs.route): the codes kernels/decode_layers.cpp takes too.
+LINEAR, PACKED, BF16_ROW = 0, 1, 2
+
 
 def load_row_kernel():
     """torch.ops.strata_bf16 (kernels/bf16_linear.cpp, the few-row bfloat16 product), built or
@@ -84,6 +87,37 @@ class Packs:
     def __init__(self):
         self._slots: dict[str, tuple[torch.Tensor, int, torch.Tensor]] = {}
 
+    def route(
+        self,
+        name: str,
+        dtype: torch.dtype,
+        rows: int,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None = None,
+    ) -> tuple[int, torch.Tensor]:
+        """How `linear` multiplies `rows` rows of x in `dtype` by this weight: (LINEAR, the
+        weight), F.linear; (BF16_ROW, the weight), the one-row bfloat16 kernel; or (PACKED, the
+        packed copy, made or made again here), oneDNN's packed product."""
+        if dtype != weight.dtype or not available(weight):
+            return LINEAR, weight
+        if (
+            weight.dtype == torch.bfloat16
+            and rows == 1
+            and bias is None
+            and weight.is_contiguous()
+            and load_row_kernel() is not None
+        ):
+            return BF16_ROW, weight
+        slot = self._slots.get(name)
+        if slot is None or slot[0] is not weight or slot[1] != weight._version:
+            with torch.no_grad():
+                packed = torch.ops.mkldnn._reorder_linear_weight(
+                    weight.detach(), PACK_ROWS[weight.dtype]
+                )
+            slot = (weight, weight._version, packed)
+            self._slots[name] = slot
+        return PACKED, slot[2]
+
     def linear(
         self,
         name: str,
@@ -94,23 +128,9 @@ class Packs:
     ) -> torch.Tensor:
         """F.linear(x, weight, bias), through the packed weight where `available`, in x's dtype;
         with float_sums, the one-row bfloat16 kernel returns its float32 sums instead."""
-        if x.dtype != weight.dtype or not available(weight):
+        kind, w = self.route(name, x.dtype, x.shape[0], weight, bias)
+        if kind == LINEAR:
             return F.linear(x, weight, bias)
-        if (
-            weight.dtype == torch.bfloat16
-            and x.shape[0] == 1
-            and bias is None
-            and weight.is_contiguous()
-        ):
-            ops = load_row_kernel()
-            if ops is not None:
-                return ops.linear(x, weight, float_sums)
-        slot = self._slots.get(name)
-        if slot is None or slot[0] is not weight or slot[1] != weight._version:
-            with torch.no_grad():
-                packed = torch.ops.mkldnn._reorder_linear_weight(
-                    weight.detach(), PACK_ROWS[weight.dtype]
-                )
-            slot = (weight, weight._version, packed)
-            self._slots[name] = slot
-        return torch.ops.mkldnn._linear_pointwise(x, slot[2], bias, "none", [], "")
+        if kind == BF16_ROW:
+            return load_row_kernel().linear(x, weight, float_sums)
+        return torch.ops.mkldnn._linear_pointwise(x, w, bias, "none", [], "")

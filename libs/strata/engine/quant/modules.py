@@ -36,6 +36,11 @@ class QuantLayer(nn.Module):
         self._native = native.load() if use_native else None
 
     @property
+    def native(self) -> bool:
+        """Whether the native kernel multiplies on the CPU (it was built and `set` asked for it)."""
+        return self._native is not None
+
+    @property
     def weight_q(self) -> QuantizedWeight:
         return QuantizedWeight(self.bits, self.data, self.cols)
 
