@@ -100,12 +100,24 @@ def test_packed_float32_linear_agrees_with_f_linear_to_float32_rounding(monkeypa
     assert torch.allclose(packs.linear("w", x, w, b), F.linear(x, w, b), rtol=1e-5, atol=1e-4)
 
 
-def test_bfloat16_goes_through_f_linear_where_the_cpu_has_no_onednn_bfloat16_path(monkeypatch):
-    # an AVX2-only CPU: _reorder_linear_weight raises there, so nothing may be packed
+@pytest.mark.parametrize("rows", [1, 2, 17])
+def test_bfloat16_goes_through_the_row_kernel_where_the_cpu_has_no_onednn_bfloat16_path(
+    monkeypatch, rows
+):
+    # an AVX2-only CPU: _reorder_linear_weight raises there, so nothing may be packed, and
+    # F.linear's bfloat16 product is slow; with a bias it still goes through F.linear
+    ops = packed_linear.load_row_kernel()
+    if ops is None:
+        pytest.skip("the native kernels did not build here (no C++ compiler)")
     monkeypatch.setattr(packed_linear, "ONEDNN_BF16", False)
-    w, x = torch.randn(8, 4).bfloat16(), torch.randn(2, 4).bfloat16()
+    gen = torch.Generator().manual_seed(rows)
+    w = torch.randn(8, 40, generator=gen).bfloat16()
+    x = torch.randn(rows, 40, generator=gen).bfloat16()
     packs = Packs()
-    assert torch.equal(packs.linear("w", x, w), F.linear(x, w))
+    assert packs.route("w", x.dtype, rows, w) == (packed_linear.BF16_ROW, w)
+    assert torch.equal(packs.linear("w", x, w), ops.linear(x, w, False))
+    b = torch.ones(8).bfloat16()
+    assert torch.equal(packs.linear("w", x, w, b), F.linear(x, w, b))
     assert not packs._slots
 
 

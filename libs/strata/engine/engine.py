@@ -218,13 +218,12 @@ class LLMEngine:
 
     def _build_kernels(self) -> None:
         """Build (or load from the cache) every other CPU kernel this engine's steps may call:
-        the norms, SwiGLU, rotary and greedy ones; the one-row bfloat16 product where bfloat16
-        weights are packed; the quantized and sparse ones where the model and config use them.
+        the norms, SwiGLU, rotary and greedy ones; the bfloat16 row product for bfloat16 weights; the quantized and sparse ones where the model and config use them.
         A first compile takes seconds, and would otherwise land on the first step that needs it."""
         load_model_kernels()
         load_rotary_kernel()
         load_row_max_kernel()
-        if self.dtype == torch.bfloat16 and packed_linear.ONEDNN_BF16:
+        if self.dtype == torch.bfloat16:
             packed_linear.load_row_kernel()
         if any(isinstance(layer, QuantLayer) for layer in self.model.modules()):
             quant_native.load()

@@ -17,8 +17,10 @@ there oneDNN's packed float32 product beats MKL's sgemm behind F.linear, most of
 weights at a few rows (the LM head: 2-3x), while on an AVX-512 CPU the packed path neither
 matches nor beats sgemm (measurements: docs/design/engine.md). Packed float32 sums in another
 order than sgemm: results agree to float32 rounding, not bit for bit (tested). On a CPU
-without oneDNN's bfloat16 path (where the bfloat16 reorder raises) bfloat16 goes through
-F.linear. A packed copy remembers the weight's version counter,
+without oneDNN's bfloat16 path (where the bfloat16 reorder raises) every bfloat16 product
+without a bias goes through kernels/bf16_linear.cpp, whose weights widened in registers ran
+2.5-5.6x as fast as F.linear's bfloat16 product there, at 1 to 64 rows (docs/design/engine.md);
+one with a bias goes through F.linear. A packed copy remembers the weight's version counter,
 so a weight changed in place (a test, a reload) is packed again at its next use. The copy
 doubles the memory of the linear weights it covers.
 """
@@ -96,18 +98,22 @@ class Packs:
         bias: torch.Tensor | None = None,
     ) -> tuple[int, torch.Tensor]:
         """How `linear` multiplies `rows` rows of x in `dtype` by this weight: (LINEAR, the
-        weight), F.linear; (BF16_ROW, the weight), the one-row bfloat16 kernel; or (PACKED, the
-        packed copy, made or made again here), oneDNN's packed product."""
-        if dtype != weight.dtype or not available(weight):
+        weight), F.linear; (BF16_ROW, the weight), the bfloat16 row kernel (one row, or any
+        number where oneDNN has no bfloat16 path); or (PACKED, the packed copy, made or made
+        again here), oneDNN's packed product."""
+        if dtype != weight.dtype:
             return LINEAR, weight
         if (
             weight.dtype == torch.bfloat16
-            and rows == 1
+            and weight.device.type == "cpu"
+            and (rows == 1 or not ONEDNN_BF16)
             and bias is None
             and weight.is_contiguous()
             and load_row_kernel() is not None
         ):
             return BF16_ROW, weight
+        if not available(weight):
+            return LINEAR, weight
         slot = self._slots.get(name)
         if slot is None or slot[0] is not weight or slot[1] != weight._version:
             with torch.no_grad():
@@ -127,7 +133,7 @@ class Packs:
         float_sums: bool = False,
     ) -> torch.Tensor:
         """F.linear(x, weight, bias), through the packed weight where `available`, in x's dtype;
-        with float_sums, the one-row bfloat16 kernel returns its float32 sums instead."""
+        with float_sums, the bfloat16 row kernel returns its float32 sums instead."""
         kind, w = self.route(name, x.dtype, x.shape[0], weight, bias)
         if kind == LINEAR:
             return F.linear(x, weight, bias)

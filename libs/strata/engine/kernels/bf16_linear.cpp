@@ -7,8 +7,9 @@
 // vdpbf16ps (exact bfloat16 products summed in float32, subnormal inputs read as zero), the rows
 // two groups ahead prefetched into L1; the result is written in bfloat16 (rounded to nearest
 // even) or kept as the float32 sums with float_sums (the model's logits). Otherwise (float32 x,
-// or no AVX512_BF16): each weight row is widened to float32 in registers (a 16-bit shift, exact)
-// and multiplied with up to kRows rows of x widened to float32; the result is rounded to x's
+// or no AVX512_BF16): each weight row is widened to float32 in registers (a 16-bit shift, exact;
+// sixteen weights a step with AVX-512, eight with AVX2) and multiplied with up to kRows rows of x
+// widened to float32; the result is rounded to x's
 // dtype, or kept as float32 with float_sums. Both sum in float32 in their own order, so they
 // agree with each other and with F.linear to float32 rounding, not bit for bit.
 
@@ -17,7 +18,7 @@
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
 
@@ -115,6 +116,25 @@ inline void row_product(const c10::BFloat16* w, const float* x, int64_t cols, fl
     }
   }
   for (int i = 0; i < MT; ++i) out[i] = _mm512_reduce_add_ps(_mm512_add_ps(acc_lo[i], acc_hi[i]));
+#elif defined(__AVX2__) && defined(__FMA__)
+  __m256 acc_lo[MT], acc_hi[MT];
+  for (int i = 0; i < MT; ++i) acc_lo[i] = acc_hi[i] = _mm256_setzero_ps();
+  for (; k + 16 <= cols; k += 16) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + k));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + k + 8));
+    const __m256 wa = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(a), 16));
+    const __m256 wb = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16));
+    for (int i = 0; i < MT; ++i) {
+      acc_lo[i] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * cols + k), wa, acc_lo[i]);
+      acc_hi[i] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * cols + k + 8), wb, acc_hi[i]);
+    }
+  }
+  for (int i = 0; i < MT; ++i) {
+    const __m256 v = _mm256_add_ps(acc_lo[i], acc_hi[i]);
+    __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    out[i] = _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)));
+  }
 #else
   for (int i = 0; i < MT; ++i) out[i] = 0.f;
 #endif
