@@ -49,12 +49,12 @@ def test_one_row_goes_through_the_row_kernel_within_one_bfloat16_rounding(cols):
 
 
 @pytest.mark.parametrize("x_dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("rows", [1, 3, 9])
+@pytest.mark.parametrize("rows", [1, 3, 9, 130])
 def test_the_row_kernel_sums_to_float32_rounding_for_any_shape(x_dtype, rows):
     """Both of the kernel's paths (bfloat16 x in pairs where the CPU has AVX512_BF16, x widened
-    to float32 otherwise), weight rows not a multiple of its groups, columns not a multiple of
-    its vectors: float32 sums within float32 rounding of the exact product, the rounded result
-    their rounding."""
+    to float32 otherwise, and from kGemmRows rows the weight widened once for sgemm), weight rows
+    not a multiple of its groups, columns not a multiple of its vectors: float32 sums within
+    float32 rounding of the exact product, the rounded result their rounding."""
     ops = packed_linear.load_row_kernel()
     if ops is None:
         pytest.skip("the native kernels did not build here (no C++ compiler)")

@@ -9,9 +9,10 @@
 // even) or kept as the float32 sums with float_sums (the model's logits). Otherwise (float32 x,
 // or no AVX512_BF16): each weight row is widened to float32 in registers (a 16-bit shift, exact;
 // sixteen weights a step with AVX-512, eight with AVX2) and multiplied with up to kRows rows of x
-// widened to float32; the result is rounded to x's
-// dtype, or kept as float32 with float_sums. Both sum in float32 in their own order, so they
-// agree with each other and with F.linear to float32 rounding, not bit for bit.
+// widened to float32 (from kGemmRows rows on, the weight widened once and multiplied by sgemm);
+// the result is rounded to x's dtype, or kept as float32 with float_sums. Both sum in float32 in
+// their own order, so they agree with each other and with F.linear to float32 rounding, not bit
+// for bit.
 
 #include <torch/library.h>
 #include <ATen/ATen.h>
@@ -34,6 +35,11 @@ namespace {
 #include "cpu_math.h"
 
 constexpr int64_t kRows = 8;  // rows of x multiplied with each weight row at once (widening)
+// From this many rows of x on (a prefill chunk), the widening path widens the whole weight to
+// float32 once and multiplies by ATen's matmul (sgemm) instead of walking it once per kRows rows:
+// from 512 rows 1.75-2.5x faster, while up to 64 rows the walk was as fast or faster (measured:
+// docs/design/engine.md).
+constexpr int64_t kGemmRows = 128;
 
 #if defined(__AVX512BF16__)
 constexpr int64_t kGroup = 4;  // weight rows multiplied with each x row at once (vdpbf16ps)
@@ -159,6 +165,10 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, bool float_sums
 #endif
   const int64_t m = x.size(0), n = weight.size(0), cols = x.size(1);
   const at::Tensor xf = x.to(at::kFloat).contiguous();
+  if (m >= kGemmRows) {
+    const at::Tensor y = at::linear(xf, weight.to(at::kFloat));
+    return x.scalar_type() == at::kFloat || float_sums ? y : y.to(x.scalar_type());
+  }
   at::Tensor out = at::empty({m, n}, x.options().dtype(at::kFloat));
   const float* xp = xf.data_ptr<float>();
   float* yp = out.data_ptr<float>();

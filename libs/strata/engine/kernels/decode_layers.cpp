@@ -1,9 +1,9 @@
-// A decode step's decoder layers in one call, x (the float32 residual stream) updated in place: the same ops model.py's DecoderLayer.forward calls
-// for a step whose rows are all decodes (one new token a sequence) over the fused CPU attention
-// kernel, called through the dispatcher in the same order on the same inputs, so its result
-// equals the Python loop's bit for bit. What it removes is the Python around some ten ops a layer
-// (argument parsing, module attribute lookups, view bookkeeping): per-step fixed cost, which
-// bounds one sequence's decode of a small model.
+// A decode step's decoder layers in one call, x (the float32 residual stream) updated in place:
+// the same ops model.py's DecoderLayer.forward calls for a step whose rows are all decodes (one
+// new token a sequence) over the fused CPU attention kernel, called through the dispatcher in the
+// same order on the same inputs, so its result equals the Python loop's bit for bit. What it
+// removes is the Python around some ten ops a layer (argument parsing, module attribute lookups,
+// view bookkeeping): per-step fixed cost, which bounds one sequence's decode of a small model.
 //
 // Each layer i reads norms[2i] (input) and norms[2i+1] (post-attention), and four projections
 // 4i..4i+3 (q|k|v, o, gate|up, down), each given as kinds[j] with weights[j] and biases[j]:
