@@ -218,8 +218,9 @@ class LLMEngine:
 
     def _build_kernels(self) -> None:
         """Build (or load from the cache) every other CPU kernel this engine's steps may call:
-        the norms, SwiGLU, rotary and greedy ones; the bfloat16 row product for bfloat16 weights; the quantized and sparse ones where the model and config use them.
-        A first compile takes seconds, and would otherwise land on the first step that needs it."""
+        the norms, SwiGLU, decode-layers, rotary and greedy ones; the bfloat16 row product for
+        bfloat16 weights; the quantized and sparse ones where the model and config use them. A
+        first compile takes seconds, and would otherwise land on the first step that needs it."""
         load_model_kernels()
         load_rotary_kernel()
         load_row_max_kernel()
