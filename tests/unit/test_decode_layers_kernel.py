@@ -78,7 +78,7 @@ def _decode_step(model: LlamaModel, rows: int, seed: int = 0):
     return ids, positions, kv, slices
 
 
-def _run(model: LlamaModel, on: bool, ids, positions, kv, slices, prefill: bool = False):
+def _run(model: LlamaModel, on: bool, ids, positions, kv, slices):
     model.layer_kernel = on
     kv = kv.clone()
     meta = AttentionMetadata.build(slices, BLOCK, "cpu", native=True)
@@ -102,15 +102,14 @@ def test_the_native_layers_equal_the_python_loop_bit_for_bit(kind, rows, tmp_pat
 
 def test_a_prefill_chunk_runs_the_python_loop(tmp_path, monkeypatch):
     model = _model("float32", tmp_path)
-    ids, _, kv, _ = _decode_step(model, 1)
+    kv = _decode_step(model, 1)[2]
     chunk = [SeqSlice(0, 5, 5, [0, 1])]
-    ids = torch.arange(5)
     seen = []
     original = DecoderLayer.forward
     monkeypatch.setattr(
         DecoderLayer, "forward", lambda self, *a, **k: seen.append(1) or original(self, *a, **k)
     )
-    _run(model, True, ids, torch.arange(5), kv, chunk)
+    _run(model, True, torch.arange(5), torch.arange(5), kv, chunk)
     assert len(seen) == model.cfg.num_layers
 
 

@@ -290,10 +290,12 @@ class LlamaModel(nn.Module):
         ):
             return False
         ops = load_layers_kernel()
+        if ops is None:
+            return False
         plan = self._plans.get(x.shape[0] == 1)
         if plan is None or not plan.valid():
             plan = self._plans[x.shape[0] == 1] = self._plan(x.shape[0])
-        if ops is None or plan is None:
+        if plan is None:
             return False
         g = meta.groups[0]
         cfg = self.cfg
@@ -338,10 +340,10 @@ class LlamaModel(nn.Module):
                 plan.kinds.append(kind)
                 plan.weights.append(weight)
                 plan.biases.append(bias)
-            plan.watched += [layer.input_layernorm, layer.post_attention_layernorm]
             for proj in (layer.qkv_proj, layer.o_proj, layer.gate_up_proj, layer.down_proj):
                 if isinstance(proj, nn.Linear):
                     plan.watched += [t for t in (proj.weight, proj.bias) if t is not None]
+        plan.watched += plan.norms
         plan.versions = [t._version for t in plan.watched]
         return plan
 

@@ -28,26 +28,25 @@ c10::TypedOperatorHandle<Sig> typed_op(const char* name) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Sig>();
 }
 
-// The ops, looked up at first use (a kind's library may load after this one).
+// The signatures of the ops the layers call, as their kernels are registered.
+using RmsNorm = at::Tensor(const at::Tensor&, const at::Tensor&, double);
+using AddRmsNorm = at::Tensor(at::Tensor, const at::Tensor&, const at::Tensor&, double);
+using RotaryKv = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, at::Tensor,
+                            at::Tensor, const at::Tensor&, int64_t);
+using Attention = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                             const at::Tensor&, const at::Tensor&, double);
+using SiluMul = at::Tensor(const at::Tensor&);
+using Bf16Linear = at::Tensor(const at::Tensor&, const at::Tensor&, bool);
+using QuantLinear = at::Tensor(const at::Tensor&, const at::Tensor&, int64_t, bool);
+
+// The ops every layer calls, looked up at first use (a kind's library may load after this one).
 struct Ops {
-  c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, double)> rms_norm =
-      typed_op<at::Tensor(const at::Tensor&, const at::Tensor&, double)>("strata_norm::rms_norm");
-  c10::TypedOperatorHandle<at::Tensor(at::Tensor, const at::Tensor&, const at::Tensor&, double)>
-      add_rms_norm =
-          typed_op<at::Tensor(at::Tensor, const at::Tensor&, const at::Tensor&, double)>(
-              "strata_norm::add_rms_norm");
-  c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                      at::Tensor, at::Tensor, const at::Tensor&, int64_t)>
-      rotary_kv = typed_op<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                      at::Tensor, at::Tensor, const at::Tensor&, int64_t)>(
-          "strata_rope::rotary_kv");
-  c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                      const at::Tensor&, const at::Tensor&, double)>
-      attention = typed_op<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                      const at::Tensor&, const at::Tensor&, double)>(
-          "strata::decode_attention");
-  c10::TypedOperatorHandle<at::Tensor(const at::Tensor&)> silu_mul =
-      typed_op<at::Tensor(const at::Tensor&)>("strata_swiglu::silu_mul");
+  c10::TypedOperatorHandle<RmsNorm> rms_norm = typed_op<RmsNorm>("strata_norm::rms_norm");
+  c10::TypedOperatorHandle<AddRmsNorm> add_rms_norm =
+      typed_op<AddRmsNorm>("strata_norm::add_rms_norm");
+  c10::TypedOperatorHandle<RotaryKv> rotary_kv = typed_op<RotaryKv>("strata_rope::rotary_kv");
+  c10::TypedOperatorHandle<Attention> attention = typed_op<Attention>("strata::decode_attention");
+  c10::TypedOperatorHandle<SiluMul> silu_mul = typed_op<SiluMul>("strata_swiglu::silu_mul");
 };
 
 const Ops& ops() {
@@ -69,14 +68,12 @@ at::Tensor project(int64_t kind, const at::Tensor& x, const at::Tensor& weight,
       return stack[0].toTensor();
     }
     case 2: {
-      static const auto op =
-          typed_op<at::Tensor(const at::Tensor&, const at::Tensor&, bool)>("strata_bf16::linear");
+      static const auto op = typed_op<Bf16Linear>("strata_bf16::linear");
       return op.call(x, weight, false);
     }
     case 4:
     case 8: {
-      static const auto op = typed_op<at::Tensor(const at::Tensor&, const at::Tensor&, int64_t,
-                                                 bool)>("strata_quant::linear");
+      static const auto op = typed_op<QuantLinear>("strata_quant::linear");
       return op.call(x, weight, kind, false);
     }
     default:
@@ -85,12 +82,11 @@ at::Tensor project(int64_t kind, const at::Tensor& x, const at::Tensor& weight,
 }
 
 void decode_layers(at::Tensor x, at::TensorList norms, at::TensorList weights,
-                         const c10::List<std::optional<at::Tensor>>& biases,
-                         at::IntArrayRef kinds, const at::Tensor& cos, const at::Tensor& sin,
-                         const at::Tensor& kv_cache, const at::Tensor& slot_mapping,
-                         const at::Tensor& token_index, const at::Tensor& block_tables,
-                         const at::Tensor& context_lens, int64_t heads, double scale,
-                         double eps) {
+                   const c10::List<std::optional<at::Tensor>>& biases, at::IntArrayRef kinds,
+                   const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& kv_cache,
+                   const at::Tensor& slot_mapping, const at::Tensor& token_index,
+                   const at::Tensor& block_tables, const at::Tensor& context_lens, int64_t heads,
+                   double scale, double eps) {
   const int64_t layers = kv_cache.size(0);
   TORCH_CHECK(kv_cache.dim() == 6 && kv_cache.size(1) == 2,
               "kv_cache must be [layers, 2, kv_heads, blocks, block_size, head_dim]");
