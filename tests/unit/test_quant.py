@@ -131,6 +131,22 @@ def test_native_linear_keeps_a_non_finite_x_non_finite(qtype, bad, rows):
     assert bool(torch.isfinite(got[1:]).all())
 
 
+@pytest.mark.parametrize("weight_rows", [38, 39, 41])
+@pytest.mark.parametrize("rows", [1, 2])
+def test_native_linear_covers_every_tail_of_its_row_walk(weight_rows, rows):
+    """The one- and two-row product walks weight rows four, two and one at a time: a matrix whose
+    rows leave a tail of two or three gets the same products as the widened matrix."""
+    ops = _ops()
+    for qtype in (T.Q4_1, T.Q8_0):
+        w = from_gguf(_gguf(qtype, weight_rows), qtype, (weight_rows, COLS))
+        x = torch.randn(rows, COLS, generator=torch.Generator().manual_seed(weight_rows))
+        got = ops.linear(x, w.data, w.bits)
+        want = F.linear(x, dequantize(w))
+        bound = _int16_bound(x, dequantize(w)) if _int16_rows() else 0
+        scale = (x.abs() @ dequantize(w).abs().T).clamp_min(1e-6)
+        assert bool(((got - want).abs() <= bound + 1e-5 * scale).all())
+
+
 def _int16_rows() -> bool:
     """Whether the kernel rounds one or two rows of x to 16-bit integers (its AVX2 build)."""
     flags = kernels.cpu_flags()

@@ -16,8 +16,9 @@
 // product has an AVX-512 version (which prefetches the rows ahead: the matrix streams from L3 or
 // memory), an AVX2-with-FMA version (eight weights a vector; for one or two rows of x, x
 // rounded to 16-bit integers per block of 32, each value within half a step of 1/32767 of its
-// block's largest |x|, and the block's products summed exactly in integers) and a portable one
-// (decode a row into a buffer, then dot); the CPU's flags choose at compile time.
+// block's largest |x|, the block's products summed exactly in integers, and four weight rows
+// walked together with the matrix prefetched kAheadBytes ahead) and a portable one (decode a row
+// into a buffer, then dot); the CPU's flags choose at compile time.
 
 #include <torch/library.h>
 #include <ATen/ATen.h>
@@ -53,6 +54,10 @@ constexpr int64_t kGemmRowsBFloat16 = 32;
 // (tile_product_int16); from three rows on, the float path's decoded block serves every row and
 // is the faster (measured: docs/design/engine.md).
 constexpr int64_t kInt16Rows = 2;
+// How far ahead of the weight rows being multiplied the 16-bit product prefetches the matrix.
+// Walking four rows at once, the hardware prefetcher alone leaves it waiting on memory
+// (measured: docs/design/engine.md).
+constexpr int64_t kAheadBytes = 8192;
 #if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
 #define STRATA_INT16_ROWS 1
 #else
@@ -216,6 +221,11 @@ struct XView {
   const float* __restrict sum;
 };
 
+// Where x's value k of a block is stored: in the order block_int16 unpacks weights in (its two
+// vectors' 128-bit halves hold weights 0-7 | 16-23 and 8-15 | 24-31), so that no unpacking
+// crosses halves.
+constexpr int int16_slot(int k) { return (k & 7) | ((k & 16) >> 1) | ((k & 8) << 1); }
+
 void round_x(const float* x, int64_t m, int64_t cols, XInt16& out) {
   const int64_t blocks = m * cols / kBlock;
   out.q.resize(m * cols);
@@ -233,79 +243,103 @@ void round_x(const float* x, int64_t m, int64_t cols, XInt16& out) {
     const bool finite = std::isfinite(amax) && !std::isnan(sum);
     const float inv = finite && amax > 0.f ? 32767.f / amax : 0.f;
     for (int k = 0; k < kBlock; ++k)
-      out.q[i * kBlock + k] = finite ? static_cast<int16_t>(std::nearbyint(xb[k] * inv)) : 0;
+      out.q[i * kBlock + int16_slot(k)] =
+          finite ? static_cast<int16_t>(std::nearbyint(xb[k] * inv)) : 0;
     out.scale[i] = finite ? amax / 32767.f : std::numeric_limits<float>::quiet_NaN();
     out.sum[i] = sum;
   }
 }
 
-// One block's 32 weights as 16-bit integers (without scale or offset): w0 weights 0-15, w1 16-31.
+// One block's 32 weights as 16-bit integers (without scale or offset), in int16_slot's order:
+// w0 holds weights 0-7 | 16-23, w1 weights 8-15 | 24-31.
 inline void block_int16(int64_t bits, const uint8_t* blk, __m256i& w0, __m256i& w1) {
   if (bits == 4) {
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 8));
-    const __m128i mask = _mm_set1_epi8(0x0F);
-    w0 = _mm256_cvtepu8_epi16(_mm_and_si128(q, mask));
-    w1 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(q, 4), mask));
+    // the block's 16 bytes in both halves, the upper half's shifted down a nibble: after the
+    // mask, bytes hold weights 0-15 | 16-31
+    const __m256i q =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 8)));
+    const __m256i nibbles =
+        _mm256_and_si256(_mm256_srlv_epi32(q, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)),
+                         _mm256_set1_epi8(0x0F));
+    w0 = _mm256_unpacklo_epi8(nibbles, _mm256_setzero_si256());
+    w1 = _mm256_unpackhi_epi8(nibbles, _mm256_setzero_si256());
   } else {
-    w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 4)));
-    w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 20)));
+    // bytes 0-15 | 16-31; each byte doubled into a 16-bit lane, then shifted down with its sign
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 4));
+    w0 = _mm256_srai_epi16(_mm256_unpacklo_epi8(q, q), 8);
+    w1 = _mm256_srai_epi16(_mm256_unpackhi_epi8(q, q), 8);
   }
 }
 
-// x row i's block b against a weight block (w0, w1; scale s, offset o), added to acc and off.
-inline void block_product(const XView& x, int64_t i, int64_t cols, int64_t blocks, int64_t b,
-                          __m256i w0, __m256i w1, float s, float o, bool offset, __m256& acc,
-                          float& off) {
-  const int16_t* xb = x.q + i * cols + b * kBlock;
-  const __m256i p = _mm256_add_epi32(
-      _mm256_madd_epi16(w0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb))),
-      _mm256_madd_epi16(w1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 16))));
-  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(s * x.scale[i * blocks + b]), acc);
-  if (offset) off += o * x.sum[i * blocks + b];
-}
-
-// out[i * kTile + j] = x row i . W row (n0 + j) for i < MT: blocks go in pairs to two
-// accumulators a row, so that one chain of FMAs does not bound the walk (accumulators picked by
-// a runtime index would live on the stack).
-template <int MT>
-void tile_product_int16(int64_t bits, const uint8_t* data, int64_t row_bytes, int64_t n0,
-                        int64_t valid, const XInt16& xq, int64_t cols, float* out) {
-  const XView x{xq.q.data(), xq.scale.data(), xq.sum.data()};
+// out[i * kTile + j0 + r] = x row i . W row (n0 + j0 + r) for i < MT, r < R: the R weight rows
+// are walked together, block by block, each load of x serving all of them, with one chain of
+// FMAs a (row, x row) and the 4-bit offsets of all R rows in one vector; the matrix kAheadBytes
+// on (up to `end`) is prefetched as it goes.
+template <int MT, int R>
+void rows_int16(int64_t bits, const uint8_t* data, int64_t row_bytes, int64_t n0, int64_t j0,
+                const XView& x, int64_t cols, const uint8_t* end, float* out) {
+  static_assert(R <= 4, "the offsets of at most four rows share one vector");
   const int64_t blocks = cols / kBlock, bb = block_bytes(bits);
   const bool offset = bits == 4;
-  for (int64_t j = 0; j < valid; ++j) {
-    const uint8_t* row = data + (n0 + j) * row_bytes;
-    __m256 acc0[MT], acc1[MT];
-    float off0[MT], off1[MT];
-    for (int i = 0; i < MT; ++i) {
-      acc0[i] = acc1[i] = _mm256_setzero_ps();
-      off0[i] = off1[i] = 0.f;
+  const uint8_t* row0 = data + (n0 + j0) * row_bytes;
+  const uint8_t* ahead = row0 + kAheadBytes;
+  const int64_t ahead_step = (R * row_bytes + blocks - 1) / blocks;  // two lines a block cover it
+  __m256 acc[R][MT];
+  __m128 off[MT];  // lane r: row r's offsets times x's block sums
+  for (int i = 0; i < MT; ++i) {
+    off[i] = _mm_setzero_ps();
+    for (int r = 0; r < R; ++r) acc[r][i] = _mm256_setzero_ps();
+  }
+  for (int64_t b = 0; b < blocks; ++b, ahead += ahead_step) {
+    if (ahead + 64 < end) {
+      _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(ahead + 64), _MM_HINT_T0);
     }
-    int64_t b = 0;
-    for (; b + 1 < blocks; b += 2) {
-      const uint8_t* blk0 = row + b * bb;
-      const uint8_t* blk1 = blk0 + bb;
-      __m256i u0, u1, v0, v1;
-      block_int16(bits, blk0, u0, u1);
-      block_int16(bits, blk1, v0, v1);
-      const float s0 = read_f32(blk0), s1 = read_f32(blk1);
-      const float o0 = offset ? read_f32(blk0 + 4) : 0.f, o1 = offset ? read_f32(blk1 + 4) : 0.f;
+    __m256i x0[MT], x1[MT];
+    float xs[MT];
+    for (int i = 0; i < MT; ++i) {
+      const int16_t* xb = x.q + i * cols + b * kBlock;
+      x0[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb));
+      x1[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 16));
+      xs[i] = x.scale[i * blocks + b];
+    }
+    float o[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* blk = row0 + r * row_bytes + b * bb;
+      __m256i w0, w1;
+      block_int16(bits, blk, w0, w1);
+      const float s = read_f32(blk);
+      if (offset) o[r] = read_f32(blk + 4);
       for (int i = 0; i < MT; ++i) {
-        block_product(x, i, cols, blocks, b, u0, u1, s0, o0, offset, acc0[i], off0[i]);
-        block_product(x, i, cols, blocks, b + 1, v0, v1, s1, o1, offset, acc1[i], off1[i]);
+        const __m256i p =
+            _mm256_add_epi32(_mm256_madd_epi16(w0, x0[i]), _mm256_madd_epi16(w1, x1[i]));
+        acc[r][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(s * xs[i]), acc[r][i]);
       }
     }
-    if (b < blocks) {
-      const uint8_t* blk = row + b * bb;
-      __m256i u0, u1;
-      block_int16(bits, blk, u0, u1);
-      const float s = read_f32(blk), o = offset ? read_f32(blk + 4) : 0.f;
+    if (offset) {
+      // built from registers: a store of o and a vector load back would stall on forwarding
+      const __m128 ov = _mm_setr_ps(o[0], o[1], o[2], o[3]);
       for (int i = 0; i < MT; ++i)
-        block_product(x, i, cols, blocks, b, u0, u1, s, o, offset, acc0[i], off0[i]);
+        off[i] = _mm_fmadd_ps(ov, _mm_set1_ps(x.sum[i * blocks + b]), off[i]);
     }
-    for (int i = 0; i < MT; ++i)
-      out[i * kTile + j] = reduce_add(_mm256_add_ps(acc0[i], acc1[i])) + (off0[i] + off1[i]);
   }
+  for (int i = 0; i < MT; ++i) {
+    float offs[4];
+    _mm_storeu_ps(offs, off[i]);
+    for (int r = 0; r < R; ++r) out[i * kTile + j0 + r] = reduce_add(acc[r][i]) + offs[r];
+  }
+}
+
+// out[i * kTile + j] = x row i . W row (n0 + j) for i < MT, j < valid, four rows at a time.
+template <int MT>
+void tile_product_int16(int64_t bits, const uint8_t* data, int64_t row_bytes, int64_t n0,
+                        int64_t valid, int64_t rows, const XInt16& xq, int64_t cols, float* out) {
+  const XView x{xq.q.data(), xq.scale.data(), xq.sum.data()};
+  const uint8_t* end = data + rows * row_bytes;
+  int64_t j = 0;
+  for (; j + 4 <= valid; j += 4) rows_int16<MT, 4>(bits, data, row_bytes, n0, j, x, cols, end, out);
+  for (; j + 2 <= valid; j += 2) rows_int16<MT, 2>(bits, data, row_bytes, n0, j, x, cols, end, out);
+  for (; j < valid; ++j) rows_int16<MT, 1>(bits, data, row_bytes, n0, j, x, cols, end, out);
 }
 #else
 // Portable version: decode each weight row into a buffer, then dot.
@@ -382,9 +416,9 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& data, int64_t bits, boo
         const float* xi = xp + i0 * cols;
 #if STRATA_INT16_ROWS
         if (int16 && mt == 2)
-          tile_product_int16<2>(bits, dp, row_bytes, n0, valid, xq, cols, res);
+          tile_product_int16<2>(bits, dp, row_bytes, n0, valid, n, xq, cols, res);
         else if (int16)
-          tile_product_int16<1>(bits, dp, row_bytes, n0, valid, xq, cols, res);
+          tile_product_int16<1>(bits, dp, row_bytes, n0, valid, n, xq, cols, res);
         else
 #endif
         switch (mt) {
