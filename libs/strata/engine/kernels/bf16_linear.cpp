@@ -8,8 +8,10 @@
 // two groups ahead prefetched into L1; the result is written in bfloat16 (rounded to nearest
 // even) or kept as the float32 sums with float_sums (the model's logits). Otherwise (float32 x,
 // or no AVX512_BF16): each weight row is widened to float32 in registers (a 16-bit shift, exact;
-// sixteen weights a step with AVX-512, eight with AVX2) and multiplied with up to kRows rows of x
-// widened to float32 (from kGemmRows rows on, the weight widened once and multiplied by sgemm);
+// sixteen weights a step with AVX-512; with AVX2, sixteen weights a load unpacked within 128-bit
+// halves against x's columns stored in that order, the row kAheadBytes ahead prefetched) and
+// multiplied with up to kRows rows of x widened to float32 (from kGemmRows rows on, the weight
+// widened once and multiplied by sgemm);
 // the result is rounded to x's dtype, or kept as float32 with float_sums. Both sum in float32 in
 // their own order, so they agree with each other and with F.linear to float32 rounding, not bit
 // for bit.
@@ -40,6 +42,9 @@ constexpr int64_t kRows = 8;  // rows of x multiplied with each weight row at on
 // from 512 rows 1.75-2.5x faster, while up to 64 rows the walk was as fast or faster (measured:
 // docs/design/engine.md).
 constexpr int64_t kGemmRows = 128;
+// How far ahead in the matrix the AVX2 widening walk prefetches (measured:
+// docs/design/engine.md).
+constexpr int64_t kAheadBytes = 8192;
 
 #if defined(__AVX512BF16__)
 constexpr int64_t kGroup = 4;  // weight rows multiplied with each x row at once (vdpbf16ps)
@@ -104,11 +109,32 @@ at::Tensor linear_bf16_pairs(const at::Tensor& x, const at::Tensor& weight, bool
 }
 #endif
 
-// out[i] = x row i . w over `cols`, for i < MT
+#if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
+// Where column j of each group of 16 is stored in the AVX2 walk's copy of x: the order in which
+// a 32-byte load of 16 bfloat16 weights unpacks within its 128-bit halves (0-3 | 8-11, then
+// 4-7 | 12-15). Columns past the last whole 16 stay where they are.
+constexpr int64_t widen_slot(int64_t j) { return (j & 3) | ((j & 8) >> 1) | ((j & 4) << 1); }
+
+// x [m, cols] with each group of 16 columns in widen_slot's order.
+std::vector<float> widen_order(const float* x, int64_t m, int64_t cols) {
+  std::vector<float> out(x, x + m * cols);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t k = 0; k + 16 <= cols; k += 16)
+      for (int64_t j = 0; j < 16; ++j) out[i * cols + k + widen_slot(j)] = x[i * cols + k + j];
+  return out;
+}
+#endif
+
+// out[i] = x row i . w over `cols`, for i < MT. x_walk is x as the vector loop reads it (the AVX2
+// loop: widen_order's copy; otherwise x itself); the tail reads x. The AVX2 loop prefetches
+// kAheadBytes on from w, up to `end`.
 template <int MT>
-inline void row_product(const c10::BFloat16* w, const float* x, int64_t cols, float* out) {
+inline void row_product(const c10::BFloat16* w, const float* x, const float* x_walk, int64_t cols,
+                        const c10::BFloat16* end, float* out) {
   int64_t k = 0;
 #if defined(__AVX512F__)
+  (void)x_walk;
+  (void)end;
   __m512 acc_lo[MT], acc_hi[MT];
   for (int i = 0; i < MT; ++i) acc_lo[i] = acc_hi[i] = _mm512_setzero_ps();
   for (; k + 32 <= cols; k += 32) {
@@ -125,14 +151,17 @@ inline void row_product(const c10::BFloat16* w, const float* x, int64_t cols, fl
 #elif defined(__AVX2__) && defined(__FMA__)
   __m256 acc_lo[MT], acc_hi[MT];
   for (int i = 0; i < MT; ++i) acc_lo[i] = acc_hi[i] = _mm256_setzero_ps();
-  for (; k + 16 <= cols; k += 16) {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + k));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + k + 8));
-    const __m256 wa = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(a), 16));
-    const __m256 wb = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16));
+  const __m256i zero = _mm256_setzero_si256();
+  const c10::BFloat16* ahead = w + kAheadBytes / sizeof(c10::BFloat16);
+  for (; k + 16 <= cols; k += 16, ahead += 16) {
+    if (ahead < end) _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
+    // a weight in the upper 16 bits of a zero float32 lane is that weight widened, exactly
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + k));
+    const __m256 wa = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, v));  // 0-3 | 8-11
+    const __m256 wb = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, v));  // 4-7 | 12-15
     for (int i = 0; i < MT; ++i) {
-      acc_lo[i] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * cols + k), wa, acc_lo[i]);
-      acc_hi[i] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * cols + k + 8), wb, acc_hi[i]);
+      acc_lo[i] = _mm256_fmadd_ps(_mm256_loadu_ps(x_walk + i * cols + k), wa, acc_lo[i]);
+      acc_hi[i] = _mm256_fmadd_ps(_mm256_loadu_ps(x_walk + i * cols + k + 8), wb, acc_hi[i]);
     }
   }
   for (int i = 0; i < MT; ++i) {
@@ -142,9 +171,11 @@ inline void row_product(const c10::BFloat16* w, const float* x, int64_t cols, fl
     out[i] = _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)));
   }
 #else
+  (void)x_walk;
+  (void)end;
   for (int i = 0; i < MT; ++i) out[i] = 0.f;
 #endif
-  if (k < cols) {  // the columns left over (all of them without AVX-512)
+  if (k < cols) {  // the columns left over (all of them without AVX-512 or AVX2)
     std::vector<float> rest(cols - k);
     widen_row(w + k, rest.data(), cols - k);
     for (int i = 0; i < MT; ++i) out[i] += dot(x + i * cols + k, rest.data(), cols - k);
@@ -173,22 +204,29 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, bool float_sums
   const float* xp = xf.data_ptr<float>();
   float* yp = out.data_ptr<float>();
   const c10::BFloat16* wp = weight.data_ptr<c10::BFloat16>();
+  const c10::BFloat16* w_end = wp + n * cols;
+#if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
+  const std::vector<float> x_order = widen_order(xp, m, cols);
+  const float* xw = x_order.data();
+#else
+  const float* xw = xp;
+#endif
   at::parallel_for(0, n, 16, [&](int64_t begin, int64_t end) {
     float res[kRows];
     for (int64_t r = begin; r < end; ++r) {
       for (int64_t i0 = 0; i0 < m; i0 += kRows) {
         const int64_t mt = std::min(kRows, m - i0);
-        const float* xi = xp + i0 * cols;
+        const float *xi = xp + i0 * cols, *xwi = xw + i0 * cols;
         const c10::BFloat16* w = wp + r * cols;
         switch (mt) {
-          case 8: row_product<8>(w, xi, cols, res); break;
-          case 7: row_product<7>(w, xi, cols, res); break;
-          case 6: row_product<6>(w, xi, cols, res); break;
-          case 5: row_product<5>(w, xi, cols, res); break;
-          case 4: row_product<4>(w, xi, cols, res); break;
-          case 3: row_product<3>(w, xi, cols, res); break;
-          case 2: row_product<2>(w, xi, cols, res); break;
-          default: row_product<1>(w, xi, cols, res); break;
+          case 8: row_product<8>(w, xi, xwi, cols, w_end, res); break;
+          case 7: row_product<7>(w, xi, xwi, cols, w_end, res); break;
+          case 6: row_product<6>(w, xi, xwi, cols, w_end, res); break;
+          case 5: row_product<5>(w, xi, xwi, cols, w_end, res); break;
+          case 4: row_product<4>(w, xi, xwi, cols, w_end, res); break;
+          case 3: row_product<3>(w, xi, xwi, cols, w_end, res); break;
+          case 2: row_product<2>(w, xi, xwi, cols, w_end, res); break;
+          default: row_product<1>(w, xi, xwi, cols, w_end, res); break;
         }
         for (int64_t i = 0; i < mt; ++i) yp[(i0 + i) * n + r] = res[i];
       }
