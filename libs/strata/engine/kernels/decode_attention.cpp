@@ -2,11 +2,14 @@
 // blocks of the KV cache, read in place through the block table (no gather copy, no padded mask,
 // no dtype round trips). Work is split over (sequence, kv head) with at::parallel_for so it runs
 // on torch's own thread pool; spawning threads or linking a second OpenMP runtime here would make
-// the two pools spin against each other. When those items are too few to keep every thread
-// busy (a batch-1 step), long contexts are cut into chunks merged by their log sum exps.
+// the two pools spin against each other. A step of fewer than kMinParallelKeys key rows runs on
+// the calling thread. When the items are too few to keep every thread busy (a batch-1 step),
+// long contexts are cut into chunks merged by their log sum exps.
 //
-// Inner loops run over head_dim in float; reductions are OpenMP simd reductions so GCC vectorizes
-// them without -ffast-math. bfloat16 is widened by a 16-bit shift, which is exact.
+// Inner loops run over head_dim in float: with AVX-512 BF16 and a bfloat16 cache, vdpbf16ps
+// (run_vector); with AVX2 and FMA and head_dim a multiple of 64, eight-float vectors over a
+// head_dim fixed at compile time (run_avx2); otherwise OpenMP simd loops, which GCC vectorizes
+// without -ffast-math (run). bfloat16 is widened by a 16-bit shift, which is exact.
 
 #include <torch/library.h>
 #include <ATen/ATen.h>
@@ -21,7 +24,7 @@
 #include <type_traits>
 #include <vector>
 
-#if defined(__AVX512BF16__)
+#if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #endif
 
@@ -84,6 +87,10 @@ inline __m512 widen16(const c10::BFloat16* x) {
 // otherwise run two items on one thread while the other waits for it.
 constexpr int64_t kItemsPerThread = 4;
 constexpr int64_t kMinChunkTokens = 512;
+// Under this many key rows in all (context tokens times kv heads, summed over the sequences), the
+// whole step runs on the calling thread: waking the pool costs more than it saves (measured:
+// docs/design/engine.md).
+constexpr int64_t kMinParallelKeys = 2048;
 
 // kDim > 0 fixes head_dim at compile time (the common 64 and 128), so the per-key loops unroll
 // into straight vector code; kDim == 0 handles any other size.
@@ -111,6 +118,12 @@ struct DecodePass {
       std::is_same<scalar_t, c10::BFloat16>::value && kDim > 0 && kDim % 64 == 0;
 #else
   static constexpr bool kVector = false;
+#endif
+  // Otherwise, with AVX2 and FMA and head_dim a multiple of 64: run_avx2
+#if defined(__AVX2__) && defined(__FMA__)
+  static constexpr bool kAvx2 = !kVector && kDim > 0 && kDim % 64 == 0;
+#else
+  static constexpr bool kAvx2 = false;
 #endif
 
   // each query head's scores [G][n_tok] -> their softmax numerators in place, each head's sum
@@ -140,6 +153,10 @@ struct DecodePass {
         run_vector(s, kh, t_begin, t_end, sc, out, lse);
         return;
       }
+    }
+    if constexpr (kAvx2) {
+      run_avx2(s, kh, t_begin, t_end, sc, out, lse);
+      return;
     }
     const int64_t n_tok = t_end - t_begin;
     const int64_t* table = tables + s * width;
@@ -182,6 +199,85 @@ struct DecodePass {
       store_row(a, out + g * dim, dim);
     }
   }
+
+#if defined(__AVX2__) && defined(__FMA__)
+  static __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+  static __m256 load8(const c10::BFloat16* p) {
+    const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
+  }
+  static float sum8(__m256 v) {
+    __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    return _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)));
+  }
+
+  // run() with AVX2 vectors of eight over head_dim fixed at compile time (kAvx2): the same
+  // softmax and output rounding, the sums in another order. A key row is read in place (a
+  // bfloat16 one widened once into sc.row) and dotted with each query head; each query head's
+  // weighted sum of values keeps 64 dims of accumulators in registers over every token.
+  template <typename out_t>
+  void run_avx2(int64_t s, int64_t kh, int64_t t_begin, int64_t t_end, Scratch& sc, out_t* out,
+                float* lse) const {
+    const int64_t n_tok = t_end - t_begin;
+    const int64_t* table = tables + s * width;
+    float* qf = sc.qf.data();
+    for (int64_t g = 0; g < group; ++g)
+      widen_row(qp + (s * heads + kh * group + g) * kDim, qf + g * kDim, kDim);
+    sc.scores.resize(group * n_tok);
+    float* scores = sc.scores.data();
+    // pass 1: scaled scores
+    const scalar_t* kbase = kp + kh * k_head;
+    for (int64_t t0 = t_begin; t0 < t_end; t0 += block_size) {
+      const scalar_t* kblock = kbase + table[t0 / block_size] * k_block;
+      const int64_t n = std::min(block_size, t_end - t0);
+      for (int64_t j = 0; j < n; ++j) {
+        const float* key;
+        if constexpr (std::is_same<scalar_t, float>::value) {
+          key = kblock + j * k_slot;
+        } else {
+          for (int64_t c = 0; c < kDim; c += 8)
+            _mm256_storeu_ps(sc.row.data() + c, load8(kblock + j * k_slot + c));
+          key = sc.row.data();
+        }
+        for (int64_t g = 0; g < group; ++g) {
+          const float* qg = qf + g * kDim;
+          __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+          for (int64_t c = 0; c < kDim; c += 16) {
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qg + c), _mm256_loadu_ps(key + c), a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(qg + c + 8), _mm256_loadu_ps(key + c + 8), a1);
+          }
+          scores[g * n_tok + t0 - t_begin + j] = sum8(_mm256_add_ps(a0, a1)) * fscale;
+        }
+      }
+    }
+    softmax_numerators(scores, n_tok, sc, lse);
+    // pass 2: weighted sums of values, 64 dims of one query head at a time
+    float* acc = sc.acc.data();
+    const scalar_t* vbase = vp + kh * v_head;
+    for (int64_t g = 0; g < group; ++g) {
+      const float* p = scores + g * n_tok;
+      const float inv = sc.sums[g] > 0.f ? 1.f / sc.sums[g] : 0.f;
+      for (int64_t d0 = 0; d0 < kDim; d0 += 64) {
+        __m256 a[8];
+        for (int c = 0; c < 8; ++c) a[c] = _mm256_setzero_ps();
+        for (int64_t t0 = t_begin; t0 < t_end; t0 += block_size) {
+          const scalar_t* vblock = vbase + table[t0 / block_size] * v_block + d0;
+          const int64_t n = std::min(block_size, t_end - t0);
+          for (int64_t j = 0; j < n; ++j) {
+            const __m256 w = _mm256_set1_ps(p[t0 - t_begin + j]);
+            const scalar_t* row = vblock + j * v_slot;
+            for (int c = 0; c < 8; ++c) a[c] = _mm256_fmadd_ps(w, load8(row + 8 * c), a[c]);
+          }
+        }
+        const __m256 iv = _mm256_set1_ps(inv);
+        for (int c = 0; c < 8; ++c)
+          _mm256_storeu_ps(acc + g * kDim + d0 + 8 * c, _mm256_mul_ps(a[c], iv));
+      }
+    }
+    for (int64_t g = 0; g < group; ++g) store_row(acc + g * kDim, out + g * kDim, kDim);
+  }
+#endif
 
 #if defined(__AVX512BF16__)
   // run() on the AVX-512 BF16 path (kVector; blocks a multiple of 16 keys): the same softmax
@@ -265,6 +361,19 @@ void decode_attention_impl(const at::Tensor& q, const at::Tensor& k_cache,
   int64_t total = 0;
   for (int64_t s = 0; s < seqs; ++s) total += lens[s] * kv_heads;
   // tokens a chunk covers, whole blocks: every item whole when the pairs fill the threads
+  // pairs [begin, end) whole: each output straight from one pass
+  const auto whole = [&](int64_t begin, int64_t end) {
+    auto sc = pass.scratch();
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t s = item / kv_heads, kh = item % kv_heads;
+      pass.run(s, kh, 0, lens[s], sc, op + (s * heads + kh * pass.group) * pass.dim,
+               static_cast<float*>(nullptr));
+    }
+  };
+  if (total < kMinParallelKeys) {
+    whole(0, pairs);
+    return;
+  }
   int64_t chunk = std::numeric_limits<int64_t>::max();
   if (threads > 1 && pairs < kItemsPerThread * threads) {
     const int64_t want = (total + kItemsPerThread * threads - 1) / (kItemsPerThread * threads);
@@ -276,16 +385,8 @@ void decode_attention_impl(const at::Tensor& q, const at::Tensor& k_cache,
     const int64_t ctx = lens[item / kv_heads];
     first[item + 1] = first[item] + (chunk >= ctx ? 1 : (ctx + chunk - 1) / chunk);
   }
-  if (first[pairs] == pairs) {
-    // one chunk a pair: its output straight from one pass
-    at::parallel_for(0, pairs, 1, [&](int64_t begin, int64_t end) {
-      auto sc = pass.scratch();
-      for (int64_t item = begin; item < end; ++item) {
-        const int64_t s = item / kv_heads, kh = item % kv_heads;
-        pass.run(s, kh, 0, lens[s], sc, op + (s * heads + kh * pass.group) * pass.dim,
-                 static_cast<float*>(nullptr));
-      }
-    });
+  if (first[pairs] == pairs) {  // one chunk a pair
+    at::parallel_for(0, pairs, 1, whole);
     return;
   }
   // chunks of long contexts: each chunk's attention and log sum exp, then per pair the chunks
