@@ -201,21 +201,8 @@ struct DecodePass {
   }
 
 #if defined(__AVX2__) && defined(__FMA__)
-  static __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-  static __m256 load8(const c10::BFloat16* p) {
-    const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
-  }
-  static float sum8(__m256 v) {
-    __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    return _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)));
-  }
-
-  // run() with AVX2 vectors of eight over head_dim fixed at compile time (kAvx2): the same
-  // softmax and output rounding, the sums in another order. A key row is read in place (a
-  // bfloat16 one widened once into sc.row) and dotted with each query head; each query head's
-  // weighted sum of values keeps 64 dims of accumulators in registers over every token.
+  // run() with AVX2 over head_dim fixed at compile time (kAvx2: cpu_math.h's attend_scores and
+  // attend_values): the same softmax and output rounding, the sums in another order
   template <typename out_t>
   void run_avx2(int64_t s, int64_t kh, int64_t t_begin, int64_t t_end, Scratch& sc, out_t* out,
                 float* lse) const {
@@ -226,56 +213,20 @@ struct DecodePass {
       widen_row(qp + (s * heads + kh * group + g) * kDim, qf + g * kDim, kDim);
     sc.scores.resize(group * n_tok);
     float* scores = sc.scores.data();
-    // pass 1: scaled scores
-    const scalar_t* kbase = kp + kh * k_head;
-    for (int64_t t0 = t_begin; t0 < t_end; t0 += block_size) {
-      const scalar_t* kblock = kbase + table[t0 / block_size] * k_block;
-      const int64_t n = std::min(block_size, t_end - t0);
-      for (int64_t j = 0; j < n; ++j) {
-        const float* key;
-        if constexpr (std::is_same<scalar_t, float>::value) {
-          key = kblock + j * k_slot;
-        } else {
-          for (int64_t c = 0; c < kDim; c += 8)
-            _mm256_storeu_ps(sc.row.data() + c, load8(kblock + j * k_slot + c));
-          key = sc.row.data();
-        }
-        for (int64_t g = 0; g < group; ++g) {
-          const float* qg = qf + g * kDim;
-          __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-          for (int64_t c = 0; c < kDim; c += 16) {
-            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qg + c), _mm256_loadu_ps(key + c), a0);
-            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(qg + c + 8), _mm256_loadu_ps(key + c + 8), a1);
-          }
-          scores[g * n_tok + t0 - t_begin + j] = sum8(_mm256_add_ps(a0, a1)) * fscale;
-        }
-      }
-    }
+    // the blocks of [t_begin, t_end) from base, a block `stride` apart in the cache
+    const auto blocks = [&](const scalar_t* base, int64_t stride, int64_t slot) {
+      return [=](auto&& f) {
+        for (int64_t t0 = t_begin; t0 < t_end; t0 += block_size)
+          f(base + table[t0 / block_size] * stride, slot, std::min(block_size, t_end - t0),
+            t0 - t_begin);
+      };
+    };
+    attend_scores<kDim>(qf, group, fscale, n_tok, sc.row.data(), scores,
+                        blocks(kp + kh * k_head, k_block, k_slot));
     softmax_numerators(scores, n_tok, sc, lse);
-    // pass 2: weighted sums of values, 64 dims of one query head at a time
-    float* acc = sc.acc.data();
-    const scalar_t* vbase = vp + kh * v_head;
-    for (int64_t g = 0; g < group; ++g) {
-      const float* p = scores + g * n_tok;
-      const float inv = sc.sums[g] > 0.f ? 1.f / sc.sums[g] : 0.f;
-      for (int64_t d0 = 0; d0 < kDim; d0 += 64) {
-        __m256 a[8];
-        for (int c = 0; c < 8; ++c) a[c] = _mm256_setzero_ps();
-        for (int64_t t0 = t_begin; t0 < t_end; t0 += block_size) {
-          const scalar_t* vblock = vbase + table[t0 / block_size] * v_block + d0;
-          const int64_t n = std::min(block_size, t_end - t0);
-          for (int64_t j = 0; j < n; ++j) {
-            const __m256 w = _mm256_set1_ps(p[t0 - t_begin + j]);
-            const scalar_t* row = vblock + j * v_slot;
-            for (int c = 0; c < 8; ++c) a[c] = _mm256_fmadd_ps(w, load8(row + 8 * c), a[c]);
-          }
-        }
-        const __m256 iv = _mm256_set1_ps(inv);
-        for (int c = 0; c < 8; ++c)
-          _mm256_storeu_ps(acc + g * kDim + d0 + 8 * c, _mm256_mul_ps(a[c], iv));
-      }
-    }
-    for (int64_t g = 0; g < group; ++g) store_row(acc + g * kDim, out + g * kDim, kDim);
+    attend_values<kDim>(scores, sc.sums.data(), group, n_tok, sc.acc.data(),
+                        blocks(vp + kh * v_head, v_block, v_slot));
+    for (int64_t g = 0; g < group; ++g) store_row(sc.acc.data() + g * kDim, out + g * kDim, kDim);
   }
 #endif
 

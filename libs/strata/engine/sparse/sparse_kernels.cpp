@@ -35,9 +35,10 @@
 #include <cstring>
 #include <limits>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
 
@@ -326,9 +327,15 @@ struct SelectPass {
 // One pair's exact attention over its own block list (sparse_attention): its G query rows over
 // blocks table[0, width) of the cache seen as KVH * NB blocks, the first lens[b] tokens of each.
 // kDim > 0 fixes head_dim at compile time (the common 64 and 128) so the per-key loops unroll
-// into straight vector code, as in decode_attention; kDim == 0 handles any other size.
+// into straight vector code, as in decode_attention (with AVX2 and FMA, cpu_math.h's
+// attend_scores and attend_values); kDim == 0 handles any other size.
 template <typename scalar_t, int64_t kDim>
 struct AttendPass {
+#if defined(__AVX2__) && defined(__FMA__)
+  static constexpr bool kAvx2 = kDim > 0 && kDim % 64 == 0;
+#else
+  static constexpr bool kAvx2 = false;
+#endif
   const scalar_t *kp, *vp;
   int64_t group, dim, k_block, k_slot, v_block, v_slot;
   float fscale;
@@ -367,21 +374,31 @@ struct AttendPass {
     for (int64_t g = 0; g < group; ++g) widen_row(q + g * dim, qf + g * dim, dim);
     sc.scores.resize(group * std::max<int64_t>(total, 1));
     float* scores = sc.scores.data();
-    int64_t t = 0;
-    for (int64_t b = 0; b < std::min(kAhead, width); ++b)
-      prefetch_block(kp + table[b] * k_block, lens[b], k_slot, dim);
-    for (int64_t b = 0; b < width; ++b) {
-      const scalar_t* kblock = kp + table[b] * k_block;
-      if (b + kAhead < width)
-        prefetch_block(kp + table[b + kAhead] * k_block, lens[b + kAhead], k_slot, dim);
-      for (int64_t j = 0; j < lens[b]; ++j, ++t) {
-        widen_row(kblock + j * k_slot, row, dim);
-        for (int64_t g = 0; g < group; ++g)
-          scores[g * total + t] = dot(qf + g * dim, row, dim) * fscale;
-      }
+    // the list's blocks from base (a block `stride` apart), each kAhead blocks on prefetched
+    const auto blocks = [&](const scalar_t* base, int64_t stride, int64_t slot) {
+      return [=](auto&& f) {
+        for (int64_t b = 0; b < std::min(kAhead, width); ++b)
+          prefetch_block(base + table[b] * stride, lens[b], slot, dim);
+        for (int64_t b = 0, t0 = 0; b < width; t0 += lens[b], ++b) {
+          if (b + kAhead < width)
+            prefetch_block(base + table[b + kAhead] * stride, lens[b + kAhead], slot, dim);
+          f(base + table[b] * stride, slot, lens[b], t0);
+        }
+      };
+    };
+    const auto keys = blocks(kp, k_block, k_slot);
+    const auto values = blocks(vp, v_block, v_slot);
+    if constexpr (kAvx2) {
+      attend_scores<kDim>(qf, group, fscale, total, row, scores, keys);
+    } else {
+      keys([&](const scalar_t* kblock, int64_t slot, int64_t n, int64_t t0) {
+        for (int64_t j = 0; j < n; ++j) {
+          widen_row(kblock + j * slot, row, dim);
+          for (int64_t g = 0; g < group; ++g)
+            scores[g * total + t0 + j] = dot(qf + g * dim, row, dim) * fscale;
+        }
+      });
     }
-    for (int64_t b = 0; b < std::min(kAhead, width); ++b)   // the value pass's first blocks
-      prefetch_block(vp + table[b] * v_block, lens[b], v_slot, dim);
     for (int64_t g = 0; g < group; ++g) {
       float* s = scores + g * total;
       float mx = -std::numeric_limits<float>::infinity();
@@ -397,24 +414,23 @@ struct AttendPass {
       lse[g] = total > 0 ? mx + std::log(sum) : -std::numeric_limits<float>::infinity();
     }
     float* acc = sc.acc.data();
-    std::fill(sc.acc.begin(), sc.acc.end(), 0.f);
-    t = 0;
-    for (int64_t b = 0; b < width; ++b) {
-      const scalar_t* vblock = vp + table[b] * v_block;
-      if (b + kAhead < width)
-        prefetch_block(vp + table[b + kAhead] * v_block, lens[b + kAhead], v_slot, dim);
-      for (int64_t j = 0; j < lens[b]; ++j, ++t) {
-        widen_row(vblock + j * v_slot, row, dim);
-        for (int64_t g = 0; g < group; ++g)
-          axpy(scores[g * total + t], row, acc + g * dim, dim);
+    if constexpr (kAvx2) {
+      attend_values<kDim>(scores, sc.sums.data(), group, total, acc, values);
+    } else {
+      std::fill(sc.acc.begin(), sc.acc.end(), 0.f);
+      values([&](const scalar_t* vblock, int64_t slot, int64_t n, int64_t t0) {
+        for (int64_t j = 0; j < n; ++j) {
+          widen_row(vblock + j * slot, row, dim);
+          for (int64_t g = 0; g < group; ++g)
+            axpy(scores[g * total + t0 + j], row, acc + g * dim, dim);
+        }
+      });
+      for (int64_t g = 0; g < group; ++g) {
+        const float inv = sc.sums[g] > 0.f ? 1.f / sc.sums[g] : 0.f;
+        for (int64_t i = 0; i < dim; ++i) acc[g * dim + i] *= inv;
       }
     }
-    for (int64_t g = 0; g < group; ++g) {
-      float* a = acc + g * dim;
-      const float inv = sc.sums[g] > 0.f ? 1.f / sc.sums[g] : 0.f;
-      for (int64_t i = 0; i < dim; ++i) a[i] *= inv;
-      store_row(a, out + g * dim, dim);
-    }
+    for (int64_t g = 0; g < group; ++g) store_row(acc + g * dim, out + g * dim, dim);
   }
 };
 
