@@ -75,6 +75,25 @@ def test_a_long_context_split_over_threads_matches_the_torch_path(dtype, tol):
         assert not torch.equal(split[0], whole[0])
 
 
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_a_step_too_large_for_one_thread_is_split_by_pairs_and_matches(dtype, tol):
+    """Two threads, enough (sequence, kv head) pairs to keep both busy and more key rows than
+    the kernel runs on the calling thread: each pair whole on the pool, the same numbers as one
+    thread computes them (the pairs are independent, so bit for bit)."""
+    kv_heads, gqa, dim = 2, 3, 64
+    q, k, v, group = _case(gqa * kv_heads, kv_heads, dim, dtype, seed=7, lens=[700, 650, 33, 900])
+    scale = dim**-0.5
+    want = _attend(q, k, v, group, scale, gqa).float()
+    torch.set_num_threads(2)
+    try:
+        pooled = OPS.decode_attention(q, k, v, group.block_tables, group.context_lens, scale)
+    finally:
+        torch.set_num_threads(1)
+    alone = OPS.decode_attention(q, k, v, group.block_tables, group.context_lens, scale)
+    torch.testing.assert_close(pooled.float(), want, atol=tol, rtol=tol)
+    assert torch.equal(pooled, alone)
+
+
 def test_kernel_refuses_a_context_longer_than_its_block_table():
     torch.set_num_threads(1)
     q, k, v, group = _case(4, 2, 64, torch.float32)

@@ -127,14 +127,14 @@ std::vector<float> widen_order(const float* x, int64_t m, int64_t cols) {
 
 // out[i] = x row i . w over `cols`, for i < MT. x_walk is x as the vector loop reads it (the AVX2
 // loop: widen_order's copy; otherwise x itself); the tail reads x. The AVX2 loop prefetches
-// kAheadBytes on from w, up to `end`.
+// kAheadBytes on from w, within the `left` weights from w to the matrix's end.
 template <int MT>
 inline void row_product(const c10::BFloat16* w, const float* x, const float* x_walk, int64_t cols,
-                        const c10::BFloat16* end, float* out) {
+                        int64_t left, float* out) {
   int64_t k = 0;
 #if defined(__AVX512F__)
   (void)x_walk;
-  (void)end;
+  (void)left;
   __m512 acc_lo[MT], acc_hi[MT];
   for (int i = 0; i < MT; ++i) acc_lo[i] = acc_hi[i] = _mm512_setzero_ps();
   for (; k + 32 <= cols; k += 32) {
@@ -152,9 +152,9 @@ inline void row_product(const c10::BFloat16* w, const float* x, const float* x_w
   __m256 acc_lo[MT], acc_hi[MT];
   for (int i = 0; i < MT; ++i) acc_lo[i] = acc_hi[i] = _mm256_setzero_ps();
   const __m256i zero = _mm256_setzero_si256();
-  const c10::BFloat16* ahead = w + kAheadBytes / sizeof(c10::BFloat16);
-  for (; k + 16 <= cols; k += 16, ahead += 16) {
-    if (ahead < end) _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
+  constexpr int64_t ahead = kAheadBytes / sizeof(c10::BFloat16);
+  for (; k + 16 <= cols; k += 16) {
+    if (k + ahead < left) _mm_prefetch(reinterpret_cast<const char*>(w + k + ahead), _MM_HINT_T0);
     // a weight in the upper 16 bits of a zero float32 lane is that weight widened, exactly
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + k));
     const __m256 wa = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, v));  // 0-3 | 8-11
@@ -172,7 +172,7 @@ inline void row_product(const c10::BFloat16* w, const float* x, const float* x_w
   }
 #else
   (void)x_walk;
-  (void)end;
+  (void)left;
   for (int i = 0; i < MT; ++i) out[i] = 0.f;
 #endif
   if (k < cols) {  // the columns left over (all of them without AVX-512 or AVX2)
@@ -204,7 +204,6 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, bool float_sums
   const float* xp = xf.data_ptr<float>();
   float* yp = out.data_ptr<float>();
   const c10::BFloat16* wp = weight.data_ptr<c10::BFloat16>();
-  const c10::BFloat16* w_end = wp + n * cols;
 #if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
   const std::vector<float> x_order = widen_order(xp, m, cols);
   const float* xw = x_order.data();
@@ -219,14 +218,14 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, bool float_sums
         const float *xi = xp + i0 * cols, *xwi = xw + i0 * cols;
         const c10::BFloat16* w = wp + r * cols;
         switch (mt) {
-          case 8: row_product<8>(w, xi, xwi, cols, w_end, res); break;
-          case 7: row_product<7>(w, xi, xwi, cols, w_end, res); break;
-          case 6: row_product<6>(w, xi, xwi, cols, w_end, res); break;
-          case 5: row_product<5>(w, xi, xwi, cols, w_end, res); break;
-          case 4: row_product<4>(w, xi, xwi, cols, w_end, res); break;
-          case 3: row_product<3>(w, xi, xwi, cols, w_end, res); break;
-          case 2: row_product<2>(w, xi, xwi, cols, w_end, res); break;
-          default: row_product<1>(w, xi, xwi, cols, w_end, res); break;
+          case 8: row_product<8>(w, xi, xwi, cols, (n - r) * cols, res); break;
+          case 7: row_product<7>(w, xi, xwi, cols, (n - r) * cols, res); break;
+          case 6: row_product<6>(w, xi, xwi, cols, (n - r) * cols, res); break;
+          case 5: row_product<5>(w, xi, xwi, cols, (n - r) * cols, res); break;
+          case 4: row_product<4>(w, xi, xwi, cols, (n - r) * cols, res); break;
+          case 3: row_product<3>(w, xi, xwi, cols, (n - r) * cols, res); break;
+          case 2: row_product<2>(w, xi, xwi, cols, (n - r) * cols, res); break;
+          default: row_product<1>(w, xi, xwi, cols, (n - r) * cols, res); break;
         }
         for (int64_t i = 0; i < mt; ++i) yp[(i0 + i) * n + r] = res[i];
       }

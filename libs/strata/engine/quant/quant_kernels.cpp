@@ -274,15 +274,15 @@ inline void block_int16(int64_t bits, const uint8_t* blk, __m256i& w0, __m256i& 
 // out[i * kTile + j0 + r] = x row i . W row (n0 + j0 + r) for i < MT, r < R: the R weight rows
 // are walked together, block by block, each load of x serving all of them, with one chain of
 // FMAs a (row, x row) and the 4-bit offsets of all R rows in one vector; the matrix kAheadBytes
-// on (up to `end`) is prefetched as it goes.
+// on (within the matrix's `size` bytes) is prefetched as it goes.
 template <int MT, int R>
 void rows_int16(int64_t bits, const uint8_t* data, int64_t row_bytes, int64_t n0, int64_t j0,
-                const XView& x, int64_t cols, const uint8_t* end, float* out) {
+                const XView& x, int64_t cols, int64_t size, float* out) {
   static_assert(R <= 4, "the offsets of at most four rows share one vector");
   const int64_t blocks = cols / kBlock, bb = block_bytes(bits);
   const bool offset = bits == 4;
   const uint8_t* row0 = data + (n0 + j0) * row_bytes;
-  const uint8_t* ahead = row0 + kAheadBytes;
+  int64_t ahead = (n0 + j0) * row_bytes + kAheadBytes;  // an offset into the matrix
   const int64_t ahead_step = (R * row_bytes + blocks - 1) / blocks;  // two lines a block cover it
   __m256 acc[R][MT];
   __m128 off[MT];  // lane r: row r's offsets times x's block sums
@@ -291,9 +291,9 @@ void rows_int16(int64_t bits, const uint8_t* data, int64_t row_bytes, int64_t n0
     for (int r = 0; r < R; ++r) acc[r][i] = _mm256_setzero_ps();
   }
   for (int64_t b = 0; b < blocks; ++b, ahead += ahead_step) {
-    if (ahead + 64 < end) {
-      _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(ahead + 64), _MM_HINT_T0);
+    if (ahead + 64 < size) {
+      _mm_prefetch(reinterpret_cast<const char*>(data + ahead), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(data + ahead + 64), _MM_HINT_T0);
     }
     __m256i x0[MT], x1[MT];
     float xs[MT];
@@ -335,11 +335,14 @@ template <int MT>
 void tile_product_int16(int64_t bits, const uint8_t* data, int64_t row_bytes, int64_t n0,
                         int64_t valid, int64_t rows, const XInt16& xq, int64_t cols, float* out) {
   const XView x{xq.q.data(), xq.scale.data(), xq.sum.data()};
-  const uint8_t* end = data + rows * row_bytes;
+  const int64_t size = rows * row_bytes;
   int64_t j = 0;
-  for (; j + 4 <= valid; j += 4) rows_int16<MT, 4>(bits, data, row_bytes, n0, j, x, cols, end, out);
-  for (; j + 2 <= valid; j += 2) rows_int16<MT, 2>(bits, data, row_bytes, n0, j, x, cols, end, out);
-  for (; j < valid; ++j) rows_int16<MT, 1>(bits, data, row_bytes, n0, j, x, cols, end, out);
+  for (; j + 4 <= valid; j += 4)
+    rows_int16<MT, 4>(bits, data, row_bytes, n0, j, x, cols, size, out);
+  for (; j + 2 <= valid; j += 2)
+    rows_int16<MT, 2>(bits, data, row_bytes, n0, j, x, cols, size, out);
+  for (; j < valid; ++j)
+    rows_int16<MT, 1>(bits, data, row_bytes, n0, j, x, cols, size, out);
 }
 #else
 // Portable version: decode each weight row into a buffer, then dot.
