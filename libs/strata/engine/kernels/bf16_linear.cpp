@@ -114,26 +114,38 @@ at::Tensor linear_bf16_pairs(const at::Tensor& x, const at::Tensor& weight, bool
 // a 32-byte load of 16 bfloat16 weights unpacks within its 128-bit halves (0-3 | 8-11, then
 // 4-7 | 12-15). Columns past the last whole 16 stay where they are.
 constexpr int64_t widen_slot(int64_t j) { return (j & 3) | ((j & 8) >> 1) | ((j & 4) << 1); }
-
-// x [m, cols] with each group of 16 columns in widen_slot's order.
-std::vector<float> widen_order(const float* x, int64_t m, int64_t cols) {
-  std::vector<float> out(x, x + m * cols);
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t k = 0; k + 16 <= cols; k += 16)
-      for (int64_t j = 0; j < 16; ++j) out[i * cols + k + widen_slot(j)] = x[i * cols + k + j];
-  return out;
-}
+constexpr bool kWidenOrder = true;
+#else
+constexpr int64_t widen_slot(int64_t j) { return j; }
+constexpr bool kWidenOrder = false;
 #endif
 
-// out[i] = x row i . w over `cols`, for i < MT. x_walk is x as the vector loop reads it (the AVX2
-// loop: widen_order's copy; otherwise x itself); the tail reads x. The AVX2 loop prefetches
-// kAheadBytes on from w, within the `left` weights from w to the matrix's end.
+// x [m, cols] (float32 or bfloat16, any strides) as the walk reads it: float32, each group of 16
+// columns in widen_slot's order (with AVX2; as it is otherwise), the columns past the last whole
+// 16 where they are. Built once a call, in place of a float32 copy of x and then a reordered one.
+template <typename scalar_t>
+std::vector<float> walk_copy(const at::Tensor& x) {
+  const int64_t m = x.size(0), cols = x.size(1);
+  const auto a = x.accessor<scalar_t, 2>();
+  std::vector<float> out(m * cols);
+  const int64_t whole = kWidenOrder ? cols / 16 * 16 : 0;
+  for (int64_t i = 0; i < m; ++i) {
+    float* row = out.data() + i * cols;
+    for (int64_t k = 0; k < whole; k += 16)
+      for (int64_t j = 0; j < 16; ++j) row[k + widen_slot(j)] = static_cast<float>(a[i][k + j]);
+    for (int64_t k = whole; k < cols; ++k) row[k] = static_cast<float>(a[i][k]);
+  }
+  return out;
+}
+
+// out[i] = x row i . w over `cols`, for i < MT; x as walk_copy lays it out (the tail columns in
+// place). The AVX2 loop prefetches kAheadBytes on from w, within the `left` weights from w to
+// the matrix's end.
 template <int MT>
-inline void row_product(const c10::BFloat16* w, const float* x, const float* x_walk, int64_t cols,
-                        int64_t left, float* out) {
+inline void row_product(const c10::BFloat16* w, const float* x, int64_t cols, int64_t left,
+                        float* out) {
   int64_t k = 0;
 #if defined(__AVX512F__)
-  (void)x_walk;
   (void)left;
   __m512 acc_lo[MT], acc_hi[MT];
   for (int i = 0; i < MT; ++i) acc_lo[i] = acc_hi[i] = _mm512_setzero_ps();
@@ -160,8 +172,8 @@ inline void row_product(const c10::BFloat16* w, const float* x, const float* x_w
     const __m256 wa = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, v));  // 0-3 | 8-11
     const __m256 wb = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, v));  // 4-7 | 12-15
     for (int i = 0; i < MT; ++i) {
-      acc_lo[i] = _mm256_fmadd_ps(_mm256_loadu_ps(x_walk + i * cols + k), wa, acc_lo[i]);
-      acc_hi[i] = _mm256_fmadd_ps(_mm256_loadu_ps(x_walk + i * cols + k + 8), wb, acc_hi[i]);
+      acc_lo[i] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * cols + k), wa, acc_lo[i]);
+      acc_hi[i] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * cols + k + 8), wb, acc_hi[i]);
     }
   }
   for (int i = 0; i < MT; ++i) {
@@ -171,7 +183,6 @@ inline void row_product(const c10::BFloat16* w, const float* x, const float* x_w
     out[i] = _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)));
   }
 #else
-  (void)x_walk;
   (void)left;
   for (int i = 0; i < MT; ++i) out[i] = 0.f;
 #endif
@@ -195,43 +206,47 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, bool float_sums
   if (x.scalar_type() == at::kBFloat16) return linear_bf16_pairs(x.contiguous(), weight, float_sums);
 #endif
   const int64_t m = x.size(0), n = weight.size(0), cols = x.size(1);
-  const at::Tensor xf = x.to(at::kFloat).contiguous();
   if (m >= kGemmRows) {
-    const at::Tensor y = at::linear(xf, weight.to(at::kFloat));
+    const at::Tensor y = at::linear(x.to(at::kFloat), weight.to(at::kFloat));
     return x.scalar_type() == at::kFloat || float_sums ? y : y.to(x.scalar_type());
   }
-  at::Tensor out = at::empty({m, n}, x.options().dtype(at::kFloat));
-  const float* xp = xf.data_ptr<float>();
-  float* yp = out.data_ptr<float>();
+  // the sums go straight into the result's dtype (a bfloat16 result rounded to nearest even, as
+  // .to() rounds)
+  const bool to_float = x.scalar_type() == at::kFloat || float_sums;
+  at::Tensor out = at::empty({m, n}, x.options().dtype(to_float ? at::kFloat : at::kBFloat16));
+  const std::vector<float> xw = x.scalar_type() == at::kFloat ? walk_copy<float>(x)
+                                                              : walk_copy<c10::BFloat16>(x);
+  float* fp = to_float ? out.data_ptr<float>() : nullptr;
+  c10::BFloat16* bp = to_float ? nullptr : out.data_ptr<c10::BFloat16>();
   const c10::BFloat16* wp = weight.data_ptr<c10::BFloat16>();
-#if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
-  const std::vector<float> x_order = widen_order(xp, m, cols);
-  const float* xw = x_order.data();
-#else
-  const float* xw = xp;
-#endif
   at::parallel_for(0, n, 16, [&](int64_t begin, int64_t end) {
     float res[kRows];
     for (int64_t r = begin; r < end; ++r) {
       for (int64_t i0 = 0; i0 < m; i0 += kRows) {
         const int64_t mt = std::min(kRows, m - i0);
-        const float *xi = xp + i0 * cols, *xwi = xw + i0 * cols;
+        const float* xi = xw.data() + i0 * cols;
         const c10::BFloat16* w = wp + r * cols;
+        const int64_t left = (n - r) * cols;
         switch (mt) {
-          case 8: row_product<8>(w, xi, xwi, cols, (n - r) * cols, res); break;
-          case 7: row_product<7>(w, xi, xwi, cols, (n - r) * cols, res); break;
-          case 6: row_product<6>(w, xi, xwi, cols, (n - r) * cols, res); break;
-          case 5: row_product<5>(w, xi, xwi, cols, (n - r) * cols, res); break;
-          case 4: row_product<4>(w, xi, xwi, cols, (n - r) * cols, res); break;
-          case 3: row_product<3>(w, xi, xwi, cols, (n - r) * cols, res); break;
-          case 2: row_product<2>(w, xi, xwi, cols, (n - r) * cols, res); break;
-          default: row_product<1>(w, xi, xwi, cols, (n - r) * cols, res); break;
+          case 8: row_product<8>(w, xi, cols, left, res); break;
+          case 7: row_product<7>(w, xi, cols, left, res); break;
+          case 6: row_product<6>(w, xi, cols, left, res); break;
+          case 5: row_product<5>(w, xi, cols, left, res); break;
+          case 4: row_product<4>(w, xi, cols, left, res); break;
+          case 3: row_product<3>(w, xi, cols, left, res); break;
+          case 2: row_product<2>(w, xi, cols, left, res); break;
+          default: row_product<1>(w, xi, cols, left, res); break;
         }
-        for (int64_t i = 0; i < mt; ++i) yp[(i0 + i) * n + r] = res[i];
+        for (int64_t i = 0; i < mt; ++i) {
+          if (fp != nullptr)
+            fp[(i0 + i) * n + r] = res[i];
+          else
+            bp[(i0 + i) * n + r] = c10::BFloat16(res[i]);
+        }
       }
     }
   });
-  return x.scalar_type() == at::kFloat || float_sums ? out : out.to(x.scalar_type());
+  return out;
 }
 
 }  // namespace
