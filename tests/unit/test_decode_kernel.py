@@ -54,21 +54,27 @@ def test_kernel_matches_torch_attend(dtype, tol, gqa, dim):
     torch.testing.assert_close(got[0].float(), expect.float(), atol=tol, rtol=0)
 
 
+def _on_two_threads_and_one(kv_heads, gqa, dtype, seed, lens):
+    """The torch path's output (float32), then the kernel's on two threads and on one, for a
+    random case of head_dim 64."""
+    q, k, v, group = _case(gqa * kv_heads, kv_heads, 64, dtype, seed=seed, lens=lens)
+    scale = 64**-0.5
+    want = _attend(q, k, v, group, scale, gqa).float()
+    torch.set_num_threads(2)
+    try:
+        two = OPS.decode_attention(q, k, v, group.block_tables, group.context_lens, scale)
+    finally:
+        torch.set_num_threads(1)
+    one = OPS.decode_attention(q, k, v, group.block_tables, group.context_lens, scale)
+    return want, two, one
+
+
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
 def test_a_long_context_split_over_threads_matches_the_torch_path(dtype, tol):
     """Two threads, one sequence of three kv heads: too few items for the threads, so each
     context is cut into chunks merged by their log sum exps (lengths not a multiple of a chunk
     or a block, and one short context that stays whole)."""
-    kv_heads, gqa, dim = 3, 3, 64
-    q, k, v, group = _case(gqa * kv_heads, kv_heads, dim, dtype, seed=5, lens=[2900, 40])
-    scale = dim**-0.5
-    want = _attend(q, k, v, group, scale, gqa).float()
-    torch.set_num_threads(2)
-    try:
-        split = OPS.decode_attention(q, k, v, group.block_tables, group.context_lens, scale)
-    finally:
-        torch.set_num_threads(1)
-    whole = OPS.decode_attention(q, k, v, group.block_tables, group.context_lens, scale)
+    want, split, whole = _on_two_threads_and_one(3, 3, dtype, seed=5, lens=[2900, 40])
     torch.testing.assert_close(split.float(), want, atol=tol, rtol=tol)
     torch.testing.assert_close(split.float(), whole.float(), atol=tol, rtol=tol)
     if dtype == torch.float32:  # the long context was cut: the same sums in another order
@@ -80,16 +86,7 @@ def test_a_step_too_large_for_one_thread_is_split_by_pairs_and_matches(dtype, to
     """Two threads, enough (sequence, kv head) pairs to keep both busy and more key rows than
     the kernel runs on the calling thread: each pair whole on the pool, the same numbers as one
     thread computes them (the pairs are independent, so bit for bit)."""
-    kv_heads, gqa, dim = 2, 3, 64
-    q, k, v, group = _case(gqa * kv_heads, kv_heads, dim, dtype, seed=7, lens=[700, 650, 33, 900])
-    scale = dim**-0.5
-    want = _attend(q, k, v, group, scale, gqa).float()
-    torch.set_num_threads(2)
-    try:
-        pooled = OPS.decode_attention(q, k, v, group.block_tables, group.context_lens, scale)
-    finally:
-        torch.set_num_threads(1)
-    alone = OPS.decode_attention(q, k, v, group.block_tables, group.context_lens, scale)
+    want, pooled, alone = _on_two_threads_and_one(2, 3, dtype, seed=7, lens=[700, 650, 33, 900])
     torch.testing.assert_close(pooled.float(), want, atol=tol, rtol=tol)
     assert torch.equal(pooled, alone)
 
