@@ -11,10 +11,9 @@
 // sixteen weights a step with AVX-512; with AVX2, sixteen weights a load unpacked within 128-bit
 // halves against x's columns stored in that order, the row kAheadBytes ahead prefetched) and
 // multiplied with up to kRows rows of x widened to float32 (from kGemmRows rows on, the weight
-// widened once and multiplied by sgemm);
-// the result is rounded to x's dtype, or kept as float32 with float_sums. Both sum in float32 in
-// their own order, so they agree with each other and with F.linear to float32 rounding, not bit
-// for bit.
+// widened once and multiplied by sgemm); the result is rounded to x's dtype, or kept as float32
+// with float_sums. Both sum in float32 in their own order, so they agree with each other and
+// with F.linear to float32 rounding, not bit for bit.
 
 #include <torch/library.h>
 #include <ATen/ATen.h>
@@ -30,6 +29,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -176,12 +176,7 @@ inline void row_product(const c10::BFloat16* w, const float* x, int64_t cols, in
       acc_hi[i] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * cols + k + 8), wb, acc_hi[i]);
     }
   }
-  for (int i = 0; i < MT; ++i) {
-    const __m256 v = _mm256_add_ps(acc_lo[i], acc_hi[i]);
-    __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    out[i] = _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)));
-  }
+  for (int i = 0; i < MT; ++i) out[i] = sum8(_mm256_add_ps(acc_lo[i], acc_hi[i]));
 #else
   (void)left;
   for (int i = 0; i < MT; ++i) out[i] = 0.f;

@@ -311,7 +311,6 @@ void decode_attention_impl(const at::Tensor& q, const at::Tensor& k_cache,
   const int64_t pairs = seqs * kv_heads;
   int64_t total = 0;
   for (int64_t s = 0; s < seqs; ++s) total += lens[s] * kv_heads;
-  // tokens a chunk covers, whole blocks: every item whole when the pairs fill the threads
   // pairs [begin, end) whole: each output straight from one pass
   const auto whole = [&](int64_t begin, int64_t end) {
     auto sc = pass.scratch();
@@ -325,6 +324,7 @@ void decode_attention_impl(const at::Tensor& q, const at::Tensor& k_cache,
     whole(0, pairs);
     return;
   }
+  // tokens a chunk covers, whole blocks: every item whole when the pairs fill the threads
   int64_t chunk = std::numeric_limits<int64_t>::max();
   if (threads > 1 && pairs < kItemsPerThread * threads) {
     const int64_t want = (total + kItemsPerThread * threads - 1) / (kItemsPerThread * threads);

@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -166,13 +167,6 @@ inline void decode_block(int64_t bits, const uint8_t* blk, __m256 w[4]) {
   }
 }
 
-inline float reduce_add(__m256 v) {
-  __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-  r = _mm_add_ss(r, _mm_movehdup_ps(r));
-  return _mm_cvtss_f32(r);
-}
-
 // As the AVX-512 version, eight weights a vector. Each row of x keeps kAcc accumulators, the
 // block's four vectors going to them in turn, so that few rows (a decode step) are not bound by
 // the latency of one chain of FMAs; more rows have their own chains and fewer registers each.
@@ -198,7 +192,7 @@ void tile_product(int64_t bits, const uint8_t* data, int64_t row_bytes, int64_t 
     for (int i = 0; i < MT; ++i) {
       __m256 sum = acc[i][0];
       for (int a = 1; a < kAcc; ++a) sum = _mm256_add_ps(sum, acc[i][a]);
-      out[i * kTile + j] = reduce_add(sum);
+      out[i * kTile + j] = sum8(sum);
     }
   }
 }
@@ -326,7 +320,7 @@ void rows_int16(int64_t bits, const uint8_t* data, int64_t row_bytes, int64_t n0
   for (int i = 0; i < MT; ++i) {
     float offs[4];
     _mm_storeu_ps(offs, off[i]);
-    for (int r = 0; r < R; ++r) out[i * kTile + j0 + r] = reduce_add(acc[r][i]) + offs[r];
+    for (int r = 0; r < R; ++r) out[i * kTile + j0 + r] = sum8(acc[r][i]) + offs[r];
   }
 }
 
