@@ -35,7 +35,10 @@ TTFT_MS, TPOT_MS = 3000.0, 100.0
 CLASSES = f"interactive=500/50@2,standard={TTFT_MS:.0f}/{TPOT_MS:.0f},batch=best-effort"
 OVERRIDES = {
     "placement": {"STRATA_MODELS": MODEL, "STRATA_REPLAN_INTERVAL_S": "1.0"},
-    "scheduler": {"STRATA_HEARTBEAT_INTERVAL_S": "0.1"},
+    # Admission allows estimates up to 70% of the TTFT target (85% by default): the client's
+    # 320 streams share this machine's two cores with the stack, and the burst's own load
+    # slows the engine past the warm-up its estimates are priced by.
+    "scheduler": {"STRATA_HEARTBEAT_INTERVAL_S": "0.1", "STRATA_SLA_SLACK": "0.7"},
     "node": {
         "STRATA_HEARTBEAT_INTERVAL_S": "0.1",
         "STRATA_TORCH_THREADS": "1",
