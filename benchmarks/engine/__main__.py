@@ -1,7 +1,7 @@
 """`make bench-engine`: every phase of the engine benchmark, one after another, each in its own
 process so that only one measured thing runs at a time; then docs/benchmarks/engine.{md,json}.
 
-    python -m benchmarks.engine [--peers vllm,llamacpp] [--rates 1,2,4,8] [--command ...]
+    python -m benchmarks.engine [--peers vllm,llamacpp] [--rates 1,2,4,8,12,16] [--command ...]
 
 Phases: our engine offline (bf16, fp32), transformers offline (bf16, fp32), the decode worker
 online (bf16, a Poisson sweep), and optional peers. Logs and per-request data go to
@@ -226,7 +226,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--peers", default="", help="comma-separated peers to add: vllm, llamacpp")
-    p.add_argument("--rates", default="1,2,4,8", help="online offered req/s")
+    p.add_argument("--rates", default="1,2,4,8,12,16", help="online offered req/s")
     p.add_argument("--trace", default=TRACE, help="Azure conversation trace CSV")
     p.add_argument("--command", default="", help="how this run was invoked, for the report")
     args = p.parse_args()

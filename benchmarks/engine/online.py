@@ -8,7 +8,8 @@ Each rate is bounded twice: at most `max_requests` arrivals within `max_seconds`
 and frees its blocks) and counted, never silently dropped. The worker is idle again before the
 next rate starts.
 
-    python -m benchmarks.engine.online --trace T.csv --rates 1,2,4,8 --out R.json --raw R.jsonl
+    python -m benchmarks.engine.online --trace T.csv --rates 1,2,4,8,12,16 --out R.json \
+        --raw R.jsonl
 """
 
 from __future__ import annotations
@@ -228,7 +229,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--trace", required=True, help="Azure LLM inference trace CSV")
-    p.add_argument("--rates", default="1,2,4,8", help="offered req/s, comma-separated")
+    p.add_argument("--rates", default="1,2,4,8,12,16", help="offered req/s, comma-separated")
     p.add_argument("--max-requests", type=int, default=60)
     p.add_argument("--max-seconds", type=float, default=40.0)
     p.add_argument("--drain-seconds", type=float, default=30.0)

@@ -145,6 +145,31 @@ def online_table(rates: list[RateResult]) -> list[str]:
     return lines
 
 
+ONLINE_TTFT_P99_MS = 2000.0  # issue 24's online target: the highest load with P99 TTFT under it
+
+
+def highest_rate_within(rates: list[RateResult], ttft_p99_ms: float = ONLINE_TTFT_P99_MS):
+    """The highest offered rate up to which every rate of the sweep (in increasing order)
+    completed every request it sent with P99 TTFT under `ttft_p99_ms`; None when the lowest
+    did not."""
+    best = None
+    for r in sorted(rates, key=lambda r: r.rate):
+        if r.cancelled or r.failed or r.ttft_ms is None or r.ttft_ms.p99 >= ttft_p99_ms:
+            break
+        best = r.rate
+    return best
+
+
+def knee_sentence(rates: list[RateResult]) -> str:
+    top = highest_rate_within(rates)
+    limit = f"P99 TTFT under {ONLINE_TTFT_P99_MS / 1000:g} s with every request completed"
+    if top is None:
+        return f"No offered rate of the sweep kept {limit}."
+    if top == max(r.rate for r in rates):
+        return f"Every offered rate of the sweep, up to {top:g} req/s, kept {limit}."
+    return f"The highest offered rate that kept {limit} (and every rate below it): {top:g} req/s."
+
+
 def phase_table(phases: list[Phase]) -> list[str]:
     lines = [
         "| phase | wall s | own cores | other work, cores | status |",
@@ -218,7 +243,7 @@ def render(report: BenchReport) -> str:
             f"to last completion.",
             "",
         ]
-        lines += online_table(report.online)
+        lines += online_table(report.online) + ["", knee_sentence(report.online)]
     else:
         lines.append(report.online_meta.get("skipped", "not run"))
     lines += ["", "## Phases", ""] + phase_table(report.phases)

@@ -5,6 +5,8 @@ from benchmarks.engine.report import (
     Phase,
     agreement,
     busy_note,
+    highest_rate_within,
+    knee_sentence,
     offline_table,
     online_table,
     percentile_cell,
@@ -82,6 +84,21 @@ def test_online_table_row():
     assert online_table([rate])[2] == (
         "| 2 | 5 | 4 | 1 | 0 | 0.40 | 32.1 | 10.0 / 20.0 / 30.0 | — | 10.0 / 20.0 / 30.0 |"
     )
+
+
+def _rate(rate: float, p99_ms: float, cancelled: int = 0) -> RateResult:
+    summary = LatencySummary(p99_ms / 4, p99_ms / 2, p99_ms, p99_ms / 3, 10)
+    return RateResult(rate, 10, 10 - cancelled, cancelled, 0, 5.0, 100, summary, None, summary)
+
+
+def test_the_highest_rate_within_the_ttft_target_stops_at_the_first_miss():
+    sweep = [_rate(4, 900.0), _rate(1, 300.0), _rate(2, 500.0), _rate(8, 2400.0), _rate(12, 900.0)]
+    assert highest_rate_within(sweep) == 4  # 12 req/s's P99 does not count past 8's miss
+    assert "4 req/s" in knee_sentence(sweep)
+    assert highest_rate_within([_rate(1, 300.0), _rate(2, 400.0, cancelled=1)]) == 1
+    assert highest_rate_within([_rate(1, 2000.0)]) is None
+    assert knee_sentence([_rate(1, 2000.0)]).startswith("No offered rate")
+    assert "up to 2 req/s" in knee_sentence([_rate(1, 300.0), _rate(2, 400.0)])
 
 
 def test_busy_note_only_when_other_work_took_cpu():
