@@ -34,6 +34,7 @@ LLAMACPP_PYTHON = ".venv-llamacpp/bin/python"
 PROMPTS, PROMPT_LEN, OUTPUT_LEN, PROMPT_SEED = 64, 128, 128, 0
 THREADS = 2
 PHASE_TIMEOUT_S = 900
+SINGLE_ROUNDS = 5  # alternating single-stream rounds of strata and llama.cpp
 VLLM_ENV = {
     "VLLM_CPU_OMP_THREADS_BIND": "0-1",
     "VLLM_CPU_KVCACHE_SPACE": "2",
@@ -137,7 +138,7 @@ def vllm_phase(out: list[OfflineResult], phases: list[Phase]) -> bool:
     )
 
 
-def llamacpp_phase(out: list[OfflineResult], phases: list[Phase]) -> bool:
+def llamacpp_phase(out: list[OfflineResult], phases: list[Phase]) -> str | None:
     if not os.path.exists(LLAMACPP_PYTHON):
         phases.append(
             Phase(
@@ -149,19 +150,43 @@ def llamacpp_phase(out: list[OfflineResult], phases: list[Phase]) -> bool:
                 "(`make bench-engine PEERS=llamacpp` creates it)",
             )
         )
-        return False
+        return None
     # the very same tensors, written as a bfloat16 GGUF file
     from benchmarks.engine.bench_model import load_bench_model
     from benchmarks.engine.gguf_model import save_gguf
 
-    path = save_gguf(load_bench_model(), os.path.join(RAW, "bench-bf16.gguf"))
-    return offline_phase(
+    path = str(save_gguf(load_bench_model(), os.path.join(RAW, "bench-bf16.gguf")))
+    ok = offline_phase(
         "llamacpp-bfloat16",
-        [LLAMACPP_PYTHON, "-m", "benchmarks.engine.offline_llamacpp", "--gguf", str(path)],
+        [LLAMACPP_PYTHON, "-m", "benchmarks.engine.offline_llamacpp", "--gguf", path],
         "bfloat16",
         out,
         phases,
     )
+    return path if ok else None
+
+
+def alternating_single(gguf: str, phases: list[Phase]) -> list[tuple[float, float]]:
+    """SINGLE_ROUNDS rounds of the bf16 single stream, strata's and llama.cpp's one after the
+    other in fresh processes, which goes first swapped each round; (strata, llama.cpp) tok/s
+    of every round both finished (a failed phase ends the rounds)."""
+    runners = {
+        "strata": [sys.executable, "-m", "benchmarks.engine.offline_strata", "--single-only"],
+        "llamacpp": [LLAMACPP_PYTHON, "-m", "benchmarks.engine.offline_llamacpp", "--gguf", gguf],
+    }
+    rounds: list[tuple[float, float]] = []
+    for i in range(SINGLE_ROUNDS):
+        order = ("strata", "llamacpp") if i % 2 == 0 else ("llamacpp", "strata")
+        got: dict[str, float] = {}
+        for system in order:
+            results: list[OfflineResult] = []
+            if not offline_phase(
+                f"single-{system}-{i + 1}", runners[system], "bfloat16", results, phases
+            ):
+                return rounds
+            got[system] = next(r.output_tok_s for r in results if r.mode == "single")
+        rounds.append((got["strata"], got["llamacpp"]))
+    return rounds
 
 
 def read_bandwidth(phases: list[Phase]) -> float | None:
@@ -301,8 +326,11 @@ def main() -> None:
         phases.append(Phase("online-bfloat16", 0.0, 0.0, 0.0, "skipped: no trace"))
     if "vllm" in peers:
         vllm_phase(offline, phases)  # a peer failing is reported, not fatal
+    single_rounds: list[tuple[float, float]] = []
     if "llamacpp" in peers:
-        llamacpp_phase(offline, phases)
+        gguf = llamacpp_phase(offline, phases)
+        if gguf is not None:
+            single_rounds = alternating_single(gguf, phases)
     total = sum(ph.wall_s for ph in phases)
     report = BenchReport(
         command=command,
@@ -313,6 +341,7 @@ def main() -> None:
         online=online,
         online_meta=online_meta,
         phases=phases,
+        single_rounds=single_rounds,
         notes=[
             f"The phases took {total / 60:.1f} minutes in all.",
             *(bandwidth_notes(offline, bandwidth, bench_params()) if bandwidth else []),

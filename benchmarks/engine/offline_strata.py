@@ -2,7 +2,7 @@
 done, greedy, EOS ignored. Then the first prompt alone (single stream).
 
     python -m benchmarks.engine.offline_strata --prompts P.json --output-len 128 \
-        --dtype bfloat16 --threads 2 --out R.json
+        --dtype bfloat16 --threads 2 --out R.json [--single-only]
 """
 
 from __future__ import annotations
@@ -37,7 +37,9 @@ def generate(
 
 
 def main() -> None:
-    args = runner_cli.parse(runner_cli.parser(__doc__))
+    p = runner_cli.parser(__doc__)
+    p.add_argument("--single-only", action="store_true", help="skip the batch: one stream")
+    args = runner_cli.parse(p)
     torch.set_num_threads(args.threads)
     prompts = runner_cli.load_prompts(args.prompts)
     config = EngineConfig(
@@ -53,7 +55,8 @@ def main() -> None:
     )
     generate(engine, prompts.warmup, runner_cli.WARMUP_OUTPUT, "warmup")
     results = []
-    for mode, batch in (("batch", prompts.batch), ("single", [prompts.single])):
+    modes = [("batch", prompts.batch), ("single", [prompts.single])]
+    for mode, batch in modes[1:] if args.single_only else modes:
         outputs, seconds = generate(engine, batch, args.output_len, mode)
         runner_cli.check_lengths("strata", outputs, args.output_len)
         results.append(

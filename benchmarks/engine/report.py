@@ -5,6 +5,7 @@ was. Pure: no clock, no file access; the orchestrator passes everything in.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import asdict, dataclass, field
 
 from benchmarks.common import cpu
@@ -42,6 +43,8 @@ class BenchReport:
     online_meta: dict
     phases: list[Phase]
     notes: list[str] = field(default_factory=list)
+    # (strata, llama.cpp) bf16 single-stream output tok/s of each alternating round
+    single_rounds: list[tuple[float, float]] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -170,6 +173,35 @@ def knee_sentence(rates: list[RateResult]) -> str:
     return f"The highest offered rate that kept {limit} (and every rate below it): {top:g} req/s."
 
 
+def single_rounds_section(rounds: list[tuple[float, float]]) -> list[str]:
+    """The alternating single-stream rounds against llama.cpp: a row per round, then the
+    medians and the median of the rounds' ratios."""
+    if not rounds:
+        return []
+    lines = [
+        "## Single stream against llama.cpp, alternating",
+        "",
+        f"{len(rounds)} rounds, each a fresh process of either system on the same prompt (bf16, "
+        "128 tokens after a 128-token prompt, prefill included), the two one after the other "
+        "and the first of them swapped from round to round: this machine's memory bandwidth "
+        "moves by minutes, so each round's ratio compares the two within seconds.",
+        "",
+        "| round | strata tok/s | llama.cpp tok/s | strata / llama.cpp |",
+        "|---:|---:|---:|---:|",
+    ]
+    for i, (ours, peer) in enumerate(rounds, 1):
+        lines.append(f"| {i} | {ours:.1f} | {peer:.1f} | {ours / peer:.2f}x |")
+    ratios = [ours / peer for ours, peer in rounds]
+    lines += [
+        "",
+        f"Median: strata {statistics.median(r[0] for r in rounds):.1f} tok/s, llama.cpp "
+        f"{statistics.median(r[1] for r in rounds):.1f} tok/s; median ratio "
+        f"{statistics.median(ratios):.2f}x (rounds {min(ratios):.2f}x-{max(ratios):.2f}x).",
+        "",
+    ]
+    return lines
+
+
 def phase_table(phases: list[Phase]) -> list[str]:
     lines = [
         "| phase | wall s | own cores | other work, cores | status |",
@@ -246,7 +278,8 @@ def render(report: BenchReport) -> str:
         lines += online_table(report.online) + ["", knee_sentence(report.online)]
     else:
         lines.append(report.online_meta.get("skipped", "not run"))
-    lines += ["", "## Phases", ""] + phase_table(report.phases)
+    lines += [""] + single_rounds_section(report.single_rounds)
+    lines += ["## Phases", ""] + phase_table(report.phases)
     if report.notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in report.notes]
     lines += [

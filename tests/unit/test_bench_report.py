@@ -11,6 +11,7 @@ from benchmarks.engine.report import (
     online_table,
     percentile_cell,
     render,
+    single_rounds_section,
     throughput_cell,
 )
 from benchmarks.engine.results import LatencySummary, OfflineResult, RateResult
@@ -99,6 +100,15 @@ def test_the_highest_rate_within_the_ttft_target_stops_at_the_first_miss():
     assert highest_rate_within([_rate(1, 2000.0)]) is None
     assert knee_sentence([_rate(1, 2000.0)]).startswith("No offered rate")
     assert "up to 2 req/s" in knee_sentence([_rate(1, 300.0), _rate(2, 400.0)])
+
+
+def test_alternating_single_rounds_give_a_row_each_and_the_median_ratio():
+    lines = single_rounds_section([(300.0, 400.0), (330.0, 300.0), (310.0, 310.0)])
+    assert "| 2 | 330.0 | 300.0 | 1.10x |" in lines
+    summary = next(line for line in lines if line.startswith("Median"))
+    assert "strata 310.0 tok/s, llama.cpp 310.0 tok/s; median ratio 1.00x" in summary
+    assert "(rounds 0.75x-1.10x)" in summary
+    assert single_rounds_section([]) == []
 
 
 def test_busy_note_only_when_other_work_took_cpu():
