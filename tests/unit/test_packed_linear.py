@@ -71,12 +71,42 @@ def test_the_row_kernel_sums_to_float32_rounding_for_any_shape(x_dtype, rows):
         assert rounded.dtype == x_dtype and torch.equal(rounded, sums.to(x_dtype))
 
 
-def test_float32_goes_through_f_linear_unless_packing_it_pays(monkeypatch):
-    # an AVX-512 CPU: MKL's sgemm is as fast as the packed product there
+def test_float32_goes_through_f_linear_unless_packing_or_the_row_kernel_pays(monkeypatch):
+    # an AVX-512 CPU: MKL's sgemm is as fast as the packed product there; without the float32
+    # row kernel (F32_ROWS off), and past F32_ROW_MAX rows with it, F.linear multiplies
     monkeypatch.setattr(packed_linear, "PACK_FLOAT32", False)
+    monkeypatch.setattr(packed_linear, "F32_ROWS", False)
     w, x = torch.randn(8, 4), torch.randn(2, 4)
     packs = Packs()
     assert torch.equal(packs.linear("w", x, w), F.linear(x, w))
+    assert not packs._slots
+    monkeypatch.setattr(packed_linear, "F32_ROWS", True)
+    many = torch.randn(packed_linear.F32_ROW_MAX + 1, 4)
+    assert packs.route("w", torch.float32, many.shape[0], w) == (packed_linear.LINEAR, w)
+    assert torch.equal(packs.linear("w", many, w), F.linear(many, w))
+
+
+@pytest.mark.parametrize("rows", [1, 3, 64])
+def test_a_few_float32_rows_go_through_the_f32_row_kernel_to_float32_rounding(monkeypatch, rows):
+    """Weight rows not a multiple of its groups of four, columns not a multiple of its vectors,
+    a non-contiguous x: within float32 rounding of the exact product; with a bias, F.linear."""
+    if packed_linear.load_f32_kernel() is None:
+        pytest.skip("the native kernels did not build here (no C++ compiler)")
+    monkeypatch.setattr(packed_linear, "F32_ROWS", True)
+    gen = torch.Generator().manual_seed(rows)
+    packs = Packs()
+    for n, cols in ((7, 33), (98, 512), (5, 1536), (1, 3)):
+        w = torch.randn(n, cols, generator=gen)
+        x = torch.randn(cols, rows, generator=gen).t()  # rows x cols, not contiguous
+        assert packs.route("w", x.dtype, rows, w) == (packed_linear.F32_ROW, w)
+        got = packs.linear("w", x, w)
+        exact = x.double() @ w.double().t()
+        bound = x.double().abs() @ w.double().abs().t()  # what float32 rounding scales with
+        assert got.dtype == torch.float32 and got.shape == (rows, n)
+        assert bool(((got.double() - exact).abs() <= bound * 2e-6).all())
+        b = torch.randn(n, generator=gen)
+        assert packs.route("w", x.dtype, rows, w, b) == (packed_linear.LINEAR, w)
+        assert torch.equal(packs.linear("w", x, w, b), F.linear(x, w, b))
     assert not packs._slots
 
 
@@ -85,8 +115,10 @@ def test_float32_goes_through_f_linear_unless_packing_it_pays(monkeypatch):
 @pytest.mark.parametrize("rows", [1, 2, 16, 33])
 @pytest.mark.parametrize("bias", [False, True])
 def test_packed_float32_linear_agrees_with_f_linear_to_float32_rounding(monkeypatch, rows, bias):
-    # an AVX2-only CPU packs float32 (PACK_FLOAT32); forced here so every host runs the path
+    # an AVX2-only CPU packs float32 (PACK_FLOAT32), with no float32 row kernel (F32_ROWS);
+    # forced here so every host runs the path
     monkeypatch.setattr(packed_linear, "PACK_FLOAT32", True)
+    monkeypatch.setattr(packed_linear, "F32_ROWS", False)
     gen = torch.Generator().manual_seed(rows)
     w = torch.randn(96, 576, generator=gen)
     b = torch.randn(96, generator=gen) if bias else None
@@ -156,3 +188,8 @@ def test_the_engine_model_gives_the_same_logits_packed_or_not(monkeypatch):
     assert set(model.packs._slots) == {"head"}
     monkeypatch.setattr(packed_linear, "available", lambda weight: False)
     assert torch.equal(packed, logits())
+
+
+def test_row_classes_follow_the_route_thresholds():
+    top = packed_linear.F32_ROW_MAX
+    assert [packed_linear.row_class(r) for r in (1, 2, top, top + 1, 4096)] == [0, 1, 1, 2, 2]

@@ -219,13 +219,16 @@ class LLMEngine:
     def _build_kernels(self) -> None:
         """Build (or load from the cache) every other CPU kernel this engine's steps may call:
         the norms, SwiGLU, decode-layers, rotary and greedy ones; the bfloat16 row product for
-        bfloat16 weights; the quantized and sparse ones where the model and config use them. A
+        bfloat16 weights, the float32 one for float32 weights where it serves (packed_linear.
+        F32_ROWS); the quantized and sparse ones where the model and config use them. A
         first compile takes seconds, and would otherwise land on the first step that needs it."""
         load_model_kernels()
         load_rotary_kernel()
         load_row_max_kernel()
         if self.dtype == torch.bfloat16:
             packed_linear.load_row_kernel()
+        if self.dtype == torch.float32 and packed_linear.F32_ROWS:
+            packed_linear.load_f32_kernel()
         if any(isinstance(layer, QuantLayer) for layer in self.model.modules()):
             quant_native.load()
         if self.sparse is not None:

@@ -24,7 +24,7 @@ from strata.engine.attention import (
     rotate_and_store,
 )
 from strata.engine.config import ModelConfig
-from strata.engine.packed_linear import Packs
+from strata.engine.packed_linear import Packs, row_class
 from strata.engine.quant import (
     QuantEmbedding,
     QuantizedWeight,
@@ -199,9 +199,9 @@ class DecoderLayer(nn.Module):
 
 @dataclass(slots=True)
 class DecodePlan:
-    """A decode step's arguments to kernels/decode_layers.cpp for one model and row class (one
-    row, or several): what every layer multiplies with, and the float tensors whose version
-    counters, unchanged since, keep it valid (a packed copy is of a weight as it was)."""
+    """A decode step's arguments to kernels/decode_layers.cpp for one model and row class
+    (packed_linear.row_class): what every layer multiplies with, and the float tensors whose
+    version counters, unchanged since, keep it valid (a packed copy is of a weight as it was)."""
 
     norms: list[torch.Tensor]
     weights: list[torch.Tensor]
@@ -237,7 +237,7 @@ class LlamaModel(nn.Module):
         # a decode step's layers in one native call where it applies (_decode_layers); the
         # Python loop computes the same, bit for bit
         self.layer_kernel = True
-        self._plans: dict[bool, DecodePlan | None] = {}
+        self._plans: dict[int, DecodePlan | None] = {}  # by packed_linear.row_class
 
     @torch.inference_mode()
     def forward(
@@ -292,9 +292,10 @@ class LlamaModel(nn.Module):
         ops = load_layers_kernel()
         if ops is None:
             return False
-        plan = self._plans.get(x.shape[0] == 1)
+        rows = row_class(x.shape[0])
+        plan = self._plans.get(rows)
         if plan is None or not plan.valid():
-            plan = self._plans[x.shape[0] == 1] = self._plan(x.shape[0])
+            plan = self._plans[rows] = self._plan(x.shape[0])
         if plan is None:
             return False
         g = meta.groups[0]

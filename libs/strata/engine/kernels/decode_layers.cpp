@@ -10,6 +10,7 @@
 //   0 at::linear(x, weight, bias)                       (float weights oneDNN does not pack)
 //   1 mkldnn::_linear_pointwise(x, weight, bias, ...)   (weight: Packs' packed copy)
 //   2 strata_bf16::linear(x, weight)                    (one row of bfloat16)
+//   3 strata_f32::linear(x, weight)                     (a few rows of float32)
 //   4, 8 strata_quant::linear(x, data, bits)            (a QuantLinear's blocks)
 // The ops a kind names must be registered (their libraries loaded) before the call.
 
@@ -37,6 +38,7 @@ using Attention = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Ten
                              const at::Tensor&, const at::Tensor&, double);
 using SiluMul = at::Tensor(const at::Tensor&);
 using Bf16Linear = at::Tensor(const at::Tensor&, const at::Tensor&, bool);
+using F32Linear = at::Tensor(const at::Tensor&, const at::Tensor&);
 using QuantLinear = at::Tensor(const at::Tensor&, const at::Tensor&, int64_t, bool);
 
 // The ops every layer calls, looked up at first use (a kind's library may load after this one).
@@ -70,6 +72,10 @@ at::Tensor project(int64_t kind, const at::Tensor& x, const at::Tensor& weight,
     case 2: {
       static const auto op = typed_op<Bf16Linear>("strata_bf16::linear");
       return op.call(x, weight, false);
+    }
+    case 3: {
+      static const auto op = typed_op<F32Linear>("strata_f32::linear");
+      return op.call(x, weight);
     }
     case 4:
     case 8: {
