@@ -151,11 +151,13 @@ def online_table(rates: list[RateResult]) -> list[str]:
 ONLINE_TTFT_P99_MS = 2000.0  # issue 24's online target: the highest load with P99 TTFT under it
 
 
-def highest_rate_within(rates: list[RateResult], ttft_p99_ms: float = ONLINE_TTFT_P99_MS):
+def highest_rate_within(
+    rates: list[RateResult], ttft_p99_ms: float = ONLINE_TTFT_P99_MS
+) -> float | None:
     """The highest offered rate up to which every rate of the sweep (in increasing order)
     completed every request it sent with P99 TTFT under `ttft_p99_ms`; None when the lowest
     did not."""
-    best = None
+    best: float | None = None
     for r in sorted(rates, key=lambda r: r.rate):
         if r.cancelled or r.failed or r.ttft_ms is None or r.ttft_ms.p99 >= ttft_p99_ms:
             break
