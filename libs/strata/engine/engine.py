@@ -28,12 +28,14 @@ from strata.engine.attention import (
     SeqSlice,
     kv_cache_shape,
     load_rotary_kernel,
+    load_softmax_kernel,
 )
 from strata.engine.block_pool import BlockPool
 from strata.engine.block_tables import BlockTables
 from strata.engine.compute_dtype import auto_dtype
 from strata.engine.costs import CostModel
 from strata.engine.detokenizer import Detokenizer
+from strata.engine.host_memory import keep_freed_buffers
 from strata.engine.loaded import LoadedModel
 from strata.engine.model import build_model
 from strata.engine.model import load_kernels as load_model_kernels
@@ -136,6 +138,8 @@ class LLMEngine:
         self.model_name = loaded.config.name
         self.tokenizer = loaded.tokenizer
         self.device = torch.device(config.device)
+        if self.device.type == "cpu":
+            keep_freed_buffers()  # a step's megabyte temporaries reused, not page-faulted anew
         self._tables = BlockTables(self.device)  # block tables kept across steps
         self.dtype = (
             auto_dtype(loaded, self.device)
@@ -218,12 +222,14 @@ class LLMEngine:
 
     def _build_kernels(self) -> None:
         """Build (or load from the cache) every other CPU kernel this engine's steps may call:
-        the norms, SwiGLU, decode-layers, rotary and greedy ones; the bfloat16 row product for
-        bfloat16 weights, the float32 one for float32 weights where it serves (packed_linear.
-        F32_ROWS); the quantized and sparse ones where the model and config use them. A
-        first compile takes seconds, and would otherwise land on the first step that needs it."""
+        the norms, SwiGLU, decode-layers, rotary, prefill softmax and greedy ones; the bfloat16
+        row product for bfloat16 weights, the float32 one for float32 weights where it serves
+        (packed_linear.F32_ROWS); the quantized and sparse ones where the model and config use
+        them. A first compile takes seconds, and would otherwise land on the first step that
+        needs it."""
         load_model_kernels()
         load_rotary_kernel()
+        load_softmax_kernel()
         load_row_max_kernel()
         if self.dtype == torch.bfloat16:
             packed_linear.load_row_kernel()
