@@ -72,7 +72,6 @@ class Group:
     fresh: bool = False  # one prefill chunk from its prompt's start: keys = its Q queries
     _mask: torch.Tensor | None = None
     _allowed: torch.Tensor | None = None
-    _visible: torch.Tensor | None = None
     _tiles: list[tuple[int, int, int]] | None = None
 
     @property
@@ -98,14 +97,6 @@ class Group:
             )
             self._allowed = allowed[:, None]
         return self._allowed
-
-    @property
-    def visible(self) -> torch.Tensor:
-        """[S, Q] int64: how many leading keys each query sees, the keys `allowed` leaves
-        visible being exactly those (causal, and within the context: at least one)."""
-        if self._visible is None:
-            self._visible = torch.minimum(self.positions + 1, self.context_lens[:, None])
-        return self._visible
 
     def tiles(self, heads: int) -> list[tuple[int, int, int]]:
         """The queries in tiles (first, end, keys): queries [first, end) of every sequence, whose
@@ -230,21 +221,12 @@ def kv_cache_shape(
 
 
 _ROPE_SOURCE = Path(kernels.__file__).with_name("rotary_kv.cpp")
-_SOFTMAX_SOURCE = Path(kernels.__file__).with_name("prefix_softmax.cpp")
 
 
 def load_rotary_kernel():
     """torch.ops.strata_rope (kernels/rotary_kv.cpp), built or loaded from the cache, or None
     where it cannot be (a failure is logged once)."""
     return kernels.load_extra(_ROPE_SOURCE, "rotary_kv", "strata_rope", "strata rotary kernel")
-
-
-def load_softmax_kernel():
-    """torch.ops.strata_softmax (kernels/prefix_softmax.cpp: a tile's scores to probabilities in
-    one pass a row), built or loaded from the cache, or None where it cannot be."""
-    return kernels.load_extra(
-        _SOFTMAX_SOURCE, "prefix_softmax", "strata_softmax", "strata prefix softmax kernel"
-    )
 
 
 def store_kv(
@@ -321,7 +303,7 @@ def paged_attention(
     def decode(g: Group) -> torch.Tensor:
         if native:
             return _decode_native(q, k_cache, v_cache, g, scale)
-        return _attend(q, k_cache, v_cache, g, scale, groups, native)
+        return _attend(q, k_cache, v_cache, g, scale, groups)
 
     sparse = meta.sparse
     if sparse is not None:
@@ -339,7 +321,7 @@ def paged_attention(
         elif fused:
             o = _attend_chunks(q, k_cache, v_cache, g, scale)  # [S*Q, H, D]
         else:
-            o = _attend(q, k_cache, v_cache, g, scale, groups, native)
+            o = _attend(q, k_cache, v_cache, g, scale, groups)
         rows = g.token_index[g.valid]
         out.index_copy_(0, rows, o[g.valid])
     return out
@@ -422,15 +404,11 @@ def _attend(
     g: Group,
     scale: float,
     groups: int,
-    native: bool = False,
 ) -> torch.Tensor:
     """The group's queries over their gathered keys, a tile of queries at a time (Group.tiles):
     a long prefill chunk's scores, one float32 value per query, head and key, would otherwise
     outgrow the caches, and a tile reads only the keys its queries see. Each query's row is
-    computed as it would be in one piece (the keys a tile leaves out are masked for it).
-    `native`: the scores become probabilities through kernels/prefix_softmax.cpp where it is
-    built (one pass a row, the same numbers within float32 rounding), else the torch
-    expression."""
+    computed as it would be in one piece (the keys a tile leaves out are masked for it)."""
     s, width = g.block_tables.shape
     kv_heads, _, block_size, head_dim = k_cache.shape
     nq = g.queries
@@ -441,17 +419,12 @@ def _attend(
     qs = qs.permute(2, 0, 3, 1, 4)  # [KVH, S, G, Q, D]
     tiles = g.tiles(kv_heads * groups)
     out = qs.new_empty((kv_heads, s, groups, nq, head_dim)) if len(tiles) > 1 else None
-    ops = load_softmax_kernel() if native and q.dtype in (torch.float32, torch.bfloat16) else None
     for first, end, seen in tiles:
         n = end - first
         qt = qs[:, :, :, first:end].reshape(kv_heads, s, groups * n, head_dim)
-        scores = torch.matmul(qt, keys[:, :, :seen].transpose(-1, -2))
-        if ops is not None:
-            probs = ops.prefix_softmax(scores, g.visible[:, first:end], scale)
-        else:
-            scores = scores.float().mul_(scale)
-            scores = scores.view(kv_heads, s, groups, n, seen).add_(g.mask[..., first:end, :seen])
-            probs = torch.softmax(scores, dim=-1).to(q.dtype).view(kv_heads, s, groups * n, seen)
+        scores = torch.matmul(qt, keys[:, :, :seen].transpose(-1, -2)).float().mul_(scale)
+        scores = scores.view(kv_heads, s, groups, n, seen).add_(g.mask[..., first:end, :seen])
+        probs = torch.softmax(scores, dim=-1).to(q.dtype).view(kv_heads, s, groups * n, seen)
         part = torch.matmul(probs, vals[:, :, :seen]).view(kv_heads, s, groups, n, head_dim)
         if out is None:
             out = part

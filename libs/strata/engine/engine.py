@@ -28,7 +28,6 @@ from strata.engine.attention import (
     SeqSlice,
     kv_cache_shape,
     load_rotary_kernel,
-    load_softmax_kernel,
 )
 from strata.engine.block_pool import BlockPool
 from strata.engine.block_tables import BlockTables
@@ -222,14 +221,12 @@ class LLMEngine:
 
     def _build_kernels(self) -> None:
         """Build (or load from the cache) every other CPU kernel this engine's steps may call:
-        the norms, SwiGLU, decode-layers, rotary, prefill softmax and greedy ones; the bfloat16
-        row product for bfloat16 weights, the float32 one for float32 weights where it serves
-        (packed_linear.F32_ROWS); the quantized and sparse ones where the model and config use
-        them. A first compile takes seconds, and would otherwise land on the first step that
-        needs it."""
+        the norms, SwiGLU, decode-layers, rotary and greedy ones; the bfloat16 row product for
+        bfloat16 weights, the float32 one for float32 weights where it serves (packed_linear.
+        F32_ROWS); the quantized and sparse ones where the model and config use them. A
+        first compile takes seconds, and would otherwise land on the first step that needs it."""
         load_model_kernels()
         load_rotary_kernel()
-        load_softmax_kernel()
         load_row_max_kernel()
         if self.dtype == torch.bfloat16:
             packed_linear.load_row_kernel()
