@@ -50,7 +50,7 @@ class SchedulerConfig(SecurityFields):
         64, ge=0, description="replicas scored per decision beyond the prefix holders (0: all)"
     )
     route_tie_tolerance: float = Field(
-        0.1, ge=0, lt=1, description="draw among replicas within this fraction of the best estimate"
+        0.1, ge=0, lt=1, description="draw among replicas within this fraction of the best's wait"
     )
     route_homes: bool = Field(
         True,

@@ -1,10 +1,13 @@
 """A fast-forward stretch's step arithmetic: which steps have started or ended by a time,
 including at the exact boundaries, as a step-by-step count would say; alone on a GPU and
-taking turns with other replicas."""
+taking turns with other replicas; and the first token a stretch samples, stamped as the engine
+stamps it."""
 
 import random
 
-from strata.sim.replica import Stretch
+from strata.core.profile import StepCosts
+from strata.sim.replica import EngineLimits, SimReplica, Stretch
+from strata.sim.workload import SimRequest
 
 
 def _stretch(rng, steps, first, growth, end1, gap, gap_growth):
@@ -61,3 +64,25 @@ def test_step_counts_match_a_step_by_step_count():
             assert st.count_before(t, True) == sum(1 for s in starts if s <= t)
     assert [st.allocated_by(k) for k in (0, 1, 16, 17, 40)] == [0, 1, 1, 3, 4]
     assert st.busy_of(3) == 3 * st.first_s + 3 * st.growth_s
+
+
+def test_a_first_token_sampled_in_a_stretch_stamps_the_sequence_as_the_engine_does():
+    # A 17-token prompt under a 16-token budget: the first step computes 16 tokens, so its
+    # last prompt token goes with the decodes, and the stretch samples its first token. The
+    # engine stamps Sequence.first_token_at there; the worker's step budget reads it (the slack
+    # a decode lends the prefill beside it: strata.policy.scheduling.slo.decode_allowance_ms).
+    costs = StepCosts(0.01, 0.001, 0.0, 0.0, 0.0)
+    limits = EngineLimits(num_blocks=16, block_size=16, max_batched_tokens=16)
+    replica = SimReplica("r0", "m", "n0", limits, costs)
+    replica.add(SimRequest(0, 0.0, 17, 8, "m"), 0.0, 0.0, tpot_ms=100.0)
+    seconds = replica.begin_step(0.0)
+    assert seconds is not None
+    replica.end_step(seconds)
+    (seq,) = replica.scheduler.running
+    assert (seq.num_pending, seq.num_output, seq.first_token_at) == (1, 0, None)
+    (active,) = replica.active.values()
+    st = replica.plan_stretch()
+    assert st is not None
+    replica.start_stretch(st, st.steps, seconds + st.first_s, st.first_s, st.growth_s)
+    replica.finish_stretch()
+    assert seq.first_token_at == active.first_token_s == st.end_of(1)

@@ -51,8 +51,11 @@ they slow each step a little but do not queue ahead of it); the global scheduler
 against the class's TTFT target.
 
 Replicas with equal keys are drawn uniformly with the injected RNG; with `tie_tolerance` > 0,
-every replica whose est_s is within that fraction of the best is drawn from: several scheduler
-replicas routing from the same heartbeats would otherwise all send the next burst to one node.
+every replica whose est_s exceeds the best's by at most that fraction of the best's wait (its
+est_s less the request's own prefill there) is drawn from: several scheduler replicas routing
+from the same heartbeats would otherwise all send the next burst to one node. The tolerance is
+a share of the wait, not of est_s, so a long prompt is not sent behind a queue of a tenth of its
+own prefill when a replica is idle: an idle best has no wait, and only its equals tie with it.
 
 With `sample_size` > 0 and more READY replicas than that, the router scores the replicas of the
 nodes holding the prompt's prefix plus `sample_size` others drawn at random (the power of d
@@ -119,7 +122,7 @@ class Router:
     request_weight_tokens: int = REQUEST_WEIGHT_TOKENS
     min_source_gain_blocks: int = MIN_SOURCE_GAIN_BLOCKS
     sample_size: int = 0  # 0: score every READY replica
-    tie_tolerance: float = 0.0  # draw among replicas within this fraction of the best est_s
+    tie_tolerance: float = 0.0  # draw among replicas within this fraction of the best's wait
     interference_weight: float = 1.0
     _orders: dict[frozenset[str], tuple[str, ...]] = field(
         default_factory=dict, init=False, repr=False
@@ -181,6 +184,7 @@ class Router:
         interference = self.interference_weight if priority is not None else 0.0
         floor = max(1, priority or 0)
         keys = []
+        own = []  # the request's own prefill on each candidate, in est_s's units
         for loc in candidates:
             node, replica = loc.node, loc.replica
             ahead = replica.queued_tokens + replica.running_requests * weight
@@ -192,7 +196,9 @@ class Router:
                 prefill = 0
             rate = replica.tokens_per_s if replica.tokens_per_s > 0 else fallback
             margin = node.safety_margin
-            est = (ahead + prefill) / rate * (1.0 + margin if margin > 0 else 1.0)
+            slow = 1.0 + margin if margin > 0 else 1.0
+            est = (ahead + prefill) / rate * slow
+            own.append(prefill / rate * slow)
             if interference and node.tenants:
                 victims = 0
                 for t in node.tenants:
@@ -204,9 +210,10 @@ class Router:
                 replica.kv_blocks_total > 0 and free * block < prompt_tokens_estimate
             )
             keys.append((1 if short else 0, est, -free))
-        best_key = min(keys)
+        best = min(range(len(keys)), key=keys.__getitem__)
+        best_key = keys[best]
         if self.tie_tolerance > 0:
-            bound = best_key[1] * (1.0 + self.tie_tolerance)
+            bound = best_key[1] + self.tie_tolerance * (best_key[1] - own[best])
             tied = [
                 loc
                 for loc, key in zip(candidates, keys)

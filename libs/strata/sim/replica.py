@@ -539,7 +539,7 @@ class SimReplica:
         for idx, active in enumerate(st.order):
             self._advance_to(st, idx, m)
             if active.first_token_s is None:
-                active.first_token_s = first_end
+                active.first_token_s = active.seq.first_token_at = first_end
                 if self.on_first_token is not None:
                     self.on_first_token(active, first_end)
         finished = []
