@@ -19,7 +19,7 @@ from strata.eval.workload import Scaling, Window
 from strata.policy.placement import Assignment, PlacementPlan
 from strata.policy.scheduling.global_scheduler import Mode, SchedulerSettings
 from strata.sim.cluster import SimConfig, SimResult, Simulator, model_spec
-from strata.sim.tenancy import Tenancy
+from strata.sim.tenancy import GIVE_UP_S, Tenancy
 from strata.sim.workload import sim_requests
 
 WAYS = ("static", "fcfs", "two-level")
@@ -71,9 +71,11 @@ def tenancy_for(
     table: SlaTable,
     parts: dict[str, list[str]],
     refuse_infeasible: bool = False,
+    give_up_s: float = GIVE_UP_S,
 ) -> Tenancy:
     """The way's scheduling. The isolation benchmark serves every request (`refuse_infeasible`
-    off): its long prompts exceed the interactive class's TTFT even alone."""
+    off): its long prompts exceed the interactive class's TTFT even alone. A refused client
+    retries after the hint until `give_up_s` after its first attempt."""
     policies = {t.name: t.policy(table) for t in tenants}
     if way == "static":
         return Tenancy(
@@ -82,13 +84,17 @@ def tenancy_for(
             ),
             policies,
             queue="fcfs",
+            give_up_s=give_up_s,
         )
     if way == "fcfs":
-        return Tenancy(SchedulerSettings(mode=Mode.FCFS), policies, queue="fcfs")
+        return Tenancy(
+            SchedulerSettings(mode=Mode.FCFS), policies, queue="fcfs", give_up_s=give_up_s
+        )
     return Tenancy(
         SchedulerSettings(mode=Mode.TWO_LEVEL, refuse_infeasible=refuse_infeasible),
         policies,
         queue="wfq",
+        give_up_s=give_up_s,
     )
 
 
@@ -107,6 +113,7 @@ def run_way(
     max_seqs: int = 32,
     parts: dict[str, list[str]] | None = None,
     refuse_infeasible: bool = False,
+    give_up_s: float = GIVE_UP_S,
 ) -> SimRun:
     """One way on `gpus` GPUs. `parts` is the static way's nodes per tenant (default:
     `partition`, by offered work)."""
@@ -132,7 +139,7 @@ def run_way(
         lambda t: [],
         cfg,
         place,
-        tenancy_for(way, tenants, table, parts, refuse_infeasible),
+        tenancy_for(way, tenants, table, parts, refuse_infeasible, give_up_s),
     )
     requests = sim_requests(
         trace, Scaling(max_prompt=1 << 30, max_output=1 << 30), Window(), profile.model

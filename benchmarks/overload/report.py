@@ -309,7 +309,11 @@ def render(
             )
             + ". Static = each tenant alone on its guaranteed share of the GPUs ("
             + ", ".join(f"{k} {len(v)}" for k, v in sim.partitions.items())
-            + "). Engine costs, classes and sizes as in docs/benchmarks/isolation.md.",
+            + "). A refused client retries after the refusal's hint for as long as the run "
+            "lasts: as patient as a static tenant's client, whose request waits in its "
+            "partition's queue however long it takes (a prompt too long for its class even "
+            "alone is refused for good). Engine costs, classes and sizes as in "
+            "docs/benchmarks/isolation.md.",
             "",
         ]
         for seed, ways in sim.runs.items():

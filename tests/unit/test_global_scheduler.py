@@ -23,7 +23,7 @@ from strata.policy.routing import RouteDecision, Router
 from strata.policy.scheduling.admission import MIN_RETRY_S, AdmissionSettings, Refusal, admit
 from strata.policy.scheduling.global_scheduler import (
     INFEASIBLE,
-    INFEASIBLE_TOLERANCE,
+    LINE_TOLERANCE,
     MIN_TTFT_MARGIN_MS,
     RATE,
     GlobalScheduler,
@@ -235,9 +235,9 @@ def test_safety_margin_and_pending_work_steer_away():
     assert gs.route("m", policy(), 10, 0).node_id == "n2"  # 110 * 1.5 > 130
     gs2 = scheduler(node("n1", replica("r1")), node("n2", replica("r2", queued=70)))
     picks = [gs2.route("m", policy(), 40, 40).node_id for _ in range(3)]
-    # n1 gets the first; the 40 prompt tokens then pending there are still below n2's 70, so
-    # the second too; then 80 > 70
-    assert picks == ["n1", "n1", "n2"]
+    # n1 gets the first; its 40 prompt tokens pending there and the decode to follow (100) are
+    # then more than n2's 70, so the second goes to n2; then n1's 140 < n2's 210
+    assert picks == ["n1", "n2", "n1"]
 
 
 def test_sla_check_refuses_what_no_replica_can_serve_in_time():
@@ -303,6 +303,18 @@ def test_tie_tolerance_is_a_share_of_the_wait_not_of_the_prompts_own_prefill():
     assert picks(busy, node("n1", replica("r1", queued=1080, rate=1000.0))) == {"n0", "n1"}
 
 
+def test_a_request_routed_but_not_reported_weighs_its_decode_as_a_running_one_does():
+    # n0 runs one request (100 tokens of decode ahead); n1 is idle and takes a 96-token prompt.
+    # Unreported, that request still queues its prompt and will decode there: 96 + 100 tokens
+    # ahead of the next prompt, more than n0's, so the next prompt goes to n0.
+    gs = scheduler(
+        node("n0", replica("r0", running=1, rate=1000.0)), node("n1", replica("r1", rate=1000.0))
+    )
+    assert gs.route("m", policy(), 96, 10).node_id == "n1"
+    assert gs.ledger.pending_requests("n1", "r1") == 1
+    assert gs.route("m", policy(), 1000, 10).node_id == "n0"
+
+
 def test_sampled_decisions_over_a_thousand_nodes_keep_the_prefix_holder():
     nodes = [node(f"n{i:04d}", replica(f"r{i}", queued=500)) for i in range(1000)]
     gs = scheduler(*nodes, sample=16)
@@ -311,7 +323,8 @@ def test_sampled_decisions_over_a_thousand_nodes_keep_the_prefix_holder():
     for _ in range(20):
         d = gs.route("m", policy(), 64, 0, prefix_hashes=chain)
         assert (d.node_id, d.cached_blocks) == ("n0777", 4)
-        gs.registry.heartbeat(node("n0777", replica("r777", queued=500)))  # clears its pending
+        # a report that lists the route clears its pending work
+        gs.registry.heartbeat(node("n0777", replica("r777", queued=500), arrived=[d.route_id]))
     seen = {gs.route("m", policy(), 64, 0).node_id for _ in range(50)}
     assert len(seen) > 10  # random samples, not always the same few nodes
 
@@ -352,14 +365,17 @@ def test_a_prompt_too_long_for_the_target_anywhere_is_refused_as_infeasible():
 
 def test_a_prompt_within_the_lines_error_of_its_target_is_served_when_idle_not_refused():
     # 1050 tokens alone: 1050 ms at 1000 tokens/s, 5% past a 1000 ms target: within the step
-    # line's error (INFEASIBLE_TOLERANCE), so the final refusal is not made. Alone it goes;
-    # behind a queue it is refused for a retry, as a request near its target is.
-    assert INFEASIBLE_TOLERANCE == 0.1
+    # line's error (LINE_TOLERANCE), so the final refusal is not made. It goes while the
+    # queue ahead is shorter than a retry's wait (MIN_RETRY_S), and is refused for a retry
+    # behind a longer one.
+    assert LINE_TOLERANCE == 0.1 and MIN_RETRY_S == 0.5
     idle = scheduler(node("n1", replica("r1", rate=1000.0)))
     decision = idle.route("m", policy(ttft_ms=1000.0), 1050, 10)
     assert isinstance(decision, RouteDecision)
     assert decision.solo_ttft_ms == pytest.approx(1050.0)
-    queued = scheduler(node("n1", replica("r1", queued=100, rate=1000.0)))
+    short = scheduler(node("n1", replica("r1", queued=400, rate=1000.0)))
+    assert isinstance(short.route("m", policy(ttft_ms=1000.0), 1050, 10), RouteDecision)
+    queued = scheduler(node("n1", replica("r1", queued=600, rate=1000.0)))
     refused = queued.route("m", policy(ttft_ms=1000.0), 1050, 10)
     assert isinstance(refused, Refusal) and refused.reason == "sla"
     # Past the tolerance the refusal is final, as before.
@@ -377,13 +393,18 @@ def test_near_its_target_even_alone_a_request_goes_when_the_replica_is_idle():
     assert isinstance(refused, Refusal) and refused.reason == "sla"
 
 
-def test_a_request_a_retry_cannot_help_goes_while_its_estimate_meets_the_target():
+def test_a_request_a_retry_cannot_help_goes_while_its_estimate_is_near_the_target():
     # 900 tokens alone: 900 ms; refused, it could come back no sooner than MIN_RETRY_S, and
     # alone then it would be past the 850 ms margin: a refusal cannot help it. With 50 tokens
-    # queued ahead (950 ms) it goes; with 300 (1200 ms, past the target itself) it does not.
-    assert MIN_RETRY_S == 0.5
-    near = scheduler(node("n1", replica("r1", queued=50, rate=1000.0)))
-    assert isinstance(near.route("m", policy(ttft_ms=1000.0), 900, 10), RouteDecision)
+    # queued ahead (950 ms) it goes; with 150 (1050 ms, within the step line's error of the
+    # target: LINE_TOLERANCE) too; with 300 (1200 ms) it does not.
+    assert MIN_RETRY_S == 0.5 and LINE_TOLERANCE == 0.1
+    for queued in (50, 150):
+        near = scheduler(node("n1", replica("r1", queued=queued, rate=1000.0)))
+        assert isinstance(near.route("m", policy(ttft_ms=1000.0), 900, 10), RouteDecision)
+    far = scheduler(node("n1", replica("r1", queued=300, rate=1000.0)))
+    refused = far.route("m", policy(ttft_ms=1000.0), 900, 10)
+    assert isinstance(refused, Refusal) and "over the 1100 ms admission allows" in refused.message
     # A short prompt a retry can help keeps the margin: 100 ms alone, 900 ms with the queue.
     short = scheduler(node("n1", replica("r1", queued=800, rate=1000.0)))
     refused = short.route("m", policy(ttft_ms=1000.0), 100, 10)
@@ -546,6 +567,21 @@ def test_a_long_prompt_beside_a_full_decode_batch_is_priced_by_its_chunks():
     assert "estimated at 2831 ms" in refused.message
     # Beside four decodes the chunk is large: the same prompt goes in a few steps.
     assert isinstance(scheduler(busy(4)).route("m", sla(2000.0), 900, 100), RouteDecision)
+
+
+def test_a_replica_the_sla_check_refuses_gives_way_to_the_next_best_one():
+    # The router ranks the busy node first (nothing queued there), but beside its 26 decodes
+    # the prompt would take 2.8 s (above). The next best replica has 500 prompt tokens queued
+    # and no decodes: its first token comes well within the target, so the request goes there
+    # rather than being refused.
+    crowded = busy(26)
+    (r,) = crowded.replicas
+    calm = node("n2", replace(r, replica_id="r2", queued_tokens=500, slots=DecodeLoad()))
+    decision = scheduler(crowded, calm).route("m", sla(2000.0), 900, 100)
+    assert isinstance(decision, RouteDecision)
+    assert decision.node_id == "n2" and decision.admitted_by is not None
+    # With no other replica the refusal stands.
+    assert isinstance(scheduler(busy(26)).route("m", sla(2000.0), 900, 100), Refusal)
 
 
 def test_the_slack_the_decodes_lend_now_prices_the_prompt_when_nothing_comes_before_it():

@@ -13,7 +13,9 @@ Each READY replica of the model gets a score; the lowest wins:
                     (ahead + prefill_tokens) / rate * (1 + safety_margin)
     ahead           the work tokens in front of the request: queued_tokens + running_requests *
                     request_weight_tokens + what this scheduler routed there that no report
-                    of the node includes yet, whatever their class: routing places load, and
+                    of the node includes yet (its prompt tokens, and request_weight_tokens
+                    for each such request: it will decode there too), whatever their class:
+                    routing places load, and
                     every class's prompts slow the steps of everything on the replica
                     (measurements: docs/design/scheduling.md). The TTFT estimate the SLA check
                     judges counts them as the engine serves prefill, by class (strata.policy.
@@ -155,13 +157,15 @@ class Router:
         pending: Callable[[str, str], int] | None = None,
         nodes: Collection[str] | None = None,
         sample_size: int | None = None,
+        pending_requests: Callable[[str, str], int] | None = None,
     ) -> RouteDecision | None:
         """The best READY replica of `model`, or None when there is none (see explain_miss).
 
         `prefix_hashes` is the prompt's block hash chain (empty when the caller cannot compute
         it); with an `index` it credits each node with the blocks it already holds. `priority`
         (the tenant's class) adds the interference term; `pending(node_id, replica_id)` is
-        work routed there that no report of the node includes yet;
+        the prompt tokens routed there that no report of the node includes yet, and
+        `pending_requests(node_id, replica_id)` how many requests they are;
         `nodes` restricts the choice (a static partition, a home); `sample_size` overrides the
         router's for this decision. `tenant` does not change the score:
         it is already in the hashes. Quotas and SLA admission are the caller's (strata.policy.
@@ -190,6 +194,8 @@ class Router:
             ahead = replica.queued_tokens + replica.running_requests * weight
             if pending is not None:
                 ahead += pending(node.node_id, replica.replica_id)
+            if pending_requests is not None:
+                ahead += pending_requests(node.node_id, replica.replica_id) * weight
             block = replica.block_size or DEFAULT_BLOCK_SIZE
             prefill = prompt_tokens_estimate - depths.get(node.node_id, 0) * block
             if prefill < 0:

@@ -34,6 +34,8 @@ from strata.policy.scheduling.fair_queue import QUEUES, NodeQueue, QueueItem, di
 from strata.policy.scheduling.global_scheduler import SchedulerSettings
 from strata.policy.scheduling.slots import EngineSlots
 
+GIVE_UP_S = 120.0  # a refused client's default patience
+
 
 @dataclass(slots=True, frozen=True)
 class Tenancy:
@@ -41,7 +43,7 @@ class Tenancy:
     policies: Mapping[str, TenantPolicy] = field(default_factory=dict)
     queue: str = "wfq"  # the nodes' queues: wfq | fcfs
     retry: bool = True  # a refused client retries after the hint
-    give_up_s: float = 120.0  # ... until this long after its first attempt
+    give_up_s: float = GIVE_UP_S  # ... until this long after its first attempt
     sample_size: int = 64
     tie_tolerance: float = 0.1
     interference_weight: float = 1.0

@@ -8,12 +8,15 @@
                    tenant's home nodes while it costs the request little (strata.policy.
                    scheduling.homes), else the best anywhere
             --SLA: the estimate to first token passes the class's TTFT target, and only because
-                   of the work queued ahead (alone on the replica it would meet it)?--> refusal
-                   (a prompt too long for the target anywhere, even on an idle machine, is
-                   refused as infeasible, or served as well as it can be with
-                   `refuse_infeasible` off; interference now is the SLA check's; one whose first
-                   token alone comes so near the target that a retry could not meet the margin
-                   goes whenever its estimate meets the target itself). The work queued
+                   of the work queued ahead (alone on the replica it would meet it)?--> the
+                   next best replica on another node is judged the same way, and the request
+                   goes there if it passes, else refusal
+                   (a prompt too long for the target anywhere, even on an idle machine and
+                   past the step line's error, is refused as infeasible, or served as well as
+                   it can be with `refuse_infeasible` off; interference now is the SLA
+                   check's; one whose first token alone comes so near the target that a retry
+                   could not meet the margin goes whenever its estimate meets the target
+                   within the line's error). The work queued
                    ahead counts as the engine serves prefill, by class (strata.policy.
                    scheduling.prefill_ahead): the request's own class and above, and one step of
                    the lower classes, less what the engine has prefilled since its node's
@@ -89,12 +92,12 @@ SLA_SLACK = 0.85
 # whatever the target (docs/design/scheduling.md): a short target keeps at least this margin.
 MIN_TTFT_MARGIN_MS = 150.0
 INFEASIBLE = "infeasible"  # a Refusal's reason: the class's targets cannot hold even when idle
-# An infeasible refusal is final, so it is made only past the step line's own error: the line
-# is linear where an engine's prefill is not (the shipped SmolLM2 profile's line is 6% off on
-# average at its measured shapes, up to 16%; docs/design/scheduling.md). A prompt whose idle
-# estimate passes the TTFT target by less is served as well as it can be: when its replica
-# would start it at once.
-INFEASIBLE_TOLERANCE = 0.1
+# The step line's error on a long prompt: the line is linear where an engine's prefill is not
+# (the shipped SmolLM2 profile's line is 6% off on average at its measured shapes, up to 16%,
+# and prices large chunks high; docs/design/scheduling.md). An infeasible refusal is final, so
+# it is made only past the target by more than this; and a request a retry cannot help goes
+# while its estimate is within this of its target.
+LINE_TOLERANCE = 0.1
 RATE = "rate"  # a Refusal's reason: the tenant is over its request rate
 
 
@@ -242,6 +245,23 @@ class GlobalScheduler:
         terms: TtftEstimate | None = None
         if two_level and self.settings.sla_check:
             judged = self._sla_judgement(model, policy, work, compute, decision)
+            if isinstance(judged, Refusal) and judged.reason == "sla":
+                # The router ranks by queued work; the check also prices the decodes the prompt
+                # would be chunked beside. The next best replica elsewhere may meet the target.
+                other = self._choose(
+                    model,
+                    policy,
+                    prompt_tokens,
+                    prefix_hashes,
+                    two_level,
+                    nodes,
+                    exclude=decision.node_id,
+                )
+                if other is not None:
+                    other_compute = max(0, prompt_tokens - other.cached_blocks * other.block_size)
+                    second = self._sla_judgement(model, policy, work, other_compute, other)
+                    if not isinstance(second, Refusal):
+                        decision, compute, judged = other, other_compute, second
             if isinstance(judged, Refusal):
                 return judged
             terms = judged
@@ -270,9 +290,11 @@ class GlobalScheduler:
         prefix_hashes: Sequence[int],
         two_level: bool,
         nodes: frozenset[str] | None,
+        exclude: str | None = None,
     ) -> RouteDecision | None:
         """The router's pick: within `nodes` (static mode); in two-level mode the best of the
-        tenant's home while Homes.prefer says so, else the best anywhere."""
+        tenant's home while Homes.prefer says so, else the best anywhere; never on the node
+        `exclude` (None: any)."""
 
         def pick(within: frozenset[str] | None, sample: int | None = None) -> RouteDecision | None:
             return self.router.route(
@@ -284,19 +306,28 @@ class GlobalScheduler:
                 index=self.index,
                 priority=policy.priority if two_level else None,
                 pending=self.ledger.pending,
+                pending_requests=self.ledger.pending_requests,
                 nodes=within,
                 sample_size=sample,
             )
 
         homes = self.homes
+        by_node = self.registry.ready_index(model)[1]
+
+        def without(within: frozenset[str] | None) -> frozenset[str] | None:
+            if exclude is None:
+                return within
+            return (frozenset(by_node) if within is None else within) - {exclude}
+
         if not two_level or homes is None:
-            return pick(nodes)
+            return pick(without(nodes))
         now = self.registry.clock.now()
         homes.observe(policy.tenant, policy.guaranteed_share, now)
-        by_node = self.registry.ready_index(model)[1]
         members = self.registry.ready_members(model)
         home = homes.home(policy.tenant, model, by_node, members)
-        reach = homes.reach(policy.tenant, model, by_node, members)
+        reach = without(homes.reach(policy.tenant, model, by_node, members))
+        if home is not None:
+            home = without(home) or None
 
         def density(within: frozenset[str]) -> int | None:
             """A pass over `within` samples it as densely as the router samples the pool."""
@@ -351,12 +382,13 @@ class GlobalScheduler:
         # the node's interference says it would miss, it waits for a retry. A refused request
         # comes back no sooner than MIN_RETRY_S: when even then, alone, it would miss the
         # margin, a refusal cannot help it, and it goes whenever its estimate meets the target
-        # itself. Not where the retry's wait alone is past the margin (a class whose target is
+        # within the step line's error (LINE_TOLERANCE: the line prices long prompts
+        # high). Not where the retry's wait alone is past the margin (a class whose target is
         # within MIN_RETRY_S of it): every request of that class would then go with no margin.
         allowed = admission_allowance_ms(target, slack, self.settings.min_margin_ms)
         retry_ms = 1000.0 * MIN_RETRY_S
         if solo_ms + retry_ms > allowed and (retry_ms < allowed or solo_ms > allowed):
-            allowed = target
+            allowed = target * (1.0 + LINE_TOLERANCE)
         node = self.registry.get(decision.node_id)
         terms = TtftEstimate(
             node_id=decision.node_id,
@@ -371,9 +403,10 @@ class GlobalScheduler:
             queued_ahead=0 if node is None else queued_ahead(node.tenants, policy),
         )
         estimate = terms.estimate_ms
-        # A prompt near or past its target even alone goes no later than alone now would
-        # take it; one past the target (within INFEASIBLE_TOLERANCE) goes only then.
-        alone_ms = solo_ms if idle_ms > target else min(solo_ms, target)
+        # A prompt past its target even alone (within LINE_TOLERANCE) goes while its
+        # estimate is within what a retry would cost it: back no sooner than MIN_RETRY_S, it
+        # would then take at least its prefill alone.
+        alone_ms = solo_ms + retry_ms if idle_ms > target else min(solo_ms, target)
         if estimate <= max(allowed, alone_ms):
             return terms
         return Refusal(
@@ -486,10 +519,10 @@ class GlobalScheduler:
     ) -> Refusal | None:
         """A refusal when the class's targets cannot hold for this request even alone on the
         chosen (best) replica of an idle machine (its first token there in `idle_ms` past the
-        TTFT target by more than INFEASIBLE_TOLERANCE of it), else None. Interference that
+        TTFT target by more than LINE_TOLERANCE of it), else None. Interference that
         slows it now is the SLA check's to judge: it passes, and a retry may then be served."""
         target = policy.ttft_ms
-        if target and idle_ms > target * (1.0 + INFEASIBLE_TOLERANCE):
+        if target and idle_ms > target * (1.0 + LINE_TOLERANCE):
             return Refusal(
                 INFEASIBLE,
                 f"this request's own prefill takes about {idle_ms:.0f} ms to its "

@@ -155,6 +155,11 @@ class PoolLedger:
         if sums.seqs == 0:
             del self._sums[key]
 
+    def pending_requests(self, node_id: str, replica_id: str) -> int:
+        """How many requests were routed to the replica that its node has not reported yet."""
+        sums = self._sums.get((node_id, replica_id))  # once per scored replica
+        return sums.seqs if sums is not None else 0
+
     def pending_load(self, node_id: str, replica_id: str) -> DecodeLoad:
         """The requests routed to the replica that its node has not reported yet."""
         sums = self._sums.get((node_id, replica_id))
