@@ -403,11 +403,9 @@ class GlobalScheduler:
             queued_ahead=0 if node is None else queued_ahead(node.tenants, policy),
         )
         estimate = terms.estimate_ms
-        # A prompt past its target even alone (within LINE_TOLERANCE) goes while its
-        # estimate is within what a retry would cost it: back no sooner than MIN_RETRY_S, it
-        # would then take at least its prefill alone.
-        alone_ms = solo_ms + retry_ms if idle_ms > target else min(solo_ms, target)
-        if estimate <= max(allowed, alone_ms):
+        # A prompt past its target even alone (within LINE_TOLERANCE) is one a retry cannot
+        # help: it goes while its estimate is within the line's error of the target (above).
+        if estimate <= max(allowed, min(solo_ms, target)):
             return terms
         return Refusal(
             "sla",
