@@ -154,18 +154,16 @@ class Router:
         prefix_hashes: Sequence[int] = (),
         index: PrefixIndex | None = None,
         priority: int | None = None,
-        pending: Callable[[str, str], int] | None = None,
+        pending: Callable[[str, str], tuple[int, int]] | None = None,
         nodes: Collection[str] | None = None,
         sample_size: int | None = None,
-        pending_requests: Callable[[str, str], int] | None = None,
     ) -> RouteDecision | None:
         """The best READY replica of `model`, or None when there is none (see explain_miss).
 
         `prefix_hashes` is the prompt's block hash chain (empty when the caller cannot compute
         it); with an `index` it credits each node with the blocks it already holds. `priority`
         (the tenant's class) adds the interference term; `pending(node_id, replica_id)` is
-        the prompt tokens routed there that no report of the node includes yet, and
-        `pending_requests(node_id, replica_id)` how many requests they are;
+        (prompt tokens, requests) routed there that no report of the node includes yet;
         `nodes` restricts the choice (a static partition, a home); `sample_size` overrides the
         router's for this decision. `tenant` does not change the score:
         it is already in the hashes. Quotas and SLA admission are the caller's (strata.policy.
@@ -193,9 +191,8 @@ class Router:
             node, replica = loc.node, loc.replica
             ahead = replica.queued_tokens + replica.running_requests * weight
             if pending is not None:
-                ahead += pending(node.node_id, replica.replica_id)
-            if pending_requests is not None:
-                ahead += pending_requests(node.node_id, replica.replica_id) * weight
+                tokens, requests = pending(node.node_id, replica.replica_id)
+                ahead += tokens + requests * weight
             block = replica.block_size or DEFAULT_BLOCK_SIZE
             prefill = prompt_tokens_estimate - depths.get(node.node_id, 0) * block
             if prefill < 0:
@@ -238,7 +235,7 @@ class Router:
         if known:
             node, replica = chosen.node, chosen.replica
             queued = replica.queued_tokens + (
-                pending(node.node_id, replica.replica_id) if pending is not None else 0
+                pending(node.node_id, replica.replica_id)[0] if pending is not None else 0
             )
             prefill = max(0, prompt_tokens_estimate - cached * block_tokens(replica.block_size))
             rate = replica.tokens_per_s if replica.tokens_per_s > 0 else fallback

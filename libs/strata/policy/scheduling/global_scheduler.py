@@ -305,8 +305,7 @@ class GlobalScheduler:
                 prefix_hashes=prefix_hashes,
                 index=self.index,
                 priority=policy.priority if two_level else None,
-                pending=self.ledger.pending,
-                pending_requests=self.ledger.pending_requests,
+                pending=self.ledger.pending_routes,
                 nodes=within,
                 sample_size=sample,
             )

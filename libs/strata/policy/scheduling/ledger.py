@@ -155,10 +155,15 @@ class PoolLedger:
         if sums.seqs == 0:
             del self._sums[key]
 
+    def pending_routes(self, node_id: str, replica_id: str) -> tuple[int, int]:
+        """(the tokens they queue ahead, how many they are) of the requests routed to the
+        replica that its node has not reported yet: the router's one lookup per replica."""
+        sums = self._sums.get((node_id, replica_id))  # once per scored replica
+        return (sums.work, sums.seqs) if sums is not None else (0, 0)
+
     def pending_requests(self, node_id: str, replica_id: str) -> int:
         """How many requests were routed to the replica that its node has not reported yet."""
-        sums = self._sums.get((node_id, replica_id))  # once per scored replica
-        return sums.seqs if sums is not None else 0
+        return self.pending_routes(node_id, replica_id)[1]
 
     def pending_load(self, node_id: str, replica_id: str) -> DecodeLoad:
         """The requests routed to the replica that its node has not reported yet."""
